@@ -1,0 +1,121 @@
+"""Pairs of records within each tract, and their Theil–Sen predictions, vectorised over tracts.
+
+Pairs come from the round-robin decomposition of the complete graph on a tract's records into
+perfect matchings (n even: n−1 matchings; n odd: add a dummy record and drop its pairs, n
+matchings). *All pairs* uses every matching; *k matchings* samples k of them without
+replacement after a random relabelling of the records. Either way a record lies in at most k
+pairs (k = n−1 for all pairs): this bounds the sensitivity of every median of the pairs.
+
+Tracts of equal size share one index table, so the work is a handful of numpy calls per
+distinct tract size, not per tract.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .batch import TractBatch
+from .noise import Randomness
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """Record index pairs (global indices into the batch), grouped by tract in tract order."""
+
+    tract: np.ndarray  # int32, tract index of each pair, non-decreasing
+    i: np.ndarray  # int64 global record index
+    j: np.ndarray
+    k: np.ndarray  # per tract: the most pairs any one record lies in
+
+
+def _round_robin(n_even: int) -> np.ndarray:
+    """Matchings of the circle method: array (n_even−1, n_even/2, 2) of record indices."""
+    r = n_even - 1
+    rounds = np.arange(r)[:, None]
+    offs = np.arange(1, n_even // 2)[None, :]
+    fixed = np.stack([rounds[:, 0], np.full(r, r)], axis=1)[:, None, :]
+    a = (rounds + offs) % r
+    b = (rounds - offs) % r
+    return np.concatenate([fixed, np.stack([a, b], axis=2)], axis=1)
+
+
+def _sorted_by_tract(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple:
+    if not parts:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty.astype(np.int32), empty, empty
+    tract = np.concatenate([p[0] for p in parts])
+    i = np.concatenate([p[1] for p in parts])
+    j = np.concatenate([p[2] for p in parts])
+    order = np.argsort(tract, kind="stable")
+    return tract[order].astype(np.int32), i[order], j[order]
+
+
+def all_pairs(batch: TractBatch) -> Pairs:
+    """Every unordered pair of records within each tract."""
+    n = batch.n
+    parts = []
+    for size in np.unique(n[n >= 2]):
+        tracts = np.nonzero(n == size)[0]
+        a, b = np.triu_indices(int(size), 1)
+        base = batch.starts[tracts][:, None]
+        parts.append((np.repeat(tracts, a.size), (base + a).ravel(), (base + b).ravel()))
+    tract, i, j = _sorted_by_tract(parts)
+    return Pairs(tract, i, j, np.maximum(n - 1, 1))
+
+
+def k_matchings(batch: TractBatch, k: int, rand: Randomness) -> Pairs:
+    """Pairs of k round-robin matchings per tract, chosen uniformly without replacement."""
+    if k < 1:
+        raise ValueError("k must be >= 1")
+    n = batch.n
+    parts = []
+    for size in np.unique(n[n >= 2]):
+        size = int(size)
+        tracts = np.nonzero(n == size)[0]
+        n_even = size + (size % 2)
+        table = _round_robin(n_even)  # (rounds, n_even/2, 2)
+        rounds = table.shape[0]
+        kk = min(k, rounds)
+        # Uniform random choices from uniform random 64-bit keys (ties have probability ~2^-64).
+        pick = np.argsort(rand.words(tracts.size * rounds).reshape(tracts.size, rounds),
+                          axis=1)[:, :kk]
+        perm = np.argsort(rand.words(tracts.size * n_even).reshape(tracts.size, n_even), axis=1)
+        chosen = table[pick]  # (tracts, kk, n_even/2, 2) positions in the relabelled order
+        rec = np.take_along_axis(perm, chosen.reshape(tracts.size, -1), axis=1)
+        rec = rec.reshape(tracts.size, -1, 2)
+        keep = (rec < size).all(axis=2)  # drop pairs with the dummy record
+        base = batch.starts[tracts][:, None]
+        t_idx = np.broadcast_to(tracts[:, None], keep.shape)[keep]
+        parts.append((t_idx, (base + rec[..., 0])[keep], (base + rec[..., 1])[keep]))
+    tract, i, j = _sorted_by_tract(parts)
+    return Pairs(tract, i, j, np.minimum(np.full(n.shape, k), np.maximum(n - 1, 1)))
+
+
+def theil_sen_points(batch: TractBatch, pairs: Pairs, x_star: float, lo: float, hi: float
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Per-pair predictions at ``x_star``, clipped to [lo, hi]; pairs with equal x are dropped.
+
+    Returns (tract index, z) for the kept pairs, still grouped by tract.
+    """
+    xi, xj = batch.x[pairs.i], batch.x[pairs.j]
+    keep = xi != xj
+    xi, xj = xi[keep], xj[keep]
+    yi, yj = batch.y[pairs.i[keep]], batch.y[pairs.j[keep]]
+    slope = (yj - yi) / (xj - xi)
+    z = slope * (x_star - (xi + xj) / 2.0) + (yi + yj) / 2.0
+    return pairs.tract[keep], np.clip(z, lo, hi)
+
+
+def chunk_tracts(batch: TractBatch, max_pairs: int) -> list[np.ndarray]:
+    """Consecutive groups of tracts whose all-pairs counts sum to about ``max_pairs`` at most."""
+    cost = batch.n * (batch.n - 1) // 2
+    chunks, start, acc = [], 0, 0
+    for t, c in enumerate(cost):
+        if acc and acc + c > max_pairs:
+            chunks.append(np.arange(start, t))
+            start, acc = t, 0
+        acc += int(c)
+    chunks.append(np.arange(start, batch.n_tracts))
+    return [c for c in chunks if c.size]

@@ -1,0 +1,156 @@
+"""The estimator registry and its two uniform calls: one tract, or many tracts at once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from .batch import TractBatch
+from .noise import Randomness, default_randomness
+from .privacy import Guarantee
+
+MIN_RECORDS = 2  # a regression needs two records; smaller tracts fail (n is public)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What an estimator's batched run returns, arrays shaped (reps, tracts)."""
+
+    p25: np.ndarray
+    p75: np.ndarray
+    failed: np.ndarray
+    reason: np.ndarray
+    extras: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+class Estimator:
+    """Base class. Subclasses set the class attributes and implement ``_run`` and ``guarantee``."""
+
+    name: str = ""
+    private: bool = True
+    needs_delta: bool = False
+    defaults: Mapping[str, Any] = {}
+    summary: str = ""
+    sampler: str = ""
+
+    def hyper(self, overrides: Mapping[str, Any]) -> dict[str, Any]:
+        unknown = set(overrides) - set(self.defaults)
+        if unknown:
+            allowed = ", ".join(sorted(self.defaults)) or "none"
+            raise ValueError(f"{self.name}: unknown hyperparameter(s) {sorted(unknown)}; "
+                             f"allowed: {allowed}")
+        return {**self.defaults, **overrides}
+
+    def guarantee(self, epsilon: float, delta: float | None = None, **hp: Any) -> Guarantee:
+        raise NotImplementedError
+
+    def _run(self, batch: TractBatch, epsilon: float, delta: float | None, rand: Randomness,
+             reps: int, hp: dict[str, Any]) -> Outcome:
+        raise NotImplementedError
+
+
+REGISTRY: dict[str, Estimator] = {}
+
+
+def register(cls: type[Estimator]) -> type[Estimator]:
+    REGISTRY[cls.name] = cls()
+    return cls
+
+
+def get(name: str) -> Estimator:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown estimator {name!r}; known: {', '.join(REGISTRY)}") from None
+
+
+@dataclass(frozen=True)
+class BatchEstimate:
+    """Results for many tracts. Arrays are (tracts,) or, with ``reps``, (reps, tracts).
+
+    ``guarantee`` is what each tract's people get; tracts hold disjoint people, so it is also
+    the guarantee of the whole batch (parallel composition).
+    """
+
+    estimator: str
+    labels: np.ndarray
+    n: np.ndarray
+    p25: np.ndarray
+    p75: np.ndarray
+    failed: np.ndarray
+    reason: np.ndarray
+    guarantee: Guarantee
+    extras: dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class TractEstimate:
+    """Result for one tract. ``p25``/``p75`` are None when the mechanism failed."""
+
+    estimator: str
+    p25: float | None
+    p75: float | None
+    failed: bool
+    reason: str
+    guarantee: Guarantee
+    extras: dict[str, float]
+
+
+def _check_budget(est: Estimator, epsilon: float, delta: float | None) -> None:
+    if not (isinstance(epsilon, (int, float)) and np.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}")
+    if delta is not None and not 0 < delta < 1:
+        raise ValueError(f"delta must lie in (0, 1), got {delta!r}")
+
+
+def estimate_batch(name: str, batch: TractBatch, epsilon: float, delta: float | None = None, *,
+                   rand: Randomness | None = None, seed: int | None = None,
+                   reps: int | None = None, **hyper: Any) -> BatchEstimate:
+    """Run estimator ``name`` on every tract of ``batch`` with per-tract budget ``epsilon``.
+
+    Noise comes from ``rand``, else from a seeded source if ``seed`` is given (tests,
+    evaluation), else from the operating system's CSPRNG. ``reps`` repeats the noisy part
+    (for evaluation) and adds a leading axis to every array.
+    """
+    est = get(name)
+    _check_budget(est, epsilon, delta)
+    hp = est.hyper(hyper)
+    rand = rand if rand is not None else default_randomness(seed)
+    r = 1 if reps is None else int(reps)
+    if r < 1:
+        raise ValueError("reps must be >= 1")
+    out = est._run(batch, float(epsilon), delta, rand, r, hp)
+    g = est.guarantee(float(epsilon), delta, **hp)
+    small = batch.n < MIN_RECORDS
+    failed = out.failed | small[None, :]
+    reason = np.where(small[None, :], f"fewer than {MIN_RECORDS} records", out.reason)
+    p25 = np.where(failed, np.nan, out.p25)
+    p75 = np.where(failed, np.nan, out.p75)
+    squeeze = (lambda a: a[0]) if reps is None else (lambda a: a)
+    return BatchEstimate(est.name, batch.labels, batch.n, squeeze(p25), squeeze(p75),
+                         squeeze(failed), squeeze(reason), g,
+                         {k: squeeze(v) for k, v in out.extras.items()})
+
+
+def estimate(name: str, x, y, epsilon: float, delta: float | None = None, *,
+             rand: Randomness | None = None, seed: int | None = None,
+             **hyper: Any) -> TractEstimate:
+    """Run estimator ``name`` on one tract's records ``x``, ``y`` (ranks on [0, 1])."""
+    res = estimate_batch(name, TractBatch.single(x, y), epsilon, delta, rand=rand, seed=seed,
+                         **hyper)
+    failed = bool(res.failed[0])
+    return TractEstimate(
+        res.estimator,
+        None if failed else float(res.p25[0]),
+        None if failed else float(res.p75[0]),
+        failed, str(res.reason[0]), res.guarantee,
+        {k: float(v[0]) for k, v in res.extras.items()})
+
+
+def blank(reps: int, n_tracts: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Fresh (p25, p75, failed, reason) arrays: NaN, NaN, False, ''."""
+    shape = (reps, n_tracts)
+    return (np.full(shape, np.nan), np.full(shape, np.nan), np.zeros(shape, dtype=bool),
+            np.full(shape, "", dtype=object))
