@@ -28,6 +28,20 @@ from .registry import Estimator, Outcome, blank, register
 _DEFAULTS = {"steps": 80, "tau": 1.0}
 
 
+def clipped_gradient_sum(batch, theta: np.ndarray, tau: float) -> np.ndarray:
+    """Per tract, the sum of records' gradients clipped to [−τ, τ]²: (reps, tracts, 2).
+
+    ``theta``: current (p25, p75) per tract, shape (reps, tracts, 2).
+    """
+    x, y = batch.x, batch.y
+    feat = np.stack([0.75 - x, x - 0.25])  # (2, records)
+    th = theta[:, batch.tract_of_record, :]  # (reps, records, 2)
+    yhat = 2.0 * (th[..., 0] * feat[0] + th[..., 1] * feat[1])
+    resid = 2.0 * (yhat - y)  # (reps, records)
+    grad = np.clip(resid[:, None, :] * feat[None, :, :], -tau, tau)  # (reps, 2, records)
+    return np.moveaxis(batch.tract_sum(grad), 1, 2)
+
+
 class _GradientDescent(Estimator):
     defaults = _DEFAULTS
 
@@ -39,19 +53,12 @@ class _GradientDescent(Estimator):
         if steps < 1 or tau <= 0:
             raise ValueError(f"{self.name}: steps must be >= 1 and tau > 0")
         p25, p75, failed, reason = blank(reps, batch.n_tracts)
-        tract = batch.tract_of_record
-        x, y = batch.x, batch.y
-        feat = np.stack([0.75 - x, x - 0.25])  # (2, records)
         theta = np.full((reps, batch.n_tracts, 2), 0.5)
         sq_norms = np.zeros((reps, batch.n_tracts))
         kept = np.zeros_like(theta)
         first_kept = steps // 2
         for t in range(steps):
-            th = theta[:, tract, :]  # (reps, records, 2)
-            yhat = 2.0 * (th[..., 0] * feat[0] + th[..., 1] * feat[1])
-            resid = 2.0 * (yhat - y)  # (reps, records)
-            grad = np.clip(resid[:, None, :] * feat[None, :, :], -tau, tau)  # (reps, 2, records)
-            gsum = np.moveaxis(batch.tract_sum(grad), 1, 2)  # (reps, tracts, 2)
+            gsum = clipped_gradient_sum(batch, theta, tau)
             noisy = self._noisy_sum(rand, gsum, epsilon, delta, hp)
             sq_norms += np.sum(noisy**2, axis=-1)
             theta = theta - noisy / np.sqrt(np.maximum(sq_norms, 1e-300))[..., None]
