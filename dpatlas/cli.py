@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
                   help="Differentially private per-tract mobility release (dpatlas).")
 console = Console()
 
@@ -26,36 +26,154 @@ def estimators() -> None:
     console.print(table)
 
 
+config_app = typer.Typer(help="Release configuration.")
+app.add_typer(config_app, name="config")
+
+
+@config_app.command("example")
+def config_example() -> None:
+    """Print a documented example configuration."""
+    from .config import EXAMPLE
+
+    typer.echo(EXAMPLE, nl=False)
+
+
+@config_app.command("check")
+def config_check(path: Path) -> None:
+    """Validate a configuration file and print what it resolves to."""
+    from .config import ConfigError, load_config
+
+    try:
+        cfg = load_config(path)
+    except ConfigError as err:
+        _fail(str(err))
+    console.print_json(cfg.model_dump_json())
+
+
+def _fail(message: str, code: int = 2) -> None:
+    console.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
 @app.command()
-def demo(epsilon: float = typer.Option(1.0, help="Privacy budget per tract (pure epsilon)."),
-         seed: int = typer.Option(0, help="Seed of the synthetic state (noise uses OS entropy)."),
+def synth(out: Path = typer.Option(Path("data"), help="Output folder."),
+          states: str = typer.Option("17", help="Comma-separated state FIPS codes."),
+          tracts: int = typer.Option(3108, help="Tracts per state."),
+          seed: int = typer.Option(0, help="Seed (state i uses seed + i)."),
+          ) -> None:
+    """Write an Opportunity-Insights-like synthetic state (or several) and its tract boundaries."""
+    from .synth import StateParams, write_synthetic
+
+    with console.status("generating synthetic microdata and boundaries"):
+        info = write_synthetic(out, [s.strip() for s in states.split(",") if s.strip()], seed,
+                               StateParams(n_tracts=tracts))
+    console.print(f"{info['records']:,} records in {info['tracts']:,} tracts of "
+                  f"{len(info['states'])} state(s): microdata {info['microdata']}, "
+                  f"boundaries {info['boundaries']}")
+
+
+def run_release(config: Path, release_id: str | None, noise_seed: int | None = None) -> Path:
+    """Run the release flow with a progress bar; clear errors, non-zero exit on failure."""
+    import os
+
+    # No telemetry (no network here), and room for Prefect's ephemeral server to start on a
+    # busy machine (its default 20 s is not always enough on 2 cores).
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from flows import release as release_module
+    from .config import ConfigError
+
+    with Progress(TextColumn("{task.description:<18}"), BarColumn(),
+                  TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                  console=console) as bar:
+        ids: dict[str, int] = {}
+
+        def progress(stage: str, done: int, total: int) -> None:
+            if stage not in ids:
+                ids[stage] = bar.add_task(stage, total=total)
+            bar.update(ids[stage], completed=done, total=total)
+
+        release_module.PROGRESS = progress
+        try:
+            folder = release_module.release(str(config), release_id, noise_seed)
+        except (ConfigError, FileNotFoundError, FileExistsError, ValueError, RuntimeError) as err:
+            _fail(str(err))
+        finally:
+            release_module.PROGRESS = None
+    return Path(folder)
+
+
+@app.command()
+def release(config: Path = typer.Option(..., "--config", "-c", help="Release configuration."),
+            release_id: str = typer.Option(None, help="Release id (default: from config or new)."),
+            ) -> None:
+    """Run a release: ingest, validate, allocate, select, estimate, publish."""
+    folder = run_release(config, release_id)
+    _report(folder)
+
+
+def _report(folder: Path) -> None:
+    import json
+
+    manifest = json.loads((folder / "manifest.json").read_text())
+    total = manifest["total_per_person"]
+    console.print(f"[bold green]published[/] release {manifest['release_id']} at {folder}")
+    console.print(f"  tracts: {manifest['counts']['by_status']}; mechanisms: "
+                  f"{manifest['counts']['by_mechanism']}")
+    console.print(f"  total per person: epsilon = {total['epsilon']:.4g}, delta = "
+                  f"{total['delta']:.3g}" + (f", rho = {total['rho']:.4g}" if total['rho'] else ""))
+    console.print(f"  files: {', '.join(sorted(manifest['files']))}, manifest.json")
+
+
+@app.command()
+def demo(out: Path = typer.Option(Path("demo"), help="Folder for data, config and releases."),
+         release_id: str = typer.Option(None, help="Release id (default: a new one)."),
+         profile: str = typer.Option("primary", help="primary | full-suite"),
          ) -> None:
-    """Generate the default synthetic state and run the primary estimators on every tract."""
-    import mechanisms as M
-    from mechanisms.batch import ols, sufficient_stats
+    """Generate the default synthetic state and publish a full release of it."""
+    import yaml
 
-    from .synth import batch_of, oi_like_state
+    from .calibrate import DEFAULT_THRESHOLDS
+    from .synth import StateParams, write_synthetic
 
-    with console.status("generating the synthetic Illinois-like state"):
-        df = oi_like_state(seed)
-        batch = batch_of(df)
-    console.print(f"synthetic state: {batch.n_tracts} tracts, {len(df):,} records "
-                  f"(seed {seed})")
-    fit = ols(sufficient_stats(batch))
-    table = Table("estimator", "guarantee per tract", "released", "failed",
-                  "median |p25 - OLS|", "seconds")
-    for name in ("NoisyStats", "DPExpTheilSen", "NoisyIntercept"):
-        t0 = time.perf_counter()
-        with console.status(f"running {name} on {batch.n_tracts} tracts"):
-            res = M.estimate_batch(name, batch, epsilon)
-        secs = time.perf_counter() - t0
-        err = np.nanmedian(np.abs(res.p25 - fit.p25))
-        table.add_row(name, res.guarantee.describe(), str(int((~res.failed).sum())),
-                      str(int(res.failed.sum())), f"{err:.3f}", f"{secs:.2f}")
-    console.print(table)
-    console.print("Noise came from the operating system's CSPRNG through the grid samplers "
-                  "(see README). Tracts hold disjoint people: the guarantee per person is "
-                  "the per-tract one (parallel composition) for each estimator run.")
+    data = out / "data"
+    if not (data / "tracts.parquet").exists():
+        with console.status("generating the default synthetic state (Illinois-sized)"):
+            info = write_synthetic(data, ["17"], 0, StateParams())
+        console.print(f"synthetic state: {info['records']:,} records in {info['tracts']:,} "
+                      f"tracts -> {data}")
+    cfg = {
+        "input": {"path": str((data / "microdata").resolve()), "format": "parquet"},
+        "boundaries": {"path": str((data / "tracts.parquet").resolve())},
+        "privacy": {"epsilon_per_tract": 1.0, "delta": 1e-6},
+        "selection": {"rule": "dp", "threshold_file": str(DEFAULT_THRESHOLDS),
+                      "budget_share": 0.1},
+        "profile": {"name": profile},
+        "validation": {"policy": "fail"},
+        "publish": {"root": str((out / "releases").resolve())},
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    config = out / "config.yaml"
+    config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    folder = run_release(config, release_id)
+    _report(folder)
+
+
+@app.command()
+def calibrate(out: Path = typer.Option(Path("thresholds.yaml"), help="Where to write."),
+              tracts: int = typer.Option(1000, help="Tracts per synthetic calibration state."),
+              reps: int = typer.Option(50, help="Runs per tract."),
+              ) -> None:
+    """Calibrate the selection thresholds on synthetic states (never on release data)."""
+    from .calibrate import calibrate as run, write_thresholds
+
+    result = run(tracts=tracts, reps=reps, progress=lambda m: console.log(m))
+    write_thresholds(result, out)
+    for rule, r in result["rules"].items():
+        console.print(f"{rule} rule: threshold {r['threshold']:.4g} on {r['indicator']}")
+    console.print(f"wrote {out}")
 
 
 @app.command()
@@ -65,15 +183,24 @@ def evaluate(out: Path = typer.Option(Path("evaluation"), help="Output folder.")
              epsilon: list[float] = typer.Option([1.0, 8.0], help="Per-tract budgets."),
              mechanism: list[str] = typer.Option([], help="Mechanisms (default: all DP + MOS)."),
              tracts: int = typer.Option(3108, help="Tracts in the synthetic state."),
+             rule: bool = typer.Option(True, help="Add the calibrated dp selection rule as a row."),
              ) -> None:
     """Rebuild the paper's comparison on an Illinois-sized synthetic state: table and plots."""
     from .evaluate import DEFAULT_MECHANISMS, evaluate as run, write_report
     from .synth import StateParams
 
+    from .calibrate import DEFAULT_THRESHOLDS, resolve_threshold
+    from .config import SelectionConfig
+    from .selection import Rule, RuleEstimate
+
     mechs = tuple(mechanism) or DEFAULT_MECHANISMS
+    extra = {}
+    if rule:
+        threshold = resolve_threshold(SelectionConfig(rule="dp", threshold_file=DEFAULT_THRESHOLDS))
+        extra["SelectionRule(dp)"] = RuleEstimate(Rule("dp", threshold, 0.1))
     t0 = time.perf_counter()
     result = run(mechs, tuple(epsilon), reps, seed, StateParams(n_tracts=tracts),
-                 progress=lambda msg: console.log(msg))
+                 progress=lambda msg: console.log(msg), extra_rows=extra)
     paths = write_report(result, out)
     table = Table("mechanism", "epsilon", "tracts", "share below SE", "median ratio",
                   "failure rate")

@@ -87,3 +87,39 @@ def batch_of(df: pd.DataFrame):
 
     return TractBatch.from_labels(df["geoid"].to_numpy(), df["parent_rank"].to_numpy(),
                                   df["child_rank"].to_numpy())
+
+
+def write_synthetic(out: "Path", states: list[str], seed: int = 0,
+                    params: StateParams = StateParams()) -> dict:
+    """Write microdata (Parquet, hive-partitioned by state) and tract boundaries (GeoParquet).
+
+    Layout: ``out/microdata/state=SS/part-0.parquet`` and ``out/tracts.parquet``. Each state
+    gets its own seed (``seed + index``). Returns the paths and counts.
+    """
+    from pathlib import Path
+
+    from .geography import STATE_FIPS, synth_boundaries, write_boundaries
+
+    out = Path(out)
+    bad = [s for s in states if s not in STATE_FIPS]
+    if bad:
+        raise ValueError(f"not state FIPS codes: {bad}")
+    all_geoids, rows = [], 0
+    for i, fips in enumerate(states):
+        df = oi_like_state(seed + i, params, state_fips=fips)
+        folder = out / "microdata" / f"state={fips}"
+        folder.mkdir(parents=True, exist_ok=True)
+        truth = df.attrs["truth"]
+        df.attrs = {}  # the truth stays out of the microdata file
+        df.to_parquet(folder / "part-0.parquet", index=False)
+        all_geoids.extend(truth["geoid"])
+        rows += len(df)
+    boundaries = synth_boundaries(all_geoids, seed=seed)
+    # TIGER/Line's columns, so synthetic and real boundary files go through one loader.
+    g = boundaries["geoid"].astype(str)
+    tiger = boundaries.assign(GEOID=g, STATEFP=g.str[:2], COUNTYFP=g.str[2:5],
+                              TRACTCE=g.str[5:])[["GEOID", "STATEFP", "COUNTYFP", "TRACTCE",
+                                                  "geometry"]]
+    write_boundaries(tiger, out / "tracts.parquet")
+    return {"microdata": out / "microdata", "boundaries": out / "tracts.parquet",
+            "states": states, "tracts": len(all_geoids), "records": rows}

@@ -1,1 +1,1 @@
-"""Filled in by the release-flow issue."""
+"""Prefect flows."""

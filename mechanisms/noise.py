@@ -254,14 +254,16 @@ def laplace_scale(l1_sensitivity: float, epsilon: float, d: int = 1) -> float:
 def _gauss_grid(rho: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
     """Grid steps per unit of L2 sensitivity, and the integer σ² of the discrete Gaussian.
 
-    The grid is tied to the noise level (about 4096 grid units per standard deviation), so
-    σ² stays near 2**24 whatever ρ is: the CKS integers then fit in 64 bits, and rounding costs
-    at most a factor (1 + sqrt(d)/steps) of extra noise.
+    The grid is tied to the noise level (about 4096 grid units per standard deviation) so that
+    rounding costs at most a factor (1 + sqrt(d)/steps) of extra noise; for very small ρ the
+    grid is coarsened so σ² stays at most 2**28, where the CKS integers still fit in 64 bits.
     """
-    steps = np.maximum(16.0, np.rint(4096.0 * np.sqrt(2.0 * rho)))
+    root = np.sqrt(2.0 * rho)
+    steps = np.floor(np.minimum(4096.0 * root, 16384.0 * root - math.sqrt(d)))
+    if np.any(steps < 4):
+        raise ValueError("rho is too small for the discrete Gaussian grid (fewer than 4 grid "
+                         "steps per unit of sensitivity)")
     sigma2 = np.ceil((steps + math.sqrt(d)) ** 2 / (2.0 * rho))
-    if np.any(sigma2 > 2.0**28):
-        raise ValueError("rho is too small for the discrete Gaussian grid (sigma2 > 2**28)")
     return steps, sigma2.astype(np.uint64)
 
 

@@ -55,31 +55,53 @@ class NoisyStats(Estimator):
         return sequential([PureDP(epsilon / 3.0)] * 3)
 
     def _run(self, batch, epsilon, delta, rand, reps, hp):
-        p25, p75, failed, reason = blank(reps, batch.n_tracts)
-        extras = {"noisy_ncov": np.full((reps, batch.n_tracts), np.nan),
-                  "noisy_nvar": np.full((reps, batch.n_tracts), np.nan)}
-        idx = _usable(batch)
-        if idx.size == 0:
-            return Outcome(p25, p75, failed, reason, extras)
-        st = sufficient_stats(batch)
-        n = st.n[idx].astype(np.float64)
-        delta_s = 1.0 - 1.0 / n
         third = epsilon / 3.0
-        cov_var = np.broadcast_to(np.stack([st.ncov[idx], st.nvar[idx]]), (reps, 2, idx.size))
-        noisy = laplace_mechanism(rand, cov_var[..., None], delta_s, third)[..., 0]
-        ncov_t, nvar_t = noisy[:, 0], noisy[:, 1]
-        ok = nvar_t > 0
-        slope = np.where(ok, ncov_t / np.where(ok, nvar_t, 1.0), 0.0)
-        centre = st.ybar[idx] - slope * st.xbar[idx]
-        intercept = laplace_mechanism(rand, centre[..., None], (1.0 + np.abs(slope)) / n,
-                                      third)[..., 0]
-        p25[:, idx] = np.where(ok, slope * X_LOW + intercept, np.nan)
-        p75[:, idx] = np.where(ok, slope * X_HIGH + intercept, np.nan)
-        failed[:, idx] = ~ok
-        reason[:, idx] = np.where(ok, "", "noisy nvar <= 0")
-        extras["noisy_ncov"][:, idx] = ncov_t
-        extras["noisy_nvar"][:, idx] = nvar_t
+        return noisy_stats_release(batch, third, third, third, rand, reps)
+
+
+def noisy_nvar(batch: TractBatch, epsilon: float, rand: Randomness, reps: int) -> np.ndarray:
+    """ε-DP noisy ``nvar = n·var(x)`` per tract (NaN for tracts with n < 2): (reps, tracts)."""
+    out = np.full((reps, batch.n_tracts), np.nan)
+    idx = _usable(batch)
+    if idx.size:
+        st = sufficient_stats(batch)
+        values = np.broadcast_to(st.nvar[idx], (reps, idx.size))[..., None]
+        out[:, idx] = laplace_mechanism(rand, values, 1.0 - 1.0 / st.n[idx], epsilon)[..., 0]
+    return out
+
+
+def noisy_stats_release(batch: TractBatch, eps_nvar: float, eps_ncov: float,
+                        eps_intercept: float, rand: Randomness, reps: int,
+                        nvar_released: np.ndarray | None = None) -> Outcome:
+    """NoisyStats with its own budget split, optionally reusing an already released noisy nvar.
+
+    Guarantee: sequential composition of the three pure steps, eps_nvar + eps_ncov +
+    eps_intercept (the nvar step is paid once, wherever it was released).
+    """
+    p25, p75, failed, reason = blank(reps, batch.n_tracts)
+    if nvar_released is None:
+        nvar_released = noisy_nvar(batch, eps_nvar, rand, reps)
+    extras = {"noisy_ncov": np.full((reps, batch.n_tracts), np.nan),
+              "noisy_nvar": np.array(nvar_released, dtype=float, copy=True)}
+    idx = _usable(batch)
+    if idx.size == 0:
         return Outcome(p25, p75, failed, reason, extras)
+    st = sufficient_stats(batch)
+    n = st.n[idx].astype(np.float64)
+    ncov_t = laplace_mechanism(rand, np.broadcast_to(st.ncov[idx], (reps, idx.size))[..., None],
+                               1.0 - 1.0 / n, eps_ncov)[..., 0]
+    nvar_t = nvar_released[:, idx]
+    ok = nvar_t > 0
+    slope = np.where(ok, ncov_t / np.where(ok, nvar_t, 1.0), 0.0)
+    centre = st.ybar[idx] - slope * st.xbar[idx]
+    intercept = laplace_mechanism(rand, centre[..., None], (1.0 + np.abs(slope)) / n,
+                                  eps_intercept)[..., 0]
+    p25[:, idx] = np.where(ok, slope * X_LOW + intercept, np.nan)
+    p75[:, idx] = np.where(ok, slope * X_HIGH + intercept, np.nan)
+    failed[:, idx] = ~ok
+    reason[:, idx] = np.where(ok, "", "noisy nvar <= 0")
+    extras["noisy_ncov"][:, idx] = ncov_t
+    return Outcome(p25, p75, failed, reason, extras)
 
 
 @register

@@ -1,1 +1,1 @@
-"""Filled in by the release-flow issue."""
+"""Prefect tasks: thin wrappers around the plain functions of the release stages."""

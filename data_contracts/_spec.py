@@ -1,0 +1,66 @@
+"""Names and fixed parameters shared by the suite builder and the run-time API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+SUITES_DIR = Path(__file__).resolve().parent / "suites"
+
+INPUT_SUITE = "input_microdata"
+PUBLISHED_SUITE = "published_tracts"
+
+#: The 50 states, DC (11) and Puerto Rico (72).
+STATE_FIPS: tuple[str, ...] = (
+    "01", "02", "04", "05", "06", "08", "09", "10", "11", "12",
+    "13", "15", "16", "17", "18", "19", "20", "21", "22", "23",
+    "24", "25", "26", "27", "28", "29", "30", "31", "32", "33",
+    "34", "35", "36", "37", "38", "39", "40", "41", "42", "44",
+    "45", "46", "47", "48", "49", "50", "51", "53", "54", "55",
+    "56", "72",
+)  # fmt: skip
+assert len(STATE_FIPS) == 52 and len(set(STATE_FIPS)) == 52
+
+GEOID_REGEX = r"^[0-9]{11}$"
+# Non-capturing group: with a capturing one pandas warns on every str.contains call.
+STATE_GEOID_REGEX = "^(?:" + "|".join(STATE_FIPS) + ")[0-9]{9}$"
+
+STATUSES: tuple[str, ...] = ("released", "suppressed", "failed")
+MECHANISMS: tuple[str, ...] = (
+    "NoisyStats",
+    "DPExpTheilSen",
+    "NoisyIntercept",
+    "DPExpTheilSenMatch",
+    "DPExpTheilSenkMatch",
+    "DPWideTheilSen",
+    "DPSSTheilSen",
+    "DPGDPure",
+    "DPGDzCDP",
+    "DPGDApprox",
+    "none",
+)
+
+#: dtypes accepted as "numeric" for the rank columns: numpy names and pandas nullable
+#: extension dtypes; for an ``object`` column GX checks each value's type instead, which
+#: is what the Python names "float" / "int" are for.
+NUMERIC_TYPES: list[str] = [
+    "float", "int", "float64", "float32", "float16", "int64", "int32", "int16", "int8",
+    "uint64", "uint32", "uint16", "uint8",
+    "Float64Dtype", "Float32Dtype", "Int64Dtype", "Int32Dtype", "Int16Dtype", "Int8Dtype",
+]  # fmt: skip
+INTEGER_TYPES: list[str] = [
+    "int", "int64", "int32", "int16", "int8", "uint64", "uint32", "uint16", "uint8",
+    "Int64Dtype", "Int32Dtype", "Int16Dtype", "Int8Dtype",
+    "UInt64Dtype", "UInt32Dtype", "UInt16Dtype", "UInt8Dtype",
+]  # fmt: skip
+
+INPUT_COLUMNS = ("geoid", "x", "y")
+PUBLISHED_COLUMNS = (
+    "geoid", "state", "county", "cell", "n", "mechanism", "status", "reason",
+    "p25", "p75", "p25_raw", "p75_raw", "epsilon_spent", "delta_spent",
+)  # fmt: skip
+
+META_KEY = "dpatlas"
+
+
+def suite_path(name: str) -> Path:
+    return SUITES_DIR / f"{name}.json"

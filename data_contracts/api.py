@@ -1,0 +1,368 @@
+"""Run the data-contract suites (``data_contracts/suites/*.json``) against pandas frames.
+
+Every call builds its own in-memory GX Data Context, loads the suite from its JSON
+file, and validates in (at most) two passes:
+
+1. the whole suite with result format ``SUMMARY`` (counts, a sample of bad values);
+2. only if something failed: the failed *row-level* expectations again with
+   result format ``COMPLETE``, whose ``unexpected_index_list`` gives every bad row.
+
+The frame is validated with a fresh ``RangeIndex`` (``reset_index(drop=True)``) so GX's
+``unexpected_index_list`` holds positions, and ``ContractResult.bad_rows`` is the union
+of those lists -- it comes from GX, no check is re-implemented in pandas.
+
+Conditional expectations (tagged ``meta["dpatlas"]`` in the suite file, see
+:mod:`data_contracts.build_suites`): ``person_id`` uniqueness is kept only when the
+frame has a ``person_id`` column; the boundary-completeness expectation is kept only
+when ``boundary_geoids`` is given, and receives them as the GX suite parameter
+``boundary_geoids``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+from urllib.parse import unquote, urlparse
+
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+import great_expectations as gx  # noqa: E402
+from great_expectations.core.expectation_suite import ExpectationSuiteSchema  # noqa: E402
+
+from data_contracts._context import DOCS_SITE, quiet_context  # noqa: E402
+from data_contracts._spec import (  # noqa: E402
+    INPUT_SUITE,
+    META_KEY,
+    PUBLISHED_SUITE,
+    suite_path,
+)
+
+logger = logging.getLogger(__name__)
+
+FIRST_PASS_FORMAT: dict[str, Any] = {"result_format": "SUMMARY", "partial_unexpected_count": 5}
+COMPLETE_FORMAT: dict[str, Any] = {
+    "result_format": "COMPLETE",
+    # only the row positions are needed; skip the values and the pandas query string
+    "exclude_unexpected_values": True,
+    "return_unexpected_index_query": False,
+    "partial_unexpected_count": 5,
+}
+_MAX_LISTED = 10
+
+
+class ContractError(RuntimeError):
+    """The contract machinery itself is broken (bad suite file, docs not written)."""
+
+
+@dataclass
+class Failure:
+    """One failed expectation.
+
+    ``unexpected_count`` is GX's ``unexpected_count`` for row-level expectations, the
+    number of missing values for set-containment (boundary tracts), and 0 for
+    table/column-level failures (missing column, wrong dtype) or expectations that
+    could not be evaluated (their ``details`` start with ``"not evaluated"``).
+    """
+
+    expectation: str
+    column: str | None
+    unexpected_count: int
+    details: str
+
+
+@dataclass
+class ContractResult:
+    suite: str
+    success: bool
+    failures: list[Failure]
+    bad_rows: np.ndarray  # bool, one per row of the validated frame
+    docs_index: Path | None = None
+    validation_result: Any = field(default=None, repr=False)  # GX's first-pass result
+
+    @property
+    def n_bad_rows(self) -> int:
+        return int(self.bad_rows.sum())
+
+    def summary(self) -> str:
+        """One line per failed expectation: name, column, count (and what was wrong)."""
+        if self.success:
+            return f"{self.suite}: all expectations met"
+        lines = []
+        for f in self.failures:
+            lines.append(
+                f"{f.expectation} column={f.column or '-'} count={f.unexpected_count}: {f.details}"
+            )
+        return "\n".join(lines)
+
+    def raise_for_failures(self) -> None:
+        if not self.success:
+            raise ValueError(f"data contract {self.suite!r} violated:\n{self.summary()}")
+
+
+# ----------------------------------------------------------------------------- suites
+
+
+def load_suite_dict(name: str) -> dict:
+    """The suite file parsed with GX's schema (a plain dict)."""
+    path = suite_path(name)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise ContractError(
+            f"suite file {path} missing; run `python -m data_contracts.build_suites`"
+        ) from exc
+    return ExpectationSuiteSchema().loads(text)
+
+
+def load_suite(name: str, keep: Callable[[dict], bool] | None = None) -> gx.ExpectationSuite:
+    """Load suite ``name`` from its JSON file, keeping the expectations ``keep`` accepts.
+
+    GX's ``ExpectationSuite(...)`` only *logs* invalid expectation configurations and
+    drops them, so the count is checked here.
+    """
+    data = load_suite_dict(name)
+    expectations = [e for e in data["expectations"] if keep is None or keep(e)]
+    data = {**data, "expectations": expectations}
+    suite = gx.ExpectationSuite(**data)
+    if len(suite.expectations) != len(expectations):
+        raise ContractError(
+            f"suite {name}: {len(expectations) - len(suite.expectations)} expectation(s) "
+            "in the JSON file are not valid for this GX version"
+        )
+    return suite
+
+
+def _keeper(columns: Sequence[str], parameters: dict[str, Any]) -> Callable[[dict], bool]:
+    cols = set(columns)
+
+    def keep(expectation: dict) -> bool:
+        tag = (expectation.get("meta") or {}).get(META_KEY) or {}
+        if "only_if_column" in tag and tag["only_if_column"] not in cols:
+            return False
+        if "only_if_parameter" in tag and tag["only_if_parameter"] not in parameters:
+            return False
+        return True
+
+    return keep
+
+
+# ----------------------------------------------------------------------------- running
+
+
+def _positional(df: pd.DataFrame) -> pd.DataFrame:
+    idx = df.index
+    if (
+        isinstance(idx, pd.RangeIndex)
+        and idx.start == 0
+        and idx.step == 1
+        and idx.name is None
+    ):
+        return df
+    return df.reset_index(drop=True)
+
+
+def _short(value: Any, limit: int = _MAX_LISTED) -> str:
+    if isinstance(value, (list, tuple)):
+        shown = ", ".join(repr(v) for v in list(value)[:limit])
+        more = f", ... ({len(value)} in all)" if len(value) > limit else ""
+        return f"[{shown}{more}]"
+    return repr(value)
+
+
+def _column_of(kwargs: dict) -> str | None:
+    if kwargs.get("column") is not None:
+        return str(kwargs["column"])
+    if kwargs.get("column_list"):
+        return ",".join(map(str, kwargs["column_list"]))
+    if kwargs.get("column_A") is not None:
+        return f"{kwargs['column_A']},{kwargs['column_B']}"
+    return None
+
+
+def _exception_message(exception_info: Any) -> str | None:
+    """GX puts one exception dict at the top, or one per failing metric: find a message."""
+    if not exception_info:
+        return None
+    info = dict(exception_info)
+    if "raised_exception" in info:
+        infos = [info]
+    else:
+        infos = [v for v in info.values() if isinstance(v, dict)]
+    for item in infos:
+        if item.get("raised_exception"):
+            lines = str(item.get("exception_message") or "error").strip().splitlines()
+            return lines[0] if lines else "error"
+    return None
+
+
+def _condition_text(cond: Any) -> str:
+    """``{'column': {'name': 'status'}, 'operator': '!=', 'parameter': 'released'}`` -> text."""
+    if hasattr(cond, "dict"):
+        cond = cond.dict()
+    if isinstance(cond, dict):
+        name = (cond.get("column") or {}).get("name")
+        if cond.get("type") == "comparison":
+            return f"{name} {cond.get('operator')} {cond.get('parameter')!r}"
+        if cond.get("type") == "nullity":
+            return f"{name} is {'null' if cond.get('is_null') else 'not null'}"
+    return str(cond)
+
+
+def _failure(r: Any) -> Failure:
+    config = r.expectation_config
+    kwargs = dict(config.kwargs)
+    result = r.result or {}
+    column = _column_of(kwargs)
+    desc = config.description or config.type
+    cond = kwargs.get("row_condition")
+    if cond:
+        desc += f" (rows where {_condition_text(cond)})"
+
+    error = _exception_message(r.exception_info)
+    if error is not None:
+        return Failure(config.type, column, 0, f"not evaluated: {error}")
+    if config.type == "expect_column_to_exist":
+        return Failure(config.type, column, 0, f"column {column!r} is missing")
+    if "missing_count" in result and "unexpected_count" not in result:
+        # set containment: values that should be present but are not
+        missing = result.get("partial_missing_list") or []
+        return Failure(
+            config.type,
+            column,
+            int(result["missing_count"]),
+            f"{desc}; missing e.g. {_short(missing)}",
+        )
+    if result.get("unexpected_count") is not None:
+        sample = result.get("partial_unexpected_list")
+        extra = f"; e.g. {_short(sample)}" if sample else ""
+        return Failure(config.type, column, int(result["unexpected_count"]), desc + extra)
+    observed = result.get("observed_value")
+    extra = f"; observed {observed!r}" if observed is not None else ""
+    return Failure(config.type, column, 0, desc + extra)
+
+
+def _validate(
+    suite_name: str,
+    df: pd.DataFrame,
+    docs_dir: Path | None,
+    parameters: dict[str, Any],
+) -> ContractResult:
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"expected a pandas DataFrame, got {type(df).__name__}")
+    frame = _positional(df)
+    context = quiet_context(docs_dir)
+    suite = context.suites.add(
+        load_suite(suite_name, _keeper([str(c) for c in frame.columns], parameters))
+    )
+    batch_definition = (
+        context.data_sources.add_pandas(name="dpatlas")
+        .add_dataframe_asset(name=suite_name)
+        .add_batch_definition_whole_dataframe(name="whole_frame")
+    )
+    batch_parameters = {"dataframe": frame}
+    expectation_parameters = parameters or None
+
+    docs_index: Path | None = None
+    if docs_dir is not None:
+        # A ValidationDefinition stores its result in the context, which Data Docs render.
+        definition = context.validation_definitions.add(
+            gx.ValidationDefinition(name=suite_name, data=batch_definition, suite=suite)
+        )
+        first = definition.run(
+            batch_parameters=batch_parameters,
+            expectation_parameters=expectation_parameters,
+            result_format=FIRST_PASS_FORMAT,
+        )
+        urls = context.build_data_docs(site_names=[DOCS_SITE])
+        docs_index = Path(unquote(urlparse(urls[DOCS_SITE]).path))
+        if not docs_index.is_file():
+            raise ContractError(f"Data Docs index was not written: {docs_index}")
+        batch = None
+    else:
+        batch = batch_definition.get_batch(batch_parameters=batch_parameters)
+        first = batch.validate(
+            suite, result_format=FIRST_PASS_FORMAT, expectation_parameters=expectation_parameters
+        )
+
+    # GX does not keep suite order in its results; report failures in suite order.
+    order = {e.id: i for i, e in enumerate(suite.expectations)}
+    failed = sorted(
+        (r for r in first.results if not r.success),
+        key=lambda r: order.get(r.expectation_config.id, len(order)),
+    )
+    failures = [_failure(r) for r in failed]
+    bad_rows = np.zeros(len(frame), dtype=bool)
+
+    # Second pass: COMPLETE only for failed row-level expectations that were evaluated.
+    row_level = [
+        r
+        for r in failed
+        if r.result
+        and r.result.get("unexpected_count")
+        and _exception_message(r.exception_info) is None
+    ]
+    if row_level:
+        if batch is None:
+            batch = batch_definition.get_batch(batch_parameters=batch_parameters)
+        for r in row_level:
+            rerun = batch.validate(
+                r.expectation_config.to_domain_obj(),
+                result_format=COMPLETE_FORMAT,
+                expectation_parameters=expectation_parameters,
+            )
+            index = rerun.result.get("unexpected_index_list")
+            if index is None:
+                continue
+            if index and isinstance(index[0], dict):  # named index: cannot happen after reset
+                raise ContractError("unexpected_index_list is not positional")
+            positions = np.asarray(index, dtype=np.intp)
+            bad_rows[positions] = True
+
+    return ContractResult(
+        suite=suite_name,
+        success=bool(first.success),
+        failures=failures,
+        bad_rows=bad_rows,
+        docs_index=docs_index,
+        validation_result=first,
+    )
+
+
+# ----------------------------------------------------------------------------- public API
+
+
+def validate_input(df: pd.DataFrame, docs_dir: Path | None = None) -> ContractResult:
+    """Validate input microdata (geoid, x, y[, person_id]) against ``input_microdata``."""
+    return _validate(INPUT_SUITE, df, Path(docs_dir) if docs_dir is not None else None, {})
+
+
+def validate_published(
+    df: pd.DataFrame,
+    boundary_geoids: Sequence[str] | None = None,
+    docs_dir: Path | None = None,
+) -> ContractResult:
+    """Validate the published per-tract table against ``published_tracts``.
+
+    With ``boundary_geoids``, every one of them must appear in ``df.geoid``; the number
+    of missing tracts is the failure's ``unexpected_count``.
+    """
+    parameters: dict[str, Any] = {}
+    if boundary_geoids is not None:
+        if isinstance(boundary_geoids, str):
+            raise TypeError("boundary_geoids must be a sequence of geoid strings, not a str")
+        parameters["boundary_geoids"] = sorted({str(g) for g in boundary_geoids})
+    return _validate(
+        PUBLISHED_SUITE, df, Path(docs_dir) if docs_dir is not None else None, parameters
+    )
+
+
+def suite_json(name: str) -> dict:
+    """The raw JSON of a suite file (for inspection)."""
+    return json.loads(suite_path(name).read_text(encoding="utf-8"))

@@ -1,0 +1,261 @@
+"""Definitions of the pipeline's data contracts, and the script that writes them.
+
+Run ``python -m data_contracts.build_suites`` to (re)write the Great Expectations
+suites under ``data_contracts/suites/``.  The JSON files are what the pipeline loads
+at run time (see :mod:`data_contracts.api`); this module is only the source they
+are generated from.  The output is deterministic, so rerunning the script on an
+unchanged tree rewrites byte-identical files (a test checks this).
+
+Serialisation is GX's own: ``ExpectationSuiteSchema().dumps(suite, indent=2,
+sort_keys=True)``, exactly what a GX file-backed expectations store writes.
+
+Two expectations are *conditional*; they are stored in the suite like any other,
+tagged in their ``meta`` under the key ``"dpatlas"``, and the run-time API decides
+whether to keep them:
+
+* ``{"only_if_column": "person_id"}`` -- the uniqueness of ``person_id`` in the
+  input suite; dropped when the frame has no ``person_id`` column.
+* ``{"only_if_parameter": "boundary_geoids"}`` -- the published table must
+  contain every tract of the boundary file.  Its ``value_set`` is a GX suite
+  parameter (``{"$PARAMETER": "boundary_geoids"}``) filled in at validation
+  time; dropped when the caller gives no boundary geoids.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+
+import great_expectations as gx  # noqa: E402
+import great_expectations.expectations as gxe  # noqa: E402
+from great_expectations.core.expectation_suite import ExpectationSuiteSchema  # noqa: E402
+from great_expectations.expectations.row_conditions import Column  # noqa: E402
+
+from data_contracts._spec import (  # noqa: E402
+    GEOID_REGEX,
+    INPUT_COLUMNS,
+    INPUT_SUITE,
+    INTEGER_TYPES,
+    MECHANISMS,
+    META_KEY,
+    NUMERIC_TYPES,
+    PUBLISHED_COLUMNS,
+    PUBLISHED_SUITE,
+    STATE_GEOID_REGEX,
+    STATUSES,
+    SUITES_DIR,
+)
+
+
+def input_suite() -> gx.ExpectationSuite:
+    """Contract for the per-person input microdata (ranks already normalised to [0, 1])."""
+    suite = gx.ExpectationSuite(
+        name=INPUT_SUITE,
+        meta={
+            "dpatlas_contract": "input microdata: one row per person, columns geoid, x, y "
+            "(parent and child ranks normalised to [0, 1]) and optional person_id",
+        },
+    )
+    for col in INPUT_COLUMNS:
+        suite.add_expectation(
+            gxe.ExpectColumnToExist(column=col, description=f"column {col} is present")
+        )
+    for col in ("x", "y"):
+        suite.add_expectation(
+            gxe.ExpectColumnValuesToNotBeNull(column=col, description=f"{col} is never null")
+        )
+        suite.add_expectation(
+            gxe.ExpectColumnValuesToBeBetween(
+                column=col,
+                min_value=0.0,
+                max_value=1.0,
+                description=f"{col} is a rank normalised to [0, 1]",
+            )
+        )
+        suite.add_expectation(
+            gxe.ExpectColumnValuesToBeInTypeList(
+                column=col, type_list=NUMERIC_TYPES, description=f"{col} is numeric"
+            )
+        )
+    suite.add_expectation(
+        gxe.ExpectColumnValuesToNotBeNull(column="geoid", description="geoid is never null")
+    )
+    suite.add_expectation(
+        gxe.ExpectColumnValuesToMatchRegex(
+            column="geoid",
+            regex=GEOID_REGEX,
+            description="geoid is an 11-digit census tract code",
+        )
+    )
+    suite.add_expectation(
+        gxe.ExpectColumnValuesToMatchRegex(
+            column="geoid",
+            regex=STATE_GEOID_REGEX,
+            description="geoid starts with a valid state FIPS code (50 states, DC, PR)",
+        )
+    )
+    suite.add_expectation(
+        gxe.ExpectColumnValuesToBeUnique(
+            column="person_id",
+            description="person_id is unique (checked only when the column is present)",
+            meta={META_KEY: {"only_if_column": "person_id"}},
+        )
+    )
+    return suite
+
+
+def published_suite() -> gx.ExpectationSuite:
+    """Contract for the published per-tract table."""
+    suite = gx.ExpectationSuite(
+        name=PUBLISHED_SUITE,
+        meta={
+            "dpatlas_contract": "published table: one row per (geoid, cell) with DP "
+            "statistics p25/p75 (clipped to [0, 1]) released only where status == released",
+        },
+    )
+    for col in PUBLISHED_COLUMNS:
+        suite.add_expectation(
+            gxe.ExpectColumnToExist(column=col, description=f"column {col} is present")
+        )
+    suite.add_expectation(
+        gxe.ExpectColumnValuesToNotBeNull(column="geoid", description="geoid is never null")
+    )
+    suite.add_expectation(
+        gxe.ExpectColumnValuesToMatchRegex(
+            column="geoid",
+            regex=STATE_GEOID_REGEX,
+            description="geoid is an 11-digit tract code starting with a valid state FIPS code",
+        )
+    )
+    suite.add_expectation(
+        gxe.ExpectCompoundColumnsToBeUnique(
+            column_list=["geoid", "cell"],
+            description="one row per (geoid, cell)",
+        )
+    )
+    suite.add_expectation(
+        gxe.ExpectColumnValuesToNotBeNull(column="status", description="status is never null")
+    )
+    suite.add_expectation(
+        gxe.ExpectColumnValuesToBeInSet(
+            column="status",
+            value_set=list(STATUSES),
+            description="status is one of " + ", ".join(STATUSES),
+        )
+    )
+    for col in ("p25", "p75"):
+        suite.add_expectation(
+            gxe.ExpectColumnValuesToBeBetween(
+                column=col,
+                min_value=0.0,
+                max_value=1.0,
+                description=f"{col} (clipped display value) is in [0, 1] where not null",
+            )
+        )
+        suite.add_expectation(
+            gxe.ExpectColumnValuesToNotBeNull(
+                column=col,
+                row_condition=Column("status") == "released",
+                description=f"{col} is present on released rows",
+            )
+        )
+        suite.add_expectation(
+            gxe.ExpectColumnValuesToBeNull(
+                column=col,
+                row_condition=Column("status") != "released",
+                description=f"{col} is null on rows that are not released",
+            )
+        )
+    suite.add_expectation(
+        gxe.ExpectColumnValuesToNotBeNull(column="n", description="n is never null")
+    )
+    suite.add_expectation(
+        gxe.ExpectColumnValuesToBeBetween(column="n", min_value=0, description="n >= 0")
+    )
+    suite.add_expectation(
+        gxe.ExpectColumnValuesToBeInTypeList(
+            column="n", type_list=INTEGER_TYPES, description="n is an integer column"
+        )
+    )
+    suite.add_expectation(
+        gxe.ExpectColumnValuesToNotBeNull(
+            column="epsilon_spent", description="epsilon_spent is never null"
+        )
+    )
+    suite.add_expectation(
+        gxe.ExpectColumnValuesToBeBetween(
+            column="epsilon_spent", min_value=0.0, description="epsilon_spent >= 0"
+        )
+    )
+    suite.add_expectation(
+        gxe.ExpectColumnValuesToNotBeNull(
+            column="delta_spent", description="delta_spent is never null"
+        )
+    )
+    suite.add_expectation(
+        gxe.ExpectColumnValuesToBeBetween(
+            column="delta_spent",
+            min_value=0.0,
+            max_value=1.0,
+            description="delta_spent is in [0, 1]",
+        )
+    )
+    suite.add_expectation(
+        gxe.ExpectColumnValuesToNotBeNull(column="mechanism", description="mechanism is never null")
+    )
+    suite.add_expectation(
+        gxe.ExpectColumnValuesToBeInSet(
+            column="mechanism",
+            value_set=list(MECHANISMS),
+            description="mechanism is a known estimator (or none)",
+        )
+    )
+    suite.add_expectation(
+        gxe.ExpectColumnDistinctValuesToContainSet(
+            column="geoid",
+            value_set={"$PARAMETER": "boundary_geoids"},
+            description="every tract of the boundary file is in the table "
+            "(checked only when boundary geoids are given)",
+            meta={META_KEY: {"only_if_parameter": "boundary_geoids"}},
+        )
+    )
+    return suite
+
+
+SUITE_BUILDERS = {INPUT_SUITE: input_suite, PUBLISHED_SUITE: published_suite}
+
+
+def serialise(suite: gx.ExpectationSuite) -> str:
+    """The suite as GX's file store writes it (sorted keys, indent 2), plus a newline."""
+    return ExpectationSuiteSchema().dumps(suite, indent=2, sort_keys=True) + "\n"
+
+
+def build(out_dir: Path | None = None) -> list[Path]:
+    """Write every suite as ``<out_dir>/<name>.json`` (default: ``data_contracts/suites``)."""
+    from data_contracts._context import quiet_context
+
+    # GX 1.x: ExpectationSuite.add_expectation needs a current Data Context.
+    quiet_context()
+    out_dir = SUITES_DIR if out_dir is None else Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, builder in SUITE_BUILDERS.items():
+        path = out_dir / f"{name}.json"
+        path.write_text(serialise(builder()), encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    out_dir = Path(argv[0]) if argv else None
+    for path in build(out_dir):
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

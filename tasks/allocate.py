@@ -1,0 +1,19 @@
+from __future__ import annotations
+
+from prefect import get_run_logger, task
+
+from dpatlas.allocate import BudgetPlan, plan
+from dpatlas.calibrate import resolve_threshold
+from dpatlas.config import ReleaseConfig
+
+from .common import TASK_OPTIONS
+
+
+@task(name="allocate", **TASK_OPTIONS)
+def allocate_budget(cfg: ReleaseConfig) -> BudgetPlan:
+    budget = plan(cfg, resolve_threshold(cfg.selection))
+    log = get_run_logger()
+    for step in budget.steps:
+        log.info("budget step %-32s %s", step.name, step.guarantee.describe())
+    log.info("per tract and cell: %s", budget.per_tract().describe())
+    return budget

@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+import pandas as pd
+from prefect import get_run_logger, task
+
+from dpatlas.config import InputConfig
+from dpatlas.ingest import Partition, partitions, read_partition
+
+from .common import TASK_OPTIONS
+
+
+@task(name="list-partitions", **TASK_OPTIONS)
+def list_partitions(cfg: InputConfig) -> list[Partition]:
+    parts = partitions(cfg)
+    get_run_logger().info("input %s: %d partition(s), %d rows", cfg.path, len(parts),
+                          sum(p.rows for p in parts))
+    return parts
+
+
+@task(name="ingest", task_run_name="ingest-{key}", **TASK_OPTIONS)
+def ingest_partition(cfg: InputConfig, key: str) -> pd.DataFrame:
+    df = read_partition(cfg, key)
+    get_run_logger().info("partition %s: read %d rows", key, len(df))
+    return df

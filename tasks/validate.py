@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import geopandas as gpd
+import pandas as pd
+from prefect import get_run_logger, task
+
+from dpatlas.geography import load_boundaries
+from dpatlas.validate import apply_policy
+
+from .common import TASK_OPTIONS
+
+
+class BoundaryCoverageError(RuntimeError):
+    """Tracts with data but no boundary: the release cannot be mapped."""
+
+
+@task(name="validate", task_run_name="validate-{key}", **TASK_OPTIONS)
+def validate_partition(df: pd.DataFrame, policy: str, key: str, internal: Path) -> tuple[Path, dict]:
+    """Apply the input contract; stage the clean rows for the later stages."""
+    clean, report = apply_policy(df, policy, key, internal)
+    staged = internal / "staged" / f"input-{key}.parquet"
+    staged.parent.mkdir(parents=True, exist_ok=True)
+    clean.to_parquet(staged, index=False)
+    get_run_logger().info("partition %s: %d rows valid, %d quarantined, %d clipped", key,
+                          report.rows_out, report.quarantined, report.clipped)
+    return staged, report.as_dict()
+
+
+@task(name="check-boundaries", **TASK_OPTIONS)
+def check_boundaries(path: Path, geoid_column: str, data_geoids: set[str]) -> gpd.GeoDataFrame:
+    boundaries = load_boundaries(path, geoid_column)
+    missing = sorted(data_geoids - set(boundaries["geoid"]))
+    if missing:
+        raise BoundaryCoverageError(
+            f"{len(missing)} tract(s) in the data have no boundary in {path} "
+            f"(e.g. {', '.join(missing[:5])}); no noise was drawn and nothing was published. "
+            "Use a boundary file that covers every tract of the input.")
+    get_run_logger().info("boundaries: %d tracts, covering all %d tracts with data",
+                          len(boundaries), len(data_geoids))
+    return boundaries

@@ -1,0 +1,293 @@
+"""Tract boundaries: the synthetic geography's topology, and loading/writing boundary files."""
+
+import time
+import zipfile
+
+import geopandas as gpd
+import numpy as np
+import pytest
+import shapely
+
+from dpatlas.geography import (STATE_FIPS, BoundaryError, _state_outline, load_boundaries,
+                               synth_boundaries, write_boundaries)
+from dpatlas.synth import tract_geoids
+
+US_BOX = (-124.0, 25.0, -67.0, 49.0)
+
+
+def small_state(state="17", n_tracts=120, counties=8):
+    geoids, _ = tract_geoids(state, n_tracts, counties)  # "17001000100", "17001000200", ...
+    return list(geoids)
+
+
+@pytest.fixture(scope="module")
+def illinois_small():
+    return synth_boundaries(small_state(), seed=7)
+
+
+def assert_tiles(gdf, outline):
+    """The tracts are valid Polygons that do not overlap and exactly cover ``outline``."""
+    geoms = gdf.geometry.to_numpy()
+    assert (gdf.geom_type == "Polygon").all()
+    assert shapely.is_valid(geoms).all() and not shapely.is_empty(geoms).any()
+    union = shapely.union_all(geoms)
+    assert union.geom_type == "Polygon"
+    assert shapely.area(geoms).sum() == pytest.approx(union.area, rel=1e-6)  # no overlaps
+    assert union.area == pytest.approx(outline.area, rel=1e-6)
+    assert shapely.symmetric_difference(union, outline).area < 1e-9 * outline.area
+    assert shapely.coverage_is_valid(geoms)  # neighbours share their edges vertex for vertex
+
+
+def test_state_fips():
+    assert len(STATE_FIPS) == 52
+    assert STATE_FIPS["17"] == ("IL", "Illinois")
+    assert STATE_FIPS["11"] == ("DC", "District of Columbia")
+    assert STATE_FIPS["72"] == ("PR", "Puerto Rico")
+    for missing in ("03", "07", "14", "43", "52"):
+        assert missing not in STATE_FIPS
+    assert len({abbr for abbr, _ in STATE_FIPS.values()}) == 52
+
+
+def test_synth_one_row_per_geoid(illinois_small):
+    gdf = illinois_small
+    assert list(gdf.columns) == ["geoid", "state", "county", "geometry"]
+    assert list(gdf.geoid) == sorted(small_state())
+    assert (gdf.state == "17").all()
+    assert (gdf.county == gdf.geoid.str[:5]).all()
+    assert gdf.county.nunique() == 8
+    assert gdf.crs.to_epsg() == 4326
+
+
+def test_synth_tracts_tile_the_state(illinois_small):
+    assert_tiles(illinois_small, _state_outline("17", seed=7))
+
+
+def test_synth_state_is_irregular_and_in_the_us_box(illinois_small):
+    outline = _state_outline("17", seed=7)
+    assert outline.is_valid
+    assert outline.area < 0.95 * outline.envelope.area  # not a rectangle
+    assert len(outline.exterior.coords) > 20
+    minx, miny, maxx, maxy = illinois_small.total_bounds
+    assert 3 <= max(maxx - minx, maxy - miny) <= 5
+    assert US_BOX[0] <= minx and maxx <= US_BOX[2] and US_BOX[1] <= miny and maxy <= US_BOX[3]
+
+
+def test_synth_counties_are_contiguous(illinois_small):
+    for county, tracts in illinois_small.groupby("county"):
+        assert shapely.union_all(tracts.geometry.to_numpy()).geom_type == "Polygon", county
+
+
+def test_synth_is_deterministic(illinois_small):
+    again = synth_boundaries(small_state(), seed=7)
+    assert again.geometry.geom_equals_exact(illinois_small.geometry, tolerance=0).all()
+    other = synth_boundaries(small_state(), seed=8)
+    assert not other.geometry.geom_equals_exact(illinois_small.geometry, tolerance=1e-6).all()
+
+
+def test_synth_county_area_follows_tract_count():
+    # Counties of 1 to 60 tracts: county areas in proportion, so tract sizes stay comparable.
+    sizes = [1, 2, 5, 60, 13, 3, 30, 8, 1, 20]
+    geoids = [f"06{2 * c + 1:03d}{100 * (t + 1):06d}" for c, n in enumerate(sizes) for t in range(n)]
+    gdf = synth_boundaries(geoids, seed=3)
+    outline = _state_outline("06", seed=3)
+    assert_tiles(gdf, outline)
+    counties = gdf.dissolve("county")
+    share = counties.geometry.area / outline.area
+    expected = gdf.groupby("county").size() / len(gdf)
+    assert np.allclose(share, expected, rtol=0.05)
+    area = gdf.geometry.area
+    assert area.max() / area.min() < 15
+
+
+def test_synth_states_side_by_side_do_not_overlap():
+    gdf = synth_boundaries(small_state("17", 60, 4) + small_state("18", 50, 5), seed=1)
+    assert list(gdf.geoid) == sorted(gdf.geoid)
+    states = {st: shapely.union_all(part.geometry.to_numpy()) for st, part in gdf.groupby("state")}
+    assert set(states) == {"17", "18"}
+    assert not states["17"].intersects(states["18"])
+    for st, part in gdf.groupby("state"):
+        assert_tiles(part, _state_outline(st, seed=1))
+
+
+def test_all_state_outlines_are_apart():
+    outlines = np.array([_state_outline(code, seed=0) for code in STATE_FIPS])
+    tree = shapely.STRtree(outlines)
+    pairs = tree.query(outlines, predicate="dwithin", distance=0.1)
+    assert (pairs[0] == pairs[1]).all()  # each outline is near only itself
+    minx, miny, maxx, maxy = shapely.total_bounds(outlines)
+    assert US_BOX[0] <= minx and maxx <= US_BOX[2] and US_BOX[1] <= miny and maxy <= US_BOX[3]
+
+
+def test_synth_illinois_size_is_fast_and_clean():
+    geoids, _ = tract_geoids("17", 3108, 102)
+    start = time.perf_counter()
+    gdf = synth_boundaries(list(geoids), seed=0)
+    elapsed = time.perf_counter() - start
+    assert len(gdf) == 3108 and gdf.county.nunique() == 102
+    assert_tiles(gdf, _state_outline("17", seed=0))
+    assert elapsed < 10  # about 1-2 s; the bound leaves room for a busy machine
+
+
+def test_synth_single_tract_and_empty():
+    one = synth_boundaries(["17001000100"])
+    assert_tiles(one, _state_outline("17", seed=0))
+    none = synth_boundaries([])
+    assert list(none.columns) == ["geoid", "state", "county", "geometry"] and len(none) == 0
+
+
+def test_synth_rejects_bad_geoids():
+    with pytest.raises(BoundaryError, match="not 11 digits"):
+        synth_boundaries(["1700100010"])
+    with pytest.raises(BoundaryError, match="state FIPS"):
+        synth_boundaries(["03001000100"])
+    with pytest.raises(BoundaryError, match="more than once"):
+        synth_boundaries(["17001000100", "17001000100"])
+
+
+# --------------------------------------------------------------------------------------------
+# Files
+
+
+@pytest.fixture(scope="module")
+def tracts():
+    """A small boundary file's content, with the GEOID column named as in TIGER/Line."""
+    gdf = synth_boundaries(small_state("01", 12, 3), seed=2)  # state 01: leading zero kept
+    return gdf.rename(columns={"geoid": "GEOID"})[["GEOID", "geometry"]]
+
+
+def write_zipped_shapefile(gdf, folder):
+    parts = folder / "shp"
+    parts.mkdir()
+    gdf.to_file(parts / "tl_2020_01_tract.shp", engine="pyogrio")
+    path = folder / "tl_2020_01_tract.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        for part in sorted(parts.iterdir()):
+            zf.write(part, part.name)
+    return path
+
+
+def assert_same_tracts(loaded, expected):
+    assert list(loaded.columns) == ["geoid", "state", "county", "geometry"]
+    assert loaded.crs.to_epsg() == 4326
+    assert list(loaded.geoid) == list(expected.GEOID)
+    assert (loaded.state == "01").all() and (loaded.county == loaded.geoid.str[:5]).all()
+    # Shapefiles store rings clockwise, so compare normalised geometries.
+    same = shapely.equals_exact(shapely.normalize(loaded.geometry.to_numpy()),
+                                shapely.normalize(expected.geometry.to_numpy()), tolerance=1e-9)
+    assert same.all()
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".gpkg", ".geojson", ".json"])
+def test_round_trip(tmp_path, tracts, suffix):
+    path = write_boundaries(tracts, tmp_path / f"tracts{suffix}")
+    assert path.is_file()
+    assert_same_tracts(load_boundaries(path), tracts)
+
+
+def test_round_trip_zipped_shapefile(tmp_path, tracts):
+    assert_same_tracts(load_boundaries(write_zipped_shapefile(tracts, tmp_path)), tracts)
+
+
+def test_projected_file_is_reprojected(tmp_path, tracts):
+    path = write_boundaries(tracts.to_crs(3857), tmp_path / "mercator.gpkg")
+    assert gpd.read_file(path).crs.to_epsg() == 3857
+    assert_same_tracts(load_boundaries(path), tracts)
+
+
+def test_other_geoid_column(tmp_path, tracts):
+    path = write_boundaries(tracts.rename(columns={"GEOID": "GEOID10"}), tmp_path / "t.parquet")
+    assert_same_tracts(load_boundaries(path, geoid_column="GEOID10"), tracts)
+
+
+def test_missing_file(tmp_path):
+    path = tmp_path / "absent.gpkg"
+    with pytest.raises(BoundaryError, match="not found") as err:
+        load_boundaries(path)
+    assert str(path) in str(err.value)
+
+
+def test_unsupported_extension(tmp_path):
+    path = tmp_path / "tracts.txt"
+    path.write_text("GEOID\n17001000100\n")
+    with pytest.raises(BoundaryError, match=r"unsupported file type '\.txt'") as err:
+        load_boundaries(path)
+    assert str(path) in str(err.value) and ".gpkg" in str(err.value)
+
+
+def test_missing_geoid_column_lists_columns(tmp_path, tracts):
+    path = write_boundaries(tracts.rename(columns={"GEOID": "TRACTCE"}), tmp_path / "t.gpkg")
+    with pytest.raises(BoundaryError, match="no GEOID column 'GEOID'") as err:
+        load_boundaries(path)
+    assert "TRACTCE" in str(err.value) and str(path) in str(err.value)
+
+
+def write_with_geoids(tracts, geoids, path):
+    bad = tracts.copy()
+    bad["GEOID"] = geoids
+    return write_boundaries(bad, path)
+
+
+def test_short_geoid(tmp_path, tracts):
+    geoids = list(tracts.GEOID)
+    geoids[3] = geoids[3][:10]
+    path = write_with_geoids(tracts, geoids, tmp_path / "t.geojson")
+    with pytest.raises(BoundaryError, match="1 of 12 GEOIDs are not 11 digits") as err:
+        load_boundaries(path)
+    assert repr(geoids[3]) in str(err.value) and str(path) in str(err.value)
+
+
+def test_unknown_state(tmp_path, tracts):
+    geoids = ["03" + g[2:] for g in tracts.GEOID[:7]] + list(tracts.GEOID[7:])
+    path = write_with_geoids(tracts, geoids, tmp_path / "t.parquet")
+    with pytest.raises(BoundaryError, match="7 of 12 GEOIDs start with a code that is not a US "
+                                            "state FIPS code") as err:
+        load_boundaries(path)
+    message = str(err.value)
+    assert message.count("'03") == 5 and "..." in message  # five examples, then an ellipsis
+
+
+def test_duplicate_geoid(tmp_path, tracts):
+    geoids = list(tracts.GEOID)
+    geoids[5] = geoids[4]
+    path = write_with_geoids(tracts, geoids, tmp_path / "t.gpkg")
+    with pytest.raises(BoundaryError, match="1 GEOIDs occur more than once") as err:
+        load_boundaries(path)
+    assert repr(geoids[4]) in str(err.value)
+
+
+def test_numeric_geoids_hint_at_lost_zeros(tmp_path, tracts):
+    path = write_with_geoids(tracts, tracts.GEOID.astype("int64"), tmp_path / "t.gpkg")
+    with pytest.raises(BoundaryError, match="leading zeros"):
+        load_boundaries(path)
+
+
+def test_bad_geometries(tmp_path, tracts):
+    bad = tracts.copy()
+    bad.loc[0, "geometry"] = shapely.Polygon([(0, 0), (1, 1), (1, 0), (0, 1)])  # a bow tie
+    bad.loc[1, "geometry"] = shapely.Polygon()
+    path = write_boundaries(bad, tmp_path / "t.parquet")
+    with pytest.raises(BoundaryError) as err:
+        load_boundaries(path)
+    assert "1 of 12 geometries are empty" in str(err.value)
+    assert "1 of 12 geometries are invalid" in str(err.value)
+
+
+def test_no_crs(tmp_path, tracts):
+    path = tmp_path / "t.parquet"
+    tracts.set_crs(None, allow_override=True).to_parquet(path)
+    with pytest.raises(BoundaryError, match="no coordinate reference system"):
+        load_boundaries(path)
+    with pytest.raises(BoundaryError, match="without a CRS"):
+        write_boundaries(tracts.set_crs(None, allow_override=True), tmp_path / "u.parquet")
+
+
+def test_unreadable_file(tmp_path):
+    path = tmp_path / "t.gpkg"
+    path.write_text("not a geopackage")
+    with pytest.raises(BoundaryError, match="cannot read"):
+        load_boundaries(path)
+
+
+def test_write_rejects_unknown_extension(tmp_path, tracts):
+    with pytest.raises(BoundaryError, match="cannot write '.csv'"):
+        write_boundaries(tracts, tmp_path / "t.csv")
