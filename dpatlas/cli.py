@@ -82,8 +82,13 @@ def run_release(config: Path, release_id: str | None, noise_seed: int | None = N
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from .config import ConfigError, load_config
+
+    try:
+        load_config(config)  # fail fast, before Prefect starts, on a bad config
+    except ConfigError as err:
+        _fail(str(err))
     from flows import release as release_module
-    from .config import ConfigError
 
     with Progress(TextColumn("{task.description:<18}"), BarColumn(),
                   TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),

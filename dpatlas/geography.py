@@ -8,10 +8,13 @@ such file, so `synth_boundaries` draws a plausible geography for any list of tra
   own cell of a 12 x 5 grid over the continental US box, the cell nearest the real state;
 - the state is cut into counties by a capacity-constrained power diagram, so a county's area
   is proportional to its number of tracts and tract areas stay comparable across counties;
-- each county is cut into tracts by a Lloyd-relaxed Voronoi diagram clipped to the county.
+- each county is cut into tracts by a Lloyd-relaxed Voronoi diagram clipped to the county
+  (with power weights to even out tract sizes where Lloyd alone leaves them uneven);
+- tracts on the two sides of a county line are given the same vertices there.
 
-Every tract is then a single valid Polygon, tracts do not overlap, the tracts of a county make
-one contiguous region and those of a state tile the state polygon exactly.
+Every tract is then a single valid Polygon, tracts do not overlap, neighbouring tracts share
+their edges vertex for vertex (a valid polygon coverage), the tracts of a county make one
+contiguous region and those of a state tile the state polygon.
 """
 
 from __future__ import annotations
@@ -130,6 +133,10 @@ _COUNTY_LLOYD_ROUNDS = 4
 _NEWTON_ITERATIONS = 30
 _COUNTY_AREA_TOLERANCE = 0.01  # stop once every county is within 1% of its target area
 _LLOYD_ITERATIONS = 5
+# Lloyd evens out tracts only slowly in a long, thin county; past this ratio of largest to
+# smallest tract, power weights even them out instead, to within _TRACT_AREA_TOLERANCE.
+_TRACT_SPREAD_LIMIT = 3.0
+_TRACT_AREA_TOLERANCE = 0.1
 _STITCH_TOLERANCE = 1e-9  # degrees (0.1 mm): vertices this close to a county line are on it
 
 # Independent random streams per state, so that e.g. the outline does not change when the
@@ -326,9 +333,10 @@ def _newton_step(jacobian, residual: np.ndarray) -> np.ndarray:
     return step
 
 
-def _fit_weights(sites: np.ndarray, weights: np.ndarray, targets: np.ndarray,
-                 region: Polygon) -> _ClippedPowerDiagram:
-    """Weights giving each clipped power cell its target area: damped Newton's method.
+def _fit_weights(sites: np.ndarray, weights: np.ndarray, targets: np.ndarray, region: Polygon,
+                 tolerance: float) -> _ClippedPowerDiagram:
+    """Weights giving each clipped power cell its target area, to within ``tolerance``
+    (relative): damped Newton's method.
 
     The areas' equations are those of semi-discrete optimal transport; Newton's method with
     steps halved until no cell shrinks below half the smallest starting or target area and
@@ -341,7 +349,7 @@ def _fit_weights(sites: np.ndarray, weights: np.ndarray, targets: np.ndarray,
     floor = 0.5 * min(diagram.areas.min(), targets.min())
     for _ in range(_NEWTON_ITERATIONS):
         residual = targets - diagram.areas
-        if np.max(np.abs(residual) / targets) < _COUNTY_AREA_TOLERANCE:
+        if np.max(np.abs(residual) / targets) < tolerance:
             break
         step = _newton_step(diagram.jacobian, residual)
         size = np.linalg.norm(residual)
@@ -372,7 +380,7 @@ def _county_regions(outline: Polygon, tract_counts: np.ndarray,
     weights = np.zeros(len(tract_counts))
     shapely.prepare(outline)
     for round_ in range(_COUNTY_LLOYD_ROUNDS):
-        diagram = _fit_weights(sites, weights, targets, outline)
+        diagram = _fit_weights(sites, weights, targets, outline, _COUNTY_AREA_TOLERANCE)
         if round_ == _COUNTY_LLOYD_ROUNDS - 1:
             break
         centroids = shapely.centroid(diagram.cells)
@@ -395,7 +403,8 @@ def _clipped_voronoi(points: np.ndarray, region) -> np.ndarray:
 
 
 def _tract_cells(region, n: int, rng: np.random.Generator) -> np.ndarray:
-    """Cut a county into ``n`` tracts of similar size: Lloyd-relaxed Voronoi, clipped."""
+    """Cut a county into ``n`` tracts of similar size: Lloyd-relaxed Voronoi, clipped; if the
+    sizes still differ a lot (a long, thin county), power cells fitted to equal areas."""
     if n == 1:
         return np.array([region], dtype=object)
     points = _sample_inside(region, n, rng)
@@ -408,6 +417,10 @@ def _tract_cells(region, n: int, rng: np.random.Generator) -> np.ndarray:
         centroids[outside] = shapely.point_on_surface(cells[outside])
         points = shapely.get_coordinates(centroids)
         cells = _clipped_voronoi(points, region)
+    areas = shapely.area(cells)
+    if areas.max() > _TRACT_SPREAD_LIMIT * areas.min():
+        targets = np.full(n, region.area / n)
+        cells = _fit_weights(points, np.zeros(n), targets, region, _TRACT_AREA_TOLERANCE).cells
     return _merge_fragments(cells)
 
 

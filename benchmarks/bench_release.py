@@ -1,0 +1,84 @@
+"""The default demo release end to end: wall time, and the share spent outside the estimators.
+
+Generates the default synthetic state (unless --data holds one), then runs the release flow
+in-process (Prefect's ephemeral server). Time inside the estimators is the time spent in the
+plain selection and estimation functions (all noise drawing and estimator arithmetic); the rest
+is orchestration, I/O and validation. Prints one line per figure.
+
+    .venv/bin/python benchmarks/bench_release.py [--profile primary|full-suite] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default="primary", choices=["primary", "full-suite"])
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    out = args.out or Path(tempfile.mkdtemp(prefix="dpatlas-bench-"))
+
+    import yaml
+
+    import tasks.estimate as est_tasks
+    from dpatlas.calibrate import DEFAULT_THRESHOLDS
+    from dpatlas.synth import StateParams, write_synthetic
+
+    t0 = time.perf_counter()
+    data = out / "data"
+    if not (data / "tracts.parquet").exists():
+        write_synthetic(data, ["17"], 0, StateParams())
+    t_synth = time.perf_counter() - t0
+    cfg = {"input": {"path": str(data / "microdata")},
+           "boundaries": {"path": str(data / "tracts.parquet")},
+           "selection": {"rule": "dp", "threshold_file": str(DEFAULT_THRESHOLDS)},
+           "profile": {"name": args.profile},
+           "publish": {"root": str(out / "releases")}}
+    config = out / "config.yaml"
+    config.write_text(yaml.safe_dump(cfg))
+
+    inside = {"seconds": 0.0}
+
+    def timed(fn):
+        def wrapper(*a, **k):
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                inside["seconds"] += time.perf_counter() - t
+        return wrapper
+
+    est_tasks.select_partition = timed(est_tasks.select_partition)
+    est_tasks.estimate_partition = timed(est_tasks.estimate_partition)
+
+    from prefect.testing.utilities import prefect_test_harness
+
+    t_server = time.perf_counter()
+    with prefect_test_harness(server_startup_timeout=180):
+        t_server = time.perf_counter() - t_server
+        from flows.release import release
+
+        t1 = time.perf_counter()
+        folder = release(str(config), None, None)
+        wall = time.perf_counter() - t1
+    print(f"profile: {args.profile}; data: {data} (generated in {t_synth:.1f} s)")
+    print(f"Prefect test server start-up (not counted below): {t_server:.1f} s")
+    print(f"release wall time: {wall:.2f} s -> {folder}")
+    print(f"inside the estimators (selection + estimation functions): {inside['seconds']:.2f} s")
+    print(f"outside the estimators (orchestration, I/O, validation, publish): "
+          f"{wall - inside['seconds']:.2f} s = {100 * (wall - inside['seconds']) / wall:.0f}% "
+          "of the wall time")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""The command line as an operator uses it: exit codes and messages."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from dpatlas.synth import StateParams, write_synthetic
+
+ENV = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+       "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180", "COLUMNS": "200"}
+
+
+def dpatlas(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "dpatlas.cli", *args], capture_output=True,
+                          text=True, env=ENV, cwd=cwd, timeout=600)
+
+
+def test_config_example_is_valid(tmp_path):
+    res = dpatlas("config", "example")
+    assert res.returncode == 0
+    (tmp_path / "c.yaml").write_text(res.stdout)
+    check = dpatlas("config", "check", str(tmp_path / "c.yaml"))
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_bad_config_exits_nonzero_with_the_key(tmp_path):
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(
+        {"input": {"path": "x"}, "boundaries": {"path": "y"},
+         "selection": {"rule": "dp", "threshold": 2.0}, "publish": {"root": "out"},
+         "validation": {"policy": "ignore"}}))
+    res = dpatlas("release", "--config", str(tmp_path / "c.yaml"))
+    assert res.returncode == 2
+    assert "validation.policy" in res.stdout and "'fail', 'clip' or 'drop'" in res.stdout
+    assert not (tmp_path / "out").exists()
+
+
+def test_release_with_bad_input_exits_nonzero_and_publishes_nothing(tmp_path):
+    data = tmp_path / "data"
+    write_synthetic(data, ["17"], seed=3, params=StateParams(n_tracts=40, counties=3))
+    part = data / "microdata" / "state=17" / "part-0.parquet"
+    df = pd.read_parquet(part)
+    df.loc[0, "child_rank"] = None
+    df.to_parquet(part, index=False)
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(
+        {"input": {"path": str(data / "microdata")},
+         "boundaries": {"path": str(data / "tracts.parquet")},
+         "selection": {"rule": "public", "threshold": 100}, "publish": {"root": "out"}}))
+    res = dpatlas("release", "--config", str(tmp_path / "c.yaml"), cwd=tmp_path)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "expect_column_values_to_not_be_null" in res.stdout
+    assert "no noise was drawn" in res.stdout
+    assert not (tmp_path / "out").exists()
+    assert (tmp_path / "out-internal").exists()  # the quarantine and report, kept internal

@@ -1,0 +1,290 @@
+"""The release flow end to end on a small synthetic state, and its documented bad-input outcomes."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+
+import geopandas as gpd
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+
+from prefect.testing.utilities import prefect_test_harness  # noqa: E402
+
+from dpatlas.config import ConfigError, parse_config  # noqa: E402
+from dpatlas.synth import StateParams, write_synthetic  # noqa: E402
+from dpatlas.validate import ValidationFailed  # noqa: E402
+from mechanisms import noise  # noqa: E402
+from mechanisms.privacy import PureDP, ZCDP, ApproxDP, sequential, to_approx  # noqa: E402
+from tasks.validate import BoundaryCoverageError  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def prefect_server():
+    with prefect_test_harness(server_startup_timeout=180):
+        yield
+
+
+@pytest.fixture(scope="session")
+def small_state(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("state")
+    write_synthetic(out, ["17"], seed=5, params=StateParams(n_tracts=150, counties=6))
+    return out
+
+
+def make_config(tmp: Path, data: Path, **over) -> Path:
+    cfg = {
+        "input": {"path": str(data / "microdata")},
+        "boundaries": {"path": str(data / "tracts.parquet")},
+        "privacy": {"epsilon_per_tract": 1.0},
+        "selection": {"rule": "dp", "threshold": 3.0},
+        "publish": {"root": str(tmp / "releases"), "internal_root": str(tmp / "internal")},
+        "partition_tracts": 60,
+    }
+    for key, value in over.items():
+        cfg[key] = {**cfg.get(key, {}), **value} if isinstance(value, dict) else value
+    path = tmp / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def run(config: Path, release_id: str = "r1", seed: int | None = 7) -> Path:
+    from flows.release import release
+
+    return Path(release(str(config), release_id, seed))
+
+
+def copy_input(small_state: Path, tmp: Path) -> Path:
+    dst = tmp / "data"
+    shutil.copytree(small_state, dst)
+    return dst
+
+
+def part_file(data: Path) -> Path:
+    return data / "microdata" / "state=17" / "part-0.parquet"
+
+
+class NoiseWatch:
+    """Counts draws of random bits: 'no noise drawn' is checked, not assumed."""
+
+    def __init__(self, monkeypatch):
+        self.calls = 0
+        for cls in (noise.OSRandomness, noise.SeededRandomness):
+            original = cls.words
+
+            def counted(obj, n, _orig=original):
+                self.calls += 1
+                return _orig(obj, n)
+
+            monkeypatch.setattr(cls, "words", counted)
+
+
+# --- the happy path ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def published(small_state, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("release")
+    folder = run(make_config(tmp, small_state, profile={"name": "full-suite"}))
+    return tmp, folder
+
+
+def test_release_publishes_map_ready_files(published, small_state):
+    tmp, folder = published
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        ["manifest.json", "p25_map.png", "tracts.csv", "tracts.geojson", "tracts.parquet"])
+    gdf = gpd.read_parquet(folder / "tracts.parquet")
+    geo = gpd.read_file(folder / "tracts.geojson")
+    csv = pd.read_csv(folder / "tracts.csv", dtype={"geoid": str, "state": str, "county": str})
+    boundaries = gpd.read_parquet(small_state / "tracts.parquet")
+    assert geo.crs.to_epsg() == 4326 and gdf.crs.to_epsg() == 4326
+    assert len(gdf) == len(geo) == len(csv) == len(boundaries)
+    assert set(gdf["geoid"]) == set(boundaries["GEOID"])  # every boundary tract has a row
+    assert set(gdf["status"]) <= {"released", "suppressed", "failed"}
+    released = gdf[gdf.status == "released"]
+    assert len(released) > 0.9 * len(gdf)
+    assert released[["p25", "p75"]].notna().all().all()
+    assert ((released.p25 >= 0) & (released.p25 <= 1)).all()
+    assert np.allclose(released.p25, released.p25_raw.clip(0, 1))
+    assert gdf.loc[gdf.status != "released", ["p25", "p75"]].isna().all().all()
+    assert (gdf.loc[gdf.n < 2, "status"] == "suppressed").all()
+
+
+def test_manifest_totals_recompute_and_hashes_match(published):
+    tmp, folder = published
+    m = json.loads((folder / "manifest.json").read_text())
+    for key in ("release_id", "published", "code_version", "config_sha256", "input_sha256",
+                "privacy_unit", "neighbouring_relation", "budget", "composition",
+                "total_per_person", "counts", "noise_sampler", "ledger_entry", "files"):
+        assert key in m, key
+    # an auditor's recomputation from the per-step entries
+    parts = []
+    for step in m["budget"]["steps"]:
+        g = step["guarantee"]
+        parts.append({"pure": lambda: PureDP(g["epsilon"]), "zcdp": lambda: ZCDP(g["rho"]),
+                      "approx": lambda: ApproxDP(g["epsilon"], g["delta"])}[g["type"]]())
+    total = sequential(parts, delta=m["budget"]["conversion_delta"] or None)
+    total = to_approx(total, max(getattr(total, "delta", 0.0), 1e-300))
+    assert total.epsilon == pytest.approx(m["total_per_person"]["epsilon"], rel=1e-9)
+    assert total.delta == pytest.approx(m["total_per_person"]["delta"], rel=1e-9)
+    assert total.epsilon <= m["budget"]["epsilon_per_tract_and_cell"] * (1 + 1e-9)
+    assert total.delta <= m["budget"]["delta_per_tract_and_cell"] * (1 + 1e-9)
+    # every published file is hashed
+    from dpatlas.publish import sha256_file
+    for name, info in m["files"].items():
+        assert sha256_file(folder / name) == info["sha256"]
+    # counts agree with the table
+    gdf = gpd.read_parquet(folder / "tracts.parquet")
+    assert m["counts"]["by_status"] == gdf["status"].value_counts().to_dict()
+    # charged budget: exactly the per-tract total where estimated, zero where suppressed
+    est = gdf[gdf.status != "suppressed"]
+    assert np.allclose(est.epsilon_spent, m["budget"]["epsilon_per_tract_and_cell"])
+    assert (gdf.loc[gdf.status == "suppressed", "epsilon_spent"] == 0).all()
+
+
+def test_no_published_column_is_unaccounted_for(published):
+    tmp, folder = published
+    m = json.loads((folder / "manifest.json").read_text())
+    accounted = {c.strip() for key in m["published_columns"] for c in key.split(",")}
+    columns = set(pd.read_csv(folder / "tracts.csv", nrows=1).columns) | {"geometry"}
+    assert columns <= accounted, columns - accounted
+    suite_steps = {s["estimator"] for s in m["budget"]["steps"] if s["estimator"]}
+    suite_cols = {c.rsplit("_", 1)[0] for c in columns if c.endswith(("_p25", "_p75"))
+                  and not c.startswith(("p25", "p75"))}
+    assert suite_cols == suite_steps  # each suite column is paid for by its own step
+    # validation results are internal: nothing of them in the published folder
+    assert "validation" not in m and not (folder / "validation.json").exists()
+    assert (tmp / "internal" / "r1" / "validation.json").exists()
+    assert (tmp / "internal" / "r1" / "data_docs" / "input-17" / "index.html").exists()
+
+
+def test_same_seed_same_numbers_and_existing_id_refused(small_state, tmp_path, published):
+    _, first = published
+    with pytest.raises(FileExistsError):
+        run(make_config(published[0], small_state, profile={"name": "full-suite"}))
+    again = run(make_config(tmp_path, small_state, profile={"name": "full-suite"}))
+    a = pd.read_csv(first / "tracts.csv")
+    b = pd.read_csv(again / "tracts.csv")
+    pd.testing.assert_frame_equal(a, b)
+
+
+# --- bad inputs --------------------------------------------------------------------------------
+
+
+def test_out_of_bound_ranks_stop_before_noise(small_state, tmp_path, monkeypatch):
+    data = copy_input(small_state, tmp_path)
+    df = pd.read_parquet(part_file(data))
+    df.loc[[3, 10, 11], "parent_rank"] = 1.7
+    df.to_parquet(part_file(data), index=False)
+    watch = NoiseWatch(monkeypatch)
+    with pytest.raises(ValidationFailed) as err:
+        run(make_config(tmp_path, data))
+    msg = str(err.value)
+    assert "expect_column_values_to_be_between" in msg and "3 row(s)" in msg
+    assert watch.calls == 0  # no noise drawn
+    assert not (tmp_path / "releases").exists()  # publish root untouched
+    quarantine = tmp_path / "internal" / "r1" / "quarantine" / "input-17.parquet"
+    assert str(quarantine) in msg
+    assert sorted(pd.read_parquet(quarantine)["row"]) == [3, 10, 11]
+    # the raw input is never modified
+    assert (pd.read_parquet(part_file(data)).loc[[3, 10, 11], "parent_rank"] == 1.7).all()
+
+
+def test_clip_and_drop_policies(small_state, tmp_path):
+    data = copy_input(small_state, tmp_path)
+    df = pd.read_parquet(part_file(data))
+    df.loc[[0, 1], "child_rank"] = -0.2
+    df.to_parquet(part_file(data), index=False)
+    clipped = run(make_config(tmp_path, data, validation={"policy": "clip"}), "clip")
+    assert (clipped / "tracts.parquet").exists()
+    dropped = run(make_config(tmp_path, data, validation={"policy": "drop"}), "drop")
+    q = pd.read_parquet(tmp_path / "internal" / "drop" / "quarantine" / "input-17.parquet")
+    assert sorted(q["row"]) == [0, 1]
+    n_total = gpd.read_parquet(dropped / "tracts.parquet")["n"].sum()
+    assert n_total == len(df) - 2
+
+
+def test_bad_geoids_fail(small_state, tmp_path, monkeypatch):
+    data = copy_input(small_state, tmp_path)
+    df = pd.read_parquet(part_file(data))
+    df["geoid"] = df["geoid"].astype(str)
+    df.loc[5, "geoid"] = "0300100010"  # 10 digits, and state 03 does not exist
+    df.to_parquet(part_file(data), index=False)
+    watch = NoiseWatch(monkeypatch)
+    with pytest.raises(ValidationFailed, match="geoid"):
+        run(make_config(tmp_path, data))
+    assert watch.calls == 0
+
+
+def test_missing_column_is_named(small_state, tmp_path):
+    from dpatlas.ingest import InputError
+
+    data = copy_input(small_state, tmp_path)
+    df = pd.read_parquet(part_file(data)).drop(columns="child_rank")
+    df.to_parquet(part_file(data), index=False)
+    with pytest.raises(InputError, match="child_rank"):
+        run(make_config(tmp_path, data))
+
+
+def test_boundary_file_lacking_tracts_stops_before_noise(small_state, tmp_path, monkeypatch):
+    data = copy_input(small_state, tmp_path)
+    b = gpd.read_parquet(data / "tracts.parquet")
+    b.iloc[5:].to_parquet(data / "tracts.parquet")
+    watch = NoiseWatch(monkeypatch)
+    with pytest.raises(BoundaryCoverageError, match="5 tract"):
+        run(make_config(tmp_path, data))
+    assert watch.calls == 0
+    assert not (tmp_path / "releases").exists()
+
+
+def test_empty_tracts_are_listed_as_suppressed(small_state, tmp_path):
+    data = copy_input(small_state, tmp_path)
+    df = pd.read_parquet(part_file(data))
+    empty = sorted(df["geoid"].astype(str).unique())[:4]
+    df[~df["geoid"].astype(str).isin(empty)].to_parquet(part_file(data), index=False)
+    folder = run(make_config(tmp_path, data))
+    gdf = gpd.read_parquet(folder / "tracts.parquet").set_index("geoid")
+    assert (gdf.loc[empty, "status"] == "suppressed").all()
+    assert (gdf.loc[empty, "reason"] == "no records").all()
+    assert (gdf.loc[empty, "n"] == 0).all()
+
+
+def test_percentile_csv_input(small_state, tmp_path):
+    df = pd.read_parquet(part_file(small_state))
+    df = df.rename(columns={"geoid": "tract", "parent_rank": "par", "child_rank": "kid"})
+    df[["par", "kid"]] *= 100
+    df.to_csv(tmp_path / "in.csv", index=False)
+    cfg = make_config(tmp_path, small_state,
+                      input={"path": str(tmp_path / "in.csv"), "format": "csv",
+                             "rank_scale": "percentile",
+                             "columns": {"geoid": "tract", "parent_rank": "par",
+                                         "child_rank": "kid"}})
+    folder = run(cfg)
+    gdf = gpd.read_parquet(folder / "tracts.parquet")
+    assert gdf["n"].sum() == len(df)
+
+
+def test_invalid_config_names_the_key():
+    with pytest.raises(ConfigError) as err:
+        parse_config({"input": {"path": "x"}, "boundaries": {"path": "y"},
+                      "selection": {"rule": "magic", "threshold": 1},
+                      "privacy": {"epsilon_per_tract": 0, "epsilonn": 1}})
+    msg = str(err.value)
+    assert "selection.rule" in msg and "'dp', 'public' or 'fixed'" in msg
+    assert "privacy.epsilon_per_tract" in msg and "greater than 0" in msg
+    assert "privacy.epsilonn: unknown key" in msg
+
+
+def test_example_config_validates(tmp_path):
+    from dpatlas.config import EXAMPLE
+
+    cfg = parse_config(yaml.safe_load(EXAMPLE))
+    assert cfg.validation.policy == "fail" and cfg.selection.rule == "dp"
