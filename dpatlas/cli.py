@@ -113,9 +113,15 @@ def run_release(config: Path, release_id: str | None, noise_seed: int | None = N
 @app.command()
 def release(config: Path = typer.Option(..., "--config", "-c", help="Release configuration."),
             release_id: str = typer.Option(None, help="Release id (default: from config or new)."),
+            noise_seed: int = typer.Option(None, hidden=True,
+                                           help="Tests only: repeatable noise, NOT FOR RELEASE."),
             ) -> None:
-    """Run a release: ingest, validate, allocate, select, estimate, publish."""
-    folder = run_release(config, release_id)
+    """Run (or resume) a release: ingest, validate, allocate, select, estimate, publish.
+
+    Rerunning a published release id publishes nothing new and charges nothing; rerunning an
+    interrupted one resumes it without drawing fresh noise for work already drawn.
+    """
+    folder = run_release(config, release_id, noise_seed)
     _report(folder)
 
 
@@ -164,6 +170,70 @@ def demo(out: Path = typer.Option(Path("demo"), help="Folder for data, config an
     config.write_text(yaml.safe_dump(cfg, sort_keys=False))
     folder = run_release(config, release_id)
     _report(folder)
+
+
+ledger_app = typer.Typer(help="The privacy budget ledger.")
+app.add_typer(ledger_app, name="ledger")
+
+
+def _config_or_fail(config: Path):
+    from .config import ConfigError, load_config
+
+    try:
+        return load_config(config)
+    except ConfigError as err:
+        _fail(str(err))
+
+
+@ledger_app.command("show")
+def ledger_show(config: Path = typer.Option(..., "--config", "-c", help="Release configuration."),
+                ) -> None:
+    """Print what each dataset has spent, its lifetime cap and what is left, per release."""
+    from .ledger import Ledger
+
+    cfg = _config_or_fail(config)
+    ledger = Ledger(cfg.ledger.url)
+    ledger.set_cap(cfg.ledger.dataset, cfg.ledger.cap_epsilon, cfg.ledger.cap_delta)
+    console.print(ledger.summary_text(), highlight=False)
+
+
+@app.command()
+def withdraw(release_id: str,
+             config: Path = typer.Option(..., "--config", "-c", help="Release configuration."),
+             reason: str = typer.Option(..., help="Why, for the feed and the ledger."),
+             ) -> None:
+    """Withdraw a published release: it stays in the feed, marked withdrawn; its budget stays spent."""
+    from .feed import withdraw as feed_withdraw
+    from .ledger import Ledger, LedgerError
+
+    cfg = _config_or_fail(config)
+    try:
+        Ledger(cfg.ledger.url).withdraw_release(release_id, reason)
+        feed_withdraw(cfg.publish.root, release_id, reason)
+    except (LedgerError, RuntimeError, FileNotFoundError) as err:
+        _fail(str(err))
+    console.print(f"withdrew {release_id}: {reason}")
+
+
+@app.command()
+def rerun(release_id: str,
+          config: Path = typer.Option(..., "--config", "-c", help="Release configuration."),
+          timeout: float = typer.Option(3600, help="Seconds to wait for the run."),
+          ) -> None:
+    """Trigger the operator deployment for RELEASE_ID on the Prefect server (PREFECT_API_URL).
+
+    A published id is a no-op; an interrupted one resumes; a new id is a fresh, charged release.
+    """
+    from deploy.trigger import trigger_release
+
+    _config_or_fail(config)
+    try:
+        result = trigger_release(str(config.resolve()), release_id, timeout)
+    except (RuntimeError, ValueError) as err:
+        _fail(str(err))
+    console.print(result)
+    if str(result.get("state", "")).upper() != "COMPLETED":
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -99,6 +99,18 @@ class PublishConfig(_Strict):
         return self.internal_root or self.root.with_name(self.root.name + "-internal")
 
 
+class ScheduleConfig(_Strict):
+    cron: Optional[str] = None  # e.g. "0 3 1 * *": 03:00 on the 1st of every month
+    timezone: str = "UTC"
+
+
+class LedgerConfig(_Strict):
+    url: str = "sqlite:///ledger.db"  # relative SQLite paths are relative to the config file
+    dataset: str = "default"  # the population whose lifetime budget is capped
+    cap_epsilon: float = Field(10.0, gt=0)
+    cap_delta: float = Field(1e-5, ge=0, lt=1)
+
+
 class ReleaseConfig(_Strict):
     release_id: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
     input: InputConfig
@@ -109,6 +121,11 @@ class ReleaseConfig(_Strict):
     validation: ValidationConfig = ValidationConfig()
     publish: PublishConfig = PublishConfig()
     partition_tracts: int = Field(2000, ge=1, le=1_000_000)
+    schedule: ScheduleConfig = ScheduleConfig()
+    ledger: LedgerConfig = LedgerConfig()
+    runner: Literal["local", "dask"] = "local"
+    dask_address: Optional[str] = None  # runner dask: a scheduler address; none = local cluster
+    dask_workers: int = Field(2, ge=1, le=256)
 
 
 def _format_errors(err: ValidationError, source: str) -> str:
@@ -160,6 +177,12 @@ def _resolve_paths(cfg: ReleaseConfig, base: Path) -> ReleaseConfig:
             "root": fix(cfg.publish.root) or cfg.publish.root,
             "internal_root": fix(cfg.publish.internal_root) or cfg.publish.internal_root}),
     }
+    url = cfg.ledger.url
+    if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
+        rel = url[len("sqlite:///"):]
+        if rel and rel != ":memory:":
+            updates["ledger"] = cfg.ledger.model_copy(
+                update={"url": "sqlite:///" + str((base / rel).resolve())})
     if cfg.selection.threshold_file is not None:
         updates["selection"] = cfg.selection.model_copy(
             update={"threshold_file": fix(cfg.selection.threshold_file)
@@ -223,4 +246,18 @@ publish:
   min_n: 2                    # tracts with fewer records are suppressed
 
 partition_tracts: 2000        # tracts per partition (one task run per partition and stage)
+
+schedule:
+  cron: null                  # e.g. "0 3 1 * *" for the scheduled deployment (deploy/serve.py)
+  timezone: UTC
+
+ledger:                       # the privacy budget ledger (a SQLAlchemy URL)
+  url: sqlite:///ledger.db    # or postgresql+psycopg://user@host/db for shared deployments
+  dataset: default            # whose lifetime budget is capped
+  cap_epsilon: 10.0           # lifetime cap per person, summed over releases
+  cap_delta: 1.0e-5
+
+runner: local                 # local | dask (prefect-dask)
+dask_address: null            # runner dask: scheduler address, e.g. tcp://10.0.0.5:8786; null = a local cluster
+dask_workers: 2               # workers of the local cluster
 """

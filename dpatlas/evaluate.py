@@ -128,6 +128,13 @@ def find_crossover(per_tract: pd.DataFrame, a: str = "NoisyStats", b: str = "DPE
     return {"threshold": threshold, "bins": table}
 
 
+def load_report(out: Path) -> EvaluationResult:
+    """Read back what ``write_report`` wrote (to re-plot without re-running)."""
+    data = json.loads((out / "crossover.json").read_text())
+    return EvaluationResult(pd.read_csv(out / "per_tract.csv", dtype={"geoid": str}),
+                            pd.read_csv(out / "summary.csv"), data["crossover"], data["params"])
+
+
 def write_report(result: EvaluationResult, out: Path) -> list[Path]:
     """Table (CSV + Markdown), per-tract CSV, JSON with the crossover, and PNG plots."""
     import matplotlib
@@ -144,11 +151,15 @@ def write_report(result: EvaluationResult, out: Path) -> list[Path]:
     (out / "crossover.json").write_text(json.dumps(
         {"crossover": result.crossover, "params": result.params}, indent=2, default=float))
     paths += [out / "summary.csv", out / "per_tract.csv", out / "summary.md", out / "crossover.json"]
+    names = list(dict.fromkeys(result.per_tract["mechanism"]))
+    colours = dict(zip(names, plt.cm.tab20(np.linspace(0, 1, max(len(names), 2)))))
     for eps, grp in result.per_tract.groupby("epsilon"):
         fig, ax = plt.subplots(figsize=(8, 5))
         for name, g in grp.groupby("mechanism", sort=False):
             r = np.sort(np.where(np.isfinite(g.ratio), g.ratio, 1e9))
-            ax.step(r, np.arange(1, r.size + 1) / r.size, where="post", label=name)
+            private = name in M.REGISTRY and M.get(name).private or name.startswith("Selection")
+            ax.step(r, np.arange(1, r.size + 1) / r.size, where="post", color=colours[name],
+                    ls="-" if private else ":", label=name if private else f"{name} (not DP)")
         ax.axvline(1.0, color="k", lw=0.8, ls="--")
         ax.set_xscale("log")
         ax.set_xlim(1e-2, 1e2)

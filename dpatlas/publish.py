@@ -6,7 +6,6 @@ one rename once they are complete and checked, so a reader never sees a half-wri
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -19,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from .estimate import RESULT_COLUMNS
+from .hashing import sha256_file
 
 PUBLISHED_FILES = ("tracts.parquet", "tracts.geojson", "tracts.csv", "p25_map.png")
 TABLE_COLUMNS = ["geoid", "state", "county", "cell", "n", "mechanism", "status", "reason",
@@ -47,14 +47,6 @@ def assemble(results: pd.DataFrame, boundaries: gpd.GeoDataFrame) -> gpd.GeoData
     table = table[TABLE_COLUMNS + extra]
     return gpd.GeoDataFrame(table, geometry=geo.loc[table["geoid"], "geometry"].to_numpy(),
                             crs=boundaries.crs)
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def code_version() -> dict:
@@ -95,6 +87,16 @@ def write_map(table: gpd.GeoDataFrame, path: Path, title: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def verify_release(folder: Path) -> dict:
+    """The manifest of a published folder, after checking every file against its sha256."""
+    manifest = json.loads((folder / "manifest.json").read_text())
+    bad = [f for f, info in manifest["files"].items()
+           if not (folder / f).exists() or sha256_file(folder / f) != info["sha256"]]
+    if bad:
+        raise PublishError(f"{folder}: files do not match the manifest: {bad}")
+    return manifest
 
 
 def write_release(table: gpd.GeoDataFrame, manifest: dict, root: Path, release_id: str) -> Path:

@@ -216,6 +216,19 @@ def discrete_gaussian(rand: Randomness, sigma2: np.ndarray) -> np.ndarray:
 # Grid ("snapped") mechanisms on float queries
 
 
+def _checked(values, sensitivity, budget, budget_name: str):
+    """(values, d, sensitivity, budget) with the last two broadcast to values' leading shape."""
+    values = np.asarray(values, dtype=np.float64)
+    lead = values.shape[:-1]
+    sens = np.broadcast_to(np.asarray(sensitivity, dtype=np.float64), lead)
+    budget = np.broadcast_to(np.asarray(budget, dtype=np.float64), lead)
+    if np.any(~np.isfinite(values)):
+        raise ValueError("a noise mechanism got a non-finite value")
+    if np.any(sens <= 0) or np.any(budget <= 0):
+        raise ValueError(f"sensitivity and {budget_name} must be > 0")
+    return values, values.shape[-1], sens, budget
+
+
 def laplace_mechanism(rand: Randomness, values: np.ndarray, l1_sensitivity: np.ndarray,
                       epsilon: float | np.ndarray) -> np.ndarray:
     """ε-DP release of ``values`` (shape (..., d)): each row has L1 sensitivity ``l1_sensitivity``.
@@ -226,14 +239,7 @@ def laplace_mechanism(rand: Randomness, values: np.ndarray, l1_sensitivity: np.n
     values = np.asarray(values, dtype=np.float64)
     if values.ndim == 0:
         return laplace_mechanism(rand, values[None], l1_sensitivity, epsilon)[0]
-    d = values.shape[-1]
-    lead = values.shape[:-1]
-    sens = np.broadcast_to(np.asarray(l1_sensitivity, dtype=np.float64), lead)
-    eps = np.broadcast_to(np.asarray(epsilon, dtype=np.float64), lead)
-    if np.any(~np.isfinite(values)):
-        raise ValueError("laplace_mechanism got a non-finite value")
-    if np.any(sens <= 0) or np.any(eps <= 0):
-        raise ValueError("sensitivity and epsilon must be > 0")
+    values, d, sens, eps = _checked(values, l1_sensitivity, epsilon, "epsilon")
     unit = sens / LAPLACE_GRID_STEPS
     q = np.rint(values / unit[..., None]).astype(np.int64)
     int_sens = LAPLACE_GRID_STEPS + d
@@ -270,15 +276,7 @@ def _gauss_grid(rho: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
 def gaussian_mechanism(rand: Randomness, values: np.ndarray, l2_sensitivity: np.ndarray,
                        rho: float | np.ndarray) -> np.ndarray:
     """ρ-zCDP release of ``values`` (shape (..., d)) with L2 sensitivity ``l2_sensitivity`` per row."""
-    values = np.asarray(values, dtype=np.float64)
-    d = values.shape[-1]
-    lead = values.shape[:-1]
-    sens = np.broadcast_to(np.asarray(l2_sensitivity, dtype=np.float64), lead)
-    rho = np.broadcast_to(np.asarray(rho, dtype=np.float64), lead)
-    if np.any(~np.isfinite(values)):
-        raise ValueError("gaussian_mechanism got a non-finite value")
-    if np.any(sens <= 0) or np.any(rho <= 0):
-        raise ValueError("sensitivity and rho must be > 0")
+    values, d, sens, rho = _checked(values, l2_sensitivity, rho, "rho")
     steps, sigma2 = _gauss_grid(rho, d)
     unit = sens / steps
     q = np.rint(values / unit[..., None]).astype(np.int64)

@@ -2,12 +2,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 from prefect import get_run_logger, task
 
 from dpatlas.allocate import BudgetPlan
+from dpatlas.crash import crashpoint
 from dpatlas.estimate import estimate_partition, select_partition
+from dpatlas.state import write_parquet_atomic
 from mechanisms.noise import default_randomness
 
 from .common import TASK_OPTIONS
@@ -21,22 +22,29 @@ def _chunk(staged: Path, geoids: list[str]) -> pd.DataFrame:
 @task(name="select", task_run_name="select-{name}", **TASK_OPTIONS)
 def select_chunk(staged: Path, geoids: list[str], budget: BudgetPlan, min_n: int,
                  out: Path, name: str, seed: int | None = None) -> Path:
-    """Choose the mechanism per tract; the dp rule's noise is persisted before it is used."""
+    """Choose the mechanism per tract. The dp rule's noise is persisted before anything uses
+    it; a resumed release reuses the persisted draw instead of drawing again."""
+    log = get_run_logger()
+    if out.exists():
+        log.info("%s: reusing the persisted selection (no new noise)", name)
+        return out
     sel = select_partition(_chunk(staged, geoids), budget, default_randomness(seed), min_n)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    sel.to_parquet(out, index=False)
-    counts = sel["mechanism"].value_counts().to_dict()
-    get_run_logger().info("%s: selected %s", name, counts)
+    write_parquet_atomic(sel, out)
+    log.info("%s: selected %s", name, sel["mechanism"].value_counts().to_dict())
+    crashpoint(f"after-select-{name}")
     return out
 
 
 @task(name="estimate", task_run_name="estimate-{name}", **TASK_OPTIONS)
 def estimate_chunk(staged: Path, geoids: list[str], selection: Path, budget: BudgetPlan,
                    min_n: int, out: Path, name: str, seed: int | None = None) -> Path:
+    log = get_run_logger()
+    if out.exists():
+        log.info("%s: reusing the persisted estimates (no new noise)", name)
+        return out
     res = estimate_partition(_chunk(staged, geoids), pd.read_parquet(selection), budget,
                              default_randomness(seed), min_n)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    res.to_parquet(out, index=False)
-    status = res["status"].value_counts().to_dict()
-    get_run_logger().info("%s: %d tract-cells, %s", name, len(res), status)
+    write_parquet_atomic(res, out)
+    log.info("%s: %d tract-cells, %s", name, len(res), res["status"].value_counts().to_dict())
+    crashpoint(f"after-estimate-{name}")
     return out

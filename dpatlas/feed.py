@@ -1,0 +1,398 @@
+"""The map-publication feed at the publish root: which releases exist, and which one is latest.
+
+Layout of the publish root::
+
+    <root>/<release_id>/          one folder per release (made visible by publish.write_release)
+    <root>/feed.json              every release in the feed, newest first
+    <root>/feed.atom              the same as an Atom 1.0 feed
+    <root>/latest.json            {"release_id": ..., "manifest": "<id>/manifest.json"}
+    <root>/latest -> <id>         relative symlink to the latest release folder
+    <root>/.feed.lock             flock(2) lock file serialising the updaters
+
+Readers never take the lock. Every feed file is written to a temporary file in the root,
+fsync'd, and moved over the old one with ``os.replace`` (an atomic rename), so a reader
+polling at any moment sees either the old or the new complete file, never a partial one.
+
+Invariants kept for readers:
+
+* a release enters the feed only after its folder is visible and every file listed in its
+  manifest has been checked against the manifest's sha256 and size;
+* ``latest.json`` / ``latest`` always name a release that is listed in ``feed.json``: on
+  ``update_feed`` the feed is written before the pointer, on ``withdraw`` the pointer is moved
+  (to a release that was already listed) before the feed marks the old one withdrawn;
+* the feed never scans the root: a release folder that is not in the feed (e.g. a crash between
+  the folder rename and the feed update) is added only by ``update_feed`` for that id.
+
+The feed uses only the standard library, so that readers and the publish step can import it
+without the geospatial stack.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import secrets
+import xml.etree.ElementTree as ET
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .hashing import sha256_bytes, sha256_file
+from typing import Iterator
+
+FEED_VERSION = 1
+FEED_JSON = "feed.json"
+FEED_ATOM = "feed.atom"
+LATEST_JSON = "latest.json"
+LATEST_LINK = "latest"
+LOCK_NAME = ".feed.lock"
+MANIFEST = "manifest.json"
+TMP_PREFIX = ".feed-tmp-"
+RESERVED = {FEED_JSON, FEED_ATOM, LATEST_JSON, LATEST_LINK, LOCK_NAME}
+ATOM_NS = "http://www.w3.org/2005/Atom"
+STATUS_PUBLISHED = "published"
+STATUS_WITHDRAWN = "withdrawn"
+
+
+class FeedError(RuntimeError):
+    pass
+
+
+# --------------------------------------------------------------------------------- public API
+
+
+def update_feed(root: Path, release_id: str) -> dict:
+    """Add (or refresh) ``release_id`` in the feed after its folder became visible.
+
+    Reads ``<root>/<release_id>/manifest.json``, checks that every listed file exists with the
+    listed sha256 and size (``FeedError`` otherwise, and nothing of the feed is touched), then
+    writes feed.json and feed.atom and moves the ``latest`` pointer. Returns the feed entry.
+
+    ``latest`` is the newest release (by the manifest's ``published`` time; among equal times
+    the one added to the feed last) whose status is "published". For a new release that is the
+    release just added. Refreshing a release that was withdrawn re-checks its files but keeps it
+    withdrawn (withdrawal is deliberate and is not undone by a refresh).
+    """
+    root = Path(root)
+    _check_id(release_id)
+    entry = _verified_entry(root, release_id)       # hashing happens outside the lock
+    with _locked(root):
+        feed = _load(root)
+        releases = feed["releases"]
+        old = next((r for r in releases if r["release_id"] == release_id), None)
+        if old is None:
+            releases.insert(0, entry)               # among equal `published`, added last = newer
+        else:
+            if old.get("status") == STATUS_WITHDRAWN:
+                for key in ("status", "withdrawn_reason", "withdrawn_at"):
+                    entry[key] = old.get(key)
+            releases[releases.index(old)] = entry
+        feed["releases"] = _sorted(releases)
+        feed["latest"] = _newest_published(feed["releases"])
+        feed["updated"] = _now()
+        # The feed lists the release before the pointer may name it.
+        _write_feed(root, feed)
+        _write_latest(root, feed["latest"])
+    return entry
+
+
+def withdraw(root: Path, release_id: str, reason: str) -> dict:
+    """Mark a release withdrawn: it stays listed with status "withdrawn", the reason and time.
+
+    If it was ``latest``, ``latest`` moves to the newest remaining published release (or null).
+    The release folder is left alone. Withdrawing a withdrawn release updates the reason and
+    keeps the first withdrawal time. Returns the feed entry.
+    """
+    root = Path(root)
+    _check_id(release_id)
+    if not isinstance(reason, str) or not reason.strip():
+        raise FeedError("a withdrawal needs a reason")
+    with _locked(root):
+        feed = _load(root)
+        entry = next((r for r in feed["releases"] if r["release_id"] == release_id), None)
+        if entry is None:
+            raise FeedError(f"release {release_id!r} is not in the feed at {root}")
+        if entry.get("status") != STATUS_WITHDRAWN:
+            entry["status"] = STATUS_WITHDRAWN
+            entry["withdrawn_at"] = _now()
+        entry["withdrawn_reason"] = reason
+        feed["latest"] = _newest_published(feed["releases"])
+        feed["updated"] = _now()
+        # The pointer moves first (to a release already listed), so it never names a release
+        # that the current feed.json shows as withdrawn.
+        _write_latest(root, feed["latest"])
+        _write_feed(root, feed)
+    return dict(entry)
+
+
+def read_feed(root: Path) -> dict:
+    """The parsed feed.json (an empty feed if none has been written yet). Takes no lock."""
+    path = Path(root) / FEED_JSON
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return _empty()
+    try:
+        feed = json.loads(data)
+    except json.JSONDecodeError as e:
+        raise FeedError(f"{path} is not valid JSON: {e}") from e
+    if not isinstance(feed, dict) or not isinstance(feed.get("releases"), list):
+        raise FeedError(f"{path} is not a dpatlas feed")
+    return feed
+
+
+def latest(root: Path) -> str | None:
+    """The release id that the ``latest`` pointer (latest.json) names, or None."""
+    path = Path(root) / LATEST_JSON
+    try:
+        pointer = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except json.JSONDecodeError as e:
+        raise FeedError(f"{path} is not valid JSON: {e}") from e
+    return pointer.get("release_id")
+
+
+# ------------------------------------------------------------------------- checking a release
+
+
+def _check_id(release_id: str) -> None:
+    if (not isinstance(release_id, str) or not release_id or release_id.startswith(".")
+            or "/" in release_id or "\\" in release_id or "\x00" in release_id
+            or release_id in RESERVED or release_id != release_id.strip()):
+        raise FeedError(f"not a usable release id: {release_id!r}")
+
+
+def _verified_entry(root: Path, release_id: str) -> dict:
+    folder = root / release_id
+    if folder.is_symlink() or not folder.is_dir():
+        raise FeedError(f"release folder {folder} does not exist (or is not a real folder)")
+    try:
+        raw = (folder / MANIFEST).read_bytes()
+    except FileNotFoundError:
+        raise FeedError(f"release {release_id!r} has no {MANIFEST}") from None
+    try:
+        manifest = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise FeedError(f"{folder / MANIFEST} is not valid JSON: {e}") from e
+    if not isinstance(manifest, dict):
+        raise FeedError(f"{folder / MANIFEST} is not a JSON object")
+    if manifest.get("release_id") != release_id:
+        raise FeedError(f"manifest of folder {release_id!r} is for release "
+                        f"{manifest.get('release_id')!r}")
+    published = manifest.get("published")
+    if not isinstance(published, str) or _parse_time(published) is None:
+        raise FeedError(f"manifest of {release_id!r} has no valid 'published' time: "
+                        f"{published!r}")
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not files:
+        raise FeedError(f"manifest of {release_id!r} lists no files")
+
+    checked = {}
+    problems = []
+    for name in sorted(files):
+        meta = files[name]
+        if (not isinstance(name, str) or not name or name == MANIFEST or name.startswith("/")
+                or any(part in ("", ".", "..") for part in name.split("/"))):
+            problems.append(f"{name!r}: not a plain relative file name")
+            continue
+        if not isinstance(meta, dict) or not isinstance(meta.get("sha256"), str):
+            problems.append(f"{name}: no sha256 in the manifest")
+            continue
+        path = folder / name
+        if path.is_symlink() or not path.is_file():
+            problems.append(f"{name}: missing")
+            continue
+        size = path.stat().st_size
+        if "bytes" in meta and meta["bytes"] != size:
+            problems.append(f"{name}: {size} bytes, manifest says {meta['bytes']}")
+            continue
+        digest = sha256_file(path)
+        if digest != meta["sha256"].lower():
+            problems.append(f"{name}: sha256 {digest}, manifest says {meta['sha256']}")
+            continue
+        checked[name] = {"sha256": digest, "bytes": size, "path": f"{release_id}/{name}"}
+    if problems:
+        raise FeedError(f"release {release_id!r} does not match its manifest: "
+                        + "; ".join(problems))
+    return {
+        "release_id": release_id,
+        "published": published,
+        "manifest": f"{release_id}/{MANIFEST}",
+        "manifest_sha256": sha256_bytes(raw),
+        "status": STATUS_PUBLISHED,
+        "withdrawn_reason": None,
+        "withdrawn_at": None,
+        "files": checked,
+    }
+
+
+# ------------------------------------------------------------------------------- feed content
+
+
+def _empty() -> dict:
+    return {"feed_version": FEED_VERSION, "updated": None, "latest": None, "releases": []}
+
+
+def _load(root: Path) -> dict:
+    feed = read_feed(root)
+    if feed.get("feed_version", FEED_VERSION) != FEED_VERSION:
+        raise FeedError(f"feed version {feed.get('feed_version')!r} is not {FEED_VERSION}")
+    return {**_empty(), **feed}
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def _parse_time(value: str) -> datetime | None:
+    try:
+        t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except (TypeError, ValueError, AttributeError):
+        return None
+    return t.replace(tzinfo=timezone.utc) if t.tzinfo is None else t
+
+
+def _sorted(releases: list[dict]) -> list[dict]:
+    """Newest first by `published`; the sort is stable, so ties keep the feed's order."""
+    floor = datetime.min.replace(tzinfo=timezone.utc)
+    return sorted(releases, key=lambda r: _parse_time(r.get("published") or "") or floor,
+                  reverse=True)
+
+
+def _newest_published(releases: list[dict]) -> str | None:
+    return next((r["release_id"] for r in releases if r.get("status") == STATUS_PUBLISHED), None)
+
+
+def _atom_time(value: str | None) -> str:
+    t = _parse_time(value or "") or datetime.now(timezone.utc)
+    return t.astimezone(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def render_atom(feed: dict) -> bytes:
+    """An Atom 1.0 (RFC 4287) document for the feed; hrefs are relative to the publish root."""
+    ET.register_namespace("", ATOM_NS)
+
+    def sub(parent, tag, text=None, **attrs):
+        el = ET.SubElement(parent, f"{{{ATOM_NS}}}{tag}", {k: str(v) for k, v in attrs.items()})
+        if text is not None:
+            el.text = text
+        return el
+
+    top = ET.Element(f"{{{ATOM_NS}}}feed")
+    sub(top, "id", "urn:dpatlas:feed")
+    sub(top, "title", "dpatlas releases")
+    sub(top, "updated", _atom_time(feed.get("updated")))
+    sub(sub(top, "author"), "name", "dpatlas")
+    sub(top, "link", rel="self", href=FEED_ATOM, type="application/atom+xml")
+    for r in feed["releases"]:
+        rid, status = r["release_id"], r.get("status", STATUS_PUBLISHED)
+        entry = sub(top, "entry")
+        sub(entry, "id", f"urn:dpatlas:release:{rid}")
+        sub(entry, "title", f"Release {rid}" + (" (withdrawn)" if status == STATUS_WITHDRAWN
+                                                else ""))
+        sub(entry, "published", _atom_time(r.get("published")))
+        sub(entry, "updated", _atom_time(r.get("withdrawn_at") or r.get("published")))
+        sub(entry, "link", rel="alternate", href=f"{rid}/{MANIFEST}", type="application/json")
+        for name, meta in sorted(r.get("files", {}).items()):
+            sub(entry, "link", rel="enclosure", href=meta["path"], length=meta["bytes"],
+                title=name)
+        sub(entry, "category", term=status)
+        summary = f"Status: {status}."
+        if status == STATUS_WITHDRAWN:
+            summary += f" Withdrawn at {r.get('withdrawn_at')}: {r.get('withdrawn_reason')}"
+        else:
+            summary += f" Manifest sha256 {r.get('manifest_sha256')}."
+        sub(entry, "summary", summary, type="text")
+    return ET.tostring(top, encoding="utf-8", xml_declaration=True)
+
+
+# ------------------------------------------------------------------------- atomic file writes
+
+
+@contextlib.contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    """Exclusive flock on <root>/.feed.lock for a read-modify-write of the feed."""
+    if not root.is_dir():
+        raise FeedError(f"publish root {root} does not exist")
+    fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        _remove_stale_temps(root)   # any temp file present now was left by a crashed writer
+        yield
+    finally:
+        os.close(fd)                # closing the descriptor releases the lock
+
+
+def _remove_stale_temps(root: Path) -> None:
+    for p in root.glob(TMP_PREFIX + "*"):
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+
+
+def _tmp_name(root: Path, final: str) -> Path:
+    return root / f"{TMP_PREFIX}{final}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def _fsync_dir(root: Path) -> None:
+    fd = os.open(root, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    except OSError as e:            # some filesystems refuse fsync on a directory
+        if e.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+def _atomic_write(root: Path, name: str, data: bytes) -> None:
+    """Write to a temp file in root, fsync it, then os.replace it over <root>/<name>."""
+    tmp = _tmp_name(root, name)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, root / name)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(root)
+
+
+def _json_bytes(obj) -> bytes:
+    return (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def _write_feed(root: Path, feed: dict) -> None:
+    doc = {"feed_version": FEED_VERSION, "updated": feed["updated"], "latest": feed["latest"],
+           "releases": feed["releases"]}
+    _atomic_write(root, FEED_JSON, _json_bytes(doc))
+    _atomic_write(root, FEED_ATOM, render_atom(doc))
+
+
+def _write_latest(root: Path, release_id: str | None) -> None:
+    pointer = {"release_id": release_id,
+               "manifest": f"{release_id}/{MANIFEST}" if release_id else None}
+    _atomic_write(root, LATEST_JSON, _json_bytes(pointer))
+    link = root / LATEST_LINK
+    if release_id is None:
+        with contextlib.suppress(FileNotFoundError):
+            link.unlink()
+    else:
+        tmp = _tmp_name(root, LATEST_LINK)
+        try:
+            os.symlink(release_id, tmp)         # relative: resolves inside the root
+            os.replace(tmp, link)               # rename(2) swaps the link atomically
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+    _fsync_dir(root)

@@ -1,0 +1,77 @@
+"""A release's durable state in its internal folder: lock, input fingerprint, persisted stages.
+
+Every stage output is written to a temporary name and renamed into place, so a file that
+exists is complete: a resumed release reuses it instead of redrawing its noise.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+
+
+class ReleaseLocked(RuntimeError):
+    """Another process is running this release id right now."""
+
+
+class ReleaseLock:
+    """An exclusive, non-blocking lock on one release id (one machine; the ledger guards more)."""
+
+    def __init__(self, internal: Path, release_id: str):
+        internal.mkdir(parents=True, exist_ok=True)
+        self.path = internal / ".lock"
+        self.release_id = release_id
+        self._fh = None
+
+    def __enter__(self) -> "ReleaseLock":
+        self._fh = open(self.path, "a+")
+        try:
+            fcntl.flock(self._fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._fh.seek(0)
+            holder = self._fh.read().strip() or "another process"
+            self._fh.close()
+            raise ReleaseLocked(f"release {self.release_id} is being run by {holder}; "
+                                "wait for it to finish (nothing was charged twice)") from None
+        self._fh.seek(0)
+        self._fh.truncate()
+        self._fh.write(f"pid {os.getpid()}")
+        self._fh.flush()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._fh:
+            fcntl.flock(self._fh, fcntl.LOCK_UN)
+            self._fh.close()
+
+
+def write_parquet_atomic(df: pd.DataFrame, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    df.to_parquet(tmp, index=False)
+    with open(tmp, "rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def check_same_input(internal: Path, input_sha256: str, config_sha256: str) -> None:
+    """A resumed release must see the same input and config as when it began."""
+    state = internal / "state.json"
+    now = {"input_sha256": input_sha256, "config_sha256": config_sha256}
+    if state.exists():
+        before = json.loads(state.read_text())
+        changed = [k for k in now if before.get(k) != now[k]]
+        if changed:
+            raise RuntimeError(f"the {' and '.join(k.split('_')[0] for k in changed)} changed "
+                               f"since this release began ({internal.name}); resume needs the "
+                               "same input and config: start a new release id instead")
+        return
+    internal.mkdir(parents=True, exist_ok=True)
+    tmp = state.with_suffix(".tmp")
+    tmp.write_text(json.dumps(now))
+    os.replace(tmp, state)

@@ -1,0 +1,462 @@
+"""The publication feed: verified entries, latest pointer, withdrawal, atomic visibility."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+import time
+import xml.etree.ElementTree as ET
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from dpatlas import feed as F
+
+ATOM = "{http://www.w3.org/2005/Atom}"
+FILES = ("tracts.parquet", "tracts.geojson", "tracts.csv", "p25_map.png")
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def make_release(root: Path, release_id: str, published: str | None = None, size: int = 2000,
+                 corrupt: str | None = None, staging: bool = True) -> Path:
+    """A fake release folder written under a staging name and renamed into place.
+
+    `corrupt` names a file whose manifest hash is made wrong."""
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / f".staging-{release_id}-{os.getpid()}" if staging else root / release_id
+    tmp.mkdir()
+    files = {}
+    for i, name in enumerate(FILES):
+        data = (f"{release_id}:{name}:".encode() + os.urandom(size + 97 * i))
+        (tmp / name).write_bytes(data)
+        files[name] = {"sha256": _sha(data), "bytes": len(data)}
+    if corrupt:
+        files[corrupt]["sha256"] = _sha(b"something else")
+    manifest = {"release_id": release_id,
+                "published": published or datetime.now(timezone.utc).isoformat(),
+                "files": files}
+    (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    if staging:
+        os.replace(tmp, root / release_id)
+    return root / release_id
+
+
+def at(minutes: int) -> str:
+    return (T0 + timedelta(minutes=minutes)).isoformat()
+
+
+def snapshot(root: Path) -> dict:
+    """Every byte of the feed, for 'unchanged' checks."""
+    out = {}
+    for name in (F.FEED_JSON, F.FEED_ATOM, F.LATEST_JSON):
+        p = root / name
+        out[name] = p.read_bytes() if p.exists() else None
+    link = root / F.LATEST_LINK
+    out["link"] = os.readlink(link) if link.is_symlink() else None
+    out["temps"] = sorted(p.name for p in root.glob(F.TMP_PREFIX + "*"))
+    return out
+
+
+# ----------------------------------------------------------------------------- single process
+
+
+def test_empty_root(tmp_path):
+    assert F.read_feed(tmp_path) == {"feed_version": 1, "updated": None, "latest": None,
+                                     "releases": []}
+    assert F.latest(tmp_path) is None
+
+
+def test_update_feed_lists_release_and_moves_latest(tmp_path):
+    make_release(tmp_path, "r1", at(0))
+    entry = F.update_feed(tmp_path, "r1")
+    manifest_bytes = (tmp_path / "r1" / "manifest.json").read_bytes()
+    assert entry["release_id"] == "r1" and entry["status"] == "published"
+    assert entry["published"] == at(0)
+    assert entry["manifest_sha256"] == _sha(manifest_bytes)
+    assert entry["withdrawn_reason"] is None and entry["withdrawn_at"] is None
+    assert set(entry["files"]) == set(FILES)
+    for name, meta in entry["files"].items():
+        assert meta["path"] == f"r1/{name}"
+        data = (tmp_path / meta["path"]).read_bytes()
+        assert meta["sha256"] == _sha(data) and meta["bytes"] == len(data)
+
+    feed = F.read_feed(tmp_path)
+    assert feed["feed_version"] == 1 and feed["latest"] == "r1"
+    datetime.fromisoformat(feed["updated"])
+    assert feed["releases"] == [entry]
+    assert F.latest(tmp_path) == "r1"
+    assert json.loads((tmp_path / "latest.json").read_text()) == {
+        "release_id": "r1", "manifest": "r1/manifest.json"}
+    link = tmp_path / "latest"
+    assert link.is_symlink() and os.readlink(link) == "r1"      # relative
+    assert (link / "manifest.json").read_bytes() == manifest_bytes
+
+    make_release(tmp_path, "r2", at(10))
+    F.update_feed(tmp_path, "r2")
+    feed = F.read_feed(tmp_path)
+    assert [r["release_id"] for r in feed["releases"]] == ["r2", "r1"]     # newest first
+    assert feed["latest"] == F.latest(tmp_path) == os.readlink(link) == "r2"
+    assert not list(tmp_path.glob(F.TMP_PREFIX + "*"))
+
+
+def test_refresh_is_idempotent(tmp_path):
+    make_release(tmp_path, "r1", at(0))
+    make_release(tmp_path, "r2", at(5))
+    F.update_feed(tmp_path, "r1")
+    F.update_feed(tmp_path, "r2")
+    again = F.update_feed(tmp_path, "r1")
+    feed = F.read_feed(tmp_path)
+    assert [r["release_id"] for r in feed["releases"]] == ["r2", "r1"]
+    assert feed["releases"][1] == again
+    assert F.latest(tmp_path) == "r2"   # a refresh of an older release does not move latest back
+
+
+def test_atom_parses(tmp_path):
+    for i in range(3):
+        make_release(tmp_path, f"r{i}", at(i))
+        F.update_feed(tmp_path, f"r{i}")
+    F.withdraw(tmp_path, "r1", "bad <geometry> & more")
+    top = ET.parse(tmp_path / "feed.atom").getroot()
+    assert top.tag == f"{ATOM}feed"
+    assert top.find(f"{ATOM}id").text == "urn:dpatlas:feed"
+    assert top.find(f"{ATOM}updated").text.endswith("Z")
+    entries = top.findall(f"{ATOM}entry")
+    assert [e.find(f"{ATOM}id").text for e in entries] == [
+        "urn:dpatlas:release:r2", "urn:dpatlas:release:r1", "urn:dpatlas:release:r0"]
+    for e, rid in zip(entries, ["r2", "r1", "r0"]):
+        assert rid in e.find(f"{ATOM}title").text
+        datetime.fromisoformat(e.find(f"{ATOM}updated").text.replace("Z", "+00:00"))
+        links = e.findall(f"{ATOM}link")
+        alt = [ln for ln in links if ln.get("rel") == "alternate"]
+        assert [ln.get("href") for ln in alt] == [f"{rid}/manifest.json"]
+        assert (tmp_path / alt[0].get("href")).is_file()
+        assert {ln.get("href") for ln in links if ln.get("rel") == "enclosure"} == {
+            f"{rid}/{n}" for n in FILES}
+    summary = entries[1].find(f"{ATOM}summary").text
+    assert "withdrawn" in summary and "bad <geometry> & more" in summary
+    assert "(withdrawn)" in entries[1].find(f"{ATOM}title").text
+    assert "published" in entries[0].find(f"{ATOM}summary").text
+
+
+@pytest.mark.parametrize("damage", ["wrong_hash", "missing_file", "wrong_size", "wrong_id",
+                                    "no_folder", "bad_manifest"])
+def test_bad_release_is_refused_and_feed_unchanged(tmp_path, damage):
+    make_release(tmp_path, "good", at(0))
+    F.update_feed(tmp_path, "good")
+    before = snapshot(tmp_path)
+
+    if damage == "wrong_hash":
+        make_release(tmp_path, "bad", at(5), corrupt="tracts.geojson")
+    elif damage != "no_folder":
+        make_release(tmp_path, "bad", at(5))
+        folder = tmp_path / "bad"
+        if damage == "missing_file":
+            (folder / "p25_map.png").unlink()
+        elif damage == "wrong_size":
+            with open(folder / "tracts.csv", "ab") as fh:
+                fh.write(b"x")
+        elif damage == "wrong_id":
+            m = json.loads((folder / "manifest.json").read_text())
+            m["release_id"] = "other"
+            (folder / "manifest.json").write_text(json.dumps(m))
+        elif damage == "bad_manifest":
+            (folder / "manifest.json").write_text('{"release_id": "bad", "files": ')
+    with pytest.raises(F.FeedError):
+        F.update_feed(tmp_path, "bad")
+    assert snapshot(tmp_path) == before
+    assert F.latest(tmp_path) == "good"
+    assert [r["release_id"] for r in F.read_feed(tmp_path)["releases"]] == ["good"]
+
+
+@pytest.mark.parametrize("rid", ["", ".staging-x", "../x", "a/b", "latest", "feed.json", " r"])
+def test_unusable_ids_refused(tmp_path, rid):
+    with pytest.raises(F.FeedError):
+        F.update_feed(tmp_path, rid)
+
+
+def test_withdraw_keeps_listing_and_moves_latest_back(tmp_path):
+    for i in range(3):
+        make_release(tmp_path, f"r{i}", at(i))
+        F.update_feed(tmp_path, f"r{i}")
+    assert F.latest(tmp_path) == "r2"
+
+    entry = F.withdraw(tmp_path, "r2", "wrong boundaries")
+    assert entry["status"] == "withdrawn" and entry["withdrawn_reason"] == "wrong boundaries"
+    datetime.fromisoformat(entry["withdrawn_at"])
+    feed = F.read_feed(tmp_path)
+    assert [r["release_id"] for r in feed["releases"]] == ["r2", "r1", "r0"]
+    assert [r["status"] for r in feed["releases"]] == ["withdrawn", "published", "published"]
+    assert feed["latest"] == F.latest(tmp_path) == os.readlink(tmp_path / "latest") == "r1"
+    assert (tmp_path / "r2").is_dir()                    # the folder itself is left alone
+
+    # withdrawing a release that is not latest leaves latest alone
+    F.withdraw(tmp_path, "r0", "duplicate")
+    assert F.latest(tmp_path) == "r1"
+    # refreshing a withdrawn release keeps it withdrawn
+    F.update_feed(tmp_path, "r2")
+    feed = F.read_feed(tmp_path)
+    assert feed["releases"][0]["status"] == "withdrawn" and feed["latest"] == "r1"
+    assert feed["releases"][0]["withdrawn_reason"] == "wrong boundaries"
+    # the last published one: latest becomes null and the symlink goes away
+    F.withdraw(tmp_path, "r1", "superseded")
+    feed = F.read_feed(tmp_path)
+    assert feed["latest"] is None and F.latest(tmp_path) is None
+    assert json.loads((tmp_path / "latest.json").read_text()) == {"release_id": None,
+                                                                  "manifest": None}
+    assert not os.path.lexists(tmp_path / "latest")
+    assert len(feed["releases"]) == 3
+    # a new publication becomes latest again
+    make_release(tmp_path, "r3", at(30))
+    F.update_feed(tmp_path, "r3")
+    assert F.latest(tmp_path) == os.readlink(tmp_path / "latest") == "r3"
+
+
+def test_withdraw_errors(tmp_path):
+    make_release(tmp_path, "r1", at(0))
+    F.update_feed(tmp_path, "r1")
+    before = snapshot(tmp_path)
+    with pytest.raises(F.FeedError):
+        F.withdraw(tmp_path, "nope", "reason")
+    with pytest.raises(F.FeedError):
+        F.withdraw(tmp_path, "r1", "  ")
+    assert snapshot(tmp_path) == before
+
+
+def test_unlisted_folders_are_not_scanned(tmp_path):
+    make_release(tmp_path, "orphan", at(50))     # e.g. crash between rename and feed update
+    make_release(tmp_path, "r1", at(0))
+    F.update_feed(tmp_path, "r1")
+    assert [r["release_id"] for r in F.read_feed(tmp_path)["releases"]] == ["r1"]
+    F.update_feed(tmp_path, "orphan")            # recovery: added only when asked for by id
+    assert [r["release_id"] for r in F.read_feed(tmp_path)["releases"]] == ["orphan", "r1"]
+    assert F.latest(tmp_path) == "orphan"
+
+
+def test_equal_published_times_newest_added_wins(tmp_path):
+    for rid in ("a", "b", "c"):
+        make_release(tmp_path, rid, at(0))
+        F.update_feed(tmp_path, rid)
+        assert F.latest(tmp_path) == rid
+    assert [r["release_id"] for r in F.read_feed(tmp_path)["releases"]] == ["c", "b", "a"]
+
+
+def test_failed_write_leaves_old_feed_and_no_temp(tmp_path, monkeypatch):
+    make_release(tmp_path, "r1", at(0))
+    F.update_feed(tmp_path, "r1")
+    before = snapshot(tmp_path)
+    make_release(tmp_path, "r2", at(5))
+
+    def boom(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(F.os, "fsync", boom)
+    with pytest.raises(OSError):
+        F.update_feed(tmp_path, "r2")
+    monkeypatch.undo()
+    assert snapshot(tmp_path) == before
+    F.update_feed(tmp_path, "r2")
+    assert F.latest(tmp_path) == "r2"
+
+
+def test_stale_temp_files_are_cleaned(tmp_path):
+    make_release(tmp_path, "r1", at(0))
+    (tmp_path / f"{F.TMP_PREFIX}feed.json-999-dead").write_text('{"half')
+    F.update_feed(tmp_path, "r1")
+    assert not list(tmp_path.glob(F.TMP_PREFIX + "*"))
+
+
+# ------------------------------------------------------------------------------ multi process
+
+N_PUBLISH = 50
+MAX_SECONDS = 12.0
+
+
+def _publisher(root: str, prefix: str, n: int, pause: float, start, done) -> None:
+    root_p = Path(root)
+    start.wait(10)
+    t_end = time.monotonic() + MAX_SECONDS
+    try:
+        for i in range(n):
+            if time.monotonic() > t_end:
+                break
+            rid = f"{prefix}{i:03d}"
+            make_release(root_p, rid, size=20_000)     # staging folder + os.replace
+            F.update_feed(root_p, rid)
+            if pause:
+                time.sleep(pause)
+    finally:
+        done.set()
+
+
+def _check_release(root: Path, rid: str, entry: dict | None) -> list[str]:
+    """The folder is present, its manifest.json parses, every file has the listed sha256."""
+    folder = root / rid
+    try:
+        raw = (folder / "manifest.json").read_bytes()
+    except OSError as e:
+        return [f"{rid}: manifest unreadable: {e!r}"]
+    try:
+        manifest = json.loads(raw)
+    except json.JSONDecodeError as e:
+        return [f"{rid}: manifest is not complete JSON: {e}"]
+    bad = []
+    if entry is not None and entry["manifest_sha256"] != _sha(raw):
+        bad.append(f"{rid}: manifest sha256 differs from the feed")
+    for name, meta in manifest["files"].items():
+        try:
+            data = (folder / name).read_bytes()
+        except OSError as e:
+            bad.append(f"{rid}/{name}: unreadable: {e!r}")
+            continue
+        if _sha(data) != meta["sha256"]:
+            bad.append(f"{rid}/{name}: wrong sha256")
+        if entry is not None and entry["files"][name]["sha256"] != meta["sha256"]:
+            bad.append(f"{rid}/{name}: feed and manifest disagree")
+    return bad
+
+
+def _poller(root: str, ready, done, out) -> None:
+    root_p = Path(root)
+    polls = 0
+    violations: list[str] = []
+    seen_latest: set = set()
+    seen_feed = False
+    max_listed = 0
+    ready.set()
+    t_end = time.monotonic() + MAX_SECONDS + 5
+    final = False
+    while polls < 1_000_000 and time.monotonic() < t_end:
+        if done.is_set():
+            final = True         # one more complete poll after the last publication
+        polls += 1
+        bad: list[str] = []
+        # latest.json first, then feed.json: the pointer is only ever moved to a release that
+        # an earlier feed.json already listed, and releases are never removed from the feed.
+        try:
+            pointer = json.loads((root_p / "latest.json").read_bytes())
+        except FileNotFoundError:
+            pointer = None
+        except json.JSONDecodeError as e:
+            bad.append(f"latest.json is not complete JSON: {e}")
+            pointer = None
+        try:
+            feed_raw = (root_p / "feed.json").read_bytes()
+        except FileNotFoundError:
+            feed_raw = None
+            if seen_feed:
+                bad.append("feed.json disappeared")
+        feed = None
+        if feed_raw is not None:
+            seen_feed = True
+            try:
+                feed = json.loads(feed_raw)
+            except json.JSONDecodeError as e:
+                bad.append(f"feed.json is not complete JSON: {e}")
+        try:
+            link = os.readlink(root_p / "latest")
+        except FileNotFoundError:
+            link = None
+
+        entries = {}
+        if feed is not None:
+            entries = {r["release_id"]: r for r in feed["releases"]}
+            max_listed = max(max_listed, len(entries))
+            for rid, entry in entries.items():
+                bad += _check_release(root_p, rid, entry)
+            if feed["latest"] is not None and feed["latest"] not in entries:
+                bad.append(f"feed.json latest {feed['latest']} not listed")
+        if pointer is not None and pointer["release_id"] is not None:
+            rid = pointer["release_id"]
+            seen_latest.add(rid)
+            if pointer["manifest"] != f"{rid}/manifest.json":
+                bad.append(f"latest.json manifest path {pointer['manifest']}")
+            if feed is not None and rid not in entries:
+                bad.append(f"latest.json names {rid}, not listed in a later feed.json")
+            bad += _check_release(root_p, rid, None)
+        if link is not None:
+            bad += _check_release(root_p, link, None)
+        violations += [f"poll {polls}: {b}" for b in bad]
+        if final:
+            break
+    out.put({"polls": polls, "violations": violations[:50], "n_violations": len(violations),
+             "distinct_latest": len(seen_latest), "max_listed": max_listed})
+
+
+def _ctx():
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+
+
+def test_polling_reader_never_sees_partial_state(tmp_path, record_property):
+    ctx = _ctx()
+    root = tmp_path / "pub"
+    root.mkdir()
+    ready, done, out = ctx.Event(), ctx.Event(), ctx.Queue()
+    reader = ctx.Process(target=_poller, args=(str(root), ready, done, out))
+    writer = ctx.Process(target=_publisher,
+                         args=(str(root), "rel-", N_PUBLISH, 0.01, ready, done))
+    t0 = time.monotonic()
+    reader.start()
+    writer.start()
+    try:
+        result = out.get(timeout=MAX_SECONDS + 15)
+    finally:
+        writer.join(MAX_SECONDS + 15)
+        reader.join(10)
+        for p in (writer, reader):
+            if p.is_alive():
+                p.kill()
+                p.join()
+    elapsed = time.monotonic() - t0
+    assert writer.exitcode == 0 and reader.exitcode == 0
+
+    feed = F.read_feed(root)
+    published = len(feed["releases"])
+    msg = (f"polling reader: {result['polls']} polls in {elapsed:.1f} s while {published} "
+           f"releases were published; {result['n_violations']} violations; "
+           f"{result['distinct_latest']} distinct latest values seen")
+    print(msg)
+    record_property("feed_polls", result["polls"])
+    record_property("feed_publications", published)
+    assert result["n_violations"] == 0, result["violations"]
+    assert published == N_PUBLISH
+    assert feed["latest"] == F.latest(root) == f"rel-{N_PUBLISH - 1:03d}"
+    assert result["polls"] >= 20
+    assert result["distinct_latest"] >= 2          # the reader really ran during publication
+    assert not list(root.glob(F.TMP_PREFIX + "*"))
+
+
+def test_concurrent_updaters_lose_nothing(tmp_path):
+    ctx = _ctx()
+    root = tmp_path / "pub"
+    root.mkdir()
+    start = ctx.Event()
+    dones = [ctx.Event() for _ in range(3)]
+    procs = [ctx.Process(target=_publisher, args=(str(root), f"w{k}-", 12, 0.0, start, dones[k]))
+             for k in range(3)]
+    for p in procs:
+        p.start()
+    start.set()
+    for p in procs:
+        p.join(MAX_SECONDS + 15)
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+            p.join()
+    assert all(p.exitcode == 0 for p in procs)
+    feed = F.read_feed(root)
+    ids = {r["release_id"] for r in feed["releases"]}
+    assert ids == {f"w{k}-{i:03d}" for k in range(3) for i in range(12)}
+    assert len(feed["releases"]) == 36
+    assert feed["latest"] == F.latest(root) == os.readlink(root / "latest")
+    assert feed["latest"] == feed["releases"][0]["release_id"]
+    ET.parse(root / "feed.atom")
+    assert len(ET.parse(root / "feed.atom").getroot().findall(f"{ATOM}entry")) == 36
+    assert not list(root.glob(F.TMP_PREFIX + "*"))
