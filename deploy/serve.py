@@ -5,10 +5,10 @@
 - ``dpatlas-release/scheduled-release``: runs on ``schedule.cron`` (in ``schedule.timezone``)
   of the config, with parameters ``{"config_path": <absolute config path>}``; every run gets a
   new release id (keep ``release_id: null`` in a scheduled config: a fixed id is published
-  once, and later runs with it are no-ops). When ``schedule.cron`` is null the deployment is still registered,
-  but *without* a schedule: registering it with no schedule clears a cron that an earlier
-  ``serve`` with another config left on the server, and the deployment can still be run by
-  hand from the UI.
+  once, and later runs with it are no-ops). When ``schedule.cron`` is null the deployment is
+  still registered, but *without* a schedule: registering it with no schedule clears a cron
+  that an earlier ``serve`` with another config left on the server, and the deployment can
+  still be run by hand from the UI.
 - ``dpatlas-release/operator-rerun``: no schedule; default parameters
   ``{"config_path": ..., "release_id": None}``. An operator starts it with a release id
   (``dpatlas rerun RELEASE_ID --config FILE``, i.e. :func:`deploy.trigger.trigger_release`).
@@ -105,6 +105,11 @@ def build_deployments(config_path: str) -> list:
     )
     for deployment in (scheduled, operator):
         deployment.entrypoint = _entrypoint()
+        # Served runs belong to the serving process: set (not just leave unset) the work pool
+        # fields, so that re-registering clears a pool that `prefect deploy` left on these
+        # names (as Prefect's Runner.add_flow does).
+        deployment.work_pool_name = None
+        deployment.work_queue_name = None
     return [scheduled, operator]
 
 

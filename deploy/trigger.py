@@ -47,7 +47,7 @@ def trigger_release(config_path: str, release_id: Optional[str], timeout: float 
     """Run ``dpatlas-release/operator-rerun`` for ``config_path`` and ``release_id`` and wait up
     to ``timeout`` seconds for it to finish.
 
-    Returns ``{"flow_run_id", "state", "result", "message"}``: ``state`` is the state name
+    Returns ``{"flow_run_id", "state", "result", "message"}``: ``state`` is the state type
     (``"COMPLETED"``, ``"FAILED"``, ... or a non-final one such as ``"RUNNING"`` if the timeout
     passed first: the run goes on in the serving process); ``result`` is the published folder
     (a string) when the run completed and its result could be read, else None; ``message`` is
@@ -76,9 +76,9 @@ def trigger_release(config_path: str, release_id: Optional[str], timeout: float 
         # stops; the server marks them NOT_READY about a minute after the last poll (a killed
         # serve process).
         if deployment.paused or deployment.status != DeploymentStatus.READY:
-            why = ("paused: the serve process stopped" if deployment.paused else
-                   f"status {deployment.status.value if deployment.status else None}: nothing "
-                   "has polled for its runs lately")
+            status = deployment.status.value if deployment.status else None
+            why = ("paused: the serve process stopped, or it was paused" if deployment.paused
+                   else f"status {status}: nothing has polled for its runs lately")
             raise DeploymentNotServed(
                 f"the deployment {OPERATOR_DEPLOYMENT} is registered on {url} but is not being "
                 f"served ({why}); " + _serve_help(config))

@@ -224,6 +224,12 @@ class Ledger:
             self._engine = sa.create_engine(self._url, pool_pre_ping=True)
         try:
             self._create_schema()
+        except sa_exc.DBAPIError as e:
+            self._engine.dispose()
+            if _is_lock_timeout(e):
+                raise self._busy(e, "creating the ledger tables") from e
+            raise LedgerError(f"cannot open the privacy-budget ledger at {self.url}: "
+                              f"{e.orig}") from e
         except Exception:
             self._engine.dispose()
             raise

@@ -68,7 +68,7 @@ def chunk_task_runner(cfg: ReleaseConfig):
     return ThreadPoolTaskRunner(max_workers=2)
 
 
-@flow(name="dpatlas-select-estimate")
+@flow(name="dpatlas-select-estimate", persist_result=False)
 def select_and_estimate(chunks: list[tuple[str, list[str], str]], budget, min_n: int,
                         internal: str, noise_seed: Optional[int] = None) -> list[str]:
     """Selection then estimation for every chunk, as futures on the flow's task runner."""

@@ -293,3 +293,8 @@ def test_two_processes_near_the_cap_only_one_fits(ledger, url):
     s = ledger.spent(DS)
     assert s["epsilon"] == pytest.approx(2.0) and s["releases"] == 1
     assert len(ledger.entries(DS)) == 2
+
+
+def test_unreachable_database_is_a_ledger_error():
+    with pytest.raises(LedgerError, match=r"cannot open .*u:\*\*\*@127\.0\.0\.1:1/x"):
+        Ledger("postgresql+psycopg://u:secret@127.0.0.1:1/x")
