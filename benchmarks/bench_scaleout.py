@@ -22,6 +22,8 @@ from pathlib import Path
 
 import yaml
 
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # the Dask workers inherit it
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 # 20 real state FIPS codes

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import reduce
 from typing import Iterable, Union
 
 import dp_accounting
@@ -216,11 +215,6 @@ def parallel(parts: Iterable[Guarantee]) -> Guarantee:
         return ZCDP(max(to_zcdp(g).rho for g in parts))
     raise ValueError("parallel composition of (epsilon, delta) with other types needs a delta: "
                      "convert the parts with to_approx first")
-
-
-def scale(g: Guarantee, times: int) -> Guarantee:
-    """``times``-fold sequential self-composition."""
-    return reduce(lambda a, b: sequential([a, b]), [g] * times) if times > 0 else PureDP(0.0)
 
 
 def as_dict(g: Guarantee) -> dict:
