@@ -121,15 +121,21 @@ def release(config: Path = typer.Option(..., "--config", "-c", help="Release con
     Rerunning a published release id publishes nothing new and charges nothing; rerunning an
     interrupted one resumes it without drawing fresh noise for work already drawn.
     """
+    started = time.time()
     folder = run_release(config, release_id, noise_seed)
-    _report(folder)
+    _report(folder, started)
 
 
-def _report(folder: Path) -> None:
+def _report(folder: Path, started: float) -> None:
     import json
+    from datetime import datetime
 
     manifest = json.loads((folder / "manifest.json").read_text())
     total = manifest["total_per_person"]
+    if datetime.fromisoformat(manifest["published"]).timestamp() < started - 1:
+        console.print(f"release {manifest['release_id']} was already published at {folder} "
+                      f"({manifest['published']}): nothing new published, nothing charged")
+        return
     console.print(f"[bold green]published[/] release {manifest['release_id']} at {folder}")
     console.print(f"  tracts: {manifest['counts']['by_status']}; mechanisms: "
                   f"{manifest['counts']['by_mechanism']}")
@@ -168,8 +174,9 @@ def demo(out: Path = typer.Option(Path("demo"), help="Folder for data, config an
     out.mkdir(parents=True, exist_ok=True)
     config = out / "config.yaml"
     config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    started = time.time()
     folder = run_release(config, release_id)
-    _report(folder)
+    _report(folder, started)
 
 
 ledger_app = typer.Typer(help="The privacy budget ledger.")
