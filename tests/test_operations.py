@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
 from dpatlas.synth import StateParams, write_synthetic
+from conftest import write_config
 from prefect_server import prefect_server
 
 pytestmark = pytest.mark.slow
@@ -45,11 +45,7 @@ def config(tmp: Path, data: Path, **over) -> Path:
            "ledger": {"url": f"sqlite:///{tmp / 'ledger.db'}", "dataset": "il",
                       "cap_epsilon": 10.0},
            "partition_tracts": 20}
-    for k, v in over.items():
-        cfg[k] = {**cfg.get(k, {}), **v} if isinstance(v, dict) else v
-    path = tmp / "config.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    return write_config(tmp / "config.yaml", cfg, **over)
 
 
 def cli(api_url: str, *args, crash: str | None = None, wait: bool = True):

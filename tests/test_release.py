@@ -26,6 +26,8 @@ from mechanisms import noise  # noqa: E402
 from mechanisms.privacy import PureDP, ZCDP, ApproxDP, sequential, to_approx  # noqa: E402
 from tasks.validate import BoundaryCoverageError  # noqa: E402
 
+from conftest import write_config  # noqa: E402
+
 
 @pytest.fixture(scope="session", autouse=True)
 def prefect_server():
@@ -49,11 +51,7 @@ def make_config(tmp: Path, data: Path, **over) -> Path:
         "publish": {"root": str(tmp / "releases"), "internal_root": str(tmp / "internal")},
         "partition_tracts": 60,
     }
-    for key, value in over.items():
-        cfg[key] = {**cfg.get(key, {}), **value} if isinstance(value, dict) else value
-    path = tmp / "config.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    return write_config(tmp / "config.yaml", cfg, **over)
 
 
 def run(config: Path, release_id: str = "r1", seed: int | None = 7) -> Path:
