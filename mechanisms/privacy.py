@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Iterable, Union
 
 import dp_accounting
@@ -145,6 +146,7 @@ def to_approx(g: Guarantee, delta: float) -> ApproxDP:
     raise TypeError(f"unknown guarantee {g!r}")
 
 
+@lru_cache(maxsize=256)
 def rho_for_approx(epsilon: float, delta: float) -> float:
     """The largest ρ whose zCDP→(ε, δ) conversion (dp-accounting) stays within ``epsilon``."""
     lo, hi = 0.0, max(epsilon, 1.0)

@@ -15,8 +15,8 @@ from .common import TASK_OPTIONS
 
 
 def _chunk(staged: Path, geoids: list[str]) -> pd.DataFrame:
-    df = pd.read_parquet(staged)
-    return df[df["geoid"].isin(set(geoids))]
+    # Filter while reading: only this chunk's rows are loaded, not the whole state.
+    return pd.read_parquet(staged, filters=[("geoid", "in", list(geoids))])
 
 
 @task(name="select", task_run_name="select-{name}", **TASK_OPTIONS)
