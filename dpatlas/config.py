@@ -12,7 +12,10 @@ from pathlib import Path
 from typing import Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
+                      model_validator)
+
+from .ids import InvalidReleaseId, validate_release_id
 
 # The estimators a release may publish (the DP ones of the registry).
 PUBLISHABLE = ("NoisyStats", "NoisyIntercept", "DPExpTheilSen", "DPExpTheilSenMatch",
@@ -26,7 +29,19 @@ class ConfigError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No NaN or infinity anywhere: a cap of .inf or an epsilon of .nan is an error, not a value.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_numbers(cls, value, info):
+        # YAML turns `true` into a bool, and pydantic would take it as 1 for a float or int
+        # field: a budget of `true` must be an error, not epsilon = 1.
+        field = cls.model_fields.get(info.field_name)
+        ann = getattr(field, "annotation", None)
+        if isinstance(value, bool) and ann in (float, int, Optional[float], Optional[int]):
+            raise ValueError("must be a number, not true/false")
+        return value
 
 
 class Columns(_Strict):
@@ -54,6 +69,10 @@ class PrivacyConfig(_Strict):
     neighbouring: Literal["replace-one"] = "replace-one"
     epsilon_per_tract: float = Field(1.0, gt=0, le=100)
     delta: float = Field(1e-6, gt=0, lt=1e-2)
+    # Parallel composition over tracts needs each person in at most one tract per cell. With a
+    # person id column that is checked; without one the operator must state it, and the
+    # manifest lists it as an unverified assumption.
+    assume_one_record_per_person: bool = False
 
 
 class SelectionConfig(_Strict):
@@ -87,12 +106,21 @@ class ProfileConfig(_Strict):
 
 class ValidationConfig(_Strict):
     policy: Literal["fail", "clip", "drop"] = "fail"
+    # A person with more than one record in a cell: fail (default), or bound (keep one record
+    # per person and cell by a rule that looks only at that person's own records).
+    contributions: Literal["fail", "bound"] = "fail"
+    # clip/drop refuse the release when they would change more than this share of the rows
+    # (a whole file on the wrong scale must not be "cleaned" into a release).
+    max_changed_share: float = Field(0.01, ge=0, le=1)
 
 
 class PublishConfig(_Strict):
     root: Path = Path("releases")
     internal_root: Optional[Path] = None  # default: <root>-internal, beside the publish root
     min_n: int = Field(2, ge=2)  # tracts with fewer records are suppressed (n is public)
+    # public: a real release (noise from the OS CSPRNG only). test: a test root, the only kind
+    # that accepts repeatable (seeded) noise; its manifests and feed say NOT FOR RELEASE.
+    mode: Literal["public", "test"] = "public"
 
     @property
     def internal(self) -> Path:
@@ -106,13 +134,21 @@ class ScheduleConfig(_Strict):
 
 class LedgerConfig(_Strict):
     url: str = "sqlite:///ledger.db"  # relative SQLite paths are relative to the config file
-    dataset: str = "default"  # the population whose lifetime budget is capped
-    cap_epsilon: float = Field(10.0, gt=0)
-    cap_delta: float = Field(1e-5, ge=0, lt=1)
+    dataset: str = Field("default", min_length=1, max_length=200)  # whose lifetime budget
+    # The lifetime cap is the ledger's (`dpatlas ledger set-cap`). A config may state the cap
+    # it expects; a release is refused when the ledger's cap differs.
+    cap_epsilon: Optional[float] = Field(None, gt=0)
+    cap_delta: Optional[float] = Field(None, ge=0, lt=1)
+
+
+class LimitsConfig(_Strict):
+    # Memory one estimation chunk may use; a tract whose mechanism would need more is refused
+    # (or, under the dp rule, given NoisyStats by its public n) before anything is charged.
+    memory_gib: float = Field(4.0, gt=0, le=1024)
 
 
 class ReleaseConfig(_Strict):
-    release_id: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    release_id: Optional[str] = None
     input: InputConfig
     boundaries: BoundariesConfig
     privacy: PrivacyConfig = PrivacyConfig()
@@ -126,13 +162,24 @@ class ReleaseConfig(_Strict):
     runner: Literal["local", "dask"] = "local"
     dask_address: Optional[str] = None  # runner dask: a scheduler address; none = local cluster
     dask_workers: int = Field(2, ge=1, le=256)
+    limits: LimitsConfig = LimitsConfig()
+
+    @field_validator("release_id")
+    @classmethod
+    def _valid_id(cls, value):
+        if value is not None:
+            try:
+                validate_release_id(value)
+            except InvalidReleaseId as err:
+                raise ValueError(str(err)) from None
+        return value
 
 
 def _format_errors(err: ValidationError, source: str) -> str:
     lines = [f"invalid configuration in {source}:"]
     for e in err.errors():
         key = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        msg = e["msg"]
+        msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             msg = "unknown key (check the spelling; `dpatlas config example` lists every key)"
         elif e["type"] == "literal_error" and "expected" in e.get("ctx", {}):
@@ -167,7 +214,8 @@ def load_config(path: Path) -> ReleaseConfig:
 
 def _resolve_paths(cfg: ReleaseConfig, base: Path) -> ReleaseConfig:
     def fix(p: Optional[Path]) -> Optional[Path]:
-        return None if p is None or p.is_absolute() else (base / p)
+        # Resolved, so the same file spelled two ways gives the same config (and hash).
+        return None if p is None else (base / p).expanduser().resolve()
 
     updates = {
         "input": cfg.input.model_copy(update={"path": fix(cfg.input.path) or cfg.input.path}),
@@ -191,8 +239,39 @@ def _resolve_paths(cfg: ReleaseConfig, base: Path) -> ReleaseConfig:
 
 
 def fingerprint(cfg: ReleaseConfig) -> str:
-    """sha256 of the validated configuration (canonical JSON), for the manifest."""
+    """sha256 of the validated configuration with its paths resolved (canonical JSON).
+
+    Paths are resolved when the config is loaded, so a config read through a relative or an
+    absolute path, or naming a file as ``./x`` or ``x``, hashes the same.
+    """
     return hashlib.sha256(cfg.model_dump_json().encode()).hexdigest()
+
+
+def redact_url(url: str) -> str:
+    """A database URL without its password."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - a display detail must never fail a command
+        return "(unparseable url)"
+
+
+def public_config(cfg: ReleaseConfig) -> dict:
+    """The configuration as published with a release (``config.json``): no secrets and no
+    machine paths. Files are named by their base name (their sha256 is in the manifest);
+    the publish and internal roots, the ledger's URL and the Dask address are left out."""
+    data = cfg.model_dump(mode="json")
+    data["input"]["path"] = Path(cfg.input.path).name
+    data["boundaries"]["path"] = Path(cfg.boundaries.path).name
+    if cfg.selection.threshold_file is not None:
+        data["selection"]["threshold_file"] = Path(cfg.selection.threshold_file).name
+    data["publish"].pop("root", None)
+    data["publish"].pop("internal_root", None)
+    backend = redact_url(cfg.ledger.url).split(":", 1)[0]
+    data["ledger"]["url"] = f"{backend}: (withheld)"
+    data.pop("dask_address", None)
+    return data
 
 
 EXAMPLE = """\
