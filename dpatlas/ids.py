@@ -38,3 +38,29 @@ def validate_release_id(value: object) -> str:
         raise InvalidReleaseId(f"invalid release id {shown!r}: the name is reserved by the "
                                "publish root (feed files, latest, staging and page names)")
     return value
+
+
+MAX_REASON_CHARS = 500
+
+
+class InvalidReason(ValueError):
+    """A free-text reason (withdrawal, cap change) that cannot be stored and shown safely."""
+
+
+def validate_reason(value: object, what: str = "reason") -> str:
+    """``value`` stripped, if it is one non-blank line of printable text (at most 500 chars).
+
+    Reasons end up in the ledger, ``ledger show``, feed.json and feed.atom: a newline would
+    forge a line in the ledger listing, and control characters make the Atom feed invalid XML.
+    """
+    if not isinstance(value, str):
+        raise InvalidReason(f"the {what} must be text")
+    text = value.strip()
+    if not text:
+        raise InvalidReason(f"the {what} must not be blank")
+    if not text.isprintable():
+        raise InvalidReason(f"the {what} must be one line of printable text (no newlines, tabs "
+                            "or control characters)")
+    if len(text) > MAX_REASON_CHARS:
+        raise InvalidReason(f"the {what} is {len(text)} characters; at most {MAX_REASON_CHARS}")
+    return text
