@@ -62,6 +62,7 @@ class InputConfig(_Strict):
 class BoundariesConfig(_Strict):
     path: Path
     geoid_column: str = "GEOID"
+    vintage: Optional[str] = None  # e.g. "TIGER/Line 2020 tracts": printed in the manifest
 
 
 class PrivacyConfig(_Strict):
@@ -293,6 +294,7 @@ input:
 boundaries:
   path: data/tracts.parquet   # TIGER/Line tracts: zipped shapefile, GeoPackage, GeoParquet, GeoJSON
   geoid_column: GEOID
+  vintage: null               # e.g. "TIGER/Line 2020 tracts" (stated in the manifest)
 
 privacy:
   unit: person                # the privacy unit
