@@ -14,9 +14,10 @@ definitions) and loaded from the JSON at run time.  API::
     res = validate_published(table, boundary_geoids=geoids, docs_dir=Path("docs"))
     res.docs_index                         # Path to Data Docs index.html
 
-``person_id`` uniqueness is part of the input suite but only applied when the frame
-has a ``person_id`` column; boundary completeness is only applied when
-``boundary_geoids`` is given (see :mod:`data_contracts.api`).
+``person_id`` non-nullness is part of the input suite but only applied when the frame
+has a ``person_id`` column (records per person are counted across all partitions by
+:mod:`dpatlas.contributions`, not per partition here); boundary completeness is only
+applied when ``boundary_geoids`` is given (see :mod:`data_contracts.api`).
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ The frame is validated with a fresh ``RangeIndex`` (``reset_index(drop=True)``) 
 of those lists -- it comes from GX, no check is re-implemented in pandas.
 
 Conditional expectations (tagged ``meta["dpatlas"]`` in the suite file, see
-:mod:`data_contracts.build_suites`): ``person_id`` uniqueness is kept only when the
-frame has a ``person_id`` column; the boundary-completeness expectation is kept only
+:mod:`data_contracts.build_suites`): the ``person_id`` null check is kept only when
+the frame has a ``person_id`` column; the boundary-completeness expectation is kept only
 when ``boundary_geoids`` is given, and receives them as the GX suite parameter
 ``boundary_geoids``.
 """

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from pathlib import Path
 
@@ -40,19 +42,104 @@ def config_example() -> None:
 
 @config_app.command("check")
 def config_check(path: Path) -> None:
-    """Validate a configuration file and print what it resolves to."""
-    from .config import ConfigError, load_config
+    """Validate a configuration and every file a release would read; print what it resolves to
+    (without secrets)."""
+    import json
 
-    try:
+    from .config import load_config, redact_url
+
+    with _guard():
         cfg = load_config(path)
-    except ConfigError as err:
-        _fail(str(err))
-    console.print_json(cfg.model_dump_json())
+        checks = _check_config_files(cfg)
+        resolved = json.loads(cfg.model_dump_json())
+        resolved["ledger"]["url"] = redact_url(cfg.ledger.url)
+        console.print_json(json.dumps(resolved))
+        for line in checks:
+            console.print(f"[green]ok[/] {line}", highlight=False)
+
+
+def _check_config_files(cfg) -> list[str]:
+    """Open every file the release reads; raise an operator error on the first problem."""
+    from .calibrate import resolve_threshold
+    from .geography import load_boundaries
+    from .ingest import partitions
+    from .ledger import Ledger
+
+    parts = partitions(cfg.input)
+    out = [f"input {cfg.input.path}: {len(parts)} partition(s), "
+           f"{sum(p.rows for p in parts):,} rows, columns present"]
+    b = load_boundaries(cfg.boundaries.path, cfg.boundaries.geoid_column)
+    out.append(f"boundaries {cfg.boundaries.path}: {len(b):,} tracts, CRS {b.crs}")
+    if cfg.selection.rule != "fixed":
+        out.append(f"selection threshold: {resolve_threshold(cfg.selection):.6g}")
+    ledger = Ledger(cfg.ledger.url, create=False)
+    cap = ledger.cap(cfg.ledger.dataset)
+    out.append(f"ledger {ledger.url}: dataset {cfg.ledger.dataset} "
+               + ("has no lifetime cap yet (dpatlas ledger set-cap)" if cap is None
+                  else f"cap eps={cap[0]:g} delta={cap[1]:g}"))
+    return out
 
 
 def _fail(message: str, code: int = 2) -> None:
-    console.print(f"[bold red]error:[/] {message}", highlight=False)
+    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def _operator_errors() -> tuple[type[BaseException], ...]:
+    """Errors an operator can cause and fix: one line and exit 2, never a traceback.
+
+    Imported lazily so that ``dpatlas --help`` does not pay for the geospatial stack."""
+    from .config import ConfigError
+    from .contributions import ContributionError
+    from .feed import FeedError
+    from .geography import BoundaryError
+    from .ids import InvalidReason, InvalidReleaseId
+    from .ingest import InputError
+    from .ledger import LedgerError
+    from .preflight import PreflightError
+    from .prefect_server import ServerStartError
+    from .publish import PublishError
+    from .state import ReleaseLocked
+    from .validate import ValidationFailed
+
+    errors: list[type[BaseException]] = [
+        ConfigError, ContributionError, FeedError, BoundaryError, InvalidReason,
+        InvalidReleaseId, InputError, LedgerError, PreflightError, ServerStartError,
+        PublishError, ReleaseLocked, ValidationFailed, OSError]
+    try:
+        from tasks.validate import BoundaryCoverageError
+
+        errors.append(BoundaryCoverageError)
+    except ImportError:  # pragma: no cover - tasks need Prefect, always installed here
+        pass
+    return tuple(errors)
+
+
+@contextlib.contextmanager
+def _guard(log_dir: Path | None = None):
+    """Operator errors: their message and exit 2. Anything else is a bug: one line naming a
+    file with the traceback, and exit 1."""
+    try:
+        yield
+    except typer.Exit:
+        raise
+    except _operator_errors() as err:
+        _fail(_one_line(err))
+    except Exception as err:  # noqa: BLE001 - a bug must still not print a wall of text
+        import tempfile
+        import traceback
+
+        folder = log_dir if log_dir and log_dir.is_dir() else Path(tempfile.gettempdir())
+        log = folder / f"dpatlas-error-{os.getpid()}.log"
+        log.write_text("".join(traceback.format_exception(err)))
+        _fail(f"internal error ({type(err).__name__}: {_one_line(err)}); traceback in {log}", 1)
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err) or type(err).__name__
+    if isinstance(err, OSError) and err.filename and str(err.filename) not in text:
+        text = f"{text}: {err.filename}"
+    return text
 
 
 @app.command()
@@ -73,40 +160,48 @@ def synth(out: Path = typer.Option(Path("data"), help="Output folder."),
 
 
 def run_release(config: Path, release_id: str | None, noise_seed: int | None = None) -> Path:
-    """Run the release flow with a progress bar; clear errors, non-zero exit on failure."""
-    import os
+    """Run the release flow with a progress bar; one-line errors and exit 2 on operator errors.
 
-    # No telemetry (no network here), and room for Prefect's ephemeral server to start on a
-    # busy machine (its default 20 s is not always enough on 2 cores).
+    Everything that can be checked without the data is checked before the Prefect server
+    starts; the server is this command's own and dies with it (dpatlas/prefect_server.py).
+    """
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .config import ConfigError, load_config
+    from .config import load_config
+    from .contributions import require_person_unit
+    from .ids import validate_release_id
+    from .preflight import check_noise_source, check_paths
+    from .prefect_server import prefect_api
 
-    try:
-        load_config(config)  # fail fast, before Prefect starts, on a bad config
-    except ConfigError as err:
-        _fail(str(err))
-    from flows import release as release_module
+    with _guard():
+        cfg = load_config(config)
+        if release_id is not None:
+            validate_release_id(release_id)
+        rid = release_id or cfg.release_id
+        if rid is not None:
+            check_paths(cfg, rid)
+        check_noise_source(cfg, noise_seed)
+        require_person_unit(cfg)
+    log_dir = cfg.publish.internal / "logs"
+    with _guard(log_dir), prefect_api(log_dir):
+        from flows import release as release_module
 
-    with Progress(TextColumn("{task.description:<18}"), BarColumn(),
-                  TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
-                  console=console) as bar:
-        ids: dict[str, int] = {}
+        with Progress(TextColumn("{task.description:<18}"), BarColumn(),
+                      TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                      console=console) as bar:
+            ids: dict[str, int] = {}
 
-        def progress(stage: str, done: int, total: int) -> None:
-            if stage not in ids:
-                ids[stage] = bar.add_task(stage, total=total)
-            bar.update(ids[stage], completed=done, total=total)
+            def progress(stage: str, done: int, total: int) -> None:
+                if stage not in ids:
+                    ids[stage] = bar.add_task(stage, total=total)
+                bar.update(ids[stage], completed=done, total=total)
 
-        release_module.PROGRESS = progress
-        try:
-            folder = release_module.release(str(config), release_id, noise_seed)
-        except (ConfigError, FileNotFoundError, FileExistsError, ValueError, RuntimeError) as err:
-            _fail(str(err))
-        finally:
-            release_module.PROGRESS = None
+            release_module.PROGRESS = progress
+            try:
+                folder = release_module.release(str(config), release_id, noise_seed)
+            finally:
+                release_module.PROGRESS = None
     return Path(folder)
 
 
@@ -156,14 +251,16 @@ def demo(out: Path = typer.Option(Path("demo"), help="Folder for data, config an
     from .synth import StateParams, write_synthetic
 
     data = out / "data"
-    if not (data / "tracts.parquet").exists():
+    if not _demo_data_current(data):
         with console.status("generating the default synthetic state (Illinois-sized)"):
             info = write_synthetic(data, ["17"], 0, StateParams())
         console.print(f"synthetic state: {info['records']:,} records in {info['tracts']:,} "
                       f"tracts -> {data}")
     cfg = {
-        "input": {"path": str((data / "microdata").resolve()), "format": "parquet"},
-        "boundaries": {"path": str((data / "tracts.parquet").resolve())},
+        "input": {"path": str((data / "microdata").resolve()), "format": "parquet",
+                  "columns": {"person_id": "person_id"}},
+        "boundaries": {"path": str((data / "tracts.parquet").resolve()),
+                       "vintage": "synthetic (dpatlas synth, seed 0)"},
         "privacy": {"epsilon_per_tract": 1.0, "delta": 1e-6},
         "selection": {"rule": "dp", "threshold_file": str(DEFAULT_THRESHOLDS),
                       "budget_share": 0.1},
@@ -174,9 +271,35 @@ def demo(out: Path = typer.Option(Path("demo"), help="Folder for data, config an
     out.mkdir(parents=True, exist_ok=True)
     config = out / "config.yaml"
     config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    with _guard():
+        from .config import load_config
+        from .ledger import Ledger
+
+        loaded = load_config(config)
+        ledger = Ledger(loaded.ledger.url)
+        if ledger.cap(loaded.ledger.dataset) is None:
+            ledger.set_cap(loaded.ledger.dataset, DEMO_CAP_EPSILON, DEMO_CAP_DELTA,
+                           reason="dpatlas demo: default lifetime cap for the synthetic state")
+            console.print(f"ledger: lifetime cap of dataset {loaded.ledger.dataset} set to "
+                          f"eps={DEMO_CAP_EPSILON:g}, delta={DEMO_CAP_DELTA:g} (demo default)")
     started = time.time()
     folder = run_release(config, release_id)
     _report(folder, started)
+
+
+DEMO_CAP_EPSILON, DEMO_CAP_DELTA = 10.0, 1e-5
+
+
+def _demo_data_current(data: Path) -> bool:
+    """The demo data exists and has the columns this version needs (a person id)."""
+    import pyarrow.dataset as ds
+
+    if not (data / "tracts.parquet").exists() or not (data / "microdata").is_dir():
+        return False
+    try:
+        return "person_id" in ds.dataset(data / "microdata", partitioning="hive").schema.names
+    except (OSError, ValueError):
+        return False
 
 
 ledger_app = typer.Typer(help="The privacy budget ledger.")
@@ -184,24 +307,46 @@ app.add_typer(ledger_app, name="ledger")
 
 
 def _config_or_fail(config: Path):
-    from .config import ConfigError, load_config
+    from .config import load_config
 
-    try:
+    with _guard():
         return load_config(config)
-    except ConfigError as err:
-        _fail(str(err))
 
 
 @ledger_app.command("show")
 def ledger_show(config: Path = typer.Option(..., "--config", "-c", help="Release configuration."),
                 ) -> None:
-    """Print what each dataset has spent, its lifetime cap and what is left, per release."""
+    """Print each dataset's lifetime cap (and its history), what is spent and left, per release.
+    Reads only: it never writes to the ledger."""
     from .ledger import Ledger
 
     cfg = _config_or_fail(config)
-    ledger = Ledger(cfg.ledger.url)
-    ledger.set_cap(cfg.ledger.dataset, cfg.ledger.cap_epsilon, cfg.ledger.cap_delta)
-    console.print(ledger.summary_text(), highlight=False)
+    with _guard():
+        console.print(Ledger(cfg.ledger.url, create=False).summary_text(), highlight=False,
+                      markup=False)
+
+
+@ledger_app.command("set-cap")
+def ledger_set_cap(
+        dataset: str = typer.Option(..., help="The dataset (population) whose cap this is."),
+        epsilon: float = typer.Option(..., help="Lifetime epsilon per person."),
+        delta: float = typer.Option(0.0, help="Lifetime delta per person."),
+        reason: str = typer.Option(..., help="Why: recorded with the time in the ledger."),
+        config: Path = typer.Option(..., "--config", "-c", help="Config naming the ledger."),
+) -> None:
+    """Set a dataset's lifetime privacy-budget cap: the ledger's, recorded with time and reason."""
+    from .ids import validate_reason
+    from .ledger import Ledger
+
+    cfg = _config_or_fail(config)
+    with _guard():
+        why = validate_reason(reason)
+        ledger = Ledger(cfg.ledger.url)
+        before = ledger.cap(dataset)
+        ledger.set_cap(dataset, epsilon, delta, reason=why)
+    was = "none" if before is None else f"eps={before[0]:g} delta={before[1]:g}"
+    console.print(f"dataset {dataset}: lifetime cap eps={epsilon:g} delta={delta:g} (was {was}); "
+                  f"reason: {why}", highlight=False, markup=False)
 
 
 @app.command()
@@ -210,16 +355,26 @@ def withdraw(release_id: str,
              reason: str = typer.Option(..., help="Why, for the feed and the ledger."),
              ) -> None:
     """Withdraw a published release: it stays in the feed, marked withdrawn; its budget stays spent."""
-    from .feed import withdraw as feed_withdraw
-    from .ledger import Ledger, LedgerError
+    from .ids import validate_reason, validate_release_id
+    from .ledger import Ledger
+    from .withdraw import withdraw_everywhere
 
     cfg = _config_or_fail(config)
-    try:
-        Ledger(cfg.ledger.url).withdraw_release(release_id, reason)
-        feed_withdraw(cfg.publish.root, release_id, reason)
-    except (LedgerError, RuntimeError, FileNotFoundError) as err:
-        _fail(str(err))
-    console.print(f"withdrew {release_id}: {reason}")
+    with _guard():
+        validate_release_id(release_id)
+        why = validate_reason(reason)
+        result = withdraw_everywhere(Ledger(cfg.ledger.url), cfg.publish.root, release_id, why)
+    console.print(result.get("message", f"withdrew {release_id}: {why}"), highlight=False,
+                  markup=False)
+
+
+@app.command()
+def audit(folder: Path = typer.Argument(..., help="A published release folder.")) -> None:
+    """Check a release from its own files: hashes, every step's guarantee recomputed from its
+    noise parameters, the per-person total, every published column accounted for."""
+    from .audit import main as audit_main
+
+    raise typer.Exit(audit_main(folder))
 
 
 @app.command()
@@ -233,13 +388,27 @@ def rerun(release_id: str,
     """
     from deploy.trigger import trigger_release
 
-    _config_or_fail(config)
-    try:
-        result = trigger_release(str(config.resolve()), release_id, timeout)
-    except (RuntimeError, ValueError) as err:
-        _fail(str(err))
-    console.print(result)
-    if str(result.get("state", "")).upper() != "COMPLETED":
+    from .ids import validate_release_id
+
+    cfg = _config_or_fail(config)
+    with _guard():
+        validate_release_id(release_id)
+        started = time.time()
+        try:
+            result = trigger_release(str(config.resolve()), release_id, timeout)
+        except RuntimeError as err:  # Prefect API unavailable, deployment not served
+            _fail(_one_line(err))
+    state = str(result.get("state") or "UNKNOWN").upper()
+    folder = result.get("result")
+    if state == "COMPLETED" and folder:
+        _report(Path(folder), started)
+    elif state == "COMPLETED":
+        console.print(f"run {result['flow_run_id']} completed; release {release_id} folder not "
+                      f"found under {cfg.publish.root}")
+    else:
+        console.print(f"run {result['flow_run_id']} ended {state}: nothing was published"
+                      + (f" ({result['message']})" if result.get("message") else ""),
+                      highlight=False, markup=False)
         raise typer.Exit(1)
 
 

@@ -8,6 +8,7 @@ example`` prints; the tests check that it validates.
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Literal, Optional
 
@@ -17,10 +18,10 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_valid
 
 from .ids import InvalidReleaseId, validate_release_id
 
-# The estimators a release may publish (the DP ones of the registry).
-PUBLISHABLE = ("NoisyStats", "NoisyIntercept", "DPExpTheilSen", "DPExpTheilSenMatch",
-               "DPExpTheilSenkMatch", "DPWideTheilSen", "DPSSTheilSen", "DPGDPure", "DPGDzCDP",
-               "DPGDApprox")
+# The estimators a release may publish: the registry's DP estimators whose noise sampler is
+# safe to publish (derived from the registry, so an evaluation-only estimator cannot slip in).
+from mechanisms import PUBLISHABLE  # noqa: E402
+
 PRIMARY = ("NoisyStats", "DPExpTheilSen")
 
 
@@ -243,9 +244,14 @@ def fingerprint(cfg: ReleaseConfig) -> str:
     """sha256 of the validated configuration with its paths resolved (canonical JSON).
 
     Paths are resolved when the config is loaded, so a config read through a relative or an
-    absolute path, or naming a file as ``./x`` or ``x``, hashes the same.
+    absolute path, or naming a file as ``./x`` or ``x``, hashes the same. Where the work runs
+    (the internal scratch folder, the task runner, the Dask cluster) does not change what is
+    published, so it is left out: two hosts running one release with their own scratch folders
+    hold the same config.
     """
-    return hashlib.sha256(cfg.model_dump_json().encode()).hexdigest()
+    data = cfg.model_dump(mode="json", exclude={"runner", "dask_address", "dask_workers"})
+    data["publish"].pop("internal_root", None)
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
 def redact_url(url: str) -> str:

@@ -2,6 +2,10 @@
 
 ``select_partition`` draws the selection noise (dp rule) and returns the choice as a table;
 the flow persists it before ``estimate_partition`` runs the chosen mechanism and the suite.
+
+Both build a :class:`~mechanisms.budget.PrivacyFilter` per cell from the plan's charged
+steps for the tracts they draw for, and hand each mechanism the meter of its step: a draw
+that would spend more than the ledger charged raises ``BudgetOverrun`` before it happens.
 """
 
 from __future__ import annotations
@@ -11,10 +15,11 @@ import pandas as pd
 
 import mechanisms as M
 from mechanisms.batch import TractBatch
+from mechanisms.budget import NO_METER, PrivacyFilter
 from mechanisms.noise import Randomness
 
-from .allocate import BudgetPlan
-from .selection import Selection, run_selected, select
+from .allocate import BudgetPlan, suite_step
+from .selection import PRIMARY_STEP, SELECTION_STEP, Selection, run_selected, select
 
 RESULT_COLUMNS = ["geoid", "cell", "n", "mechanism", "status", "reason", "p25_raw", "p75_raw",
                   "epsilon_spent", "delta_spent"]
@@ -32,12 +37,21 @@ def _cells(df: pd.DataFrame, min_n: int):
         yield str(cell), batch, np.nonzero(batch.n >= min_n)[0]
 
 
+def privacy_filter(plan: BudgetPlan, labels: np.ndarray, steps: list[str]) -> PrivacyFilter:
+    """The charges of ``steps`` (those this stage draws for) for the tracts ``labels``."""
+    return PrivacyFilter({name: plan.step(name).guarantee for name in steps}, labels)
+
+
 def select_partition(df: pd.DataFrame, plan: BudgetPlan, rand: Randomness,
                      min_n: int) -> pd.DataFrame:
     """The mechanism chosen for each eligible (tract, cell), and the selection's noisy nvar."""
     frames = []
+    dp_rule = plan.rule.kind == "dp"
     for cell, batch, eligible in _cells(df, min_n):
-        sel = select(batch.subset(eligible), plan.primary_epsilon, plan.rule, rand)
+        sub = batch.subset(eligible)
+        meter = (privacy_filter(plan, sub.labels, [SELECTION_STEP]).meter(SELECTION_STEP)
+                 if dp_rule else NO_METER)
+        sel = select(sub, plan.primary_epsilon, plan.rule, rand, meter=meter)
         frames.append(pd.DataFrame({"geoid": batch.labels[eligible].astype(str), "cell": cell,
                                     "mechanism": sel.mechanism[0],
                                     "noisy_nvar": sel.noisy_nvar[0],
@@ -50,6 +64,9 @@ def estimate_partition(df: pd.DataFrame, selection: pd.DataFrame, plan: BudgetPl
                        rand: Randomness, min_n: int) -> pd.DataFrame:
     """One row per (tract, cell) with data: the released numbers and what they cost."""
     frames = []
+    eps_charged, delta_charged = plan.charged()
+    _, eps_rest = plan.rule.budgets(plan.primary_epsilon)
+    steps = [PRIMARY_STEP] + [suite_step(name) for name, _, _ in plan.suite]
     for cell, batch, eligible in _cells(df, min_n):
         out = pd.DataFrame({"geoid": batch.labels.astype(str), "cell": cell, "n": batch.n,
                             "mechanism": "none", "status": "suppressed",
@@ -59,24 +76,29 @@ def estimate_partition(df: pd.DataFrame, selection: pd.DataFrame, plan: BudgetPl
             out[col] = np.nan
         if eligible.size:
             sub = batch.subset(eligible)
+            budget = privacy_filter(plan, sub.labels, steps)
             chosen = (selection[selection["cell"] == cell].set_index("geoid")
                       .reindex(sub.labels.astype(str)))
             if chosen["mechanism"].isna().any():
                 raise RuntimeError(f"cell {cell}: selection missing for some tracts")
+            if not np.all(chosen["epsilon_rest"].to_numpy(dtype=float) == eps_rest):
+                raise RuntimeError(f"cell {cell}: the persisted selection was drawn under "
+                                   "another budget plan; rerun under a new release id")
             sel = Selection((chosen["mechanism"].to_numpy() == "NoisyStats")[None, :],
-                            chosen["noisy_nvar"].to_numpy(dtype=float)[None, :],
-                            float(chosen["epsilon_rest"].iloc[0]))
-            res = run_selected(sub, plan.rule, sel, rand)
+                            chosen["noisy_nvar"].to_numpy(dtype=float)[None, :], eps_rest)
+            res = run_selected(sub, plan.rule, sel, rand, meter=budget.meter(PRIMARY_STEP),
+                               publishable_only=True)
             out.loc[eligible, "mechanism"] = res.mechanism[0]
             out.loc[eligible, "status"] = np.where(res.failed[0], "failed", "released")
             out.loc[eligible, "reason"] = np.where(res.failed[0], res.reason[0], "")
             out.loc[eligible, "p25_raw"] = res.p25[0]
             out.loc[eligible, "p75_raw"] = res.p75[0]
-            out.loc[eligible, "epsilon_spent"] = plan.epsilon_per_tract
-            out.loc[eligible, "delta_spent"] = (sum(d for _, _, d in plan.suite)
-                                                + plan.conversion_delta)
+            out.loc[eligible, "epsilon_spent"] = eps_charged
+            out.loc[eligible, "delta_spent"] = delta_charged
             for name, eps, delta in plan.suite:
-                est = M.estimate_batch(name, sub, eps, delta or None, rand=rand)
+                est = M.estimate_batch(name, sub, eps, delta or None, rand=rand,
+                                       meter=budget.meter(suite_step(name)),
+                                       publishable_only=True)
                 out.loc[eligible, f"{name}_p25"] = est.p25
                 out.loc[eligible, f"{name}_p75"] = est.p75
         frames.append(out)

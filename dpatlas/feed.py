@@ -21,7 +21,11 @@ Invariants kept for readers:
   ``update_feed`` the feed is written before the pointer, on ``withdraw`` the pointer is moved
   (to a release that was already listed) before the feed marks the old one withdrawn;
 * the feed never scans the root: a release folder that is not in the feed (e.g. a crash between
-  the folder rename and the feed update) is added only by ``update_feed`` for that id.
+  the folder rename and the feed update) is added only by ``update_feed`` for that id (or, as
+  withdrawn, by ``withdraw(..., list_unlisted=True)``), after its files are verified;
+* release ids are checked with :func:`dpatlas.ids.validate_release_id` and reasons with
+  :func:`dpatlas.ids.validate_reason`; feed.atom is well-formed XML whatever feed.json holds
+  (characters XML 1.0 cannot carry are shown as escapes when it is rendered).
 
 The feed uses only the standard library, so that readers and the publish step can import it
 without the geospatial stack.
@@ -34,13 +38,16 @@ import errno
 import fcntl
 import json
 import os
+import re
 import secrets
 import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .hashing import sha256_bytes, sha256_file
 from typing import Iterator
+
+from .hashing import sha256_bytes, sha256_file
+from .ids import InvalidReason, InvalidReleaseId, validate_reason, validate_release_id
 
 FEED_VERSION = 1
 FEED_JSON = "feed.json"
@@ -50,6 +57,7 @@ LATEST_LINK = "latest"
 LOCK_NAME = ".feed.lock"
 MANIFEST = "manifest.json"
 TMP_PREFIX = ".feed-tmp-"
+# Names the feed itself uses in the root: validate_release_id refuses each (tested).
 RESERVED = {FEED_JSON, FEED_ATOM, LATEST_JSON, LATEST_LINK, LOCK_NAME}
 ATOM_NS = "http://www.w3.org/2005/Atom"
 STATUS_PUBLISHED = "published"
@@ -57,7 +65,15 @@ STATUS_WITHDRAWN = "withdrawn"
 
 
 class FeedError(RuntimeError):
-    pass
+    """The feed refused an operation (unusable id, unverified release, not in the feed...)."""
+
+
+class InvalidFeedId(FeedError, InvalidReleaseId):
+    """A release id the feed refuses (both a FeedError and an ids.InvalidReleaseId)."""
+
+
+class InvalidFeedReason(FeedError, InvalidReason):
+    """A withdrawal reason the feed refuses (both a FeedError and an ids.InvalidReason)."""
 
 
 # --------------------------------------------------------------------------------- public API
@@ -98,33 +114,62 @@ def update_feed(root: Path, release_id: str) -> dict:
     return entry
 
 
-def withdraw(root: Path, release_id: str, reason: str) -> dict:
+def withdraw(root: Path, release_id: str, reason: str, *, withdrawn_at: str | None = None,
+             list_unlisted: bool = False) -> dict:
     """Mark a release withdrawn: it stays listed with status "withdrawn", the reason and time.
 
-    If it was ``latest``, ``latest`` moves to the newest remaining published release (or null).
-    The release folder is left alone. Withdrawing a withdrawn release updates the reason and
-    keeps the first withdrawal time. Returns the feed entry.
+    The reason is validated first (:func:`dpatlas.ids.validate_reason`). If the release was
+    ``latest``, ``latest`` moves to the newest remaining published release (or null). The
+    release folder is left alone. ``withdrawn_at``: the time to record (e.g. the ledger's), now
+    if None.
+
+    Idempotent: withdrawing a withdrawn release writes nothing and keeps its first reason and
+    time. A release that is not in the feed cannot be withdrawn (:class:`FeedError`), unless
+    ``list_unlisted``: then its folder is verified against its manifest, as by ``update_feed``,
+    and it is listed directly as withdrawn (a crash between completing a release and its feed
+    update left it out), never becoming ``latest``.
+
+    Returns the feed entry plus ``"changed"``: False if it was withdrawn already.
     """
     root = Path(root)
     _check_id(release_id)
-    if not isinstance(reason, str) or not reason.strip():
-        raise FeedError("a withdrawal needs a reason")
+    why = _check_reason(reason)
+    if withdrawn_at is not None and _parse_time(withdrawn_at) is None:
+        raise FeedError(f"withdrawn_at {withdrawn_at!r} is not an ISO-8601 time")
     with _locked(root):
         feed = _load(root)
         entry = next((r for r in feed["releases"] if r["release_id"] == release_id), None)
+        if entry is not None and entry.get("status") == STATUS_WITHDRAWN:
+            return {**entry, "changed": False}
         if entry is None:
-            raise FeedError(f"release {release_id!r} is not in the feed at {root}")
-        if entry.get("status") != STATUS_WITHDRAWN:
-            entry["status"] = STATUS_WITHDRAWN
-            entry["withdrawn_at"] = _now()
-        entry["withdrawn_reason"] = reason
+            if not list_unlisted:
+                raise FeedError(f"release {release_id!r} is not in the feed at {root}: only a "
+                                "release in the feed can be withdrawn from it")
+            entry = _verified_entry(root, release_id)
+            feed["releases"] = _sorted([entry, *feed["releases"]])
+        entry["status"] = STATUS_WITHDRAWN
+        entry["withdrawn_at"] = withdrawn_at or _now()
+        entry["withdrawn_reason"] = why
         feed["latest"] = _newest_published(feed["releases"])
         feed["updated"] = _now()
         # The pointer moves first (to a release already listed), so it never names a release
         # that the current feed.json shows as withdrawn.
         _write_latest(root, feed["latest"])
         _write_feed(root, feed)
-    return dict(entry)
+    return {**entry, "changed": True}
+
+
+def listed(root: Path, release_id: str) -> dict | None:
+    """The feed entry of ``release_id``, or None if the feed does not list it. Takes no lock."""
+    _check_id(release_id)
+    return next((r for r in read_feed(root)["releases"] if r["release_id"] == release_id), None)
+
+
+def verify_release(root: Path, release_id: str) -> dict:
+    """Check a release folder against its manifest (FeedError if it does not match); returns
+    the entry it would have in the feed. Writes nothing."""
+    _check_id(release_id)
+    return _verified_entry(Path(root), release_id)
 
 
 def read_feed(root: Path) -> dict:
@@ -159,10 +204,19 @@ def latest(root: Path) -> str | None:
 
 
 def _check_id(release_id: str) -> None:
-    if (not isinstance(release_id, str) or not release_id or release_id.startswith(".")
-            or "/" in release_id or "\\" in release_id or "\x00" in release_id
-            or release_id in RESERVED or release_id != release_id.strip()):
-        raise FeedError(f"not a usable release id: {release_id!r}")
+    """One rule for release ids everywhere (dpatlas.ids): no reserved names (feed.json,
+    latest...), no path separators, no characters that need escaping in a URL or XML."""
+    try:
+        validate_release_id(release_id)
+    except InvalidReleaseId as e:
+        raise InvalidFeedId(str(e)) from None
+
+
+def _check_reason(reason: str) -> str:
+    try:
+        return validate_reason(reason, "withdrawal reason")
+    except InvalidReason as e:
+        raise InvalidFeedReason(str(e)) from None
 
 
 def _verified_entry(root: Path, release_id: str) -> dict:
@@ -271,14 +325,31 @@ def _atom_time(value: str | None) -> str:
     return t.astimezone(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
+# Characters XML 1.0 allows (section 2.2), less the C1 controls, which it allows but which no
+# reader should have to display. ElementTree escapes <, > and & but writes any other character
+# as it is, so a control character in a stored reason would make feed.atom invalid XML.
+_XML_UNSAFE = re.compile("[^\t\n\r\x20-\x7e\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _xml_safe(value) -> str:
+    """Text safe in XML 1.0: each unsafe character shown as its escape (\\x07, \\ufffe)."""
+    text = str(value)
+    return _XML_UNSAFE.sub(lambda m: (f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                                      else f"\\u{ord(m.group()):04x}"), text)
+
+
 def render_atom(feed: dict) -> bytes:
-    """An Atom 1.0 (RFC 4287) document for the feed; hrefs are relative to the publish root."""
+    """An Atom 1.0 (RFC 4287) document for the feed; hrefs are relative to the publish root.
+
+    Well-formed whatever the feed holds (e.g. entries written by an older version): every text
+    and attribute goes through :func:`_xml_safe`."""
     ET.register_namespace("", ATOM_NS)
 
     def sub(parent, tag, text=None, **attrs):
-        el = ET.SubElement(parent, f"{{{ATOM_NS}}}{tag}", {k: str(v) for k, v in attrs.items()})
+        el = ET.SubElement(parent, f"{{{ATOM_NS}}}{tag}",
+                           {k: _xml_safe(v) for k, v in attrs.items()})
         if text is not None:
-            el.text = text
+            el.text = _xml_safe(text)
         return el
 
     top = ET.Element(f"{{{ATOM_NS}}}feed")
@@ -368,7 +439,10 @@ def _atomic_write(root: Path, name: str, data: bytes) -> None:
 
 
 def _json_bytes(obj) -> bytes:
-    return (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+    # A lone surrogate (JSON allows the escape "\\ud800", so a hand-edited feed.json may hold
+    # one) cannot be UTF-8: it is written back as that same escape, which JSON reads again.
+    return (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode(
+        "utf-8", errors="backslashreplace")
 
 
 def _write_feed(root: Path, feed: dict) -> None:

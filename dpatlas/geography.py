@@ -527,15 +527,99 @@ def _read(path: Path) -> gpd.GeoDataFrame:
         raise BoundaryError(f"{path}: cannot read as {suffix[1:]} boundaries: {exc}") from exc
 
 
+# Coordinates may reach this far (a share of the area of use's width or height) outside the
+# CRS's area of use: EPSG areas follow coastlines and borders loosely, tracts include water.
+_AREA_OF_USE_MARGIN = 0.02
+
+
+def _extent_text(bounds) -> str:
+    minx, miny, maxx, maxy = bounds
+    return f"x {minx:.6g} to {maxx:.6g}, y {miny:.6g} to {maxy:.6g}"
+
+
+def _crs_name(crs) -> str:
+    code = crs.to_authority()
+    return ":".join(code) if code else crs.name
+
+
+def _is_degrees(crs) -> bool:
+    return crs.is_geographic and all(a.unit_name in ("degree", "degree (supplier to define "
+                                                     "representation)") for a in crs.axis_info[:2])
+
+
+def _inside_area_of_use(crs, bounds: np.ndarray) -> bool:
+    """Whether every geometry's bounding box lies in the CRS's area of use (with a margin).
+
+    ``bounds`` is (n, 4): minx, miny, maxx, maxy per geometry, in the CRS's units. The area
+    of use is given in degrees; for a projected CRS it is transformed into its units first.
+    For a geographic CRS in degrees it is compared directly, allowing an area that crosses
+    the antimeridian (NAD83's runs from 167.65°E eastwards to 40.73°W, for the Aleutians).
+    """
+    from pyproj import CRS as ProjCRS, Transformer
+
+    area = crs.area_of_use
+    if area is None:  # e.g. a custom CRS without an EPSG entry: nothing to compare with
+        return True
+    west, south, east, north = area.bounds
+    if _is_degrees(crs):
+        height = north - south
+        width = (east - west) % 360 or 360.0
+        lat_ok = ((bounds[:, 1] >= south - _AREA_OF_USE_MARGIN * height)
+                  & (bounds[:, 3] <= north + _AREA_OF_USE_MARGIN * height))
+        margin = _AREA_OF_USE_MARGIN * width
+
+        def lon_ok(lon):
+            if west <= east:
+                return (lon >= west - margin) & (lon <= east + margin)
+            return (lon >= west - margin) | (lon <= east + margin)  # across the antimeridian
+
+        return bool((lat_ok & lon_ok(bounds[:, 0]) & lon_ok(bounds[:, 2])).all())
+    to_crs = Transformer.from_crs(ProjCRS.from_epsg(4326), crs, always_xy=True)
+    minx, miny, maxx, maxy = to_crs.transform_bounds(west, south, east, north, densify_pts=21)
+    mx, my = _AREA_OF_USE_MARGIN * (maxx - minx), _AREA_OF_USE_MARGIN * (maxy - miny)
+    return bool((bounds[:, 0] >= minx - mx).all() and (bounds[:, 2] <= maxx + mx).all()
+                and (bounds[:, 1] >= miny - my).all() and (bounds[:, 3] <= maxy + my).all())
+
+
+def _check_crs(path: Path, gdf: gpd.GeoDataFrame) -> None:
+    """Refuse coordinates that do not fit the declared CRS (the map would be silently wrong).
+
+    A missing CRS, a projected CRS whose coordinates all lie within ±180/±90 (degrees labelled
+    as metres: every tract would land within metres of Null Island), and coordinates outside
+    the CRS's area of use are refused with one line naming the file, the CRS and the extent.
+    """
+    geoms = gdf.geometry.to_numpy()
+    bounds = shapely.bounds(geoms[~shapely.is_empty(geoms)])
+    extent = _extent_text(shapely.total_bounds(geoms))
+    if gdf.crs is None:
+        raise BoundaryError(f"{path}: no coordinate reference system (e.g. a shapefile without "
+                            f"its .prj); extent found {extent}. Give the file its CRS (TIGER/Line "
+                            "files are EPSG:4269).")
+    name = _crs_name(gdf.crs)
+    in_degree_range = (np.abs(bounds[:, [0, 2]]) <= 180).all() and (
+        np.abs(bounds[:, [1, 3]]) <= 90).all()
+    if gdf.crs.is_projected and in_degree_range:
+        raise BoundaryError(f"{path}: coordinates look like degrees labelled {name} (a projected "
+                            f"CRS); extent found {extent}. Label the file with the CRS its "
+                            "coordinates are in (TIGER/Line files are EPSG:4269).")
+    if not _inside_area_of_use(gdf.crs, bounds):
+        area = gdf.crs.area_of_use
+        raise BoundaryError(f"{path}: coordinates lie outside the area of use of the declared "
+                            f"CRS {name} ({area.name.split(':')[0].split('.')[0]}: "
+                            f"{_extent_text(area.bounds)} degrees); extent found {extent}. "
+                            "Label the file with the CRS its coordinates are in.")
+
+
 def load_boundaries(path: str | Path, geoid_column: str = "GEOID") -> gpd.GeoDataFrame:
     """Load a TIGER/Line-style tract file and check it.
 
     Reads a zipped shapefile (.zip), GeoPackage (.gpkg), GeoParquet (.parquet), GeoJSON
     (.geojson, .json) or a bare shapefile (.shp). Returns columns ``geoid`` (11-digit text),
     ``state``, ``county`` and ``geometry``, reprojected to EPSG:4326 and sorted by GEOID.
-    Raises BoundaryError, naming the file, if it is missing or unreadable, has no CRS, lacks
+    Raises BoundaryError, naming the file, if it is missing or unreadable, lacks
     ``geoid_column``, or has malformed, unknown-state or duplicate GEOIDs, or empty, invalid or
-    non-polygon geometries.
+    non-polygon geometries; or if it has no CRS, or coordinates that do not fit its CRS
+    (outside the CRS's area of use, or degrees labelled with a projected CRS).
     """
     path = Path(path)
     supported = sorted(_OGR_SUFFIXES | _PARQUET_SUFFIXES)
@@ -553,10 +637,7 @@ def load_boundaries(path: str | Path, geoid_column: str = "GEOID") -> gpd.GeoDat
     if len(gdf) == 0:
         raise BoundaryError(f"{path}: no tracts in the file")
 
-    problems = []
-    if gdf.crs is None:
-        problems.append("no coordinate reference system (e.g. a shapefile without its .prj)")
-    problems.extend(_geoid_problems(gdf[geoid_column]))
+    problems = _geoid_problems(gdf[geoid_column])
     geoms = gdf.geometry.to_numpy()
     label = gdf[geoid_column].astype(object).to_numpy()  # rows are named by their GEOID
     total = len(gdf)
@@ -576,6 +657,7 @@ def load_boundaries(path: str | Path, geoid_column: str = "GEOID") -> gpd.GeoDat
                         f"e.g. GEOID {_examples(label[invalid])} (first: {first})")
     if problems:
         raise BoundaryError(f"{path}: " + "; ".join(problems))
+    _check_crs(path, gdf)
 
     gdf = gdf.to_crs(CRS)
     return _frame(list(gdf[geoid_column]), gdf.geometry.to_numpy())

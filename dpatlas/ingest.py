@@ -1,11 +1,25 @@
 """Reading the microdata one partition (state) at a time, into the pipeline's own columns.
 
-Output columns: ``row`` (position in the input, for quarantine reports), ``geoid`` (str),
-``x`` and ``y`` (ranks on [0, 1] scale, not yet validated), ``cell`` (str), and ``person_id``
-when the config names one. The raw input is never modified.
+Output columns: ``row`` (position in the input, for quarantine reports), ``geoid`` (text;
+``None`` where the input cell is blank), ``x`` and ``y`` (ranks on the [0, 1] scale, not yet
+validated; NaN where missing), ``cell`` (str), and ``person_id`` when the config names one. The
+raw input is never modified.
 
 A hive-partitioned Parquet dataset (``.../state=17/part.parquet``) is read one state at a time
 with pyarrow, so memory holds one state. A single Parquet or CSV file is read once and split.
+
+Column types are strict, because a silent conversion changes who is in which tract:
+
+- GEOIDs must be text. CSV GEOIDs are always read as text (never through a float, where one
+  blank cell turns every GEOID into ``17001000100.0``); an integer or float GEOID column is
+  refused, since an integer id has lost its leading zero and padding it back would guess.
+- Ranks must be numbers (integers are fine). A boolean rank column is refused; a text column
+  is accepted only when every non-blank value reads as a number.
+- Person ids must be integers or text: a float id loses digits beyond 2**53, which can merge
+  two people (or split one) and so break the one-record-per-person check. CSV person ids and
+  cells are read as text, so ``007`` and ``7`` stay two people.
+
+Every such problem raises :class:`InputError` (the command line exits with code 2).
 """
 
 from __future__ import annotations
@@ -17,13 +31,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.csv as pacsv
 import pyarrow.dataset as ds
 
 from .config import InputConfig
 
+_EXAMPLES = 5
+
 
 class InputError(ValueError):
-    """The input cannot be read as configured (missing file or column)."""
+    """The input cannot be read as configured (missing file or column, wrong column type)."""
 
 
 @dataclass(frozen=True)
@@ -32,14 +49,58 @@ class Partition:
     rows: int
 
 
+# --- opening and reading --------------------------------------------------------------------
+
+
+def _text_columns(cfg: InputConfig) -> list[str]:
+    """Columns read as text from CSV: identifiers, whose leading zeros and digits matter."""
+    c = cfg.columns
+    return [name for name in (c.geoid, c.person_id, c.cell) if name]
+
+
 def _dataset(cfg: InputConfig) -> ds.Dataset:
     path = Path(cfg.path)
     if not path.exists():
         raise InputError(f"input not found: {path}")
     if cfg.format == "csv":
-        return ds.dataset(path, format="csv")
+        # Without explicit types pyarrow infers GEOIDs as integers (or floats, if one cell is
+        # blank): leading zeros and the text itself are lost before any check could see them.
+        convert = pacsv.ConvertOptions(column_types={n: pa.string() for n in _text_columns(cfg)})
+        return ds.dataset(path, format=ds.CsvFileFormat(convert_options=convert))
     partitioning = "hive" if path.is_dir() else None
     return ds.dataset(path, format="parquet", partitioning=partitioning)
+
+
+def _to_table(cfg: InputConfig, dataset: ds.Dataset, **kwargs) -> pa.Table:
+    try:
+        return dataset.to_table(**kwargs)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+        # e.g. a CSV whose first block infers a rank column as numbers and a later row holds
+        # text: pyarrow names the column and the row.
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise InputError(f"input {cfg.path} cannot be read with consistent column types: "
+                         f"{first}. Ranks must be numbers; GEOIDs and ids text.") from None
+
+
+# --- column checks --------------------------------------------------------------------------
+
+
+def _kind(dtype: pa.DataType) -> str:
+    """What a column holds, in the words an operator reads: integer, float, text, ..."""
+    if pa.types.is_dictionary(dtype):
+        dtype = dtype.value_type
+    if pa.types.is_boolean(dtype):
+        return "boolean"
+    if pa.types.is_integer(dtype):
+        return "integer"
+    if pa.types.is_floating(dtype) or pa.types.is_decimal(dtype):
+        return "float"
+    if pa.types.is_string(dtype) or pa.types.is_large_string(dtype) or (
+            hasattr(pa.types, "is_string_view") and pa.types.is_string_view(dtype)):
+        return "text"
+    if pa.types.is_null(dtype):
+        return "null"  # every value missing; the contract reports them
+    return str(dtype)
 
 
 def _check_columns(cfg: InputConfig, names: list[str]) -> None:
@@ -51,12 +112,101 @@ def _check_columns(cfg: InputConfig, names: list[str]) -> None:
                          "Map your column names under input.columns in the config.")
 
 
+def _check_types(cfg: InputConfig, schema: pa.Schema) -> None:
+    """Refuse column types that cannot be read without guessing (see the module docstring)."""
+    c = cfg.columns
+    geoid = _kind(schema.field(c.geoid).type)
+    if geoid in ("integer", "float"):
+        raise InputError(
+            f"input {cfg.path}: GEOID column '{c.geoid}' is stored as {geoid} numbers; GEOIDs "
+            "must be 11-character text (an integer id loses its leading zero, e.g. Alabama's "
+            "01001020100 becomes 1001020100, and padding it back would guess). Store the "
+            "column as text.")
+    if geoid not in ("text", "null"):
+        raise InputError(f"input {cfg.path}: GEOID column '{c.geoid}' has type {geoid}; "
+                         "GEOIDs must be 11-character text.")
+    for role, name in (("parent_rank", c.parent_rank), ("child_rank", c.child_rank)):
+        kind = _kind(schema.field(name).type)
+        if kind == "boolean":
+            raise InputError(f"input {cfg.path}: {role} is boolean (column '{name}'); ranks "
+                             "must be numbers on [0, 1] (or [0, 100] with input.rank_scale: "
+                             "percentile).")
+        if kind not in ("integer", "float", "text", "null"):
+            raise InputError(f"input {cfg.path}: {role} column '{name}' has type {kind}; "
+                             "ranks must be numbers.")
+    if c.person_id:
+        kind = _kind(schema.field(c.person_id).type)
+        if kind not in ("integer", "text", "null"):
+            raise InputError(
+                f"input {cfg.path}: person id column '{c.person_id}' has type {kind}; person "
+                "ids must be integers or text (a float id loses digits beyond 2**53, which "
+                "can merge two people).")
+
+
+def _decoded(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    if pa.types.is_dictionary(column.type):
+        return column.cast(column.type.value_type)
+    return column
+
+
+def _examples(values, rows) -> str:
+    shown = ", ".join(repr(v) for v in list(values)[:_EXAMPLES])
+    at = ", ".join(str(r) for r in list(rows)[:_EXAMPLES])
+    return f"e.g. {shown} (input rows {at}, counting from 0)"
+
+
+def _blank(text: pd.Series) -> np.ndarray:
+    """Missing, empty or whitespace-only values of an object column."""
+    missing = text.isna().to_numpy()
+    stripped = text.where(~missing, "").astype(str).str.strip()
+    return missing | (stripped == "").to_numpy()
+
+
+def _geoids(column: pa.ChunkedArray) -> np.ndarray:
+    """GEOIDs as Python str, ``None`` where blank (so the contract reports them as blank)."""
+    text = _decoded(column).to_pandas().astype(object)
+    values = text.to_numpy(dtype=object, copy=True)
+    values[_blank(text)] = None
+    return values
+
+
+def _ranks(cfg: InputConfig, role: str, name: str, column: pa.ChunkedArray,
+           rows: np.ndarray) -> np.ndarray:
+    """Rank values as float64 on the input's scale; NaN where missing."""
+    column = _decoded(column)
+    if _kind(column.type) != "text":  # numbers (checked by _check_types) or all missing
+        return column.cast(pa.float64()).to_pandas().to_numpy(dtype=float, na_value=np.nan)
+    text = column.to_pandas().astype(object)
+    numbers = pd.to_numeric(text, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    not_numbers = ~_blank(text) & np.isnan(numbers)
+    if not_numbers.any():
+        raise InputError(
+            f"input {cfg.path}: {role} column '{name}' holds text that is not a number in "
+            f"{int(not_numbers.sum())} row(s), {_examples(text[not_numbers], rows[not_numbers])}; "
+            "ranks must be numbers.")
+    return numbers
+
+
+def _person_ids(column: pa.ChunkedArray) -> pd.Series | np.ndarray:
+    """Integer ids as a nullable integer column (a null must not turn ids into floats)."""
+    column = _decoded(column)
+    if pa.types.is_integer(column.type):
+        wide = pa.uint64() if column.type == pa.uint64() else pa.int64()
+        dtype = pd.UInt64Dtype() if wide == pa.uint64() else pd.Int64Dtype()
+        return column.cast(wide).to_pandas(types_mapper={wide: dtype}.get).array
+    return column.to_pandas().astype(object).to_numpy(dtype=object)
+
+
+# --- the public functions -------------------------------------------------------------------
+
+
 def partitions(cfg: InputConfig) -> list[Partition]:
     """The partitions of the input, in order, with their row counts."""
     dataset = _dataset(cfg)
     _check_columns(cfg, dataset.schema.names)
+    _check_types(cfg, dataset.schema)
     if "state" in dataset.schema.names and Path(cfg.path).is_dir() and cfg.format == "parquet":
-        counts = (dataset.to_table(columns=["state"]).group_by("state")
+        counts = (_to_table(cfg, dataset, columns=["state"]).group_by("state")
                   .aggregate([("state", "count")]).to_pandas())
         counts["state"] = counts["state"].astype(str).str.zfill(2)
         return [Partition(s, int(n)) for s, n in sorted(zip(counts["state"], counts["state_count"]))]
@@ -66,10 +216,11 @@ def partitions(cfg: InputConfig) -> list[Partition]:
 def read_partition(cfg: InputConfig, key: str) -> pd.DataFrame:
     """One partition's records in the pipeline's columns."""
     dataset = _dataset(cfg)
+    _check_types(cfg, dataset.schema)
     c = cfg.columns
     cols = [c.geoid, c.parent_rank, c.child_rank] + [v for v in (c.person_id, c.cell) if v]
     if key == "all":
-        table = dataset.to_table(columns=cols)
+        table = _to_table(cfg, dataset, columns=cols)
         offset = 0
     else:
         # Row positions count from the start of the whole dataset, in partition order, so a
@@ -77,25 +228,20 @@ def read_partition(cfg: InputConfig, key: str) -> pd.DataFrame:
         flt = ds.field("state").cast(pa.string()) == key
         if pa.types.is_integer(dataset.schema.field("state").type):
             flt = ds.field("state") == int(key)
-        table = dataset.to_table(columns=cols, filter=flt)
+        table = _to_table(cfg, dataset, columns=cols, filter=flt)
         offset = sum(p.rows for p in partitions(cfg) if p.key < key)
-    geoid = table.column(c.geoid).to_pandas()
-    if pd.api.types.is_integer_dtype(geoid):
-        # numeric GEOIDs lose their leading zero (Alabama is 01): restore it
-        geoid = geoid.astype("int64").astype(str).str.zfill(11)
-    else:
-        geoid = geoid.astype("string").astype(object)
+    rows = np.arange(offset, offset + table.num_rows, dtype=np.int64)
     scale = 100.0 if cfg.rank_scale == "percentile" else 1.0
     df = pd.DataFrame({
-        "row": np.arange(offset, offset + table.num_rows, dtype=np.int64),
-        "geoid": geoid.to_numpy(dtype=object),
-        "x": pd.to_numeric(table.column(c.parent_rank).to_pandas(), errors="coerce") / scale,
-        "y": pd.to_numeric(table.column(c.child_rank).to_pandas(), errors="coerce") / scale,
-        "cell": (table.column(c.cell).to_pandas().astype(str).to_numpy(dtype=object)
+        "row": rows,
+        "geoid": _geoids(table.column(c.geoid)),
+        "x": _ranks(cfg, "parent_rank", c.parent_rank, table.column(c.parent_rank), rows) / scale,
+        "y": _ranks(cfg, "child_rank", c.child_rank, table.column(c.child_rank), rows) / scale,
+        "cell": (_decoded(table.column(c.cell)).to_pandas().astype(str).to_numpy(dtype=object)
                  if c.cell else "all"),
     })
     if c.person_id:
-        df["person_id"] = table.column(c.person_id).to_pandas().to_numpy()
+        df["person_id"] = _person_ids(table.column(c.person_id))
     return df
 
 

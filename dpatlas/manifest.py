@@ -1,6 +1,17 @@
-"""The accounting manifest of a release: everything an auditor needs to recompute the totals."""
+"""The accounting manifest of a release: everything an auditor needs to recompute the totals.
+
+The manifest is public. It names files by base name and sha256, never by where they sit on
+the machine that made the release, and it states what the guarantee rests on (verified or
+not) beside the budget. ``dpatlas.audit`` re-checks it from the release folder alone.
+"""
 
 from __future__ import annotations
+
+import hashlib
+import math
+import re
+from pathlib import Path
+from typing import Any, Iterator
 
 import pandas as pd
 
@@ -9,7 +20,8 @@ from mechanisms.privacy import as_dict
 
 from .allocate import BudgetPlan
 from .config import ReleaseConfig, fingerprint
-from .publish import code_version, now_utc
+from .hashing import sha256_file
+from .publish import PublishError, code_version, now_utc
 
 COMPOSITION = {
     "within_tract_and_cell": "sequential: the steps below run on the same people",
@@ -18,42 +30,227 @@ COMPOSITION = {
     "across_releases": "sequential: tracked by the budget ledger",
 }
 
+RANDOM_BITS_OS = "os.urandom"
+RANDOM_BITS_SEEDED = "seeded (test only, NOT FOR RELEASE)"
+CONFIG_FILE = "config.json"
+REL_TOL = 1e-9  # relative tolerance for sums of floats that must agree
 
-def sampler_description(plan: BudgetPlan, source: str) -> dict:
+# Keys of the flow's ledger entry that may be published (never its URL or file path).
+_LEDGER_PUBLIC_KEYS = ("dataset", "release_id", "charges", "epsilon", "delta")
+
+
+# --------------------------------------------------------------------------------- the pieces
+
+
+def random_bits_description(random_source: str) -> str:
+    """What the manifest says about the noise's random bits: never a seed value.
+
+    Anything but the OS CSPRNG is described as seeded, so an unexpected source string (which
+    might carry a seed) is never copied into the public manifest.
+    """
+    return RANDOM_BITS_OS if random_source == RANDOM_BITS_OS else RANDOM_BITS_SEEDED
+
+
+def sampler_description(plan: BudgetPlan, random_source: str) -> dict:
     used = {"NoisyStats", "DPExpTheilSen"} | {name for name, _, _ in plan.suite}
-    return {"random_bits": source,
+    return {"random_bits": random_bits_description(random_source),
             "per_estimator": {name: M.get(name).sampler for name in sorted(used)},
             "note": "see README, 'Noise: why it is safe against floating-point attacks'"}
 
 
+def tree_sha256(path: Path) -> str:
+    """sha256 of a file, or of a folder as its sorted relative names and contents (streamed)."""
+    path = Path(path)
+    if path.is_file():
+        return sha256_file(path)
+    h = hashlib.sha256()
+    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        h.update(str(f.relative_to(path)).encode())
+        h.update(bytes.fromhex(sha256_file(f)))
+    return h.hexdigest()
+
+
+def public_boundaries(cfg: ReleaseConfig) -> dict:
+    """The boundary file by base name, content hash and vintage (no machine path)."""
+    path = Path(cfg.boundaries.path)
+    return {"file": path.name, "sha256": tree_sha256(path),
+            "hashed_as": "file" if path.is_file() else "folder (relative names and contents)",
+            "vintage": cfg.boundaries.vintage or "unstated"}
+
+
+def ledger_backend(url: str) -> str:
+    """The ledger's database kind ("sqlite", "postgresql"): no host, user, file or password."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).get_backend_name()
+    except Exception:  # noqa: BLE001 - an unparseable URL is still never published
+        return "unknown"
+
+
+def public_ledger_entry(cfg: ReleaseConfig, entry: dict | None) -> dict | None:
+    """The flow's ledger entry reduced to public facts: backend kind, dataset, id, sums."""
+    if entry is None:
+        return None
+    out = {"backend": ledger_backend(cfg.ledger.url)}
+    out.update({k: entry[k] for k in _LEDGER_PUBLIC_KEYS if k in entry})
+    return out
+
+
+def assumptions(cfg: ReleaseConfig, input_facts: dict) -> dict:
+    """What the guarantee rests on, split into what the flow checked and what it did not.
+
+    ``input_facts``: {"person_id_checked": bool, "person_id_column": str | None,
+    "contributions_policy": "fail" | "bound", "validation_policy": "fail" | "clip" | "drop"}.
+    Counts of rejected or bounded rows are not differentially private and are not published.
+    """
+    verified, unverified = [], []
+    column = input_facts.get("person_id_column")
+    if input_facts.get("person_id_checked"):
+        if input_facts.get("contributions_policy") == "bound":
+            verified.append("at most one record per person and cell (enforced across all "
+                            f"partitions with person id column {column}: a person's extra "
+                            "records were removed by a rule that reads only that person's "
+                            "records)")
+        else:
+            verified.append("one record per person and cell (checked across all partitions "
+                            f"with person id column {column})")
+    elif cfg.privacy.assume_one_record_per_person:
+        unverified.append("one record per person and cell (operator's statement: "
+                          "privacy.assume_one_record_per_person)")
+    else:
+        unverified.append("one record per person and cell (neither checked nor stated by "
+                          "the operator)")
+    unverified.append("n per tract and cell is public (the replace-one neighbouring "
+                      "relation's assumption: the guarantee does not protect n)")
+    policy = input_facts.get("validation_policy", cfg.validation.policy)
+    if policy == "drop":
+        unverified.append("n counts only rows that passed validation; dropped rows (count "
+                          "internal) change n")
+    elif policy == "clip":
+        verified.append("ranks outside [0, 1] were clipped to [0, 1] record by record before "
+                        "any noise (count internal)")
+    return {"verified": verified, "unverified": unverified}
+
+
+def _close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=1e-300)
+
+
+def check_budget_consistent(budget: dict, totals: dict, n_cells: int,
+                            ledger_entry: dict | None) -> None:
+    """The manifest's ε and δ figures agree with each other and with the ledger's charges:
+    spent within available, the total δ is the cells' δ, the ledger's sums are the cells'
+    charges. A disagreement is a bug, and nothing is published."""
+    eps, delta = budget["epsilon_per_tract_and_cell"], budget["delta_per_tract_and_cell"]
+    problems = []
+    if eps > budget["epsilon_available"] * (1 + REL_TOL):
+        problems.append(f"epsilon spent {eps:.17g} is over the available "
+                        f"{budget['epsilon_available']:.17g}")
+    if delta > budget["delta_available"] * (1 + REL_TOL):
+        problems.append(f"delta spent {delta:.6g} is over the available "
+                        f"{budget['delta_available']:.6g}")
+    if not _close(totals["delta"], delta * n_cells):
+        problems.append(f"total delta {totals['delta']:.6g} != {n_cells} cell(s) x {delta:.6g}")
+    if ledger_entry is not None:
+        for key, per_cell in (("epsilon", eps), ("delta", delta)):
+            if key in ledger_entry and not _close(ledger_entry[key], per_cell * n_cells):
+                problems.append(f"ledger {key} {ledger_entry[key]:.17g} != {n_cells} cell(s) "
+                                f"x {per_cell:.17g}")
+    if problems:
+        raise PublishError("the manifest's budget figures disagree (a bug; nothing was "
+                           "published): " + "; ".join(problems))
+
+
+# ------------------------------------------------------------------------- no machine paths
+
+_DRIVE = re.compile(r"^[A-Za-z]:[\\/]")
+_URL_WITH_PATH = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
+
+
+def _strings(obj: Any, where: str = "") -> Iterator[tuple[str, str]]:
+    if isinstance(obj, str):
+        yield where, obj
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield f"{where}.{k}", str(k)
+            yield from _strings(v, f"{where}.{k}")
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            yield from _strings(v, f"{where}[{i}]")
+
+
+def machine_paths(obj: Any, local: tuple[str, ...] = ()) -> list[str]:
+    """Every string in ``obj`` (keys too) that looks like a path or URL of the machine:
+    absolute POSIX or Windows paths, home-relative paths, URLs, or any of ``local``."""
+    found = []
+    for where, s in _strings(obj):
+        t = s.strip()
+        if (t.startswith(("/", "~", "\\")) or _DRIVE.match(t) or _URL_WITH_PATH.match(t)
+                or any(p and p in t for p in local)):
+            found.append(f"{where or '(top)'}={s!r}")
+    return found
+
+
+def _local_paths(cfg: ReleaseConfig) -> tuple[str, ...]:
+    paths = [cfg.input.path, cfg.boundaries.path, cfg.publish.root, cfg.publish.internal,
+             cfg.selection.threshold_file]
+    # Only paths with a folder part: a bare base name (e.g. "tracts.parquet") is published.
+    return tuple(str(p) for p in paths if p is not None and len(Path(p).parts) > 1)
+
+
+# ------------------------------------------------------------------------------ the manifest
+
+
 def build_manifest(cfg: ReleaseConfig, release_id: str, plan: BudgetPlan, table: pd.DataFrame,
-                   input_sha256: str, random_source: str, started: str) -> dict:
+                   input_sha256: str, random_source: str, started: str, input_facts: dict,
+                   ledger_entry: dict | None = None) -> dict:
+    """The public manifest of a release (``files`` is added by ``publish.write_release``).
+
+    ``ledger_entry``: the flow's entry (sums of the ledger's charges); only its public keys are
+    kept and its sums are checked against the plan.
+    """
     # Validation reports (rows quarantined, clipped) are NOT differentially private: they stay
     # in the internal folder and never enter this public manifest.
-    cells = sorted(table["cell"].unique())
+    cells = sorted(str(c) for c in table["cell"].unique())
     totals = plan.totals(len(cells))
     per_tract = plan.per_tract()
-    return {
+    # What the ledger charges each tract and cell (basic composition of the steps, each
+    # derived from its noise, so at most the configured budget), beside what was configured.
+    epsilon_spent, delta_spent = plan.charged()
+    budget = {
+        "epsilon_per_tract_and_cell": epsilon_spent,
+        "delta_per_tract_and_cell": delta_spent,
+        "epsilon_available": plan.epsilon_per_tract,
+        "delta_available": plan.delta_per_tract,
+        "note": "*_per_tract_and_cell: what each tract and cell spends (the ledger's charge, "
+                "the sum of the steps' figures); *_available: the configured "
+                "privacy.epsilon_per_tract and privacy.delta",
+        "steps": [s.as_dict() for s in plan.steps],
+        "conversion_delta": plan.conversion_delta,
+        "per_tract_and_cell": as_dict(per_tract),
+    }
+    entry = public_ledger_entry(cfg, ledger_entry)
+    check_budget_consistent(budget, totals, len(cells), entry)
+    manifest = {
         "release_id": release_id,
+        "mode": cfg.publish.mode,
         "started": started,
         "published": now_utc(),
         "code_version": code_version(),
         "config_sha256": fingerprint(cfg),
+        "config_file": CONFIG_FILE,
         "input_sha256": input_sha256,
-        "boundaries": {"path": str(cfg.boundaries.path)},
+        "boundaries": public_boundaries(cfg),
         "privacy_unit": cfg.privacy.unit,
         "neighbouring_relation": cfg.privacy.neighbouring,
         "public_values": ["n (records per tract and cell)", "tract boundaries"],
+        "assumptions": assumptions(cfg, input_facts),
         "profile": cfg.profile.name,
         "selection": {"rule": plan.rule.kind, "threshold": plan.rule.threshold,
                       "budget_share": plan.rule.share if plan.rule.kind == "dp" else 0.0},
-        "budget": {
-            "epsilon_per_tract_and_cell": plan.epsilon_per_tract,
-            "delta_per_tract_and_cell": plan.delta_per_tract,
-            "steps": [s.as_dict() for s in plan.steps],
-            "conversion_delta": plan.conversion_delta,
-            "per_tract_and_cell": as_dict(per_tract),
-        },
+        "min_n": cfg.publish.min_n,
+        "budget": budget,
         "composition": COMPOSITION,
         "cells": cells,
         "total_per_person": totals,
@@ -74,5 +271,10 @@ def build_manifest(cfg: ReleaseConfig, release_id: str, plan: BudgetPlan, table:
             "epsilon_spent, delta_spent": "the budget charged to the tract and cell",
         },
         "noise_sampler": sampler_description(plan, random_source),
-        "ledger_entry": None,
+        "ledger_entry": entry,
     }
+    leaked = machine_paths(manifest, _local_paths(cfg))
+    if leaked:
+        raise PublishError(f"the manifest would publish a machine path (a bug; nothing was "
+                           f"published): {leaked[0]}")
+    return manifest

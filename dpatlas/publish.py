@@ -1,17 +1,22 @@
 """Publishing a release: map-ready files and the accounting manifest, made visible atomically.
 
-Files are written into a staging folder beside the release folder and moved into place with
-one rename once they are complete and checked, so a reader never sees a half-written release.
+Files are written into a staging folder *outside* the public tree (under the release's
+internal folder when that is on the publish root's file system), checked and hashed, and
+moved into ``<root>/<id>`` with one rename, so a reader of the publish root never sees a
+half-written release, and a run killed while staging leaves nothing in the public tree.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import re
 import shutil
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable, Optional
 
 import geopandas as gpd
 import numpy as np
@@ -19,14 +24,17 @@ import pandas as pd
 
 from .estimate import RESULT_COLUMNS
 from .hashing import sha256_file
+from .ids import InvalidReleaseId, validate_release_id
 
-PUBLISHED_FILES = ("tracts.parquet", "tracts.geojson", "tracts.csv", "p25_map.png")
+PUBLISHED_FILES = ("tracts.parquet", "tracts.geojson", "tracts.csv", "p25_map.png",
+                   "config.json")
+MANIFEST_FILE = "manifest.json"
 TABLE_COLUMNS = ["geoid", "state", "county", "cell", "n", "mechanism", "status", "reason",
                  "p25", "p75", "p25_raw", "p75_raw", "epsilon_spent", "delta_spent"]
 
 
 class PublishError(RuntimeError):
-    pass
+    """Publishing refused or failed; the message says what to do."""
 
 
 def assemble(results: pd.DataFrame, boundaries: gpd.GeoDataFrame) -> gpd.GeoDataFrame:
@@ -89,42 +97,179 @@ def write_map(table: gpd.GeoDataFrame, path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def release_folder(root: Path, release_id: str) -> Optional[Path]:
+    """``<root>/<id>`` if it is a real folder, None if nothing is there.
+
+    A symbolic link (dangling or not) or a non-folder at that name is refused: a release
+    folder is only ever made by the rename in :func:`write_release`, and ``exists()`` would
+    follow a link and mistake a dangling one for free space.
+    """
+    final = Path(root) / release_id
+    if os.path.islink(final):
+        raise PublishError(f"{final} is a symbolic link; a release folder must be a real folder "
+                           "made by dpatlas: remove the link or use another release id")
+    if not os.path.lexists(final):
+        return None
+    if not final.is_dir():
+        raise PublishError(f"{final} exists and is not a folder: remove it or use another "
+                           "release id")
+    return final
+
+
 def verify_release(folder: Path) -> dict:
-    """The manifest of a published folder, after checking every file against its sha256."""
-    manifest = json.loads((folder / "manifest.json").read_text())
-    bad = [f for f, info in manifest["files"].items()
-           if not (folder / f).exists() or sha256_file(folder / f) != info["sha256"]]
+    """The manifest of a published folder, after checking every file's sha256 and size."""
+    try:
+        manifest = json.loads((folder / MANIFEST_FILE).read_text())
+    except (OSError, ValueError) as err:
+        raise PublishError(f"{folder}: manifest.json cannot be read ({err}); the folder is not "
+                           "a complete release") from None
+    bad = []
+    for name, info in manifest.get("files", {}).items():
+        path = folder / name
+        if (os.path.islink(path) or not path.is_file()
+                or path.stat().st_size != info.get("bytes")
+                or sha256_file(path) != info.get("sha256")):
+            bad.append(name)
     if bad:
         raise PublishError(f"{folder}: files do not match the manifest: {bad}")
     return manifest
 
 
-def write_release(table: gpd.GeoDataFrame, manifest: dict, root: Path, release_id: str) -> Path:
-    """Write the files into a staging folder, hash them, then rename it into place."""
-    final = root / release_id
-    if final.exists():
-        raise PublishError(f"release {release_id} is already published at {final}")
+def _same_file_system(a: Path, b: Path) -> bool:
+    return os.stat(a).st_dev == os.stat(b).st_dev
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fallback_staging_name(release_id: str) -> re.Pattern:
+    return re.compile(r"^\.staging-" + re.escape(release_id) + r"-\d+$")
+
+
+def remove_stale_staging(root: Path, internal_dir: Optional[Path], release_id: str) -> list[Path]:
+    """Remove staging folders of ``release_id`` left by a killed run; returns what was removed.
+
+    Only names this module makes for this id are touched (``<internal>/staging-<pid>``,
+    ``<root>/.staging-<id>-<pid>``); the caller holds the release's lock, so none of them
+    belongs to a live run.
+    """
+    stale = []
+    if internal_dir is not None and Path(internal_dir).is_dir():
+        stale += [p for p in Path(internal_dir).iterdir() if re.fullmatch(r"staging-\d+", p.name)]
+    if Path(root).is_dir():
+        pattern = _fallback_staging_name(release_id)
+        stale += [p for p in Path(root).iterdir() if pattern.match(p.name)]
+    for p in stale:
+        if p.is_symlink() or not p.is_dir():
+            p.unlink()
+        else:
+            shutil.rmtree(p)
+    return stale
+
+
+def staging_folder(root: Path, internal_dir: Optional[Path], release_id: str) -> Path:
+    """Where to stage: under the internal folder if it shares the publish root's file system
+    (so the final rename is atomic), else a dot-named folder in the root (never in the feed)."""
+    pid = os.getpid()
+    if internal_dir is not None:
+        Path(internal_dir).mkdir(parents=True, exist_ok=True)
+        if _same_file_system(Path(internal_dir), Path(root)):
+            return Path(internal_dir) / f"staging-{pid}"
+    return Path(root) / f".staging-{release_id}-{pid}"
+
+
+def _write_files(staging: Path, table: gpd.GeoDataFrame, config: dict, release_id: str) -> None:
+    table.to_parquet(staging / "tracts.parquet", index=False)
+    table.to_crs("EPSG:4326").to_file(staging / "tracts.geojson", driver="GeoJSON")
+    pd.DataFrame(table.drop(columns="geometry")).to_csv(staging / "tracts.csv", index=False)
+    write_map(table, staging / "p25_map.png",
+              f"Release {release_id}: p25 by tract ({int((table.status == 'released').sum())}"
+              f" of {len(table)} released)")
+    (staging / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True,
+                                                    default=_json))
+
+
+def _move_into_place(staging: Path, final: Path, root: Path, release_id: str) -> None:
+    """One rename of the complete staging folder to ``final``.
+
+    Two mount points of one file system share ``st_dev`` but refuse a rename between them
+    (EXDEV); then the folder is copied to a dot-named staging folder in the root first.
+    """
+    try:
+        os.replace(staging, final)  # atomic on one file system: all or nothing
+        return
+    except OSError as err:
+        if err.errno != errno.EXDEV:
+            raise
+    fallback = root / f".staging-{release_id}-{os.getpid()}"
+    try:
+        shutil.copytree(staging, fallback)
+        _fsync_dir(fallback)
+        os.replace(fallback, final)
+    except BaseException:
+        shutil.rmtree(fallback, ignore_errors=True)
+        raise
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def write_release(table: gpd.GeoDataFrame, manifest: dict, root: Path, release_id: str, *,
+                  config: dict, internal_dir: Optional[Path] = None,
+                  check_lease: Optional[Callable[[], None]] = None) -> Path:
+    """Write the files and ``config`` (as config.json) into a staging folder outside the
+    publish tree, hash them into the manifest, then rename the folder to ``<root>/<id>``.
+
+    ``internal_dir``: the release's internal folder (staging goes there when it shares the
+    root's file system). ``check_lease``: called right before the rename; it raises when this
+    run no longer holds the release (then nothing becomes visible).
+    """
+    try:
+        validate_release_id(release_id)
+    except InvalidReleaseId as err:
+        raise PublishError(str(err)) from None
+    root = Path(root)
+    if release_folder(root, release_id) is not None:
+        raise PublishError(f"release {release_id} is already published at {root / release_id}")
     root.mkdir(parents=True, exist_ok=True)
-    staging = root / f".staging-{release_id}-{os.getpid()}"
-    if staging.exists():
-        shutil.rmtree(staging)
+    remove_stale_staging(root, internal_dir, release_id)
+    staging = staging_folder(root, internal_dir, release_id)
     staging.mkdir()
     try:
-        table.to_parquet(staging / "tracts.parquet", index=False)
-        table.to_crs("EPSG:4326").to_file(staging / "tracts.geojson", driver="GeoJSON")
-        pd.DataFrame(table.drop(columns="geometry")).to_csv(staging / "tracts.csv", index=False)
-        write_map(table, staging / "p25_map.png",
-                  f"Release {release_id}: p25 by tract ({int((table.status == 'released').sum())}"
-                  f" of {len(table)} released)")
+        _write_files(staging, table, config, release_id)
         manifest = {**manifest, "files": {f: {"sha256": sha256_file(staging / f),
                                               "bytes": (staging / f).stat().st_size}
                                           for f in PUBLISHED_FILES}}
-        (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, default=_json))
-        os.replace(staging, final)  # atomic on one filesystem: all or nothing
+        (staging / MANIFEST_FILE).write_text(_strict_json(manifest))
+        for f in (*PUBLISHED_FILES, MANIFEST_FILE):
+            with open(staging / f, "rb") as fh:
+                os.fsync(fh.fileno())
+        _fsync_dir(staging)
+        if check_lease is not None:
+            check_lease()
+        final = root / release_id
+        if release_folder(root, release_id) is not None:
+            raise PublishError(f"release {release_id} appeared at {final} while this run was "
+                               "staging it: another run published it; nothing was replaced")
+        _move_into_place(staging, final, root, release_id)
+        _fsync_dir(root)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return final
+
+
+def _strict_json(manifest: dict) -> str:
+    """The manifest as standard JSON: a NaN or infinity (which strict parsers reject) is a
+    bug upstream, so it stops the publication instead of reaching auditors."""
+    try:
+        return json.dumps(manifest, indent=2, default=_json, allow_nan=False)
+    except ValueError as err:
+        raise PublishError(f"the manifest holds a NaN or infinity ({err}; a bug): nothing "
+                           "was published") from None
 
 
 def _json(obj):

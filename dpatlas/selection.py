@@ -10,8 +10,9 @@ Rules (``estimators.md``: n·ε·var(x) is the paper's best single indicator):
 - ``public``: NoisyStats where ``n ≥ threshold`` (n is public), else DPExpTheilSen; no budget.
 - ``fixed``: always the given mechanism.
 
-Whatever the choice, each tract pays exactly ε (sequential composition of the selection step
-and the mechanism), so the guarantee does not depend on the data.
+Whatever the choice, each tract's guarantee is the same: every budget step's guarantee is
+derived from the noise of the mechanisms it may run (``Rule.noise``: the largest composition
+of their privacy maps, at most the step's budget), so it does not depend on the data.
 """
 
 from __future__ import annotations
@@ -22,11 +23,27 @@ import numpy as np
 
 import mechanisms as M
 from mechanisms.batch import TractBatch
+from mechanisms.budget import NO_METER
 from mechanisms.noise import Randomness
-from mechanisms.privacy import Guarantee, PureDP, sequential
-from mechanisms.sufficient_stats import noisy_nvar, noisy_stats_release
+from mechanisms.privacy import Guarantee, parallel, sequential
+from mechanisms.privacy_maps import NoiseStep, compose
+from mechanisms.registry import Meter
+from mechanisms.sufficient_stats import (intercept_step, ncov_step, noisy_nvar,
+                                         noisy_stats_release, nvar_step)
 
 NOISY_STATS, EXP_THEIL_SEN = "NoisyStats", "DPExpTheilSen"
+SELECTION_STEP = "selection: noisy n*var(x)"
+PRIMARY_STEP = "primary: p25 and p75"
+SELECTION_LABEL = "dp selection rule"
+
+Alternatives = dict[str, list[NoiseStep]]
+
+
+def worst_alternative(alternatives: Alternatives) -> Guarantee:
+    """A step's guarantee when each tract runs ONE of several alternatives: the largest of
+    their compositions. The choice is made from public n or a DP output, and whichever runs
+    is within this bound, so adaptive sequential composition holds with it."""
+    return parallel([compose(steps) for steps in alternatives.values()])
 
 
 @dataclass(frozen=True)
@@ -36,12 +53,31 @@ class Rule:
     share: float = 0.1
     mechanism: str = EXP_THEIL_SEN
 
-    def steps(self, epsilon: float) -> list[tuple[str, Guarantee]]:
-        """Named budget steps per tract for a primary budget ``epsilon``."""
+    def budgets(self, epsilon: float) -> tuple[float, float]:
+        """(selection budget, budget left for the chosen mechanism): one place, so the plan
+        and the run calibrate from the very same numbers."""
         if self.kind == "dp":
-            return [("selection: noisy n*var(x)", PureDP(self.share * epsilon)),
-                    ("primary: p25 and p75", PureDP((1 - self.share) * epsilon))]
-        return [("primary: p25 and p75", PureDP(epsilon))]
+            eps_sel = self.share * epsilon
+            return eps_sel, epsilon - eps_sel
+        return 0.0, epsilon
+
+    def noise(self, epsilon: float) -> list[tuple[str, float, Alternatives]]:
+        """Per budget step of a tract with primary budget ``epsilon``: its name, the budget it
+        hands its mechanism, and the noise of each mechanism the rule may run there."""
+        eps_sel, rest = self.budgets(epsilon)
+        if self.kind == "dp":
+            return [(SELECTION_STEP, eps_sel, {SELECTION_LABEL: [nvar_step(eps_sel)]}),
+                    (PRIMARY_STEP, rest, {
+                        # NoisyStats reuses the selection's noisy nvar (paid once, above).
+                        NOISY_STATS: [ncov_step(rest / 2), intercept_step(rest / 2)],
+                        EXP_THEIL_SEN: M.get(EXP_THEIL_SEN).noise_steps(rest)})]
+        names = (NOISY_STATS, EXP_THEIL_SEN) if self.kind == "public" else (self.mechanism,)
+        return [(PRIMARY_STEP, rest, {name: M.get(name).noise_steps(rest) for name in names})]
+
+    def steps(self, epsilon: float) -> list[tuple[str, Guarantee]]:
+        """Named budget steps per tract for a primary budget ``epsilon``, each with the
+        guarantee derived from its noise."""
+        return [(name, worst_alternative(alts)) for name, _, alts in self.noise(epsilon)]
 
     def guarantee(self, epsilon: float) -> Guarantee:
         return sequential([g for _, g in self.steps(epsilon)])
@@ -73,25 +109,27 @@ class Selection:
 
 
 def select(batch: TractBatch, epsilon: float, rule: Rule, rand: Randomness,
-           reps: int = 1) -> Selection:
-    """Choose a mechanism per tract (the dp rule draws its noise here)."""
+           reps: int = 1, *, meter: Meter = NO_METER) -> Selection:
+    """Choose a mechanism per tract (the dp rule draws its noise here, spending ``meter``)."""
     T = batch.n_tracts
     nvar_t = np.full((reps, T), np.nan)
+    eps_sel, rest = rule.budgets(epsilon)
     if rule.kind == "dp":
-        eps_sel = rule.share * epsilon
-        nvar_t = noisy_nvar(batch, eps_sel, rand, reps)
-        return Selection(epsilon * nvar_t >= rule.threshold, nvar_t, epsilon - eps_sel)
+        nvar_t = noisy_nvar(batch, eps_sel, rand, reps, meter=meter)
+        return Selection(epsilon * nvar_t >= rule.threshold, nvar_t, rest)
     if rule.kind == "public":
         return Selection(np.broadcast_to(batch.n >= rule.threshold, (reps, T)).copy(), nvar_t,
-                         epsilon)
+                         rest)
     if rule.kind == "fixed":
-        return Selection(np.full((reps, T), rule.mechanism == NOISY_STATS), nvar_t, epsilon)
+        return Selection(np.full((reps, T), rule.mechanism == NOISY_STATS), nvar_t, rest)
     raise ValueError(f"unknown selection rule {rule.kind!r}")
 
 
 def run_selected(batch: TractBatch, rule: Rule, sel: Selection, rand: Randomness,
-                 reps: int = 1) -> RuleOutcome:
-    """Run the chosen mechanism in each tract with the budget left after selection."""
+                 reps: int = 1, *, meter: Meter = NO_METER,
+                 publishable_only: bool = False) -> RuleOutcome:
+    """Run the chosen mechanism in each tract with the budget left after selection; every
+    draw spends ``meter`` (the primary step's) first."""
     T = batch.n_tracts
     use_ns = sel.use_noisy_stats
     eps_rest = sel.epsilon_rest
@@ -106,9 +144,10 @@ def run_selected(batch: TractBatch, rule: Rule, sel: Selection, rand: Randomness
         sub = batch.subset(tracts)
         if name == NOISY_STATS and rule.kind == "dp":
             res = noisy_stats_release(sub, 0.0, eps_rest / 2, eps_rest / 2, rand, reps,
-                                      nvar_released=sel.noisy_nvar[:, tracts])
+                                      nvar_released=sel.noisy_nvar[:, tracts], meter=meter)
         else:
-            res = M.estimate_batch(name, sub, eps_rest, rand=rand, reps=reps)
+            res = M.estimate_batch(name, sub, eps_rest, rand=rand, reps=reps, meter=meter,
+                                   publishable_only=publishable_only)
         pick = chosen[:, tracts]
         for dst, src in ((out_p25, res.p25), (out_p75, res.p75), (failed, res.failed),
                          (reason, res.reason)):

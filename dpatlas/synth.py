@@ -111,6 +111,10 @@ def write_synthetic(out: "Path", states: list[str], seed: int = 0,
         folder.mkdir(parents=True, exist_ok=True)
         truth = df.attrs["truth"]
         df.attrs = {}  # the truth stays out of the microdata file
+        # One record per synthetic person: an id that is unique across states, so the release
+        # can check the one-record-per-person assumption that parallel composition needs.
+        df.insert(0, "person_id", f"{fips}-" + pd.Series(np.arange(len(df))).astype(str)
+                  .str.zfill(8))
         df.to_parquet(folder / "part-0.parquet", index=False)
         all_geoids.extend(truth["geoid"])
         rows += len(df)

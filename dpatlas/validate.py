@@ -4,10 +4,17 @@
   message names each failed expectation and its count, and where the offending rows went.
 - ``clip``: ranks outside [0, 1] are clipped to the bounds (a per-record transformation, so
   DP-safe); whatever else fails still stops the release.
-- ``drop``: offending rows go to the quarantine file and the rest goes on. Duplicate person ids
-  always stop the release: which copy to drop would depend on other records.
+- ``drop``: offending rows go to the quarantine file and the rest goes on; a failure that is
+  not about rows (a missing column) still stops the release.
 
 Rejected rows always go to a quarantine file in the internal folder, never silently away.
+Clip and drop are refused when, over all partitions, they would change more than
+``validation.max_changed_share`` of the rows (:func:`check_changed_share`): a whole file on the
+wrong scale must not be "cleaned" into a release.
+
+How many records a person has is not checked here, partition by partition: a person may
+appear in two states, so that is decided once, across all partitions, by
+:func:`dpatlas.contributions.check_contributions`.
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ import pandas as pd
 
 from data_contracts import ContractResult, validate_input
 
+_EXAMPLES = 5
+
 
 class ValidationFailed(RuntimeError):
     """The input breaks its contract under the configured policy; no noise has been drawn."""
@@ -27,12 +36,17 @@ class ValidationFailed(RuntimeError):
 
 @dataclass
 class PartitionReport:
+    """What validation did to one partition (internal: these counts are not DP)."""
+
     partition: str
+    policy: str
     rows_in: int
     rows_out: int
-    clipped: int
-    quarantined: int
+    clipped: int  # rows whose ranks were clipped to [0, 1] (policy clip)
+    dropped: int  # rows removed from the release (policy drop); rows_out = rows_in - dropped
+    quarantined: int  # rows written to the quarantine file (under every policy)
     quarantine_file: Path | None
+    largest_rank: float | None  # before clipping, on the [0, 1] scale: tells a scale mix-up
     failures: list[dict]
     docs_index: Path | None
 
@@ -53,8 +67,43 @@ def _failures(result: ContractResult) -> list[dict]:
              "details": f.details} for f in result.failures]
 
 
-def _is_duplicate_check(f: dict) -> bool:
-    return "unique" in f["expectation"]
+def _is_row_level(f: dict) -> bool:
+    # Table- and column-level failures (a missing column) and expectations that could not be
+    # evaluated have no offending rows: dropping rows cannot fix them.
+    return f["count"] > 0
+
+
+def _largest_rank(df: pd.DataFrame) -> float | None:
+    values = df[["x", "y"]].to_numpy(dtype=float)
+    return None if np.isnan(values).all() else float(np.nanmax(values))
+
+
+def _blank_geoids(df: pd.DataFrame) -> str:
+    blank = df["geoid"].isna().to_numpy()
+    if not blank.any():
+        return ""
+    rows = ", ".join(str(r) for r in df.loc[blank, "row"].head(_EXAMPLES))
+    return f"; {int(blank.sum())} rows have a blank GEOID, e.g. input rows {rows}"
+
+
+def _failure_message(df: pd.DataFrame, policy: str, partition: str, failures: list[dict],
+                     qfile: Path | None, docs_index: Path | None) -> str:
+    lines = [f"input partition {partition} breaks its contract (policy '{policy}'); "
+             "no noise was drawn and nothing was published:"]
+    for f in failures:
+        col = f" on column '{f['column']}'" if f["column"] else ""
+        extra = ""
+        if f["column"] == "geoid" and f["expectation"] == "expect_column_values_to_not_be_null":
+            extra = _blank_geoids(df)
+        lines.append(f"  - {f['expectation']}{col}: {f['count']} row(s){extra}")
+    if qfile:
+        lines.append(f"  offending rows written to {qfile}")
+    if docs_index:
+        lines.append(f"  validation report: {docs_index}")
+    if policy == "fail":
+        lines.append("  fix the input, or set validation.policy to 'clip' (ranks) or "
+                     "'drop' (rows) in the config")
+    return "\n".join(lines)
 
 
 def apply_policy(df: pd.DataFrame, policy: str, partition: str, internal: Path
@@ -62,6 +111,7 @@ def apply_policy(df: pd.DataFrame, policy: str, partition: str, internal: Path
     docs = internal / "data_docs" / f"input-{partition}"
     quarantine = internal / "quarantine" / f"input-{partition}.parquet"
     df = df.reset_index(drop=True)
+    largest = _largest_rank(df)
     clipped = 0
     if policy == "clip":
         out_of_bounds = ((df["x"] < 0) | (df["x"] > 1) | (df["y"] < 0) | (df["y"] > 1))
@@ -75,25 +125,49 @@ def apply_policy(df: pd.DataFrame, policy: str, partition: str, internal: Path
         quarantine.parent.mkdir(parents=True, exist_ok=True)
         df[bad].to_parquet(quarantine, index=False)
         qfile = quarantine
-    report = PartitionReport(partition, len(df), len(df), clipped, int(bad.sum()), qfile,
-                             failures, result.docs_index)
-    stop = not result.success and (policy != "drop" or any(map(_is_duplicate_check, failures))
-                                   or not bad.any())
-    if stop:
-        lines = [f"input partition {partition} breaks its contract (policy '{policy}'); "
-                 "no noise was drawn and nothing was published:"]
-        for f in failures:
-            col = f" on column '{f['column']}'" if f["column"] else ""
-            lines.append(f"  - {f['expectation']}{col}: {f['count']} row(s)")
-        if qfile:
-            lines.append(f"  offending rows written to {qfile}")
-        if result.docs_index:
-            lines.append(f"  validation report: {result.docs_index}")
-        if policy == "fail":
-            lines.append("  fix the input, or set validation.policy to 'clip' (ranks) or "
-                         "'drop' (rows) in the config")
-        raise ValidationFailed("\n".join(lines))
+    report = PartitionReport(partition=partition, policy=policy, rows_in=len(df),
+                             rows_out=len(df), clipped=clipped, dropped=0,
+                             quarantined=int(bad.sum()), quarantine_file=qfile,
+                             largest_rank=largest, failures=failures,
+                             docs_index=result.docs_index)
+    droppable = policy == "drop" and bad.any() and all(map(_is_row_level, failures))
+    if not result.success and not droppable:
+        raise ValidationFailed(_failure_message(df, policy, partition, failures, qfile,
+                                                result.docs_index))
     if bad.any():  # policy drop
         df = df[~bad].reset_index(drop=True)
         report.rows_out = len(df)
+        report.dropped = int(bad.sum())
     return df, report
+
+
+def check_changed_share(reports: list[dict], max_share: float) -> None:
+    """Refuse a release whose clip/drop policy changed too much of the input.
+
+    ``reports`` are :meth:`PartitionReport.as_dict` of every partition. The share is
+    (clipped + dropped rows) / rows in, over all partitions together, so a bad state cannot
+    hide among good ones. Raises :class:`ValidationFailed` when it exceeds ``max_share``
+    (``validation.max_changed_share``); no noise has been drawn at that point.
+    """
+    rows_in = sum(int(r["rows_in"]) for r in reports)
+    clipped = sum(int(r["clipped"]) for r in reports)
+    dropped = sum(int(r["dropped"]) for r in reports)
+    changed = clipped + dropped
+    if rows_in == 0 or changed / rows_in <= max_share:
+        return
+    share = changed / rows_in
+    policy = "/".join(sorted({r["policy"] for r in reports}))
+    largest = max((r["largest_rank"] for r in reports if r.get("largest_rank") is not None),
+                  default=None)
+    if largest is not None and 1.0 < largest <= 100.0:
+        advice = (f"the ranks go up to {largest:g}, so they look like percentiles: set "
+                  "input.rank_scale: percentile")
+    else:
+        advice = ("fix the input (the rows are in the quarantine files of the internal folder) "
+                  "or, if this much change is expected, raise validation.max_changed_share")
+    raise ValidationFailed(
+        f"validation policy '{policy}' would change {changed:,} of {rows_in:,} input rows "
+        f"({share:.2%}: {clipped:,} clipped, {dropped:,} dropped), more than "
+        f"validation.max_changed_share {max_share:.2%}; no noise was drawn and nothing was "
+        f"published. {advice[0].upper() + advice[1:]}.")
+

@@ -24,17 +24,21 @@ import pandas as pd
 from prefect import flow, get_run_logger
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from dpatlas.config import ReleaseConfig, fingerprint, load_config
+from dpatlas.config import ReleaseConfig, fingerprint, load_config, redact_url
+from dpatlas.contributions import check_contributions, require_person_unit
 from dpatlas.crash import crashpoint
 from dpatlas.feed import update_feed
+from dpatlas.ids import validate_release_id
 from dpatlas.ingest import input_fingerprint
 from dpatlas.ledger import Ledger
+from dpatlas.preflight import check_feasible, check_noise_source, check_paths, mark_root
 from dpatlas.publish import now_utc, sha256_file
 from dpatlas.state import ReleaseLock, check_same_input
+from dpatlas.validate import check_changed_share
 from tasks.allocate import allocate_budget
 from tasks.estimate import estimate_chunk, select_chunk
 from tasks.ingest import ingest_partition, list_partitions
-from tasks.ledger import charge_release, charges
+from tasks.ledger import LEASE_SECONDS, charge_release, charges
 from tasks.publish import publish_release
 from tasks.validate import check_boundaries, validate_partition
 
@@ -93,14 +97,23 @@ def release(config_path: str, release_id: Optional[str] = None,
             noise_seed: Optional[int] = None) -> str:
     """Run (or resume) a release; returns the published folder.
 
-    ``noise_seed`` makes the noise repeatable (tests only; such a release is marked NOT FOR
-    RELEASE in its manifest). Without it noise comes from the operating system's CSPRNG.
+    ``noise_seed`` makes the noise repeatable: tests only, refused unless the config's
+    ``publish.mode`` is ``test`` (a test root, whose manifests say NOT FOR RELEASE). Without it
+    noise comes from the operating system's CSPRNG.
     """
     log = get_run_logger()
     cfg = load_config(Path(config_path))
-    rid = release_id or cfg.release_id or new_release_id()
+    rid = validate_release_id(release_id or cfg.release_id or new_release_id())
+    # Everything that can be checked without reading the data, before anything is written.
+    check_paths(cfg, rid)
+    check_noise_source(cfg, noise_seed)
+    require_person_unit(cfg)
     root, internal = cfg.publish.root, cfg.publish.internal / rid
     ledger = Ledger(cfg.ledger.url)
+    # The lease owner is this host and internal folder: the local lock below makes it unique
+    # on this host, so a crashed run resumes at once here, while another host (another
+    # owner) must wait for the lease to expire.
+    owner = f"{socket.gethostname()}:{Path(os.path.realpath(internal))}"
     with ReleaseLock(internal, rid):
         done = ledger.release(rid)
         if done and done["status"] == "published":
@@ -108,9 +121,10 @@ def release(config_path: str, release_id: Optional[str] = None,
             log.info("release %s is already published at %s: nothing new, nothing charged",
                      rid, root / rid)
             return str(root / rid)
-        if (root / rid).exists() and not done:
-            raise FileExistsError(f"{root / rid} exists but the ledger at {cfg.ledger.url} has "
-                                  f"no release {rid}: is this the right ledger?")
+        if os.path.lexists(root / rid) and not done:
+            raise FileExistsError(f"{root / rid} exists but the ledger at "
+                                  f"{ledger.url} has no release {rid}: is this the right "
+                                  "ledger?")
         config_sha, input_sha = fingerprint(cfg), input_fingerprint(cfg.input)
         check_same_input(internal, input_sha, config_sha)
         state = json.loads((internal / "state.json").read_text())
@@ -118,59 +132,79 @@ def release(config_path: str, release_id: Optional[str] = None,
         (internal / "state.json").write_text(json.dumps(state))
         log.info("release %s: config %s, publish root %s", rid, config_path, root)
 
-        # 1-2. Ingest and validate every partition before any noise is drawn.
+        # 1-2. Ingest and validate every partition, then the checks that span partitions,
+        # all before any noise is drawn or any budget charged.
         parts = list_partitions(cfg.input)
-        reports, geoids, cells = [], {}, set()
+        reports, staged = [], []
         for i, part in enumerate(parts):
             df = ingest_partition(cfg.input, part.key)
             path, report = validate_partition(df, cfg.validation.policy, part.key, internal)
             reports.append(report)
-            staged = pd.read_parquet(path, columns=["geoid", "cell"])
-            geoids[str(path)] = sorted(staged["geoid"].unique())
-            cells |= set(staged["cell"].unique())
+            staged.append(Path(path))
             _progress("ingest + validate", i + 1, len(parts))
-        (internal / "validation.json").write_text(json.dumps(reports, indent=2, default=str))
+        check_changed_share(reports, cfg.validation.max_changed_share)
+        contributions = None
+        if cfg.input.columns.person_id:
+            contributions = check_contributions(staged, cfg.validation.contributions, internal)
+        (internal / "validation.json").write_text(json.dumps(
+            {"partitions": reports, "contributions": contributions}, indent=2, default=str))
+        geoids, sizes = _staged_tracts(staged)
         boundaries = check_boundaries(cfg.boundaries.path, cfg.boundaries.geoid_column,
-                                      {g for gs in geoids.values() for g in gs})
+                                      set(sizes["geoid"]))
 
-        # 3. Allocate the budget; charge the ledger (refused over the cap) before any noise.
+        # 3. Allocate the budget; check the release can complete; charge the ledger (refused
+        # over the cap) and take the release's lease, before any noise.
         budget = allocate_budget(cfg)
-        owner = f"{socket.gethostname()}:{os.getpid()}"
-        charge_release(cfg.ledger, rid, budget, sorted(cells), config_sha, owner)
-        crashpoint("after-ledger-charge")
+        check_feasible(cfg, budget, sizes)
+        cells = sorted(sizes["cell"].unique())
+        charge_release(cfg.ledger, rid, budget, cells, config_sha, owner)
+        with ledger.leased(rid, owner, LEASE_SECONDS) as lease:
+            crashpoint("after-ledger-charge")
 
-        # 4-5. Select a mechanism per tract, then estimate, chunk by chunk.
-        step = cfg.partition_tracts
-        chunks = [(path, gs[i:i + step], f"{Path(path).stem}-{i // step}")
-                  for path, gs in geoids.items() for i in range(0, len(gs), step)]
-        stage = select_and_estimate.with_options(task_runner=chunk_task_runner(cfg))
-        results = [Path(p) for p in stage(chunks, budget, cfg.publish.min_n, str(internal),
-                                          noise_seed)]
+            # 4-5. Select a mechanism per tract, then estimate, chunk by chunk.
+            step = cfg.partition_tracts
+            chunks = [(str(path), gs[i:i + step], f"{Path(path).stem}-{i // step}")
+                      for path, gs in geoids.items() for i in range(0, len(gs), step)]
+            stage = select_and_estimate.with_options(task_runner=chunk_task_runner(cfg))
+            results = [Path(p) for p in stage(chunks, budget, cfg.publish.min_n,
+                                              str(internal), noise_seed)]
 
-        # 6. Publish the map-ready files and the manifest (atomically), complete the ledger
-        # entry, then show the release in the feed.
-        source = ("os.urandom" if noise_seed is None
-                  else f"seeded PCG64 ({noise_seed}): NOT FOR RELEASE")
-        charged = charges(budget, sorted(cells))
-        entry = {"ledger": _redact(cfg.ledger.url), "dataset": cfg.ledger.dataset,
-                 "release_id": rid, "charges": len(charged),
-                 "epsilon": sum(c.epsilon for c in charged),
-                 "delta": sum(c.delta for c in charged)}
-        folder = publish_release(cfg, rid, results, boundaries, budget, input_sha, source,
-                                 started, internal, entry)
-        crashpoint("after-publish")
-        ledger.complete_release(rid, sha256_file(folder / "manifest.json"))
-        crashpoint("after-ledger-complete")
+            # 6. Publish the map-ready files and the manifest (atomically, under the lease),
+            # complete the ledger entry, then show the release in the feed.
+            source = ("os.urandom" if noise_seed is None
+                      else "seeded (test only, NOT FOR RELEASE)")
+            charged = charges(budget, cells)
+            entry = {"ledger_backend": redact_url(cfg.ledger.url).split(":")[0],
+                     "dataset": cfg.ledger.dataset, "release_id": rid,
+                     "charges": len(charged),
+                     "epsilon": sum(c.epsilon for c in charged),
+                     "delta": sum(c.delta for c in charged)}
+            facts = {"person_id_checked": contributions is not None,
+                     "person_id_column": cfg.input.columns.person_id,
+                     "contributions_policy": cfg.validation.contributions,
+                     "validation_policy": cfg.validation.policy,
+                     "contributions": contributions}
+            mark_root(cfg)
+            folder = publish_release(cfg, rid, results, boundaries, budget, input_sha, source,
+                                     started, internal, entry, facts, lease.check)
+            crashpoint("after-publish")
+            lease.check()
+            ledger.complete_release(rid, sha256_file(folder / "manifest.json"), owner)
+            crashpoint("after-ledger-complete")
         update_feed(root, rid)
         _progress("publish", 1, 1)
         return str(folder)
 
 
-def _redact(url: str) -> str:
-    """A database URL without its password, for the public manifest."""
-    from sqlalchemy.engine import make_url
+def _staged_tracts(staged: list[Path]) -> tuple[dict[str, list[str]], pd.DataFrame]:
+    """Per staged partition its sorted tract GEOIDs, and n per (geoid, cell) over all of them.
 
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - never let a display detail fail a release
-        return "(unparseable url)"
+    Read after contribution bounding, which may have rewritten staged files."""
+    geoids, frames = {}, []
+    for path in staged:
+        cols = pd.read_parquet(path, columns=["geoid", "cell"])
+        geoids[str(path)] = sorted(cols["geoid"].unique())
+        frames.append(cols.groupby(["geoid", "cell"]).size().rename("n").reset_index())
+    sizes = (pd.concat(frames, ignore_index=True) if frames
+             else pd.DataFrame({"geoid": [], "cell": [], "n": []}))
+    return geoids, sizes

@@ -3,20 +3,31 @@
 Free of any orchestration framework. Two calls:
 
 - ``estimate(name, x, y, epsilon, delta=None, **hyper)`` for one tract;
-- ``estimate_batch(name, batch, epsilon, delta=None, reps=None, **hyper)`` for many tracts
-  (``TractBatch.from_labels(labels, x, y)`` groups records by tract).
+- ``estimate_batch(name, batch, epsilon, delta=None, reps=None, meter=None,
+  publishable_only=False, **hyper)`` for many tracts (``TractBatch.from_labels(labels, x, y)``
+  groups records by tract).
+
+Each estimator's ``noise_steps(epsilon, delta, **hyper)`` lists the calibrated noise a run
+draws (``privacy_maps.NoiseStep``); its ``guarantee`` is the composition of their privacy maps.
 """
 
-from . import gradient_descent, mos, sufficient_stats, theil_sen  # noqa: F401  (registers)
+# Registers the estimators, in the order of the README's table (the registry keeps it).
+from . import sufficient_stats, theil_sen, gradient_descent, mos  # noqa: F401, I001
 from .batch import TractBatch
+from .budget import NO_METER, BudgetOverrun, PrivacyFilter
 from .noise import OSRandomness, SeededRandomness
 from .privacy import GDP, ZCDP, ApproxDP, NotDP, PureDP, parallel, sequential
-from .registry import REGISTRY, BatchEstimate, TractEstimate, estimate, estimate_batch, get
+from .privacy_maps import NoiseStep, privacy_map
+from .registry import (REGISTRY, BatchEstimate, NotPublishable, TractEstimate, estimate,
+                       estimate_batch, get)
 
 ESTIMATORS = tuple(REGISTRY)
+# What a release may publish: DP estimators whose noise is drawn safely (not DPSSTheilSen).
+PUBLISHABLE = tuple(name for name, e in REGISTRY.items() if e.publishable)
 
 __all__ = [
-    "ESTIMATORS", "REGISTRY", "BatchEstimate", "TractEstimate", "TractBatch", "estimate",
-    "estimate_batch", "get", "OSRandomness", "SeededRandomness", "PureDP", "ApproxDP", "ZCDP",
-    "GDP", "NotDP", "sequential", "parallel",
+    "ESTIMATORS", "PUBLISHABLE", "REGISTRY", "BatchEstimate", "TractEstimate", "TractBatch",
+    "estimate", "estimate_batch", "get", "OSRandomness", "SeededRandomness", "PureDP",
+    "ApproxDP", "ZCDP", "GDP", "NotDP", "sequential", "parallel", "NoiseStep", "privacy_map",
+    "PrivacyFilter", "BudgetOverrun", "NO_METER", "NotPublishable",
 ]

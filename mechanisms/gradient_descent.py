@@ -8,10 +8,15 @@ the last half of the iterates are post-processing.
 Sensitivity of the clipped sum under replace-one: one record's clipped gradient lies in
 [−τ, τ]², so replacing it moves the sum by at most 2τ per coordinate: L1 ``4τ``, L2 ``2√2·τ``.
 
-- DPGDPure: Laplace, ε/T per step: ε-DP by sequential composition.
-- DPGDzCDP: Gaussian, ρ/T per step with ρ = ε²/2 (the paper's comparison point): ρ-zCDP.
+- DPGDPure: Laplace calibrated to ε/T per step: ε-DP by sequential composition.
+- DPGDzCDP: Gaussian calibrated to ρ/T per step with ρ = ε²/2 (the paper's comparison
+  point): ρ-zCDP.
 - DPGDApprox: the largest ρ whose zCDP→(ε, δ) conversion (dp-accounting, RDP) stays within
   (ε, δ), run as DPGDzCDP: (ε, δ)-DP.
+
+Each guarantee is T times the privacy map of the calibrated step (``noise_steps``: one
+"gradient step" with repeat = T), never more than the budget; every iteration spends one
+step's map from the run's meter before it draws.
 """
 
 from __future__ import annotations
@@ -20,12 +25,18 @@ import math
 
 import numpy as np
 
-from .batch import X_HIGH, X_LOW
 from .noise import gaussian_mechanism, laplace_mechanism
-from .privacy import ZCDP, PureDP, rho_for_approx, sequential, to_approx
+from .privacy import rho_for_approx, to_approx
+from .privacy_maps import GridGaussian, GridLaplace, NoiseStep, compose
 from .registry import Estimator, Outcome, blank, register
 
 _DEFAULTS = {"steps": 80, "tau": 1.0}
+# Peak memory per record of one _run with reps = 1 (measured with tracemalloc, rounded up;
+# tests/test_privacy_maps.py re-measures): the (reps, 2, records) clipped gradients, the
+# per-record predictions and residuals, and tract_sum's cumulative sums.
+_BYTES_PER_RECORD = 200
+_FIXED_BYTES = 64 * 1024
+STEP = "gradient step"
 
 
 def clipped_gradient_sum(batch, theta: np.ndarray, tau: float) -> np.ndarray:
@@ -42,16 +53,33 @@ def clipped_gradient_sum(batch, theta: np.ndarray, tau: float) -> np.ndarray:
     return np.moveaxis(batch.tract_sum(grad), 1, 2)
 
 
+def _steps_and_tau(name: str, hp: dict) -> tuple[int, float]:
+    steps, tau = hp["steps"], hp["tau"]
+    if isinstance(steps, bool) or int(steps) != steps or steps < 1:
+        raise ValueError(f"{name}: steps must be an integer >= 1, got {steps!r}")
+    if isinstance(tau, bool) or not (math.isfinite(float(tau)) and float(tau) > 0):
+        raise ValueError(f"{name}: tau must be a finite number > 0, got {tau!r}")
+    return int(steps), float(tau)
+
+
 class _GradientDescent(Estimator):
     defaults = _DEFAULTS
 
-    def _noisy_sum(self, rand, grad_sum, epsilon, delta, hp):
+    def _gradient_step(self, epsilon: float, delta: float | None, hp: dict) -> NoiseStep:
+        """The calibrated noise of one gradient step (repeat = T)."""
         raise NotImplementedError
 
-    def _run(self, batch, epsilon, delta, rand, reps, hp):
-        steps, tau = int(hp["steps"]), float(hp["tau"])
-        if steps < 1 or tau <= 0:
-            raise ValueError(f"{self.name}: steps must be >= 1 and tau > 0")
+    def _noise_steps(self, epsilon, delta, hp):
+        return [self._gradient_step(epsilon, delta, hp)]
+
+    def _noisy_sum(self, rand, grad_sum, epsilon, delta, hp, step: NoiseStep | None = None):
+        """One noisy release of the clipped gradient sums, with ``step``'s calibrated noise
+        (by default the calibration for ``epsilon``)."""
+        raise NotImplementedError
+
+    def _run(self, batch, budget, rand, reps, hp, meter):
+        steps, tau = _steps_and_tau(self.name, hp)
+        step = budget.step(STEP)
         p25, p75, failed, reason = blank(reps, batch.n_tracts)
         theta = np.full((reps, batch.n_tracts, 2), 0.5)
         sq_norms = np.zeros((reps, batch.n_tracts))
@@ -59,7 +87,9 @@ class _GradientDescent(Estimator):
         first_kept = steps // 2
         for t in range(steps):
             gsum = clipped_gradient_sum(batch, theta, tau)
-            noisy = self._noisy_sum(rand, gsum, epsilon, delta, hp)
+            # Every iteration is a release on the same people: each spends one step's map.
+            meter.spend(batch.labels, step.guarantee, reps)
+            noisy = self._noisy_sum(rand, gsum, budget.epsilon, budget.delta, hp, step)
             sq_norms += np.sum(noisy**2, axis=-1)
             theta = theta - noisy / np.sqrt(np.maximum(sq_norms, 1e-300))[..., None]
             if t >= first_kept:
@@ -69,6 +99,9 @@ class _GradientDescent(Estimator):
         p75[:] = mean[..., 1]
         return Outcome(p25, p75, failed, reason)
 
+    def peak_bytes(self, n, **hp):
+        return _FIXED_BYTES + _BYTES_PER_RECORD * np.asarray(n, dtype=np.int64)
+
 
 @register
 class DPGDPure(_GradientDescent):
@@ -76,13 +109,16 @@ class DPGDPure(_GradientDescent):
     summary = "Noisy gradient descent, Laplace noise (pure epsilon-DP)"
     sampler = "grid Laplace: exact discrete Laplace (CKS 2020), L1 sensitivity 4*tau"
 
-    def guarantee(self, epsilon, delta=None, **hp):
-        steps = int(self.hyper(hp)["steps"])
-        return sequential([PureDP(epsilon / steps)] * steps)
+    def _gradient_step(self, epsilon, delta, hp):
+        steps, tau = _steps_and_tau(self.name, hp)
+        return NoiseStep(STEP, GridLaplace.calibrate(epsilon / steps, 2),
+                         f"4*tau = {4 * tau:g} (L1, replace-one: each record's gradient is "
+                         "clipped to [-tau, tau]^2)", repeat=steps)
 
-    def _noisy_sum(self, rand, grad_sum, epsilon, delta, hp):
+    def _noisy_sum(self, rand, grad_sum, epsilon, delta, hp, step=None):
+        step = step or self._gradient_step(epsilon, delta, hp)
         return laplace_mechanism(rand, grad_sum, 4.0 * float(hp["tau"]),
-                                 epsilon / int(hp["steps"]))
+                                 step.noise.epsilon_for(grad_sum))
 
 
 @register
@@ -94,18 +130,23 @@ class DPGDzCDP(_GradientDescent):
     def total_rho(self, epsilon: float, delta: float | None, hp: dict) -> float:
         return epsilon**2 / 2.0
 
-    def guarantee(self, epsilon, delta=None, **hp):
-        hp = self.hyper(hp)
-        steps = int(hp["steps"])
-        return sequential([ZCDP(self.total_rho(epsilon, delta, hp) / steps)] * steps)
+    def _gradient_step(self, epsilon, delta, hp):
+        steps, tau = _steps_and_tau(self.name, hp)
+        rho_step = self.total_rho(epsilon, delta, hp) / steps
+        try:
+            noise = GridGaussian.calibrate(rho_step, 2)
+        except ValueError as err:
+            raise ValueError(f"{self.name}: epsilon = {epsilon:g} over {steps} steps leaves "
+                             f"rho = {rho_step:.3g} per step, too little for the grid Gaussian "
+                             f"({err}); use fewer steps or a larger epsilon") from None
+        return NoiseStep(STEP, noise,
+                         f"2*sqrt(2)*tau = {2 * math.sqrt(2) * tau:g} (L2, replace-one: each "
+                         "record's gradient is clipped to [-tau, tau]^2)", repeat=steps)
 
-    def _noisy_sum(self, rand, grad_sum, epsilon, delta, hp):
+    def _noisy_sum(self, rand, grad_sum, epsilon, delta, hp, step=None):
+        step = step or self._gradient_step(epsilon, delta, hp)
         return gaussian_mechanism(rand, grad_sum, 2.0 * math.sqrt(2.0) * float(hp["tau"]),
-                                  hp["_rho_step"])
-
-    def _run(self, batch, epsilon, delta, rand, reps, hp):
-        rho_step = self.total_rho(epsilon, delta, hp) / int(hp["steps"])  # once, not per step
-        return super()._run(batch, epsilon, delta, rand, reps, {**hp, "_rho_step": rho_step})
+                                  step.noise.rho_for(grad_sum))
 
 
 @register
@@ -117,12 +158,14 @@ class DPGDApprox(DPGDzCDP):
 
     @staticmethod
     def _delta(delta: float | None, hp: dict) -> float:
-        return float(delta) if delta is not None else float(hp["default_delta"])
+        d = float(delta) if delta is not None else float(hp["default_delta"])
+        if not 0 < d < 1:
+            raise ValueError(f"DPGDApprox: delta must lie in (0, 1), got {d!r}")
+        return d
 
     def total_rho(self, epsilon, delta, hp):
         return rho_for_approx(epsilon, self._delta(delta, hp))
 
-    def guarantee(self, epsilon, delta=None, **hp):
-        hp = self.hyper(hp)
-        concentrated = super().guarantee(epsilon, delta, **hp)
-        return to_approx(concentrated, self._delta(delta, hp))
+    def _compose(self, steps, delta, hp):
+        # The steps compose to ρ-zCDP (their maps); converted to (ε, δ) by dp-accounting.
+        return to_approx(compose(steps), self._delta(delta, hp))

@@ -22,10 +22,19 @@ from .privacy import NotDP
 from .registry import Estimator, Outcome, blank, register
 
 
+# Peak memory per record, reps = 1 (tracemalloc, rounded up; re-measured by
+# tests/test_privacy_maps.py): the state median's sorted copy, the eligibility sums and the
+# sufficient statistics. The grid terms are per tract (grid² floats), in the fixed part.
+_BYTES_PER_RECORD = 160
+_FIXED_BYTES = 64 * 1024
+
+
 @register
 class MOS(Estimator):
     name = "MOS"
     private = False
+    publishable = False
+    not_publishable_reason = "not differentially private (noise scaled to observed sensitivity)"
     defaults = {"grid": 5, "min_n": 20, "min_share": 0.10}
     summary = "Opportunity Insights maximum-observed-sensitivity heuristic (NOT DP)"
     sampler = "grid Laplace (same sampler as the DP estimators); the calibration is not DP"
@@ -33,7 +42,13 @@ class MOS(Estimator):
     def guarantee(self, epsilon, delta=None, **hp):
         return NotDP("Opportunity Insights MOS heuristic: noise scaled to observed sensitivity")
 
-    def _run(self, batch, epsilon, delta, rand, reps, hp):
+    def peak_bytes(self, n, **hp):
+        grid = int(self.hyper(hp)["grid"])
+        return (_FIXED_BYTES + 64 * grid * grid
+                + _BYTES_PER_RECORD * np.asarray(n, dtype=np.int64))
+
+    def _run(self, batch, budget, rand, reps, hp, meter):
+        epsilon = budget.epsilon
         p25, p75, failed, reason = blank(reps, batch.n_tracts)
         st = sufficient_stats(batch)
         n = st.n.astype(np.float64)
@@ -66,5 +81,7 @@ class MOS(Estimator):
             local = np.max(np.abs(pred2 - pred), axis=1)
             mos = float(np.max(n[idx] * local))
             values = np.broadcast_to(pred[:, 0], (reps, idx.size))[..., None]
+            # No privacy map exists for this draw: a real meter refuses it (never published).
+            meter.spend(batch.labels[idx], self.guarantee(epsilon), reps)
             out[:, idx] = laplace_mechanism(rand, values, mos / n[idx], epsilon / 2.0)[..., 0]
         return Outcome(p25, p75, failed, reason)

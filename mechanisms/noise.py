@@ -40,6 +40,9 @@ import numpy as np
 LAPLACE_GRID_STEPS = 4096  # grid units per unit of L1 sensitivity
 _SCALE_DENOMINATOR = 256  # discrete Laplace scales are rationals A / 256, rounded up
 _U64_MAX = np.uint64(0xFFFFFFFFFFFFFFFF)
+# Largest t of geometric(): t·K (Alg. 1's products) and t·V stay below 2^64 unless K or V
+# exceed 2^19, whose probabilities (1/(2^19)! and e^-(2^19)) are zero for any practical purpose.
+_MAX_GEOMETRIC_SCALE_NUM = 2**44
 
 
 # ---------------------------------------------------------------------------------------------
@@ -76,17 +79,6 @@ class Randomness:
     def coin(self, n: int) -> np.ndarray:
         """Fair coins."""
         return (self.words(n) & np.uint64(1)).astype(bool)
-
-    def uniform01(self, n: int | tuple) -> np.ndarray:
-        """Uniform floats on the open interval (0, 1) with 53 random bits each.
-
-        Used only where a float is unavoidable (selection probabilities of the exponential
-        mechanism, Student's t noise); see the README for what that implies.
-        """
-        shape = (n,) if isinstance(n, int) else n
-        k = int(np.prod(shape))
-        w = self.words(k) >> np.uint64(11)
-        return ((w.astype(np.float64) + 0.5) * 2.0**-53).reshape(shape)
 
     def numpy_generator(self) -> np.random.Generator:
         """A numpy generator seeded from 128 bits of this source (for float-only samplers)."""
@@ -140,7 +132,7 @@ def bernoulli_exp(rand: Randomness, num: np.ndarray, den: np.ndarray) -> np.ndar
         left -= np.uint64(1)
         keep = b & (left > 0)
         idx, left = idx[keep], left[keep]
-    alive = np.nonzero(result)[0]
+    alive = np.nonzero(result & (frac > 0))[0]  # exp(-0) = 1: no draw needed
     if alive.size:
         result[alive] = _bernoulli_exp_le1(rand, frac[alive], den[alive])
     return result
@@ -157,30 +149,59 @@ def _bernoulli_exp_le1(rand: Randomness, num: np.ndarray, den: np.ndarray) -> np
     return (k % np.uint64(2)) == 1
 
 
-def discrete_laplace(rand: Randomness, scale_num: np.ndarray, scale_den: int) -> np.ndarray:
-    """Exact discrete Laplace with scale ``scale_num/scale_den``: P(k) ∝ exp(-|k|·den/num).
+def geometric(rand: Randomness, scale_num: np.ndarray, scale_den: np.ndarray | int) -> np.ndarray:
+    """Exact geometric Y >= 0 with P(Y = y) ∝ exp(-y·den/num), i.e. P(Y >= y) = exp(-y·den/num).
 
-    CKS Algorithm 2 with t = scale_num, s = scale_den.
+    The inner loop of CKS 2020 Algorithm 2 with t = ``scale_num``, s = ``scale_den`` (integer
+    arrays, broadcast together): U uniform in [0, t), kept with probability exp(-U/t) (Alg. 1);
+    V ~ Geometric(1 - e^-1) by repeated Bernoulli(e^-1); X = U + t·V has P(X = x) ∝ exp(-x/t),
+    and Y = ⌊X/s⌋ sums s consecutive terms, so P(Y = y) ∝ exp(-y·s/t). Integer arithmetic only.
+    Needs t <= 2**44 so that t·V and the Bernoulli products stay far inside 64 bits.
     """
-    t = np.asarray(scale_num, dtype=np.uint64).ravel()
-    s = np.uint64(scale_den)
-    out = np.zeros(t.size, dtype=np.int64)
+    t = np.asarray(scale_num, dtype=np.uint64)
+    s = np.asarray(scale_den, dtype=np.uint64)
+    t, s = (a.ravel() for a in np.broadcast_arrays(t, s))
+    if np.any(t < 1) or np.any(s < 1) or np.any(t > _MAX_GEOMETRIC_SCALE_NUM):
+        raise ValueError("exact geometric noise needs integer scales 1 <= num <= 2**44 and "
+                         "den >= 1 (a scale above 2**44 means the budget is far too small)")
+    out = np.empty(t.size, dtype=np.int64)
     pending = np.arange(t.size)
     while pending.size:
         tp = t[pending]
         u = rand.below(tp)
-        d = bernoulli_exp(rand, u, tp)
-        # V ~ Geometric(1 - exp(-1)): count successes of Bernoulli(exp(-1)) before a failure.
-        v = np.zeros(pending.size, dtype=np.uint64)
-        go = np.nonzero(d)[0]
-        while go.size:
-            b = bernoulli_exp(rand, np.ones(go.size, np.uint64), np.ones(go.size, np.uint64))
-            v[go[b]] += np.uint64(1)
-            go = go[b]
-        y = (u + tp * v) // s
+        kept = bernoulli_exp(rand, u, tp)
+        done = pending[kept]
+        v = _geometric_1_minus_inv_e(rand, done.size)
+        out[done] = ((u[kept] + tp[kept] * v) // s[done]).astype(np.int64)
+        pending = pending[~kept]
+    return out
+
+
+def _geometric_1_minus_inv_e(rand: Randomness, n: int) -> np.ndarray:
+    """V ~ Geometric(1 - e^-1) on {0, 1, ...}: successes of Bernoulli(e^-1) before a failure."""
+    v = np.zeros(n, dtype=np.uint64)
+    go = np.arange(n)
+    while go.size:
+        b = _bernoulli_exp_le1(rand, np.ones(go.size, np.uint64), np.ones(go.size, np.uint64))
+        v[go[b]] += np.uint64(1)
+        go = go[b]
+    return v
+
+
+def discrete_laplace(rand: Randomness, scale_num: np.ndarray, scale_den: int) -> np.ndarray:
+    """Exact discrete Laplace with scale ``scale_num/scale_den``: P(k) ∝ exp(-|k|·den/num).
+
+    CKS Algorithm 2 with t = scale_num, s = scale_den: a geometric magnitude Y (:func:`geometric`)
+    and a fair sign, rejecting "negative zero" so that 0 is not counted twice.
+    """
+    t = np.asarray(scale_num, dtype=np.uint64).ravel()
+    out = np.zeros(t.size, dtype=np.int64)
+    pending = np.arange(t.size)
+    while pending.size:
+        y = geometric(rand, t[pending], scale_den)
         neg = rand.coin(pending.size)
-        accept = d & ~(neg & (y == 0))
-        signed = np.where(neg, -y.astype(np.int64), y.astype(np.int64))
+        accept = ~(neg & (y == 0))
+        signed = np.where(neg, -y, y)
         out[pending[accept]] = signed[accept]
         pending = pending[~accept]
     return out

@@ -30,15 +30,21 @@ class Pairs:
     k: np.ndarray  # per tract: the most pairs any one record lies in
 
 
-def _round_robin(n_even: int) -> np.ndarray:
-    """Matchings of the circle method: array (n_even−1, n_even/2, 2) of record indices."""
+def _round_robin(n_even: int, rounds: np.ndarray | None = None) -> np.ndarray:
+    """Matchings of the circle method: array (..., n_even/2, 2) of record indices.
+
+    Round r pairs (r, n_even−1) and ((r+o) mod (n_even−1), (r−o) mod (n_even−1)) for
+    o = 1 … n_even/2 − 1. ``rounds`` (any shape) selects rounds; default all n_even − 1 of them.
+    Building only the chosen rounds keeps k matchings at O(k·n) memory, not O(n²).
+    """
     r = n_even - 1
-    rounds = np.arange(r)[:, None]
-    offs = np.arange(1, n_even // 2)[None, :]
-    fixed = np.stack([rounds[:, 0], np.full(r, r)], axis=1)[:, None, :]
-    a = (rounds + offs) % r
-    b = (rounds - offs) % r
-    return np.concatenate([fixed, np.stack([a, b], axis=2)], axis=1)
+    rounds = np.arange(r) if rounds is None else np.asarray(rounds, dtype=np.int64)
+    rr = rounds[..., None]
+    offs = np.arange(1, n_even // 2)
+    fixed = np.stack([rounds, np.full(rounds.shape, r)], axis=-1)[..., None, :]
+    a = (rr + offs) % r
+    b = (rr - offs) % r
+    return np.concatenate([fixed, np.stack([a, b], axis=-1)], axis=-2)
 
 
 def _sorted_by_tract(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> tuple:
@@ -75,14 +81,13 @@ def k_matchings(batch: TractBatch, k: int, rand: Randomness) -> Pairs:
         size = int(size)
         tracts = np.nonzero(n == size)[0]
         n_even = size + (size % 2)
-        table = _round_robin(n_even)  # (rounds, n_even/2, 2)
-        rounds = table.shape[0]
+        rounds = n_even - 1
         kk = min(k, rounds)
         # Uniform random choices from uniform random 64-bit keys (ties have probability ~2^-64).
         pick = np.argsort(rand.words(tracts.size * rounds).reshape(tracts.size, rounds),
                           axis=1)[:, :kk]
         perm = np.argsort(rand.words(tracts.size * n_even).reshape(tracts.size, n_even), axis=1)
-        chosen = table[pick]  # (tracts, kk, n_even/2, 2) positions in the relabelled order
+        chosen = _round_robin(n_even, pick)  # (tracts, kk, n_even/2, 2), relabelled order
         rec = np.take_along_axis(perm, chosen.reshape(tracts.size, -1), axis=1)
         rec = rec.reshape(tracts.size, -1, 2)
         keep = (rec < size).all(axis=2)  # drop pairs with the dummy record

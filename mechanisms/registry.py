@@ -8,8 +8,10 @@ from typing import Any, Mapping
 import numpy as np
 
 from .batch import TractBatch
+from .budget import NO_METER, NoMeter, StepMeter
 from .noise import Randomness, default_randomness
 from .privacy import Guarantee
+from .privacy_maps import NoiseStep, compose
 
 MIN_RECORDS = 2  # a regression needs two records; smaller tracts fail (n is public)
 
@@ -25,8 +27,35 @@ class Outcome:
     extras: dict[str, np.ndarray] = field(default_factory=dict)
 
 
+class NotPublishable(ValueError):
+    """An estimator that is for evaluation only was asked for on the release path."""
+
+
+@dataclass(frozen=True)
+class RunBudget:
+    """What ``_run`` draws with: the budget and the calibrated noise steps of that budget.
+
+    ``_run`` takes every noise parameter from ``steps`` (never from ``epsilon`` directly), so
+    the guarantee, the composition of the steps' privacy maps, is that of the noise drawn.
+    """
+
+    epsilon: float
+    delta: float | None
+    steps: tuple[NoiseStep, ...]
+
+    def step(self, name: str) -> NoiseStep:
+        for s in self.steps:
+            if s.name == name:
+                return s
+        raise KeyError(f"no noise step {name!r}; steps: {[s.name for s in self.steps]}")
+
+
+Meter = StepMeter | NoMeter
+
+
 class Estimator:
-    """Base class. Subclasses set the class attributes and implement ``_run`` and ``guarantee``."""
+    """Base class. Subclasses set the class attributes and implement ``_run`` and, if they
+    draw noise, ``_noise_steps`` (the calibration); ``guarantee`` is derived from it."""
 
     name: str = ""
     private: bool = True
@@ -34,6 +63,9 @@ class Estimator:
     defaults: Mapping[str, Any] = {}
     summary: str = ""
     sampler: str = ""
+    # May a release publish it? Not-DP baselines and float-noise mechanisms may not.
+    publishable: bool = True
+    not_publishable_reason: str = ""
 
     def hyper(self, overrides: Mapping[str, Any]) -> dict[str, Any]:
         unknown = set(overrides) - set(self.defaults)
@@ -43,11 +75,38 @@ class Estimator:
                              f"allowed: {allowed}")
         return {**self.defaults, **overrides}
 
+    # -- calibration and its privacy map ----------------------------------------------------
+
+    def noise_steps(self, epsilon: float, delta: float | None = None,
+                    **hp: Any) -> list[NoiseStep]:
+        """The noise a run with budget ``epsilon`` (and ``delta``) draws per tract."""
+        _check_budget(self, epsilon, delta)
+        return self._noise_steps(float(epsilon), delta, self.hyper(hp))
+
+    def _noise_steps(self, epsilon: float, delta: float | None,
+                     hp: dict[str, Any]) -> list[NoiseStep]:
+        return []  # no noise (non-private baselines)
+
     def guarantee(self, epsilon: float, delta: float | None = None, **hp: Any) -> Guarantee:
+        """Per tract: the sequential composition of the privacy maps of ``noise_steps``."""
+        hp = self.hyper(hp)
+        _check_budget(self, epsilon, delta)
+        return self._compose(self._noise_steps(float(epsilon), delta, hp), delta, hp)
+
+    def _compose(self, steps: list[NoiseStep], delta: float | None,
+                 hp: dict[str, Any]) -> Guarantee:
+        return compose(steps)
+
+    # -- running ----------------------------------------------------------------------------
+
+    def _run(self, batch: TractBatch, budget: RunBudget, rand: Randomness, reps: int,
+             hp: dict[str, Any], meter: Meter) -> Outcome:
+        """Draw exactly ``budget.steps``; call ``meter.spend(labels, g, reps)`` before each draw."""
         raise NotImplementedError
 
-    def _run(self, batch: TractBatch, epsilon: float, delta: float | None, rand: Randomness,
-             reps: int, hp: dict[str, Any]) -> Outcome:
+    def peak_bytes(self, n: np.ndarray, **hp: Any) -> np.ndarray:
+        """Peak memory (bytes) one ``_run`` needs for a tract of ``n`` records, per tract
+        (reps = 1). Subclasses state the measured constants."""
         raise NotImplementedError
 
 
@@ -99,7 +158,8 @@ class TractEstimate:
 
 
 def _check_budget(est: Estimator, epsilon: float, delta: float | None) -> None:
-    if not (isinstance(epsilon, (int, float)) and np.isfinite(epsilon) and epsilon > 0):
+    if isinstance(epsilon, bool) or not (isinstance(epsilon, (int, float, np.floating))
+                                         and np.isfinite(epsilon) and epsilon > 0):
         raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}")
     if delta is not None and not 0 < delta < 1:
         raise ValueError(f"delta must lie in (0, 1), got {delta!r}")
@@ -107,22 +167,31 @@ def _check_budget(est: Estimator, epsilon: float, delta: float | None) -> None:
 
 def estimate_batch(name: str, batch: TractBatch, epsilon: float, delta: float | None = None, *,
                    rand: Randomness | None = None, seed: int | None = None,
-                   reps: int | None = None, **hyper: Any) -> BatchEstimate:
+                   reps: int | None = None, meter: Meter | None = None,
+                   publishable_only: bool = False, **hyper: Any) -> BatchEstimate:
     """Run estimator ``name`` on every tract of ``batch`` with per-tract budget ``epsilon``.
 
     Noise comes from ``rand``, else from a seeded source if ``seed`` is given (tests,
     evaluation), else from the operating system's CSPRNG. ``reps`` repeats the noisy part
-    (for evaluation) and adds a leading axis to every array.
+    (for evaluation) and adds a leading axis to every array. ``meter`` (release path) is
+    spent from before every draw (``mechanisms/budget.py``); ``publishable_only`` refuses an
+    estimator that is for evaluation only.
     """
     est = get(name)
+    if publishable_only and not est.publishable:
+        raise NotPublishable(f"{name} cannot be published: {est.not_publishable_reason}; "
+                             "remove it from profile.suite")
     _check_budget(est, epsilon, delta)
     hp = est.hyper(hyper)
     rand = rand if rand is not None else default_randomness(seed)
     r = 1 if reps is None else int(reps)
     if r < 1:
         raise ValueError("reps must be >= 1")
-    out = est._run(batch, float(epsilon), delta, rand, r, hp)
-    g = est.guarantee(float(epsilon), delta, **hp)
+    # Calibrate first (it refuses an infeasible budget before any draw), then draw with it.
+    steps = est._noise_steps(float(epsilon), delta, hp)
+    g = est._compose(steps, delta, hp)
+    out = est._run(batch, RunBudget(float(epsilon), delta, tuple(steps)), rand, r, hp,
+                   meter if meter is not None else NO_METER)
     small = batch.n < MIN_RECORDS
     failed = out.failed | small[None, :]
     reason = np.where(small[None, :], f"fewer than {MIN_RECORDS} records", out.reason)

@@ -7,21 +7,33 @@ p25 median and ε/2 for the p75 median (sequential composition on the same peopl
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from .batch import X_HIGH, X_LOW, TractBatch
 from .median import Segments, bookended_median, exact_median, exp_median, smooth_sensitivity
 from .noise import Randomness
 from .pairs import all_pairs, chunk_tracts, k_matchings, theil_sen_points
-from .privacy import NotDP, PureDP, sequential
+from .privacy import NotDP
+from .privacy_maps import ExpMedian, NoiseStep, StudentTSmooth
 from .registry import Estimator, Outcome, blank, register
 
-# Pairs per chunk: bounds memory at about 0.5 GB whatever the number of tracts.
+# Pairs per chunk: bounds memory at about 0.65 GB (BYTES_PER_PAIR each) whatever the number
+# of tracts; a single tract with more pairs is its own chunk.
 MAX_PAIRS_PER_CHUNK = 4_000_000
 _EXP_SAMPLER = ("exponential mechanism on a 2^20-point output grid: interval chosen by "
                 "inversion of float64 weights, grid point by an exact integer draw")
+
+# Peak memory of one _run with reps = 1, from tracemalloc over one tract of n = 50, 200, 800
+# and 1600 records (script in the report; tests/test_privacy_maps.py re-measures n = 50, 200,
+# 800). Measured at n = 1600, bytes per pair: TheilSen and DPSSTheilSen 100, DPExpTheilSen
+# 127, DPWideTheilSen 135 (pair indices: int32 tract and int64 i, j with the triu and argsort
+# temporaries; the float64 predictions and their sorted copy; the exponential mechanism's
+# per-value arrays); the matchings add about 100 bytes per record (relabelling keys and
+# permutation). Rounded up:
+BYTES_PER_PAIR = 160
+BYTES_PER_RECORD = 256
+_FIXED_BYTES = 256 * 1024
+_MEDIANS = (("p25 median", X_LOW), ("p75 median", X_HIGH))
 
 
 class _TheilSenBase(Estimator):
@@ -30,21 +42,27 @@ class _TheilSenBase(Estimator):
     pairing = "all"  # "all" or "matchings"
     base_defaults = {"lo": -0.5, "hi": 1.5}
 
+    @staticmethod
+    def _bounds(name: str, hp: dict) -> tuple[float, float]:
+        lo, hi = float(hp["lo"]), float(hp["hi"])
+        if not lo < hi:
+            raise ValueError(f"{name}: need lo < hi, got [{lo}, {hi}]")
+        return lo, hi
+
     def _pairs(self, batch: TractBatch, rand: Randomness, hp: dict):
         if self.pairing == "all":
             return all_pairs(batch)
         return k_matchings(batch, int(hp["k"]), rand)
 
-    def _median(self, seg: Segments, k: np.ndarray, eps_med: float, rand: Randomness,
-                reps: int, hp: dict) -> tuple[np.ndarray, np.ndarray]:
-        """(values (reps, T), failed (reps, T))."""
+    def _median(self, seg: Segments, k: np.ndarray, step: NoiseStep | None, labels: np.ndarray,
+                rand: Randomness, reps: int, hp: dict, meter) -> tuple[np.ndarray, np.ndarray]:
+        """(values (reps, T), failed (reps, T)); spends ``step`` for ``labels`` first."""
         raise NotImplementedError
 
-    def _run(self, batch, epsilon, delta, rand, reps, hp):
+    def _run(self, batch, budget, rand, reps, hp, meter):
         p25, p75, failed, reason = blank(reps, batch.n_tracts)
-        lo, hi = float(hp["lo"]), float(hp["hi"])
-        if not lo < hi:
-            raise ValueError(f"{self.name}: need lo < hi, got [{lo}, {hi}]")
+        lo, hi = self._bounds(self.name, hp)
+        steps = {name: (budget.step(name) if budget.steps else None) for name, _ in _MEDIANS}
         # All-pairs z are deterministic: compute once, reuse across reps. Sampled matchings
         # are part of the randomness: draw them afresh for every rep.
         rep_groups = [range(reps)] if self.pairing == "all" else [[r] for r in range(reps)]
@@ -53,20 +71,35 @@ class _TheilSenBase(Estimator):
             for reps_here in rep_groups:
                 rows = np.asarray(list(reps_here))
                 pairs = self._pairs(sub, rand, hp)
-                for x_star, out in ((X_LOW, p25), (X_HIGH, p75)):
+                for (name, x_star), out in zip(_MEDIANS, (p25, p75)):
                     tract, z = theil_sen_points(sub, pairs, x_star, lo, hi)
                     seg = Segments.build(tract, z, sub.n_tracts)
-                    vals, fail = self._median(seg, pairs.k, epsilon / 2.0, rand, rows.size, hp)
+                    vals, fail = self._median(seg, pairs.k, steps[name], sub.labels, rand,
+                                              rows.size, hp, meter)
                     out[np.ix_(rows, chunk)] = vals
                     failed[np.ix_(rows, chunk)] |= fail
         reason[failed] = "no pairs with distinct x"
         return Outcome(p25, p75, failed, reason)
+
+    def _pairs_per_tract(self, n: np.ndarray, hp: dict) -> np.ndarray:
+        all_ = n * (n - 1) // 2
+        if self.pairing == "all":
+            return all_
+        return np.minimum(int(hp["k"]) * ((n + 1) // 2), all_)
+
+    def peak_bytes(self, n, **hp):
+        hp = self.hyper(hp)
+        n = np.asarray(n, dtype=np.int64)
+        return (_FIXED_BYTES + BYTES_PER_RECORD * n
+                + BYTES_PER_PAIR * self._pairs_per_tract(n, hp))
 
 
 @register
 class TheilSen(_TheilSenBase):
     name = "TheilSen"
     private = False
+    publishable = False
+    not_publishable_reason = "not differentially private (non-private baseline)"
     defaults = dict(_TheilSenBase.base_defaults)
     summary = "Median of all pairwise predictions (non-private baseline, evaluation only)"
     sampler = "none"
@@ -74,22 +107,31 @@ class TheilSen(_TheilSenBase):
     def guarantee(self, epsilon, delta=None, **hp):
         return NotDP("non-private baseline")
 
-    def _median(self, seg, k, eps_med, rand, reps, hp):
+    def _median(self, seg, k, step, labels, rand, reps, hp, meter):
         med = exact_median(seg)
         return np.broadcast_to(med, (reps, med.size)), np.broadcast_to(seg.m == 0, (reps, med.size))
 
 
+_EXP_SENSITIVITY = ("utility sensitivity k = the most pairwise predictions one record is in "
+                    "({k}) (replace-one; predictions clipped to [lo, hi])")
+
+
 class _ExpBase(_TheilSenBase):
-    """Exponential-mechanism median of the pairwise predictions: pure ε/2 per prediction."""
+    """Exponential-mechanism median of the pairwise predictions: ε/2 per prediction."""
 
     widen_key: str | None = None
     sampler = _EXP_SAMPLER
+    k_text = "k = n - 1 for all pairs"
 
-    def guarantee(self, epsilon, delta=None, **hp):
-        return sequential([PureDP(epsilon / 2.0), PureDP(epsilon / 2.0)])
+    def _noise_steps(self, epsilon, delta, hp):
+        self._bounds(self.name, hp)
+        sens = _EXP_SENSITIVITY.format(k=self.k_text)
+        return [NoiseStep(name, ExpMedian.calibrate(epsilon / 2.0), sens) for name, _ in _MEDIANS]
 
-    def _median(self, seg, k, eps_med, rand, reps, hp):
+    def _median(self, seg, k, step, labels, rand, reps, hp, meter):
         widen = float(hp[self.widen_key]) if self.widen_key else 0.0
+        eps_med = step.noise.argument
+        meter.spend(labels, step.guarantee, reps)
         vals = exp_median(seg, eps_med, k, float(hp["lo"]), float(hp["hi"]), rand, reps, widen)
         return vals, np.zeros(vals.shape, dtype=bool)
 
@@ -107,6 +149,7 @@ class DPExpTheilSenMatch(_ExpBase):
     pairing = "matchings"
     defaults = {**_TheilSenBase.base_defaults, "k": 1}
     summary = "Exponential-mechanism median over one random perfect matching (k = 1)"
+    k_text = "k = 1 matching"
 
     def hyper(self, overrides):
         hp = super().hyper(overrides)
@@ -122,6 +165,13 @@ class DPExpTheilSenkMatch(_ExpBase):
     pairing = "matchings"
     defaults = {**_TheilSenBase.base_defaults, "k": 10}
     summary = "Exponential-mechanism median over k random perfect matchings (default k = 10)"
+    k_text = "k = min(k matchings, n - 1)"
+
+    def hyper(self, overrides):
+        hp = super().hyper(overrides)
+        if isinstance(hp["k"], bool) or int(hp["k"]) != hp["k"] or hp["k"] < 1:
+            raise ValueError(f"DPExpTheilSenkMatch: k must be an integer >= 1, got {hp['k']!r}")
+        return hp
 
 
 @register
@@ -131,49 +181,63 @@ class DPWideTheilSen(_ExpBase):
     defaults = {**_TheilSenBase.base_defaults, "theta": 0.01}
     summary = "Widened exponential-mechanism median (top utility within theta of the median)"
 
+    def hyper(self, overrides):
+        hp = super().hyper(overrides)
+        if not float(hp["theta"]) >= 0:
+            raise ValueError(f"DPWideTheilSen: theta must be >= 0, got {hp['theta']!r}")
+        return hp
+
 
 @register
 class DPSSTheilSen(_TheilSenBase):
-    """Median plus Student's t noise scaled by a β-smooth sensitivity bound.
+    """Median plus Student's t noise scaled by a β-smooth sensitivity bound. Evaluation only.
 
     Guarantee: for t noise with d degrees of freedom, ``f(z) + S_β(z)/s · T_d`` is ε-DP with
     ``ε = (d+1)·(β + s/(2√d))`` (Bun & Steinke 2019, "Average-Case Averages", Thm 31 bound on
     the max-divergence of shifted/scaled t distributions; the paper's Appendix E, Lemma 1).
-    With a share ``p`` of ε on β (reference p = 1/2): ``β = p·ε/(d+1)``,
-    ``s = 2(1−p)·ε·√d/(d+1)``. This is a *pure* ε-DP bound (hence also ε²/2-zCDP), which
-    is why we record it as pure; ``estimators.md`` calls it concentrated DP, but the cited
-    theorem gives the stronger pure bound.
+    The guarantee is computed by that map from the (d, β, s) the run draws with, per median.
+    With a share ``p`` of ε_med on β: ``β = p·ε_med/(d+1)``, ``s = 2(1−p)·ε_med·√d/(d+1)``.
+
+    Not publishable: the t noise is sampled in floating point (numpy), which is not proven
+    safe against floating-point attacks (Mironov 2012).
     """
 
     name = "DPSSTheilSen"
     defaults = {**_TheilSenBase.base_defaults, "d": 3, "beta_share": 0.5}
     summary = "Median plus Student's t noise scaled by the smooth sensitivity (Bun-Steinke)"
     sampler = ("Student's t from float64 (numpy PCG64 seeded from the randomness source); "
-               "output rounded to a 2e-6 grid. Not float-attack-safe: see README")
-
-    def guarantee(self, epsilon, delta=None, **hp):
-        return sequential([PureDP(epsilon / 2.0), PureDP(epsilon / 2.0)])
+               "output rounded to a 2e-6 grid. Not float-attack-safe: evaluation only")
+    publishable = False
+    not_publishable_reason = ("its Student's t noise is sampled in floating point, which is not "
+                              "proven safe against floating-point attacks (Mironov 2012); "
+                              "evaluation only")
 
     @staticmethod
     def noise_parameters(eps_med: float, d: float, beta_share: float) -> tuple[float, float]:
-        """(β, s) so that the t-noise median is ``eps_med``-DP."""
-        if not 0 < beta_share < 1 or d <= 0:
-            raise ValueError("DPSSTheilSen needs 0 < beta_share < 1 and d > 0")
-        beta = beta_share * eps_med / (d + 1)
-        s = 2.0 * (1.0 - beta_share) * eps_med * math.sqrt(d) / (d + 1)
-        return beta, s
+        """(β, s) so that the t-noise median is at most ``eps_med``-DP."""
+        cal = StudentTSmooth.calibrate(eps_med, d, beta_share)
+        return cal.beta, cal.s
 
-    def _median(self, seg, k, eps_med, rand, reps, hp):
-        d = float(hp["d"])
-        beta, s = self.noise_parameters(eps_med, d, float(hp["beta_share"]))
+    def _noise_steps(self, epsilon, delta, hp):
+        self._bounds(self.name, hp)
+        sens = ("beta-smooth upper bound S_beta on the local sensitivity of the median of the "
+                "pairwise predictions when one record changes k = n - 1 of them (replace-one; "
+                "predictions clipped to [lo, hi]); noise S_beta/s * T_d")
+        return [NoiseStep(name, StudentTSmooth.calibrate(epsilon / 2.0, float(hp["d"]),
+                                                         hp["beta_share"]), sens)
+                for name, _ in _MEDIANS]
+
+    def _median(self, seg, k, step, labels, rand, reps, hp, meter):
+        noise = step.noise
         lo, hi = float(hp["lo"]), float(hp["hi"])
-        sens = smooth_sensitivity(seg, k, beta, lo, hi)
+        sens = smooth_sensitivity(seg, k, noise.beta, lo, hi)
         # The centre is the median element of the bookended values, the function whose
         # smooth sensitivity S_β bounds; it is defined even with no values (then it is hi
         # and S_β = hi − lo), so this mechanism never fails.
         centre = bookended_median(seg, hi)
-        t_noise = rand.numpy_generator().standard_t(d, size=(reps, seg.n_tracts))
-        vals = centre + sens / s * t_noise
+        meter.spend(labels, step.guarantee, reps)
+        t_noise = rand.numpy_generator().standard_t(noise.d, size=(reps, seg.n_tracts))
+        vals = centre + sens / noise.s * t_noise
         grid = (hi - lo) / 2**20
         vals = lo + np.round((vals - lo) / grid) * grid
         return vals, np.zeros(vals.shape, dtype=bool)

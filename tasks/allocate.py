@@ -15,5 +15,9 @@ def allocate_budget(cfg: ReleaseConfig) -> BudgetPlan:
     log = get_run_logger()
     for step in budget.steps:
         log.info("budget step %-32s %s", step.name, step.guarantee.describe())
+        for label, noise in step.noise:
+            log.info("    %s: %s", label, "; ".join(
+                f"{ns.name} {ns.mechanism} {ns.parameters}"
+                + (f" x{ns.repeat}" if ns.repeat > 1 else "") for ns in noise))
     log.info("per tract and cell: %s", budget.per_tract().describe())
     return budget

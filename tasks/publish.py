@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable, Optional
 
 import geopandas as gpd
 import pandas as pd
@@ -8,9 +9,10 @@ from prefect import get_run_logger, task
 
 from data_contracts import validate_published
 from dpatlas.allocate import BudgetPlan
-from dpatlas.config import ReleaseConfig
+from dpatlas.config import ReleaseConfig, public_config
 from dpatlas.manifest import build_manifest
-from dpatlas.publish import PublishError, assemble, verify_release, write_release
+from dpatlas.publish import (PublishError, assemble, release_folder, verify_release,
+                             write_release)
 
 from .common import TASK_OPTIONS
 
@@ -19,9 +21,16 @@ from .common import TASK_OPTIONS
 def publish_release(cfg: ReleaseConfig, release_id: str, result_files: list[Path],
                     boundaries: gpd.GeoDataFrame, budget: BudgetPlan, input_sha256: str,
                     random_source: str, started: str, internal: Path,
-                    ledger_entry: dict) -> Path:
-    final = cfg.publish.root / release_id
-    if final.exists():
+                    ledger_entry: dict, input_facts: dict,
+                    check_lease: Optional[Callable[[], None]] = None) -> Path:
+    """Assemble, check against the output contract, and publish the release atomically.
+
+    ``internal``: the release's internal folder (the files are staged there, outside the
+    public tree). ``input_facts``: see :func:`dpatlas.manifest.assumptions`. ``check_lease``:
+    the ledger lease's check, called right before the release becomes visible.
+    """
+    final = release_folder(cfg.publish.root, release_id)  # refuses a symlink or a file there
+    if final is not None:
         # A crash after the folder became visible: it is complete (one rename), check it.
         verify_release(final)
         get_run_logger().info("release %s is already in place at %s; checked", release_id, final)
@@ -35,10 +44,11 @@ def publish_release(cfg: ReleaseConfig, release_id: str, result_files: list[Path
         raise PublishError("the release table breaks its output contract; nothing was "
                            f"published:\n{check.summary()}")
     manifest = build_manifest(cfg, release_id, budget, table, input_sha256, random_source,
-                              started)
+                              started, input_facts, ledger_entry)
     manifest["output_contract"] = {"suite": check.suite, "success": True}
-    manifest["ledger_entry"] = ledger_entry
-    folder = write_release(table, manifest, cfg.publish.root, release_id)
+    folder = write_release(table, manifest, cfg.publish.root, release_id,
+                           config=public_config(cfg), internal_dir=internal,
+                           check_lease=check_lease)
     get_run_logger().info("published release %s at %s (%s)", release_id, folder,
                           manifest["counts"]["by_status"])
     return folder

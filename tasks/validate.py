@@ -6,8 +6,9 @@ import geopandas as gpd
 import pandas as pd
 from prefect import get_run_logger, task
 
+from dpatlas.contributions import check_contributions
 from dpatlas.geography import load_boundaries
-from dpatlas.validate import apply_policy
+from dpatlas.validate import apply_policy, check_changed_share
 
 from .common import TASK_OPTIONS
 
@@ -23,9 +24,28 @@ def validate_partition(df: pd.DataFrame, policy: str, key: str, internal: Path) 
     staged = internal / "staged" / f"input-{key}.parquet"
     staged.parent.mkdir(parents=True, exist_ok=True)
     clean.to_parquet(staged, index=False)
-    get_run_logger().info("partition %s: %d rows valid, %d quarantined, %d clipped", key,
-                          report.rows_out, report.quarantined, report.clipped)
+    get_run_logger().info("partition %s: %d rows valid, %d quarantined, %d clipped, %d dropped",
+                          key, report.rows_out, report.quarantined, report.clipped,
+                          report.dropped)
     return staged, report.as_dict()
+
+
+@task(name="check-changed-share", **TASK_OPTIONS)
+def check_change_limit(reports: list[dict], max_share: float) -> None:
+    """Refuse when clip/drop changed more than ``max_share`` of all input rows."""
+    check_changed_share(reports, max_share)
+
+
+@task(name="check-contributions", **TASK_OPTIONS)
+def bound_contributions(staged: list[Path], policy: str, internal: Path) -> dict:
+    """At most one record per (person, cell) across every staged partition: fail or bound."""
+    report = check_contributions(staged, policy, internal)
+    if report["checked"]:
+        get_run_logger().info("contributions (%s): %d records, %d person(s) with several "
+                              "records in a cell, %d record(s) removed", policy,
+                              report["records"], report["persons_repeated"],
+                              report["records_removed"])
+    return report
 
 
 @task(name="check-boundaries", **TASK_OPTIONS)

@@ -290,3 +290,59 @@ def postgres_server(install: bool = True, dbname: str = "dpatlas_test") -> Itera
         yield server
     finally:
         server.stop()
+
+
+# --- one server per test process, for every test module that needs one --------------------------
+
+_shared: PostgresServer | None = None
+_shared_error: PostgresUnavailable | None = None
+
+
+def shared_server() -> PostgresServer:
+    """The test process's PostgreSQL server, started on first use and stopped at exit (atexit).
+
+    Test modules share it, so a run starts (and, on a fresh machine, installs) one server;
+    a failure to get one is remembered, so it is not retried by every module."""
+    global _shared, _shared_error
+    if _shared_error is not None:
+        raise _shared_error
+    if _shared is None:
+        try:
+            _shared = PostgresServer.start()
+        except PostgresUnavailable as e:
+            _shared_error = e
+            raise
+    return _shared
+
+
+try:  # the pytest fixtures, imported by the test modules that use PostgreSQL
+    import pytest
+except ImportError:  # pragma: no cover - this module is also usable without pytest
+    pytest = None
+
+if pytest is not None:
+    import uuid
+    import warnings
+
+    @pytest.fixture(scope="session")
+    def pg():
+        """The shared server; skipped with the reason if none can be had, unless
+        DPATLAS_REQUIRE_PG=1 (then the test fails)."""
+        try:
+            server = shared_server()
+        except PostgresUnavailable as e:
+            if os.environ.get("DPATLAS_REQUIRE_PG"):
+                pytest.fail(f"PostgreSQL required (DPATLAS_REQUIRE_PG) but unavailable: {e}")
+            pytest.skip(f"PostgreSQL unavailable, PostgreSQL ledger tests skipped: {e}")
+        if server.install_seconds:
+            warnings.warn(f"installed Debian's postgresql for the ledger tests in "
+                          f"{server.install_seconds:.0f} s")
+        return server
+
+    @pytest.fixture(params=["sqlite", "postgresql"])
+    def ledger_url(request, tmp_path):
+        """A fresh, empty ledger database: a SQLite file, or a new PostgreSQL database."""
+        if request.param == "sqlite":
+            return f"sqlite:///{tmp_path / 'ledger.db'}"
+        server = request.getfixturevalue("pg")
+        return server.create_database(f"ledger_{uuid.uuid4().hex[:16]}")

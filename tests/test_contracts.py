@@ -228,17 +228,29 @@ def test_missing_column_is_a_failure_not_an_exception(good_input):
     assert res.bad_rows.shape == (len(df),) and not res.bad_rows.any()
 
 
-def test_duplicate_person_id_caught(good_input):
+def test_repeated_person_id_is_not_decided_per_partition(good_input):
+    """Records per person are counted across all partitions (dpatlas.contributions), and a
+    person may be in several cells: the per-partition suite must not decide it."""
     df = good_input.copy()
     df.loc[40, "person_id"] = df.loc[12, "person_id"]
     res = validate_input(df)
+    assert res.success, res.summary()
+    suite = json.loads((SUITES_DIR / f"{INPUT_SUITE}.json").read_text())
+    assert not [e for e in suite["expectations"] if "unique" in e["type"]]
+
+
+def test_null_person_id_caught(good_input):
+    df = good_input.copy()
+    df["person_id"] = df["person_id"].astype("Int64")
+    df.loc[33, "person_id"] = pd.NA
+    res = validate_input(df)
     f = only_failure(res)
     assert (f.expectation, f.column, f.unexpected_count) == (
-        "expect_column_values_to_be_unique",
+        "expect_column_values_to_not_be_null",
         "person_id",
-        2,
+        1,
     )
-    assert flagged(res) == [12, 40]
+    assert flagged(res) == [33]
 
 
 def test_bad_rows_are_positional_and_union_of_failures(good_input):

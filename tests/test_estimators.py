@@ -114,6 +114,20 @@ def test_pairs_counts_and_k_bound(rand, n):
         assert all(i != j for i, j in pairs)
 
 
+def test_round_robin_rounds_are_rows_of_the_full_table():
+    # k matchings build only their chosen rounds (O(k·n) memory): the same pairs as
+    # indexing the full (n−1)-round table.
+    from mechanisms.pairs import _round_robin
+    rng = np.random.default_rng(0)
+    for n_even in (2, 4, 10, 32):
+        table = _round_robin(n_even)
+        assert table.shape == (n_even - 1, n_even // 2, 2)
+        for r in range(n_even - 1):  # each round is a perfect matching
+            assert sorted(table[r].ravel()) == list(range(n_even))
+        pick = rng.integers(0, n_even - 1, (3, min(4, n_even - 1)))
+        assert np.array_equal(_round_robin(n_even, pick), table[pick])
+
+
 def test_all_matchings_give_all_pairs(rand):
     b = TractBatch.single(*line_tract(12))
     km = k_matchings(b, 11, rand)

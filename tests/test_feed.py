@@ -6,6 +6,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import shutil
 import time
 import xml.etree.ElementTree as ET
 from datetime import datetime, timedelta, timezone
@@ -14,6 +15,9 @@ from pathlib import Path
 import pytest
 
 from dpatlas import feed as F
+from dpatlas.ids import InvalidReason, InvalidReleaseId
+from dpatlas.ledger import Charge, Ledger, LedgerError
+from dpatlas.withdraw import WithdrawIncomplete, withdraw_everywhere
 
 ATOM = "{http://www.w3.org/2005/Atom}"
 FILES = ("tracts.parquet", "tracts.geojson", "tracts.csv", "p25_map.png")
@@ -270,6 +274,224 @@ def test_stale_temp_files_are_cleaned(tmp_path):
     (tmp_path / f"{F.TMP_PREFIX}feed.json-999-dead").write_text('{"half')
     F.update_feed(tmp_path, "r1")
     assert not list(tmp_path.glob(F.TMP_PREFIX + "*"))
+
+
+@pytest.mark.parametrize("rid", ["feed.atom", "LATEST", "a$b", "r\x1b[31m", "r1.json",
+                                 "x" * 65, "tab\tid", "\u00e9t\u00e9"])
+def test_ids_follow_the_one_rule(tmp_path, rid):
+    with pytest.raises(F.FeedError) as err:
+        F.update_feed(tmp_path, rid)
+    assert isinstance(err.value, InvalidReleaseId)
+    with pytest.raises(F.FeedError):
+        F.withdraw(tmp_path, rid, "reason")
+    assert snapshot(tmp_path)["link"] is None and not (tmp_path / F.FEED_JSON).exists()
+
+
+def test_the_feeds_own_names_are_never_release_ids(tmp_path):
+    for name in sorted(F.RESERVED) + [F.TMP_PREFIX + "feed.json-1-ab", ".staging-r1"]:
+        with pytest.raises(F.InvalidFeedId):
+            F.update_feed(tmp_path, name)
+
+
+@pytest.mark.parametrize("reason", ["", "  ", "two\nlines", "bell\x07", "nul\x00",
+                                    "esc\x1b[2J", None, "x" * 501])
+def test_withdraw_validates_the_reason_first(tmp_path, reason):
+    make_release(tmp_path, "r1", at(0))
+    F.update_feed(tmp_path, "r1")
+    before = snapshot(tmp_path)
+    with pytest.raises(F.FeedError) as err:
+        F.withdraw(tmp_path, "r1", reason)
+    assert isinstance(err.value, InvalidReason)
+    assert snapshot(tmp_path) == before
+
+
+def test_second_withdraw_changes_nothing(tmp_path):
+    for i in range(2):
+        make_release(tmp_path, f"r{i}", at(i))
+        F.update_feed(tmp_path, f"r{i}")
+    first = F.withdraw(tmp_path, "r1", "wrong boundaries", withdrawn_at=at(60))
+    assert first["changed"] and first["withdrawn_at"] == at(60)
+    before = snapshot(tmp_path)
+    again = F.withdraw(tmp_path, "r1", "a different reason")
+    assert not again["changed"]
+    assert (again["withdrawn_reason"], again["withdrawn_at"]) == ("wrong boundaries", at(60))
+    assert snapshot(tmp_path) == before     # not a byte rewritten
+    with pytest.raises(F.FeedError, match="ISO-8601"):
+        F.withdraw(tmp_path, "r0", "x", withdrawn_at="yesterday")
+
+
+def test_withdraw_can_list_an_unlisted_release_as_withdrawn(tmp_path):
+    make_release(tmp_path, "r0", at(0))
+    F.update_feed(tmp_path, "r0")
+    make_release(tmp_path, "r1", at(10))     # a crash between completing it and its feed update
+    with pytest.raises(F.FeedError, match="not in the feed"):
+        F.withdraw(tmp_path, "r1", "bad")
+    out = F.withdraw(tmp_path, "r1", "bad", list_unlisted=True)
+    assert out["changed"] and out["status"] == "withdrawn" and set(out["files"]) == set(FILES)
+    feed = F.read_feed(tmp_path)
+    assert [(r["release_id"], r["status"]) for r in feed["releases"]] == [
+        ("r1", "withdrawn"), ("r0", "published")]
+    assert feed["latest"] == F.latest(tmp_path) == "r0"   # never latest, not even briefly
+    make_release(tmp_path, "r2", at(20), corrupt="tracts.csv")
+    before = snapshot(tmp_path)
+    with pytest.raises(F.FeedError, match="does not match its manifest"):
+        F.withdraw(tmp_path, "r2", "bad", list_unlisted=True)
+    assert snapshot(tmp_path) == before
+
+
+def test_atom_is_well_formed_whatever_the_feed_holds(tmp_path):
+    """Entries written by an older version may hold control characters and odd ids."""
+    make_release(tmp_path, "r1", at(0))
+    F.update_feed(tmp_path, "r1")
+    feed = F.read_feed(tmp_path)
+    old = dict(feed["releases"][0], release_id="old\x1bid\x00", status="withdrawn",
+               withdrawn_at=at(5), withdrawn_reason="bad\x07data\x0b\ufffe & <x> \x85 \ud800")
+    old["files"] = {"a\x01.csv": {"path": "old/a\x01.csv", "bytes": 3, "sha256": "0"}}
+    feed["releases"].append(old)
+    raw = F.render_atom(feed)
+    top = ET.fromstring(raw)                     # well-formed
+    entries = top.findall(f"{ATOM}entry")
+    summary = entries[1].find(f"{ATOM}summary").text
+    assert "bad\\x07data\\x0b\\ufffe & <x> \\x85 \\ud800" in summary
+    assert entries[1].find(f"{ATOM}id").text == "urn:dpatlas:release:old\\x1bid\\x00"
+    enclosure = [e for e in entries[1].findall(f"{ATOM}link") if e.get("rel") == "enclosure"]
+    assert enclosure[0].get("title") == "a\\x01.csv"
+    # and through the real writer: a feed.json holding such text still yields a valid feed.atom
+    (tmp_path / F.FEED_JSON).write_text(json.dumps(feed))
+    make_release(tmp_path, "r2", at(10))
+    F.update_feed(tmp_path, "r2")
+    ET.parse(tmp_path / F.FEED_ATOM)
+
+
+# ------------------------------------------------------------------- withdraw from both places
+
+CFG = "c" * 64
+
+
+@pytest.fixture
+def pub(tmp_path):
+    """A publish root with r0, r1 published (r1 latest) and a ledger that agrees."""
+    root = tmp_path / "pub"
+    led = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}")
+    led.set_cap("ds", 10.0, 0.0, reason="test cap")
+    for i in range(2):
+        publish(led, root, f"r{i}", at(i))
+    yield led, root
+    led.close()
+
+
+def publish(led, root, rid, published, in_feed=True) -> None:
+    led.begin_release(rid, "ds", [Charge("all", "s", "pure", 0.5, 0.0)], CFG, "host")
+    folder = make_release(root, rid, published)
+    led.complete_release(rid, _sha((folder / "manifest.json").read_bytes()), "host")
+    if in_feed:
+        F.update_feed(root, rid)
+
+
+def both(led, root, rid) -> tuple:
+    row = led.release(rid)
+    entry = F.listed(root, rid)
+    return (row["status"], row["reason"], row["withdrawn_at"],
+            entry and (entry["status"], entry["withdrawn_reason"], entry["withdrawn_at"]))
+
+
+def test_withdraw_everywhere_then_again(pub):
+    led, root = pub
+    out = withdraw_everywhere(led, root, "r1", "  wrong boundaries ")
+    assert out["ledger_changed"] and out["feed_changed"] and out["latest"] == "r0"
+    assert out["reason"] == "wrong boundaries" and "withdrew release r1" in out["message"]
+    status, reason, when, feed_side = both(led, root, "r1")
+    assert (status, reason) == ("withdrawn", "wrong boundaries")
+    assert feed_side == ("withdrawn", "wrong boundaries", when)   # one reason, one time
+    assert F.latest(root) == "r0" and led.spent("ds")["epsilon"] == pytest.approx(1.0)
+
+    before_feed, before_ledger = snapshot(root), both(led, root, "r1")
+    again = withdraw_everywhere(led, root, "r1", "another reason")
+    assert not again["ledger_changed"] and not again["feed_changed"]
+    assert "nothing changed" in again["message"] and again["reason"] == "wrong boundaries"
+    assert snapshot(root) == before_feed and both(led, root, "r1") == before_ledger
+
+
+@pytest.mark.parametrize("case", ["blank reason", "newline reason", "bad id", "unknown id",
+                                  "not published", "no root", "damaged unlisted folder"])
+def test_withdraw_everywhere_checks_everything_before_writing(pub, tmp_path, case):
+    led, root = pub
+    rid, reason, where = "r1", "fine reason", root
+    if case == "blank reason":
+        reason = "   "
+    elif case == "newline reason":
+        reason = "ok\nforged line"
+    elif case == "bad id":
+        rid = "latest"
+    elif case == "unknown id":
+        rid = "r9"
+    elif case == "not published":
+        rid = "r5"
+        led.begin_release(rid, "ds", [Charge("all", "s", "pure", 0.5, 0.0)], CFG, "host")
+        make_release(root, rid, at(30))
+    elif case == "no root":
+        where = tmp_path / "elsewhere"
+    elif case == "damaged unlisted folder":
+        rid = "r3"
+        publish(led, root, rid, at(40), in_feed=False)
+        (root / rid / "tracts.csv").write_bytes(b"changed")
+    before_feed = snapshot(root)
+    before_rows = {r: led.release(r) for r in ("r0", "r1", "r3", "r5") if led.release(r)}
+    with pytest.raises((LedgerError, F.FeedError, InvalidReason, InvalidReleaseId)):
+        withdraw_everywhere(led, where, rid, reason)
+    assert snapshot(root) == before_feed
+    assert {r: led.release(r) for r in before_rows} == before_rows
+
+
+def test_withdraw_everywhere_completes_after_a_crash_between_the_writes(pub, monkeypatch):
+    led, root = pub
+    real_write_feed = F._write_feed
+    calls = {"n": 0}
+
+    def fail_once(*args):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise OSError(28, "No space left on device")
+        return real_write_feed(*args)
+
+    monkeypatch.setattr(F, "_write_feed", fail_once)
+    with pytest.raises(WithdrawIncomplete, match="run the same withdraw again") as err:
+        withdraw_everywhere(led, root, "r1", "first reason")
+    assert "\n" not in str(err.value)
+    assert led.release("r1")["status"] == "withdrawn"          # the ledger was written ...
+    assert F.listed(root, "r1")["status"] == "published"        # ... the feed was not
+    # the operator reruns it, even with other words: the first reason wins on both sides
+    out = withdraw_everywhere(led, root, "r1", "second wording")
+    assert not out["ledger_changed"] and out["feed_changed"]
+    status, reason, when, feed_side = both(led, root, "r1")
+    assert (status, reason) == ("withdrawn", "first reason")
+    assert feed_side == ("withdrawn", "first reason", when)
+    feed = F.read_feed(root)
+    assert feed["latest"] == F.latest(root) == os.readlink(root / "latest") == "r0"
+    ET.parse(root / F.FEED_ATOM)
+
+
+def test_withdraw_everywhere_adopts_a_feed_side_withdrawal(pub):
+    """Withdrawn in the feed only (by hand, or by an older version): the ledger follows it."""
+    led, root = pub
+    F.withdraw(root, "r0", "found by the feed team", withdrawn_at=at(99))
+    out = withdraw_everywhere(led, root, "r0", "operator's words")
+    assert out["ledger_changed"] and not out["feed_changed"]
+    assert both(led, root, "r0")[1] == "found by the feed team"
+    assert both(led, root, "r0")[3][1] == "found by the feed team"
+
+
+def test_withdraw_everywhere_when_the_feed_never_listed_it(pub):
+    led, root = pub
+    publish(led, root, "r2", at(20), in_feed=False)            # folder there, feed not updated
+    out = withdraw_everywhere(led, root, "r2", "bad")
+    assert out["feed_changed"] and F.listed(root, "r2")["status"] == "withdrawn"
+    assert F.latest(root) == "r1"
+    publish(led, root, "r3", at(30), in_feed=False)
+    shutil.rmtree(root / "r3")                                  # no folder at all
+    out = withdraw_everywhere(led, root, "r3", "bad")
+    assert out["ledger_changed"] and out["feed_changed"] is None
+    assert "does not list it" in out["message"] and F.listed(root, "r3") is None
 
 
 # ------------------------------------------------------------------------------ multi process

@@ -274,8 +274,10 @@ def test_bad_geometries(tmp_path, tracts):
 def test_no_crs(tmp_path, tracts):
     path = tmp_path / "t.parquet"
     tracts.set_crs(None, allow_override=True).to_parquet(path)
-    with pytest.raises(BoundaryError, match="no coordinate reference system"):
+    with pytest.raises(BoundaryError, match="no coordinate reference system") as err:
         load_boundaries(path)
+    assert str(path) in str(err.value) and "extent found x -8" in str(err.value)
+    assert "\n" not in str(err.value)
     with pytest.raises(BoundaryError, match="without a CRS"):
         write_boundaries(tracts.set_crs(None, allow_override=True), tmp_path / "u.parquet")
 
@@ -290,3 +292,59 @@ def test_unreadable_file(tmp_path):
 def test_write_rejects_unknown_extension(tmp_path, tracts):
     with pytest.raises(BoundaryError, match="cannot write '.csv'"):
         write_boundaries(tracts, tmp_path / "t.csv")
+
+
+# --------------------------------------------------------------------------------------------
+# Coordinates must fit the declared CRS
+
+
+@pytest.mark.parametrize("epsg", [4269, 4326, 3857])
+def test_correctly_labelled_files_are_accepted(tmp_path, tracts, epsg):
+    path = write_boundaries(tracts.to_crs(epsg), tmp_path / f"t{epsg}.parquet")
+    loaded = load_boundaries(path)
+    assert loaded.crs.to_epsg() == 4326
+    # back in degrees where they started (NAD83 and WGS 84 differ by well under 1e-6 here)
+    assert np.allclose(loaded.total_bounds, tracts.total_bounds, atol=1e-6)
+
+
+def test_degrees_labelled_web_mercator_are_refused(tmp_path, tracts):
+    # The coordinates are degrees, the label says metres: each tract would be published
+    # within a few hundred metres of Null Island.
+    path = write_boundaries(tracts.set_crs(3857, allow_override=True), tmp_path / "t.parquet")
+    with pytest.raises(BoundaryError, match="look like degrees labelled EPSG:3857") as err:
+        load_boundaries(path)
+    message = str(err.value)
+    minx, miny, maxx, maxy = tracts.total_bounds
+    assert str(path) in message and f"x {minx:.6g} to {maxx:.6g}" in message
+    assert "\n" not in message
+
+
+def test_metres_labelled_degrees_are_refused(tmp_path, tracts):
+    path = write_boundaries(tracts.to_crs(3857).set_crs(4269, allow_override=True),
+                            tmp_path / "t.gpkg")
+    with pytest.raises(BoundaryError, match="outside the area of use of the declared CRS "
+                                            "EPSG:4269") as err:
+        load_boundaries(path)
+    assert "extent found x -9" in str(err.value)
+
+
+def test_degrees_outside_the_crs_area_of_use_are_refused(tmp_path, tracts):
+    # lon/lat swapped: (33, -86) is in the ocean off Africa, not in NAD83's North America
+    swapped = tracts.set_geometry(shapely.transform(tracts.geometry.to_numpy(),
+                                                    lambda xy: xy[:, ::-1]))
+    path = write_boundaries(swapped.set_crs(4269, allow_override=True), tmp_path / "t.parquet")
+    with pytest.raises(BoundaryError, match="outside the area of use"):
+        load_boundaries(path)
+
+
+def test_nad83_area_of_use_crosses_the_antimeridian(tmp_path):
+    # Aleutian tracts lie east of 180 degrees; NAD83's area of use (167.65 E to 40.73 W) wraps.
+    west = shapely.box(179.2, 51.5, 179.8, 52.0)
+    east = shapely.box(-179.8, 51.5, -179.2, 52.0)
+    gdf = gpd.GeoDataFrame({"GEOID": ["02016000100", "02016000200"]},
+                           geometry=[west, east], crs=4269)
+    path = write_boundaries(gdf, tmp_path / "aleutians.parquet")
+    assert len(load_boundaries(path)) == 2
+    europe = gdf.set_geometry([shapely.box(10.0, 51.5, 10.6, 52.0), east], crs=4269)
+    with pytest.raises(BoundaryError, match="outside the area of use"):
+        load_boundaries(write_boundaries(europe, tmp_path / "europe.parquet"))

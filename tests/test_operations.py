@@ -176,3 +176,34 @@ def test_dask_runner_matches_local(api_url, state, tmp_path):
     a = pd.read_csv(local / "releases" / "x" / "tracts.csv")
     b = pd.read_csv(dask / "releases" / "x" / "tracts.csv")
     pd.testing.assert_frame_equal(a, b)
+
+
+def test_two_hosts_one_ledger_one_release(api_url, state, tmp_path):
+    """Two processes with their own lock folders (as two hosts would have) and one ledger: the
+    ledger's lease lets exactly one of them work the release; the id is charged once and
+    published once."""
+    shared = {"publish": {"root": str(tmp_path / "releases")},
+              "ledger": {"url": f"sqlite:///{tmp_path / 'ledger.db'}", "dataset": "il"}}
+    cfgs = []
+    for host in ("host-a", "host-b"):
+        (tmp_path / host).mkdir()
+        cfgs.append(config(tmp_path / host, state, publish={
+            **shared["publish"], "internal_root": str(tmp_path / host / "internal")},
+            ledger=shared["ledger"]))
+    procs = [cli(api_url, "release", "-c", str(c), "--release-id", "one", wait=False)
+             for c in cfgs]
+    results = [(p.wait(timeout=600), p.stdout.read()) for p in procs]
+    codes = sorted(rc for rc, _ in results)
+    assert codes in ([0, 0], [0, 2]), results
+    for rc, out in results:
+        if rc == 2:
+            assert "lease" in out.lower() or "busy" in out.lower(), out
+        elif "already published" not in out:
+            assert "published" in out, out
+    rows = ledger_rows(tmp_path)
+    assert len(rows) == len(rows.drop_duplicates(["release_id", "cell", "step"]))
+    assert set(rows["status"]) == {"published"}
+    # exactly one host did the work: only its scratch folder holds estimates
+    worked = [h for h in ("host-a", "host-b")
+              if list((tmp_path / h / "internal" / "one").glob("results/*.parquet"))]
+    assert len(worked) == 1, worked

@@ -91,8 +91,24 @@ def test_approx_and_nondp_guarantees():
     assert as_dict(PureDP(1.0))["type"] == "pure"
 
 
-def test_ss_noise_parameters_spend_exactly_epsilon():
+def test_ss_noise_parameters_spend_at_most_epsilon():
     from mechanisms.theil_sen import DPSSTheilSen
     for d in (1, 3, 10):
-        beta, s = DPSSTheilSen.noise_parameters(0.5, d, 0.5)
-        assert (d + 1) * (beta + s / (2 * np.sqrt(d))) == pytest.approx(0.5)
+        for share in (0.2, 0.5, 0.8):
+            beta, s = DPSSTheilSen.noise_parameters(0.5, d, share)
+            eps = (d + 1) * (beta + s / (2 * np.sqrt(d)))
+            assert eps <= 0.5 and eps == pytest.approx(0.5, rel=1e-15)
+    with pytest.raises(ValueError, match="beta_share"):
+        DPSSTheilSen.noise_parameters(0.5, 3, 1.0)
+
+
+@pytest.mark.parametrize("name", [n for n, e in M.REGISTRY.items() if e.private])
+def test_guarantee_is_the_composition_of_the_noise_steps(name):
+    from mechanisms.privacy_maps import compose
+    est = M.get(name)
+    delta = 1e-6 if est.needs_delta else None
+    steps = est.noise_steps(1.0, delta)
+    assert steps and all(s.guarantee == s.noise.guarantee() for s in steps)
+    composed = compose(steps)
+    g = est.guarantee(1.0, delta)
+    assert g == (to_approx(composed, delta) if est.needs_delta else composed)

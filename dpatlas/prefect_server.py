@@ -1,0 +1,114 @@
+"""A Prefect API server that lives exactly as long as the command that needs it.
+
+Without ``PREFECT_API_URL`` Prefect starts a temporary ("ephemeral") server in a subprocess and
+stops it from an ``atexit`` hook. A release killed with SIGKILL runs no hook, so that server
+outlived every killed release (found in review: 3 of 3). Here the command starts the same
+server itself, asking the kernel to kill it when its parent dies (Linux ``PR_SET_PDEATHSIG``),
+so nothing outlives the command however it ends. With ``PREFECT_API_URL`` set, that server is
+used and nothing is started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+
+_PR_SET_PDEATHSIG = 1
+
+
+class ServerStartError(RuntimeError):
+    """The local Prefect server did not come up."""
+
+
+def _die_with(parent_pid: int):
+    """preexec_fn: SIGKILL this child when the parent dies (also if it already has)."""
+
+    def set_death_signal() -> None:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent_pid:  # the parent died between fork and prctl
+            os._exit(1)
+
+    return set_death_signal
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float, log: Path) -> None:
+    deadline = time.monotonic() + timeout
+    with httpx.Client(timeout=2.0) as client:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise ServerStartError(f"the local Prefect server exited with code "
+                                       f"{proc.returncode}; see {log}")
+            try:
+                if client.get(f"{url}/health").status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+    raise ServerStartError(f"the local Prefect server did not answer within {timeout:.0f} s; "
+                           f"see {log}")
+
+
+def _drain_to_server() -> None:
+    """Send queued logs and events while the server still listens (else they fail at exit)."""
+    from prefect._internal.concurrency.services import QueueService
+
+    with contextlib.suppress(Exception):
+        QueueService.drain_all(timeout=10)
+
+
+@contextlib.contextmanager
+def prefect_api(log_dir: Path, timeout: float = 180.0) -> Iterator[str]:
+    """Yield the URL of a Prefect API: ``PREFECT_API_URL`` if set, else a local server that is
+    started now, dies with this process, and is stopped on exit."""
+    configured = os.environ.get("PREFECT_API_URL")
+    if configured:
+        yield configured
+        return
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}/api"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = log_dir / "prefect-server.log"
+    env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
+           "PREFECT__SERVER_FINAL": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "--factory",
+             "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
+             "--log-level", "error", "--lifespan", "on"],
+            env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with(os.getpid()))
+    try:
+        _wait_healthy(url, proc, timeout, log)
+        with temporary_settings(updates={PREFECT_API_URL: url}):
+            os.environ["PREFECT_API_URL"] = url  # for subprocesses (Dask workers)
+            try:
+                yield url
+            finally:
+                _drain_to_server()
+                os.environ.pop("PREFECT_API_URL", None)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

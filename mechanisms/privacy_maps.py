@@ -1,0 +1,339 @@
+"""Privacy maps: each guarantee is *computed* from the noise parameters a mechanism draws with.
+
+OpenDP's model of a measurement is a function plus a privacy map, from the input distance to
+the output privacy loss (Gaboardi, Hay & Vadhan 2020, "A Programming Framework for OpenDP").
+Here the input distance is fixed (replace-one, one record: the sensitivity of each query is
+computed for it), so a map takes the calibrated noise parameters to a typed guarantee. An
+estimator lists, as :class:`NoiseStep` values, the noise it will draw for a budget; its
+guarantee is the sequential composition of the maps of those steps, and it draws with exactly
+those parameters (each calibration is checked against the sampler's own arithmetic in
+``mechanisms/noise.py``). Nothing is declared beside the mechanism.
+
+The four maps, in the numbers a manifest lists (an auditor recomputes them without the code):
+
+- ``grid-laplace`` {grid_steps, dims, scale_num, scale_den}: the query, in units of
+  1/grid_steps of its L1 sensitivity, is rounded to integers (L1 sensitivity grid_steps + dims)
+  and discrete Laplace noise of scale t = scale_num/scale_den is added. Discrete Laplace with
+  scale t on an integer query of L1 sensitivity k is (k/t)-DP (Canonne, Kamath & Steinke 2020,
+  Sec. 2.2), so ε = (grid_steps + dims)·scale_den/scale_num.
+- ``grid-gaussian`` {grid_steps, dims, sigma2}: the same rounding (L2 sensitivity
+  grid_steps + √dims) and discrete Gaussian noise of variance parameter sigma2: ρ-zCDP with
+  ρ = (grid_steps + √dims)²/(2·sigma2) (Canonne, Kamath & Steinke 2020, Thm 4).
+- ``exponential-median`` {rate, rate_den}: the exponential mechanism (McSherry & Talwar 2007)
+  sampling r with probability ∝ exp(rate/rate_den · u(r)/(2Δu)), Δu the utility sensitivity:
+  ε = rate/rate_den (the sampler in ``mechanisms/median.py`` uses the integer rate exactly).
+- ``students-t-smooth-sensitivity`` {d, beta, s}: median + S_β/s·T_d with S_β a β-smooth upper
+  bound on the local sensitivity and T_d Student's t with d degrees of freedom:
+  ε = (d + 1)(β + s/(2√d)) (Bun & Steinke 2019, "Average-Case Averages", Thm 31; the paper's
+  Appendix E).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, Iterable, Mapping, Union
+
+import numpy as np
+
+from . import median
+from .noise import _SCALE_DENOMINATOR, LAPLACE_GRID_STEPS, _gauss_grid
+from .privacy import ZCDP, Guarantee, PureDP, as_dict, sequential
+
+# The exact geometric sampler behind discrete_laplace takes scale numerators up to 2**44
+# (mechanisms/noise.py: products of the scale and small counters stay inside 64 bits). A
+# calibration beyond it is refused here, before anything is charged or spent.
+MAX_SCALE_NUM = 2**44
+
+
+def _positive_finite(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    value = float(value)
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return value
+
+
+def _positive_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or int(value) != value or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def _check_dims(kind: str, dims: int, values: np.ndarray) -> None:
+    got = np.shape(values)[-1] if np.ndim(values) else 1
+    if got != dims:
+        raise ValueError(f"{kind} calibrated for {dims} coordinate(s) would draw {got}: the "
+                         "guarantee would not be that of the noise drawn")
+
+
+# ---------------------------------------------------------------------------------------------
+# Calibrated noise, one class per primitive
+
+
+def _laplace_scale_num(epsilon: float, dims: int) -> int:
+    """The scale numerator ``laplace_mechanism`` computes, by the same arithmetic:
+    ceil((N + d)/ε · 256)."""
+    return math.ceil((LAPLACE_GRID_STEPS + dims) / epsilon * _SCALE_DENOMINATOR)
+
+
+@dataclass(frozen=True)
+class GridLaplace:
+    """Discrete Laplace of scale scale_num/scale_den grid units on a 1/grid_steps grid.
+
+    ``argument`` is the ε handed to :func:`mechanisms.noise.laplace_mechanism`, which recomputes
+    these parameters from it (checked on construction); None when rebuilt from published
+    numbers (then it maps, but cannot draw).
+    """
+
+    grid_steps: int
+    dims: int
+    scale_num: int
+    scale_den: int
+    argument: float | None = field(default=None, compare=False)
+
+    kind: ClassVar[str] = "grid-laplace"
+    formula: ClassVar[str] = "epsilon = (grid_steps + dims) * scale_den / scale_num"
+
+    def __post_init__(self) -> None:
+        for f in ("grid_steps", "dims", "scale_num", "scale_den"):
+            _positive_int(f"grid-laplace {f}", getattr(self, f))
+        if self.argument is not None and (
+                (self.grid_steps, self.scale_den) != (LAPLACE_GRID_STEPS, _SCALE_DENOMINATOR)
+                or self.scale_num != _laplace_scale_num(self.argument, self.dims)):
+            raise ValueError(f"grid-laplace parameters {self.parameters()} are not what the "
+                             f"sampler draws for epsilon = {self.argument!r}")
+
+    @staticmethod
+    def calibrate(epsilon: float, dims: int = 1) -> "GridLaplace":
+        """The noise ``laplace_mechanism(..., epsilon)`` draws on ``dims`` coordinates."""
+        eps = _positive_finite("epsilon", epsilon)
+        dims = _positive_int("dims", dims)
+        num = _laplace_scale_num(eps, dims)
+        if num > MAX_SCALE_NUM:
+            raise ValueError(f"epsilon = {eps:.3g} is too small for the grid Laplace (scale "
+                             "numerator over 2**44); use a larger budget")
+        return GridLaplace(LAPLACE_GRID_STEPS, dims, num, _SCALE_DENOMINATOR, eps)
+
+    def parameters(self) -> dict:
+        return {"grid_steps": self.grid_steps, "dims": self.dims, "scale_num": self.scale_num,
+                "scale_den": self.scale_den}
+
+    def guarantee(self) -> PureDP:
+        return PureDP((self.grid_steps + self.dims) * self.scale_den / self.scale_num)
+
+    def epsilon_for(self, values: np.ndarray) -> float:
+        """The ε to hand to ``laplace_mechanism`` for ``values`` (checks the coordinate count)."""
+        if self.argument is None:
+            raise ValueError("this grid-laplace was rebuilt from published numbers: no draw")
+        _check_dims(self.kind, self.dims, values)
+        return self.argument
+
+
+@dataclass(frozen=True)
+class GridGaussian:
+    """Discrete Gaussian of variance parameter sigma2 grid units on a 1/grid_steps grid.
+
+    ``argument`` is the ρ handed to :func:`mechanisms.noise.gaussian_mechanism`, which
+    recomputes these parameters from it with ``_gauss_grid`` (checked on construction).
+    """
+
+    grid_steps: int
+    dims: int
+    sigma2: int
+    argument: float | None = field(default=None, compare=False)
+
+    kind: ClassVar[str] = "grid-gaussian"
+    formula: ClassVar[str] = "rho = (grid_steps + sqrt(dims))**2 / (2 * sigma2)"
+
+    def __post_init__(self) -> None:
+        for f in ("grid_steps", "dims", "sigma2"):
+            _positive_int(f"grid-gaussian {f}", getattr(self, f))
+        if self.argument is not None and (self.grid_steps, self.sigma2) != _gauss_params(
+                self.argument, self.dims):
+            raise ValueError(f"grid-gaussian parameters {self.parameters()} are not what the "
+                             f"sampler draws for rho = {self.argument!r}")
+
+    @staticmethod
+    def calibrate(rho: float, dims: int = 1) -> "GridGaussian":
+        """The noise ``gaussian_mechanism(..., rho)`` draws on ``dims`` coordinates."""
+        rho = _positive_finite("rho", rho)
+        dims = _positive_int("dims", dims)
+        steps, sigma2 = _gauss_params(rho, dims)
+        return GridGaussian(steps, dims, sigma2, rho)
+
+    def parameters(self) -> dict:
+        return {"grid_steps": self.grid_steps, "dims": self.dims, "sigma2": self.sigma2}
+
+    def guarantee(self) -> ZCDP:
+        return ZCDP((self.grid_steps + math.sqrt(self.dims)) ** 2 / (2.0 * self.sigma2))
+
+    def rho_for(self, values: np.ndarray) -> float:
+        """The ρ to hand to ``gaussian_mechanism`` for ``values`` (checks the coordinate count)."""
+        if self.argument is None:
+            raise ValueError("this grid-gaussian was rebuilt from published numbers: no draw")
+        _check_dims(self.kind, self.dims, values)
+        return self.argument
+
+
+def _gauss_params(rho: float, dims: int) -> tuple[int, int]:
+    """(grid steps, σ²) as ``gaussian_mechanism`` computes them (its own ``_gauss_grid``)."""
+    steps, sigma2 = _gauss_grid(np.asarray(rho, dtype=np.float64), dims)
+    return int(steps), int(sigma2)
+
+
+@dataclass(frozen=True)
+class ExpMedian:
+    """The exponential-mechanism median at the integer rate ``rate``/``rate_den`` (= ε_med)."""
+
+    rate: int
+    rate_den: int
+
+    kind: ClassVar[str] = "exponential-median"
+    formula: ClassVar[str] = "epsilon = rate / rate_den"
+
+    def __post_init__(self) -> None:
+        _positive_int("exponential-median rate", self.rate)
+        _positive_int("exponential-median rate_den", self.rate_den)
+
+    @staticmethod
+    def calibrate(epsilon_med: float) -> "ExpMedian":
+        """The rate ``exp_median(..., epsilon_med)`` samples with: floor(ε_med · 2^20)."""
+        eps = _positive_finite("epsilon", epsilon_med)
+        rate = int(median.exp_median_rate(eps))
+        if rate < 1:
+            raise ValueError(f"epsilon = {eps:.3g} per median is below the exponential "
+                             f"mechanism's rate quantum 1/{median.EXP_RATE_DENOMINATOR}; use a "
+                             "larger budget")
+        return ExpMedian(rate, int(median.EXP_RATE_DENOMINATOR))
+
+    def parameters(self) -> dict:
+        return {"rate": self.rate, "rate_den": self.rate_den}
+
+    def guarantee(self) -> PureDP:
+        return PureDP(self.rate / self.rate_den)
+
+    @property
+    def argument(self) -> float:
+        """The ε_med handed to ``exp_median``: exactly rate/2^20, which maps back to ``rate``."""
+        if self.rate_den != median.EXP_RATE_DENOMINATOR:
+            raise ValueError(f"the sampler's rate denominator is {median.EXP_RATE_DENOMINATOR}, "
+                             f"not {self.rate_den}")
+        eps = float(median.exp_median_epsilon(self.rate))
+        if median.exp_median_rate(eps) != self.rate:
+            raise ValueError(f"exp_median would not sample at rate {self.rate}")
+        return eps
+
+
+@dataclass(frozen=True)
+class StudentTSmooth:
+    """Student's t (d degrees of freedom) scaled by S_β/s, S_β a β-smooth sensitivity bound."""
+
+    d: float
+    beta: float
+    s: float
+
+    kind: ClassVar[str] = "students-t-smooth-sensitivity"
+    formula: ClassVar[str] = "epsilon = (d + 1) * (beta + s / (2 * sqrt(d)))"
+
+    def __post_init__(self) -> None:
+        for f in ("d", "beta", "s"):
+            _positive_finite(f"students-t {f}", getattr(self, f))
+
+    @staticmethod
+    def calibrate(epsilon_med: float, d: float, beta_share: float) -> "StudentTSmooth":
+        """(β, s) spending ``epsilon_med``: a share ``p`` on β = p·ε/(d+1), the rest on
+        s = 2(1−p)·ε·√d/(d+1); s is then lowered by ulps until the map is ≤ ε (float)."""
+        eps = _positive_finite("epsilon", epsilon_med)
+        d = _positive_finite("DPSSTheilSen d", d)
+        if isinstance(beta_share, bool) or not 0 < float(beta_share) < 1:
+            raise ValueError(f"DPSSTheilSen beta_share must lie in (0, 1), got {beta_share!r}")
+        p = float(beta_share)
+        beta = p * eps / (d + 1)
+        s = 2.0 * (1.0 - p) * eps * math.sqrt(d) / (d + 1)
+        cal = StudentTSmooth(d, beta, s)
+        while cal.guarantee().epsilon > eps:
+            cal = StudentTSmooth(d, beta, math.nextafter(cal.s, 0.0))
+        return cal
+
+    def parameters(self) -> dict:
+        return {"d": self.d, "beta": self.beta, "s": self.s}
+
+    def guarantee(self) -> PureDP:
+        return PureDP((self.d + 1) * (self.beta + self.s / (2.0 * math.sqrt(self.d))))
+
+
+Noise = Union[GridLaplace, GridGaussian, ExpMedian, StudentTSmooth]
+MAPS: dict[str, type] = {c.kind: c for c in (GridLaplace, GridGaussian, ExpMedian, StudentTSmooth)}
+
+
+def privacy_map(mechanism: str, parameters: Mapping[str, Any]) -> Guarantee:
+    """The guarantee of one draw from its published description (what an auditor computes)."""
+    try:
+        cls = MAPS[mechanism]
+    except KeyError:
+        raise ValueError(f"unknown mechanism {mechanism!r}; known: {', '.join(MAPS)}") from None
+    want = {f.name for f in fields(cls)} - {"argument"}
+    if set(parameters) != want:
+        raise ValueError(f"{mechanism} needs parameters {sorted(want)}, got {sorted(parameters)}")
+    return cls(**parameters).guarantee()
+
+
+# ---------------------------------------------------------------------------------------------
+# Steps
+
+
+@dataclass(frozen=True)
+class NoiseStep:
+    """One noisy release of an estimator: what is drawn, on what sensitivity, how many times.
+
+    ``guarantee`` is the map of ONE draw (per tract: tracts hold disjoint people); the step
+    costs ``repeat`` draws in sequence (e.g. T gradient steps).
+    """
+
+    name: str
+    noise: Noise
+    sensitivity: str
+    repeat: int = 1
+
+    def __post_init__(self) -> None:
+        _positive_int(f"noise step {self.name!r} repeat", self.repeat)
+
+    @property
+    def mechanism(self) -> str:
+        return self.noise.kind
+
+    @property
+    def parameters(self) -> dict:
+        return self.noise.parameters()
+
+    @property
+    def guarantee(self) -> Guarantee:
+        return self.noise.guarantee()
+
+    def total(self) -> Guarantee:
+        """All ``repeat`` draws composed."""
+        return sequential([self.guarantee] * self.repeat)
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "mechanism": self.mechanism, "sensitivity": self.sensitivity,
+                "parameters": self.parameters, "repeat": self.repeat,
+                "guarantee": as_dict(self.guarantee), "formula": self.noise.formula}
+
+
+def compose(steps: Iterable[NoiseStep]) -> Guarantee:
+    """Sequential composition of the steps, each repeated ``repeat`` times (same people)."""
+    parts: list[Guarantee] = []
+    for step in steps:
+        parts.extend([step.guarantee] * step.repeat)
+    return sequential(parts)
+
+
+def from_dict(d: Mapping[str, Any]) -> NoiseStep:
+    """A step rebuilt from its ``as_dict()`` form; its guarantee is recomputed, not read."""
+    cls = MAPS.get(d["mechanism"])
+    if cls is None:
+        raise ValueError(f"unknown mechanism {d['mechanism']!r}")
+    privacy_map(d["mechanism"], d["parameters"])  # validates the parameter names
+    return NoiseStep(d["name"], cls(**d["parameters"]), d["sensitivity"], int(d["repeat"]))

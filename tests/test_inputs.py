@@ -1,0 +1,382 @@
+"""Inputs that cannot break the privacy claim: one record per person and cell across all
+partitions, a limit on what clip/drop may change, and strict column types."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dpatlas import contributions
+from dpatlas.config import ConfigError, parse_config
+from dpatlas.contributions import ContributionError, check_contributions, require_person_unit
+from dpatlas.ingest import InputError, partitions, read_partition
+from dpatlas.synth import tract_geoids
+from dpatlas.validate import ValidationFailed, apply_policy, check_changed_share
+
+# --- building inputs ---------------------------------------------------------------------------
+
+
+def state_records(state: str, n: int = 60, tracts: int = 6, seed: int = 0,
+                  first_id: int = 0) -> pd.DataFrame:
+    """``n`` people of one state with distinct ids, spread over ``tracts`` tracts."""
+    rng = np.random.default_rng([seed, int(state)])
+    geoids, _ = tract_geoids(state, tracts, 2)
+    return pd.DataFrame({
+        "person_id": [f"p{first_id + i:06d}" for i in range(n)],
+        "geoid": geoids[np.arange(n) % tracts],
+        "parent_rank": np.round(rng.uniform(0, 1, n), 2),
+        "child_rank": np.round(rng.uniform(0, 1, n), 2),
+        "cell": np.where(np.arange(n) % 2 == 0, "female", "male"),
+    })
+
+
+def write_states(root: Path, frames: dict[str, pd.DataFrame]) -> Path:
+    """A hive-partitioned Parquet dataset: root/microdata/state=SS/part-0.parquet."""
+    for state, frame in frames.items():
+        folder = root / "microdata" / f"state={state}"
+        folder.mkdir(parents=True, exist_ok=True)
+        frame.to_parquet(folder / "part-0.parquet", index=False)
+    return root / "microdata"
+
+
+def input_config(path: Path, fmt: str = "parquet", person_id: str | None = "person_id",
+                 cell: str | None = "cell", **privacy_or_validation):
+    data = {"input": {"path": str(path), "format": fmt,
+                      "columns": {"person_id": person_id, "cell": cell}},
+            "boundaries": {"path": "tracts.parquet"},
+            "selection": {"rule": "fixed"}, **privacy_or_validation}
+    return parse_config(data)
+
+
+def stage_all(cfg, internal: Path, policy: str = "fail") -> tuple[list[Path], list[dict]]:
+    """Ingest, validate and stage every partition, as the flow's first stage does."""
+    staged, reports = [], []
+    for part in partitions(cfg.input):
+        clean, report = apply_policy(read_partition(cfg.input, part.key), policy, part.key,
+                                     internal)
+        path = internal / "staged" / f"input-{part.key}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        clean.to_parquet(path, index=False)
+        staged.append(path)
+        reports.append(report.as_dict())
+    return staged, reports
+
+
+@pytest.fixture
+def two_states(tmp_path) -> dict[str, pd.DataFrame]:
+    return {"17": state_records("17", first_id=0), "18": state_records("18", first_id=1000)}
+
+
+# --- one record per person and cell, across partitions -----------------------------------------
+
+
+def test_same_person_in_two_states_is_refused(tmp_path, two_states):
+    # p000007 also has a record in state 18, in the same cell as their record in state 17.
+    person = two_states["17"].loc[7]
+    two_states["18"].loc[3, ["person_id", "cell"]] = [person["person_id"], person["cell"]]
+    cfg = input_config(write_states(tmp_path, two_states))
+    staged, _ = stage_all(cfg, tmp_path / "internal")  # each state alone passes its contract
+
+    with pytest.raises(ContributionError) as err:
+        check_contributions(staged, "fail", tmp_path / "internal")
+    message = str(err.value)
+    quarantine = tmp_path / "internal" / "quarantine" / "duplicate-persons.parquet"
+    assert "1 person(s)" in message and "2 records" in message and "17, 18" in message
+    assert str(quarantine) in message and "validation.contributions: bound" in message
+    assert "\n" not in message
+    rows = pd.read_parquet(quarantine)
+    assert list(rows["person_id"]) == ["p000007", "p000007"]
+    assert sorted(rows["staged_file"]) == ["input-17.parquet", "input-18.parquet"]
+    assert isinstance(err.value, ValidationFailed)  # the command line's exit 2
+
+
+def test_bound_keeps_exactly_one_record_by_the_persons_own_records(tmp_path, two_states):
+    p7, p9 = two_states["17"].loc[7], two_states["17"].loc[9]
+    two_states["18"].loc[3, ["person_id", "cell"]] = [p7["person_id"], p7["cell"]]
+    two_states["18"].loc[5, ["person_id", "cell"]] = [p9["person_id"], p9["cell"]]
+    # and p000011 twice in one tract of state 17, same cell: a repeat inside one partition
+    two_states["17"].loc[23, ["person_id", "geoid", "cell"]] = [
+        "p000011", two_states["17"].loc[11, "geoid"], two_states["17"].loc[11, "cell"]]
+    cfg = input_config(write_states(tmp_path, two_states))
+    internal = tmp_path / "internal"
+    staged, _ = stage_all(cfg, internal)
+    before = {p.name: pd.read_parquet(p) for p in staged}
+
+    # The staged list in either order: the rule depends on the records, not on file order.
+    report = check_contributions(list(reversed(staged)), "bound", internal)
+    assert report["checked"] and report["persons_repeated"] == 3
+    assert report["records_of_repeated"] == 6 and report["records_removed"] == 3
+    assert report["records"] == 120
+    assert sorted(Path(f).name for f in report["files_rewritten"]) == [
+        "input-17.parquet", "input-18.parquet"]
+
+    after = {p.name: pd.read_parquet(p) for p in staged}
+    # state 17's GEOIDs sort before state 18's: the 17 records of p7 and p9 are kept
+    assert set(after["input-18.parquet"]["row"]) == set(before["input-18.parquet"]["row"]) - {
+        60 + 3, 60 + 5}
+    # within one tract the smaller input row is kept
+    assert set(after["input-17.parquet"]["row"]) == set(before["input-17.parquet"]["row"]) - {23}
+    everything = pd.concat(after.values())
+    assert not everything.duplicated(["person_id", "cell"]).any()
+    kept = everything.set_index("person_id").loc[["p000007", "p000009", "p000011"], "row"]
+    assert sorted(kept) == [7, 9, 11]
+    pd.testing.assert_frame_equal(  # untouched records are byte-for-byte the same values
+        after["input-17.parquet"], before["input-17.parquet"][
+            before["input-17.parquet"]["row"] != 23].reset_index(drop=True))
+    q = pd.read_parquet(internal / "quarantine" / "duplicate-persons.parquet")
+    assert len(q) == 6 and q["kept"].sum() == 3
+    assert not list((internal / "staged").glob("*.tmp"))  # atomic rewrite left no temp file
+
+    again = check_contributions(staged, "bound", internal)  # idempotent on resume
+    assert again["persons_repeated"] == 0 and again["files_rewritten"] == []
+
+
+def test_same_person_in_two_cells_of_one_tract_is_accepted(tmp_path, two_states):
+    # cells compose sequentially, so a person may be in several of them
+    row = two_states["17"].loc[4]
+    twin = row.copy()
+    twin["cell"] = "male" if row["cell"] == "female" else "female"
+    two_states["17"] = pd.concat([two_states["17"], twin.to_frame().T], ignore_index=True)
+    cfg = input_config(write_states(tmp_path, two_states))
+    staged, _ = stage_all(cfg, tmp_path / "internal")
+    report = check_contributions(staged, "fail", tmp_path / "internal")
+    assert report["checked"] and report["persons_repeated"] == 0 and report["records"] == 121
+    assert not (tmp_path / "internal" / "quarantine" / "duplicate-persons.parquet").exists()
+
+
+def test_hash_collisions_never_reject_or_remove_anyone(tmp_path, two_states, monkeypatch):
+    # Every (person, cell) hashes to the same value: all are candidates, none is a repeat.
+    monkeypatch.setattr(contributions, "_key_hashes",
+                        lambda frame: np.zeros(len(frame), dtype=np.uint64))
+    cfg = input_config(write_states(tmp_path, two_states))
+    staged, _ = stage_all(cfg, tmp_path / "internal")
+    assert check_contributions(staged, "fail", tmp_path / "internal")["persons_repeated"] == 0
+    report = check_contributions(staged, "bound", tmp_path / "internal")
+    assert report["records_removed"] == 0 and report["files_rewritten"] == []
+
+
+def test_integer_ids_across_partitions(tmp_path, two_states):
+    for frame in two_states.values():
+        frame["person_id"] = frame["person_id"].str[1:].astype("int64")
+    two_states["18"].loc[0, ["person_id", "cell"]] = [12, two_states["17"].loc[12, "cell"]]
+    cfg = input_config(write_states(tmp_path, two_states))
+    staged, _ = stage_all(cfg, tmp_path / "internal")
+    with pytest.raises(ContributionError, match="1 person"):
+        check_contributions(staged, "fail", tmp_path / "internal")
+
+
+def test_csv_ids_keep_their_leading_zeros(tmp_path):
+    # Read as numbers, "007" and "7" would be one person (and be refused or bounded).
+    frame = state_records("17", n=4, tracts=2)
+    frame["person_id"] = ["007", "7", "0007", "8"]
+    frame["cell"] = "all"
+    path = tmp_path / "in.csv"
+    frame.to_csv(path, index=False)
+    cfg = input_config(path, fmt="csv")
+    staged, _ = stage_all(cfg, tmp_path / "internal")
+    assert list(pd.read_parquet(staged[0])["person_id"]) == ["007", "7", "0007", "8"]
+    assert check_contributions(staged, "fail", tmp_path / "internal")["persons_repeated"] == 0
+
+
+def test_without_person_ids_nothing_is_checked(tmp_path, two_states):
+    cfg = input_config(write_states(tmp_path, two_states), person_id=None)
+    staged, _ = stage_all(cfg, tmp_path / "internal")
+    assert check_contributions(staged, "fail", tmp_path / "internal")["checked"] is False
+
+
+def test_a_release_needs_a_person_id_or_the_stated_assumption(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        require_person_unit(input_config(tmp_path, person_id=None))
+    message = str(err.value)
+    assert "input.columns.person_id" in message
+    assert "privacy.assume_one_record_per_person: true" in message and "\n" not in message
+
+    assumed = require_person_unit(input_config(tmp_path, person_id=None, privacy={
+        "assume_one_record_per_person": True}))
+    assert assumed["claim"] == "one record per person and cell"
+    assert assumed["status"] == "unverified assumption"
+    verified = require_person_unit(input_config(tmp_path, validation={"contributions": "bound"}))
+    assert verified["status"] == "verified" and "smallest (GEOID, input row)" in verified["basis"]
+
+
+def test_contribution_check_memory_is_bounded(tmp_path):
+    """500,000 records in 5 partitions, 100 repeats: peak Python-heap use stays near the
+    hash arrays (8 bytes a record), not a copy of every id."""
+    import tracemalloc
+
+    n, parts = 500_000, 5
+    staged = []
+    for k in range(parts):
+        ids = np.arange(k * n // parts, (k + 1) * n // parts)
+        frame = pd.DataFrame({"row": ids, "geoid": "17001000100", "x": 0.5, "y": 0.5,
+                              "cell": "all", "person_id": [f"id{i}" for i in ids]})
+        if k == parts - 1:
+            frame.loc[:99, "person_id"] = [f"id{i}" for i in range(100)]  # repeats of part 0
+        path = tmp_path / f"input-{k}.parquet"
+        frame.to_parquet(path, index=False)
+        staged.append(path)
+    tracemalloc.start()
+    report = check_contributions(staged, "bound", tmp_path)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert report["persons_repeated"] == 100 and report["records_removed"] == 100
+    assert len(pd.read_parquet(staged[-1])) == n // parts - 100
+    assert peak < 150 * 2**20, f"peak {peak / 2**20:.0f} MiB"
+
+
+# --- what clip and drop may change --------------------------------------------------------------
+
+
+def test_percentiles_read_as_unit_ranks_are_refused_under_clip(tmp_path, two_states):
+    for frame in two_states.values():
+        frame[["parent_rank", "child_rank"]] = np.round(
+            frame[["parent_rank", "child_rank"]] * 100, 1)
+    cfg = input_config(write_states(tmp_path, two_states))
+    _, reports = stage_all(cfg, tmp_path / "internal", policy="clip")
+    assert sum(r["clipped"] for r in reports) >= 110  # every partition passed on its own
+    with pytest.raises(ValidationFailed) as err:
+        check_changed_share(reports, 0.01)
+    message = str(err.value)
+    changed = sum(r["clipped"] for r in reports)
+    assert f"{changed:,} of 120 input rows ({changed / 120:.2%}" in message
+    assert "validation.max_changed_share 1.00%" in message
+    assert "set input.rank_scale: percentile" in message and "\n" not in message
+
+
+def test_percentile_scale_is_accepted(tmp_path, two_states):
+    for frame in two_states.values():
+        frame[["parent_rank", "child_rank"]] = (frame[["parent_rank", "child_rank"]] * 100
+                                                ).round().astype("int64")  # integer ranks too
+    cfg = input_config(write_states(tmp_path, two_states))
+    cfg = cfg.model_copy(update={"input": cfg.input.model_copy(update={"rank_scale":
+                                                                       "percentile"})})
+    _, reports = stage_all(cfg, tmp_path / "internal", policy="clip")
+    assert sum(r["clipped"] for r in reports) == 0
+    check_changed_share(reports, 0.0)
+
+
+def test_change_limit_counts_drops_over_all_partitions(tmp_path, two_states):
+    two_states["18"].loc[[1, 2], "child_rank"] = np.nan
+    cfg = input_config(write_states(tmp_path, two_states))
+    staged, reports = stage_all(cfg, tmp_path / "internal", policy="drop")
+    by_state = {r["partition"]: r for r in reports}
+    assert by_state["18"]["dropped"] == 2 and by_state["18"]["rows_out"] == 58
+    assert by_state["17"]["dropped"] == 0
+    assert len(pd.read_parquet(staged[1])) == 58  # n counts only the valid rows
+    check_changed_share(reports, 2 / 120)  # exactly at the limit: allowed
+    with pytest.raises(ValidationFailed, match=r"2 of 120 input rows \(1\.67%: 0 clipped, "
+                                               r"2 dropped\)") as err:
+        check_changed_share(reports, 0.01)
+    assert "raise validation.max_changed_share" in str(err.value)
+
+
+# --- strict column types ------------------------------------------------------------------------
+
+
+def one_state_file(tmp_path: Path, frame: pd.DataFrame) -> Path:
+    path = tmp_path / "in.parquet"
+    frame.to_parquet(path, index=False)
+    return path
+
+
+def test_blank_geoid_in_csv_is_reported_as_blank(tmp_path):
+    frame = state_records("01", n=20, tracts=3)  # Alabama: GEOIDs start with a zero
+    path = tmp_path / "in.csv"
+    frame.to_csv(path, index=False)
+    lines = path.read_text().splitlines()
+    for row in (3, 17):  # data row r is line r + 1 (after the header)
+        cells = lines[row + 1].split(",")
+        cells[1] = ""
+        lines[row + 1] = ",".join(cells)
+    path.write_text("\n".join(lines) + "\n")
+    cfg = input_config(path, fmt="csv")
+    df = read_partition(cfg.input, "all")
+    assert df["geoid"].isna().sum() == 2
+    valid = df["geoid"].dropna()
+    assert (valid.str.fullmatch(r"01\d{9}")).all()  # text: no float, no lost zero
+    with pytest.raises(ValidationFailed) as err:
+        apply_policy(df, "fail", "all", tmp_path / "internal")
+    message = str(err.value)
+    assert "2 rows have a blank GEOID, e.g. input rows 3, 17" in message
+    assert ".0" not in message and "match_regex" not in message
+
+
+def test_integer_geoid_column_is_refused(tmp_path):
+    frame = state_records("01", n=10, tracts=2)
+    frame["geoid"] = frame["geoid"].astype("int64")
+    cfg = input_config(one_state_file(tmp_path, frame))
+    for call in (lambda: partitions(cfg.input), lambda: read_partition(cfg.input, "all")):
+        with pytest.raises(InputError) as err:
+            call()
+        message = str(err.value)
+        assert "11-character text" in message and "leading zero" in message
+        assert "\n" not in message
+
+
+def test_float_geoid_column_is_refused(tmp_path):
+    frame = state_records("17", n=10, tracts=2)
+    frame["geoid"] = frame["geoid"].astype(float)
+    with pytest.raises(InputError, match="stored as float numbers"):
+        partitions(input_config(one_state_file(tmp_path, frame)).input)
+
+
+def test_boolean_rank_is_refused(tmp_path):
+    frame = state_records("17", n=10, tracts=2)
+    frame["parent_rank"] = frame["parent_rank"] > 0.5
+    with pytest.raises(InputError, match="parent_rank is boolean"):
+        partitions(input_config(one_state_file(tmp_path, frame)).input)
+
+
+def test_text_ranks_that_are_not_numbers_are_refused(tmp_path):
+    frame = state_records("17", n=10, tracts=2)
+    frame["child_rank"] = frame["child_rank"].astype(str)
+    frame.loc[[2, 6], "child_rank"] = ["high", "n.a."]
+    cfg = input_config(one_state_file(tmp_path, frame))
+    with pytest.raises(InputError) as err:
+        read_partition(cfg.input, "all")
+    message = str(err.value)
+    assert "child_rank column 'child_rank'" in message and "2 row(s)" in message
+    assert "'high', 'n.a.'" in message and "input rows 2, 6" in message
+
+
+def test_text_ranks_in_csv_are_refused(tmp_path):
+    frame = state_records("17", n=10, tracts=2)
+    frame["parent_rank"] = frame["parent_rank"].astype(object)
+    frame.loc[4, "parent_rank"] = "abc"
+    path = tmp_path / "in.csv"
+    frame.to_csv(path, index=False)
+    with pytest.raises(InputError, match=r"parent_rank column 'parent_rank' holds text .* "
+                                         r"e\.g\. 'abc'"):
+        read_partition(input_config(path, fmt="csv").input, "all")
+
+
+def test_numbers_as_text_and_integers_are_ranks(tmp_path):
+    frame = state_records("17", n=10, tracts=2)
+    frame["parent_rank"] = frame["parent_rank"].astype(str)
+    frame.loc[0, "parent_rank"] = ""  # blank: missing, for the contract to report
+    frame["child_rank"] = (frame["child_rank"] * 100).round().astype("int64")
+    cfg = input_config(one_state_file(tmp_path, frame))
+    df = read_partition(cfg.input, "all")
+    assert df["x"].dtype == float and np.isnan(df.loc[0, "x"])
+    assert np.allclose(df.loc[1:, "x"], frame.loc[1:, "parent_rank"].astype(float))
+    assert np.array_equal(df["y"], frame["child_rank"].to_numpy(dtype=float))
+
+
+def test_float_person_ids_are_refused(tmp_path):
+    frame = state_records("17", n=10, tracts=2)
+    frame["person_id"] = np.arange(10, dtype=float)
+    with pytest.raises(InputError, match="person ids must be integers or text"):
+        partitions(input_config(one_state_file(tmp_path, frame)).input)
+
+
+def test_integer_person_ids_with_a_gap_stay_integers(tmp_path):
+    frame = state_records("17", n=4, tracts=2)
+    frame["person_id"] = pd.array([2**60 + 1, None, 2**60 + 3, 2**60 + 5], dtype="Int64")
+    df = read_partition(input_config(one_state_file(tmp_path, frame)).input, "all")
+    # as float64 these three ids would be one number; as integers they stay apart
+    assert df["person_id"].dropna().nunique() == 3
+    with pytest.raises(ValidationFailed, match="person_id"):
+        apply_policy(df, "fail", "all", tmp_path / "internal")

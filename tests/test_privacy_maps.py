@@ -1,0 +1,361 @@
+"""Privacy maps: guarantees computed from the noise drawn, for every DP estimator.
+
+Issue 7: a guarantee declared beside the mechanism can drift from the noise it draws. Here each
+estimator's guarantee is checked (1) to be the composition of the maps of its noise steps,
+(2) to fit its budget and be within 0.1% of it over a grid of budgets and hyperparameters,
+(3) to be computed from the very parameters the samplers are called with, and (4) each map
+against a case computed by hand.
+"""
+
+import gc
+import math
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import mechanisms as M
+from mechanisms import gradient_descent, median, noise, sufficient_stats, theil_sen
+from mechanisms.batch import TractBatch
+from mechanisms.noise import LAPLACE_GRID_STEPS, gaussian_sigma, laplace_scale
+from mechanisms.privacy import ZCDP, ApproxDP, NotDP, PureDP, rho_for_approx
+from mechanisms.privacy_maps import (MAPS, ExpMedian, GridGaussian, GridLaplace,
+                                     StudentTSmooth, compose, from_dict, privacy_map)
+
+from conftest import line_tract
+
+EPSILONS = (1e-3, 0.01, 0.1, 1.0, 2.5, 8.0, 50.0)
+DELTAS = (1e-6, 1e-9)
+LOOSE = 1e-3  # a guarantee more than 0.1% below its budget wastes budget
+
+VARIANTS = [
+    ("NoisyStats", {}), ("NoisyIntercept", {}),
+    ("DPExpTheilSen", {}), ("DPExpTheilSen", {"lo": 0.0, "hi": 1.0}),
+    ("DPExpTheilSenMatch", {}),
+    ("DPExpTheilSenkMatch", {}), ("DPExpTheilSenkMatch", {"k": 1}),
+    ("DPExpTheilSenkMatch", {"k": 50}),
+    ("DPWideTheilSen", {}), ("DPWideTheilSen", {"theta": 0.1}),
+    *[("DPSSTheilSen", {"d": d, "beta_share": p}) for d in (1, 3, 10) for p in (0.2, 0.5, 0.8)],
+    *[(name, {"steps": t, "tau": tau}) for name in ("DPGDPure", "DPGDzCDP", "DPGDApprox")
+      for t in (1, 10, 80) for tau in (0.1, 1.0)],
+]
+
+
+def _private():
+    return [name for name, e in M.REGISTRY.items() if e.private]
+
+
+def test_variants_cover_every_dp_estimator():
+    assert {name for name, _ in VARIANTS} == set(_private())
+    for name, e in M.REGISTRY.items():
+        if not e.private:
+            assert e.noise_steps(1.0) == [] and isinstance(e.guarantee(1.0), NotDP)
+
+
+def _gaussian_feasible(rho_step: float) -> bool:
+    """The grid Gaussian needs at least 4 grid steps per unit: 4096·sqrt(2ρ) >= 4 and
+    16384·sqrt(2ρ) − sqrt(2) >= 4 (mechanisms/noise.py, _gauss_grid)."""
+    root = math.sqrt(2 * rho_step)
+    return min(4096 * root, 16384 * root - math.sqrt(2)) >= 4
+
+
+@pytest.mark.parametrize("name,hp", VARIANTS, ids=lambda v: str(v))
+def test_guarantee_fits_the_budget_and_is_not_loose(name, hp):
+    est = M.get(name)
+    deltas = DELTAS if est.needs_delta else (None,)
+    checked = 0
+    for eps in EPSILONS:
+        for delta in deltas:
+            where = f"{name} {hp} eps={eps} delta={delta}"
+            if name in ("DPGDzCDP", "DPGDApprox"):
+                rho = eps**2 / 2 if name == "DPGDzCDP" else rho_for_approx(eps, delta)
+                if not _gaussian_feasible(rho / hp["steps"]):
+                    # Refused up front, never silently looser: too little ρ per step.
+                    with pytest.raises(ValueError, match="too little for the grid Gaussian"):
+                        est.guarantee(eps, delta, **hp)
+                    continue
+            g = est.guarantee(eps, delta, **hp)
+            assert g == compose(est.noise_steps(eps, delta, **hp)) or name == "DPGDApprox"
+            if name == "DPGDzCDP":
+                assert isinstance(g, ZCDP), where
+                target, got = eps**2 / 2, g.rho
+            elif name == "DPGDApprox":
+                assert isinstance(g, ApproxDP) and g.delta == delta, where
+                target, got = eps, g.epsilon
+            else:
+                assert isinstance(g, PureDP), where
+                target, got = eps, g.epsilon
+            assert got <= target, where
+            assert got >= target * (1 - LOOSE), (where, got)
+            checked += 1
+    assert checked >= 2
+
+
+def test_infeasible_budgets_are_the_expected_ones():
+    # The only refusals in the grid: zCDP gradient descent with tiny per-step ρ.
+    with pytest.raises(ValueError, match="fewer steps or a larger epsilon"):
+        M.get("DPGDzCDP").guarantee(1e-3, steps=80)
+    assert isinstance(M.get("DPGDzCDP").guarantee(1e-3, steps=1), ZCDP)
+    with pytest.raises(ValueError, match="quantum"):
+        M.get("DPExpTheilSen").guarantee(2.0**-21)  # below the rate quantum per median
+
+
+# --- one hand-computed case per map ----------------------------------------------------------
+
+
+def test_grid_laplace_by_hand():
+    cal = GridLaplace.calibrate(0.3, 1)
+    # t = ceil(4097 / 0.3 * 256) / 256 = 3496107 / 256 grid units.
+    assert cal.parameters() == {"grid_steps": 4096, "dims": 1, "scale_num": 3496107,
+                                "scale_den": 256}
+    assert cal.guarantee().epsilon == pytest.approx(4097 * 256 / 3496107, rel=1e-15)
+    two = GridLaplace.calibrate(0.01, 2)  # 4098/0.01*256 = 104908800 exactly
+    assert two.scale_num == 104908800 and two.guarantee().epsilon == pytest.approx(0.01)
+
+
+def test_grid_gaussian_by_hand():
+    cal = GridGaussian.calibrate(0.5, 1)
+    # sqrt(2ρ) = 1: 4096 steps; σ² = ceil(4097² / 1) = 16785409; ρ = 4097²/(2σ²) = 0.5.
+    assert cal.parameters() == {"grid_steps": 4096, "dims": 1, "sigma2": 16785409}
+    assert cal.guarantee().rho == 0.5
+    cal = GridGaussian.calibrate(0.02, 2)
+    # sqrt(0.04) = 0.2: steps = floor(min(819.2, 3276.8 − 1.414)) = 819;
+    # σ² = ceil((819 + √2)² / 0.04) = ceil(16785423.07...) .
+    assert cal.grid_steps == 819
+    assert cal.sigma2 == math.ceil((819 + math.sqrt(2)) ** 2 / 0.04)
+    assert cal.guarantee().rho == pytest.approx((819 + math.sqrt(2)) ** 2 / (2 * cal.sigma2))
+    assert cal.guarantee().rho <= 0.02
+
+
+def test_exponential_median_by_hand():
+    cal = ExpMedian.calibrate(0.3)
+    # rate = floor(0.3 · 2^20) = floor(314572.8) = 314572.
+    assert cal.parameters() == {"rate": 314572, "rate_den": 2**20}
+    assert cal.guarantee().epsilon == 314572 / 2**20
+    assert median.exp_median_rate(cal.argument) == 314572
+
+
+def test_students_t_by_hand():
+    assert privacy_map("students-t-smooth-sensitivity", {"d": 3, "beta": 0.1, "s": 0.2}) \
+        == PureDP(4 * (0.1 + 0.2 / (2 * math.sqrt(3))))
+    cal = StudentTSmooth.calibrate(0.5, 3, 0.5)
+    # β = 0.5·0.5/4, s = 2·0.5·0.5·√3/4: (d+1)(β + s/(2√d)) = 0.25 + 0.25.
+    assert cal.beta == pytest.approx(0.0625) and cal.s == pytest.approx(0.25 * math.sqrt(3) / 2)
+    assert cal.guarantee().epsilon <= 0.5
+    assert cal.guarantee().epsilon == pytest.approx(0.5, rel=1e-15)
+
+
+def test_maps_from_published_numbers():
+    steps = [s for name in ("NoisyStats", "DPGDzCDP", "DPExpTheilSen", "DPSSTheilSen")
+             for s in M.get(name).noise_steps(1.0)]
+    assert {s.mechanism for s in steps} == set(MAPS)
+    for step in steps:
+        d = step.as_dict()
+        assert set(d) == {"name", "mechanism", "sensitivity", "parameters", "repeat",
+                          "guarantee", "formula"}
+        assert d["mechanism"] in MAPS
+        again = from_dict(d)
+        assert again.guarantee == step.guarantee == privacy_map(d["mechanism"], d["parameters"])
+        assert d["guarantee"]["type"] == step.guarantee.kind
+    with pytest.raises(ValueError, match="unknown mechanism"):
+        privacy_map("float-laplace", {})
+    with pytest.raises(ValueError, match="needs parameters"):
+        privacy_map("grid-laplace", {"grid_steps": 4096, "dims": 1, "scale_num": 5})
+    with pytest.raises(ValueError, match="integer >= 1"):
+        privacy_map("grid-gaussian", {"grid_steps": 4096, "dims": 0, "sigma2": 5})
+
+
+def test_laplace_budgets_the_sampler_cannot_draw_are_refused_at_calibration():
+    from mechanisms.privacy_maps import MAX_SCALE_NUM
+    assert MAX_SCALE_NUM == getattr(noise, "_MAX_GEOMETRIC_SCALE_NUM", MAX_SCALE_NUM)
+    smallest = (LAPLACE_GRID_STEPS + 1) * 256 / MAX_SCALE_NUM
+    GridLaplace.calibrate(smallest * 1.001)
+    with pytest.raises(ValueError, match="too small for the grid Laplace"):
+        GridLaplace.calibrate(smallest / 2)
+
+
+def test_a_calibration_that_is_not_the_samplers_is_refused():
+    cal = GridLaplace.calibrate(0.3)
+    with pytest.raises(ValueError, match="not what the sampler draws"):
+        GridLaplace(cal.grid_steps, cal.dims, cal.scale_num - 1, cal.scale_den, 0.3)
+    g = GridGaussian.calibrate(0.1, 2)
+    with pytest.raises(ValueError, match="not what the sampler draws"):
+        GridGaussian(g.grid_steps, g.dims, g.sigma2 - 1, 0.1)
+    with pytest.raises(ValueError, match="coordinate"):
+        cal.epsilon_for(np.zeros((3, 2)))  # calibrated for 1 coordinate, asked to draw 2
+
+
+# --- the samplers draw exactly the calibrated noise -----------------------------------------
+
+
+@pytest.mark.parametrize("eps", [0.01, 0.7, 8.0])
+def test_sampler_scales_agree_with_noise_steps(eps):
+    for name in _private():
+        delta = 1e-6 if M.get(name).needs_delta else None
+        try:
+            steps = M.get(name).noise_steps(eps, delta)
+        except ValueError:
+            continue  # infeasible (covered above)
+        for step in steps:
+            n = step.noise
+            if isinstance(n, GridLaplace):
+                assert laplace_scale(LAPLACE_GRID_STEPS, n.argument, n.dims) \
+                    == n.scale_num / n.scale_den
+            elif isinstance(n, GridGaussian):
+                assert gaussian_sigma(n.grid_steps, n.argument, n.dims) == math.sqrt(n.sigma2)
+            elif isinstance(n, ExpMedian):
+                assert median.exp_median_rate(n.argument) == n.rate
+                assert n.rate_den == median.EXP_RATE_DENOMINATOR
+            else:
+                assert isinstance(n, StudentTSmooth)
+
+
+class Recorder:
+    """Wraps the samplers each estimator module calls and records what they were asked for."""
+
+    def __init__(self, monkeypatch):
+        self.calls = []
+        for module in (sufficient_stats, gradient_descent):
+            self._wrap(monkeypatch, module, "laplace_mechanism",
+                       lambda a: ("grid-laplace", GridLaplace.calibrate(a[3], np.shape(a[1])[-1])
+                                  .parameters()))
+        self._wrap(monkeypatch, gradient_descent, "gaussian_mechanism",
+                   lambda a: ("grid-gaussian", GridGaussian.calibrate(a[3], np.shape(a[1])[-1])
+                              .parameters()))
+        self._wrap(monkeypatch, theil_sen, "exp_median",
+                   lambda a: ("exponential-median",
+                              {"rate": median.exp_median_rate(a[1]),
+                               "rate_den": median.EXP_RATE_DENOMINATOR}))
+        self._wrap(monkeypatch, theil_sen, "smooth_sensitivity",
+                   lambda a: ("smooth beta", {"beta": a[2]}))
+
+    def _wrap(self, monkeypatch, module, attr, describe):
+        original = getattr(module, attr)
+
+        def wrapped(*args, **kwargs):
+            self.calls.append(describe(args))
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(module, attr, wrapped)
+
+
+@pytest.mark.parametrize("name", _private())
+def test_runs_draw_exactly_their_noise_steps(name, monkeypatch):
+    eps, delta = 2.0, (1e-6 if M.get(name).needs_delta else None)
+    hp = {"steps": 6} if name.startswith("DPGD") else {}
+    steps = M.get(name).noise_steps(eps, delta, **hp)
+    rec = Recorder(monkeypatch)
+    x, y = line_tract(30, seed=2)
+    M.estimate_batch(name, TractBatch.single(x, y), eps, delta, seed=1, **hp)
+    expected = []
+    for s in steps:
+        for _ in range(s.repeat):
+            if s.mechanism == "students-t-smooth-sensitivity":
+                expected.append(("smooth beta", {"beta": s.parameters["beta"]}))
+            else:
+                expected.append((s.mechanism, s.parameters))
+    assert rec.calls == expected
+
+
+def test_noisy_intercept_spread_is_the_maps_scale():
+    # The released noise has the scale the map was computed from: sd = √2·t·unit.
+    x, y = line_tract(50, seed=4)
+    eps, reps = 0.5, 20000
+    (step,) = M.get("NoisyIntercept").noise_steps(eps)
+    t_units = step.parameters["scale_num"] / step.parameters["scale_den"]
+    b = t_units * (1 / 50) / step.parameters["grid_steps"]
+    out = M.estimate_batch("NoisyIntercept", TractBatch.single(x, y), eps, seed=3,
+                           reps=reps).p25[:, 0]
+    assert np.std(out) == pytest.approx(math.sqrt(2) * b, rel=0.04)
+
+
+# --- DPSSTheilSen: derived from (d, beta, s), evaluation only -------------------------------
+
+
+@pytest.mark.parametrize("d", [1, 3, 10])
+@pytest.mark.parametrize("share", [0.2, 0.5, 0.8])
+def test_dpss_guarantee_is_the_t_map_of_its_parameters(d, share):
+    steps = M.get("DPSSTheilSen").noise_steps(1.0, d=d, beta_share=share)
+    assert [s.name for s in steps] == ["p25 median", "p75 median"]
+    total = 0.0
+    for s in steps:
+        p = s.parameters
+        assert p["d"] == d and p["beta"] == pytest.approx(share * 0.5 / (d + 1))
+        total += (p["d"] + 1) * (p["beta"] + p["s"] / (2 * math.sqrt(p["d"])))
+    assert M.get("DPSSTheilSen").guarantee(1.0, d=d, beta_share=share).epsilon == \
+        pytest.approx(total, rel=1e-15)
+
+
+def test_dpss_guarantee_follows_its_noise_not_a_declaration(monkeypatch):
+    est = M.get("DPSSTheilSen")
+
+    def stale(eps_med, d, beta_share):
+        # The old bug class: noise calibrated as if d = 3 and beta_share = 1/2, whatever the
+        # hyperparameters say. A declared guarantee would still read ε; the map does not.
+        return StudentTSmooth(float(d), 0.5 * eps_med / 4, 2 * 0.5 * eps_med * math.sqrt(3) / 4)
+
+    monkeypatch.setattr(theil_sen.StudentTSmooth, "calibrate", staticmethod(stale))
+    g = {(d, p): est.guarantee(1.0, d=d, beta_share=p).epsilon
+         for d in (1, 3, 10) for p in (0.2, 0.8)}
+    assert g[(3, 0.2)] == pytest.approx(1.0) and g[(3, 0.8)] == pytest.approx(1.0)
+    assert g[(1, 0.2)] != pytest.approx(g[(10, 0.2)])  # changes with d
+    assert g[(10, 0.2)] > 1.0  # and is reported, not hidden
+
+
+def test_dpss_guarantee_changes_with_its_parameters():
+    est = M.get("DPSSTheilSen")
+    params = {(d, p): [s.parameters for s in est.noise_steps(1.0, d=d, beta_share=p)]
+              for d in (1, 3, 10) for p in (0.2, 0.5, 0.8)}
+    assert len({(ps[0]["beta"], ps[0]["s"]) for ps in params.values()}) == 9
+
+
+def test_dpss_is_evaluation_only():
+    est = M.get("DPSSTheilSen")
+    assert not est.publishable and "floating point" in est.not_publishable_reason
+    assert "DPSSTheilSen" not in M.PUBLISHABLE
+    assert set(M.PUBLISHABLE) == set(_private()) - {"DPSSTheilSen"}
+    for name in ("OLS", "TheilSen", "MOS"):
+        assert not M.get(name).publishable
+    x, y = line_tract(20)
+    with pytest.raises(M.NotPublishable, match="DPSSTheilSen cannot be published.*Mironov"):
+        M.estimate_batch("DPSSTheilSen", TractBatch.single(x, y), 1.0, publishable_only=True)
+    assert M.estimate_batch("DPSSTheilSen", TractBatch.single(x, y), 1.0, seed=1).p25.size
+
+
+# --- memory ------------------------------------------------------------------------------
+
+
+def _measured_peak(name, n):
+    x, y = line_tract(n, seed=3)
+    batch = TractBatch.single(x, y)
+    M.estimate_batch(name, batch, 1.0, seed=1)  # warm caches
+    gc.collect()
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        M.estimate_batch(name, batch, 1.0, seed=1)
+        return tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("name", list(M.REGISTRY))
+def test_peak_bytes_bounds_the_measured_peak(name):
+    est = M.get(name)
+    sizes = np.array([50, 200, 800])
+    bound = est.peak_bytes(sizes)
+    assert bound.shape == sizes.shape
+    for n, b in zip(sizes, bound):
+        peak = _measured_peak(name, int(n))
+        assert peak <= b, (name, n, peak, b)
+        if name in ("TheilSen", "DPExpTheilSen", "DPWideTheilSen", "DPSSTheilSen") and n == 800:
+            assert b <= 2.5 * peak, (name, peak, b)  # quadratic, and not absurdly loose
+
+
+def test_peak_bytes_is_quadratic_for_all_pairs_and_linear_for_matchings():
+    n = np.array([1000, 100_075])
+    allp = M.get("DPExpTheilSen").peak_bytes(n)
+    assert allp[1] > 37 * 2**30  # the tract that died after its charge needs far more
+    assert allp[1] / allp[0] > 5000
+    km = M.get("DPExpTheilSenkMatch").peak_bytes(n)
+    assert km[1] / km[0] < 110
