@@ -72,7 +72,8 @@ def previous_unsafe_exp_median(seg, epsilon, k, lo, hi, rand, reps=1, widen=0.0)
     count = c[pos + 1] - c[pos]
     utility = -np.abs(j - m[tract_of_int] / 2.0)
     with np.errstate(divide="ignore"):
-        logw = np.log(count.astype(np.float64)) + eps[tract_of_int] * utility / (2.0 * k[tract_of_int])
+        logw = (np.log(count.astype(np.float64))
+                + eps[tract_of_int] * utility / (2.0 * k[tract_of_int]))
     u = ((rand.words(reps * T) >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53
     u = u.reshape(reps, T)
     chosen = np.empty((reps, T), dtype=np.int64)

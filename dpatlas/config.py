@@ -16,12 +16,12 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
                       model_validator)
 
+from mechanisms import PUBLISHABLE
+
 from .ids import InvalidReleaseId, validate_release_id
 
-# The estimators a release may publish: the registry's DP estimators whose noise sampler is
-# safe to publish (derived from the registry, so an evaluation-only estimator cannot slip in).
-from mechanisms import PUBLISHABLE  # noqa: E402
-
+# PUBLISHABLE: the estimators a release may publish, derived from the registry (its DP
+# estimators whose noise sampler is safe to publish), so an evaluation-only one cannot slip in.
 PRIMARY = ("NoisyStats", "DPExpTheilSen")
 
 

@@ -2,7 +2,8 @@
 
 All DP medians here take, per tract, the sorted values ``z`` (clipped to a public [lo, hi]) and
 ``k``, the most values one record can change. Outputs of the exponential mechanisms are points
-of a fixed public grid of ``GRID_POINTS`` points on [lo, hi] (see ``exp_median``).
+of a fixed public grid of ``GRID_POINTS + 1`` points on [lo, hi], drawn exactly (see
+``exp_median``).
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ def exp_median_rate(epsilon_med: float) -> int:
         raise ValueError(f"epsilon per median {eps:.3g} is below the exponential mechanism's "
                          f"quantum 1/{EXP_RATE_DENOMINATOR}: give the median a larger budget")
     if rate > _MAX_RATE:
-        raise ValueError(f"epsilon per median {eps:.3g} is above {_MAX_RATE // EXP_RATE_DENOMINATOR}"
-                         ": no median needs that much budget; lower epsilon")
+        raise ValueError(f"epsilon per median {eps:.3g} is above "
+                         f"{_MAX_RATE // EXP_RATE_DENOMINATOR}: no median needs that much "
+                         "budget; lower epsilon")
     return rate
 
 
@@ -93,8 +95,9 @@ def bookended_median(seg: Segments, hi: float) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 # The exponential-mechanism median, sampled exactly
 #
-# Batch sizing is the only place floats enter (how many trials a tract gets per round); the
-# law of the output depends on integers and exact Bernoulli draws alone.
+# Floats enter in two places only: placing each value on the grid (a fixed function of that
+# value alone, so part of the utility's definition; see _Breakpoints) and sizing batches of
+# trials. Given the utility, the law of the output depends on integers and exact Bernoullis.
 
 _MAX_K = 2**22  # 4·k·2^20 <= 2^44: the largest scale noise.geometric samples exactly
 _ESTIMATE_LEVELS = 16  # stratified geometric quantiles for the acceptance-rate estimate
@@ -154,7 +157,7 @@ class _Breakpoints:
 
     def first_cutoff_above(self, tract: np.ndarray, first: np.ndarray, last: np.ndarray,
                            threshold: np.ndarray) -> np.ndarray:
-        """Least i in [first, last] with C_i > threshold, else last + 1 (binary search, C sorted)."""
+        """Least i in [first, last] with C_i > threshold, else last + 1 (C is sorted: bisect)."""
         lo, hi = first.copy(), last + 1
         while True:
             active = np.nonzero(lo < hi)[0]
@@ -239,7 +242,8 @@ def exp_median(seg: Segments, epsilon: np.ndarray, k: np.ndarray, lo: float, hi:
     # ρ = exp(−rate/(4k·2^20)): levels are geometric with P(G >= g) = exp(−g·rate/(4k·2^20)).
     level_scale = (4 * k * EXP_RATE_DENOMINATOR).astype(np.uint64)
     accept = _acceptance_estimate(bp, d_min, rate / level_scale.astype(np.float64))
-    trials = np.clip(np.ceil(1.0 / accept), 1, _MAX_TRIALS_PER_JOB).astype(np.int64)
+    # About 1/a trials per job and round: one expected hit, few rounds, little waste.
+    trials = np.clip(np.floor(1.0 / accept), 1, _MAX_TRIALS_PER_JOB).astype(np.int64)
     index = _sample_grid_indices(bp, d_min, level_scale, rate.astype(np.uint64), trials, rand,
                                  int(reps))
     return lo + index.reshape(int(reps), T) * bp.step

@@ -62,19 +62,20 @@ class Randomness:
     def below(self, m: np.ndarray) -> np.ndarray:
         """Uniform integers in ``[0, m)`` for each entry of ``m`` (exact, by rejection)."""
         m = np.asarray(m, dtype=np.uint64)
-        if np.any(m == 0):
+        flat_m = m.ravel()
+        if flat_m.size and flat_m.min() == 0:
             raise ValueError("below(m) needs m >= 1")
-        out = np.empty(m.shape, dtype=np.uint64)
-        flat_m, flat_out = m.ravel(), out.reshape(-1)
         # Accept r < limit, where limit is the largest multiple of m that fits: r % m is uniform.
         limit = (_U64_MAX // flat_m) * flat_m
-        pending = np.arange(flat_m.size)
+        r = self.words(flat_m.size)
+        out = r % flat_m
+        pending = np.nonzero(r >= limit)[0]  # almost always empty: redraw those
         while pending.size:
             r = self.words(pending.size)
             ok = r < limit[pending]
-            flat_out[pending[ok]] = r[ok] % flat_m[pending[ok]]
+            out[pending[ok]] = r[ok] % flat_m[pending[ok]]
             pending = pending[~ok]
-        return out
+        return out.reshape(m.shape)
 
     def coin(self, n: int) -> np.ndarray:
         """Fair coins."""
@@ -127,7 +128,7 @@ def bernoulli_exp(rand: Randomness, num: np.ndarray, den: np.ndarray) -> np.ndar
     idx = np.nonzero(whole)[0]
     left = whole[idx].copy()
     while idx.size:
-        b = _bernoulli_exp_le1(rand, np.ones(idx.size, np.uint64), np.ones(idx.size, np.uint64))
+        b = _bernoulli_inv_e(rand, idx.size)
         result[idx[~b]] = False
         left -= np.uint64(1)
         keep = b & (left > 0)
@@ -149,6 +150,18 @@ def _bernoulli_exp_le1(rand: Randomness, num: np.ndarray, den: np.ndarray) -> np
     return (k % np.uint64(2)) == 1
 
 
+def _bernoulli_inv_e(rand: Randomness, n: int) -> np.ndarray:
+    """n draws of Bernoulli(e^-1): Algorithm 1 with γ = 1, whose first Bernoulli(γ/1) is
+    certain, so K starts at 2 (same law, one random word fewer)."""
+    k = np.full(n, 2, dtype=np.uint64)
+    active = np.arange(n)
+    while active.size:
+        a = rand.below(k[active]) == 0  # Bernoulli(1/K)
+        k[active[a]] += np.uint64(1)
+        active = active[a]
+    return (k % np.uint64(2)) == 1
+
+
 def geometric(rand: Randomness, scale_num: np.ndarray, scale_den: np.ndarray | int) -> np.ndarray:
     """Exact geometric Y >= 0 with P(Y = y) ∝ exp(-y·den/num), i.e. P(Y >= y) = exp(-y·den/num).
 
@@ -164,17 +177,17 @@ def geometric(rand: Randomness, scale_num: np.ndarray, scale_den: np.ndarray | i
     if np.any(t < 1) or np.any(s < 1) or np.any(t > _MAX_GEOMETRIC_SCALE_NUM):
         raise ValueError("exact geometric noise needs integer scales 1 <= num <= 2**44 and "
                          "den >= 1 (a scale above 2**44 means the budget is far too small)")
-    out = np.empty(t.size, dtype=np.int64)
+    u = np.empty(t.size, dtype=np.uint64)
     pending = np.arange(t.size)
     while pending.size:
         tp = t[pending]
-        u = rand.below(tp)
-        kept = bernoulli_exp(rand, u, tp)
-        done = pending[kept]
-        v = _geometric_1_minus_inv_e(rand, done.size)
-        out[done] = ((u[kept] + tp[kept] * v) // s[done]).astype(np.int64)
+        draw = rand.below(tp)
+        kept = _bernoulli_exp_le1(rand, draw, tp)  # exp(-U/t), U/t < 1
+        u[pending[kept]] = draw[kept]
         pending = pending[~kept]
-    return out
+    # V is independent of U: one vectorised draw for all entries, after every U is kept.
+    v = _geometric_1_minus_inv_e(rand, t.size)
+    return ((u + t * v) // s).astype(np.int64)
 
 
 def _geometric_1_minus_inv_e(rand: Randomness, n: int) -> np.ndarray:
@@ -182,7 +195,7 @@ def _geometric_1_minus_inv_e(rand: Randomness, n: int) -> np.ndarray:
     v = np.zeros(n, dtype=np.uint64)
     go = np.arange(n)
     while go.size:
-        b = _bernoulli_exp_le1(rand, np.ones(go.size, np.uint64), np.ones(go.size, np.uint64))
+        b = _bernoulli_inv_e(rand, go.size)
         v[go[b]] += np.uint64(1)
         go = go[b]
     return v

@@ -17,20 +17,21 @@ from .privacy import NotDP
 from .privacy_maps import ExpMedian, NoiseStep, StudentTSmooth
 from .registry import Estimator, Outcome, blank, register
 
-# Pairs per chunk: bounds memory at about 0.65 GB (BYTES_PER_PAIR each) whatever the number
-# of tracts; a single tract with more pairs is its own chunk.
+# Pairs per chunk: bounds memory at about 0.5 GB (BYTES_PER_PAIR each) whatever the number of
+# tracts; a single tract with more pairs is its own chunk.
 MAX_PAIRS_PER_CHUNK = 4_000_000
-_EXP_SAMPLER = ("exponential mechanism on a 2^20-point output grid: interval chosen by "
-                "inversion of float64 weights, grid point by an exact integer draw")
+_EXP_SAMPLER = ("exponential mechanism on a 2^20-point output grid, sampled exactly at the "
+                "integer rate s/2^20 (exact geometric levels and integer grid draws; "
+                "mechanisms/median.py)")
 
 # Peak memory of one _run with reps = 1, from tracemalloc over one tract of n = 50, 200, 800
-# and 1600 records (script in the report; tests/test_privacy_maps.py re-measures n = 50, 200,
-# 800). Measured at n = 1600, bytes per pair: TheilSen and DPSSTheilSen 100, DPExpTheilSen
-# 127, DPWideTheilSen 135 (pair indices: int32 tract and int64 i, j with the triu and argsort
-# temporaries; the float64 predictions and their sorted copy; the exponential mechanism's
-# per-value arrays); the matchings add about 100 bytes per record (relabelling keys and
-# permutation). Rounded up:
-BYTES_PER_PAIR = 160
+# and 1600 records (tests/test_privacy_maps.py re-measures n = 50, 200, 800). Bytes per pair
+# at n = 1600: 100 for every all-pairs estimator (TheilSen, DPExpTheilSen, DPWideTheilSen,
+# DPSSTheilSen; 105 at n = 200): the pair indices (int32 tract, int64 i and j, with the triu
+# and argsort temporaries) and the float64 predictions with their sorted copy dominate.
+# Matchings: about 110 bytes per record for one matching, 580 for k = 10 (about 100 per pair
+# plus the relabelling keys and permutation). Rounded up:
+BYTES_PER_PAIR = 128
 BYTES_PER_RECORD = 256
 _FIXED_BYTES = 256 * 1024
 _MEDIANS = (("p25 median", X_LOW), ("p75 median", X_HIGH))

@@ -67,8 +67,9 @@ def realised_epsilon(eps_med: float) -> float:
 
 
 def exact_law(z, eps_med, k, lo, hi, theta=0.0):
-    """P(grid index i) by brute force: ∝ exp(ε·u(r_i)/(2k)), u(r) = −|min(A, h) + max(B − h, 0) − m/2|,
-    A = #{z < r+θ}, B = #{z < r−θ}, h = ⌊m/2⌋ (θ = 0: u = −|#{z < r} − m/2|)."""
+    """P(grid index i) by brute force: ∝ exp(ε·u(r_i)/(2k)) with
+    u(r) = −|min(A, h) + max(B − h, 0) − m/2|, A = #{z < r+θ}, B = #{z < r−θ}, h = ⌊m/2⌋
+    (θ = 0: u = −|#{z < r} − m/2|)."""
     eps = realised_epsilon(eps_med)
     z = np.sort(np.asarray(z, dtype=float))
     m, h = z.size, z.size // 2
@@ -189,9 +190,9 @@ LIGHT_EPS = 0.125  # with k = 1: ρ = exp(−1/32) per unit of D
 
 
 def geometric_words(v: int) -> list[int]:
-    """Words that make geometric() return ⌊t·v/s⌋: U = 0 (kept without a draw), then v
-    Bernoulli(e^-1) successes (K ends at 3) and one failure (K ends at 2)."""
-    return [0] + [0, 0, 1] * v + [0, 1]
+    """Words that make geometric() return ⌊t·v/s⌋: U = 0 (kept: Bernoulli(0/t) fails at once),
+    then v Bernoulli(e^-1) successes (K = 2 → 3, then stops) and one failure (K stops at 2)."""
+    return [0, 0] + [0, 1] * v + [1]
 
 
 def test_scripted_words_give_any_geometric_level():

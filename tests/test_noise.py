@@ -28,6 +28,18 @@ def test_below_is_uniform(rand):
     assert chi2_pvalue(v.astype(int), np.arange(7), np.full(7, 1 / 7)) > 1e-3
 
 
+def test_below_redraws_rejected_words_and_keeps_shape(rand):
+    # m = 3·2^62: a quarter of all words are rejected and redrawn; thirds stay equally likely.
+    m = np.full((300, 200), 3 * 2**62, dtype=np.uint64)
+    v = rand.below(m)
+    assert v.shape == m.shape and v.dtype == np.uint64
+    assert np.all(v < m)
+    third = (v // np.uint64(2**62)).astype(int).ravel()
+    assert chi2_pvalue(third, np.arange(3), np.full(3, 1 / 3)) > 1e-3
+    with pytest.raises(ValueError):
+        rand.below(np.array([3, 0], dtype=np.uint64))
+
+
 @pytest.mark.parametrize("num,den", [(1, 3), (1, 1), (5, 2), (7, 1)])
 def test_bernoulli_exp_rate(rand, num, den):
     n = 200000

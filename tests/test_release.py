@@ -98,7 +98,8 @@ def published(small_state, tmp_path_factory):
 def test_release_publishes_map_ready_files(published, small_state):
     tmp, folder = published
     assert sorted(p.name for p in folder.iterdir()) == sorted(
-        ["manifest.json", "p25_map.png", "tracts.csv", "tracts.geojson", "tracts.parquet"])
+        ["config.json", "manifest.json", "p25_map.png", "tracts.csv", "tracts.geojson",
+         "tracts.parquet"])
     gdf = gpd.read_parquet(folder / "tracts.parquet")
     geo = gpd.read_file(folder / "tracts.geojson")
     csv = pd.read_csv(folder / "tracts.csv", dtype={"geoid": str, "state": str, "county": str})
