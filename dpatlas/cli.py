@@ -65,8 +65,12 @@ def _check_config_files(cfg) -> list[str]:
     from .ingest import partitions
     from .ledger import Ledger
 
+    from .contributions import require_person_unit
+
+    unit = require_person_unit(cfg)
     parts = partitions(cfg.input)
-    out = [f"input {cfg.input.path}: {len(parts)} partition(s), "
+    out = [f"one record per person and cell: {unit['status']}",
+           f"input {cfg.input.path}: {len(parts)} partition(s), "
            f"{sum(p.rows for p in parts):,} rows, columns present"]
     b = load_boundaries(cfg.boundaries.path, cfg.boundaries.geoid_column)
     out.append(f"boundaries {cfg.boundaries.path}: {len(b):,} tracts, CRS {b.crs}")
@@ -135,6 +139,24 @@ def _guard(log_dir: Path | None = None):
         _fail(f"internal error ({type(err).__name__}: {_one_line(err)}); traceback in {log}", 1)
 
 
+def _quiet_operator_tracebacks() -> None:
+    """Prefect logs a failed flow run with its traceback on the console; for an operator error
+    the one-line message is the whole story (the run's logs on the server keep the rest)."""
+    import logging
+
+    errors = _operator_errors()
+
+    class _NoOperatorTraceback(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            if record.exc_info and isinstance(record.exc_info[1], errors):
+                record.exc_info, record.exc_text = None, None
+            return True
+
+    for handler in logging.getLogger().handlers + logging.getLogger("prefect").handlers:
+        if not any(isinstance(f, _NoOperatorTraceback) for f in handler.filters):
+            handler.addFilter(_NoOperatorTraceback())
+
+
 def _one_line(err: BaseException) -> str:
     text = str(err) or type(err).__name__
     if isinstance(err, OSError) and err.filename and str(err.filename) not in text:
@@ -187,6 +209,7 @@ def run_release(config: Path, release_id: str | None, noise_seed: int | None = N
     with _guard(log_dir), prefect_api(log_dir):
         from flows import release as release_module
 
+        _quiet_operator_tracebacks()
         with Progress(TextColumn("{task.description:<18}"), BarColumn(),
                       TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
                       console=console) as bar:

@@ -293,7 +293,8 @@ input:
     geoid: geoid              # 11-digit tract GEOID (2 state + 3 county + 6 tract digits)
     parent_rank: parent_rank  # x
     child_rank: child_rank    # y
-    person_id: null           # optional: checked for duplicates
+    person_id: person_id      # one record per person and cell is checked across all
+                              # partitions with it (or set privacy.assume_one_record_per_person)
     cell: null                # optional: demographic cell; each cell gets its own budget
   rank_scale: unit            # unit: ranks on [0, 1]; percentile: ranks on [0, 100]
 
@@ -307,6 +308,8 @@ privacy:
   neighbouring: replace-one   # n per tract is public, as in the Opportunity Atlas
   epsilon_per_tract: 1.0      # budget per tract and cell (pure epsilon unless the suite needs delta)
   delta: 1.0e-6               # used only by (epsilon, delta) estimators in the full suite
+  assume_one_record_per_person: false   # true only without a person id: then the manifest
+                              # lists "one record per person" as an unverified assumption
 
 selection:                    # which mechanism publishes p25/p75 in each tract
   rule: dp                    # dp: spend budget_share on a noisy n*var(x) and compare
@@ -326,11 +329,14 @@ profile:
 validation:
   policy: fail                # fail: stop before any noise; clip: clip ranks to [0, 1];
                               # drop: move bad rows to quarantine and go on
+  contributions: fail         # a person twice in a cell: fail, or bound (keep one record)
+  max_changed_share: 0.01     # clip/drop refuse the release when they change more rows
 
 publish:
   root: releases              # one folder per release id, plus the feed
   internal_root: null         # validation reports, quarantine; default: <root>-internal
   min_n: 2                    # tracts with fewer records are suppressed
+  mode: public                # public | test (a test root: the only kind that takes seeded noise)
 
 partition_tracts: 2000        # tracts per partition (one task run per partition and stage)
 
@@ -341,10 +347,13 @@ schedule:
 ledger:                       # the privacy budget ledger (a SQLAlchemy URL)
   url: sqlite:///ledger.db    # or postgresql+psycopg://user@host/db for shared deployments
   dataset: default            # whose lifetime budget is capped
-  cap_epsilon: 10.0           # lifetime cap per person, summed over releases
-  cap_delta: 1.0e-5
+  cap_epsilon: null           # the cap is the ledger's (dpatlas ledger set-cap); a number here
+  cap_delta: null             # is the cap this config expects: refused if the ledger differs
 
 runner: local                 # local | dask (prefect-dask)
 dask_address: null            # runner dask: scheduler address, e.g. tcp://10.0.0.5:8786; null = a local cluster
 dask_workers: 2               # workers of the local cluster
+
+limits:
+  memory_gib: 4.0             # a tract whose mechanism needs more memory is refused up front
 """

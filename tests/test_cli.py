@@ -20,11 +20,22 @@ def dpatlas(*args, cwd=None):
 
 
 def test_config_example_is_valid(tmp_path):
+    import shutil
+
+    from dpatlas.calibrate import DEFAULT_THRESHOLDS
+
     res = dpatlas("config", "example")
     assert res.returncode == 0
     (tmp_path / "c.yaml").write_text(res.stdout)
+    # config check opens every file the release would read: none exist yet
+    missing = dpatlas("config", "check", str(tmp_path / "c.yaml"))
+    assert missing.returncode == 2 and "input not found" in missing.stdout, missing.stdout
+    write_synthetic(tmp_path / "data", ["17"], seed=3, params=StateParams(n_tracts=20,
+                                                                          counties=2))
+    shutil.copy(DEFAULT_THRESHOLDS, tmp_path / "thresholds.yaml")
     check = dpatlas("config", "check", str(tmp_path / "c.yaml"))
     assert check.returncode == 0, check.stdout + check.stderr
+    assert "one record per person and cell: verified" in check.stdout
 
 
 def test_bad_config_exits_nonzero_with_the_key(tmp_path):
@@ -46,7 +57,7 @@ def test_release_with_bad_input_exits_nonzero_and_publishes_nothing(tmp_path):
     df.loc[0, "child_rank"] = None
     df.to_parquet(part, index=False)
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(
-        {"input": {"path": str(data / "microdata")},
+        {"input": {"path": str(data / "microdata"), "columns": {"person_id": "person_id"}},
          "boundaries": {"path": str(data / "tracts.parquet")},
          "selection": {"rule": "public", "threshold": 100}, "publish": {"root": "out"}}))
     res = dpatlas("release", "--config", str(tmp_path / "c.yaml"), cwd=tmp_path)

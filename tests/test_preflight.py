@@ -55,7 +55,8 @@ def one_line_error(res) -> str:
     assert res.returncode == 2, res.stdout + res.stderr
     assert "Traceback" not in res.stdout + res.stderr
     lines = [ln for ln in res.stdout.splitlines() if ln.strip()]
-    assert lines and lines[0].startswith("error:"), res.stdout
+    errors = [ln for ln in lines if ln.startswith("error:")]
+    assert len(errors) == 1 and lines[-1] == errors[0], res.stdout  # one line, said last
     return res.stdout
 
 
