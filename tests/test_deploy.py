@@ -41,8 +41,10 @@ def free_port() -> int:
 
 
 def write_config(tmp: Path, data: Path, **over) -> Path:
+    from conftest import set_test_cap
+
     cfg = {
-        "input": {"path": str(data / "microdata")},
+        "input": {"path": str(data / "microdata"), "columns": {"person_id": "person_id"}},
         "boundaries": {"path": str(data / "tracts.parquet")},
         "selection": {"rule": "dp", "threshold": 3.0},
         "publish": {"root": str(tmp / "releases"), "internal_root": str(tmp / "internal")},
@@ -51,6 +53,7 @@ def write_config(tmp: Path, data: Path, **over) -> Path:
     }
     path = tmp / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))
+    set_test_cap(path)
     return path
 
 
