@@ -55,8 +55,10 @@ def one_line_error(res) -> str:
     assert res.returncode == 2, res.stdout + res.stderr
     assert "Traceback" not in res.stdout + res.stderr
     lines = [ln for ln in res.stdout.splitlines() if ln.strip()]
-    errors = [ln for ln in lines if ln.startswith("error:")]
-    assert len(errors) == 1 and lines[-1] == errors[0], res.stdout  # one line, said last
+    errors = [i for i, ln in enumerate(lines) if ln.startswith("error:")]
+    assert len(errors) == 1, res.stdout
+    # said last; a config error may list one indented line per offending key after it
+    assert all(ln.startswith(" ") for ln in lines[errors[0] + 1:]), res.stdout
     return res.stdout
 
 
@@ -208,3 +210,55 @@ def test_killed_release_leaves_no_prefect_server_and_nothing_public_half_written
     assert not (_children(os.getpid()) - before), "a Prefect server outlived the killed release"
     root = tmp_path / "releases"
     assert not root.exists() or not [p for p in root.iterdir() if p.name.startswith(".staging")]
+
+
+def test_evaluation_only_estimators_cannot_be_configured_for_a_release(tmp_path, data):
+    cfg = tmp_path / "c.yaml"
+    doc = yaml.safe_load(config(tmp_path, data).read_text())
+    doc["profile"] = {"name": "full-suite", "suite": ["NoisyStats", "DPSSTheilSen"]}
+    cfg.write_text(yaml.safe_dump(doc))
+    out = one_line_error(dpatlas("config", "check", str(cfg)))
+    assert "profile.suite" in out and "DPSSTheilSen" in out
+
+
+def test_an_unusable_ledger_is_one_line(tmp_path, data):
+    base = config(tmp_path, data)
+    doc = yaml.safe_load(base.read_text())
+    cfg = tmp_path / "bad-ledger.yaml"
+    doc["ledger"]["url"] = "mysql://user@127.0.0.1/x"  # not a supported backend
+    cfg.write_text(yaml.safe_dump(doc))
+    assert "ledger" in one_line_error(dpatlas("ledger", "show", "-c", str(cfg))).lower()
+    assert "ledger" in one_line_error(dpatlas("config", "check", str(cfg))).lower()
+    doc["ledger"]["url"] = "sqlite:////proc/no-such-dir/ledger.db"  # cannot be created
+    cfg.write_text(yaml.safe_dump(doc))
+    assert "ledger" in one_line_error(dpatlas(
+        "ledger", "set-cap", "--dataset", "il", "--epsilon", "5", "--reason", "first cap",
+        "-c", str(cfg))).lower()
+
+
+def test_the_cap_is_the_ledgers_a_config_stating_another_is_refused(tmp_path, data):
+    cfg = config(tmp_path, data)  # the ledger's cap: 10 (set with a reason, as an operator does)
+    doc = yaml.safe_load(cfg.read_text())
+    doc["ledger"]["cap_epsilon"] = 20.0
+    other = tmp_path / "other-cap.yaml"
+    other.write_text(yaml.safe_dump(doc))
+    out = one_line_error(dpatlas("release", "-c", str(other), "--release-id", "r1",
+                                 "--noise-seed", "1"))
+    assert "10" in out and "20" in out
+    assert charges(tmp_path) == 0
+    shown = dpatlas("ledger", "show", "-c", str(other))
+    assert shown.returncode == 0 and "test set-up" in shown.stdout  # the cap's reason, kept
+
+
+def test_the_config_hash_does_not_depend_on_how_paths_are_spelled(tmp_path, data, monkeypatch):
+    from dpatlas.config import fingerprint, load_config
+
+    cfg = config(tmp_path, data)
+    doc = yaml.safe_load(cfg.read_text())
+    doc["boundaries"]["path"] = os.path.relpath(doc["boundaries"]["path"], tmp_path)
+    relative = tmp_path / "relative.yaml"
+    relative.write_text(yaml.safe_dump(doc))
+    monkeypatch.chdir(tmp_path)
+    assert fingerprint(load_config(Path("relative.yaml"))) == fingerprint(load_config(cfg))
+    assert fingerprint(load_config(Path("./relative.yaml"))) == \
+        fingerprint(load_config(relative.resolve()))
