@@ -22,9 +22,11 @@ def estimators() -> None:
     """List the registered estimators, their guarantee at epsilon = 1 and their noise sampler."""
     import mechanisms as M
 
-    table = Table("name", "guarantee at eps=1", "noise sampler", "what it is")
+    table = Table("name", "guarantee at eps=1", "publishable", "noise sampler", "what it is")
     for name, est in M.REGISTRY.items():
-        table.add_row(name, est.guarantee(1.0).describe(), est.sampler, est.summary)
+        table.add_row(name, est.guarantee(1.0).describe(),
+                      "yes" if est.publishable else "no: " + est.not_publishable_reason,
+                      est.sampler, est.summary)
     console.print(table)
 
 

@@ -13,6 +13,7 @@ draws (``privacy_maps.NoiseStep``); its ``guarantee`` is the composition of thei
 
 # Registers the estimators, in the order of the README's table (the registry keeps it).
 from . import sufficient_stats, theil_sen, gradient_descent, mos  # noqa: F401, I001
+from . import binagg  # noqa: F401, I001
 from .batch import TractBatch
 from .budget import NO_METER, BudgetOverrun, PrivacyFilter
 from .noise import OSRandomness, SeededRandomness

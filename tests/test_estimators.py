@@ -16,7 +16,7 @@ from conftest import line_tract
 
 NAMES = ["OLS", "TheilSen", "NoisyStats", "NoisyIntercept", "DPExpTheilSen",
          "DPExpTheilSenMatch", "DPExpTheilSenkMatch", "DPWideTheilSen", "DPSSTheilSen",
-         "DPGDPure", "DPGDApprox", "DPGDzCDP", "MOS"]
+         "DPGDPure", "DPGDApprox", "DPGDzCDP", "MOS", "BinAgg"]
 
 
 def test_registry_has_exactly_the_names():
