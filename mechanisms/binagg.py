@@ -171,9 +171,9 @@ class PrivTreeLaplace:
         """The noise ``laplace_mechanism(..., 1.0, argument)`` draws, δ = ⌈t·ln 2⌉ units."""
         num = _laplace_scale_num(argument)
         if num > MAX_SCALE_NUM:
-            raise ValueError(f"BinAgg: the PrivTree budget share is too small for the grid "
-                             f"Laplace (scale numerator over 2**44); use a larger epsilon or "
-                             f"w_bin")
+            raise ValueError("BinAgg: the PrivTree budget share is too small for the grid "
+                             "Laplace (scale numerator over 2**44); use a larger epsilon or "
+                             "w_bin")
         t = num / _SCALE_DENOMINATOR
         return PrivTreeLaplace(LAPLACE_GRID_STEPS, num, _SCALE_DENOMINATOR,
                                math.ceil(t * math.log(BRANCHING)), BRANCHING, argument)

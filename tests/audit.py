@@ -9,6 +9,8 @@ likelihood ratio), so the bound computed on the fresh sample stays valid.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 from scipy import stats
 
@@ -54,3 +56,20 @@ def epsilon_lower_bound(sample_d, sample_d2, pilot_d, pilot_d2, bins: int = 60,
         if lo_a > 0:
             bound = max(bound, float(np.log(lo_a / hi_b)))
     return bound
+
+
+@contextlib.contextmanager
+def budget_scaled(module, sampler: str, factor: float):
+    """Broken variant for audits: ``module.<sampler>(rand, values, sensitivity, budget)`` runs
+    with its budget multiplied by ``factor`` (e.g. 2 × ε for Laplace, 4 × ρ for Gaussian: half
+    the noise), so an audit can show it catches a mechanism weaker than claimed."""
+    original = getattr(module, sampler)
+
+    def broken(rand, values, sens, budget):
+        return original(rand, values, sens, np.asarray(budget) * factor)
+
+    setattr(module, sampler, broken)
+    try:
+        yield
+    finally:
+        setattr(module, sampler, original)

@@ -8,31 +8,20 @@ audit, run on a deliberately broken variant, must exceed the claim: that shows i
 import contextlib
 
 import numpy as np
-import pytest
 
 import mechanisms as M
 from mechanisms import gradient_descent, sufficient_stats, theil_sen
 from mechanisms.batch import TractBatch
 from mechanisms.noise import SeededRandomness
 
-from audit import epsilon_lower_bound
+from audit import budget_scaled, epsilon_lower_bound
 
 PILOT, MAIN = 100_000, 300_000
 
 
-@contextlib.contextmanager
 def half_noise(module):
     """Broken variant: the module's Laplace mechanism gets twice the ε (half the noise)."""
-    original = module.laplace_mechanism
-
-    def broken(rand, values, sens, eps):
-        return original(rand, values, sens, np.asarray(eps) * 2.0)
-
-    module.laplace_mechanism = broken
-    try:
-        yield
-    finally:
-        module.laplace_mechanism = original
+    return budget_scaled(module, "laplace_mechanism", 2.0)
 
 
 @contextlib.contextmanager

@@ -1,7 +1,6 @@
 """BinAgg (mechanisms/binagg.py): noise against its calibration, Corollary 3.1, the CLT
 interval's coverage, the derived guarantee, and an empirical audit that catches half the noise."""
 
-import contextlib
 import math
 
 import numpy as np
@@ -17,7 +16,7 @@ from mechanisms.noise import SeededRandomness, laplace_scale
 from mechanisms.privacy import ZCDP, PureDP, to_approx, to_zcdp
 from mechanisms.privacy_maps import compose
 
-from audit import _choose_event, clopper_pearson
+from audit import _choose_event, budget_scaled, clopper_pearson
 from conftest import line_tract
 
 EPSILONS = (0.01, 0.1, 1.0, 2.5, 8.0, 50.0)
@@ -334,19 +333,9 @@ AUDIT_DATA = [(AUDIT_X, np.full(19, 0.5)),
               (np.r_[np.full(10, 0.2), np.full(9, 0.8)], np.full(19, 0.5))]  # one moved bin
 
 
-@contextlib.contextmanager
 def half_gaussian_noise():
     """Broken variant: the bin statistics get 4ρ (half the noise sd)."""
-    original = binagg.gaussian_mechanism
-
-    def broken(rand, values, sens, rho):
-        return original(rand, values, sens, np.asarray(rho) * 4.0)
-
-    binagg.gaussian_mechanism = broken
-    try:
-        yield
-    finally:
-        binagg.gaussian_mechanism = original
+    return budget_scaled(binagg, "gaussian_mechanism", 4.0)
 
 
 def count_sample(i, reps, seed):

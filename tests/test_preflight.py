@@ -3,7 +3,6 @@ published (issue 7's repro commands), and the checks that run before any charge.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys

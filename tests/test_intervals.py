@@ -1,0 +1,248 @@
+"""DP confidence intervals (mechanisms/intervals.py): coverage against known truths, the
+guarantee derived from the noise steps, every draw paid, containment, bad inputs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import mechanisms as M
+from dpatlas.selection import Rule, run_selected, select
+from mechanisms.batch import X_HIGH, X_LOW, TractBatch
+from mechanisms.intervals import (EXP_THEIL_SEN, NOISY_STATS, RULE, Released,
+                                  interval_guarantee, interval_noise_steps, intervals,
+                                  theil_sen_rank_offset)
+from mechanisms.noise import SeededRandomness
+from mechanisms.privacy_maps import compose
+from mechanisms.sufficient_stats import noisy_stats_release
+
+
+def synthetic(n_tracts: int, n: int, seed: int):
+    """Tracts of n records, y = α + βx + N(0, 0.15²) kept inside [0, 1]: (batch, truth)."""
+    rng = np.random.default_rng(seed)
+    slope = rng.normal(0.34, 0.1, n_tracts)
+    icpt = rng.normal(0.33, 0.04, n_tracts)
+    centre = rng.uniform(0.3, 0.7, n_tracts)
+    x = np.clip(centre[:, None] + rng.normal(0, 0.25, (n_tracts, n)), 0, 1)
+    # Symmetric errors truncated symmetrically, so the mean line stays α + βx.
+    mean = icpt[:, None] + slope[:, None] * x
+    room = np.minimum(mean, 1 - mean)
+    e = np.clip(rng.normal(0, 0.15, (n_tracts, n)), -room, room)
+    labels = np.repeat(np.array([f"t{i:04d}" for i in range(n_tracts)]), n)
+    batch = TractBatch.from_labels(labels, x.ravel(), (mean + e).ravel())
+    return batch, {"p25": icpt + slope * X_LOW, "p75": icpt + slope * X_HIGH}
+
+
+def coverage(res, truth) -> tuple[float, int]:
+    hits, total = 0, 0
+    for name in ("p25", "p75"):
+        lo, hi = getattr(res, f"{name}_lo"), getattr(res, f"{name}_hi")
+        ok = np.isfinite(lo)
+        hits += int(((lo <= truth[name]) & (truth[name] <= hi))[ok].sum())
+        total += int(ok.sum())
+    return hits / total, total
+
+
+def assert_at_least_nominal(cov: float, total: int, level: float) -> None:
+    """Both methods claim coverage >= level: fail below 3 binomial standard errors of it."""
+    se = math.sqrt(level * (1 - level) / total)
+    assert cov >= level - 3 * se, f"coverage {cov:.4f} over {total} intervals < {level}"
+
+
+def noisy_stats_released(batch, eps, rand, reps):
+    third = eps / 3
+    out = noisy_stats_release(batch, third, third, third, rand, reps)
+    return Released(np.where(out.failed, np.nan, out.p25), np.where(out.failed, np.nan, out.p75),
+                    out.extras["noisy_nvar"], third, third, third)
+
+
+class RecordingMeter:
+    """Records each spend per label, and checks nothing else."""
+
+    def __init__(self):
+        self.spent: dict[str, float] = {}
+
+    def spend(self, labels, guarantee, times=1):
+        for label in np.asarray(labels):
+            self.spent[str(label)] = self.spent.get(str(label), 0.0) + guarantee.epsilon * times
+
+
+# ---------------------------------------------------------------------------------------------
+# Coverage
+
+
+@pytest.mark.parametrize("eps", [1.0, 8.0])
+def test_noisy_stats_coverage_at_least_nominal(eps):
+    batch, truth = synthetic(60, 150, seed=3)
+    rand = SeededRandomness(11)
+    rel = noisy_stats_released(batch, eps, rand, reps=25)
+    res = intervals(NOISY_STATS, batch, rel, 0.25 * eps, rand, 0.9, reps=25)
+    assert_at_least_nominal(*coverage(res, truth), 0.9)
+
+
+@pytest.mark.parametrize("eps", [1.0, 8.0])
+def test_theil_sen_coverage_at_least_nominal(eps):
+    batch, truth = synthetic(40, 60, seed=4)
+    rand = SeededRandomness(12)
+    out = M.estimate_batch("DPExpTheilSen", batch, eps, rand=rand, reps=20)
+    res = intervals(EXP_THEIL_SEN, batch, Released(out.p25, out.p75), 0.25 * eps, rand, 0.9,
+                    reps=20)
+    assert_at_least_nominal(*coverage(res, truth), 0.9)
+
+
+def test_noisy_stats_interval_shrinks_with_budget_and_is_not_trivial():
+    """At a large budget the bootstrap interval is close to the OLS one, far from [0, 1]."""
+    batch, _ = synthetic(20, 400, seed=5)
+    rand = SeededRandomness(13)
+    rel = noisy_stats_released(batch, 50.0, rand, reps=5)
+    res = intervals(NOISY_STATS, batch, rel, 20.0, rand, 0.95, reps=5)
+    width = np.nanmedian(res.p25_hi - res.p25_lo)
+    # OLS 95% width here: 2·1.96·0.15·sqrt(1/400 + (0.25 − x̄)²/(400·0.06)) ≈ 0.03–0.05.
+    assert 0.02 < width < 0.12
+
+
+# ---------------------------------------------------------------------------------------------
+# Structure of the intervals
+
+
+@pytest.mark.parametrize("mech", [NOISY_STATS, EXP_THEIL_SEN, RULE])
+def test_interval_contains_point_estimate_and_nan_where_unpublished(mech):
+    batch, _ = synthetic(12, 30, seed=6)
+    tiny = TractBatch.single([0.2], [0.4])  # one record: nothing can be published
+    batch = TractBatch(np.concatenate([batch.x, tiny.x]), np.concatenate([batch.y, tiny.y]),
+                       np.append(batch.starts, batch.starts[-1] + 1),
+                       np.append(batch.labels, "zz"))
+    rand = SeededRandomness(14)
+    reps = 4
+    if mech == NOISY_STATS:
+        rel = noisy_stats_released(batch, 2.0, rand, reps)
+    elif mech == EXP_THEIL_SEN:
+        out = M.estimate_batch("DPExpTheilSen", batch, 2.0, rand=rand, reps=reps)
+        rel = Released(out.p25, out.p75)
+    else:
+        rule = Rule("dp", threshold=2.79)
+        sel = select(batch, 2.0, rule, rand, reps)
+        out = run_selected(batch, rule, sel, rand, reps)
+        eps_sel, rest = rule.budgets(2.0)
+        rel = Released(out.p25, out.p75, sel.noisy_nvar, eps_sel, rest / 2, rest / 2,
+                       out.mechanism)
+    res = intervals(mech, batch, rel, 0.5, rand, 0.95, reps)
+    for name in ("p25", "p75"):
+        point = getattr(rel, name)
+        lo, hi = getattr(res, f"{name}_lo"), getattr(res, f"{name}_hi")
+        pub = np.isfinite(point)
+        assert np.array_equal(np.isfinite(lo), pub) and np.array_equal(np.isfinite(hi), pub)
+        p = np.clip(point[pub], 0, 1)
+        assert np.all(lo[pub] <= p) and np.all(p <= hi[pub])
+        assert np.all((0 <= lo[pub]) & (hi[pub] <= 1))
+        assert np.all(np.isnan(lo[:, -1]))  # the one-record tract
+
+
+def test_theil_sen_trivial_ends_when_the_offset_reaches_the_middle():
+    """A public offset r ≥ m/2 gives [0, 1] without any draw (small n, small ε)."""
+    n = 6
+    assert 2 * theil_sen_rank_offset(np.array([n]), 0.01, 0.95)[0] >= n * (n - 1) / 2
+    batch = TractBatch.single(np.linspace(0, 1, n), np.linspace(0.2, 0.6, n))
+    res = intervals(EXP_THEIL_SEN, batch, Released(np.array([[0.3]]), np.array([[0.5]])), 0.04,
+                    SeededRandomness(1), 0.95, 1)
+    assert (res.p25_lo[0, 0], res.p25_hi[0, 0]) == (0.0, 1.0)
+
+
+def test_rank_offset_grows_with_noise_and_level():
+    n = np.array([50, 200])
+    base = theil_sen_rank_offset(n, 1.0, 0.9)
+    assert np.all(theil_sen_rank_offset(n, 0.5, 0.9) > base)
+    assert np.all(theil_sen_rank_offset(n, 1.0, 0.99) > base)
+    # relative to the number of pairs the offset shrinks as tracts grow
+    rel = base / (n * (n - 1) / 2)
+    assert rel[1] < rel[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Privacy: guarantees derived from the steps, every draw paid
+
+
+@pytest.mark.parametrize("mech", [NOISY_STATS, EXP_THEIL_SEN, RULE])
+@pytest.mark.parametrize("eps", [0.01, 0.25, 1.0, 2.0, 17.0])
+def test_guarantee_is_the_composition_of_the_steps_and_within_budget(mech, eps):
+    steps = interval_noise_steps(mech, eps)
+    g = interval_guarantee(mech, eps)
+    assert g.epsilon == pytest.approx(sum(s.guarantee.epsilon for s in steps))
+    assert g.epsilon == compose(steps).epsilon
+    assert eps * 0.999 <= g.epsilon <= eps
+
+
+def test_rule_is_charged_the_costlier_alternative():
+    for eps in (0.3, 1.0, 8.0):
+        rule = interval_guarantee(RULE, eps).epsilon
+        assert rule == max(interval_guarantee(NOISY_STATS, eps).epsilon,
+                           interval_guarantee(EXP_THEIL_SEN, eps).epsilon)
+
+
+@pytest.mark.parametrize("mech", [NOISY_STATS, EXP_THEIL_SEN])
+def test_every_draw_spends_its_map(mech):
+    batch, _ = synthetic(6, 25, seed=8)
+    rand = SeededRandomness(15)
+    if mech == NOISY_STATS:
+        rel = noisy_stats_released(batch, 3.0, rand, 1)
+    else:
+        out = M.estimate_batch("DPExpTheilSen", batch, 3.0, rand=rand, reps=1)
+        rel = Released(out.p25, out.p75)
+    meter = RecordingMeter()
+    intervals(mech, batch, rel, 1.0, rand, 0.95, 1, meter=meter)
+    want = interval_guarantee(mech, 1.0).epsilon
+    assert set(meter.spent) == set(batch.labels)
+    assert all(v == pytest.approx(want) for v in meter.spent.values())
+
+
+def test_a_filter_charged_too_little_refuses_before_drawing():
+    batch, _ = synthetic(3, 20, seed=9)
+    rand = SeededRandomness(16)
+    rel = noisy_stats_released(batch, 3.0, rand, 1)
+    filt = M.PrivacyFilter({"interval": M.PureDP(0.5)}, batch.labels)
+    with pytest.raises(M.BudgetOverrun):
+        intervals(NOISY_STATS, batch, rel, 2.0, rand, 0.95, 1, meter=filt.meter("interval"))
+    ok = M.PrivacyFilter({"interval": interval_guarantee(NOISY_STATS, 2.0)}, batch.labels)
+    intervals(NOISY_STATS, batch, rel, 2.0, rand, 0.95, 1, meter=ok.meter("interval"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad inputs
+
+
+def _one():
+    batch, _ = synthetic(2, 10, seed=10)
+    rel = noisy_stats_released(batch, 1.0, SeededRandomness(1), 1)
+    return batch, rel
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"mechanism": "OLS"}, "intervals exist for"),
+    ({"epsilon_interval": 0.0}, "epsilon_interval must be"),
+    ({"epsilon_interval": float("nan")}, "epsilon_interval must be"),
+    ({"epsilon_interval": True}, "epsilon_interval must be"),
+    ({"level": 1.0}, "level must lie"),
+    ({"level": 0.2}, "level must lie"),
+    ({"reps": 0}, "reps must be"),
+    ({"reps": 2}, "expected \\(reps, tracts\\)"),
+])
+def test_bad_inputs(kwargs, match):
+    batch, rel = _one()
+    args = {"mechanism": NOISY_STATS, "epsilon_interval": 1.0, "level": 0.95, "reps": 1, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        intervals(args["mechanism"], batch, rel, args["epsilon_interval"], SeededRandomness(2),
+                  args["level"], args["reps"])
+
+
+def test_noisy_stats_needs_its_noisy_statistics_and_rule_its_choice():
+    batch, rel = _one()
+    with pytest.raises(ValueError, match="released.noisy_nvar"):
+        intervals(NOISY_STATS, batch, Released(rel.p25, rel.p75), 1.0, SeededRandomness(3))
+    with pytest.raises(ValueError, match="released.mechanism"):
+        intervals(RULE, batch, rel, 1.0, SeededRandomness(3))
+    with pytest.raises(ValueError, match="intervals exist for"):
+        interval_noise_steps("DPGDPure", 1.0)
+    with pytest.raises(ValueError, match="too small"):
+        interval_noise_steps(NOISY_STATS, 1e-12)
