@@ -218,6 +218,25 @@ def published_suite() -> gx.ExpectationSuite:
             description="mechanism is a known estimator (or none)",
         )
     )
+    # Confidence intervals, in releases that publish them (kept only when the columns exist).
+    for p in ("p25", "p75"):
+        for end in ("lo", "hi"):
+            col = f"{p}_{end}"
+            only = {META_KEY: {"only_if_column": col}}
+            suite.add_expectation(gxe.ExpectColumnValuesToBeBetween(
+                column=col, min_value=0.0, max_value=1.0, meta=only,
+                description=f"{col} (interval end) is in [0, 1] where not null"))
+            suite.add_expectation(gxe.ExpectColumnValuesToNotBeNull(
+                column=col, row_condition=Column("status") == "released", meta=only,
+                description=f"{col} is present on released rows"))
+            suite.add_expectation(gxe.ExpectColumnValuesToBeNull(
+                column=col, row_condition=Column("status") != "released", meta=only,
+                description=f"{col} is null on rows that are not released"))
+        for lo, hi in ((f"{p}_lo", p), (p, f"{p}_hi")):
+            suite.add_expectation(gxe.ExpectColumnPairValuesAToBeGreaterThanB(
+                column_A=hi, column_B=lo, or_equal=True, ignore_row_if="either_value_is_missing",
+                meta={META_KEY: {"only_if_column": f"{p}_lo"}},
+                description=f"{lo} <= {hi}: the interval contains the released {p}"))
     suite.add_expectation(
         gxe.ExpectColumnDistinctValuesToContainSet(
             column="geoid",

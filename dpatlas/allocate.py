@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 import mechanisms as M
+from mechanisms import intervals as CI
 from mechanisms.privacy import (ApproxDP, GDP, Guarantee, NotDP, PureDP, ZCDP, as_dict,
                                 rho_for_approx, sequential, to_approx)
 from mechanisms.privacy_maps import NoiseStep, compose
@@ -22,6 +23,14 @@ from .config import ReleaseConfig
 from .selection import Rule, worst_alternative
 
 REL_TOL = 1e-12  # float slack when comparing a step's guarantee with its recomputation
+
+
+INTERVAL_STEP = "interval: p25 and p75"
+
+
+def interval_kind(rule: Rule) -> str:
+    """Which interval method the rule's tracts need: both mechanisms' unless the rule is fixed."""
+    return rule.mechanism if rule.kind == "fixed" else "rule"
 
 
 def suite_step(name: str) -> str:
@@ -129,6 +138,8 @@ class BudgetPlan:
     suite: tuple[tuple[str, float, float], ...]  # (estimator, epsilon, delta)
     steps: tuple[Step, ...] = field(default=())
     conversion_delta: float = 0.0  # δ spent converting concentrated steps to (ε, δ)
+    interval_epsilon: float = 0.0  # the interval step's budget (0: no intervals)
+    interval_level: float = 0.95
 
     def per_tract(self) -> Guarantee:
         return sequential([s.guarantee for s in self.steps], delta=self.conversion_delta or None)
@@ -195,8 +206,18 @@ def plan(cfg: ReleaseConfig, threshold: float | None) -> BudgetPlan:
     conversion = (delta - approx_d) if concentrated else 0.0
     if len(concentrated) > 1:
         raise ValueError("at most one zCDP estimator per suite (each would need its own delta)")
+    interval_eps = 0.0
+    if cfg.intervals.enabled:
+        interval_eps = cfg.intervals.share * primary_eps
+        primary_eps -= interval_eps
     steps = [_step(name, None, budget, 0.0, alts)
              for name, budget, alts in rule.noise(primary_eps)]
+    if interval_eps:
+        labels = ((rule.mechanism,) if rule.kind == "fixed"
+                  else ("NoisyStats", "DPExpTheilSen"))
+        steps.append(_step(INTERVAL_STEP, None, interval_eps, 0.0,
+                           {label: CI.interval_noise_steps(label, interval_eps)
+                            for label in labels}))
     handed = []
     for name, e, d in suite:
         est = M.get(name)
@@ -208,4 +229,5 @@ def plan(cfg: ReleaseConfig, threshold: float | None) -> BudgetPlan:
         steps.append(_step(suite_step(name), name, e, d,
                            {name: est.noise_steps(e, d or None, **est.defaults)}, g))
         handed.append((name, e, d))
-    return BudgetPlan(eps, delta, rule, primary_eps, tuple(handed), tuple(steps), conversion)
+    return BudgetPlan(eps, delta, rule, primary_eps, tuple(handed), tuple(steps), conversion,
+                      interval_eps, cfg.intervals.level)

@@ -106,6 +106,15 @@ class ProfileConfig(_Strict):
         return self
 
 
+class IntervalsConfig(_Strict):
+    # A confidence interval for p25 and p75 of every released tract, covering the tract's
+    # regression line (sampling error and privacy noise), paid from the primary budget.
+    enabled: bool = True
+    share: float = Field(0.25, gt=0, lt=1)  # of the primary budget, spent on the interval
+    level: float = Field(0.95, ge=0.5, lt=1)
+    low_reliability_width: float = Field(0.5, gt=0, le=1)  # wider: hatched on the map
+
+
 class ValidationConfig(_Strict):
     policy: Literal["fail", "clip", "drop"] = "fail"
     # A person with more than one record in a cell: fail (default), or bound (keep one record
@@ -156,6 +165,7 @@ class ReleaseConfig(_Strict):
     privacy: PrivacyConfig = PrivacyConfig()
     selection: SelectionConfig
     profile: ProfileConfig = ProfileConfig()
+    intervals: IntervalsConfig = IntervalsConfig()
     validation: ValidationConfig = ValidationConfig()
     publish: PublishConfig = PublishConfig()
     partition_tracts: int = Field(2000, ge=1, le=1_000_000)
@@ -325,6 +335,12 @@ profile:
                               # full-suite: primary + every estimator in `suite`, each with a share
   suite_share: 0.5            # full-suite: share of the budget split equally over the suite
   # suite: [NoisyStats, NoisyIntercept, DPExpTheilSen, DPGDPure]   # default: every DP estimator
+
+intervals:                    # a DP confidence interval for p25 and p75 of every released tract
+  enabled: true
+  share: 0.25                 # of the primary budget (mechanisms/intervals.py says how it is used)
+  level: 0.95
+  low_reliability_width: 0.5  # tracts whose interval is wider are hatched on the map
 
 validation:
   policy: fail                # fail: stop before any noise; clip: clip ranks to [0, 1];

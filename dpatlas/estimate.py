@@ -18,11 +18,14 @@ from mechanisms.batch import TractBatch
 from mechanisms.budget import NO_METER, PrivacyFilter
 from mechanisms.noise import Randomness
 
-from .allocate import BudgetPlan, suite_step
+from mechanisms import intervals as CI
+
+from .allocate import INTERVAL_STEP, BudgetPlan, interval_kind, suite_step
 from .selection import PRIMARY_STEP, SELECTION_STEP, Selection, run_selected, select
 
 RESULT_COLUMNS = ["geoid", "cell", "n", "mechanism", "status", "reason", "p25_raw", "p75_raw",
                   "epsilon_spent", "delta_spent"]
+INTERVAL_COLUMNS = ["p25_lo", "p25_hi", "p75_lo", "p75_hi"]
 
 
 def suite_columns(plan: BudgetPlan) -> list[str]:
@@ -40,6 +43,22 @@ def _cells(df: pd.DataFrame, min_n: int):
 def privacy_filter(plan: BudgetPlan, labels: np.ndarray, steps: list[str]) -> PrivacyFilter:
     """The charges of ``steps`` (those this stage draws for) for the tracts ``labels``."""
     return PrivacyFilter({name: plan.step(name).guarantee for name in steps}, labels)
+
+
+def _intervals(plan: BudgetPlan, sub: TractBatch, sel: Selection, res, rand: Randomness,
+               meter) -> CI.Intervals:
+    """The interval of each tract's released p25/p75, reusing what its mechanism released
+    (post-processing) and paying the interval step's own noise."""
+    eps_sel, eps_rest = plan.rule.budgets(plan.primary_epsilon)
+    if plan.rule.kind == "dp":  # NoisyStats reused the selection's nvar; the rest split in two
+        eps_nvar, eps_ncov, eps_intercept = eps_sel, eps_rest / 2, eps_rest / 2
+    else:
+        eps_nvar = eps_ncov = eps_intercept = eps_rest / 3
+    released = CI.Released(res.p25, res.p75, noisy_nvar=res.noisy_nvar, eps_nvar=eps_nvar,
+                           eps_ncov=eps_ncov, eps_intercept=eps_intercept,
+                           mechanism=res.mechanism)
+    return CI.intervals(interval_kind(plan.rule), sub, released, plan.interval_epsilon, rand,
+                        plan.interval_level, meter=meter)
 
 
 def select_partition(df: pd.DataFrame, plan: BudgetPlan, rand: Randomness,
@@ -67,12 +86,14 @@ def estimate_partition(df: pd.DataFrame, selection: pd.DataFrame, plan: BudgetPl
     eps_charged, delta_charged = plan.charged()
     _, eps_rest = plan.rule.budgets(plan.primary_epsilon)
     steps = [PRIMARY_STEP] + [suite_step(name) for name, _, _ in plan.suite]
+    if plan.interval_epsilon:
+        steps.append(INTERVAL_STEP)
     for cell, batch, eligible in _cells(df, min_n):
         out = pd.DataFrame({"geoid": batch.labels.astype(str), "cell": cell, "n": batch.n,
                             "mechanism": "none", "status": "suppressed",
                             "reason": f"fewer than {min_n} records", "p25_raw": np.nan,
                             "p75_raw": np.nan, "epsilon_spent": 0.0, "delta_spent": 0.0})
-        for col in suite_columns(plan):
+        for col in suite_columns(plan) + (INTERVAL_COLUMNS if plan.interval_epsilon else []):
             out[col] = np.nan
         if eligible.size:
             sub = batch.subset(eligible)
@@ -95,6 +116,10 @@ def estimate_partition(df: pd.DataFrame, selection: pd.DataFrame, plan: BudgetPl
             out.loc[eligible, "p75_raw"] = res.p75[0]
             out.loc[eligible, "epsilon_spent"] = eps_charged
             out.loc[eligible, "delta_spent"] = delta_charged
+            if plan.interval_epsilon:
+                ci = _intervals(plan, sub, sel, res, rand, budget.meter(INTERVAL_STEP))
+                for col in INTERVAL_COLUMNS:
+                    out.loc[eligible, col] = getattr(ci, col)[0]
             for name, eps, delta in plan.suite:
                 est = M.estimate_batch(name, sub, eps, delta or None, rand=rand,
                                        meter=budget.meter(suite_step(name)),

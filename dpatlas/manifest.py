@@ -269,7 +269,19 @@ def build_manifest(cfg: ReleaseConfig, release_id: str, plan: BudgetPlan, table:
                                          "function of the DP selection, the public n and the "
                                          "DP outputs (failure of NoisyStats = its noisy nvar <= 0)",
             "epsilon_spent, delta_spent": "the budget charged to the tract and cell",
+            **({"p25_lo, p25_hi, p75_lo, p75_hi":
+                f"the step 'interval: p25 and p75': {plan.interval_level:.0%} confidence "
+                "intervals covering the tract's regression line, from sampling error and "
+                "privacy noise (mechanisms/intervals.py; post-processing of the primary "
+                "release plus the interval step's own noise)"} if plan.interval_epsilon else {}),
         },
+        "intervals": ({"level": plan.interval_level, "epsilon": plan.interval_epsilon,
+                       "method": {"NoisyStats": "parametric bootstrap from the noisy "
+                                  "sufficient statistics (Ferrando, Wang & Sheldon 2022)",
+                                  "DPExpTheilSen": "exact exponential-mechanism quantiles of "
+                                  "the pairwise predictions (Sarathy & Vadhan 2022 style)"},
+                       "low_reliability_width": cfg.intervals.low_reliability_width}
+                      if plan.interval_epsilon else None),
         "noise_sampler": sampler_description(plan, random_source),
         "ledger_entry": entry,
     }

@@ -74,11 +74,23 @@ def code_version() -> dict:
     return {"package": pkg, "git_commit": commit}
 
 
-def write_map(table: gpd.GeoDataFrame, path: Path, title: str) -> None:
+def low_reliability(table: pd.DataFrame, max_width: float | None) -> pd.Series:
+    """Released tracts whose p25 interval is wider than ``max_width`` (none without intervals)."""
+    if max_width is None or "p25_lo" not in table.columns:
+        return pd.Series(False, index=table.index)
+    width = table["p25_hi"] - table["p25_lo"]
+    return (table["status"] == "released") & (width > max_width)
+
+
+def write_map(table: gpd.GeoDataFrame, path: Path, title: str,
+              max_width: float | None = None) -> None:
+    """The p25 choropleth; suppressed and failed tracts grey; with intervals, tracts whose
+    interval is wider than ``max_width`` hatched as low reliability (in the legend)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
 
     fig, ax = plt.subplots(figsize=(7, 8))
     released = table[table["status"] == "released"]
@@ -90,6 +102,13 @@ def write_map(table: gpd.GeoDataFrame, path: Path, title: str) -> None:
                       edgecolor="white", legend=True,
                       legend_kwds={"label": "p25: child rank at parent rank 25 (DP)",
                                    "shrink": 0.6})
+    handles = [Patch(facecolor="#dddddd", label="suppressed or failed")]
+    weak = table[low_reliability(table, max_width)]
+    if len(weak):
+        weak.plot(ax=ax, facecolor="none", hatch="////", edgecolor="#555555", linewidth=0.0)
+        handles.append(Patch(facecolor="white", edgecolor="#555555", hatch="////",
+                             label=f"low reliability: interval wider than {max_width:g}"))
+    ax.legend(handles=handles, loc="lower left", fontsize=7, frameon=False)
     ax.set_axis_off()
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
@@ -187,9 +206,11 @@ def _write_files(staging: Path, table: gpd.GeoDataFrame, config: dict, release_i
     table.to_parquet(staging / "tracts.parquet", index=False)
     table.to_crs("EPSG:4326").to_file(staging / "tracts.geojson", driver="GeoJSON")
     pd.DataFrame(table.drop(columns="geometry")).to_csv(staging / "tracts.csv", index=False)
+    ci = config.get("intervals") or {}
     write_map(table, staging / "p25_map.png",
               f"Release {release_id}: p25 by tract ({int((table.status == 'released').sum())}"
-              f" of {len(table)} released)")
+              f" of {len(table)} released)",
+              ci.get("low_reliability_width") if ci.get("enabled") else None)
     (staging / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True,
                                                     default=_json))
 

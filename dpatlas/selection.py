@@ -93,6 +93,9 @@ class RuleOutcome:
     failed: np.ndarray
     reason: np.ndarray
     indicator: np.ndarray  # ε·nvar~ for the dp rule (internal: never published), else NaN
+    # NoisyStats' released noisy n·var(x) where it ran (NaN elsewhere): a DP output, reused
+    # for free by its confidence interval.
+    noisy_nvar: np.ndarray | None = None
 
 
 @dataclass
@@ -136,6 +139,7 @@ def run_selected(batch: TractBatch, rule: Rule, sel: Selection, rand: Randomness
     out_p25, out_p75 = np.full((reps, T), np.nan), np.full((reps, T), np.nan)
     failed = np.zeros((reps, T), dtype=bool)
     reason = np.full((reps, T), "", dtype=object)
+    nvar_out = np.full((reps, T), np.nan)
     # Run each mechanism only on the tracts where some rep chose it.
     for name, chosen in ((NOISY_STATS, use_ns), (EXP_THEIL_SEN, ~use_ns)):
         tracts = np.nonzero(chosen.any(axis=0))[0]
@@ -149,8 +153,11 @@ def run_selected(batch: TractBatch, rule: Rule, sel: Selection, rand: Randomness
             res = M.estimate_batch(name, sub, eps_rest, rand=rand, reps=reps, meter=meter,
                                    publishable_only=publishable_only)
         pick = chosen[:, tracts]
-        for dst, src in ((out_p25, res.p25), (out_p75, res.p75), (failed, res.failed),
-                         (reason, res.reason)):
+        pairs = [(out_p25, res.p25), (out_p75, res.p75), (failed, res.failed),
+                 (reason, res.reason)]
+        if name == NOISY_STATS:
+            pairs.append((nvar_out, res.extras["noisy_nvar"]))
+        for dst, src in pairs:
             block = dst[:, tracts]
             block[pick] = np.asarray(src).reshape(block.shape)[pick]
             dst[:, tracts] = block
@@ -160,7 +167,7 @@ def run_selected(batch: TractBatch, rule: Rule, sel: Selection, rand: Randomness
     indicator = (sel.noisy_nvar * (eps_rest / (1 - rule.share)) if rule.kind == "dp"
                  else np.full((reps, T), np.nan))
     return RuleOutcome(sel.mechanism, np.where(failed, np.nan, out_p25),
-                       np.where(failed, np.nan, out_p75), failed, reason, indicator)
+                       np.where(failed, np.nan, out_p75), failed, reason, indicator, nvar_out)
 
 
 def apply_rule(batch: TractBatch, epsilon: float, rule: Rule, rand: Randomness,

@@ -289,3 +289,33 @@ def test_example_config_validates(tmp_path):
 
     cfg = parse_config(yaml.safe_load(EXAMPLE))
     assert cfg.validation.policy == "fail" and cfg.selection.rule == "dp"
+
+
+def test_released_tracts_carry_confidence_intervals(published):
+    """Every released tract has p25/p75 intervals at the configured level that contain the
+    published value; other rows have none; the output contract checks the same, and the
+    interval's budget is a named step of the plan and the manifest."""
+    from data_contracts import validate_published
+
+    tmp, folder = published
+    gdf = gpd.read_parquet(folder / "tracts.parquet")
+    released = gdf[gdf.status == "released"]
+    for p in ("p25", "p75"):
+        lo, hi = released[f"{p}_lo"], released[f"{p}_hi"]
+        assert lo.notna().all() and hi.notna().all()
+        assert ((0 <= lo) & (lo <= released[p]) & (released[p] <= hi) & (hi <= 1)).all()
+        assert gdf.loc[gdf.status != "released", [f"{p}_lo", f"{p}_hi"]].isna().all().all()
+    m = json.loads((folder / "manifest.json").read_text())
+    steps = {s["step"]: s for s in m["budget"]["steps"]}
+    assert "interval: p25 and p75" in steps
+    assert m["intervals"]["level"] == 0.95 and m["intervals"]["epsilon"] > 0
+    assert set(steps["interval: p25 and p75"]["noise"]["alternatives"]) == {"NoisyStats",
+                                                                           "DPExpTheilSen"}
+    # the contract catches an interval that does not contain its value
+    table = pd.DataFrame(gdf.drop(columns="geometry"))
+    assert validate_published(table).success
+    bad = table.copy()
+    i = bad.index[bad.status == "released"][0]
+    bad.loc[i, "p25_lo"] = min(1.0, bad.loc[i, "p25"] + 0.01) if bad.loc[i, "p25"] < 1 else 0.5
+    bad.loc[i, "p25_hi"] = bad.loc[i, "p25_lo"]
+    assert not validate_published(bad).success

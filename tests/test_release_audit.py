@@ -485,10 +485,10 @@ def test_staging_is_never_inside_the_publish_root(state, tmp_path, monkeypatch):
     seen = {}
     original = P.write_map
 
-    def spy(table, path, title):
+    def spy(table, path, title, *args):
         seen["staging"] = Path(path).parent
         seen["root_during"] = sorted(os.listdir((tmp_path / "releases").resolve()))
-        original(table, path, title)
+        original(table, path, title, *args)
     monkeypatch.setattr(P, "write_map", spy)
     cfg, _, _, folder = build_release(tmp_path, state)
     root = Path(cfg.publish.root)
@@ -504,8 +504,8 @@ def test_other_file_system_stages_under_a_dot_name(state, tmp_path, monkeypatch)
     seen = {}
     monkeypatch.setattr(P, "_same_file_system", lambda a, b: False)
     original = P.write_map
-    monkeypatch.setattr(P, "write_map", lambda t, p, title: (
-        seen.setdefault("staging", Path(p).parent), original(t, p, title)))
+    monkeypatch.setattr(P, "write_map", lambda t, p, title, *args: (
+        seen.setdefault("staging", Path(p).parent), original(t, p, title, *args)))
     cfg, _, _, folder = build_release(tmp_path, state)
     assert seen["staging"].name.startswith(f".staging-{RID}-")
     assert seen["staging"].parent == Path(cfg.publish.root)
@@ -583,7 +583,7 @@ import pickle, sys, time
 from pathlib import Path
 import dpatlas.publish as P
 table, manifest, config, root, internal, marker = pickle.load(open(sys.argv[1], "rb"))
-def stall(t, path, title):
+def stall(t, path, title, *args):
     Path(marker).write_text(str(Path(path).parent))
     time.sleep(120)
 P.write_map = stall
