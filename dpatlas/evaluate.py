@@ -25,6 +25,7 @@ from .synth import StateParams, batch_of, oi_like_state
 DEFAULT_MECHANISMS = (
     "NoisyStats", "NoisyIntercept", "DPExpTheilSen", "DPExpTheilSenMatch", "DPExpTheilSenkMatch",
     "DPWideTheilSen", "DPSSTheilSen", "DPGDPure", "DPGDzCDP", "DPGDApprox", "MOS",
+    "BinAgg",  # rho = epsilon^2/2 zCDP, like DPGDzCDP: a weaker guarantee than epsilon-DP
 )
 
 

@@ -246,3 +246,19 @@ def test_noisy_stats_needs_its_noisy_statistics_and_rule_its_choice():
         interval_noise_steps("DPGDPure", 1.0)
     with pytest.raises(ValueError, match="too small"):
         interval_noise_steps(NOISY_STATS, 1e-12)
+
+
+def test_interval_evaluation_reports_coverage_by_quintile_and_plots_it(tmp_path):
+    from dpatlas.interval_eval import evaluate_intervals, write_interval_report
+
+    with pytest.raises(ValueError, match="demo"):
+        evaluate_intervals(tracts=30, reps=2, seed=0)
+    summary, per_tract, edges = evaluate_intervals(tracts=60, reps=3, seed=21,
+                                                   epsilons=(8.0,))
+    assert list(summary["mechanism"]) == ["NoisyStats", "DPExpTheilSen", "rule"]
+    for col in ("coverage", "Q1", "Q2", "Q3", "Q4", "Q5", "unpublished"):
+        assert summary[col].between(0, 1).all(), col
+    assert (summary["width/OLS"] > 0).all() and len(edges) == 5
+    assert summary["coverage"].min() > 0.8  # nominal 95%: far below means a broken interval
+    paths = write_interval_report(summary, per_tract, edges, tmp_path)
+    assert all(p.exists() and p.stat().st_size > 0 for p in paths)
