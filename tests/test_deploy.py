@@ -253,8 +253,18 @@ def test_serve_and_operator_rerun(tmp_path, monkeypatch):
         assert run.deployment_id == op.id
         assert run.parameters["release_id"] == rid
 
-        # 4. Once serving stops, a trigger is refused instead of queueing a run.
+        # 4. Once serving stops, a trigger is refused instead of queueing a run. A graceful
+        # stop pauses the deployment at once; one that had to be killed (a loaded machine:
+        # seen in CI with an evaluation running beside it) is marked NOT_READY by the server
+        # about a minute after its last poll. Wait for either, then trigger.
         serve.stop()
+
+        def not_served():
+            with use_api(url), get_client(sync_client=True) as client:
+                d = client.read_deployment_by_name("dpatlas-release/operator-rerun")
+            return d.paused or d.status != DeploymentStatus.READY
+
+        wait_until(not_served, 150, "the operator deployment paused or not ready", (server,))
         with pytest.raises(DeploymentNotServed, match="python -m deploy.serve"):
             trigger_release(str(cfg), "deploy-rerun-2", timeout=5)
         print(f"done after {time.monotonic() - t0:.1f}s")
