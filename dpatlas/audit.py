@@ -366,14 +366,19 @@ def check_files(folder: Path, m: dict) -> str:
     return f"{len(files)} files match their sha256 and size; no other files"
 
 
-def _config(folder: Path) -> dict:
+def _json_object(path: Path, name: str, error: type[Exception]) -> dict:
+    """The JSON object in ``path``; ``error`` (with ``name`` in the message) if there is none."""
     try:
-        cfg = json.loads((folder / CONFIG).read_text())
+        obj = json.loads(path.read_text())
     except (OSError, ValueError) as err:
-        raise Mismatch(f"{CONFIG} cannot be read: {err}") from None
-    if not isinstance(cfg, dict):
-        raise Mismatch(f"{CONFIG} is not a JSON object")
-    return cfg
+        raise error(f"{name} cannot be read: {err}") from None
+    if not isinstance(obj, dict):
+        raise error(f"{name} is not a JSON object")
+    return obj
+
+
+def _config(folder: Path) -> dict:
+    return _json_object(folder / CONFIG, CONFIG, Mismatch)
 
 
 def check_config(folder: Path, m: dict) -> str:
@@ -666,13 +671,7 @@ def load_manifest(folder: Path) -> dict:
     folder = Path(folder)
     if not folder.is_dir():
         raise AuditUnreadable(f"{folder} is not a folder")
-    try:
-        m = json.loads((folder / MANIFEST).read_text())
-    except (OSError, ValueError) as err:
-        raise AuditUnreadable(f"{folder / MANIFEST} cannot be read: {err}") from None
-    if not isinstance(m, dict):
-        raise AuditUnreadable(f"{folder / MANIFEST} is not a JSON object")
-    return m
+    return _json_object(folder / MANIFEST, str(folder / MANIFEST), AuditUnreadable)
 
 
 def audit_release(folder: Path) -> AuditReport:

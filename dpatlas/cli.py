@@ -94,8 +94,9 @@ def _operator_errors() -> tuple[type[BaseException], ...]:
     """Errors an operator can cause and fix: one line and exit 2, never a traceback.
 
     Imported lazily so that ``dpatlas --help`` does not pay for the geospatial stack."""
+    from tasks.validate import BoundaryCoverageError
+
     from .config import ConfigError
-    from .contributions import ContributionError
     from .feed import FeedError
     from .geography import BoundaryError
     from .ids import InvalidReason, InvalidReleaseId
@@ -107,17 +108,11 @@ def _operator_errors() -> tuple[type[BaseException], ...]:
     from .state import ReleaseLocked
     from .validate import ValidationFailed
 
-    errors: list[type[BaseException]] = [
-        ConfigError, ContributionError, FeedError, BoundaryError, InvalidReason,
-        InvalidReleaseId, InputError, LedgerError, PreflightError, ServerStartError,
-        PublishError, ReleaseLocked, ValidationFailed, OSError]
-    try:
-        from tasks.validate import BoundaryCoverageError
-
-        errors.append(BoundaryCoverageError)
-    except ImportError:  # pragma: no cover - tasks need Prefect, always installed here
-        pass
-    return tuple(errors)
+    # ContributionError is a ValidationFailed; the Ledger's and feed's id and reason errors
+    # are also InvalidReleaseId / InvalidReason.
+    return (ConfigError, FeedError, BoundaryError, BoundaryCoverageError, InvalidReason,
+            InvalidReleaseId, InputError, LedgerError, PreflightError, ServerStartError,
+            PublishError, ReleaseLocked, ValidationFailed, OSError)
 
 
 @contextlib.contextmanager
@@ -192,20 +187,12 @@ def run_release(config: Path, release_id: str | None, noise_seed: int | None = N
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .config import load_config
-    from .contributions import require_person_unit
-    from .ids import validate_release_id
-    from .preflight import check_noise_source, check_paths
+    from .preflight import check_before_writing
     from .prefect_server import prefect_api
 
     with _guard():
         cfg = load_config(config)
-        if release_id is not None:
-            validate_release_id(release_id)
-        rid = release_id or cfg.release_id
-        if rid is not None:
-            check_paths(cfg, rid)
-        check_noise_source(cfg, noise_seed)
-        require_person_unit(cfg)
+        check_before_writing(cfg, release_id or cfg.release_id, noise_seed)
     log_dir = cfg.publish.internal / "logs"
     with _guard(log_dir), prefect_api(log_dir):
         from flows import release as release_module

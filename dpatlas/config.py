@@ -274,6 +274,16 @@ def redact_url(url: str) -> str:
         return "(unparseable url)"
 
 
+def ledger_backend(url: str) -> str:
+    """The ledger's database kind ("sqlite", "postgresql"): no host, user, file or password."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).get_backend_name()
+    except Exception:  # noqa: BLE001 - an unparseable URL is still never published
+        return "unknown"
+
+
 def public_config(cfg: ReleaseConfig) -> dict:
     """The configuration as published with a release (``config.json``): no secrets and no
     machine paths. Files are named by their base name (their sha256 is in the manifest);
@@ -285,8 +295,7 @@ def public_config(cfg: ReleaseConfig) -> dict:
         data["selection"]["threshold_file"] = Path(cfg.selection.threshold_file).name
     data["publish"].pop("root", None)
     data["publish"].pop("internal_root", None)
-    backend = redact_url(cfg.ledger.url).split(":", 1)[0]
-    data["ledger"]["url"] = f"{backend}: (withheld)"
+    data["ledger"]["url"] = f"{ledger_backend(cfg.ledger.url)}: (withheld)"
     data.pop("dask_address", None)
     return data
 

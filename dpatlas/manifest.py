@@ -19,7 +19,7 @@ import mechanisms as M
 from mechanisms.privacy import as_dict
 
 from .allocate import BudgetPlan
-from .config import ReleaseConfig, fingerprint
+from .config import ReleaseConfig, fingerprint, ledger_backend
 from .hashing import sha256_file
 from .publish import PublishError, code_version, now_utc
 
@@ -76,16 +76,6 @@ def public_boundaries(cfg: ReleaseConfig) -> dict:
     return {"file": path.name, "sha256": tree_sha256(path),
             "hashed_as": "file" if path.is_file() else "folder (relative names and contents)",
             "vintage": cfg.boundaries.vintage or "unstated"}
-
-
-def ledger_backend(url: str) -> str:
-    """The ledger's database kind ("sqlite", "postgresql"): no host, user, file or password."""
-    from sqlalchemy.engine import make_url
-
-    try:
-        return make_url(url).get_backend_name()
-    except Exception:  # noqa: BLE001 - an unparseable URL is still never published
-        return "unknown"
 
 
 def public_ledger_entry(cfg: ReleaseConfig, entry: dict | None) -> dict | None:

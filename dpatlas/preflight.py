@@ -17,6 +17,9 @@ import pandas as pd
 import mechanisms as M
 
 from .config import ReleaseConfig
+from .contributions import require_person_unit
+from .ids import validate_release_id
+from .publish import release_folder
 
 ROOT_MARKER = ".dpatlas-root.json"
 
@@ -32,6 +35,17 @@ def _inside(a: Path, b: Path) -> bool:
 
 def _real(p: Path) -> Path:
     return Path(os.path.realpath(p))
+
+
+def check_before_writing(cfg: ReleaseConfig, release_id: str | None,
+                         noise_seed: int | None) -> None:
+    """Everything decidable without the data: the id and its path (when the id is known yet),
+    the noise source, the privacy unit. The command line runs it before it starts a Prefect
+    server; the flow runs it again, since deployments call the flow directly."""
+    if release_id is not None:
+        check_paths(cfg, validate_release_id(release_id))
+    check_noise_source(cfg, noise_seed)
+    require_person_unit(cfg)
 
 
 def check_paths(cfg: ReleaseConfig, release_id: str) -> None:
@@ -51,13 +65,7 @@ def check_paths(cfg: ReleaseConfig, release_id: str) -> None:
     for p in (root, internal):
         if p.exists() and not p.is_dir():
             raise PreflightError(f"{p} exists and is not a folder")
-    target = Path(cfg.publish.root) / release_id
-    if os.path.islink(target):
-        raise PreflightError(f"{target} is a symbolic link; a release folder must be a real "
-                             "folder made by dpatlas: remove the link")
-    if os.path.lexists(target) and not target.is_dir():
-        raise PreflightError(f"{target} exists and is not a folder: remove it or use another "
-                             "release id")
+    release_folder(cfg.publish.root, release_id)  # no link or file where the release goes
 
 
 def check_noise_source(cfg: ReleaseConfig, noise_seed: int | None) -> None:

@@ -24,23 +24,22 @@ import pandas as pd
 from prefect import flow, get_run_logger
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from dpatlas.config import ReleaseConfig, fingerprint, load_config, redact_url
-from dpatlas.contributions import check_contributions, require_person_unit
+from dpatlas.config import ReleaseConfig, fingerprint, load_config
 from dpatlas.crash import crashpoint
 from dpatlas.feed import update_feed
 from dpatlas.ids import validate_release_id
 from dpatlas.ingest import input_fingerprint
 from dpatlas.ledger import Ledger
-from dpatlas.preflight import check_feasible, check_noise_source, check_paths, mark_root
+from dpatlas.preflight import check_before_writing, check_feasible, mark_root
 from dpatlas.publish import now_utc, sha256_file
 from dpatlas.state import ReleaseLock, check_same_input
-from dpatlas.validate import check_changed_share
 from tasks.allocate import allocate_budget
 from tasks.estimate import estimate_chunk, select_chunk
 from tasks.ingest import ingest_partition, list_partitions
 from tasks.ledger import LEASE_SECONDS, charge_release, charges
 from tasks.publish import publish_release
-from tasks.validate import check_boundaries, validate_partition
+from tasks.validate import (bound_contributions, check_boundaries, check_change_limit,
+                            validate_partition)
 
 # A terminal progress callback (stage, done, total), set by the command line; flows run in the
 # same process, and a callable cannot be a flow parameter.
@@ -104,10 +103,7 @@ def release(config_path: str, release_id: Optional[str] = None,
     log = get_run_logger()
     cfg = load_config(Path(config_path))
     rid = validate_release_id(release_id or cfg.release_id or new_release_id())
-    # Everything that can be checked without reading the data, before anything is written.
-    check_paths(cfg, rid)
-    check_noise_source(cfg, noise_seed)
-    require_person_unit(cfg)
+    check_before_writing(cfg, rid, noise_seed)  # before anything is written
     root, internal = cfg.publish.root, cfg.publish.internal / rid
     ledger = Ledger(cfg.ledger.url)
     # The lease owner is this host and internal folder: the local lock below makes it unique
@@ -142,10 +138,10 @@ def release(config_path: str, release_id: Optional[str] = None,
             reports.append(report)
             staged.append(Path(path))
             _progress("ingest + validate", i + 1, len(parts))
-        check_changed_share(reports, cfg.validation.max_changed_share)
+        check_change_limit(reports, cfg.validation.max_changed_share)
         contributions = None
         if cfg.input.columns.person_id:
-            contributions = check_contributions(staged, cfg.validation.contributions, internal)
+            contributions = bound_contributions(staged, cfg.validation.contributions, internal)
         (internal / "validation.json").write_text(json.dumps(
             {"partitions": reports, "contributions": contributions}, indent=2, default=str))
         geoids, sizes = _staged_tracts(staged)
@@ -174,16 +170,14 @@ def release(config_path: str, release_id: Optional[str] = None,
             source = ("os.urandom" if noise_seed is None
                       else "seeded (test only, NOT FOR RELEASE)")
             charged = charges(budget, cells)
-            entry = {"ledger_backend": redact_url(cfg.ledger.url).split(":")[0],
-                     "dataset": cfg.ledger.dataset, "release_id": rid,
+            entry = {"dataset": cfg.ledger.dataset, "release_id": rid,
                      "charges": len(charged),
                      "epsilon": sum(c.epsilon for c in charged),
                      "delta": sum(c.delta for c in charged)}
             facts = {"person_id_checked": contributions is not None,
                      "person_id_column": cfg.input.columns.person_id,
                      "contributions_policy": cfg.validation.contributions,
-                     "validation_policy": cfg.validation.policy,
-                     "contributions": contributions}
+                     "validation_policy": cfg.validation.policy}
             mark_root(cfg)
             folder = publish_release(cfg, rid, results, boundaries, budget, input_sha, source,
                                      started, internal, entry, facts, lease.check)

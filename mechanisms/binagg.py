@@ -73,7 +73,8 @@ from .budget import NO_METER
 from .noise import (_SCALE_DENOMINATOR, LAPLACE_GRID_STEPS, Randomness, gaussian_mechanism,
                     laplace_mechanism)
 from .privacy import PureDP
-from .privacy_maps import MAX_SCALE_NUM, GridGaussian, NoiseStep
+from .privacy_maps import (MAX_SCALE_NUM, GridGaussian, NoiseStep, _laplace_scale_num,
+                           _positive_int)
 from .registry import (MIN_RECORDS, Estimator, Meter, Outcome, RunBudget, blank, get,
                        register)
 
@@ -152,12 +153,10 @@ class PrivTreeLaplace:
 
     def __post_init__(self) -> None:
         for f in ("grid_steps", "scale_num", "scale_den", "bias", "branching"):
-            v = getattr(self, f)
-            if isinstance(v, bool) or int(v) != v or v < 1:
-                raise ValueError(f"privtree {f} must be an integer >= 1, got {v!r}")
+            _positive_int(f"privtree {f}", getattr(self, f))
         if self.argument is not None and (
                 (self.grid_steps, self.scale_den) != (LAPLACE_GRID_STEPS, _SCALE_DENOMINATOR)
-                or self.scale_num != _laplace_scale_num(self.argument)):
+                or self.scale_num != _laplace_scale_num(self.argument, 1)):
             raise ValueError(f"privtree parameters {self.parameters()} are not what the "
                              f"sampler draws for epsilon = {self.argument!r}")
 
@@ -169,7 +168,7 @@ class PrivTreeLaplace:
     @staticmethod
     def at(argument: float) -> "PrivTreeLaplace":
         """The noise ``laplace_mechanism(..., 1.0, argument)`` draws, δ = ⌈t·ln 2⌉ units."""
-        num = _laplace_scale_num(argument)
+        num = _laplace_scale_num(argument, 1)
         if num > MAX_SCALE_NUM:
             raise ValueError("BinAgg: the PrivTree budget share is too small for the grid "
                              "Laplace (scale numerator over 2**44); use a larger epsilon or "
@@ -201,11 +200,6 @@ class PrivTreeLaplace:
         if np.shape(values)[-1] != 1:
             raise ValueError("PrivTree draws one coordinate per node")
         return self.argument
-
-
-def _laplace_scale_num(argument: float) -> int:
-    """``laplace_mechanism``'s own arithmetic for one coordinate: ⌈(N + 1)/ε · 256⌉."""
-    return math.ceil((LAPLACE_GRID_STEPS + 1) / argument * _SCALE_DENOMINATOR)
 
 
 @lru_cache(maxsize=256)

@@ -315,6 +315,9 @@ def shared_server() -> PostgresServer:
     return _shared
 
 
+LEDGER_DATASET = "tracts-2020"  # the dataset of the ``ledger`` fixture's cap
+
+
 try:  # the pytest fixtures, imported by the test modules that use PostgreSQL
     import pytest
 except ImportError:  # pragma: no cover - this module is also usable without pytest
@@ -346,3 +349,18 @@ if pytest is not None:
             return f"sqlite:///{tmp_path / 'ledger.db'}"
         server = request.getfixturevalue("pg")
         return server.create_database(f"ledger_{uuid.uuid4().hex[:16]}")
+
+    @pytest.fixture
+    def url(ledger_url):
+        """A fresh SQLite file, or a fresh database on the test run's PostgreSQL server."""
+        return ledger_url
+
+    @pytest.fixture
+    def ledger(url):
+        """A ledger at ``url`` whose dataset LEDGER_DATASET has a cap (eps 10, delta 1e-5)."""
+        from dpatlas.ledger import Ledger
+
+        led = Ledger(url)
+        led.set_cap(LEDGER_DATASET, 10.0, 1e-5, reason="initial cap")
+        yield led
+        led.close()

@@ -13,30 +13,16 @@ import time
 
 import pytest
 
-from pg_server import ledger_url, pg  # noqa: F401  (pytest fixtures)
+from pg_server import LEDGER_DATASET, ledger, ledger_url, pg, url  # noqa: F401  (fixtures)
 from dpatlas.ledger import Charge, LeaseLost, Ledger, LedgerError, ReleaseBusy
 
-DS = "tracts-2020"
+DS = LEDGER_DATASET
 CFG = "c" * 64
 RID = "r1"
 
 
 def charges(n: int = 2) -> list[Charge]:
     return [Charge("all", f"step {i}", "pure", 0.5, 0.0) for i in range(n)]
-
-
-@pytest.fixture
-def url(ledger_url):
-    """A fresh SQLite file, or a fresh database on the test run's PostgreSQL server."""
-    return ledger_url
-
-
-@pytest.fixture
-def ledger(url):
-    led = Ledger(url)
-    led.set_cap(DS, 10.0, 1e-5, reason="test cap")
-    yield led
-    led.close()
 
 
 def db_now(led: Ledger) -> float:

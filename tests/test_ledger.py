@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from pg_server import ledger_url, pg  # noqa: F401  (pytest fixtures)
+from pg_server import LEDGER_DATASET, ledger, ledger_url, pg, url  # noqa: F401  (fixtures)
 from dpatlas.ids import InvalidReason, InvalidReleaseId
 from dpatlas.ledger import (BudgetExceeded, Charge, Ledger, LedgerError, ReleaseBusy,
                             caps_table, charges_table, releases_table)
 
 REPO = Path(__file__).resolve().parents[1]
-DS = "tracts-2020"
+DS = LEDGER_DATASET
 CFG = "c" * 64
 
 
@@ -39,20 +39,6 @@ def n_charge_rows(ledger: Ledger) -> int:
 
 
 # --- backends -----------------------------------------------------------------------------------
-
-@pytest.fixture
-def url(ledger_url):
-    """A fresh SQLite file, or a fresh database on the test run's PostgreSQL server."""
-    return ledger_url
-
-
-@pytest.fixture
-def ledger(url):
-    led = Ledger(url)
-    led.set_cap(DS, 10.0, 1e-5, reason="initial cap")
-    yield led
-    led.close()
-
 
 # --- single process -----------------------------------------------------------------------------
 
