@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-slow evaluate bench clean
+.PHONY: demo test test-slow evaluate bench clean browser
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +16,16 @@ $(STAMP): requirements.lock pyproject.toml
 demo: $(STAMP)
 	$(BIN)/dpatlas demo
 
-test: $(STAMP)
+# The web map's tests drive Debian's Chromium (a real browser, not a downloaded one).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing Debian's chromium for the web map's browser tests"; \
+	  SUDO=$$( [ "$$(id -u)" -eq 0 ] || echo sudo ); \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; } || { \
+	  echo "could not install chromium: run 'apt-get install -y chromium' or skip the browser tests with pytest -m 'not browser'"; exit 1; }
+
+test: $(STAMP) browser
 	$(BIN)/python -m pytest -n 2 -q
 
 test-slow: $(STAMP)

@@ -13,6 +13,8 @@ definitions) and loaded from the JSON at run time.  API::
     res.success, res.failures, res.bad_rows, res.summary()
     res = validate_published(table, boundary_geoids=geoids, docs_dir=Path("docs"))
     res.docs_index                         # Path to Data Docs index.html
+    docs = ReleaseDocs.in_folder(internal)  # one file-backed context + Data Docs site per release
+    validate_input(df, release=docs, run_name="input-17")   # a Checkpoint run, added to the site
 
 ``person_id`` non-nullness is part of the input suite but only applied when the frame
 has a ``person_id`` column (records per person are counted across all partitions by
@@ -31,6 +33,7 @@ from data_contracts.api import (  # noqa: E402
     ContractError,
     ContractResult,
     Failure,
+    ReleaseDocs,
     load_suite,
     validate_input,
     validate_published,
@@ -48,6 +51,7 @@ __all__ = [
     "ContractError",
     "ContractResult",
     "Failure",
+    "ReleaseDocs",
     "INPUT_SUITE",
     "MECHANISMS",
     "PUBLISHED_SUITE",

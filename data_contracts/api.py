@@ -36,7 +36,11 @@ import pandas as pd  # noqa: E402
 import great_expectations as gx  # noqa: E402
 from great_expectations.core.expectation_suite import ExpectationSuiteSchema  # noqa: E402
 
-from data_contracts._context import DOCS_SITE, quiet_context  # noqa: E402
+from great_expectations.checkpoint import UpdateDataDocsAction  # noqa: E402
+from great_expectations.core.run_identifier import RunIdentifier  # noqa: E402
+from great_expectations.exceptions import DataContextError  # noqa: E402
+
+from data_contracts._context import DOCS_SITE, quiet_context, release_context  # noqa: E402
 from data_contracts._spec import (  # noqa: E402
     INPUT_SUITE,
     META_KEY,
@@ -59,6 +63,26 @@ _MAX_LISTED = 10
 
 class ContractError(RuntimeError):
     """The contract machinery itself is broken (bad suite file, docs not written)."""
+
+
+@dataclass(frozen=True)
+class ReleaseDocs:
+    """Where one release keeps its validations: a file-backed GX project (suites, Checkpoints,
+    validation results) and the release's single Data Docs site. Every check of the release
+    (each input partition, then the output table) is a run of a Checkpoint whose
+    ``UpdateDataDocsAction`` adds it to that site, named by ``run_name``."""
+
+    project_dir: Path
+    docs_dir: Path
+
+    @classmethod
+    def in_folder(cls, internal: Path) -> "ReleaseDocs":
+        """The layout of a release's internal folder: ``gx/`` and ``data_docs/``."""
+        return cls(Path(internal) / "gx", Path(internal) / "data_docs")
+
+    @property
+    def index(self) -> Path:
+        return self.docs_dir.resolve() / "index.html"
 
 
 @dataclass
@@ -248,29 +272,87 @@ def _failure(r: Any) -> Failure:
     return Failure(config.type, column, 0, desc + extra)
 
 
+def _get_or_add(get: Callable[[], Any], add: Callable[[], Any]) -> Any:
+    """GX stores raise (DataContextError, KeyError or LookupError) for a missing name."""
+    try:
+        return get()
+    except (DataContextError, KeyError, LookupError):
+        return add()
+
+
+def _suite_variant(suite_name: str, keep: Callable[[dict], bool]) -> str:
+    """The stored suite's name: the suite's, plus what its conditions left out (the input
+    suite without ``person_id`` is another suite than with it)."""
+    left_out = sorted({str(v) for e in load_suite_dict(suite_name)["expectations"] if not keep(e)
+                       for v in ((e.get("meta") or {}).get(META_KEY) or {}).values()})
+    return suite_name + "".join(f"-without-{v}" for v in left_out)
+
+
+def _run_checkpoint(context, suite, batch_definition, batch_parameters: dict,
+                    expectation_parameters: dict | None, run_name: str):
+    """Run (creating on first use) the Checkpoint of ``suite``: its validation is stored in
+    the release's context and its ``UpdateDataDocsAction`` adds it to the release's site."""
+    name = suite.name
+    checkpoint = _get_or_add(
+        lambda: context.checkpoints.get(name),
+        lambda: context.checkpoints.add(gx.Checkpoint(
+            name=name,
+            validation_definitions=[context.validation_definitions.add(
+                gx.ValidationDefinition(name=name, data=batch_definition, suite=suite))],
+            actions=[UpdateDataDocsAction(name="update_data_docs", site_names=[DOCS_SITE])],
+            result_format=FIRST_PASS_FORMAT)))
+    result = checkpoint.run(batch_parameters=batch_parameters,
+                            expectation_parameters=expectation_parameters,
+                            run_id=RunIdentifier(run_name=run_name))
+    (first,) = result.run_results.values()
+    return first
+
+
 def _validate(
     suite_name: str,
     df: pd.DataFrame,
     docs_dir: Path | None,
     parameters: dict[str, Any],
+    release: ReleaseDocs | None = None,
+    run_name: str | None = None,
 ) -> ContractResult:
     if not isinstance(df, pd.DataFrame):
         raise TypeError(f"expected a pandas DataFrame, got {type(df).__name__}")
     frame = _positional(df)
-    context = quiet_context(docs_dir)
-    suite = context.suites.add(
-        load_suite(suite_name, _keeper([str(c) for c in frame.columns], parameters))
-    )
-    batch_definition = (
-        context.data_sources.add_pandas(name="dpatlas")
-        .add_dataframe_asset(name=suite_name)
-        .add_batch_definition_whole_dataframe(name="whole_frame")
-    )
+    keep = _keeper([str(c) for c in frame.columns], parameters)
+    if release is not None:
+        context = release_context(release.project_dir, release.docs_dir)
+        variant = _suite_variant(suite_name, keep)
+        suite = _get_or_add(lambda: context.suites.get(variant),
+                            lambda: context.suites.add(_renamed(load_suite(suite_name, keep),
+                                                                variant)))
+        source = _get_or_add(lambda: context.data_sources.get("dpatlas"),
+                             lambda: context.data_sources.add_pandas(name="dpatlas"))
+        asset = _get_or_add(lambda: source.get_asset(variant),
+                            lambda: source.add_dataframe_asset(name=variant))
+        batch_definition = _get_or_add(
+            lambda: asset.get_batch_definition("whole_frame"),
+            lambda: asset.add_batch_definition_whole_dataframe(name="whole_frame"))
+    else:
+        context = quiet_context(docs_dir)
+        suite = context.suites.add(load_suite(suite_name, keep))
+        batch_definition = (
+            context.data_sources.add_pandas(name="dpatlas")
+            .add_dataframe_asset(name=suite_name)
+            .add_batch_definition_whole_dataframe(name="whole_frame")
+        )
     batch_parameters = {"dataframe": frame}
     expectation_parameters = parameters or None
 
     docs_index: Path | None = None
-    if docs_dir is not None:
+    if release is not None:
+        first = _run_checkpoint(context, suite, batch_definition, batch_parameters,
+                                expectation_parameters, run_name or suite.name)
+        docs_index = release.index
+        if not docs_index.is_file():
+            raise ContractError(f"Data Docs index was not written: {docs_index}")
+        batch = None
+    elif docs_dir is not None:
         # A ValidationDefinition stores its result in the context, which Data Docs render.
         definition = context.validation_definitions.add(
             gx.ValidationDefinition(name=suite_name, data=batch_definition, suite=suite)
@@ -335,18 +417,32 @@ def _validate(
     )
 
 
+def _renamed(suite: gx.ExpectationSuite, name: str) -> gx.ExpectationSuite:
+    suite.name = name
+    return suite
+
+
 # ----------------------------------------------------------------------------- public API
 
 
-def validate_input(df: pd.DataFrame, docs_dir: Path | None = None) -> ContractResult:
-    """Validate input microdata (geoid, x, y[, person_id]) against ``input_microdata``."""
-    return _validate(INPUT_SUITE, df, Path(docs_dir) if docs_dir is not None else None, {})
+def validate_input(df: pd.DataFrame, docs_dir: Path | None = None,
+                   release: ReleaseDocs | None = None, run_name: str | None = None
+                   ) -> ContractResult:
+    """Validate input microdata (geoid, x, y[, person_id]) against ``input_microdata``.
+
+    With ``release``, the validation is a Checkpoint run (named ``run_name``, e.g. the
+    partition) recorded in the release's context and Data Docs site; with only ``docs_dir``, a
+    throw-away context writes a site there; with neither, nothing is written."""
+    return _validate(INPUT_SUITE, df, Path(docs_dir) if docs_dir is not None else None, {},
+                     release, run_name)
 
 
 def validate_published(
     df: pd.DataFrame,
     boundary_geoids: Sequence[str] | None = None,
     docs_dir: Path | None = None,
+    release: ReleaseDocs | None = None,
+    run_name: str | None = None,
 ) -> ContractResult:
     """Validate the published per-tract table against ``published_tracts``.
 
@@ -359,7 +455,8 @@ def validate_published(
             raise TypeError("boundary_geoids must be a sequence of geoid strings, not a str")
         parameters["boundary_geoids"] = sorted({str(g) for g in boundary_geoids})
     return _validate(
-        PUBLISHED_SUITE, df, Path(docs_dir) if docs_dir is not None else None, parameters
+        PUBLISHED_SUITE, df, Path(docs_dir) if docs_dir is not None else None, parameters,
+        release, run_name,
     )
 
 

@@ -17,7 +17,8 @@
 (``PREFECT_API_URL``, required) and polls it for runs, executing each in a subprocess of this
 machine. Stop it with Ctrl-C or SIGTERM (the schedule is then paused until it serves again).
 
-The flow's return value (the published folder, a string) is persisted as JSON in Prefect's
+The flow's return value (a ``flows.outcome.ReleaseOutcome``: small and public) is persisted
+as JSON in Prefect's
 result storage (``$PREFECT_HOME/storage`` of this machine) so that the process that triggered
 a run can read it. Task results stay in memory: every task sets ``persist_result=False``, and
 the runs started here also get ``PREFECT_TASKS_DEFAULT_PERSIST_RESULT=false`` (a task would
@@ -47,7 +48,7 @@ OPERATOR_DEPLOYMENT = f"{FLOW_NAME}/{OPERATOR}"
 TAGS = ["dpatlas"]
 
 
-# The release flow as deployed: its return value (the published folder: small and public) is
+# The release flow as deployed: its return value (the ReleaseOutcome: small and public) is
 # persisted as JSON, so that a trigger in another process can read it. Module-level, because
 # a served run does not use this process's flow object: the runner starts
 # `python -m prefect.engine`, which re-imports the flow from the deployment's entrypoint, so

@@ -7,21 +7,25 @@ of a work pool), not by the caller; the caller waits for it and reports its fina
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from prefect.client.orchestration import get_client
+from pydantic import ValidationError
 from prefect.client.schemas.objects import DeploymentStatus
 from prefect.deployments import run_deployment
 from prefect.exceptions import ObjectNotFound
 
 from deploy.api import PrefectAPIUnavailable, require_api, use_api
 from dpatlas.config import load_config
+from flows.outcome import ReleaseOutcome
 
 FLOW_NAME = "dpatlas-release"
 OPERATOR_DEPLOYMENT = f"{FLOW_NAME}/operator-rerun"
 
-__all__ = ["trigger_release", "TriggerError", "PrefectAPIUnavailable", "DeploymentNotRegistered",
+__all__ = ["trigger_release", "TriggeredRun", "TriggerError", "PrefectAPIUnavailable",
+           "DeploymentNotRegistered",
            "DeploymentNotServed", "OPERATOR_DEPLOYMENT"]
 
 
@@ -37,21 +41,31 @@ class DeploymentNotServed(TriggerError):
     """The deployment is registered but no serve process or worker is polling for its runs."""
 
 
+@dataclass(frozen=True)
+class TriggeredRun:
+    """A triggered run as the caller saw it: its final state type (``COMPLETED``, ``FAILED``,
+    ... or a non-final one such as ``RUNNING`` if the timeout passed first: the run goes on in
+    the serving process), Prefect's state message, and the flow's outcome when it completed
+    and its persisted result could be read (else None)."""
+
+    flow_run_id: str
+    flow_run_name: str
+    state: Optional[str]
+    message: Optional[str]
+    outcome: Optional[ReleaseOutcome]
+
+
 def _serve_help(config: Path) -> str:
     return (f"start serving it from the repository root, with PREFECT_API_URL set:\n"
             f"    python -m deploy.serve --config {config}\n(see deploy/README.md)")
 
 
 def trigger_release(config_path: str, release_id: Optional[str], timeout: float = 600,
-                    ) -> dict[str, Any]:
+                    ) -> TriggeredRun:
     """Run ``dpatlas-release/operator-rerun`` for ``config_path`` and ``release_id`` and wait up
     to ``timeout`` seconds for it to finish.
 
-    Returns ``{"flow_run_id", "state", "result", "message"}``: ``state`` is the state type
-    (``"COMPLETED"``, ``"FAILED"``, ... or a non-final one such as ``"RUNNING"`` if the timeout
-    passed first: the run goes on in the serving process); ``result`` is the published folder
-    (a string) when the run completed and its result could be read, else None; ``message`` is
-    Prefect's state message (e.g. the error of a failed run).
+    Returns a :class:`TriggeredRun`.
 
     ``release_id=None`` lets the flow choose (the config's ``release_id`` or a new id).
 
@@ -61,7 +75,7 @@ def trigger_release(config_path: str, release_id: Optional[str], timeout: float 
     config.
     """
     config = Path(config_path).expanduser().resolve()
-    cfg = load_config(config)  # fail here, not in the serving process, on a bad config
+    load_config(config)  # fail here, not in the serving process, on a bad config
     url = require_api()
     with use_api(url):
         with get_client(sync_client=True) as client:
@@ -88,25 +102,28 @@ def trigger_release(config_path: str, release_id: Optional[str], timeout: float 
             parameters={"config_path": str(config), "release_id": release_id},
             timeout=timeout,
             poll_interval=2,
-            flow_run_name=f"rerun-{release_id}" if release_id else None,
             tags=["operator-rerun"],
             as_subflow=False,
         )
-        state = flow_run.state
-        result = None
-        if state is not None and state.is_completed():
-            try:
-                value = state.result(raise_on_failure=False)
-                result = value if isinstance(value, str) else None
-            except Exception:  # not persisted (e.g. a worker on another machine)
-                result = None
-            if result is None and release_id:
-                # The flow publishes to <publish root>/<release id>: the same folder.
-                folder = cfg.publish.root / release_id
-                result = str(folder) if folder.is_dir() else None
-    return {
-        "flow_run_id": str(flow_run.id),
-        "state": state.type.value if state is not None else None,
-        "result": result,
-        "message": state.message if state is not None else None,
-    }
+    state = flow_run.state
+    return TriggeredRun(flow_run_id=str(flow_run.id), flow_run_name=flow_run.name,
+                        state=state.type.value if state is not None else None,
+                        message=state.message if state is not None else None,
+                        outcome=_outcome(state))
+
+
+def _outcome(state) -> Optional[ReleaseOutcome]:
+    """The completed run's persisted result (JSON in the serving machine's result storage):
+    Prefect stores the model as its JSON fields, so it is validated back into the model."""
+    if state is None or not state.is_completed():
+        return None
+    try:
+        value = state.result(raise_on_failure=False)
+    except Exception:  # noqa: BLE001 - not persisted, or stored on another machine
+        return None
+    if isinstance(value, ReleaseOutcome):
+        return value
+    try:
+        return ReleaseOutcome.model_validate(value)
+    except ValidationError:  # an older flow's result (the folder as a string)
+        return None

@@ -130,12 +130,27 @@ def _check_alternatives(step: Step) -> None:
 
 
 @dataclass(frozen=True)
+class SuiteShare:
+    """What one suite estimator is handed per tract and cell: its (ε, δ) parameters (for a
+    zCDP estimator ``epsilon`` is the ε whose ρ = ε²/2 converts to its share)."""
+
+    estimator: str
+    epsilon: float
+    delta: float
+
+    def __iter__(self):
+        # Unpacking as (estimator, epsilon, delta) is kept for callers not yet converted
+        # (dpatlas/manifest.py, dpatlas/preflight.py); use the fields.
+        return iter((self.estimator, self.epsilon, self.delta))
+
+
+@dataclass(frozen=True)
 class BudgetPlan:
     epsilon_per_tract: float
     delta_per_tract: float
     rule: Rule
     primary_epsilon: float
-    suite: tuple[tuple[str, float, float], ...]  # (estimator, epsilon, delta)
+    suite: tuple[SuiteShare, ...]  # the full-suite profile's estimators
     steps: tuple[Step, ...] = field(default=())
     conversion_delta: float = 0.0  # δ spent converting concentrated steps to (ε, δ)
     interval_epsilon: float = 0.0  # the interval step's budget (0: no intervals)
@@ -198,11 +213,12 @@ def plan(cfg: ReleaseConfig, threshold: float | None) -> BudgetPlan:
     else:
         primary_eps = (1 - cfg.profile.suite_share) * eps
         share = cfg.profile.suite_share * eps / len(cfg.profile.suite)
-        suite = tuple((name, share, delta / 2 if M.get(name).needs_delta else 0.0)
+        suite = tuple(SuiteShare(name, share, delta / 2 if M.get(name).needs_delta else 0.0)
                       for name in cfg.profile.suite)
-    approx_d = sum(d for _, _, d in suite)
-    concentrated = [name for name, _, _ in suite
-                    if isinstance(M.get(name).guarantee(1.0, **M.get(name).defaults), ZCDP)]
+    approx_d = sum(s.delta for s in suite)
+    concentrated = [s.estimator for s in suite
+                    if isinstance(M.get(s.estimator).guarantee(1.0, **M.get(s.estimator).defaults),
+                                  ZCDP)]
     conversion = (delta - approx_d) if concentrated else 0.0
     if len(concentrated) > 1:
         raise ValueError("at most one zCDP estimator per suite (each would need its own delta)")
@@ -219,7 +235,8 @@ def plan(cfg: ReleaseConfig, threshold: float | None) -> BudgetPlan:
                            {label: CI.interval_noise_steps(label, interval_eps)
                             for label in labels}))
     handed = []
-    for name, e, d in suite:
+    for share_ in suite:
+        name, e, d = share_.estimator, share_.epsilon, share_.delta
         est = M.get(name)
         if name in concentrated:
             # A zCDP estimator takes ρ = ε_param²/2. Give it the ρ whose (ε, δ) conversion at
@@ -228,6 +245,6 @@ def plan(cfg: ReleaseConfig, threshold: float | None) -> BudgetPlan:
         g = est.guarantee(e, d or None, **est.defaults)
         steps.append(_step(suite_step(name), name, e, d,
                            {name: est.noise_steps(e, d or None, **est.defaults)}, g))
-        handed.append((name, e, d))
+        handed.append(SuiteShare(name, e, d))
     return BudgetPlan(eps, delta, rule, primary_eps, tuple(handed), tuple(steps), conversion,
                       interval_eps, cfg.intervals.level)

@@ -19,6 +19,11 @@ the manifest from first principles and compares:
       utility's sensitivity folded into the rate);
     - Student's t with smooth sensitivity: ε = (d+1)(beta + s/(2√d))
       (Bun & Steinke 2019, Thm 31);
+    - PrivTree's split decisions with discrete Laplace noise of scale t on biased counts of
+      grid_steps units per record, bias units per level (BinAgg's binning): under replace-one
+      ε = grid_steps/t + Σ_j [ln S(m_j) − ln S(m_j + grid_steps)], m_j = bias − 1 − j·bias,
+      S the discrete Laplace survival function, the tail bounded geometrically (the project's
+      docs/binagg.md, Theorem 1, after Zhang, Xiao & Xie 2016, Thm 3.1);
     and each alternative of a step, composed sequentially (``repeat`` times each), must give
     the step's guarantee: never more, and less only by the samplers' rounding of their
     parameters (each rounds towards more noise by at most one unit of its last parameter);
@@ -30,6 +35,12 @@ the manifest from first principles and compares:
 (e) table: tracts.parquet has only accounted-for columns, values exactly where released,
     nothing spent where suppressed, the per-tract-and-cell figures where spent, and the
     manifest's counts.
+
+A synthetic-microdata folder (``dpatlas synthesize``, manifest ``kind: synthetic
+microdata``) gets the same files, mode, machine-path, noise and totals checks, and instead of
+(b) and (e): its rows have exactly the columns GEOID, cell, bin_lo, bin_hi, x, y (no person
+ids), 11-digit
+GEOIDs, the manifest's cells and counts, finite values, and the CSV holds the same rows.
 
 ``main(folder)`` prints one line per check and returns 0 (every check passed), 1 (a check
 failed) or 2 (the folder or its manifest cannot be read).
@@ -51,6 +62,9 @@ import pyarrow.parquet as pq
 
 MANIFEST = "manifest.json"
 CONFIG = "config.json"
+SYNTHETIC_KIND = "synthetic microdata"
+SYNTHETIC_PARQUET, SYNTHETIC_CSV = "synthetic.parquet", "synthetic.csv"
+SYNTHETIC_COLUMNS = ["GEOID", "cell", "bin_lo", "bin_hi", "x", "y"]
 REL_TOL = 1e-9
 RANDOM_BITS = ("os.urandom", "seeded (test only, NOT FOR RELEASE)")
 STATUSES = ("released", "suppressed", "failed")
@@ -236,11 +250,57 @@ def _students_t(p: dict) -> G:
     return G("pure", (d + 1.0) * (_number(p, "beta") + _number(p, "s") / (2.0 * math.sqrt(d))))
 
 
+def _whole(params: dict, key: str) -> int:
+    v = params.get(key)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise Mismatch(f"parameter {key} must be an integer >= 1, got {v!r}")
+    return v
+
+
+def _discrete_laplace_log_survival(m: int, t: float) -> float:
+    """ln P(K > m), P(K = k) = (1 − p)/(1 + p)·p^|k|, p = e^{−1/t}: for m ≥ 0 the tail
+    Σ_{k>m} is p^{m+1}/(1 + p); for m < 0 it is 1 − P(K ≥ |m|) = 1 − p^{|m|}/(1 + p)."""
+    if m >= 0:
+        return -(m + 1) / t - math.log1p(math.exp(-1.0 / t))
+    return math.log1p(-math.exp(m / t) / (1.0 + math.exp(-1.0 / t)))
+
+
+def privtree_replace_one_epsilon(grid_steps: int, t: float, bias: int) -> float:
+    """PrivTree's replace-one ε (see the module docstring), an upper bound by construction.
+
+    Where m_j + grid_steps < 0 the band terms fall at least geometrically, ratio
+    r = e^{−bias/t}, so everything after the last term summed is at most last·r/(1 − r);
+    that bound is added where the sum stops."""
+    r = math.exp(-bias / t)
+    tail = r / (1.0 - r) if r < 1.0 else math.inf
+    total, last = 0.0, 0.0
+    for j in range(200_000):
+        m = bias - 1 - j * bias
+        last = (_discrete_laplace_log_survival(m, t)
+                - _discrete_laplace_log_survival(m + grid_steps, t))
+        total += last
+        if m + grid_steps < 0 and last * tail <= 1e-16 * total:
+            break
+    return grid_steps / t + total + last * tail
+
+
+def _privtree_parameters(p: dict) -> tuple[int, int, int, int]:
+    _whole(p, "branching")  # not in the map (the band argument holds for any branching)
+    return (_whole(p, "grid_steps"), _whole(p, "scale_num"), _whole(p, "scale_den"),
+            _whole(p, "bias"))
+
+
+def _privtree(p: dict) -> G:
+    n, num, den, bias = _privtree_parameters(p)
+    return G("pure", privtree_replace_one_epsilon(n, num / den, bias))
+
+
 NOISE_FORMULAS: dict[str, Callable[[dict], G]] = {
     "grid-laplace": _grid_laplace,
     "grid-gaussian": _grid_gaussian,
     "exponential-median": _exponential_median,
     "students-t-smooth-sensitivity": _students_t,
+    "privtree-grid-laplace": _privtree,
 }
 
 
@@ -262,6 +322,9 @@ def noise_guarantee_bound(noise_step: dict) -> G:
     numerator up (ceil), the Gaussian σ² up (ceil), the exponential rate down (floor), the
     t-noise s down by ulps. One unit back gives a budget that the parameters still fit, so a
     step's stated guarantee above the composition of these bounds is not explained by rounding.
+    PrivTree's scale numerator is rounded up the same way and its bias is ⌈t·ln 2⌉ of that
+    scale, so one unit less of the numerator may also lower the bias by one unit: the larger
+    of the two maps.
     """
     p, mech = noise_step["parameters"], noise_step["mechanism"]
     exact = noise_guarantee(noise_step)
@@ -273,6 +336,12 @@ def noise_guarantee_bound(noise_step: dict) -> G:
         return G("zcdp", rho=math.inf if sigma2 <= 1 else exact.rho * sigma2 / (sigma2 - 1))
     if mech == "exponential-median":
         return G("pure", (_number(p, "rate") + 1) / _number(p, "rate_den"))
+    if mech == "privtree-grid-laplace":
+        n, num, den, bias = _privtree_parameters(p)
+        if num <= 1:
+            return G("pure", math.inf)
+        return G("pure", max(privtree_replace_one_epsilon(n, (num - 1) / den, b)
+                             for b in {bias, max(bias - 1, 1)}))
     return G("pure", exact.epsilon * (1 + 1e-12))
 
 
@@ -358,7 +427,9 @@ def check_files(folder: Path, m: dict) -> str:
     extra = sorted(p.name for p in folder.iterdir() if p.name not in files and p.name != MANIFEST)
     if extra:
         problems.append(f"files not in the manifest: {extra}")
-    for required in ("tracts.parquet", CONFIG):
+    required = ((SYNTHETIC_PARQUET, SYNTHETIC_CSV, CONFIG) if _synthetic(m)
+                else ("tracts.parquet", CONFIG))
+    for required in required:
         if required not in files:
             problems.append(f"{required} is not listed")
     if problems:
@@ -656,6 +727,51 @@ def check_table(folder: Path, m: dict) -> str:
             "agree with the statuses and the budget")
 
 
+def _synthetic(m: dict) -> bool:
+    return m.get("kind") == SYNTHETIC_KIND
+
+
+def check_synthetic_table(folder: Path, m: dict) -> str:
+    try:
+        df = pq.read_table(folder / SYNTHETIC_PARQUET).to_pandas()
+    except Exception as err:  # noqa: BLE001 - any reader error is a finding
+        raise Mismatch(f"{SYNTHETIC_PARQUET} cannot be read: {err}") from None
+    problems = []
+    if list(df.columns) != SYNTHETIC_COLUMNS:
+        raise Mismatch(f"columns {list(df.columns)}, expected exactly {SYNTHETIC_COLUMNS} "
+                       "(no person ids, nothing unaccounted for)")
+    geoid = df["GEOID"].astype(str)
+    bad_geoid = int((~geoid.str.fullmatch(r"\d{11}")).sum())
+    if bad_geoid:
+        problems.append(f"{bad_geoid} GEOID(s) are not 11 digits")
+    extra_cells = sorted(set(df["cell"].astype(str)) - set(m["cells"]))
+    if extra_cells:
+        problems.append(f"cells not in the manifest: {extra_cells}")
+    values = df[["bin_lo", "bin_hi", "x", "y"]].to_numpy(dtype=float)
+    if not np.isfinite(values).all():
+        problems.append("non-finite values")
+    elif not ((df["bin_lo"] >= 0) & (df["bin_lo"] < df["bin_hi"]) & (df["bin_hi"] <= 1)).all():
+        problems.append("bins outside 0 <= bin_lo < bin_hi <= 1")
+    counts = m["counts"]
+    if len(df) != counts["rows"]:
+        problems.append(f"{len(df)} rows, manifest says {counts['rows']}")
+    try:
+        n_csv = sum(1 for _ in open(folder / SYNTHETIC_CSV)) - 1
+        header = open(folder / SYNTHETIC_CSV).readline().strip().split(",")
+    except OSError as err:
+        raise Mismatch(f"{SYNTHETIC_CSV} cannot be read: {err}") from None
+    if header != SYNTHETIC_COLUMNS or n_csv != len(df):
+        problems.append(f"{SYNTHETIC_CSV} has columns {header} and {n_csv} rows, the Parquet "
+                        f"file {SYNTHETIC_COLUMNS} and {len(df)}")
+    if problems:
+        raise Mismatch("; ".join(problems))
+    return (f"{len(df)} rows in {geoid.nunique()} tracts; columns {SYNTHETIC_COLUMNS} only; "
+            "CSV agrees")
+
+
+SYNTHETIC_CHECKS: list[tuple[str, Callable[[Path, dict], str]]] = []  # filled below
+
+
 CHECKS: list[tuple[str, Callable[[Path, dict], str]]] = [
     ("files", check_files),
     ("config", check_config),
@@ -665,6 +781,8 @@ CHECKS: list[tuple[str, Callable[[Path, dict], str]]] = [
     ("totals", check_totals),
     ("table", check_table),
 ]
+SYNTHETIC_CHECKS[:] = [(name, fn) for name, fn in CHECKS if name not in ("config", "table")]
+SYNTHETIC_CHECKS.append(("synthetic rows", check_synthetic_table))
 
 
 def load_manifest(folder: Path) -> dict:
@@ -683,7 +801,7 @@ def audit_release(folder: Path) -> AuditReport:
     folder = Path(folder)
     m = load_manifest(folder)
     report = AuditReport(folder)
-    for name, fn in CHECKS:
+    for name, fn in (SYNTHETIC_CHECKS if _synthetic(m) else CHECKS):
         try:
             report.checks.append((name, True, fn(folder, m)))
         except Mismatch as err:

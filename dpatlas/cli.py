@@ -6,6 +6,7 @@ import contextlib
 import os
 import time
 from pathlib import Path
+from typing import Optional
 
 import typer
 from rich.console import Console
@@ -177,43 +178,43 @@ def synth(out: Path = typer.Option(Path("data"), help="Output folder."),
                   f"boundaries {info['boundaries']}")
 
 
-def run_release(config: Path, release_id: str | None, noise_seed: int | None = None) -> Path:
-    """Run the release flow with a progress bar; one-line errors and exit 2 on operator errors.
+def run_release(config: Path, release_id: str | None, noise_seed: int | None = None):
+    """Run the release flow; returns its :class:`~flows.outcome.ReleaseOutcome`. One-line
+    errors and exit 2 on operator errors.
 
-    Everything that can be checked without the data is checked before the Prefect server
-    starts; the server is this command's own and dies with it (dpatlas/prefect_server.py).
+    The command's own Prefect server (dpatlas/prefect_server.py: it dies with the command) is
+    started first, and everything that can be checked without the data is checked, and the
+    flow imported, while it starts; an operator error stops it at once. No task runs before
+    those checks pass.
     """
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from .config import load_config
-    from .preflight import check_before_writing
     from .prefect_server import prefect_api
 
-    with _guard():
-        cfg = load_config(config)
-        check_before_writing(cfg, release_id or cfg.release_id, noise_seed)
-    log_dir = cfg.publish.internal / "logs"
-    with _guard(log_dir), prefect_api(log_dir):
-        from flows import release as release_module
+    with prefect_api() as api:
+        with _guard():
+            cfg, rid = _checked_release(config, release_id, noise_seed)
+        with _guard(cfg.publish.internal / "logs"):
+            from flows.release import release as release_flow
 
-        _quiet_operator_tracebacks()
-        with Progress(TextColumn("{task.description:<18}"), BarColumn(),
-                      TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
-                      console=console) as bar:
-            ids: dict[str, int] = {}
+            _quiet_operator_tracebacks()
+            api.ready()
+            return release_flow(str(config), rid, noise_seed)
 
-            def progress(stage: str, done: int, total: int) -> None:
-                if stage not in ids:
-                    ids[stage] = bar.add_task(stage, total=total)
-                bar.update(ids[stage], completed=done, total=total)
 
-            release_module.PROGRESS = progress
-            try:
-                folder = release_module.release(str(config), release_id, noise_seed)
-            finally:
-                release_module.PROGRESS = None
-    return Path(folder)
+def _checked_release(config: Path, release_id: str | None, noise_seed: int | None):
+    """The config and the release id (chosen here when neither names one, so that the run is
+    named after it from the start), after the checks that need no data."""
+    from .config import load_config
+    from .ids import validate_release_id
+    from .preflight import check_before_writing
+
+    cfg = load_config(config)
+    rid = release_id or cfg.release_id
+    if rid is None:
+        from flows.release import new_release_id
+        rid = new_release_id()
+    check_before_writing(cfg, validate_release_id(rid), noise_seed)
+    return cfg, rid
 
 
 @app.command()
@@ -227,27 +228,17 @@ def release(config: Path = typer.Option(..., "--config", "-c", help="Release con
     Rerunning a published release id publishes nothing new and charges nothing; rerunning an
     interrupted one resumes it without drawing fresh noise for work already drawn.
     """
-    started = time.time()
-    folder = run_release(config, release_id, noise_seed)
-    _report(folder, started)
+    _report(run_release(config, release_id, noise_seed))
 
 
-def _report(folder: Path, started: float) -> None:
-    import json
-    from datetime import datetime
-
-    manifest = json.loads((folder / "manifest.json").read_text())
-    total = manifest["total_per_person"]
-    if datetime.fromisoformat(manifest["published"]).timestamp() < started - 1:
-        console.print(f"release {manifest['release_id']} was already published at {folder} "
-                      f"({manifest['published']}): nothing new published, nothing charged")
-        return
-    console.print(f"[bold green]published[/] release {manifest['release_id']} at {folder}")
-    console.print(f"  tracts: {manifest['counts']['by_status']}; mechanisms: "
-                  f"{manifest['counts']['by_mechanism']}")
-    console.print(f"  total per person: epsilon = {total['epsilon']:.4g}, delta = "
-                  f"{total['delta']:.3g}" + (f", rho = {total['rho']:.4g}" if total['rho'] else ""))
-    console.print(f"  files: {', '.join(sorted(manifest['files']))}, manifest.json")
+def _report(outcome) -> None:
+    """Print a run's :class:`~flows.outcome.ReleaseOutcome` for a person."""
+    head, *rest = outcome.summary_lines()
+    # soft_wrap: long paths stay whole on one line (copyable), whatever the terminal width
+    console.print(("[bold green]published[/]" + head[len("published"):]) if outcome.charged
+                  else head, highlight=False, soft_wrap=True)
+    for line in rest:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 @app.command()
@@ -293,9 +284,7 @@ def demo(out: Path = typer.Option(Path("demo"), help="Folder for data, config an
                            reason="dpatlas demo: default lifetime cap for the synthetic state")
             console.print(f"ledger: lifetime cap of dataset {loaded.ledger.dataset} set to "
                           f"eps={DEMO_CAP_EPSILON:g}, delta={DEMO_CAP_DELTA:g} (demo default)")
-    started = time.time()
-    folder = run_release(config, release_id)
-    _report(folder, started)
+    _report(run_release(config, release_id))
 
 
 DEMO_CAP_EPSILON, DEMO_CAP_DELTA = 10.0, 1e-5
@@ -389,6 +378,64 @@ def audit(folder: Path = typer.Argument(..., help="A published release folder.")
 
 
 @app.command()
+def serve(root: Optional[Path] = typer.Argument(None, help="Publish root (default: the config's "
+                                                "publish.root)."),
+          config: Optional[Path] = typer.Option(None, "--config", "-c",
+                                                help="Release configuration."),
+          port: int = typer.Option(8000, help="Port (127.0.0.1 only)."),
+          ) -> None:
+    """Serve a publish root locally with HTTP range requests (the web map reads its vector
+    tiles by range): open the printed URL for the map over the feed."""
+    from .serve import ServeError, serve as run_server
+
+    if root is None:
+        if config is None:
+            _fail("give a publish root folder or --config")
+        root = _config_or_fail(config).publish.root
+    if not Path(root).is_dir():
+        _fail(f"{root} is not a folder")
+    with _guard():
+        try:
+            run_server(Path(root), port)
+        except ServeError as err:
+            _fail(_one_line(err))
+
+
+@app.command()
+def synthesize(
+        config: Path = typer.Option(..., "--config", "-c", help="Release configuration."),
+        release_id: str = typer.Option(..., "--release-id", help="A published release."),
+        epsilon: float = typer.Option(..., help="Budget per tract and cell for the synthetic "
+                                      "data (its own charge in the ledger)."),
+        delta: Optional[float] = typer.Option(None, help="Delta (default: privacy.delta)."),
+        out: Optional[Path] = typer.Option(None, help="Output folder (default: <publish root>/"
+                                           "<synthetic id>)."),
+        synthetic_id: Optional[str] = typer.Option(None, help="Ledger id of the synthetic data "
+                                                   "(default: <release id>-synthetic)."),
+) -> None:
+    """Write DP synthetic microdata (GEOID, x, y per person-like row) for a published release
+    from BinAgg's bin summaries (Lin et al., Alg. 3), charged as its own ledger entry."""
+    from rich.progress import Progress
+
+    from .synthesize import SynthesizeError, synthesize_release
+
+    _config_or_fail(config)  # one line and exit 2 on a bad config, before anything else
+    with _guard(), Progress(console=console, transient=True) as bar:
+        task = bar.add_task("synthesize", total=None)
+
+        def progress(stage: str, done: int, total: int) -> None:
+            bar.update(task, description=stage, completed=done, total=total)
+
+        try:
+            folder = synthesize_release(config, release_id, epsilon, out, delta=delta,
+                                        synthetic_id=synthetic_id, progress=progress)
+        except SynthesizeError as err:
+            _fail(_one_line(err))
+    console.print(f"synthetic microdata for {release_id}: {folder}", highlight=False,
+                  markup=False, soft_wrap=True)
+
+
+@app.command()
 def rerun(release_id: str,
           config: Path = typer.Option(..., "--config", "-c", help="Release configuration."),
           timeout: float = typer.Option(3600, help="Seconds to wait for the run."),
@@ -404,23 +451,38 @@ def rerun(release_id: str,
     cfg = _config_or_fail(config)
     with _guard():
         validate_release_id(release_id)
-        started = time.time()
         try:
-            result = trigger_release(str(config.resolve()), release_id, timeout)
+            run = trigger_release(str(config.resolve()), release_id, timeout)
         except RuntimeError as err:  # Prefect API unavailable, deployment not served
             _fail(_one_line(err))
-    state = str(result.get("state") or "UNKNOWN").upper()
-    folder = result.get("result")
-    if state == "COMPLETED" and folder:
-        _report(Path(folder), started)
-    elif state == "COMPLETED":
-        console.print(f"run {result['flow_run_id']} completed; release {release_id} folder not "
-                      f"found under {cfg.publish.root}")
-    else:
-        console.print(f"run {result['flow_run_id']} ended {state}: nothing was published"
-                      + (f" ({result['message']})" if result.get("message") else ""),
-                      highlight=False, markup=False)
-        raise typer.Exit(1)
+    console.print(f"flow run {run.flow_run_name} ({run.flow_run_id}): {run.state}",
+                  highlight=False, markup=False, soft_wrap=True)
+    if run.outcome is not None:
+        _report(run.outcome)
+        return
+    if run.state == "COMPLETED":
+        console.print("the run completed but its result could not be read; see its summary "
+                      "artifact in the Prefect UI", highlight=False, markup=False)
+        return
+    console.print("nothing was published by this run"
+                  + (f": {run.message}" if run.message else ""), highlight=False, markup=False,
+                  soft_wrap=True)
+    console.print("  " + _charge_status(cfg, release_id), highlight=False, markup=False,
+                  soft_wrap=True)
+    raise typer.Exit(1)
+
+
+def _charge_status(cfg, release_id: str) -> str:
+    """Whether the ledger holds a charge for ``release_id`` (read only)."""
+    from .ledger import Ledger
+
+    with _guard():
+        entry = Ledger(cfg.ledger.url, create=False).release(release_id)
+    if entry is None:
+        return f"nothing was charged: the ledger has no release {release_id}"
+    return (f"the ledger holds release {release_id} as {entry['status']} (charged: epsilon "
+            f"{entry.get('epsilon', 0):.4g}); a rerun of the same id resumes it without a new "
+            "charge")
 
 
 @app.command()

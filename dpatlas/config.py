@@ -16,7 +16,7 @@ import yaml
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
                       model_validator)
 
-from mechanisms import PUBLISHABLE
+from mechanisms import DEFAULT_SUITE, PUBLISHABLE
 
 from .ids import InvalidReleaseId, validate_release_id
 
@@ -95,7 +95,7 @@ class SelectionConfig(_Strict):
 class ProfileConfig(_Strict):
     name: Literal["primary", "full-suite"] = "primary"
     suite_share: float = Field(0.5, gt=0, lt=1)
-    suite: tuple[str, ...] = PUBLISHABLE
+    suite: tuple[str, ...] = DEFAULT_SUITE
 
     @model_validator(mode="after")
     def _known(self):
@@ -343,7 +343,7 @@ profile:
   name: primary               # primary: p25/p75 of the selected mechanism get the whole budget
                               # full-suite: primary + every estimator in `suite`, each with a share
   suite_share: 0.5            # full-suite: share of the budget split equally over the suite
-  # suite: [NoisyStats, NoisyIntercept, DPExpTheilSen, DPGDPure]   # default: every DP estimator
+  # suite: [NoisyStats, NoisyIntercept, DPExpTheilSen, DPGDPure]   # default: every DP estimator but BinAgg
 
 intervals:                    # a DP confidence interval for p25 and p75 of every released tract
   enabled: true

@@ -10,6 +10,9 @@ that would spend more than the ledger charged raises ``BudgetOverrun`` before it
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
@@ -28,8 +31,46 @@ RESULT_COLUMNS = ["geoid", "cell", "n", "mechanism", "status", "reason", "p25_ra
 INTERVAL_COLUMNS = ["p25_lo", "p25_hi", "p75_lo", "p75_hi"]
 
 
+@dataclass(frozen=True)
+class Chunk:
+    """Up to ``partition_tracts`` tracts of one staged partition: selected and estimated as one
+    task, its noise persisted under ``name`` (so a resumed release finds it again)."""
+
+    staged: Path
+    geoids: tuple[str, ...]
+    name: str
+
+
+def staged_tracts(staged: list[Path]) -> tuple[dict[Path, list[str]], pd.DataFrame]:
+    """Per staged partition its sorted tract GEOIDs, and n per (geoid, cell) over all of them.
+
+    Read after contribution bounding, which may have rewritten staged files."""
+    geoids, frames = {}, []
+    for path in staged:
+        cols = pd.read_parquet(path, columns=["geoid", "cell"])
+        geoids[Path(path)] = sorted(cols["geoid"].unique())
+        frames.append(cols.groupby(["geoid", "cell"]).size().rename("n").reset_index())
+    sizes = (pd.concat(frames, ignore_index=True) if frames
+             else pd.DataFrame({"geoid": [], "cell": [], "n": []}))
+    return geoids, sizes
+
+
+def split_into_chunks(geoids: dict[Path, list[str]], size: int) -> list[Chunk]:
+    """Each partition's sorted GEOIDs in runs of ``size``; chunk k of ``input-17.parquet`` is
+    named ``input-17-k`` (the same names on every run of the same input, hence resumable)."""
+    if size < 1:
+        raise ValueError(f"chunk size must be at least 1, got {size}")
+    return [Chunk(Path(path), tuple(gs[i:i + size]), f"{Path(path).stem}-{i // size}")
+            for path, gs in geoids.items() for i in range(0, len(gs), size)]
+
+
+def read_chunk(chunk: Chunk) -> pd.DataFrame:
+    """Only this chunk's rows (filtered while reading, not the whole state)."""
+    return pd.read_parquet(chunk.staged, filters=[("geoid", "in", list(chunk.geoids))])
+
+
 def suite_columns(plan: BudgetPlan) -> list[str]:
-    return [f"{name}_{p}" for name, _, _ in plan.suite for p in ("p25", "p75")]
+    return [f"{s.estimator}_{p}" for s in plan.suite for p in ("p25", "p75")]
 
 
 def _cells(df: pd.DataFrame, min_n: int):
@@ -85,7 +126,7 @@ def estimate_partition(df: pd.DataFrame, selection: pd.DataFrame, plan: BudgetPl
     frames = []
     eps_charged, delta_charged = plan.charged()
     _, eps_rest = plan.rule.budgets(plan.primary_epsilon)
-    steps = [PRIMARY_STEP] + [suite_step(name) for name, _, _ in plan.suite]
+    steps = [PRIMARY_STEP] + [suite_step(s.estimator) for s in plan.suite]
     if plan.interval_epsilon:
         steps.append(INTERVAL_STEP)
     for cell, batch, eligible in _cells(df, min_n):
@@ -120,8 +161,9 @@ def estimate_partition(df: pd.DataFrame, selection: pd.DataFrame, plan: BudgetPl
                 ci = _intervals(plan, sub, sel, res, rand, budget.meter(INTERVAL_STEP))
                 for col in INTERVAL_COLUMNS:
                     out.loc[eligible, col] = getattr(ci, col)[0]
-            for name, eps, delta in plan.suite:
-                est = M.estimate_batch(name, sub, eps, delta or None, rand=rand,
+            for share in plan.suite:
+                name = share.estimator
+                est = M.estimate_batch(name, sub, share.epsilon, share.delta or None, rand=rand,
                                        meter=budget.meter(suite_step(name)),
                                        publishable_only=True)
                 out.loc[eligible, f"{name}_p25"] = est.p25

@@ -26,6 +26,9 @@ DEFAULT_MECHANISMS = (
     "NoisyStats", "NoisyIntercept", "DPExpTheilSen", "DPExpTheilSenMatch", "DPExpTheilSenkMatch",
     "DPWideTheilSen", "DPSSTheilSen", "DPGDPure", "DPGDzCDP", "DPGDApprox", "MOS",
     "BinAgg",  # rho = epsilon^2/2 zCDP, like DPGDzCDP: a weaker guarantee than epsilon-DP
+    "FreeLunchSSP",  # add-remove eps/2-DP, i.e. eps-DP replace-one by group privacy (x2)
+    "AdaSSP", "DDSSP",  # (epsilon, delta)-DP with delta = 1e-6, like DPGDApprox
+    "ModulatedLR",  # not DP for the project's unit: local DP for x only, y public
 )
 
 

@@ -7,6 +7,8 @@ Layout of the publish root::
     <root>/feed.atom              the same as an Atom 1.0 feed
     <root>/latest.json            {"release_id": ..., "manifest": "<id>/manifest.json"}
     <root>/latest -> <id>         relative symlink to the latest release folder
+    <root>/collection.json        STAC Collection of the releases (dpatlas.stac)
+    <root>/catalog/<id>.json      one STAC Item per release in the feed
     <root>/.feed.lock             flock(2) lock file serialising the updaters
 
 Readers never take the lock. Every feed file is written to a temporary file in the root,
@@ -17,6 +19,9 @@ Invariants kept for readers:
 
 * a release enters the feed only after its folder is visible and every file listed in its
   manifest has been checked against the manifest's sha256 and size;
+* the STAC catalogue is written (only the documents whose bytes change) right before
+  feed.json, from the same list: a release is in the catalogue from when it enters the feed,
+  and a withdrawal shows there no later than in feed.json;
 * ``latest.json`` / ``latest`` always name a release that is listed in ``feed.json``: on
   ``update_feed`` the feed is written before the pointer, on ``withdraw`` the pointer is moved
   (to a release that was already listed) before the feed marks the old one withdrawn;
@@ -27,8 +32,8 @@ Invariants kept for readers:
   :func:`dpatlas.ids.validate_reason`; feed.atom is well-formed XML whatever feed.json holds
   (characters XML 1.0 cannot carry are shown as escapes when it is rendered).
 
-The feed uses only the standard library, so that readers and the publish step can import it
-without the geospatial stack.
+The feed uses only the standard library (and pystac, imported when the catalogue is written),
+so that readers and the publish step can import it without the geospatial stack.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from typing import Iterator
 
 from .hashing import sha256_bytes, sha256_file
 from .ids import InvalidReason, InvalidReleaseId, validate_reason, validate_release_id
+from .stac import COLLECTION_FILE as STAC_COLLECTION, ITEMS_DIR as STAC_ITEMS
 
 FEED_VERSION = 1
 FEED_JSON = "feed.json"
@@ -58,7 +64,8 @@ LOCK_NAME = ".feed.lock"
 MANIFEST = "manifest.json"
 TMP_PREFIX = ".feed-tmp-"
 # Names the feed itself uses in the root: validate_release_id refuses each (tested).
-RESERVED = {FEED_JSON, FEED_ATOM, LATEST_JSON, LATEST_LINK, LOCK_NAME}
+RESERVED = {FEED_JSON, FEED_ATOM, LATEST_JSON, LATEST_LINK, LOCK_NAME, STAC_COLLECTION,
+            STAC_ITEMS}
 ATOM_NS = "http://www.w3.org/2005/Atom"
 STATUS_PUBLISHED = "published"
 STATUS_WITHDRAWN = "withdrawn"
@@ -140,6 +147,7 @@ def withdraw(root: Path, release_id: str, reason: str, *, withdrawn_at: str | No
         feed = _load(root)
         entry = next((r for r in feed["releases"] if r["release_id"] == release_id), None)
         if entry is not None and entry.get("status") == STATUS_WITHDRAWN:
+            _write_stac(root, feed["releases"])  # completes a catalogue a crash left behind
             return {**entry, "changed": False}
         if entry is None:
             if not list_unlisted:
@@ -398,9 +406,10 @@ def _locked(root: Path) -> Iterator[None]:
 
 
 def _remove_stale_temps(root: Path) -> None:
-    for p in root.glob(TMP_PREFIX + "*"):
-        with contextlib.suppress(FileNotFoundError):
-            p.unlink()
+    for folder in (root, root / STAC_ITEMS):
+        for p in folder.glob(TMP_PREFIX + "*"):
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
 
 
 def _tmp_name(root: Path, final: str) -> Path:
@@ -445,11 +454,36 @@ def _json_bytes(obj) -> bytes:
         "utf-8", errors="backslashreplace")
 
 
+def _write_stac(root: Path, releases: list[dict]) -> None:
+    """The STAC Collection and Items for ``releases``; only documents whose bytes change are
+    written (each atomically), so an unchanged feed writes nothing."""
+    from . import stac
+
+    try:
+        docs = stac.build_catalog(root, releases)
+    except stac.StacError as e:
+        raise FeedError(f"the STAC catalogue cannot be built: {e}") from None
+    items = root / STAC_ITEMS
+    if items.is_symlink() or (items.exists() and not items.is_dir()):
+        raise FeedError(f"{items} is not a folder: the STAC items go there; move it away")
+    items.mkdir(exist_ok=True)
+    for relative, doc in docs.items():
+        data = stac.render(doc)
+        path = root / relative
+        if path.is_file() and not path.is_symlink() and path.read_bytes() == data:
+            continue
+        _atomic_write(path.parent, path.name, data)
+
+
 def _write_feed(root: Path, feed: dict) -> None:
     doc = {"feed_version": FEED_VERSION, "updated": feed["updated"], "latest": feed["latest"],
            "releases": feed["releases"]}
+    _write_stac(root, doc["releases"])
     _atomic_write(root, FEED_JSON, _json_bytes(doc))
     _atomic_write(root, FEED_ATOM, render_atom(doc))
+    from .webmap import write_feed_map  # the root's web map over feed.json (idempotent)
+
+    write_feed_map(root)
 
 
 def _write_latest(root: Path, release_id: str | None) -> None:

@@ -502,6 +502,116 @@ def _frame(geoids: list[str], geometries) -> gpd.GeoDataFrame:
 
 
 # --------------------------------------------------------------------------------------------
+# Positions
+
+_KM_PER_DEGREE_LAT = 110.574  # WGS84, mid-latitudes
+_KM_PER_DEGREE_LON_EQUATOR = 111.320
+
+
+def tract_centroids(boundaries: gpd.GeoDataFrame) -> pd.DataFrame:
+    """Each tract's centroid in degrees: columns ``lon``, ``lat``, indexed by ``geoid``."""
+    geoms = boundaries.to_crs(CRS).geometry.to_numpy()
+    xy = shapely.get_coordinates(shapely.centroid(geoms))
+    return pd.DataFrame({"lon": xy[:, 0], "lat": xy[:, 1]},
+                        index=pd.Index(boundaries["geoid"].astype(str), name="geoid"))
+
+
+def local_km(lon: np.ndarray, lat: np.ndarray) -> np.ndarray:
+    """(x, y) in km: an equirectangular projection about the points' mean latitude.
+
+    Distances within a state (a few degrees) are off by at most a few percent, which is all
+    a smooth synthetic field needs; it is not a survey projection.
+    """
+    lon, lat = np.asarray(lon, dtype=float), np.asarray(lat, dtype=float)
+    lat0 = float(lat.mean()) if lat.size else 0.0
+    x = lon * _KM_PER_DEGREE_LON_EQUATOR * math.cos(math.radians(lat0))
+    return np.column_stack([x, lat * _KM_PER_DEGREE_LAT])
+
+
+# --------------------------------------------------------------------------------------------
+# RFC 7946 GeoJSON
+
+GEOJSON_DECIMALS = 7  # 1e-7 degrees is about 1 cm: finer than any tract boundary is known
+
+
+def rfc7946_geometries(geoms: np.ndarray, decimals: int = GEOJSON_DECIMALS) -> np.ndarray:
+    """Polygons ready for RFC 7946: snapped to a grid of 10^-decimals degrees, kept valid,
+    exterior rings counter-clockwise and holes clockwise (RFC 7946, section 3.1.6).
+
+    ``shapely.set_precision`` rounds every vertex to the grid and repairs what rounding breaks
+    (a collapsed spike, a ring touching itself), so the output is valid where the input was;
+    orientation is set afterwards because the repair may rebuild rings either way round.
+    """
+    rounded = shapely.set_precision(geoms, 10.0 ** -decimals, mode="valid_output")
+    oriented = shapely.orient_polygons(rounded, exterior_cw=False)
+    bad = ~shapely.is_valid(oriented) | shapely.is_empty(oriented)
+    if bad.any():
+        raise BoundaryError(f"{int(bad.sum())} tract polygon(s) are empty or invalid after "
+                            f"rounding to {decimals} decimals; check the boundary file")
+    return oriented
+
+
+def _rounded_coordinates(value, decimals: int):
+    """Nested coordinate lists with every number rounded (``repr`` of a float rounded to
+    ``decimals`` places has at most that many decimals)."""
+    if isinstance(value, (list, tuple)):
+        return [_rounded_coordinates(v, decimals) for v in value]
+    return round(float(value), decimals)
+
+
+def geojson_geometry(geom, decimals: int = GEOJSON_DECIMALS) -> dict | None:
+    """An RFC 7946 geometry object for one (already oriented) shapely geometry; None if empty."""
+    if geom is None or shapely.is_empty(geom):
+        return None
+    mapping = shapely.geometry.mapping(geom)
+    return {"type": mapping["type"],
+            "coordinates": _rounded_coordinates(mapping["coordinates"], decimals)}
+
+
+def write_geojson_rfc7946(gdf: gpd.GeoDataFrame, path: str | Path,
+                          decimals: int = GEOJSON_DECIMALS) -> Path:
+    """Write ``gdf`` as an RFC 7946 FeatureCollection.
+
+    WGS 84 longitude/latitude (reprojected if needed) and no ``crs`` member (RFC 7946 section 4
+    removed it: the CRS is always WGS 84), at most ``decimals`` decimals per coordinate,
+    counter-clockwise exterior rings (:func:`rfc7946_geometries`), a ``bbox`` (section 5).
+    Property values are JSON numbers, strings or null (NaN and NA become null).
+    """
+    import json
+
+    path = Path(path)
+    if gdf.crs is None:
+        raise BoundaryError(f"{path}: refusing to write boundaries without a CRS")
+    gdf = gdf.to_crs(CRS)
+    geoms = rfc7946_geometries(gdf.geometry.to_numpy(), decimals)
+    props = pd.DataFrame(gdf.drop(columns=gdf.geometry.name))
+    records = props.astype(object).where(props.notna(), None).to_dict(orient="records")
+    features = [{"type": "Feature", "properties": {k: _json_scalar(v) for k, v in rec.items()},
+                 "geometry": geojson_geometry(geom, decimals)}
+                for rec, geom in zip(records, geoms)]
+    doc = {"type": "FeatureCollection"}
+    if len(geoms):
+        doc["bbox"] = [round(float(v), decimals) for v in shapely.total_bounds(geoms)]
+    doc["features"] = features
+    with open(path, "w", encoding="utf-8") as fh:
+        # json.dumps uses the C encoder; json.dump to a file falls back to the pure-Python one.
+        fh.write(json.dumps(doc, ensure_ascii=False, allow_nan=False, separators=(",", ":")))
+    return path
+
+
+def _json_scalar(value):
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    return str(value)
+
+
+# --------------------------------------------------------------------------------------------
 # Files
 
 _OGR_SUFFIXES = {".zip", ".gpkg", ".geojson", ".json", ".shp"}

@@ -5,8 +5,19 @@ Output columns: ``row`` (position in the input, for quarantine reports), ``geoid
 validated; NaN where missing), ``cell`` (str), and ``person_id`` when the config names one. The
 raw input is never modified.
 
-A hive-partitioned Parquet dataset (``.../state=17/part.parquet``) is read one state at a time
-with pyarrow, so memory holds one state. A single Parquet or CSV file is read once and split.
+Memory holds one state, whatever the input's form:
+
+- a hive-partitioned Parquet dataset (``.../state=17/part.parquet``) is read one state at a
+  time with pyarrow; the partitions and their row counts come from the files' footers;
+- a single CSV or Parquet file is split by the state its GEOIDs name (their first two
+  characters): :func:`partitions` streams it once, counting records per state, and
+  :func:`read_partition` streams it again keeping only that state's records, in blocks of a
+  few MiB. Records whose GEOID does not begin with two digits (blank, short, malformed) form
+  one more partition, ``other``, so the input contract reports them. The key ``all`` still
+  reads the whole file at once (small inputs, tests).
+
+A national CSV (5 million records) is thus parsed once per state: the cost is CPU time
+(about 51 streaming passes), not memory.
 
 Column types are strict, because a silent conversion changes who is in which tract:
 
@@ -31,8 +42,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
 from .config import InputConfig
 
@@ -45,8 +58,14 @@ class InputError(ValueError):
 
 @dataclass(frozen=True)
 class Partition:
-    key: str  # state FIPS, or "all" for inputs that are not partitioned
+    key: str  # state FIPS, "other" (GEOIDs naming no state), or "all" (the whole input)
     rows: int
+
+
+ALL, OTHER = "all", "other"
+_STREAM_BLOCK_BYTES = 1 << 20  # CSV bytes per block when streaming a file (pyarrow reads
+# ahead some 32 blocks: ~40 MiB in flight, whatever the size of the file)
+_STREAM_BATCH_ROWS = 256 * 1024  # Parquet rows per batch when streaming a file
 
 
 # --- opening and reading --------------------------------------------------------------------
@@ -80,6 +99,86 @@ def _to_table(cfg: InputConfig, dataset: ds.Dataset, **kwargs) -> pa.Table:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise InputError(f"input {cfg.path} cannot be read with consistent column types: "
                          f"{first}. Ranks must be numbers; GEOIDs and ids text.") from None
+
+
+def _is_hive(cfg: InputConfig, dataset: ds.Dataset) -> bool:
+    return (cfg.format == "parquet" and Path(cfg.path).is_dir()
+            and "state" in dataset.schema.names)
+
+
+def _batches(cfg: InputConfig, columns: list[str]):
+    """The single input file's record batches, in file order, holding ``columns`` only.
+
+    Streamed (a block at a time) so that memory does not grow with the file. A CSV's column
+    types are inferred from its first block, as a whole-file read would do; a later block
+    that does not fit raises :class:`InputError` (see :func:`_to_table`).
+    """
+    path = Path(cfg.path)
+    try:
+        if cfg.format == "csv":
+            convert = pacsv.ConvertOptions(
+                column_types={n: pa.string() for n in _text_columns(cfg)},
+                include_columns=columns)
+            reader = pacsv.open_csv(path, read_options=pacsv.ReadOptions(
+                block_size=_STREAM_BLOCK_BYTES), convert_options=convert)
+            for batch in reader:
+                yield batch
+        else:
+            yield from pq.ParquetFile(path).iter_batches(batch_size=_STREAM_BATCH_ROWS,
+                                                         columns=columns)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise InputError(f"input {cfg.path} cannot be read with consistent column types: "
+                         f"{first}. Ranks must be numbers; GEOIDs and ids text.") from None
+
+
+def _state_keys(geoids: pa.Array) -> pa.Array:
+    """Per record its partition key: the GEOID's first two characters when they are digits,
+    else ``other`` (blank, null, short or malformed GEOIDs: the contract reports them)."""
+    if pa.types.is_dictionary(geoids.type):
+        geoids = geoids.cast(geoids.type.value_type)
+    if pa.types.is_null(geoids.type):
+        return pa.array([OTHER] * len(geoids), pa.string())
+    prefix = pc.utf8_slice_codeunits(geoids, 0, 2)
+    is_state = pc.fill_null(pc.match_substring_regex(prefix, r"^[0-9]{2}$"), False)
+    return pc.if_else(is_state, prefix, pa.scalar(OTHER))
+
+
+def _streamed_counts(cfg: InputConfig) -> list[Partition]:
+    """One pass over a single file: the number of records per state (and ``other``)."""
+    counts: dict[str, int] = {}
+    for batch in _batches(cfg, [cfg.columns.geoid]):
+        keys = pc.value_counts(_state_keys(batch.column(cfg.columns.geoid)))
+        for item in keys.to_pylist():
+            counts[item["values"]] = counts.get(item["values"], 0) + item["counts"]
+    return [Partition(k, n) for k, n in sorted(counts.items())]
+
+
+def _streamed_partition(cfg: InputConfig, key: str, columns: list[str]
+                        ) -> tuple[pa.Table, np.ndarray]:
+    """One state's records of a single file, streamed, and their positions in the file."""
+    tables, rows, offset = [], [], 0
+    for batch in _batches(cfg, columns):
+        hit = pc.equal(_state_keys(batch.column(cfg.columns.geoid)), key)
+        positions = np.flatnonzero(hit.to_numpy(zero_copy_only=False))
+        if positions.size:
+            tables.append(pa.Table.from_batches([batch.filter(hit)]))
+            rows.append(positions + offset)
+        offset += batch.num_rows
+    if not tables:
+        empty = pa.Table.from_batches([], schema=_dataset(cfg).schema).select(columns)
+        return empty, np.empty(0, np.int64)
+    return pa.concat_tables(tables), np.concatenate(rows).astype(np.int64)
+
+
+def _hive_counts(dataset: ds.Dataset) -> dict[str, int]:
+    """Rows per state of a hive-partitioned dataset, from the Parquet footers (no data read)."""
+    counts: dict[str, int] = {}
+    for fragment in dataset.get_fragments():
+        state = ds.get_partition_keys(fragment.partition_expression).get("state")
+        key = str(state).zfill(2)
+        counts[key] = counts.get(key, 0) + fragment.count_rows()
+    return counts
 
 
 # --- column checks --------------------------------------------------------------------------
@@ -201,36 +300,41 @@ def _person_ids(column: pa.ChunkedArray) -> pd.Series | np.ndarray:
 
 
 def partitions(cfg: InputConfig) -> list[Partition]:
-    """The partitions of the input, in order, with their row counts."""
+    """The partitions of the input (states, in order), with their row counts."""
     dataset = _dataset(cfg)
     _check_columns(cfg, dataset.schema.names)
     _check_types(cfg, dataset.schema)
-    if "state" in dataset.schema.names and Path(cfg.path).is_dir() and cfg.format == "parquet":
-        counts = (_to_table(cfg, dataset, columns=["state"]).group_by("state")
-                  .aggregate([("state", "count")]).to_pandas())
-        counts["state"] = counts["state"].astype(str).str.zfill(2)
-        return [Partition(s, int(n)) for s, n in sorted(zip(counts["state"], counts["state_count"]))]
-    return [Partition("all", dataset.count_rows())]
+    if _is_hive(cfg, dataset):
+        return [Partition(k, n) for k, n in sorted(_hive_counts(dataset).items())]
+    return _streamed_counts(cfg)
 
 
 def read_partition(cfg: InputConfig, key: str) -> pd.DataFrame:
-    """One partition's records in the pipeline's columns."""
+    """One partition's records in the pipeline's columns (``key`` from :func:`partitions`,
+    or ``all`` for the whole input)."""
     dataset = _dataset(cfg)
     _check_types(cfg, dataset.schema)
     c = cfg.columns
     cols = [c.geoid, c.parent_rank, c.child_rank] + [v for v in (c.person_id, c.cell) if v]
-    if key == "all":
+    if key == ALL:
         table = _to_table(cfg, dataset, columns=cols)
-        offset = 0
-    else:
+        rows = np.arange(table.num_rows, dtype=np.int64)
+    elif _is_hive(cfg, dataset):
         # Row positions count from the start of the whole dataset, in partition order, so a
         # quarantine report can point at the offending input rows.
         flt = ds.field("state").cast(pa.string()) == key
         if pa.types.is_integer(dataset.schema.field("state").type):
             flt = ds.field("state") == int(key)
         table = _to_table(cfg, dataset, columns=cols, filter=flt)
-        offset = sum(p.rows for p in partitions(cfg) if p.key < key)
-    rows = np.arange(offset, offset + table.num_rows, dtype=np.int64)
+        offset = sum(n for k, n in _hive_counts(dataset).items() if k < key)
+        rows = np.arange(offset, offset + table.num_rows, dtype=np.int64)
+    else:
+        table, rows = _streamed_partition(cfg, key, cols)  # positions in the file itself
+    return _pipeline_frame(cfg, table, rows)
+
+
+def _pipeline_frame(cfg: InputConfig, table: pa.Table, rows: np.ndarray) -> pd.DataFrame:
+    c = cfg.columns
     scale = 100.0 if cfg.rank_scale == "percentile" else 1.0
     df = pd.DataFrame({
         "row": rows,

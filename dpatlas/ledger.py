@@ -54,7 +54,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 import pandas as pd
 import sqlalchemy as sa
@@ -63,8 +63,12 @@ from sqlalchemy import exc as sa_exc
 
 from .ids import InvalidReason, InvalidReleaseId, validate_reason, validate_release_id
 
+if TYPE_CHECKING:  # the plan's type only: allocate imports the mechanisms
+    from .allocate import BudgetPlan
+
 __all__ = ["LedgerError", "BudgetExceeded", "ReleaseBusy", "LeaseLost", "InvalidLedgerId",
-           "InvalidLedgerReason", "Charge", "Ledger", "Lease", "GUARANTEE_TYPES", "STATUSES"]
+           "InvalidLedgerReason", "Charge", "Ledger", "Lease", "GUARANTEE_TYPES", "STATUSES",
+           "charges"]
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +146,32 @@ class Charge:
     delta: float
     rho: float | None = None  # zCDP rho where the step has one
 
+
+
+def charges(budget: "BudgetPlan", cells: list[str]) -> list[Charge]:
+    """One charge per budget step and cell, each with its (ε, δ) and, where it has one, ρ.
+
+    A pure ε-DP step is charged (ε, 0) with ρ = ε²/2 (Bun & Steinke 2016, Prop. 1.4); a zCDP
+    step is charged its (ε, δ) conversion at the plan's ``conversion_delta`` (ibid., Prop.
+    1.3) and keeps its ρ; an (ε, δ) step is charged as it is.
+    """
+    from mechanisms.privacy import ApproxDP, PureDP, ZCDP, to_approx
+
+    out = []
+    for cell in cells:
+        for step in budget.steps:
+            g = step.guarantee
+            if isinstance(g, PureDP):
+                eps, delta, rho = g.epsilon, 0.0, g.epsilon ** 2 / 2
+            elif isinstance(g, ApproxDP):
+                eps, delta, rho = g.epsilon, g.delta, None
+            elif isinstance(g, ZCDP):
+                conv = to_approx(g, budget.conversion_delta)
+                eps, delta, rho = conv.epsilon, conv.delta, g.rho
+            else:
+                raise ValueError(f"step {step.name}: {g.describe()} cannot be charged")
+            out.append(Charge(cell, step.name, g.kind, eps, delta, rho))
+    return out
 
 # --- schema -------------------------------------------------------------------------------------
 

@@ -16,7 +16,8 @@ from typing import Any, Iterator
 import pandas as pd
 
 import mechanisms as M
-from mechanisms.privacy import as_dict
+from mechanisms.privacy import (CONVERSION_TEXT, GROUP_PRIVACY_RULES, PROJECT_RELATION,
+                                MixedRelations, Relation, as_dict, convert_relation)
 
 from .allocate import BudgetPlan
 from .config import ReleaseConfig, fingerprint, ledger_backend
@@ -123,6 +124,66 @@ def assumptions(cfg: ReleaseConfig, input_facts: dict) -> dict:
     return {"verified": verified, "unverified": unverified}
 
 
+def relations_section(neighbouring: str) -> dict:
+    """How the manifest's relations read: what the ledger charges in, and the one conversion
+    a step may apply to noise stated for another relation (``privacy.convert_relation``)."""
+    return {"charged_in": neighbouring,
+            "conversion": {"add-remove -> replace-one": CONVERSION_TEXT,
+                           "rules": dict(GROUP_PRIVACY_RULES),
+                           "replace-one -> add-remove": "not available: n changes"},
+            "rule": "each noise step's guarantee is stated for its own relation; a budget "
+                    "step's guarantee is stated for charged_in; noise of another relation is "
+                    "converted draw by draw by the rules above, then composed"}
+
+
+def step_entry(step) -> dict:
+    """A budget step as the manifest prints it: ``Step.as_dict()`` plus the relation of the
+    step and, per alternative, of its noise and the conversion applied (if any)."""
+    d = step.as_dict()
+    relation = step.guarantee.relation
+    d["relation"] = relation.value
+    conversions = {}
+    for label, noise_steps in step.noise:
+        found = sorted({ns.relation.value for ns in noise_steps})
+        if found != [relation.value]:
+            conversions[label] = {"noise_relations": found, "to": relation.value,
+                                  "by": CONVERSION_TEXT}
+    if conversions:
+        d["relation_conversions"] = conversions
+    return d
+
+
+def check_relations(plan: BudgetPlan, neighbouring: str) -> None:
+    """Every step is charged in the project's relation (``neighbouring``), and every noise
+    step of another relation has the stated conversion to it: otherwise nothing is published
+    (a bug: the ledger would have charged figures for the wrong neighbours)."""
+    try:
+        want = Relation.parse(neighbouring)
+    except ValueError as err:
+        raise PublishError(f"privacy.neighbouring: {err}") from None
+    problems = []
+    if want is not PROJECT_RELATION:
+        problems.append(f"the configured relation {want.value} is not the project's "
+                        f"{PROJECT_RELATION.value}")
+    for step in plan.steps:
+        rel = getattr(step.guarantee, "relation", None)
+        if rel is not want:
+            problems.append(f"step {step.name!r} is stated for "
+                            f"{getattr(rel, 'value', rel)}, the ledger charges {want.value}")
+            continue
+        for label, noise_steps in step.noise:
+            for ns in noise_steps:
+                try:
+                    convert_relation(ns.guarantee, want)
+                except MixedRelations:
+                    problems.append(f"step {step.name!r}, {label}, noise {ns.name!r}: "
+                                    f"{ns.relation.value} noise cannot be charged as "
+                                    f"{want.value}")
+    if problems:
+        raise PublishError("the budget's neighbouring relations disagree (a bug; nothing was "
+                           "published): " + "; ".join(problems))
+
+
 def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=1e-300)
 
@@ -216,11 +277,12 @@ def build_manifest(cfg: ReleaseConfig, release_id: str, plan: BudgetPlan, table:
         "note": "*_per_tract_and_cell: what each tract and cell spends (the ledger's charge, "
                 "the sum of the steps' figures); *_available: the configured "
                 "privacy.epsilon_per_tract and privacy.delta",
-        "steps": [s.as_dict() for s in plan.steps],
+        "steps": [step_entry(s) for s in plan.steps],
         "conversion_delta": plan.conversion_delta,
         "per_tract_and_cell": as_dict(per_tract),
     }
     entry = public_ledger_entry(cfg, ledger_entry)
+    check_relations(plan, cfg.privacy.neighbouring)
     check_budget_consistent(budget, totals, len(cells), entry)
     manifest = {
         "release_id": release_id,
@@ -234,6 +296,7 @@ def build_manifest(cfg: ReleaseConfig, release_id: str, plan: BudgetPlan, table:
         "boundaries": public_boundaries(cfg),
         "privacy_unit": cfg.privacy.unit,
         "neighbouring_relation": cfg.privacy.neighbouring,
+        "relations": relations_section(cfg.privacy.neighbouring),
         "public_values": ["n (records per tract and cell)", "tract boundaries"],
         "assumptions": assumptions(cfg, input_facts),
         "profile": cfg.profile.name,

@@ -17,9 +17,10 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, Optional
 
 import httpx
 
@@ -73,20 +74,41 @@ def _drain_to_server() -> None:
         QueueService.drain_all(timeout=10)
 
 
+class PrefectAPI:
+    """A Prefect API being made available: ``url`` at once, :meth:`ready` before the first call."""
+
+    def __init__(self, url: str, wait: Callable[[], None] = lambda: None):
+        self.url, self._wait = url, wait
+
+    def ready(self) -> str:
+        """Block until the API answers (the local server has started); returns its URL."""
+        self._wait()
+        return self.url
+
+
+def default_server_log() -> Path:
+    """Where the command's own server logs (kept only if it wrote something)."""
+    return Path(tempfile.gettempdir()) / f"dpatlas-prefect-server-{os.getpid()}.log"
+
+
 @contextlib.contextmanager
-def prefect_api(log_dir: Path, timeout: float = 180.0) -> Iterator[str]:
-    """Yield the URL of a Prefect API: ``PREFECT_API_URL`` if set, else a local server that is
-    started now, dies with this process, and is stopped on exit."""
+def prefect_api(log: Optional[Path] = None, timeout: float = 180.0) -> Iterator[PrefectAPI]:
+    """A Prefect API for this command: ``PREFECT_API_URL`` if set, else a local server that is
+    started now, dies with this process, and is stopped on exit.
+
+    The server process is started and the block entered at once; call :meth:`PrefectAPI.ready`
+    before the first Prefect call. The server's start-up is mostly its own imports, in another
+    process, so whatever the block does first (load and check the config, import the flow and
+    its data stack) overlaps with it instead of adding to it (docs/operations.md).
+    """
     configured = os.environ.get("PREFECT_API_URL")
     if configured:
-        yield configured
+        yield PrefectAPI(configured)
         return
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
     port = _free_port()
     url = f"http://127.0.0.1:{port}/api"
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log = log_dir / "prefect-server.log"
+    log = log or default_server_log()
+    log.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
            "PREFECT__SERVER_FINAL": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     with open(log, "ab") as out:
@@ -97,13 +119,16 @@ def prefect_api(log_dir: Path, timeout: float = 180.0) -> Iterator[str]:
             env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             preexec_fn=_die_with(os.getpid()))
     try:
-        _wait_healthy(url, proc, timeout, log)
+        # Imported after the server process started: importing Prefect takes about a second.
+        from prefect.settings import PREFECT_API_URL, temporary_settings
+
         with temporary_settings(updates={PREFECT_API_URL: url}):
             os.environ["PREFECT_API_URL"] = url  # for subprocesses (Dask workers)
             try:
-                yield url
+                yield PrefectAPI(url, lambda: _wait_healthy(url, proc, timeout, log))
             finally:
-                _drain_to_server()
+                if proc.poll() is None:
+                    _drain_to_server()
                 os.environ.pop("PREFECT_API_URL", None)
     finally:
         proc.terminate()
@@ -112,3 +137,6 @@ def prefect_api(log_dir: Path, timeout: float = 180.0) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        with contextlib.suppress(OSError):
+            if log.stat().st_size == 0:
+                log.unlink()

@@ -11,7 +11,10 @@ import json
 import os
 from pathlib import Path
 
-import pandas as pd
+from .files import now_utc, write_json_atomic, write_parquet_atomic
+
+__all__ = ["ReleaseLock", "ReleaseLocked", "check_same_input", "record_start",
+           "write_parquet_atomic"]
 
 
 class ReleaseLocked(RuntimeError):
@@ -49,16 +52,6 @@ class ReleaseLock:
             self._fh.close()
 
 
-def write_parquet_atomic(df: pd.DataFrame, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    df.to_parquet(tmp, index=False)
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    return path
-
-
 def check_same_input(internal: Path, input_sha256: str, config_sha256: str) -> None:
     """A resumed release must see the same input and config as when it began."""
     state = internal / "state.json"
@@ -71,7 +64,15 @@ def check_same_input(internal: Path, input_sha256: str, config_sha256: str) -> N
                                f"since this release began ({internal.name}); resume needs the "
                                "same input and config: start a new release id instead")
         return
-    internal.mkdir(parents=True, exist_ok=True)
-    tmp = state.with_suffix(".tmp")
-    tmp.write_text(json.dumps(now))
-    os.replace(tmp, state)
+    write_json_atomic(state, now)
+
+
+def record_start(internal: Path) -> str:
+    """When this release first began (UTC), recorded in its ``state.json`` by the first run
+    and kept by every resumed one, so the manifest states the original start."""
+    state = internal / "state.json"
+    data = json.loads(state.read_text()) if state.exists() else {}
+    if "started" not in data:
+        data["started"] = now_utc()
+        write_json_atomic(state, data)
+    return data["started"]

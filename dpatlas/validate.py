@@ -21,11 +21,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from data_contracts import ContractResult, validate_input
+if TYPE_CHECKING:  # Great Expectations is imported when something is validated, not before
+    from data_contracts import ContractResult
 
 _EXAMPLES = 5
 
@@ -62,7 +64,7 @@ def _contract_frame(df: pd.DataFrame) -> pd.DataFrame:
     return df[cols].reset_index(drop=True)
 
 
-def _failures(result: ContractResult) -> list[dict]:
+def _failures(result: "ContractResult") -> list[dict]:
     return [{"expectation": f.expectation, "column": f.column, "count": f.unexpected_count,
              "details": f.details} for f in result.failures]
 
@@ -108,7 +110,13 @@ def _failure_message(df: pd.DataFrame, policy: str, partition: str, failures: li
 
 def apply_policy(df: pd.DataFrame, policy: str, partition: str, internal: Path
                  ) -> tuple[pd.DataFrame, PartitionReport]:
-    docs = internal / "data_docs" / f"input-{partition}"
+    """Validate one partition against the input contract and apply ``policy``.
+
+    The validation is a run named ``input-<partition>`` of the release's input Checkpoint:
+    every partition's report is in the release's one Data Docs site (``internal/data_docs``).
+    """
+    from data_contracts import ReleaseDocs, validate_input
+
     quarantine = internal / "quarantine" / f"input-{partition}.parquet"
     df = df.reset_index(drop=True)
     largest = _largest_rank(df)
@@ -117,7 +125,8 @@ def apply_policy(df: pd.DataFrame, policy: str, partition: str, internal: Path
         out_of_bounds = ((df["x"] < 0) | (df["x"] > 1) | (df["y"] < 0) | (df["y"] > 1))
         clipped = int(out_of_bounds.sum())
         df = df.assign(x=df["x"].clip(0.0, 1.0), y=df["y"].clip(0.0, 1.0))
-    result = validate_input(_contract_frame(df), docs_dir=docs)
+    result = validate_input(_contract_frame(df), release=ReleaseDocs.in_folder(internal),
+                            run_name=f"input-{partition}")
     failures = _failures(result)
     bad = np.asarray(result.bad_rows, dtype=bool)
     qfile = None

@@ -28,18 +28,20 @@ data.txt), for our simple regression y = a + b·x, per tract, x and y ranks on [
 
 Privacy (replace-one neighbours, the project's relation; the paper states add/remove):
 
-- PrivTree is pure DP. Its map (:class:`PrivTreeLaplace`) is derived for the discrete Laplace
-  we draw, by the argument of Zhang et al.'s Thm 3.1: adding a record changes only the nodes on
-  its root-to-leaf path; a node whose biased count is clamped on both datasets costs nothing;
-  the unclamped biased counts along the path decrease by at least δ per level, so each interval
-  (θ − δ + jδ, θ + jδ] holds at most one of them; a node at biased count x costs at most
-  ρ(x) = ln S(θ − x) − ln S(θ − x + N), S the discrete Laplace survival function, which is
-  non-increasing in x (log-concavity). Summing the worst case of every interval bounds the
-  add/remove loss (the removal direction costs at most N/t, the j = 0 term); replace-one is a
-  removal and an addition: twice that. With δ = λ·ln 2 this reproduces the corollary's
-  (2κ − 1)/((κ − 1)λ) = 3/λ up to the discreteness (the sum is up to ~13% below it for
-  ε ≤ 2 per add/remove, above it for large ε, where the corollary is not proven for a lattice).
-  The calibration takes the smallest scale whose derived map fits the budget share.
+- PrivTree is pure DP. Its map (:class:`PrivTreeLaplace`, kind "privtree-grid-laplace") is
+  derived for the discrete Laplace we draw, by the argument of Zhang et al.'s Thm 3.1, and
+  proved in docs/binagg.md (reviewed; checked against exact output probabilities on small
+  trees in tests/test_binagg.py): adding a record changes only the nodes on its root-to-leaf
+  path; a node clamped on both datasets costs nothing; the unclamped biased counts along the
+  path fall by at least δ per level, so each band (θ − δ + jδ, θ + jδ] holds at most one of
+  them; a split at biased count x costs at most ρ(x) = ln S(θ − x) − ln S(θ − x + N), S the
+  discrete Laplace survival function, non-increasing in x (S is log-concave), so the band sum
+  A = Σ_j ρ(x_j), x_j the band's lowest lattice point, bounds the gaining path. A path that
+  loses a record costs at most N/t, at its one leaf. Replace-one is one path of each kind:
+  ε = N/t + A (below 2·A, the group-privacy bound). With δ = ⌈t·ln 2⌉ this is 3.6–3.8 N/t,
+  against the corollary's 2·3/λ = 6N/t doubled for replace-one (the lattice sum exceeds the
+  corollary's 3/λ per add/remove only for large ε, where the corollary is not proven for a
+  lattice). The calibration takes the smallest scale whose derived map fits the budget share.
 - Each Gaussian statistic: one bin's release with noise calibrated to that bin's sensitivity is
   ρ_row-zCDP in that bin's records (Canonne, Kamath & Steinke 2020, Thm 4: exact for the
   discrete Gaussian); replacing a record changes at most two bins (the one it leaves, the one
@@ -73,7 +75,7 @@ from .budget import NO_METER
 from .noise import (_SCALE_DENOMINATOR, LAPLACE_GRID_STEPS, Randomness, gaussian_mechanism,
                     laplace_mechanism)
 from .privacy import PureDP
-from .privacy_maps import (MAX_SCALE_NUM, GridGaussian, NoiseStep, _laplace_scale_num,
+from .privacy_maps import (MAPS, MAX_SCALE_NUM, GridGaussian, NoiseStep, _laplace_scale_num,
                            _positive_int)
 from .registry import (MIN_RECORDS, Estimator, Meter, Outcome, RunBudget, blank, get,
                        register)
@@ -111,22 +113,46 @@ def _log_survival(m: int, t: float) -> float:
     return math.log1p(-math.exp(-m * log_p - log1p_p))  # 1 − p^|m|/(1 + p)
 
 
+# The band sum is evaluated until its remaining tail is provably below this share of the sum
+# (the tail bound is then added, so the result is an upper bound whatever the cut-off), or for
+# at most _MAX_BANDS bands (reached only for a bias far below t·ln 2: the bound stays valid).
+_TAIL_SHARE = 1e-16
+_MAX_BANDS = 200_000
+
+
 def privtree_add_remove_epsilon(grid_steps: int, t: float, bias: int) -> float:
-    """Add/remove ε of PrivTree with discrete Laplace scale ``t`` units, ``grid_steps`` units
-    per record and ``bias`` units per level: Σ_j ρ(x_j), x_j the lowest lattice point of the
-    j-th band (θ − δ + jδ, θ + jδ] (θ cancels: θ − x_j = δ − 1 − jδ). See the module doc."""
-    if bias < 1:
-        raise ValueError("PrivTree bias must be at least one grid unit")
-    total, j = 0.0, 0
-    while True:
+    """PrivTree's add/remove ε for discrete Laplace scale ``t`` units, ``grid_steps`` units per
+    record and ``bias`` units per level (docs/binagg.md, Lemma 3): an upper bound on
+    A = Σ_{j≥0} ρ(x_j), ρ(x) = ln S(θ − x) − ln S(θ − x + N), x_j the lowest lattice point of
+    the j-th band (θ − δ + jδ, θ + jδ], so θ − x_j = m_j = δ − 1 − jδ (θ cancels).
+
+    Once m_j + N < 0 the terms fall at least geometrically with ratio r = e^{−δ/t} (Lemma 4),
+    so the tail after term j is at most term_j·r/(1 − r); that bound is added where the loop
+    stops, which makes the result an upper bound for any ``bias`` ≥ 1 (not only δ ≥ t·ln 2).
+    """
+    if bias < 1 or grid_steps < 1 or not (math.isfinite(t) and t > 0):
+        raise ValueError("PrivTree needs grid_steps >= 1, bias >= 1 grid unit and a scale > 0")
+    ratio = math.exp(-bias / t)
+    tail_factor = ratio / -math.expm1(-bias / t)  # r/(1 − r)
+    total = 0.0
+    for j in range(_MAX_BANDS):
         m = bias - 1 - j * bias
         term = _log_survival(m, t) - _log_survival(m + grid_steps, t)
         total += term
-        # The terms fall at least geometrically (ratio e^{−δ/t} ≤ 1/2 once m + N < 0), so the
-        # rest of the series is at most the last term: add it and stop.
-        if m + grid_steps < 0 and term <= 1e-15 * total:
-            return total + term
-        j += 1
+        if m + grid_steps < 0 and term * tail_factor <= _TAIL_SHARE * total:
+            break
+    return total + term * tail_factor
+
+
+def privtree_replace_one_epsilon(grid_steps: int, t: float, bias: int) -> float:
+    """PrivTree's ε under replace-one (docs/binagg.md, Theorem 1): N/t + A.
+
+    Replacing record r by r' raises the counts on r'\'s path below the common ancestor (at
+    most A, the add/remove band sum) and lowers them on r's (split decisions only become less
+    likely; the one leaf of that path costs at most ln max_m F(m + N)/F(m) = N/t for the
+    discrete Laplace CDF F). Tighter than 2·A, the group-privacy bound.
+    """
+    return grid_steps / t + privtree_add_remove_epsilon(grid_steps, t, bias)
 
 
 @dataclass(frozen=True)
@@ -146,10 +172,13 @@ class PrivTreeLaplace:
 
     kind: ClassVar[str] = "privtree-grid-laplace"
     formula: ClassVar[str] = (
-        "epsilon = 2 * sum_{j>=0} [lnS(m_j) - lnS(m_j + grid_steps)], m_j = bias - 1 - j*bias, "
-        "S(m) = P(K > m) for K discrete Laplace of scale t = scale_num/scale_den: "
-        "S(m) = p^(m+1)/(1+p) if m >= 0 else 1 - p^(-m)/(1+p), p = exp(-1/t) "
-        "(replace-one = 2 x add/remove; PrivTree band argument, Zhang, Xiao & Xie 2016 Thm 3.1)")
+        "epsilon = grid_steps/t + sum_{j>=0} [lnS(m_j) - lnS(m_j + grid_steps)], "
+        "m_j = bias - 1 - j*bias, t = scale_num/scale_den, S(m) = P(K > m) for K discrete "
+        "Laplace of scale t: S(m) = p^(m+1)/(1+p) if m >= 0 else 1 - p^(-m)/(1+p), "
+        "p = exp(-1/t); the tail after a term j with m_j + grid_steps < 0 is at most "
+        "term_j * r/(1-r), r = exp(-bias/t) (replace-one: the band sum for the path that "
+        "gains the record, grid_steps/t for the one leaf of the path that loses it; "
+        "docs/binagg.md, after Zhang, Xiao & Xie 2016 Thm 3.1)")
 
     def __post_init__(self) -> None:
         for f in ("grid_steps", "scale_num", "scale_den", "bias", "branching"):
@@ -187,7 +216,8 @@ class PrivTreeLaplace:
                 "scale_den": self.scale_den, "bias": self.bias, "branching": self.branching}
 
     def guarantee(self) -> PureDP:
-        return PureDP(2.0 * privtree_add_remove_epsilon(self.grid_steps, self.scale, self.bias))
+        """Replace-one ε of the split decisions (docs/binagg.md, Theorem 1)."""
+        return PureDP(privtree_replace_one_epsilon(self.grid_steps, self.scale, self.bias))
 
     def corollary_epsilon(self) -> float:
         """The paper's App. C corollary for the same λ (continuous Laplace), replace-one."""
@@ -202,6 +232,11 @@ class PrivTreeLaplace:
         return self.argument
 
 
+# Registered here because privacy_maps.py lists only the primitives; the audit
+# (dpatlas/audit.py) recomputes this kind with its own code.
+MAPS.setdefault(PrivTreeLaplace.kind, PrivTreeLaplace)
+
+
 @lru_cache(maxsize=256)
 def _calibrate_privtree(epsilon_bin: float) -> PrivTreeLaplace:
     if not (math.isfinite(epsilon_bin) and epsilon_bin > 0):
@@ -210,9 +245,10 @@ def _calibrate_privtree(epsilon_bin: float) -> PrivTreeLaplace:
     def fits(arg: float) -> bool:
         return PrivTreeLaplace.at(arg).guarantee().epsilon <= epsilon_bin
 
-    # Start from the corollary's λ = 3/ε_add/remove = 6/ε_bin (in records); the argument that
-    # gives scale t units is about (N + 1)/t. Bisect on the argument (noise falls as it rises).
-    start = (LAPLACE_GRID_STEPS + 1) / (6.0 / epsilon_bin * LAPLACE_GRID_STEPS)
+    # Start near λ = 4/ε_bin records (the replace-one map is about 4N/t for δ = t·ln 2); the
+    # argument that gives scale t units is about (N + 1)/t. Bisect on the argument (noise
+    # falls as it rises); only arguments whose map fits are ever kept.
+    start = (LAPLACE_GRID_STEPS + 1) / (4.0 / epsilon_bin * LAPLACE_GRID_STEPS)
     lo, hi = start / 4.0, start * 4.0
     while not fits(lo):
         lo /= 2.0
@@ -262,7 +298,8 @@ def binagg_steps(epsilon: float, hp: dict) -> list[NoiseStep]:
     rho = epsilon**2 / 2.0
     share = _shares(hp)
     steps = [NoiseStep(PRIVTREE, PrivTreeLaplace.calibrate(math.sqrt(2.0 * rho * share[PRIVTREE])),
-                       "1 record per node count (add/remove), 2 paths under replace-one")]
+                       "1 record = grid_steps units of a node's count; replace-one: one path "
+                       "gains a record, one loses it (docs/binagg.md, Theorem 1)")]
     sens = {COUNTS: "1 per bin (L2, a record is in one bin); replace-one changes 2 bins",
             SUMS_X: "U_k = the bin's upper edge, per bin (x confined to [L_k, U_k]); "
                     "replace-one changes 2 bins",
@@ -565,13 +602,12 @@ class BinAgg(Estimator):
 
     name = "BinAgg"
     defaults = DEFAULTS
-    # Not yet publishable: PrivTree's guarantee for the *discrete* Laplace is this module's own
-    # derivation (privtree_add_remove_epsilon), not a published theorem, and the release audit
-    # (dpatlas/audit.py) does not recompute it yet. Evaluation only until both are reviewed.
-    publishable = False
-    not_publishable_reason = ("PrivTree's guarantee under the discrete Laplace is derived in "
-                              "this project (mechanisms/binagg.py), not yet reviewed, and the "
-                              "release audit cannot recompute it yet; evaluation only")
+    # Publishable: every draw is exact (grid Laplace and grid Gaussian), PrivTree's
+    # discrete-Laplace map is proved in docs/binagg.md and recomputed by the release audit.
+    publishable = True
+    # Not in the default full suite: like DPGDzCDP its budget means rho = epsilon^2/2, and a
+    # suite holds at most one zCDP estimator (dpatlas/allocate.py). Name it in profile.suite.
+    in_default_suite = False
     summary = ("PrivTree bins, Gaussian bin counts and sums, bias-corrected weighted regression "
                "with CLT intervals (zCDP, rho = epsilon^2/2)")
     sampler = ("grid Laplace (PrivTree) and grid Gaussian (bin statistics): exact discrete "

@@ -15,6 +15,13 @@ the run (by the plan), so plain sequential composition is the right accounting: 
 zCDP ρ add (Bun & Steinke 2016, Lemma 2.3), and (ε, δ) add; zCDP spent against an (ε, δ)
 charge is converted at the charge's δ with dp-accounting (zCDP filters are valid under
 adaptive composition too: Whitehouse, Ramdas, Rogers & Wu 2023).
+
+A charge is stated for a neighbouring relation (the ledger's is replace-one). A draw whose
+map is stated for another relation is converted to the charge's by
+``privacy.convert_relation`` before it is counted (add-remove → replace-one by group privacy
+of size 2, per draw; pure ε and ρ double and quadruple linearly, so per draw or on the total
+is the same figure); a draw that cannot be converted (replace-one against an add-remove
+charge) is refused like an overspend, before the draw.
 """
 
 from __future__ import annotations
@@ -23,7 +30,8 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from .privacy import GDP, ZCDP, ApproxDP, Guarantee, NotDP, PureDP, to_approx
+from .privacy import (GDP, ZCDP, ApproxDP, Guarantee, MixedRelations, NotDP, PureDP,
+                      convert_relation, to_approx)
 
 REL_TOL = 1e-12  # float slack on sums of equal shares; far below any real overspend
 
@@ -55,6 +63,7 @@ class StepMeter:
         idx = self._positions(labels)
         if idx.size == 0:
             return
+        guarantee = self._in_charged_relation(guarantee)
         eps, delta, rho = self._increment(guarantee, times)
         new_eps = self._eps[idx] + eps
         new_delta = self._delta[idx] + delta
@@ -82,6 +91,18 @@ class StepMeter:
         if np.unique(pos).size != pos.size:
             raise BudgetOverrun(f"step {self.step!r}: a tract appears twice in one draw")
         return pos
+
+    def _in_charged_relation(self, g: Guarantee) -> Guarantee:
+        """``g`` restated for the charge's relation by the one stated conversion, or refused."""
+        if isinstance(g, NotDP):
+            return g  # refused by _increment with its own message
+        try:
+            return convert_relation(g, self.charged.relation)
+        except MixedRelations as err:
+            raise BudgetOverrun(f"step {self.step!r}: a {g.describe()} draw cannot be paid from "
+                                f"the {self.charged.describe()} charged "
+                                f"({self.charged.relation.value}): {err}; nothing was "
+                                "drawn") from None
 
     def _increment(self, g: Guarantee, times: int) -> tuple[float, float, float]:
         """(ε, δ, ρ) that ``times`` draws of ``g`` add, in the charge's accounting."""
@@ -134,17 +155,18 @@ class StepMeter:
 
     def _as_guarantee(self, eps: float, delta: float, rho: float) -> Guarantee:
         c = self.charged
+        rel = c.relation  # every spend was converted to it
         if isinstance(c, PureDP):
-            return PureDP(float(eps))
+            return PureDP(float(eps), rel)
         if isinstance(c, ZCDP):
-            return ZCDP(float(rho))
+            return ZCDP(float(rho), rel)
         if isinstance(c, GDP):
-            return GDP(float(np.sqrt(2.0 * rho)))
+            return GDP(float(np.sqrt(2.0 * rho)), rel)
         if rho > 0:
             left = c.delta - delta
             conv = to_approx(ZCDP(float(rho)), left).epsilon if left > 0 else np.inf
-            return ApproxDP(float(eps + conv), float(c.delta))
-        return ApproxDP(float(eps), float(delta))
+            return ApproxDP(float(eps + conv), float(c.delta), rel)
+        return ApproxDP(float(eps), float(delta), rel)
 
     def spent(self, label) -> Guarantee:
         """What this step has spent for one tract, as the charged type."""

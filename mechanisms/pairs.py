@@ -59,16 +59,28 @@ def _sorted_by_tract(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> 
 
 
 def all_pairs(batch: TractBatch) -> Pairs:
-    """Every unordered pair of records within each tract."""
-    n = batch.n
-    parts = []
+    """Every unordered pair of records within each tract: tract by tract, and within a tract
+    in ``numpy.triu_indices`` order.
+
+    Each tract's pairs go straight to their place (the running sum of n(n−1)/2 before it),
+    one group of equal-size tracts at a time, so no sort over all pairs is needed.
+    """
+    n = batch.n.astype(np.int64)
+    per_tract = np.where(n >= 2, n * (n - 1) // 2, 0)
+    first = np.concatenate([[0], np.cumsum(per_tract)])
+    total = int(first[-1])
+    tract = np.empty(total, dtype=np.int32)
+    i = np.empty(total, dtype=np.int64)
+    j = np.empty(total, dtype=np.int64)
     for size in np.unique(n[n >= 2]):
         tracts = np.nonzero(n == size)[0]
         a, b = np.triu_indices(int(size), 1)
+        at = (first[tracts][:, None] + np.arange(a.size)).ravel()
         base = batch.starts[tracts][:, None]
-        parts.append((np.repeat(tracts, a.size), (base + a).ravel(), (base + b).ravel()))
-    tract, i, j = _sorted_by_tract(parts)
-    return Pairs(tract, i, j, np.maximum(n - 1, 1))
+        tract[at] = np.repeat(tracts, a.size)
+        i[at] = (base + a).ravel()
+        j[at] = (base + b).ravel()
+    return Pairs(tract, i, j, np.maximum(batch.n - 1, 1))
 
 
 def k_matchings(batch: TractBatch, k: int, rand: Randomness) -> Pairs:
@@ -98,19 +110,35 @@ def k_matchings(batch: TractBatch, k: int, rand: Randomness) -> Pairs:
     return Pairs(tract, i, j, np.minimum(np.full(n.shape, k), np.maximum(n - 1, 1)))
 
 
-def theil_sen_points(batch: TractBatch, pairs: Pairs, x_star: float, lo: float, hi: float
-                     ) -> tuple[np.ndarray, np.ndarray]:
-    """Per-pair predictions at ``x_star``, clipped to [lo, hi]; pairs with equal x are dropped.
+def theil_sen_predictions(batch: TractBatch, pairs: Pairs, x_stars: tuple[float, ...],
+                          lo: float, hi: float) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Per-pair predictions at each of ``x_stars``, clipped to [lo, hi]; pairs with equal x
+    are dropped. The pairs' slopes and midpoints are computed once for all ``x_stars``.
 
-    Returns (tract index, z) for the kept pairs, still grouped by tract.
+    Returns (tract index, [z at each x_star]) for the kept pairs, still grouped by tract.
     """
     xi, xj = batch.x[pairs.i], batch.x[pairs.j]
     keep = xi != xj
     xi, xj = xi[keep], xj[keep]
     yi, yj = batch.y[pairs.i[keep]], batch.y[pairs.j[keep]]
     slope = (yj - yi) / (xj - xi)
-    z = slope * (x_star - (xi + xj) / 2.0) + (yi + yj) / 2.0
-    return pairs.tract[keep], np.clip(z, lo, hi)
+    x_mid = (xi + xj) / 2.0
+    y_mid = (yi + yj) / 2.0
+    del xi, xj, yi, yj
+    # The same expression, operation for operation, as one prediction at a time: identical
+    # floats, so the medians (and their noise) do not depend on how many x_stars are asked.
+    z = [np.clip(slope * (x_star - x_mid) + y_mid, lo, hi) for x_star in x_stars]
+    return pairs.tract[keep], z
+
+
+def theil_sen_points(batch: TractBatch, pairs: Pairs, x_star: float, lo: float, hi: float
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Per-pair predictions at ``x_star``, clipped to [lo, hi]; pairs with equal x are dropped.
+
+    Returns (tract index, z) for the kept pairs, still grouped by tract.
+    """
+    tract, (z,) = theil_sen_predictions(batch, pairs, (x_star,), lo, hi)
+    return tract, z
 
 
 def chunk_tracts(batch: TractBatch, max_pairs: int) -> list[np.ndarray]:

@@ -2,8 +2,10 @@
 
 OpenDP's model of a measurement is a function plus a privacy map, from the input distance to
 the output privacy loss (Gaboardi, Hay & Vadhan 2020, "A Programming Framework for OpenDP").
-Here the input distance is fixed (replace-one, one record: the sensitivity of each query is
-computed for it), so a map takes the calibrated noise parameters to a typed guarantee. An
+Here the input distance is one record under a neighbouring relation that each
+:class:`NoiseStep` names (``relation``: replace-one, the project's, unless the step says
+add-remove): the step's sensitivity is computed for that relation, so a map takes the
+calibrated noise parameters to a typed guarantee stated for it. An
 estimator lists, as :class:`NoiseStep` values, the noise it will draw for a budget; its
 guarantee is the sequential composition of the maps of those steps, and it draws with exactly
 those parameters (each calibration is checked against the sampler's own arithmetic in
@@ -38,7 +40,8 @@ import numpy as np
 
 from . import median
 from .noise import _SCALE_DENOMINATOR, LAPLACE_GRID_STEPS, _gauss_grid
-from .privacy import ZCDP, Guarantee, PureDP, as_dict, sequential
+from .privacy import (PROJECT_RELATION, ZCDP, Guarantee, PureDP, Relation, as_dict,
+                      convert_relation, sequential, with_relation)
 
 # The exact geometric sampler behind discrete_laplace takes scale numerators up to 2**44
 # (mechanisms/noise.py: products of the scale and small counters stay inside 64 bits). A
@@ -268,8 +271,10 @@ Noise = Union[GridLaplace, GridGaussian, ExpMedian, StudentTSmooth]
 MAPS: dict[str, type] = {c.kind: c for c in (GridLaplace, GridGaussian, ExpMedian, StudentTSmooth)}
 
 
-def privacy_map(mechanism: str, parameters: Mapping[str, Any]) -> Guarantee:
-    """The guarantee of one draw from its published description (what an auditor computes)."""
+def privacy_map(mechanism: str, parameters: Mapping[str, Any],
+                relation: Relation | str = PROJECT_RELATION) -> Guarantee:
+    """The guarantee of one draw from its published description (what an auditor computes),
+    stated for the relation its sensitivity was computed for."""
     try:
         cls = MAPS[mechanism]
     except KeyError:
@@ -277,7 +282,7 @@ def privacy_map(mechanism: str, parameters: Mapping[str, Any]) -> Guarantee:
     want = {f.name for f in fields(cls)} - {"argument"}
     if set(parameters) != want:
         raise ValueError(f"{mechanism} needs parameters {sorted(want)}, got {sorted(parameters)}")
-    return cls(**parameters).guarantee()
+    return with_relation(cls(**parameters).guarantee(), Relation.parse(relation))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -288,17 +293,22 @@ def privacy_map(mechanism: str, parameters: Mapping[str, Any]) -> Guarantee:
 class NoiseStep:
     """One noisy release of an estimator: what is drawn, on what sensitivity, how many times.
 
-    ``guarantee`` is the map of ONE draw (per tract: tracts hold disjoint people); the step
-    costs ``repeat`` draws in sequence (e.g. T gradient steps).
+    ``guarantee`` is the map of ONE draw (per tract: tracts hold disjoint people), stated for
+    ``relation``, the neighbouring relation ``sensitivity`` was computed for; the step costs
+    ``repeat`` draws in sequence (e.g. T gradient steps).
     """
 
     name: str
     noise: Noise
     sensitivity: str
     repeat: int = 1
+    relation: Relation = PROJECT_RELATION
 
     def __post_init__(self) -> None:
         _positive_int(f"noise step {self.name!r} repeat", self.repeat)
+        if not isinstance(self.relation, Relation):
+            raise ValueError(f"noise step {self.name!r}: relation must be a Relation, got "
+                             f"{self.relation!r}")
 
     @property
     def mechanism(self) -> str:
@@ -310,7 +320,8 @@ class NoiseStep:
 
     @property
     def guarantee(self) -> Guarantee:
-        return self.noise.guarantee()
+        # The map's numbers hold for the relation the sensitivity was computed for.
+        return with_relation(self.noise.guarantee(), self.relation)
 
     def total(self) -> Guarantee:
         """All ``repeat`` draws composed."""
@@ -318,22 +329,34 @@ class NoiseStep:
 
     def as_dict(self) -> dict:
         return {"name": self.name, "mechanism": self.mechanism, "sensitivity": self.sensitivity,
-                "parameters": self.parameters, "repeat": self.repeat,
-                "guarantee": as_dict(self.guarantee), "formula": self.noise.formula}
+                "relation": self.relation.value, "parameters": self.parameters,
+                "repeat": self.repeat, "guarantee": as_dict(self.guarantee),
+                "formula": self.noise.formula}
 
 
-def compose(steps: Iterable[NoiseStep]) -> Guarantee:
-    """Sequential composition of the steps, each repeated ``repeat`` times (same people)."""
+def compose(steps: Iterable[NoiseStep], relation: Relation | None = None) -> Guarantee:
+    """Sequential composition of the steps, each repeated ``repeat`` times (same people).
+
+    Without ``relation`` the steps must share one relation (``privacy.MixedRelations``
+    otherwise) and the result is stated for it. With ``relation``, each draw's guarantee is
+    first converted to it by ``privacy.convert_relation`` (group privacy of size 2 from
+    add-remove to replace-one; the reverse is refused), then composed: the conversion is
+    named at the call, never implied.
+    """
     parts: list[Guarantee] = []
     for step in steps:
-        parts.extend([step.guarantee] * step.repeat)
+        g = step.guarantee if relation is None else convert_relation(step.guarantee, relation)
+        parts.extend([g] * step.repeat)
     return sequential(parts)
 
 
 def from_dict(d: Mapping[str, Any]) -> NoiseStep:
-    """A step rebuilt from its ``as_dict()`` form; its guarantee is recomputed, not read."""
+    """A step rebuilt from its ``as_dict()`` form; its guarantee is recomputed, not read.
+    A step without ``relation`` (written before relations were typed) is replace-one."""
     cls = MAPS.get(d["mechanism"])
     if cls is None:
         raise ValueError(f"unknown mechanism {d['mechanism']!r}")
     privacy_map(d["mechanism"], d["parameters"])  # validates the parameter names
-    return NoiseStep(d["name"], cls(**d["parameters"]), d["sensitivity"], int(d["repeat"]))
+    relation = Relation.parse(d.get("relation", PROJECT_RELATION.value))
+    return NoiseStep(d["name"], cls(**d["parameters"]), d["sensitivity"], int(d["repeat"]),
+                     relation)

@@ -10,7 +10,7 @@ import numpy as np
 from .batch import TractBatch
 from .budget import NO_METER, NoMeter, StepMeter
 from .noise import Randomness, default_randomness
-from .privacy import Guarantee
+from .privacy import PROJECT_RELATION, Guarantee, relation_of
 from .privacy_maps import NoiseStep, compose
 
 MIN_RECORDS = 2  # a regression needs two records; smaller tracts fail (n is public)
@@ -88,14 +88,28 @@ class Estimator:
         return []  # no noise (non-private baselines)
 
     def guarantee(self, epsilon: float, delta: float | None = None, **hp: Any) -> Guarantee:
-        """Per tract: the sequential composition of the privacy maps of ``noise_steps``."""
+        """Per tract: the sequential composition of the privacy maps of ``noise_steps``,
+        stated for the project's relation (replace-one: what the ledger charges)."""
         hp = self.hyper(hp)
         _check_budget(self, epsilon, delta)
-        return self._compose(self._noise_steps(float(epsilon), delta, hp), delta, hp)
+        return self._project_guarantee(self._noise_steps(float(epsilon), delta, hp), delta, hp)
 
     def _compose(self, steps: list[NoiseStep], delta: float | None,
                  hp: dict[str, Any]) -> Guarantee:
+        """The steps composed. An estimator whose steps are stated for another relation
+        converts here, by name (``compose(steps, relation=PROJECT_RELATION)``)."""
         return compose(steps)
+
+    def _project_guarantee(self, steps: list[NoiseStep], delta: float | None,
+                           hp: dict[str, Any]) -> Guarantee:
+        g = self._compose(steps, delta, hp)
+        if relation_of(g) not in (None, PROJECT_RELATION):
+            # A guarantee for another relation would be charged as if it were replace-one.
+            raise ValueError(f"{self.name}: its guarantee {g.describe()} is stated for "
+                             f"{relation_of(g).value}, the ledger charges "
+                             f"{PROJECT_RELATION.value}: convert it in _compose with "
+                             "privacy.convert_relation (a bug in the estimator)")
+        return g
 
     # -- running ----------------------------------------------------------------------------
 
@@ -189,7 +203,10 @@ def estimate_batch(name: str, batch: TractBatch, epsilon: float, delta: float | 
         raise ValueError("reps must be >= 1")
     # Calibrate first (it refuses an infeasible budget before any draw), then draw with it.
     steps = est._noise_steps(float(epsilon), delta, hp)
-    g = est._compose(steps, delta, hp)
+    # A non-private baseline draws no noise: its guarantee is its own NotDP, not an empty
+    # composition (which would read as 0-DP).
+    g = (est._project_guarantee(steps, delta, hp) if est.private
+         else est.guarantee(float(epsilon), delta, **hp))
     out = est._run(batch, RunBudget(float(epsilon), delta, tuple(steps)), rand, r, hp,
                    meter if meter is not None else NO_METER)
     small = batch.n < MIN_RECORDS

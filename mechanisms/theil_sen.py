@@ -12,7 +12,7 @@ import numpy as np
 from .batch import X_HIGH, X_LOW, TractBatch
 from .median import Segments, bookended_median, exact_median, exp_median, smooth_sensitivity
 from .noise import Randomness
-from .pairs import all_pairs, chunk_tracts, k_matchings, theil_sen_points
+from .pairs import all_pairs, chunk_tracts, k_matchings, theil_sen_predictions
 from .privacy import NotDP
 from .privacy_maps import ExpMedian, NoiseStep, StudentTSmooth
 from .registry import Estimator, Outcome, blank, register
@@ -72,10 +72,13 @@ class _TheilSenBase(Estimator):
             for reps_here in rep_groups:
                 rows = np.asarray(list(reps_here))
                 pairs = self._pairs(sub, rand, hp)
-                for (name, x_star), out in zip(_MEDIANS, (p25, p75)):
-                    tract, z = theil_sen_points(sub, pairs, x_star, lo, hi)
+                tract, zs = theil_sen_predictions(sub, pairs, tuple(x for _, x in _MEDIANS),
+                                                  lo, hi)
+                k = pairs.k
+                del pairs  # the index arrays are the largest thing held; free them early
+                for (name, _), z, out in zip(_MEDIANS, zs, (p25, p75)):
                     seg = Segments.build(tract, z, sub.n_tracts)
-                    vals, fail = self._median(seg, pairs.k, steps[name], sub.labels, rand,
+                    vals, fail = self._median(seg, k, steps[name], sub.labels, rand,
                                               rows.size, hp, meter)
                     out[np.ix_(rows, chunk)] = vals
                     failed[np.ix_(rows, chunk)] |= fail

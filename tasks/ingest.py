@@ -6,10 +6,10 @@ from prefect import get_run_logger, task
 from dpatlas.config import InputConfig
 from dpatlas.ingest import Partition, partitions, read_partition
 
-from .common import TASK_OPTIONS
+from .common import RETRY_IO
 
 
-@task(name="list-partitions", **TASK_OPTIONS)
+@task(name="list-partitions", **RETRY_IO)
 def list_partitions(cfg: InputConfig) -> list[Partition]:
     parts = partitions(cfg)
     get_run_logger().info("input %s: %d partition(s), %d rows", cfg.path, len(parts),
@@ -17,7 +17,7 @@ def list_partitions(cfg: InputConfig) -> list[Partition]:
     return parts
 
 
-@task(name="ingest", task_run_name="ingest-{key}", **TASK_OPTIONS)
+@task(name="ingest", task_run_name="ingest-{key}", **RETRY_IO)
 def ingest_partition(cfg: InputConfig, key: str) -> pd.DataFrame:
     df = read_partition(cfg, key)
     get_run_logger().info("partition %s: read %d rows", key, len(df))

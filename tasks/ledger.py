@@ -1,36 +1,20 @@
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from prefect import get_run_logger, task
 
 from dpatlas.allocate import BudgetPlan
 from dpatlas.config import LedgerConfig
-from dpatlas.ledger import Charge, Ledger
-from mechanisms.privacy import ApproxDP, PureDP, ZCDP, to_approx
+from dpatlas.hashing import sha256_file
+from dpatlas.ledger import Ledger, charges
 
 from .common import TASK_OPTIONS
 
 # How long a release's lease in the ledger lasts without renewal. The run renews it every
 # third of this; another host may take an in-progress release over only after it expires.
 LEASE_SECONDS = 60.0
-
-
-def charges(budget: BudgetPlan, cells: list[str]) -> list[Charge]:
-    """One charge per budget step and cell, each with its (ε, δ) and, where it has one, ρ."""
-    out = []
-    for cell in cells:
-        for step in budget.steps:
-            g = step.guarantee
-            if isinstance(g, PureDP):
-                eps, delta, rho = g.epsilon, 0.0, g.epsilon ** 2 / 2
-            elif isinstance(g, ApproxDP):
-                eps, delta, rho = g.epsilon, g.delta, None
-            elif isinstance(g, ZCDP):
-                conv = to_approx(g, budget.conversion_delta)
-                eps, delta, rho = conv.epsilon, conv.delta, g.rho
-            else:
-                raise ValueError(f"step {step.name}: {g.describe()} cannot be charged")
-            out.append(Charge(cell, step.name, g.kind, eps, delta, rho))
-    return out
 
 
 @task(name="ledger-charge", **TASK_OPTIONS)
@@ -52,3 +36,22 @@ def charge_release(cfg: LedgerConfig, release_id: str, budget: BudgetPlan, cells
     get_run_logger().info("ledger: release %s is %s; dataset %s has spent eps=%.4g of %.4g",
                           release_id, status, cfg.dataset, spent["epsilon"], spent["cap_epsilon"])
     return status
+
+
+@task(name="ledger-status", **TASK_OPTIONS)
+def release_status(cfg: LedgerConfig, release_id: str, published_folder: Path) -> str | None:
+    """The release's status in the ledger (None: not there). A folder at the release's path
+    that the ledger does not know means the wrong ledger: refused before anything is done."""
+    ledger = Ledger(cfg.url)
+    entry = ledger.release(release_id)
+    if os.path.lexists(published_folder) and not entry:
+        raise FileExistsError(f"{published_folder} exists but the ledger at {ledger.url} has "
+                              f"no release {release_id}: is this the right ledger?")
+    return entry["status"] if entry else None
+
+
+@task(name="ledger-complete", **TASK_OPTIONS)
+def complete_release(cfg: LedgerConfig, release_id: str, folder: Path, owner: str) -> None:
+    """Mark the release published in the ledger with its manifest's sha256 (idempotent; the
+    lease owner only)."""
+    Ledger(cfg.url).complete_release(release_id, sha256_file(folder / "manifest.json"), owner)

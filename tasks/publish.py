@@ -7,17 +7,17 @@ import geopandas as gpd
 import pandas as pd
 from prefect import get_run_logger, task
 
-from data_contracts import validate_published
 from dpatlas.allocate import BudgetPlan
 from dpatlas.config import ReleaseConfig, public_config
+from dpatlas.feed import update_feed
 from dpatlas.manifest import build_manifest
 from dpatlas.publish import (PublishError, assemble, release_folder, verify_release,
                              write_release)
 
-from .common import TASK_OPTIONS
+from .common import RETRY_IO
 
 
-@task(name="publish", **TASK_OPTIONS)
+@task(name="publish", **RETRY_IO)
 def publish_release(cfg: ReleaseConfig, release_id: str, result_files: list[Path],
                     boundaries: gpd.GeoDataFrame, budget: BudgetPlan, input_sha256: str,
                     random_source: str, started: str, internal: Path,
@@ -35,11 +35,13 @@ def publish_release(cfg: ReleaseConfig, release_id: str, result_files: list[Path
         verify_release(final)
         get_run_logger().info("release %s is already in place at %s; checked", release_id, final)
         return final
+    from data_contracts import ReleaseDocs, validate_published  # Great Expectations: lazily
+
     results = pd.concat([pd.read_parquet(p) for p in result_files], ignore_index=True)
     table = assemble(results, boundaries)
     check = validate_published(pd.DataFrame(table.drop(columns="geometry")),
                                boundary_geoids=list(boundaries["geoid"]),
-                               docs_dir=internal / "data_docs" / "published")
+                               release=ReleaseDocs.in_folder(internal), run_name="published")
     if not check.success:
         raise PublishError("the release table breaks its output contract; nothing was "
                            f"published:\n{check.summary()}")
@@ -52,3 +54,9 @@ def publish_release(cfg: ReleaseConfig, release_id: str, result_files: list[Path
     get_run_logger().info("published release %s at %s (%s)", release_id, folder,
                           manifest["counts"]["by_status"])
     return folder
+
+
+@task(name="feed", **RETRY_IO)
+def show_in_feed(root: Path, release_id: str) -> None:
+    """Add the release to the feed (idempotent: also completes an update a crash interrupted)."""
+    update_feed(root, release_id)

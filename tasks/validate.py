@@ -7,23 +7,24 @@ import pandas as pd
 from prefect import get_run_logger, task
 
 from dpatlas.contributions import check_contributions
+from dpatlas.estimate import Chunk, split_into_chunks, staged_tracts
+from dpatlas.files import write_json_atomic, write_parquet_atomic
 from dpatlas.geography import load_boundaries
 from dpatlas.validate import apply_policy, check_changed_share
 
-from .common import TASK_OPTIONS
+from .common import RETRY_IO, TASK_OPTIONS
 
 
 class BoundaryCoverageError(RuntimeError):
     """Tracts with data but no boundary: the release cannot be mapped."""
 
 
-@task(name="validate", task_run_name="validate-{key}", **TASK_OPTIONS)
-def validate_partition(df: pd.DataFrame, policy: str, key: str, internal: Path) -> tuple[Path, dict]:
+@task(name="validate", task_run_name="validate-{key}", **RETRY_IO)
+def validate_partition(df: pd.DataFrame, policy: str, key: str, internal: Path
+                       ) -> tuple[Path, dict]:
     """Apply the input contract; stage the clean rows for the later stages."""
     clean, report = apply_policy(df, policy, key, internal)
-    staged = internal / "staged" / f"input-{key}.parquet"
-    staged.parent.mkdir(parents=True, exist_ok=True)
-    clean.to_parquet(staged, index=False)
+    staged = write_parquet_atomic(clean, internal / "staged" / f"input-{key}.parquet")
     get_run_logger().info("partition %s: %d rows valid, %d quarantined, %d clipped, %d dropped",
                           key, report.rows_out, report.quarantined, report.clipped,
                           report.dropped)
@@ -60,3 +61,21 @@ def check_boundaries(path: Path, geoid_column: str, data_geoids: set[str]) -> gp
     get_run_logger().info("boundaries: %d tracts, covering all %d tracts with data",
                           len(boundaries), len(data_geoids))
     return boundaries
+
+
+@task(name="record-validation", **RETRY_IO)
+def record_validation(internal: Path, reports: list[dict], contributions: dict | None) -> Path:
+    """What validation did (internal, not DP): ``validation.json`` in the internal folder."""
+    return write_json_atomic(internal / "validation.json",
+                             {"partitions": reports, "contributions": contributions},
+                             indent=2, default=str)
+
+
+@task(name="plan-chunks", **TASK_OPTIONS)
+def plan_chunks(staged: list[Path], chunk_tracts: int) -> tuple[list[Chunk], pd.DataFrame]:
+    """The chunks to select and estimate, and n per (tract, cell) for the pre-charge checks."""
+    geoids, sizes = staged_tracts(staged)
+    chunks = split_into_chunks(geoids, chunk_tracts)
+    get_run_logger().info("%d tract-cells in %d chunk(s) of up to %d tracts", len(sizes),
+                          len(chunks), chunk_tracts)
+    return chunks, sizes

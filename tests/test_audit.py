@@ -1,18 +1,23 @@
-"""Empirical privacy audits on neighbouring datasets (replace-one).
+"""Empirical privacy audits on neighbouring datasets (replace-one), and the release audit's
+own recomputation of a PrivTree noise step (dpatlas/audit.py).
 
 Each audit draws the mechanism's output many times on D and on a neighbour D', computes a
 99.9%-confidence lower bound on ε (tests/audit.py), and checks it against the claim. The same
 audit, run on a deliberately broken variant, must exceed the claim: that shows it can fail.
+BinAgg's audits (PrivTree's decisions, one bin's count) are in tests/test_binagg.py.
 """
 
 import contextlib
+import copy
 
 import numpy as np
+import pytest
 
 import mechanisms as M
 from mechanisms import gradient_descent, sufficient_stats, theil_sen
 from mechanisms.batch import TractBatch
 from mechanisms.noise import SeededRandomness
+from dpatlas import audit as release_audit
 
 from audit import budget_scaled, epsilon_lower_bound
 
@@ -139,3 +144,70 @@ def test_gd_audit_neighbours_are_extreme():
     sums = [gradient_descent.clipped_gradient_sum(TractBatch.single(*d), np.full((1, 1, 2), 0.5),
                                                   GD_TAU)[0, 0] for d in GD_DATA]
     assert np.allclose(sums[0] - sums[1], [2 * GD_TAU, 2 * GD_TAU])
+
+
+# --- the release audit recomputes BinAgg's PrivTree step from its parameters alone ---------
+
+
+def _binagg_budget_step(eps):
+    """A manifest budget step for BinAgg in the form allocate.Step.as_dict() writes."""
+    steps = M.get("BinAgg").noise_steps(eps)
+    g = M.get("BinAgg").guarantee(eps)
+    return {"step": "suite: BinAgg", "estimator": "BinAgg", "guarantee": M.privacy.as_dict(g),
+            "noise": {"alternatives": {"BinAgg": [s.as_dict() for s in steps]}}}
+
+
+def _check(step):
+    manifest = {"budget": {"steps": [step]}}
+    return release_audit.check_noise(None, manifest)
+
+
+@pytest.mark.parametrize("eps", [0.05, 1.0, 8.0])
+def test_release_audit_recomputes_privtree_and_accepts_a_correct_step(eps):
+    step = _binagg_budget_step(eps)
+    privtree = step["noise"]["alternatives"]["BinAgg"][0]
+    assert privtree["mechanism"] == "privtree-grid-laplace"
+    recomputed = release_audit.noise_guarantee(privtree)
+    assert recomputed.epsilon == pytest.approx(privtree["guarantee"]["epsilon"], rel=1e-12)
+    bound = release_audit.noise_guarantee_bound(privtree)
+    assert recomputed.epsilon < bound.epsilon < recomputed.epsilon * 1.001
+    assert "4 noise steps recomputed" in _check(step)
+
+
+def test_release_audit_rejects_a_tampered_privtree_scale_or_bias():
+    step = _binagg_budget_step(1.0)
+    # Half the scale, guarantee left as stated: the recomputation disagrees.
+    tampered = copy.deepcopy(step)
+    p = tampered["noise"]["alternatives"]["BinAgg"][0]["parameters"]
+    p["scale_num"] //= 2
+    with pytest.raises(release_audit.Mismatch, match="privtree-grid-laplace .* gives"):
+        _check(tampered)
+    # Half the scale and the noise step's guarantee restated to match: the composition then
+    # exceeds the budget step's guarantee.
+    noise = tampered["noise"]["alternatives"]["BinAgg"][0]
+    noise["guarantee"]["epsilon"] = release_audit.noise_guarantee(noise).epsilon
+    with pytest.raises(release_audit.Mismatch, match="noise gives rho .* > stated"):
+        _check(tampered)
+    # A bias of zero (no decay per level) is not a PrivTree the map covers.
+    zero = copy.deepcopy(step)
+    zero["noise"]["alternatives"]["BinAgg"][0]["parameters"]["bias"] = 0
+    with pytest.raises(release_audit.Mismatch, match="bias must be an integer >= 1"):
+        _check(zero)
+    # Twice the scale with the guarantee restated: more private than the step says, which
+    # the rounding cannot explain (the step does not describe its noise).
+    loose = copy.deepcopy(step)
+    noise = loose["noise"]["alternatives"]["BinAgg"][0]
+    noise["parameters"]["scale_num"] *= 2
+    noise["guarantee"]["epsilon"] = release_audit.noise_guarantee(noise).epsilon
+    with pytest.raises(release_audit.Mismatch, match="does not describe its noise"):
+        _check(loose)
+
+
+def test_release_audit_privtree_formula_is_independent_of_the_mechanisms_code():
+    from mechanisms.binagg import privtree_replace_one_epsilon
+
+    for n, t, bias in ((4096, 7915.8, 5487), (4096, 500.0, 347), (1, 2.0, 2), (4, 40.0, 1)):
+        assert release_audit.privtree_replace_one_epsilon(n, t, bias) == pytest.approx(
+            privtree_replace_one_epsilon(n, t, bias), rel=1e-12)
+    src = open(release_audit.__file__).read()
+    assert "import mechanisms" not in src and "from mechanisms" not in src

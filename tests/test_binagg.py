@@ -1,6 +1,9 @@
 """BinAgg (mechanisms/binagg.py): noise against its calibration, Corollary 3.1, the CLT
-interval's coverage, the derived guarantee, and an empirical audit that catches half the noise."""
+interval's coverage, the derived guarantee, PrivTree's map against exact output probabilities
+on small trees, and empirical audits (PrivTree's decisions, one bin's count) that catch half
+the noise."""
 
+import itertools
 import math
 
 import numpy as np
@@ -11,10 +14,11 @@ import mechanisms as M
 from mechanisms import binagg
 from mechanisms.batch import X_HIGH, X_LOW, TractBatch
 from mechanisms.binagg import (COUNTS, PRIVTREE, SUMS_X, SUMS_Y, Bins, PrivTreeLaplace,
-                               _SortedRecords, binagg_synthetic, release_bin_stats)
+                               _SortedRecords, binagg_synthetic, privtree_add_remove_epsilon,
+                               privtree_bins, privtree_replace_one_epsilon, release_bin_stats)
 from mechanisms.noise import SeededRandomness, laplace_scale
 from mechanisms.privacy import ZCDP, PureDP, to_approx, to_zcdp
-from mechanisms.privacy_maps import compose
+from mechanisms.privacy_maps import NoiseStep, compose, from_dict, privacy_map
 
 from audit import _choose_event, budget_scaled, clopper_pearson
 from conftest import line_tract
@@ -228,9 +232,10 @@ def test_privtree_map_by_hand():
     assert laplace_scale(1.0, cal.argument, 1) * n == pytest.approx(t, rel=1e-12)
     eps = cal.guarantee().epsilon
     assert eps <= 0.4 and eps >= 0.4 * (1 - LOOSE)
-    # Band j = 0 alone is the removal direction, N/t; the sum stays below the corollary
-    # 2·3/λ (λ = t/N) here, and above N/t doubled.
-    assert 2 * n / t < eps < cal.corollary_epsilon()
+    # Replace-one is N/t (the losing path's leaf) plus the band sum, whose j = 0 term is N/t
+    # again; it stays below the corollary's 2·3/λ (λ = t/N) here, and below 2 × add/remove.
+    add_remove = privtree_add_remove_epsilon(n, t, cal.bias)
+    assert 2 * n / t < eps < min(cal.corollary_epsilon(), 2 * add_remove)
     # Independent evaluation of the band sum with exact survival probabilities.
     p = math.exp(-1 / t)
 
@@ -239,11 +244,149 @@ def test_privtree_map_by_hand():
 
     total = sum(math.log(surv(cal.bias - 1 - j * cal.bias))
                 - math.log(surv(cal.bias - 1 - j * cal.bias + n)) for j in range(400))
-    assert eps == pytest.approx(2 * total, rel=1e-9)
+    assert eps == pytest.approx(n / t + total, rel=1e-9)
     with pytest.raises(ValueError, match="not what the sampler draws"):
         PrivTreeLaplace(n, cal.scale_num - 1, cal.scale_den, cal.bias, 2, cal.argument)
     d = M.get("BinAgg").noise_steps(1.0)[0].as_dict()
-    assert d["mechanism"] == "privtree-grid-laplace" and "2 * sum" in d["formula"]
+    assert d["mechanism"] == "privtree-grid-laplace" and "grid_steps/t + sum" in d["formula"]
+
+
+def test_privtree_map_is_registered_and_rebuilt_from_its_numbers():
+    step = M.get("BinAgg").noise_steps(1.5)[0]
+    d = step.as_dict()
+    assert privacy_map(d["mechanism"], d["parameters"]) == step.guarantee
+    again = from_dict(d)
+    assert again.guarantee == step.guarantee and again.noise.argument is None
+    with pytest.raises(ValueError, match="needs parameters"):
+        privacy_map("privtree-grid-laplace", {**d["parameters"], "extra": 1})
+    with pytest.raises(ValueError, match="bias must be an integer"):
+        privacy_map("privtree-grid-laplace", {**d["parameters"], "bias": 0})
+
+
+def test_privtree_tail_bound_holds_for_any_bias():
+    # The series is cut with its geometric tail bound added: a long explicit sum never
+    # exceeds it, even for a bias far below t·ln 2 (slow decay), and comes within 1e-12.
+    p_of = {}
+    for n, t, bias in ((4096, 9000.0, 6239), (4, 40.0, 1), (1, 3.0, 1), (64, 10.0, 200)):
+        p = math.exp(-1 / t)
+        p_of[(n, t, bias)] = p
+
+        def log_surv(m):
+            return (m + 1) * math.log(p) - math.log1p(p) if m >= 0 else \
+                math.log1p(-p ** (-m) / (1 + p))
+
+        explicit = math.fsum(log_surv(bias - 1 - j * bias) - log_surv(bias - 1 - j * bias + n)
+                             for j in range(200_000))
+        bound = privtree_add_remove_epsilon(n, t, bias)
+        assert explicit <= bound * (1 + 1e-12) and bound <= explicit * (1 + 1e-9), (n, t, bias)
+
+
+# --- PrivTree's map against exact output probabilities (brute force on small trees) ---------
+#
+# A binary tree of depth 3 on 8 cells: nodes at depths 0-2 draw a split decision, depth-3
+# nodes are leaves without a draw (as max_depth does). For every dataset of at most 4 records,
+# every tree the algorithm can output, and every neighbour (a record moved to another cell, or
+# removed), the exact log-probability ratio is computed from the discrete Laplace pmf summed
+# directly (not the module's closed form), on a lattice of N grid units per record.
+
+BRUTE_DEPTH, BRUTE_RECORDS = 3, 4
+
+
+def _brute_nodes():
+    return [(d, i) for d in range(BRUTE_DEPTH) for i in range(1 << d)]
+
+
+def _brute_trees():
+    """Split sets closed under parents: each is one output of PrivTree (leaves implied)."""
+    nodes = _brute_nodes()
+    out = []
+    for mask in range(1 << len(nodes)):
+        split = {nodes[k] for k in range(len(nodes)) if mask >> k & 1}
+        if all(d == 0 or (d - 1, i // 2) in split for d, i in split):
+            out.append(split)
+    nodes_split = np.array([[v in s for v in nodes] for s in out], dtype=float)
+    decided_leaf = np.array([[v not in s and (v[0] == 0 or (v[0] - 1, v[1] // 2) in s)
+                              for v in nodes] for s in out], dtype=float)
+    return nodes_split, decided_leaf
+
+
+def _brute_survival(t, span):
+    """m -> P(K > m), K discrete Laplace of scale t, by summing its pmf on [-span, span]."""
+    k = np.arange(-span, span + 1)
+    pmf = np.exp(-np.abs(k) / t)
+    pmf /= pmf.sum()
+    above = np.r_[np.cumsum(pmf[::-1])[::-1], 0.0]  # above[i] = P(K >= k[i])
+    return lambda m: above[np.clip(np.asarray(m) + 1 + span, 0, 2 * span + 1)]
+
+
+def _brute_datasets():
+    cells = 1 << BRUTE_DEPTH
+    return np.array([np.bincount(c, minlength=cells) for n in range(1, BRUTE_RECORDS + 1)
+                     for c in itertools.combinations_with_replacement(range(cells), n)])
+
+
+def _brute_max_losses(n_units, t, bias, thetas):
+    """(max over replace-one neighbours, max over add/remove neighbours) of
+    max_T |ln P_D(T) − ln P_D'(T)|."""
+    split, leaf = _brute_trees()
+    data = _brute_datasets()
+    index = {tuple(c): k for k, c in enumerate(data)}
+    nodes = _brute_nodes()
+    depth = np.array([d for d, _ in nodes])
+    counts = np.array([[c[i << (BRUTE_DEPTH - d):(i + 1) << (BRUTE_DEPTH - d)].sum()
+                        for d, i in nodes] for c in data])
+    surv = _brute_survival(t, int(80 * t + 4 * n_units * BRUTE_RECORDS + 8 * bias + 50))
+    pairs_replace, pairs_remove = [], []
+    for k, c in enumerate(data):
+        for a in np.flatnonzero(c):
+            for b in range(c.size):
+                moved = c.copy()
+                moved[a] -= 1
+                if b != a:
+                    moved[b] += 1
+                    pairs_replace.append((k, index[tuple(moved)]))
+            smaller = c.copy()
+            smaller[a] -= 1
+            if smaller.sum():
+                pairs_remove.append((k, index[tuple(smaller)]))
+    pr, pa = np.array(pairs_replace), np.array(pairs_remove)
+    worst_replace = worst_remove = 0.0
+    for theta in thetas:
+        biased = np.maximum(counts * n_units - depth * bias, theta - bias)
+        p_split = surv(theta - biased)
+        log_p = np.log(p_split) @ split.T + np.log1p(-p_split) @ leaf.T  # (datasets, trees)
+        worst_replace = max(worst_replace, np.abs(log_p[pr[:, 0]] - log_p[pr[:, 1]]).max())
+        worst_remove = max(worst_remove, np.abs(log_p[pa[:, 0]] - log_p[pa[:, 1]]).max())
+    return worst_replace, worst_remove
+
+
+def _brute_band_terms(n_units, t, bias, count):
+    """ρ(x_j) for the first ``count`` bands, from the directly summed pmf."""
+    surv = _brute_survival(t, int(80 * t + n_units + count * bias + 50))
+    m = bias - 1 - bias * np.arange(count)
+    return np.log(surv(m)) - np.log(surv(m + n_units))
+
+
+@pytest.mark.parametrize("n_units,t,bias", [(1, 2.0, 2), (1, 3.0, 1), (1, 1.0, 1),
+                                            (2, 4.0, 3), (4, 4.0, 3), (3, 1.5, 2)])
+def test_privtree_map_bounds_the_exact_privacy_loss(n_units, t, bias):
+    thetas = range(-3 * (n_units + bias), 3 * n_units + 1)
+    replace, remove = _brute_max_losses(n_units, t, bias, thetas)
+    claim_replace = privtree_replace_one_epsilon(n_units, t, bias)
+    claim_remove = privtree_add_remove_epsilon(n_units, t, bias)
+    assert replace <= claim_replace * (1 + 1e-12), (replace, claim_replace)
+    assert remove <= claim_remove * (1 + 1e-12), (remove, claim_remove)
+    if n_units == 1:
+        # One unit per record puts the biased counts on every band's lowest point for some
+        # dataset and θ: the exact loss is the band argument's sum cut at the tree's depth
+        # (root, depth 1, depth 2 on the gaining path under add/remove; the root is shared
+        # under replace-one, and the losing path's leaf adds N/t). The argument is exact.
+        rho = _brute_band_terms(n_units, t, bias, BRUTE_DEPTH)
+        assert remove == pytest.approx(rho.sum(), rel=1e-9)
+        assert replace == pytest.approx(n_units / t + rho[:2].sum(), rel=1e-9)
+        # ... and replace-one really costs more than add/remove on the same trees: a map that
+        # used the add/remove figure for replace-one would be caught where the bands are few.
+        assert replace > remove
 
 
 def test_runs_draw_exactly_their_noise_steps(monkeypatch):
@@ -313,12 +456,13 @@ def test_bad_inputs_are_refused():
             SeededRandomness(1), 2, M.get("BinAgg").hyper({}), M.NO_METER), SeededRandomness(2))
 
 
-def test_exact_samplers_only_and_evaluation_only_until_reviewed():
+def test_exact_samplers_only_and_publishable_but_not_in_the_default_suite():
     est = M.get("BinAgg")
-    # Every draw is exact, but PrivTree's discrete-Laplace guarantee is our own derivation and
-    # the release audit cannot recompute it yet: not publishable until both are reviewed.
-    assert not est.publishable and "BinAgg" not in M.PUBLISHABLE
-    assert "not yet reviewed" in est.not_publishable_reason
+    # Every draw is exact and PrivTree's discrete-Laplace map is proved (docs/binagg.md) and
+    # recomputed by the release audit: publishable. A second zCDP estimator beside DPGDzCDP,
+    # so it is not part of the default suite.
+    assert est.publishable and "BinAgg" in M.PUBLISHABLE and not est.not_publishable_reason
+    assert est.in_default_suite is False
     src = open(binagg.__file__).read()
     assert "np.random" not in src and "numpy_generator" not in src
 
@@ -380,3 +524,68 @@ def test_audit_bin_count():
     assert 1.0 < lb <= claim, (lb, claim)
     with half_gaussian_noise():
         assert epsilon_lower_bound_at_delta(count_sample, AUDIT_DELTA) > claim
+
+
+# --- 7. empirical audit: PrivTree's split decisions (claim: the step's replace-one ε) --------
+#
+# Depth cap 3. D holds 3 records in the left half and 1 in the right; D' moves one of the left
+# ones to the right record's cell. θ = 2N − 2δ puts D''s grandchild of that cell at the top of
+# band 0 (its split costs N/t: a lower point would be clamped on D, at θ − δ, and cost less)
+# and its right child at the top of band 1; D's left child sits where its leaf costs N/t. The
+# exact loss of the worst tree is 2N/t + ρ(θ + δ) = 1.29 against the claim 2.0: the depth cap
+# removes the other bands, and the map's band-0 term assumes no clamping.
+
+PRIVTREE_CLAIM = 2.0
+PRIVTREE_DATA = [[0.05, 0.05, 0.05, 0.55], [0.05, 0.05, 0.55, 0.55]]
+
+
+def _privtree_step():
+    return NoiseStep(PRIVTREE, PrivTreeLaplace.calibrate(PRIVTREE_CLAIM), "audit")
+
+
+def privtree_sample(i, reps, seed):
+    """Each rep's output tree as one number: Σ 2^(node index) over its leaves."""
+    step = _privtree_step()
+    n_units, bias = step.noise.grid_steps, step.noise.bias
+    theta = (2 * n_units - 2 * bias) / n_units  # exact: N is a power of two
+    x = np.asarray(PRIVTREE_DATA[i])
+    batch = TractBatch.single(x, np.full(x.size, 0.5))
+    bins = privtree_bins(batch, _SortedRecords(batch, 3), np.array([0]), step,
+                         SeededRandomness(seed), reps, {"max_depth": 3, "theta": theta})
+    width = bins.hi_code - bins.lo_code
+    depth = 3 - np.log2(width).astype(np.int64)
+    node = (1 << depth) - 1 + bins.lo_code // width
+    return np.bincount(bins.rep, weights=2.0 ** node, minlength=reps)
+
+
+def discrete_epsilon_lower_bound(sample, seed=0, alpha=1e-3):
+    """tests/audit.py's bound for outputs with few distinct values: one histogram bin per
+    value (edges between them), the event chosen on the pilot, the bound on fresh samples."""
+    pilot = [sample(i, PILOT, seed + 10 + i) for i in (0, 1)]
+    main = [sample(i, MAIN, seed + 20 + i) for i in (0, 1)]
+    values = np.unique(np.concatenate(pilot + main))
+    edges = np.r_[-np.inf, (values[:-1] + values[1:]) / 2, np.inf]
+    bound = 0.0
+    for a_pilot, b_pilot, a, b in ((pilot[0], pilot[1], main[0], main[1]),
+                                   (pilot[1], pilot[0], main[1], main[0])):
+        event = _choose_event(a_pilot, b_pilot, edges)
+        if event is None:
+            continue
+        in_a = np.isin(np.searchsorted(edges, a, side="right") - 1, event).sum()
+        in_b = np.isin(np.searchsorted(edges, b, side="right") - 1, event).sum()
+        lo_a, _ = clopper_pearson(int(in_a), a.size, alpha / 2)
+        _, hi_b = clopper_pearson(int(in_b), b.size, alpha / 2)
+        if lo_a > 0:
+            bound = max(bound, float(np.log(lo_a / hi_b)))
+    return bound
+
+
+def test_audit_privtree_decisions():
+    claim = _privtree_step().guarantee.epsilon
+    assert claim == pytest.approx(PRIVTREE_CLAIM, rel=LOOSE)
+    lb = discrete_epsilon_lower_bound(privtree_sample)
+    assert 1.1 < lb <= claim, (lb, claim)  # the exact loss here is 1.29
+    # Broken variant: the split decisions drawn with half the Laplace scale.
+    with budget_scaled(binagg, "laplace_mechanism", 2.0):
+        broken = discrete_epsilon_lower_bound(privtree_sample)
+    assert broken > claim, (broken, claim)

@@ -84,6 +84,40 @@ def test_zcdp_and_approx_charges():
         m.spend(LABELS, g)
 
 
+def test_add_remove_draws_are_converted_to_the_replace_one_charge():
+    from mechanisms.privacy import Relation
+    ar = Relation.ADD_REMOVE
+    # pure: each add-remove draw of eps costs 2 eps against a replace-one charge
+    m = PrivacyFilter({"s": PureDP(1.0)}, LABELS).meter("s")
+    m.spend(LABELS, PureDP(0.25, ar))
+    assert m.spent(LABELS[0]) == PureDP(0.5)  # stated in the charge's relation
+    m.spend(LABELS, PureDP(0.25, ar))
+    with pytest.raises(BudgetOverrun, match="over the 1-DP"):
+        m.spend(LABELS, PureDP(0.01, ar))
+    # zCDP: rho quadruples
+    z = PrivacyFilter({"z": ZCDP(1.0)}, LABELS).meter("z")
+    z.spend(LABELS, ZCDP(0.125, ar), times=2)
+    assert z.spent(LABELS[1]).rho == pytest.approx(1.0)
+    with pytest.raises(BudgetOverrun):
+        z.spend(LABELS[:1], ZCDP(0.001, ar))
+    # (eps, delta): (2 eps, (1 + e^eps) delta) per draw
+    a = PrivacyFilter({"a": ApproxDP(1.0, 1e-5)}, LABELS).meter("a")
+    a.spend(LABELS, ApproxDP(0.5, 1e-6, ar))
+    spent = a.spent(LABELS[2])
+    assert spent.epsilon == pytest.approx(1.0) and spent.delta == pytest.approx(
+        (1 + math.exp(0.5)) * 1e-6)
+
+
+def test_a_replace_one_draw_cannot_be_paid_from_an_add_remove_charge():
+    from mechanisms.privacy import Relation
+    m = PrivacyFilter({"s": PureDP(10.0, Relation.ADD_REMOVE)}, LABELS).meter("s")
+    with pytest.raises(BudgetOverrun, match="cannot be paid .* same n.*nothing was drawn"):
+        m.spend(LABELS, PureDP(0.1))
+    assert m.spent(LABELS[0]) == PureDP(0.0, Relation.ADD_REMOVE)  # nothing recorded
+    m.spend(LABELS, PureDP(0.1, Relation.ADD_REMOVE))  # its own relation: counted as is
+    assert m.spent(LABELS[0]).epsilon == pytest.approx(0.1)
+
+
 # --- the release path -----------------------------------------------------------------------
 
 
@@ -324,3 +358,47 @@ def test_plan_steps_list_their_noise(rule, mechanism):
     total_eps, total_delta = budget.charged()
     assert total_eps <= 2.0 * (1 + 1e-12) and total_delta <= 1e-6 * (1 + 1e-12)
     assert math.isclose(total_eps, 2.0, rel_tol=1e-3)
+
+
+# --- relations in the plan and the manifest (issue 9) ----------------------------------------
+
+
+def test_manifest_prints_the_relation_per_step_and_refuses_a_wrong_one():
+    from types import SimpleNamespace
+
+    import mechanisms.free_lunch  # noqa: F401  (registers FreeLunchSSP)
+    from dpatlas.allocate import Step
+    from dpatlas.manifest import check_relations, relations_section, step_entry
+    from dpatlas.publish import PublishError
+    from mechanisms.privacy import PROJECT_RELATION, Relation
+
+    budget = plan(config(profile="full-suite"), 12.0)
+    for s in budget.steps:
+        d = step_entry(s)
+        assert d["relation"] == "replace-one" == d["guarantee"]["relation"]
+        assert "relation_conversions" not in d
+        for alt in d["noise"]["alternatives"].values():
+            assert {ns["relation"] for ns in alt} == {"replace-one"}
+    check_relations(budget, "replace-one")
+    assert relations_section("replace-one")["charged_in"] == "replace-one"
+
+    est = M.get("FreeLunchSSP")
+    steps = tuple(est.noise_steps(1.0))
+    converted = Step("suite: FreeLunchSSP", "FreeLunchSSP", 1.0, 0.0, est.guarantee(1.0),
+                     (("FreeLunchSSP", steps),))
+    d = step_entry(converted)
+    assert d["relation"] == "replace-one"
+    conv = d["relation_conversions"]["FreeLunchSSP"]
+    assert conv["noise_relations"] == ["add-remove"] and "group privacy of size 2" in conv["by"]
+    assert [ns["relation"] for ns in d["noise"]["alternatives"]["FreeLunchSSP"]] == \
+        ["add-remove", "add-remove"]
+    check_relations(SimpleNamespace(steps=(converted,)), "replace-one")
+
+    # A step charged with the add-remove figure itself: refused before anything is published.
+    unconverted = Step("suite: x", "FreeLunchSSP", 1.0, 0.0, est.add_remove_guarantee(1.0),
+                       (("FreeLunchSSP", steps),))
+    with pytest.raises(PublishError, match="stated for add-remove, the ledger charges replace-one"):
+        check_relations(SimpleNamespace(steps=(unconverted,)), "replace-one")
+    with pytest.raises(PublishError, match="unknown neighbouring relation"):
+        check_relations(budget, "swap")
+    assert PROJECT_RELATION is Relation.REPLACE_ONE

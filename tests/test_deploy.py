@@ -130,7 +130,72 @@ def base_env(home: Path) -> dict[str, str]:
     return env
 
 
+def run_artifacts(url: str, flow_run_id: str) -> dict:
+    """The flow run's artifacts by key (the latest of each)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    from deploy.api import use_api
+
+    with use_api(url), get_client(sync_client=True) as client:
+        found = client.read_artifacts(flow_run_filter=FlowRunFilter(
+            id=FlowRunFilterId(any_=[flow_run_id])))
+    return {a.key: a for a in sorted(found, key=lambda a: a.created)}
+
+
+def release_events(url: str, name: str, release_id: str) -> list:
+    """Events named ``name`` about release ``release_id`` (the resource dpatlas.release.ID)."""
+    from prefect.client.orchestration import get_client
+    from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
+
+    from deploy.api import use_api
+
+    with use_api(url), get_client(sync_client=True) as client:
+        page = client.read_events(EventFilter(
+            event=EventNameFilter(name=[name]),
+            resource=EventResourceFilter(id=[f"dpatlas.release.{release_id}"])), limit=50)
+    return page.events
+
+
 # --- quick tests: definitions and operator errors, no server -----------------------------------
+
+def test_prefect_yaml_declares_both_deployments():
+    """`prefect deploy --all` registers the same two deployments as `deploy.serve`, with
+    parameters the flow accepts and an entrypoint that loads."""
+    from prefect.flows import load_flow_from_entrypoint
+
+    from deploy.serve import OPERATOR, SCHEDULED
+
+    spec = yaml.safe_load((ROOT / "prefect.yaml").read_text())
+    deployments = {d["name"]: d for d in spec["deployments"]}
+    assert set(deployments) == {SCHEDULED, OPERATOR}
+    for d in deployments.values():
+        flow = load_flow_from_entrypoint(str(ROOT / d["entrypoint"]))
+        assert flow.name == "dpatlas-release" and flow.persist_result is True
+        assert set(d["parameters"]) <= set(flow.parameters.properties)
+        assert d["work_pool"]["job_variables"]["env"]["PREFECT_TASKS_DEFAULT_PERSIST_RESULT"] \
+            == "false"
+        assert d["concurrency_limit"] == 1
+    assert deployments[SCHEDULED]["schedules"][0]["cron"] == "{{ $DPATLAS_CRON }}"
+    assert deployments[OPERATOR]["schedules"] == []
+    assert deployments[OPERATOR]["parameters"]["release_id"] is None
+
+
+def test_automations_file_matches_the_events_the_flow_emits():
+    """deploy/automations.yaml is what `prefect automation create --from-file` accepts (its
+    own model), and triggers on the names and labels flows/events.py emits."""
+    from prefect.events.schemas.automations import AutomationCore
+
+    from flows.events import BUDGET_LABEL, FAILED, PUBLISHED
+
+    spec = yaml.safe_load((ROOT / "deploy" / "automations.yaml").read_text())
+    autos = {a["name"]: AutomationCore.model_validate(a) for a in spec["automations"]}
+    budget = autos["dpatlas-budget-over-80-percent"]
+    assert budget.trigger.expect == {PUBLISHED}
+    assert budget.trigger.match.root == {BUDGET_LABEL: "true"}
+    assert [a.type for a in budget.actions] == ["pause-deployment"]
+    assert autos["dpatlas-release-failed"].trigger.expect == {FAILED}
+
 
 def test_build_deployments(tmp_path):
     from deploy.serve import build_deployments
@@ -239,19 +304,67 @@ def test_serve_and_operator_rerun(tmp_path, monkeypatch):
         # 3. An operator rerun through the API, executed by the serve process.
         out = trigger_release(str(cfg), rid, timeout=240)
         print(f"flow run finished after {time.monotonic() - t0:.1f}s: {out}")
-        assert out["state"] == "COMPLETED", out
+        assert out.state == "COMPLETED", out
+        assert out.flow_run_name == f"release-{rid}"  # named by the flow, from the release id
         folder = Path(cfg.parent / "releases" / rid)
-        assert out["result"] == str(folder)
-        assert (folder / "manifest.json").is_file()
-        # ... read back from the flow's persisted result (JSON, in the serving side's storage),
-        # not only inferred from the release id
+        # the typed result, read back from the flow's persisted result (JSON, in the serving
+        # side's storage), not inferred from the release id
+        assert out.outcome is not None and out.outcome.status == "published"
+        assert Path(out.outcome) == folder and (folder / "manifest.json").is_file()
+        assert out.outcome.budget.spent_epsilon == pytest.approx(1.0)
         stored = [f.read_text() for f in (tmp_path / "serve-home" / "storage").iterdir()]
-        assert json.dumps(str(folder)) in stored
+        assert any("flows.outcome.ReleaseOutcome" in text and rid in text for text in stored)
         with use_api(url), get_client(sync_client=True) as client:
-            run = client.read_flow_run(out["flow_run_id"])
+            run = client.read_flow_run(out.flow_run_id)
         assert run.state.is_completed()
         assert run.deployment_id == op.id
         assert run.parameters["release_id"] == rid
+
+        # ... its summary and per-mechanism table are artifacts of the run, and it emitted
+        # `dpatlas.release.published` with the deployment as a related resource
+        artifacts = run_artifacts(url, out.flow_run_id)
+        assert artifacts["dpatlas-release-summary"].type == "markdown"
+        summary = artifacts["dpatlas-release-summary"].data
+        assert f"# Release {rid}" in summary and "spent 1 of 10" in summary
+        assert "manifest.json" in summary and "Published by this run" in summary
+        table = artifacts["dpatlas-release-mechanisms"]
+        assert table.type == "table"
+        rows = json.loads(table.data) if isinstance(table.data, str) else table.data
+        assert sum(r["tract-cells"] for r in rows) == sum(out.outcome.by_mechanism.values())
+        (published,) = wait_until(lambda: release_events(url, "dpatlas.release.published", rid),
+                                  60, "the published event", (server, serve))
+        assert published.resource["dpatlas.budget.over-80-percent"] == "false"
+        assert published.payload["share_spent"] == pytest.approx(0.1)
+        assert f"prefect.deployment.{op.id}" in {r.id for r in published.related}
+
+        # 3b. `dpatlas rerun` of the published id: a human summary, nothing charged
+        cli = subprocess.run([str(VENV_BIN / "dpatlas"), "rerun", rid, "-c", str(cfg),
+                              "--timeout", "240"], cwd=ROOT, env={**env, "COLUMNS": "200"},
+                             capture_output=True, text=True, timeout=300)
+        assert cli.returncode == 0, cli.stdout + cli.stderr
+        said = " ".join(cli.stdout.split())
+        assert f"release {rid} was already published" in said, said
+        assert "nothing new published, nothing charged" in said
+
+        # 3c. A release over the cap is refused before any noise: a failed run, the
+        # `dpatlas.release.refused` event, and the command line says nothing was charged
+        from dpatlas.config import load_config
+        from dpatlas.ledger import Ledger
+
+        ledger_cfg = load_config(cfg).ledger
+        Ledger(ledger_cfg.url).set_cap(ledger_cfg.dataset, 1.5, 1e-5,
+                                       reason="test: leave less than one release")
+        cli = subprocess.run([str(VENV_BIN / "dpatlas"), "rerun", "over-cap", "-c", str(cfg),
+                              "--timeout", "240"], cwd=ROOT, env={**env, "COLUMNS": "200"},
+                             capture_output=True, text=True, timeout=300)
+        assert cli.returncode == 1, cli.stdout + cli.stderr
+        said = " ".join(cli.stdout.split())
+        assert "nothing was published by this run" in said, said
+        assert "nothing was charged: the ledger has no release over-cap" in said, said
+        (refused,) = wait_until(lambda: release_events(url, "dpatlas.release.refused",
+                                                       "over-cap"),
+                                60, "the refused event", (server, serve))
+        assert "cap" in refused.payload["message"]
 
         # 4. Once serving stops, a trigger is refused instead of queueing a run. A graceful
         # stop pauses the deployment at once; one that had to be killed (a loaded machine:

@@ -16,7 +16,8 @@ from conftest import line_tract
 
 NAMES = ["OLS", "TheilSen", "NoisyStats", "NoisyIntercept", "DPExpTheilSen",
          "DPExpTheilSenMatch", "DPExpTheilSenkMatch", "DPWideTheilSen", "DPSSTheilSen",
-         "DPGDPure", "DPGDApprox", "DPGDzCDP", "MOS", "BinAgg"]
+         "DPGDPure", "DPGDApprox", "DPGDzCDP", "MOS", "BinAgg", "FreeLunchSSP", "DDSSP", "AdaSSP",
+         "ModulatedLR"]
 
 
 def test_registry_has_exactly_the_names():
@@ -112,6 +113,46 @@ def test_pairs_counts_and_k_bound(rand, n):
         pairs = {(min(i, j), max(i, j)) for i, j in zip(km.i, km.j)}
         assert len(pairs) == km.i.size  # matchings are distinct: no pair twice
         assert all(i != j for i, j in pairs)
+
+
+def test_all_pairs_are_each_tracts_triu_pairs_in_tract_order():
+    # Tracts of sizes 0..9 (and repeats, so several tracts share a size group) in shuffled
+    # order: the pairs must come tract by tract, each tract's in triu order, as a per-tract
+    # loop would give them.
+    rng = np.random.default_rng(4)
+    sizes = rng.permutation(np.repeat(np.arange(10), 3))
+    labels = np.repeat(np.arange(sizes.size), sizes)
+    b = TractBatch.from_labels(labels, rng.uniform(0, 1, labels.size),
+                               rng.uniform(0, 1, labels.size))
+    ref_t, ref_i, ref_j = [], [], []
+    for t in range(b.n_tracts):
+        a, c = np.triu_indices(int(b.n[t]), 1)
+        ref_t += [t] * a.size
+        ref_i += list(b.starts[t] + a)
+        ref_j += list(b.starts[t] + c)
+    ap = all_pairs(b)
+    assert ap.tract.dtype == np.int32 and ap.i.dtype == np.int64
+    assert np.array_equal(ap.tract, ref_t)
+    assert np.array_equal(ap.i, ref_i) and np.array_equal(ap.j, ref_j)
+    assert np.array_equal(ap.k, np.maximum(b.n - 1, 1))
+
+
+def test_predictions_at_two_points_equal_one_point_at_a_time():
+    from mechanisms.pairs import theil_sen_points, theil_sen_predictions
+    rng = np.random.default_rng(5)
+    labels = np.repeat(np.arange(40), rng.integers(1, 30, 40))
+    x = np.round(rng.uniform(0, 1, labels.size), 2)  # ties: pairs with equal x are dropped
+    b = TractBatch.from_labels(labels, x, rng.uniform(0, 1, labels.size))
+    ap = all_pairs(b)
+    tract, (z25, z75) = theil_sen_predictions(b, ap, (0.25, 0.75), -0.5, 1.5)
+    for x_star, z in ((0.25, z25), (0.75, z75)):
+        t1, z1 = theil_sen_points(b, ap, x_star, -0.5, 1.5)
+        assert np.array_equal(t1, tract) and np.array_equal(z1, z)  # bit for bit
+    keep = b.x[ap.i] != b.x[ap.j]
+    assert tract.size == keep.sum() < ap.i.size
+    xi, xj, yi, yj = b.x[ap.i][keep], b.x[ap.j][keep], b.y[ap.i][keep], b.y[ap.j][keep]
+    by_hand = yi + (yj - yi) / (xj - xi) * (0.25 - xi)
+    assert np.allclose(z25, np.clip(by_hand, -0.5, 1.5), rtol=0, atol=1e-12)
 
 
 def test_round_robin_rounds_are_rows_of_the_full_table():

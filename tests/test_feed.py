@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from dpatlas import feed as F
+from dpatlas import stac
 from dpatlas.ids import InvalidReason, InvalidReleaseId
 from dpatlas.ledger import Charge, Ledger, LedgerError
 from dpatlas.withdraw import WithdrawIncomplete, withdraw_everywhere
@@ -65,6 +66,11 @@ def snapshot(root: Path) -> dict:
     link = root / F.LATEST_LINK
     out["link"] = os.readlink(link) if link.is_symlink() else None
     out["temps"] = sorted(p.name for p in root.glob(F.TMP_PREFIX + "*"))
+    # the STAC catalogue written with the feed: every byte of it, and its temporary files
+    collection = root / stac.COLLECTION_FILE
+    out["stac"] = collection.read_bytes() if collection.exists() else None
+    out["stac_items"] = {p.name: p.read_bytes() for p in sorted((root / stac.ITEMS_DIR)
+                                                                .glob("*"))}
     return out
 
 
@@ -682,3 +688,58 @@ def test_concurrent_updaters_lose_nothing(tmp_path):
     ET.parse(root / "feed.atom")
     assert len(ET.parse(root / "feed.atom").getroot().findall(f"{ATOM}entry")) == 36
     assert not list(root.glob(F.TMP_PREFIX + "*"))
+
+
+# ---------------------------------------------------------------- the STAC catalogue beside it
+
+
+def item(root: Path, rid: str) -> dict:
+    return json.loads((root / stac.ITEMS_DIR / f"{rid}.json").read_text())
+
+
+def test_stac_catalogue_follows_the_feed(tmp_path):
+    for i in range(3):
+        make_release(tmp_path, f"r{i}", at(i))
+        F.update_feed(tmp_path, f"r{i}")
+    assert stac.validate_catalog(tmp_path) == 3
+    entry = F.listed(tmp_path, "r1")
+    assets = item(tmp_path, "r1")["assets"]
+    assert set(assets) == set(FILES) | {"manifest.json"}
+    for name in FILES:
+        assert assets[name]["file:checksum"] == "1220" + entry["files"][name]["sha256"]
+        assert assets[name]["file:size"] == entry["files"][name]["bytes"]
+    assert item(tmp_path, "r1")["geometry"] is None  # these manifests state no extent
+    F.withdraw(tmp_path, "r1", "wrong boundaries", withdrawn_at=at(60))
+    props = item(tmp_path, "r1")["properties"]
+    assert (props["dpatlas:status"], props["dpatlas:withdrawn_reason"],
+            props["dpatlas:withdrawn_at"]) == ("withdrawn", "wrong boundaries", at(60))
+    assert item(tmp_path, "r2")["properties"]["dpatlas:status"] == "published"
+    assert stac.validate_catalog(tmp_path) == 3
+
+
+def test_unchanged_catalogue_documents_are_not_rewritten(tmp_path):
+    make_release(tmp_path, "r0", at(0))
+    F.update_feed(tmp_path, "r0")
+    path = tmp_path / stac.ITEMS_DIR / "r0.json"
+    before = path.stat()
+    make_release(tmp_path, "r1", at(1))
+    F.update_feed(tmp_path, "r1")  # the collection changes; r0's item does not
+    after = path.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+
+
+def test_a_rerun_withdrawal_completes_the_catalogue(tmp_path):
+    make_release(tmp_path, "r0", at(0))
+    F.update_feed(tmp_path, "r0")
+    F.withdraw(tmp_path, "r0", "wrong boundaries")
+    withdrawn = item(tmp_path, "r0")
+    (tmp_path / stac.ITEMS_DIR / "r0.json").unlink()  # as if a crash lost it
+    assert not F.withdraw(tmp_path, "r0", "wrong boundaries")["changed"]
+    assert item(tmp_path, "r0") == withdrawn
+
+
+def test_the_catalogue_names_are_reserved(tmp_path):
+    for name in (stac.COLLECTION_FILE, stac.ITEMS_DIR):
+        assert name in F.RESERVED
+        with pytest.raises(InvalidReleaseId):
+            F.update_feed(tmp_path, name)

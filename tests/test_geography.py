@@ -5,12 +5,15 @@ import zipfile
 
 import geopandas as gpd
 import numpy as np
+import pandas as pd
 import pytest
 import shapely
 
 from dpatlas.geography import (STATE_FIPS, BoundaryError, _state_outline, load_boundaries,
                                synth_boundaries, write_boundaries)
-from dpatlas.synth import tract_geoids
+from dpatlas.geography import local_km, tract_centroids
+from dpatlas.synth import (StateParams, matern_covariance, matern_field, oi_like_state,
+                           tract_geoids, write_synthetic)
 
 US_BOX = (-124.0, 25.0, -67.0, 49.0)
 
@@ -348,3 +351,117 @@ def test_nad83_area_of_use_crosses_the_antimeridian(tmp_path):
     europe = gdf.set_geometry([shapely.box(10.0, 51.5, 10.6, 52.0), east], crs=4269)
     with pytest.raises(BoundaryError, match="outside the area of use"):
         load_boundaries(write_boundaries(europe, tmp_path / "europe.parquet"))
+
+
+# --------------------------------------------------------------------------------------------
+# Spatially structured synthetic data (dpatlas.synth over these boundaries)
+
+def morans_i(values: np.ndarray, geoms: np.ndarray) -> float:
+    """Moran's I of ``values`` over tracts that touch (binary weights): ~0 without spatial
+    structure, towards 1 when neighbours are alike."""
+    i, j = shapely.STRtree(geoms).query(geoms, predicate="touches")
+    z = values - values.mean()
+    return float(len(z) / len(i) * (z[i] * z[j]).sum() / (z ** 2).sum())
+
+
+def test_matern_covariance_is_the_closed_form_for_three_halves():
+    r = np.array([0.0, 10.0, 60.0, 200.0])
+    a = np.sqrt(3) * r / 60.0
+    assert np.allclose(matern_covariance(r, 60.0, 1.5), (1 + a) * np.exp(-a), rtol=1e-10)
+    assert np.allclose(matern_covariance(r, 60.0, 0.5), np.exp(-r / 60.0), rtol=1e-10)
+
+
+def test_matern_field_has_the_matern_covariance():
+    # Correlation between the field at 0 km and at distance r, over independent draws,
+    # against the kernel: the Fourier-feature construction is exact in expectation.
+    distances = np.array([0.0, 20.0, 60.0, 150.0])
+    points = np.column_stack([distances, np.zeros(4)])
+    rng = np.random.default_rng(11)
+    draws = np.array([matern_field(points, 60.0, 1.5, rng, features=256) for _ in range(4000)])
+    assert np.allclose(draws.var(axis=0), 1.0, atol=0.08)
+    corr = np.array([np.corrcoef(draws[:, 0], draws[:, k])[0, 1] for k in range(4)])
+    expected = matern_covariance(distances, 60.0, 1.5)  # 1, 0.81, 0.48, 0.07
+    assert np.all(np.abs(corr - expected) < 0.05), (corr, expected)
+    # and a shorter length scale decorrelates faster: the test can tell kernels apart
+    short = np.array([matern_field(points, 20.0, 1.5, rng, features=256) for _ in range(2000)])
+    assert np.corrcoef(short[:, 0], short[:, 2])[0, 1] < expected[2] - 0.2
+
+
+def test_matern_field_scales_to_a_country():
+    rng = np.random.default_rng(0)
+    points = rng.uniform(0, 4500, (74_000, 2))  # 74,000 tracts over a continent, in km
+    start = time.process_time()  # CPU time: a busy machine does not fail the test
+    field = matern_field(points, 60.0, 1.5, rng)
+    assert time.process_time() - start < 10  # about 2.3 s; memory in blocks of 4,096 tracts
+    assert field.shape == (74_000,) and abs(field.std() - 1) < 0.1
+
+
+def test_local_km_distances():
+    xy = local_km(np.array([-89.0, -88.0, -89.0]), np.array([40.0, 40.0, 41.0]))
+    east = np.linalg.norm(xy[1] - xy[0])
+    north = np.linalg.norm(xy[2] - xy[0])
+    assert east == pytest.approx(85.3, rel=0.02)  # one degree of longitude at 40.3 N
+    assert north == pytest.approx(111.0, rel=0.01)
+
+
+@pytest.fixture(scope="module")
+def spatial_state():
+    params = StateParams(n_tracts=600, counties=12)
+    df = oi_like_state(3, params)
+    boundaries = synth_boundaries(list(df.attrs["truth"]["geoid"]), seed=3)
+    return params, df, boundaries
+
+
+def test_synthetic_effects_vary_smoothly_over_the_map(spatial_state):
+    params, df, boundaries = spatial_state
+    truth = df.attrs["truth"].set_index("geoid").loc[boundaries["geoid"]]
+    geoms = boundaries.geometry.to_numpy()
+    p25 = (truth["intercept"] + 0.25 * truth["slope"]).to_numpy()
+    assert morans_i(p25, geoms) > 0.4
+    mean_x = df.groupby("geoid")["parent_rank"].mean().loc[boundaries["geoid"]].to_numpy()
+    assert morans_i(mean_x, geoms) > 0.2  # richer and poorer areas, as in real states
+    # the same state without spatial parts has no structure: the statistic can tell them apart
+    flat = oi_like_state(3, StateParams(n_tracts=600, counties=12, spatial_share=0.0,
+                                        county_share=0.0))
+    flat_truth = flat.attrs["truth"].set_index("geoid").loc[boundaries["geoid"]]
+    assert abs(morans_i((flat_truth["intercept"] + 0.25 * flat_truth["slope"]).to_numpy(),
+                        geoms)) < 0.1
+
+
+def test_synthetic_tract_effects_keep_their_spread(spatial_state):
+    params, df, _ = spatial_state
+    truth = df.attrs["truth"]
+    for col, mean, sd in (("slope", params.slope_mean, params.slope_sd),
+                          ("intercept", params.intercept_mean, params.intercept_sd)):
+        assert truth[col].mean() == pytest.approx(mean, abs=0.5 * sd)
+        assert truth[col].std() == pytest.approx(sd, rel=0.2)
+    assert truth["n"].mean() == pytest.approx(params.mean_tract_size, rel=0.15)
+    assert df["parent_rank"].between(0, 1).all() and df["child_rank"].between(0, 1).all()
+
+
+def test_same_seed_same_data_and_the_written_data_follow_the_written_map(tmp_path):
+    params = StateParams(n_tracts=40, counties=3)
+    a, b = oi_like_state(5, params), oi_like_state(5, params)
+    pd.testing.assert_frame_equal(a, b)
+    pd.testing.assert_frame_equal(a.attrs["truth"], b.attrs["truth"])
+    assert not oi_like_state(6, params)["child_rank"].equals(a["child_rank"])
+    write_synthetic(tmp_path, ["17"], seed=5, params=params)
+    written = pd.read_parquet(tmp_path / "microdata" / "state=17" / "part-0.parquet")
+    pd.testing.assert_frame_equal(written.drop(columns="person_id"), a)
+    centroids = tract_centroids(gpd.read_parquet(tmp_path / "tracts.parquet")
+                                .rename(columns={"GEOID": "geoid"}))
+    explicit = oi_like_state(5, params, centroids=centroids[["lon", "lat"]].to_numpy())
+    pd.testing.assert_frame_equal(explicit, a)
+
+
+@pytest.mark.parametrize("bad", [{"spatial_share": 0.9, "county_share": 0.2},
+                                 {"spatial_share": -0.1}, {"length_scale_km": 0.0},
+                                 {"matern_nu": -1.0}])
+def test_state_params_refuse_impossible_shares(bad):
+    with pytest.raises(ValueError):
+        StateParams(**bad)
+
+
+def test_centroids_must_match_the_tracts():
+    with pytest.raises(ValueError, match="centroids"):
+        oi_like_state(1, StateParams(n_tracts=10, counties=2), centroids=np.zeros((9, 2)))

@@ -380,3 +380,108 @@ def test_integer_person_ids_with_a_gap_stay_integers(tmp_path):
     assert df["person_id"].dropna().nunique() == 3
     with pytest.raises(ValidationFailed, match="person_id"):
         apply_policy(df, "fail", "all", tmp_path / "internal")
+
+
+# --- reading one state at a time ----------------------------------------------------------------
+
+
+def interleaved_states(n_per_state: int = 400, states=("01", "17", "18")) -> pd.DataFrame:
+    """Records of several states, interleaved (as an unsorted national file would be)."""
+    frames = [state_records(s, n=n_per_state, tracts=8, first_id=1000 * k)
+              for k, s in enumerate(states)]
+    mixed = pd.concat(frames, ignore_index=True)
+    order = np.random.default_rng(3).permutation(len(mixed))
+    return mixed.iloc[order].reset_index(drop=True)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_single_file_is_split_by_state_with_file_row_positions(tmp_path, fmt, monkeypatch):
+    frame = interleaved_states()
+    frame.loc[[5, 900], "geoid"] = [None, "x1700100010"]  # blank and malformed: "other"
+    path = tmp_path / f"in.{fmt}"
+    if fmt == "csv":
+        frame.to_csv(path, index=False)
+        monkeypatch.setattr("dpatlas.ingest._STREAM_BLOCK_BYTES", 4096)  # many blocks
+    else:
+        frame.to_parquet(path, index=False, row_group_size=100)
+        monkeypatch.setattr("dpatlas.ingest._STREAM_BATCH_ROWS", 97)
+    cfg = input_config(path, fmt=fmt)
+
+    parts = partitions(cfg.input)
+    assert [(p.key, p.rows) for p in parts] == [("01", 400), ("17", 399), ("18", 399),
+                                                ("other", 2)]
+    whole = read_partition(cfg.input, "all")
+    pieces = []
+    for part in parts:
+        df = read_partition(cfg.input, part.key)
+        assert len(df) == part.rows
+        if part.key != "other":
+            assert (df["geoid"].str[:2] == part.key).all()
+        # every record keeps its position in the file, so quarantine reports point at it
+        assert df["row"].is_monotonic_increasing
+        expected = whole.set_index("row").loc[df["row"]]
+        assert list(df["geoid"]) == list(expected["geoid"])
+        assert np.array_equal(df["x"], expected["x"]) and np.array_equal(df["y"], expected["y"])
+        assert list(df["person_id"]) == list(expected["person_id"])
+        pieces.append(df)
+    assert sorted(pd.concat(pieces)["row"]) == list(range(len(frame)))
+    other = read_partition(cfg.input, "other")
+    assert list(other["row"]) == [5, 900] and other["geoid"].isna().tolist() == [True, False]
+    assert read_partition(cfg.input, "56").empty  # a state with no records
+
+
+def test_csv_state_read_holds_one_state_not_the_file(tmp_path, monkeypatch):
+    """Arrow memory while reading one of ten states from a ~9 MB CSV stays far below what the
+    whole file takes: the file is streamed in blocks and only that state's rows are kept.
+    (Blocks of 64 KiB here stand for the 1 MiB blocks of a national file of ~300 MB: pyarrow
+    reads some 32 blocks ahead, so the bound is a multiple of the block size.)"""
+    import pyarrow as pa
+
+    monkeypatch.setattr("dpatlas.ingest._STREAM_BLOCK_BYTES", 64 << 10)
+    states = ("01", "04", "05", "06", "08", "09", "10", "11", "12", "13")
+    frame = interleaved_states(n_per_state=20_000, states=states)
+    path = tmp_path / "in.csv"
+    frame.to_csv(path, index=False)
+    cfg = input_config(path, fmt="csv")
+
+    pools = []  # kept alive: buffers allocated from a pool may outlive the read
+
+    def arrow_peak(key: str) -> int:
+        pools.append(pa.proxy_memory_pool(pa.default_memory_pool()))
+        previous = pa.default_memory_pool()
+        pa.set_memory_pool(pools[-1])
+        try:
+            df = read_partition(cfg.input, key)
+        finally:
+            pa.set_memory_pool(previous)
+        assert len(df) == (20_000 if key != "all" else 200_000)
+        return pools[-1].max_memory()
+
+    one_state, whole = arrow_peak("06"), arrow_peak("all")
+    assert one_state < whole / 2, (one_state, whole)
+
+
+def test_csv_type_change_after_the_first_block_is_an_input_error(tmp_path, monkeypatch):
+    frame = interleaved_states(n_per_state=300)
+    frame["parent_rank"] = frame["parent_rank"].astype(object)
+    frame.loc[850, "parent_rank"] = "high"  # far past the first (small) block
+    path = tmp_path / "in.csv"
+    frame.to_csv(path, index=False)
+    monkeypatch.setattr("dpatlas.ingest._STREAM_BLOCK_BYTES", 4096)
+    cfg = input_config(path, fmt="csv")
+    state = frame.loc[850, "geoid"][:2]
+    with pytest.raises(InputError) as err:
+        read_partition(cfg.input, state)
+    message = str(err.value)
+    assert "cannot be read with consistent column types" in message and "\n" not in message
+
+
+def test_hive_partition_counts_come_from_the_footers(tmp_path, two_states, monkeypatch):
+    two_states["36"] = state_records("36", n=7, first_id=5000)
+    cfg = input_config(write_states(tmp_path, two_states))
+    monkeypatch.setattr("dpatlas.ingest._to_table", lambda *a, **k: pytest.fail("data read"))
+    assert [(p.key, p.rows) for p in partitions(cfg.input)] == [("17", 60), ("18", 60),
+                                                                ("36", 7)]
+    monkeypatch.undo()
+    df = read_partition(cfg.input, "36")
+    assert list(df["row"]) == list(range(120, 127))  # positions in partition order

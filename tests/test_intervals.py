@@ -4,17 +4,21 @@ guarantee derived from the noise steps, every draw paid, containment, bad inputs
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
 
 import mechanisms as M
 from dpatlas.selection import Rule, run_selected, select
+from mechanisms import intervals as CI
 from mechanisms.batch import X_HIGH, X_LOW, TractBatch
 from mechanisms.intervals import (EXP_THEIL_SEN, NOISY_STATS, RULE, Released,
                                   interval_guarantee, interval_noise_steps, intervals,
                                   theil_sen_rank_offset)
+from mechanisms.median import Segments, exp_median
 from mechanisms.noise import SeededRandomness
+from mechanisms.pairs import all_pairs, chunk_tracts, theil_sen_points
 from mechanisms.privacy_maps import compose
 from mechanisms.sufficient_stats import noisy_stats_release
 
@@ -262,3 +266,136 @@ def test_interval_evaluation_reports_coverage_by_quintile_and_plots_it(tmp_path)
     assert summary["coverage"].min() > 0.8  # nominal 95%: far below means a broken interval
     paths = write_interval_report(summary, per_tract, edges, tmp_path)
     assert all(p.exists() and p.stat().st_size > 0 for p in paths)
+
+
+# ---------------------------------------------------------------------------------------------
+# Faster, and the same numbers: bit-identical to the previous computation given the same bits
+
+
+def test_row_quantiles_are_numpys_nanquantile_bit_for_bit():
+    from mechanisms.intervals import _row_nanquantiles
+
+    rng = np.random.default_rng(31)
+    for trial in range(200):
+        rows, cols = int(rng.integers(1, 40)), int(rng.integers(1, 420))
+        v = rng.laplace(size=(rows, cols)) * 10.0 ** int(rng.integers(-6, 6))
+        if trial % 3 == 0:
+            v = np.round(v, 1) + 0.0  # ties (and no -0.0: numpy's partition may place it apart)
+        v[rng.random((rows, cols)) < rng.random((rows, 1))] = np.nan  # rows of any NaN share
+        v[0, : trial % 4] = np.nan if trial % 8 else np.inf  # infinities in some rows
+        if trial % 5 == 0:
+            v[-1] = np.nan  # a row with nothing
+            v[-1, cols // 2] = 0.25 if trial % 10 else np.nan  # ... or one value
+        a = float(rng.uniform(0.001, 0.5))
+        probs = (a / 2, 1 - a / 2) if trial % 7 else (0.0, 1.0)
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            want = np.nanquantile(v, probs, axis=1)
+            got = _row_nanquantiles(v, probs)
+        assert got.shape == want.shape == (2, rows)
+        assert np.array_equal(np.isnan(got), np.isnan(want))
+        finite = ~np.isnan(want)
+        assert np.array_equal(got[finite].view(np.int64), want[finite].view(np.int64)), trial
+
+
+def sorted_with_padding(tract, z, n_tracts, keep, pad, pad_value) -> Segments:
+    """REFERENCE: the tracts ``keep``' values and their padding, sorted tract by tract."""
+    parts = [np.sort(np.concatenate([z[tract == t], np.full(p, pad_value)]))
+             for t, p in zip(keep, pad)]
+    offsets = np.concatenate([[0], np.cumsum([len(p) for p in parts])]).astype(np.int64)
+    return Segments(np.concatenate(parts) if parts else np.zeros(0), offsets)
+
+
+@pytest.mark.parametrize("pad_value", [CI._TS_LO, CI._TS_HI])
+def test_padding_sorted_values_gives_the_sorted_padded_values(pad_value):
+    rng = np.random.default_rng(32)
+    tract = np.repeat(np.arange(7), [5, 0, 12, 1, 30, 8, 3])
+    z = np.clip(rng.normal(0.5, 0.8, tract.size), CI._TS_LO, CI._TS_HI)  # some at the ends
+    z[:3] = [CI._TS_LO, CI._TS_HI, 0.4]
+    seg = Segments.build(tract, z, 7)
+    keep = np.array([0, 2, 3, 4, 6])
+    pad = np.array([2, 0, 3, 11, 1])
+    got = CI._padded(seg, keep, pad, pad_value)
+    want = sorted_with_padding(tract, z, 7, keep, pad, pad_value)
+    assert np.array_equal(got.offsets, want.offsets)
+    assert np.array_equal(got.z.view(np.int64), want.z.view(np.int64))
+    with pytest.raises(ValueError, match="padding goes at an end"):
+        CI._padded(seg, keep, pad, 0.5)
+
+
+def previous_theil_sen_intervals(batch, released, eps, rand, level):
+    """REFERENCE: DPExpTheilSen intervals as computed before (the pairs' predictions one x* at
+    a time, each end's padded values sorted afresh), same order of draws."""
+    reps, T = released.p25.shape
+    ends = {}
+    eps_q = CI._theil_sen_steps(eps)[0].noise.argument
+    offset = theil_sen_rank_offset(batch.n, eps_q, level)
+    for name, _ in CI._PREDICTIONS:
+        for end in ("lo", "hi"):
+            ends[f"{name}_{end}"] = np.full((reps, T), np.nan)
+    for chunk in chunk_tracts(batch, CI.MAX_PAIRS_PER_CHUNK):
+        sub = batch.subset(chunk)
+        usable = sub.n >= CI.MIN_RECORDS
+        pairs = all_pairs(sub)
+        for name, x_star in CI._PREDICTIONS:
+            tract, z = theil_sen_points(sub, pairs, x_star, CI._TS_LO, CI._TS_HI)
+            m = np.bincount(tract, minlength=sub.n_tracts)
+            r = offset[chunk]
+            for end, pad_value, trivial in (("lo", CI._TS_LO, 0.0), ("hi", CI._TS_HI, 1.0)):
+                draw = np.nonzero(usable & (2 * r < m))[0]
+                vals = np.full((reps, sub.n_tracts), trivial)
+                if draw.size:
+                    seg = sorted_with_padding(tract, z, sub.n_tracts, draw, 2 * r[draw],
+                                              pad_value)
+                    vals[:, draw] = exp_median(seg, eps_q, np.maximum(sub.n[draw] - 1, 1),
+                                               CI._TS_LO, CI._TS_HI, rand, reps)
+                ends[f"{name}_{end}"][:, chunk] = vals
+    for name, _ in CI._PREDICTIONS:
+        point = getattr(released, name)
+        ends[f"{name}_lo"], ends[f"{name}_hi"] = CI._finish(ends[f"{name}_lo"],
+                                                            ends[f"{name}_hi"], point)
+    return CI.Intervals(**ends)
+
+
+def mixed_sizes() -> TractBatch:
+    """Tracts of 1 to 150 records: unpublished, with trivial ends, and drawn ends."""
+    parts = [synthetic(3, n, seed=40 + n)[0] for n in (1, 4, 9, 40, 80, 150)]
+    x = np.concatenate([p.x for p in parts])
+    y = np.concatenate([p.y for p in parts])
+    labels = np.concatenate([np.char.add(f"s{i}-", p.labels[np.repeat(np.arange(p.n_tracts),
+                                                                       p.n)])
+                             for i, p in enumerate(parts)])
+    return TractBatch.from_labels(labels, x, y)
+
+
+def test_theil_sen_intervals_are_bit_identical_to_the_previous_computation(monkeypatch):
+    batch = mixed_sizes()
+    monkeypatch.setattr(CI, "MAX_PAIRS_PER_CHUNK", 5000)  # several chunks
+    assert len(chunk_tracts(batch, CI.MAX_PAIRS_PER_CHUNK)) >= 3
+    reps = 3
+    out = M.estimate_batch("DPExpTheilSen", batch, 2.0, rand=SeededRandomness(41), reps=reps)
+    rel = Released(out.p25, out.p75)
+    got = intervals(EXP_THEIL_SEN, batch, rel, 12.0, SeededRandomness(42), 0.9, reps)
+    want = previous_theil_sen_intervals(batch, rel, 12.0, SeededRandomness(42), 0.9)
+    ends = np.stack([got.p25_lo, got.p25_hi, got.p75_lo, got.p75_hi])
+    assert np.isnan(ends).any() and (ends == 0.0).any()  # unpublished and trivial ends occur
+    assert ((0.0 < ends) & (ends < 1.0)).mean() > 0.3  # and many ends were drawn
+    for f in ("p25_lo", "p25_hi", "p75_lo", "p75_hi"):
+        assert np.array_equal(getattr(got, f), getattr(want, f), equal_nan=True), f
+
+
+def test_noisy_stats_intervals_are_bit_identical_to_numpys_quantiles(monkeypatch):
+    batch, _ = synthetic(40, 30, seed=43)
+    rel = noisy_stats_released(batch, 0.5, SeededRandomness(44), reps=4)  # many failures
+    got = intervals(NOISY_STATS, batch, rel, 0.3, SeededRandomness(45), 0.9, reps=4)
+
+    def numpy_quantiles(values, probs):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return np.nanquantile(values, probs, axis=1)
+
+    monkeypatch.setattr(CI, "_row_nanquantiles", numpy_quantiles)
+    want = intervals(NOISY_STATS, batch, rel, 0.3, SeededRandomness(45), 0.9, reps=4)
+    assert np.isnan(rel.p25).any() and np.isfinite(got.p25_lo).sum() > 50
+    for f in ("p25_lo", "p25_hi", "p75_lo", "p75_hi"):
+        assert np.array_equal(getattr(got, f), getattr(want, f), equal_nan=True), f

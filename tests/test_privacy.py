@@ -7,8 +7,12 @@ import pytest
 from scipy.stats import norm
 
 import mechanisms as M
-from mechanisms.privacy import (GDP, ZCDP, ApproxDP, NotDP, PureDP, as_dict, parallel,
-                                rho_for_approx, sequential, to_approx, to_zcdp)
+import mechanisms.free_lunch  # noqa: F401  (registers FreeLunchSSP until mechanisms/__init__ does)
+from mechanisms.privacy import (GDP, PROJECT_RELATION, ZCDP, ApproxDP, MixedRelations, NotDP,
+                                PureDP, Relation, as_dict, convert_relation, from_dict,
+                                parallel, rho_for_approx, sequential, to_approx, to_zcdp)
+
+AR, RO = Relation.ADD_REMOVE, Relation.REPLACE_ONE
 
 
 def test_sequential_same_type():
@@ -45,6 +49,10 @@ def test_conversions_match_closed_forms():
     for rho in (0.01, 0.5, 4.0):
         e = to_approx(ZCDP(rho), 1e-6).epsilon
         assert rho < e <= rho + 2 * math.sqrt(rho * math.log(1e6)) + 1e-9
+
+
+@pytest.mark.slow  # dp-accounting's PLD accountant: about 13 s for the three mu
+def test_gdp_to_approx_is_exact():
     # GDP -> (eps, delta) is exact: delta(eps) = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)
     for mu in (0.5, 1.0, 2.0):
         e = to_approx(GDP(mu), 1e-5).epsilon
@@ -108,7 +116,104 @@ def test_guarantee_is_the_composition_of_the_noise_steps(name):
     est = M.get(name)
     delta = 1e-6 if est.needs_delta else None
     steps = est.noise_steps(1.0, delta)
-    assert steps and all(s.guarantee == s.noise.guarantee() for s in steps)
-    composed = compose(steps)
+    # Each step's guarantee is its map's numbers, stated for the relation of its sensitivity.
+    assert steps and all(s.guarantee == M.privacy.with_relation(s.noise.guarantee(), s.relation)
+                         for s in steps)
+    composed = compose(steps, relation=PROJECT_RELATION)  # the stated conversion, if any
     g = est.guarantee(1.0, delta)
+    assert g.relation is PROJECT_RELATION
     assert g == (to_approx(composed, delta) if est.needs_delta else composed)
+
+
+# --- neighbouring relations (issue 9) ---------------------------------------------------------
+
+
+def test_guarantees_carry_their_relation_and_default_to_the_projects():
+    assert PROJECT_RELATION is RO
+    assert PureDP(1.0) == PureDP(1.0, RO) != PureDP(1.0, AR)
+    assert ApproxDP(1.0, 1e-6).relation is ZCDP(0.1).relation is GDP(1.0).relation is RO
+    # The text names the relation where it is not the project's, and the dict always.
+    assert PureDP(1.0).describe() == "1-DP (pure)"
+    assert PureDP(1.0, AR).describe() == "1-DP (pure, add-remove)"
+    assert "add-remove" in ZCDP(0.1, AR).describe() and "add-remove" in GDP(1, AR).describe()
+    assert as_dict(PureDP(1.0))["relation"] == "replace-one"
+    assert as_dict(ApproxDP(1.0, 1e-6, AR))["relation"] == "add-remove"
+    assert "relation" not in as_dict(NotDP("x"))
+    for g in (PureDP(0.5, AR), ApproxDP(1.0, 1e-6, AR), ZCDP(0.2), GDP(1.5, AR), NotDP("x")):
+        assert from_dict(as_dict(g)) == g
+    legacy = {"type": "pure", "text": "1-DP (pure)", "epsilon": 1.0}  # before relations
+    assert from_dict(legacy) == PureDP(1.0, RO)
+    with pytest.raises(ValueError, match="unknown neighbouring relation"):
+        from_dict({**legacy, "relation": "swap-two"})
+    with pytest.raises(ValueError, match="relation must be a Relation"):
+        PureDP(1.0, "add-remove")
+
+
+def test_mixed_relations_cannot_compose_silently():
+    for compose_ in (sequential, parallel):
+        with pytest.raises(MixedRelations, match="add-remove and replace-one.*convert_relation"):
+            compose_([PureDP(0.5, AR), PureDP(0.5, RO)])
+        with pytest.raises(MixedRelations):
+            compose_([ZCDP(0.1, AR), PureDP(0.5)])  # across accounting types too
+    with pytest.raises(MixedRelations):
+        sequential([ApproxDP(1, 1e-6, AR), ZCDP(0.5)], delta=1e-6)
+    # One relation composes and keeps it.
+    assert sequential([PureDP(0.5, AR), PureDP(0.25, AR)]) == PureDP(0.75, AR)
+    assert parallel([PureDP(0.5, AR), PureDP(2.0, AR)]) == PureDP(2.0, AR)
+    assert sequential([PureDP(1.0, AR), ZCDP(0.25, AR)]) == ZCDP(0.75, AR)
+    g = sequential([ApproxDP(1, 1e-6, AR), ZCDP(0.5, AR)], delta=1e-6)
+    assert isinstance(g, ApproxDP) and g.relation is AR
+    assert isinstance(sequential([PureDP(1, AR), NotDP("x")]), NotDP)
+
+
+def test_converted_guarantees_compose():
+    g = sequential([convert_relation(PureDP(0.5, AR), RO), PureDP(1.0)])
+    assert g == PureDP(2.0, RO)
+    z = sequential([convert_relation(ZCDP(0.1, AR), RO), ZCDP(0.1)])
+    assert z.relation is RO and z.rho == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("g,expected", [
+    (PureDP(0.7, AR), PureDP(1.4, RO)),
+    (ZCDP(0.3, AR), ZCDP(1.2, RO)),
+    (GDP(0.8, AR), GDP(1.6, RO)),
+    (ApproxDP(1.0, 1e-6, AR), ApproxDP(2.0, (1 + math.e) * 1e-6, RO)),
+    (ApproxDP(0.0, 1e-3, AR), ApproxDP(0.0, 2e-3, RO)),
+])
+def test_add_remove_to_replace_one_is_group_privacy_of_size_two(g, expected):
+    got = convert_relation(g, RO)
+    assert type(got) is type(expected) and got.relation is RO
+    for f in ("epsilon", "delta", "rho", "mu"):
+        if hasattr(expected, f):
+            assert getattr(got, f) == pytest.approx(getattr(expected, f), rel=1e-15)
+    assert convert_relation(got, RO) is got  # same relation: unchanged
+    assert convert_relation(NotDP("x"), RO) == NotDP("x")
+
+
+def test_approx_conversion_is_the_inequality_applied_twice():
+    # For randomized response on one bit (the worst case of (eps, 0)), chaining the
+    # (eps, delta) inequality along D -> D - x -> D - x + x' is exactly what group privacy
+    # gives: check (1 + e^eps) delta against the two-step bound numerically.
+    eps, delta = 0.4, 1e-4
+    p_d2 = np.linspace(0, 1, 101)  # any probability of an event under D''
+    two_steps = np.minimum(1.0, math.exp(eps) * np.minimum(1.0, math.exp(eps) * p_d2 + delta)
+                           + delta)
+    conv = convert_relation(ApproxDP(eps, delta, AR), RO)
+    assert np.all(two_steps <= np.minimum(1.0, math.exp(conv.epsilon) * p_d2 + conv.delta) + 1e-15)
+    with pytest.raises(ValueError, match="delta .* >= 1"):
+        convert_relation(ApproxDP(5.0, 0.01, AR), RO)
+
+
+def test_replace_one_cannot_become_add_remove():
+    with pytest.raises(MixedRelations, match="same n.*changes n"):
+        convert_relation(PureDP(1.0, RO), AR)
+    with pytest.raises(MixedRelations):
+        convert_relation(ZCDP(0.5), AR)
+
+
+def test_type_conversions_keep_the_relation():
+    assert to_zcdp(PureDP(2.0, AR)) == ZCDP(2.0, AR)
+    assert to_zcdp(GDP(1.0, AR)).relation is AR
+    assert to_approx(ZCDP(0.5, AR), 1e-6).relation is AR
+    assert to_approx(GDP(0.1, AR), 1e-6).relation is AR  # small mu: a fast PLD
+    assert to_approx(PureDP(1.0, AR), 1e-6) == ApproxDP(1.0, 0.0, AR)

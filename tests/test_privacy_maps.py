@@ -16,11 +16,13 @@ import pytest
 
 import mechanisms as M
 from mechanisms.binagg import PrivTreeLaplace
-from mechanisms import gradient_descent, median, noise, sufficient_stats, theil_sen
+from mechanisms import (adassp, ddssp, free_lunch, gradient_descent, median, noise, sufficient_stats,
+                        theil_sen)
 from mechanisms.batch import TractBatch
 from mechanisms.noise import LAPLACE_GRID_STEPS, gaussian_sigma, laplace_scale
-from mechanisms.privacy import ZCDP, ApproxDP, NotDP, PureDP, rho_for_approx
-from mechanisms.privacy_maps import (MAPS, ExpMedian, GridGaussian, GridLaplace,
+from mechanisms.privacy import (PROJECT_RELATION, ZCDP, ApproxDP, MixedRelations, NotDP, PureDP,
+                                Relation, rho_for_approx)
+from mechanisms.privacy_maps import (MAPS, ExpMedian, GridGaussian, GridLaplace, NoiseStep,
                                      StudentTSmooth, compose, from_dict, privacy_map)
 
 from conftest import line_tract
@@ -40,7 +42,12 @@ VARIANTS = [
     *[(name, {"steps": t, "tau": tau}) for name in ("DPGDPure", "DPGDzCDP", "DPGDApprox")
       for t in (1, 10, 80) for tau in (0.1, 1.0)],
     ("BinAgg", {}), ("BinAgg", {"w_bin": 2.0, "w_count": 1.0}),
+    ("FreeLunchSSP", {}), ("FreeLunchSSP", {"x_share": 0.2}), ("FreeLunchSSP", {"x_share": 0.9}),
+    ("DDSSP", {}),
+    ("AdaSSP", {}), ("AdaSSP", {"fail_prob": 0.01}),
 ]
+# (epsilon, delta) estimators: zCDP noise converted to (epsilon, delta) at the delta given
+APPROX = tuple(name for name, e in M.REGISTRY.items() if e.private and e.needs_delta)
 
 
 def _private():
@@ -74,6 +81,12 @@ def test_guarantee_fits_the_budget_and_is_not_loose(name, hp):
                     with pytest.raises(ValueError, match="too little for the grid Gaussian"):
                         est.guarantee(eps, delta, **hp)
                     continue
+            if name in ("DDSSP", "AdaSSP"):
+                try:
+                    est.guarantee(eps, delta, **hp)
+                except ValueError as err:  # refused up front, never silently looser
+                    assert "too little for the grid Gaussian" in str(err) and eps <= 0.01, where
+                    continue
             if name in ("DPGDzCDP", "DPGDApprox"):
                 rho = eps**2 / 2 if name == "DPGDzCDP" else rho_for_approx(eps, delta)
                 if not _gaussian_feasible(rho / hp["steps"]):
@@ -82,11 +95,14 @@ def test_guarantee_fits_the_budget_and_is_not_loose(name, hp):
                         est.guarantee(eps, delta, **hp)
                     continue
             g = est.guarantee(eps, delta, **hp)
-            assert g == compose(est.noise_steps(eps, delta, **hp)) or name == "DPGDApprox"
+            # In the project's relation: steps stated for another are converted by name.
+            assert g.relation is PROJECT_RELATION, where
+            assert g == compose(est.noise_steps(eps, delta, **hp), relation=PROJECT_RELATION) \
+                or name in APPROX
             if name in ("DPGDzCDP", "BinAgg"):  # budget ε means ρ = ε²/2
                 assert isinstance(g, ZCDP), where
                 target, got = eps**2 / 2, g.rho
-            elif name == "DPGDApprox":
+            elif name in APPROX:
                 assert isinstance(g, ApproxDP) and g.delta == delta, where
                 target, got = eps, g.epsilon
             else:
@@ -153,13 +169,14 @@ def test_students_t_by_hand():
 
 
 def test_maps_from_published_numbers():
-    steps = [s for name in ("NoisyStats", "DPGDzCDP", "DPExpTheilSen", "DPSSTheilSen")
+    steps = [s for name in ("NoisyStats", "DPGDzCDP", "DPExpTheilSen", "DPSSTheilSen", "BinAgg")
              for s in M.get(name).noise_steps(1.0)]
     assert {s.mechanism for s in steps} == set(MAPS)
     for step in steps:
         d = step.as_dict()
-        assert set(d) == {"name", "mechanism", "sensitivity", "parameters", "repeat",
-                          "guarantee", "formula"}
+        assert set(d) == {"name", "mechanism", "sensitivity", "relation", "parameters",
+                          "repeat", "guarantee", "formula"}
+        assert d["relation"] == "replace-one" == d["guarantee"]["relation"]
         assert d["mechanism"] in MAPS
         again = from_dict(d)
         assert again.guarantee == step.guarantee == privacy_map(d["mechanism"], d["parameters"])
@@ -170,6 +187,34 @@ def test_maps_from_published_numbers():
         privacy_map("grid-laplace", {"grid_steps": 4096, "dims": 1, "scale_num": 5})
     with pytest.raises(ValueError, match="integer >= 1"):
         privacy_map("grid-gaussian", {"grid_steps": 4096, "dims": 0, "sigma2": 5})
+
+
+def test_noise_steps_carry_their_relation_to_the_manifest_and_back():
+    steps = M.get("FreeLunchSSP").noise_steps(1.0)
+    for step in steps:
+        d = step.as_dict()
+        assert d["relation"] == "add-remove" == d["guarantee"]["relation"]
+        assert "add-remove" in d["guarantee"]["text"]
+        again = from_dict(d)
+        assert again.relation is Relation.ADD_REMOVE and again.guarantee == step.guarantee
+        assert privacy_map(d["mechanism"], d["parameters"], d["relation"]) == step.guarantee
+    legacy = {k: v for k, v in M.get("NoisyStats").noise_steps(1.0)[0].as_dict().items()
+              if k != "relation"}
+    assert from_dict(legacy).relation is Relation.REPLACE_ONE  # manifests before issue 9
+    with pytest.raises(ValueError, match="relation must be a Relation"):
+        NoiseStep("x", GridLaplace.calibrate(1.0), "1", relation="add-remove")
+
+
+def test_compose_refuses_mixed_steps_unless_told_the_relation():
+    ar = M.get("FreeLunchSSP").noise_steps(1.0)
+    ro = M.get("NoisyStats").noise_steps(1.0)
+    assert compose(ar) == PureDP(sum(s.guarantee.epsilon for s in ar), Relation.ADD_REMOVE)
+    with pytest.raises(MixedRelations):
+        compose(ar + ro)
+    both = compose(ar + ro, relation=Relation.REPLACE_ONE)
+    assert both == PureDP(2 * compose(ar).epsilon + compose(ro).epsilon, Relation.REPLACE_ONE)
+    with pytest.raises(MixedRelations, match="same n"):
+        compose(ro, relation=Relation.ADD_REMOVE)
 
 
 def test_laplace_budgets_the_sampler_cannot_draw_are_refused_at_calibration():
@@ -225,13 +270,14 @@ class Recorder:
 
     def __init__(self, monkeypatch):
         self.calls = []
-        for module in (sufficient_stats, gradient_descent):
+        for module in (sufficient_stats, gradient_descent, free_lunch):
             self._wrap(monkeypatch, module, "laplace_mechanism",
                        lambda a: ("grid-laplace", GridLaplace.calibrate(a[3], np.shape(a[1])[-1])
                                   .parameters()))
-        self._wrap(monkeypatch, gradient_descent, "gaussian_mechanism",
-                   lambda a: ("grid-gaussian", GridGaussian.calibrate(a[3], np.shape(a[1])[-1])
-                              .parameters()))
+        for module in (gradient_descent, ddssp, adassp):
+            self._wrap(monkeypatch, module, "gaussian_mechanism",
+                       lambda a: ("grid-gaussian", GridGaussian.calibrate(
+                           a[3], np.shape(a[1])[-1]).parameters()))
         self._wrap(monkeypatch, theil_sen, "exp_median",
                    lambda a: ("exponential-median",
                               {"rate": median.exp_median_rate(a[1]),
@@ -323,8 +369,11 @@ def test_dpss_is_evaluation_only():
     est = M.get("DPSSTheilSen")
     assert not est.publishable and "floating point" in est.not_publishable_reason
     assert "DPSSTheilSen" not in M.PUBLISHABLE
-    # BinAgg: evaluation only until its discrete PrivTree derivation is reviewed
-    assert set(M.PUBLISHABLE) == set(_private()) - {"DPSSTheilSen", "BinAgg"}
+    # FreeLunchSSP: evaluation only until the release path and its audit apply the relation
+    # conversion (docs/relations.md)
+    assert set(M.PUBLISHABLE) == set(_private()) - {"DPSSTheilSen", "FreeLunchSSP"}
+    assert not M.get("FreeLunchSSP").publishable
+    assert "relation" in M.get("FreeLunchSSP").not_publishable_reason
     for name in ("OLS", "TheilSen", "MOS"):
         assert not M.get(name).publishable
     x, y = line_tract(20)

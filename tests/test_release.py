@@ -97,9 +97,11 @@ def published(small_state, tmp_path_factory):
 
 def test_release_publishes_map_ready_files(published, small_state):
     tmp, folder = published
-    assert sorted(p.name for p in folder.iterdir()) == sorted(
-        ["config.json", "manifest.json", "p25_map.png", "tracts.csv", "tracts.geojson",
-         "tracts.parquet"])
+    names = {p.name for p in folder.iterdir()}
+    assert names >= {"config.json", "manifest.json", "p25_map.png", "tracts.csv",
+                     "tracts.geojson", "tracts.parquet"}
+    listed = json.loads((folder / "manifest.json").read_text())["files"]
+    assert names == set(listed) | {"manifest.json"}  # nothing published unlisted
     gdf = gpd.read_parquet(folder / "tracts.parquet")
     geo = gpd.read_file(folder / "tracts.geojson")
     csv = pd.read_csv(folder / "tracts.csv", dtype={"geoid": str, "state": str, "county": str})
@@ -162,7 +164,13 @@ def test_no_published_column_is_unaccounted_for(published):
     # validation results are internal: nothing of them in the published folder
     assert "validation" not in m and not (folder / "validation.json").exists()
     assert (tmp / "internal" / "r1" / "validation.json").exists()
-    assert (tmp / "internal" / "r1" / "data_docs" / "input-17" / "index.html").exists()
+    # one Data Docs site per release, listing the partition's and the output's validations
+    docs = tmp / "internal" / "r1" / "data_docs"
+    assert (docs / "index.html").exists()
+    assert sorted(p.name for p in docs.iterdir() if p.is_dir()) == ["expectations", "static",
+                                                                     "validations"]
+    runs = {p.name for p in (docs / "validations").glob("*/*")}
+    assert runs == {"input-17", "published"}
 
 
 def test_same_seed_same_numbers_and_rerun_of_published_id_is_a_noop(small_state, tmp_path,
@@ -319,3 +327,27 @@ def test_released_tracts_carry_confidence_intervals(published):
     bad.loc[i, "p25_lo"] = min(1.0, bad.loc[i, "p25"] + 0.01) if bad.loc[i, "p25"] < 1 else 0.5
     bad.loc[i, "p25_hi"] = bad.loc[i, "p25_lo"]
     assert not validate_published(bad).success
+
+
+def test_three_state_release_has_one_data_docs_site(tmp_path):
+    """Great Expectations as its users expect: one file-backed context and one Data Docs
+    site per release, whatever the number of partitions; each partition's check and the
+    output check are runs of their Checkpoints, listed in that site."""
+    data = tmp_path / "data"
+    write_synthetic(data, ["17", "18", "19"], seed=9, params=StateParams(n_tracts=30, counties=2))
+    folder = run(make_config(tmp_path, data), "three")
+    assert (folder / "manifest.json").is_file()
+    internal = tmp_path / "internal" / "three"
+    docs = internal / "data_docs"
+    assert [p.relative_to(internal) for p in internal.rglob("index.html")] == \
+        [Path("data_docs/index.html")]
+    runs = sorted(p.name for p in (docs / "validations").glob("*/*"))
+    assert runs == ["input-17", "input-18", "input-19", "published"]
+    index = (docs / "index.html").read_text()
+    assert all(name in index for name in runs)
+    import yaml as _yaml
+
+    gx_config = _yaml.safe_load((internal / "gx" / "gx" / "great_expectations.yml").read_text())
+    assert list(gx_config["data_docs_sites"]) == ["dpatlas_contracts"]
+    checkpoints = sorted(p.stem for p in (internal / "gx" / "gx" / "checkpoints").iterdir())
+    assert checkpoints == ["input_microdata", "published_tracts"]

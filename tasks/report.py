@@ -1,0 +1,81 @@
+"""The release's report in Prefect: its typed outcome, a markdown summary and a table artifact."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from prefect import task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+from dpatlas.config import LedgerConfig
+from dpatlas.ledger import Ledger
+from flows.events import emit_published
+from flows.outcome import BudgetState, ReleaseOutcome
+
+from .common import TASK_OPTIONS
+
+SUMMARY_KEY = "dpatlas-release-summary"  # artifact keys: lowercase letters, digits, dashes
+MECHANISMS_KEY = "dpatlas-release-mechanisms"
+
+
+def outcome_from_manifest(folder: Path, status: str, budget: BudgetState) -> ReleaseOutcome:
+    manifest = json.loads((folder / "manifest.json").read_text())
+    total = manifest["total_per_person"]
+    return ReleaseOutcome(
+        release_id=manifest["release_id"], status=status, folder=str(folder),
+        published_at=manifest["published"], by_status=manifest["counts"]["by_status"],
+        by_mechanism=manifest["counts"]["by_mechanism"], epsilon_per_person=total["epsilon"],
+        delta_per_person=total["delta"], rho_per_person=total.get("rho"),
+        files=sorted(manifest["files"]) + ["manifest.json"], budget=budget)
+
+
+def budget_state(cfg: LedgerConfig) -> BudgetState:
+    spent = Ledger(cfg.url, create=False).spent(cfg.dataset)
+    return BudgetState(dataset=cfg.dataset, spent_epsilon=spent["epsilon"],
+                       spent_delta=spent["delta"], cap_epsilon=spent["cap_epsilon"],
+                       cap_delta=spent["cap_delta"])
+
+
+def summary_markdown(o: ReleaseOutcome) -> str:
+    b = o.budget
+    cap = "no cap" if b.cap_epsilon is None else f"{b.cap_epsilon:g}"
+    left = "-" if b.left_epsilon is None else f"{b.left_epsilon:.4g}"
+    share = "-" if b.share_spent is None else f"{b.share_spent:.0%}"
+    rows = "\n".join(f"| {status} | {n:,} |" for status, n in sorted(o.by_status.items()))
+    files = "\n".join(f"- [{name}]({(Path(o.folder) / name).as_uri()})" for name in o.files)
+    what = ("Published by this run" if o.charged
+            else "Already published earlier: nothing new published, nothing charged")
+    return f"""# Release {o.release_id}
+
+{what}, at `{o.folder}` ({o.published_at}).
+
+| tracts | count |
+| --- | --- |
+{rows}
+
+**Per person:** ε = {o.epsilon_per_person:.4g}, δ = {o.delta_per_person:.3g}\
+{f", ρ = {o.rho_per_person:.4g}" if o.rho_per_person else ""}
+
+**Ledger, dataset `{b.dataset}`:** ε spent {b.spent_epsilon:.4g} of {cap} ({share}), left {left}
+
+## Files
+
+{files}
+"""
+
+
+@task(name="report", **TASK_OPTIONS)
+def report_release(ledger: LedgerConfig, folder: Path, status: str) -> ReleaseOutcome:
+    """The run's outcome, shown in Prefect as a summary and a per-mechanism table; a newly
+    published release also emits ``dpatlas.release.published``."""
+    outcome = outcome_from_manifest(folder, status, budget_state(ledger))
+    create_markdown_artifact(summary_markdown(outcome), key=SUMMARY_KEY,
+                             description=f"release {outcome.release_id}")
+    create_table_artifact([{"mechanism": m, "tract-cells": n}
+                           for m, n in sorted(outcome.by_mechanism.items())],
+                          key=MECHANISMS_KEY,
+                          description=f"release {outcome.release_id}: tract-cells per mechanism")
+    if outcome.charged:
+        emit_published(outcome)
+    return outcome

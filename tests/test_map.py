@@ -1,0 +1,206 @@
+"""The static map (dpatlas/publish.py write_map): the low-reliability hatch is one merged shape
+that covers exactly the low-reliability tracts (compared as geometries and as rasterised
+pixels), draws what one hatched patch per tract drew, and the PNG is written."""
+
+from __future__ import annotations
+
+import geopandas as gpd
+import numpy as np
+import pytest
+import shapely
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from shapely.geometry import MultiPolygon, Polygon, box
+
+from dpatlas.geography import synth_boundaries
+from dpatlas.publish import (MAP_HATCH, MAP_HATCH_COLOUR, _add_tracts, _colour_bar_extend,
+                             low_reliability, low_reliability_shape, polygon_paths, write_map)
+from dpatlas.synth import tract_geoids
+
+MAX_WIDTH = 0.5
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+RASTER = 500  # pixels a side of the rasterised test images
+
+
+@pytest.fixture(scope="module")
+def table() -> gpd.GeoDataFrame:
+    """160 synthetic tracts tiling a state; about half released with a too-wide interval."""
+    geoids, _ = tract_geoids("17", 160, 6)
+    t = synth_boundaries(geoids, seed=3)
+    rng = np.random.default_rng(5)
+    n = len(t)
+    t["status"] = np.where(rng.random(n) < 0.9, "released", "suppressed")
+    t["p25"] = np.where(t["status"] == "released", rng.uniform(0.1, 0.7, n), np.nan)
+    width = np.where(rng.random(n) < 0.5, 0.8, 0.2)
+    t["p25_lo"], t["p25_hi"] = t["p25"] - width / 2, t["p25"] + width / 2
+    return t
+
+
+def weak_mask(t) -> np.ndarray:
+    weak = low_reliability(t, MAX_WIDTH).to_numpy()
+    assert 20 < weak.sum() < len(t) - 20  # both kinds well represented
+    return weak
+
+
+# ---------------------------------------------------------------------------------------------
+# The merged shape, as geometry
+
+
+def test_merged_shape_is_exactly_the_low_reliability_tracts(table):
+    geoms = table.geometry.to_numpy()
+    weak = weak_mask(table)
+    shape = low_reliability_shape(geoms[weak])
+    assert shape.is_valid
+    assert shape.area == pytest.approx(shapely.area(geoms[weak]).sum(), rel=1e-9)
+    area = shapely.area(geoms)
+    uncovered = shapely.area(shapely.difference(geoms[weak], shape))
+    assert np.all(uncovered <= 1e-9 * area[weak])  # every low-reliability tract hatched
+    spill = shapely.area(shapely.intersection(geoms[~weak], shape))
+    assert np.all(spill <= 1e-9 * area[~weak])  # no other tract
+
+
+def test_merged_shape_falls_back_to_the_general_union_for_overlapping_tracts():
+    """Polygons that are not a clean coverage (they overlap) still merge to their union."""
+    geoms = np.array([box(0, 0, 2, 2), box(1, 1, 3, 3), box(5, 5, 6, 6)], dtype=object)
+    shape = low_reliability_shape(geoms)
+    assert shape.is_valid and shape.area == pytest.approx(4 + 4 - 1 + 1)
+    assert shapely.equals(shape, shapely.union_all(geoms))
+
+
+def test_merged_shape_skips_missing_and_empty_geometries():
+    geoms = np.array([box(0, 0, 1, 1), None, Polygon(), box(1, 0, 2, 1)], dtype=object)
+    assert shapely.equals(low_reliability_shape(geoms), box(0, 0, 2, 1))
+    assert low_reliability_shape(np.array([None, Polygon()], dtype=object)).is_empty
+
+
+# ---------------------------------------------------------------------------------------------
+# Rasterised
+
+
+def render(draw, bounds) -> np.ndarray:
+    """RGB in [0, 1] of an axes filling a RASTER² canvas over ``bounds`` (row 0 at the top)."""
+    fig = Figure(figsize=(RASTER / 100, RASTER / 100), dpi=100)
+    canvas = FigureCanvasAgg(fig)
+    ax = fig.add_axes((0, 0, 1, 1))
+    ax.set_axis_off()
+    draw(ax)
+    ax.set_aspect("auto")
+    ax.set_xlim(bounds[0], bounds[2])
+    ax.set_ylim(bounds[1], bounds[3])
+    canvas.draw()
+    return np.asarray(canvas.buffer_rgba())[..., :3] / 255.0
+
+
+def pixel_centres(bounds) -> tuple[np.ndarray, np.ndarray]:
+    step = (np.arange(RASTER) + 0.5) / RASTER
+    x = bounds[0] + step * (bounds[2] - bounds[0])
+    y = bounds[3] - step * (bounds[3] - bounds[1])
+    return np.meshgrid(x, y)
+
+
+def hatched(ax, geoms) -> None:
+    _add_tracts(ax, geoms, facecolor="none", hatch=MAP_HATCH, edgecolor=MAP_HATCH_COLOUR,
+                linewidth=0.0)
+
+
+def test_hatch_pixels_lie_on_the_low_reliability_tracts_and_cover_them(table):
+    geoms = table.geometry.to_numpy()
+    weak = weak_mask(table)
+    bounds = shapely.total_bounds(geoms)
+    img = render(lambda ax: hatched(ax, np.array([low_reliability_shape(geoms[weak])],
+                                                 dtype=object)), bounds)
+    line = img.max(axis=2) < 0.8  # hatch lines are #555555 on white
+    # Pixel centres two pixels clear of the low-reliability tracts' edges (antialiasing),
+    # judged against the tracts themselves, not against the merged shape.
+    margin = 2 * max(bounds[2] - bounds[0], bounds[3] - bounds[1]) / RASTER
+    x, y = pixel_centres(bounds)
+    inside = shapely.contains_xy(shapely.union_all(shapely.buffer(geoms[weak], -margin)), x, y)
+    outside = ~shapely.contains_xy(shapely.union_all(shapely.buffer(geoms[weak], margin)), x, y)
+    assert inside.sum() > 10_000 and outside.sum() > 10_000
+    assert not line[outside].any()
+    assert 0.05 < line[inside].mean() < 0.6  # the hatch's density, throughout
+    # Every low-reliability tract shows hatch lines: none of them left blank.
+    for tract in geoms[weak]:
+        core = shapely.contains_xy(tract.buffer(-margin), x, y)
+        if core.sum() >= 400:  # wide enough for a hatch line to cross
+            assert line[core].any()
+
+
+def test_merged_hatch_draws_what_one_patch_per_tract_drew(table):
+    """The reference: geopandas, one hatched patch per tract (the previous map)."""
+    geoms = table.geometry.to_numpy()
+    weak = weak_mask(table)
+    bounds = shapely.total_bounds(geoms)
+    merged = render(lambda ax: hatched(ax, np.array([low_reliability_shape(geoms[weak])],
+                                                    dtype=object)), bounds)
+    per_tract = render(lambda ax: gpd.GeoSeries(geoms[weak]).plot(
+        ax=ax, facecolor="none", hatch=MAP_HATCH, edgecolor=MAP_HATCH_COLOUR, linewidth=0.0),
+        bounds)
+    differ = np.abs(merged - per_tract).max(axis=2) > 0.1
+    # Only the seams where one tract's hatch met the next's may differ.
+    assert differ.mean() < 0.01
+    assert (per_tract.max(axis=2) < 0.8).mean() > 0.05  # and there was a hatch to compare
+
+
+def test_polygon_paths_fill_parts_and_leave_holes_empty():
+    ring = Polygon(box(0, 0, 4, 4).exterior, [box(1, 1, 3, 3).exterior])
+    two = MultiPolygon([box(5, 0, 6, 1), box(7, 0, 8, 1)])
+    geoms = np.array([ring, two], dtype=object)
+    paths = polygon_paths(geoms)
+    assert len(paths) == 2
+    for path, geom in zip(paths, shapely.normalize(geoms)):
+        rings = [shapely.get_coordinates(r) for p in shapely.get_parts(geom)
+                 for r in [p.exterior, *p.interiors]]
+        assert np.array_equal(path.vertices, np.concatenate(rings))
+        starts = np.cumsum([0] + [len(r) for r in rings])
+        assert set(np.nonzero(path.codes == path.MOVETO)[0]) == set(starts[:-1])
+        assert set(np.nonzero(path.codes == path.CLOSEPOLY)[0]) == set(starts[1:] - 1)
+    bounds = (0, 0, 8, 4)
+    img = render(lambda ax: _add_tracts(ax, geoms, facecolor="black"), bounds)
+
+    def pixel(px, py):
+        return img[int((bounds[3] - py) / 4 * RASTER), int(px / 8 * RASTER)].max()
+
+    assert pixel(0.5, 0.5) < 0.1 and pixel(2, 2) > 0.9  # the body filled, the hole empty
+    assert pixel(5.5, 0.5) < 0.1 and pixel(7.5, 0.5) < 0.1 and pixel(6.5, 0.5) > 0.9
+
+
+# ---------------------------------------------------------------------------------------------
+# The PNG
+
+
+def read_png(path) -> np.ndarray:
+    from matplotlib.image import imread
+
+    assert path.read_bytes()[:8] == PNG_SIGNATURE
+    return imread(path)
+
+
+def test_map_png_is_written_with_the_hatch_only_when_asked(table, tmp_path):
+    import matplotlib.pyplot as plt
+
+    before = set(plt.get_fignums())
+    write_map(table, tmp_path / "hatched.png", "t", MAX_WIDTH)
+    write_map(table, tmp_path / "plain.png", "t", None)
+    hatched_png, plain_png = read_png(tmp_path / "hatched.png"), read_png(tmp_path / "plain.png")
+    assert hatched_png.shape[:2] == plain_png.shape[:2] == (880, 770)  # 7 x 8 in at 110 dpi
+    differ = np.abs(hatched_png - plain_png)[..., :3].max(axis=2) > 0.1
+    assert differ.mean() > 0.01  # the hatch (and its legend entry) drawn
+    assert set(plt.get_fignums()) == before  # no pyplot figure left open
+
+
+def test_map_without_released_tracts_or_with_empty_geometries_is_written(table, tmp_path):
+    none_released = table.assign(status="suppressed")
+    write_map(none_released, tmp_path / "grey.png", "t", MAX_WIDTH)
+    read_png(tmp_path / "grey.png")
+    holes = table.copy()
+    holes.loc[holes.index[:3], "geometry"] = Polygon()
+    holes.loc[holes.index[3], "geometry"] = None
+    write_map(holes, tmp_path / "holes.png", "t", MAX_WIDTH)
+    read_png(tmp_path / "holes.png")
+
+
+@pytest.mark.parametrize("values, extend", [([0.3, 0.5], "neither"), ([0.1, 0.5], "min"),
+                                            ([0.3, 0.7], "max"), ([0.1, 0.7], "both")])
+def test_colour_bar_shows_arrows_where_values_pass_the_scale(values, extend):
+    assert _colour_bar_extend(np.array(values)) == extend

