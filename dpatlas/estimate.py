@@ -34,10 +34,15 @@ INTERVAL_COLUMNS = ["p25_lo", "p25_hi", "p75_lo", "p75_hi"]
 @dataclass(frozen=True)
 class Chunk:
     """Up to ``partition_tracts`` tracts of one staged partition: selected and estimated as one
-    task, its noise persisted under ``name`` (so a resumed release finds it again)."""
+    task, its noise persisted under ``name`` (so a resumed release finds it again).
+
+    The tracts are the contiguous range ``first_geoid``..``last_geoid`` of the partition's
+    sorted GEOIDs: a chunk is a few bytes whatever its size, so the subflow's parameters stay
+    O(chunks), not O(tracts) (a national list of GEOIDs is over Prefect's 512 KiB limit)."""
 
     staged: Path
-    geoids: tuple[str, ...]
+    first_geoid: str
+    last_geoid: str
     name: str
 
 
@@ -60,13 +65,15 @@ def split_into_chunks(geoids: dict[Path, list[str]], size: int) -> list[Chunk]:
     named ``input-17-k`` (the same names on every run of the same input, hence resumable)."""
     if size < 1:
         raise ValueError(f"chunk size must be at least 1, got {size}")
-    return [Chunk(Path(path), tuple(gs[i:i + size]), f"{Path(path).stem}-{i // size}")
+    return [Chunk(Path(path), gs[i], gs[min(i + size, len(gs)) - 1],
+                  f"{Path(path).stem}-{i // size}")
             for path, gs in geoids.items() for i in range(0, len(gs), size)]
 
 
 def read_chunk(chunk: Chunk) -> pd.DataFrame:
     """Only this chunk's rows (filtered while reading, not the whole state)."""
-    return pd.read_parquet(chunk.staged, filters=[("geoid", "in", list(chunk.geoids))])
+    return pd.read_parquet(chunk.staged, filters=[("geoid", ">=", chunk.first_geoid),
+                                                  ("geoid", "<=", chunk.last_geoid)])
 
 
 def suite_columns(plan: BudgetPlan) -> list[str]:

@@ -156,10 +156,25 @@ def test_chunks_are_named_runs_of_each_partition(tmp_path):
               tmp_path / "input-18.parquet": ["18000000001"]}
     chunks = split_into_chunks(geoids, 2)
     assert [c.name for c in chunks] == ["input-17-0", "input-17-1", "input-17-2", "input-18-0"]
-    assert chunks[2] == Chunk(tmp_path / "input-17.parquet", ("17000000004",), "input-17-2")
-    assert sum(len(c.geoids) for c in chunks) == 6
+    assert chunks[2] == Chunk(tmp_path / "input-17.parquet", "17000000004", "17000000004",
+                              "input-17-2")
+    assert chunks[0] == Chunk(tmp_path / "input-17.parquet", "17000000000", "17000000001",
+                              "input-17-0")
     with pytest.raises(ValueError, match="at least 1"):
         split_into_chunks(geoids, 0)
+
+
+def test_chunk_parameters_stay_small_for_a_national_release(tmp_path):
+    """The subflow receives the chunks as parameters; Prefect's server refuses more than
+    512 KiB. 80,000 tracts in 100-tract chunks: the size grows with chunks, not tracts."""
+    import json
+
+    geoids = {tmp_path / f"input-{s:02d}.parquet": [f"{s:02d}{i:09d}" for i in range(1600)]
+              for s in range(1, 51)}
+    chunks = split_into_chunks(geoids, 1000)
+    size = len(json.dumps([[str(c.staged), c.first_geoid, c.last_geoid, c.name]
+                           for c in chunks]))
+    assert len(chunks) == 100 and size < 20_000
 
 
 def test_staged_tracts_and_read_chunk(tmp_path):
