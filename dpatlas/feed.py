@@ -481,9 +481,6 @@ def _write_feed(root: Path, feed: dict) -> None:
     _write_stac(root, doc["releases"])
     _atomic_write(root, FEED_JSON, _json_bytes(doc))
     _atomic_write(root, FEED_ATOM, render_atom(doc))
-    from .webmap import write_feed_map  # the root's web map over feed.json (idempotent)
-
-    write_feed_map(root)
 
 
 def _write_latest(root: Path, release_id: str | None) -> None:
