@@ -60,7 +60,7 @@ class Step:
     def composed(self, label: str) -> Guarantee:
         """The guarantee of alternative ``label``, in the step's type (a concentrated
         composition under an (ε, δ) step is converted at the step's δ)."""
-        g = compose(self.alternatives()[label])
+        g = compose(self.alternatives()[label], relation=self.guarantee.relation)
         if isinstance(self.guarantee, ApproxDP) and isinstance(g, (ZCDP, GDP)):
             g = to_approx(g, self.delta)
         return g

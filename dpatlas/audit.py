@@ -26,21 +26,32 @@ the manifest from first principles and compares:
       docs/binagg.md, Theorem 1, after Zhang, Xiao & Xie 2016, Thm 3.1);
     and each alternative of a step, composed sequentially (``repeat`` times each), must give
     the step's guarantee: never more, and less only by the samplers' rounding of their
-    parameters (each rounds towards more noise by at most one unit of its last parameter);
+    parameters (each rounds towards more noise by at most one unit of its last parameter).
+    A noise step stated for add-remove neighbours (its sensitivity computed for adding or
+    removing a record) pays a replace-one step only through group privacy of size 2, applied
+    to each draw before composing: pure ε → 2ε, (ε, δ) → (2ε, (1 + e^ε)δ), ρ → 4ρ, μ → 2μ
+    (Dwork & Roth 2014, Thm 2.2; Bun & Steinke 2016, Prop. 1.9; Dong, Roth & Su 2022,
+    Sec. 2.3); no other pair of relations converts;
 (d) totals: the per-tract-and-cell guarantee and the total per person over cells are
     recomposed from the steps (sequential composition: pure ε add, Dwork et al. 2006; ρ add,
     Bun & Steinke 2016 Lemma 2.3, with pure ε lifted to ε²/2, Prop. 1.4; (ε, δ) add) and the
     concentrated part converted with dp-accounting's RDP accountant at the manifest's
-    ``conversion_delta``; the ledger entry's sums are recomputed the same way;
+    ``conversion_delta`` (at the orders of :func:`zcdp_conversion_orders`, the pipeline's);
+    the ledger entry's sums are recomputed the same way;
+(r) relations: the release is charged for replace-one neighbours (``neighbouring_relation``,
+    ``relations.charged_in``; a missing ``relation`` anywhere means replace-one, as in
+    manifests written before relations were stated), every budget step, its guarantee and the
+    per-tract-and-cell and total guarantees are stated for it, and every alternative whose
+    noise is stated for another relation is listed in the step's ``relation_conversions``;
 (e) table: tracts.parquet has only accounted-for columns, values exactly where released,
     nothing spent where suppressed, the per-tract-and-cell figures where spent, and the
     manifest's counts.
 
 A synthetic-microdata folder (``dpatlas synthesize``, manifest ``kind: synthetic
-microdata``) gets the same files, mode, machine-path, noise and totals checks, and instead of
-(b) and (e): its rows have exactly the columns GEOID, cell, bin_lo, bin_hi, x, y (no person
-ids), 11-digit
-GEOIDs, the manifest's cells and counts, finite values, and the CSV holds the same rows.
+microdata``) gets the same files, mode, machine-path, relations, noise and totals checks, and
+instead of (b) and (e): its rows have exactly the columns GEOID, cell, bin_lo, bin_hi, x, y
+(no person ids), 11-digit GEOIDs, the manifest's cells and counts, finite values, and the CSV
+holds the same rows.
 
 ``main(folder)`` prints one line per check and returns 0 (every check passed), 1 (a check
 failed) or 2 (the folder or its manifest cannot be read).
@@ -54,6 +65,7 @@ import math
 import re
 import sys
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
@@ -141,8 +153,20 @@ def zcdp_rho(g: G) -> float:
     raise Mismatch(f"{g.text()} implies no zCDP bound")
 
 
+@lru_cache(maxsize=1)
+def zcdp_conversion_orders() -> tuple[float, ...]:
+    """The RDP orders the pipeline converts zCDP at: dp-accounting's defaults (up to 1024),
+    then a geometric grid of ratio 1.02 up to 1e7, so that small ρ, whose best order is
+    about 1 + √(ln(1/δ)/ρ), convert tightly (mechanisms/privacy.py builds the same list)."""
+    from dp_accounting.rdp import rdp_privacy_accountant
+
+    return tuple(float(a) for a in rdp_privacy_accountant.DEFAULT_RDP_ORDERS) + tuple(
+        1024.0 * 1.02 ** k for k in range(1, 1000) if 1024.0 * 1.02 ** k <= 1e7)
+
+
 def zcdp_to_epsilon(rho: float, delta: float) -> float:
-    """ε of the (ε, δ) guarantee implied by ρ-zCDP, by dp-accounting's RDP accountant."""
+    """ε of the (ε, δ) guarantee implied by ρ-zCDP, by dp-accounting's RDP accountant (the
+    conversion of Canonne, Kamath & Steinke 2020, Prop. 12, minimised over the orders)."""
     import dp_accounting
     from dp_accounting.rdp import rdp_privacy_accountant
 
@@ -150,7 +174,7 @@ def zcdp_to_epsilon(rho: float, delta: float) -> float:
         return 0.0
     if not 0.0 < delta < 1.0:
         raise Mismatch(f"cannot convert {rho:.6g}-zCDP at delta={delta!r}")
-    acc = rdp_privacy_accountant.RdpAccountant()
+    acc = rdp_privacy_accountant.RdpAccountant(zcdp_conversion_orders())
     acc.compose(dp_accounting.ZCDpEvent(rho))
     return float(acc.get_epsilon(delta))
 
@@ -217,6 +241,57 @@ def close(a: float, b: float, rel: float = REL_TOL) -> bool:
 def same_guarantee(a: G, b: G) -> bool:
     return a.kind == b.kind and all(close(getattr(a, f), getattr(b, f))
                                     for f in ("epsilon", "delta", "rho", "mu"))
+
+
+# ------------------------------------------------------------------ neighbouring relations
+
+REPLACE_ONE, ADD_REMOVE = "replace-one", "add-remove"
+RELATIONS = (REPLACE_ONE, ADD_REMOVE)
+# What the ledger charges and every published guarantee must be stated for (docs/privacy.md).
+CHARGED_RELATION = REPLACE_ONE
+
+
+def relation_of(obj, where: str) -> str:
+    """The neighbouring relation ``obj`` (a manifest dict) is stated for. A missing one is
+    replace-one: manifests written before relations were stated meant that."""
+    rel = obj.get("relation", REPLACE_ONE) if isinstance(obj, dict) else REPLACE_ONE
+    if rel not in RELATIONS:
+        raise Mismatch(f"{where}: unknown neighbouring relation {rel!r} (expected "
+                       f"{' or '.join(RELATIONS)})")
+    return rel
+
+
+def group_of_two(g: G) -> G:
+    """An add-remove guarantee restated for replace-one neighbours: a replacement is a removal
+    then an addition, so group privacy of size 2 applies. Pure ε → 2ε (Dwork & Roth 2014,
+    Thm 2.2); (ε, δ) → (2ε, (1 + e^ε)δ), the (ε, δ) inequality applied along the path;
+    ρ-zCDP → 4ρ (Bun & Steinke 2016, Prop. 1.9, k²ρ); μ-GDP → 2μ (Dong, Roth & Su 2022,
+    Sec. 2.3, kμ)."""
+    if g.kind == "pure":
+        return G("pure", 2.0 * g.epsilon)
+    if g.kind == "approx":
+        # e^ε overflows a float above ε ≈ 709: no δ < 1 is left there anyway
+        delta = ((1.0 + math.exp(g.epsilon)) * g.delta if g.epsilon < 700 else math.inf) \
+            if g.delta else 0.0
+        if not delta < 1.0:
+            raise Mismatch(f"{g.text()} (add-remove) gives delta {delta:.3g} >= 1 for "
+                           "replace-one neighbours: no guarantee")
+        return G("approx", 2.0 * g.epsilon, delta)
+    if g.kind == "zcdp":
+        return G("zcdp", rho=4.0 * g.rho)
+    return G("gdp", mu=2.0 * g.mu)
+
+
+def restate(g: G, noise_relation: str, step_relation: str) -> G:
+    """One draw's guarantee, stated for ``noise_relation``, in the step's relation: unchanged
+    if they agree, group privacy of size 2 from add-remove to replace-one, and nothing else
+    (a replace-one bound says nothing about adding a record: n may enter it without limit)."""
+    if noise_relation == step_relation:
+        return g
+    if (noise_relation, step_relation) == (ADD_REMOVE, REPLACE_ONE):
+        return group_of_two(g)
+    raise Mismatch(f"noise stated for {noise_relation} cannot pay a step charged for "
+                   f"{step_relation}")
 
 
 # ---------------------------------------------------------------------------- noise formulas
@@ -537,11 +612,12 @@ def check_noise(folder: Path, m: dict) -> str:
     steps = m["budget"]["steps"]
     if not steps:
         raise Mismatch("the budget has no steps")
-    problems, n_noise = [], 0
+    problems, n_noise, n_converted = [], 0, 0
     for step in steps:
         name = step.get("step", "?")
         try:
             stated = guarantee_from(step.get("guarantee"))
+            step_relation = relation_of(step, "the step")
             alternatives = (step.get("noise") or {}).get("alternatives")
             if not isinstance(alternatives, dict) or not alternatives:
                 raise Mismatch("no noise description (noise.alternatives)")
@@ -556,14 +632,22 @@ def check_noise(folder: Path, m: dict) -> str:
                         recomputed = noise_guarantee(ns)
                         claimed = guarantee_from(ns.get("guarantee"))
                         repeat = _repeat(ns)
+                        noise_relation = _noise_relation(ns)
                     except Mismatch as err:
                         raise Mismatch(f"{where}: {err}") from None
                     if not same_guarantee(recomputed, claimed):
                         raise Mismatch(f"{where}: {ns['mechanism']} with {ns['parameters']} "
                                        f"gives {recomputed.text()}, stated {claimed.text()}")
-                    parts += [recomputed] * repeat
-                    bounds += [noise_guarantee_bound(ns)] * repeat
+                    # Each draw is restated for the step's relation before composing (the
+                    # conversion is per draw, as the pipeline's compose(steps, relation=R)).
+                    try:
+                        parts += [restate(recomputed, noise_relation, step_relation)] * repeat
+                        bounds += [restate(noise_guarantee_bound(ns), noise_relation,
+                                           step_relation)] * repeat
+                    except Mismatch as err:
+                        raise Mismatch(f"{where}: {err}") from None
                     n_noise += 1
+                    n_converted += noise_relation != step_relation
                 composed = sequential(parts)
                 ok, why = covers(composed, sequential(bounds), stated)
                 if not ok:
@@ -576,8 +660,95 @@ def check_noise(folder: Path, m: dict) -> str:
             problems.append(f"step {name!r}: {err}")
     if problems:
         raise Mismatch("; ".join(problems))
-    return (f"{n_noise} noise steps recomputed from their parameters; every alternative of "
-            f"the {len(steps)} steps composes to its step's guarantee")
+    converted = (f" ({n_converted} of them add-remove, converted to replace-one draw by draw)"
+                 if n_converted else "")
+    return (f"{n_noise} noise steps recomputed from their parameters{converted}; every "
+            f"alternative of the {len(steps)} steps composes to its step's guarantee")
+
+
+def _noise_relation(ns: dict) -> str:
+    """A noise step's relation, which its guarantee must be stated for too."""
+    rel = relation_of(ns, "noise step")
+    stated = relation_of(ns.get("guarantee"), "its guarantee")
+    if stated != rel:
+        raise Mismatch(f"its guarantee is stated for {stated}, its sensitivity for {rel}")
+    return rel
+
+
+def _conversions_needed(step: dict, step_relation: str) -> dict[str, list[str]]:
+    """Per alternative whose noise is (partly) stated for another relation than the step's:
+    the relations of its noise, sorted (what ``relation_conversions`` must list)."""
+    needed = {}
+    for label, noise_steps in ((step.get("noise") or {}).get("alternatives") or {}).items():
+        found = sorted({relation_of(ns, f"alternative {label!r}") for ns in noise_steps or ()})
+        if found != [step_relation]:
+            needed[label] = found
+    return needed
+
+
+def _listed_conversions(step: dict) -> dict[str, list[str]]:
+    listed = step.get("relation_conversions") or {}
+    if not isinstance(listed, dict):
+        raise Mismatch(f"relation_conversions is not an object: {listed!r}")
+    bad = [label for label, c in listed.items() if not isinstance(c, dict)]
+    if bad:
+        raise Mismatch(f"relation_conversions[{bad[0]!r}] is not an object")
+    return {label: sorted(c.get("noise_relations") or []) for label, c in listed.items()}
+
+
+def check_relations(folder: Path, m: dict) -> str:
+    """The release is charged for replace-one neighbours and says so everywhere (see the module
+    docstring, (r)); whether the noise pays for the steps is the noise check's."""
+    problems = []
+    charged = relation_of({"relation": m.get("neighbouring_relation", REPLACE_ONE)},
+                          "neighbouring_relation")
+    if charged != CHARGED_RELATION:
+        problems.append(f"neighbouring_relation is {charged}; releases are charged for "
+                        f"{CHARGED_RELATION} neighbours")
+    section = m.get("relations") or {}
+    charged_in = section.get("charged_in", REPLACE_ONE) if isinstance(section, dict) else None
+    if charged_in != charged:
+        problems.append(f"relations.charged_in is {charged_in!r}, neighbouring_relation "
+                        f"{charged!r}")
+    budget, n_converted = m["budget"], 0
+    for step in budget["steps"]:
+        name = step.get("step", "?")
+        try:
+            step_relation = relation_of(step, "relation")
+            guarantee_relation = relation_of(step.get("guarantee"), "guarantee")
+            for what, rel in (("", step_relation), ("its guarantee ", guarantee_relation)):
+                if rel != charged:
+                    raise Mismatch(f"{what}stated for {rel}, the release is charged for "
+                                   f"{charged}")
+            needed = _conversions_needed(step, step_relation)
+            listed = _listed_conversions(step)
+            if listed != needed:
+                raise Mismatch(f"relation_conversions lists {listed}, its noise needs {needed}")
+            for label, c in (step.get("relation_conversions") or {}).items():
+                if c.get("to") != step_relation:
+                    raise Mismatch(f"relation_conversions[{label!r}] converts to "
+                                   f"{c.get('to')!r}, the step is {step_relation}")
+            n_converted += len(needed)
+        except Mismatch as err:
+            problems.append(f"step {name!r}: {err}")
+    for what, g in (("budget.per_tract_and_cell", budget.get("per_tract_and_cell")),
+                    ("total_per_person.guarantee", (m.get("total_per_person") or {}).get(
+                        "guarantee"))):
+        if g is None:
+            continue
+        try:
+            rel = relation_of(g, what)
+        except Mismatch as err:
+            problems.append(str(err))
+            continue
+        if rel != charged:
+            problems.append(f"{what} is stated for {rel}, the release is charged for {charged}")
+    if problems:
+        raise Mismatch("; ".join(problems))
+    converted = (f"; {n_converted} alternative(s) with add-remove noise list their conversion"
+                 if n_converted else "")
+    return (f"charged for {charged} neighbours; {len(budget['steps'])} step(s) and the totals "
+            f"stated for it{converted}")
 
 
 def _charged(g: G, conversion_delta: float) -> tuple[float, float]:
@@ -777,6 +948,7 @@ CHECKS: list[tuple[str, Callable[[Path, dict], str]]] = [
     ("config", check_config),
     ("mode", check_mode),
     ("machine paths", check_no_machine_paths),
+    ("relations", check_relations),
     ("noise", check_noise),
     ("totals", check_totals),
     ("table", check_table),

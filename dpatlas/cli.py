@@ -107,13 +107,15 @@ def _operator_errors() -> tuple[type[BaseException], ...]:
     from .prefect_server import ServerStartError
     from .publish import PublishError
     from .state import ReleaseLocked
+    from .tiles import TilesError
     from .validate import ValidationFailed
+    from .webmap import WebMapError
 
     # ContributionError is a ValidationFailed; the Ledger's and feed's id and reason errors
     # are also InvalidReleaseId / InvalidReason.
     return (ConfigError, FeedError, BoundaryError, BoundaryCoverageError, InvalidReason,
             InvalidReleaseId, InputError, LedgerError, PreflightError, ServerStartError,
-            PublishError, ReleaseLocked, ValidationFailed, OSError)
+            PublishError, ReleaseLocked, TilesError, ValidationFailed, WebMapError, OSError)
 
 
 @contextlib.contextmanager

@@ -406,10 +406,13 @@ def _locked(root: Path) -> Iterator[None]:
 
 
 def _remove_stale_temps(root: Path) -> None:
-    for folder in (root, root / STAC_ITEMS):
-        for p in folder.glob(TMP_PREFIX + "*"):
-            with contextlib.suppress(FileNotFoundError):
-                p.unlink()
+    from .webmap import ASSETS_DIR  # the feed's web map writes under the same lock
+
+    stale = [p for folder in (root, root / STAC_ITEMS) for p in folder.glob(TMP_PREFIX + "*")]
+    stale += [p for folder in (root, root / ASSETS_DIR) for p in folder.glob(".*.tmp-*")]
+    for p in stale:
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
 
 
 def _tmp_name(root: Path, final: str) -> Path:
@@ -481,6 +484,9 @@ def _write_feed(root: Path, feed: dict) -> None:
     _write_stac(root, doc["releases"])
     _atomic_write(root, FEED_JSON, _json_bytes(doc))
     _atomic_write(root, FEED_ATOM, render_atom(doc))
+    from .webmap import write_feed_map  # the root's web map over feed.json (idempotent)
+
+    write_feed_map(root)
 
 
 def _write_latest(root: Path, release_id: str | None) -> None:

@@ -155,12 +155,18 @@ def charges(budget: "BudgetPlan", cells: list[str]) -> list[Charge]:
     step is charged its (ε, δ) conversion at the plan's ``conversion_delta`` (ibid., Prop.
     1.3) and keeps its ρ; an (ε, δ) step is charged as it is.
     """
-    from mechanisms.privacy import ApproxDP, PureDP, ZCDP, to_approx
+    from mechanisms.privacy import PROJECT_RELATION, ApproxDP, PureDP, ZCDP, to_approx
 
     out = []
     for cell in cells:
         for step in budget.steps:
             g = step.guarantee
+            # The caps bound a person's loss under replace-one neighbours: a step stated for
+            # another relation would be summed in other units (add-remove ε is half of it).
+            if g.relation is not PROJECT_RELATION:
+                raise ValueError(f"step {step.name}: {g.describe()} is stated for "
+                                 f"{g.relation.value} neighbours; the ledger charges "
+                                 f"{PROJECT_RELATION.value} guarantees only")
             if isinstance(g, PureDP):
                 eps, delta, rho = g.epsilon, 0.0, g.epsilon ** 2 / 2
             elif isinstance(g, ApproxDP):

@@ -396,12 +396,14 @@ def staging_folder(root: Path, internal_dir: Optional[Path], release_id: str) ->
 
 def _write_files(staging: Path, table: gpd.GeoDataFrame, config: dict,
                  release_id: str) -> list[str]:
-    """Write every published file into ``staging``; returns any files beyond PUBLISHED_FILES
-    for the manifest (none yet: the vector tiles and web map are built by dpatlas.tiles and
-    dpatlas.webmap, and wiring them into publish waits on a resume-determinism failure)."""
+    """Write every published file into ``staging``; returns the web map's files (the vector
+    tiles, the page and its assets), which the manifest lists beside PUBLISHED_FILES."""
+    from . import tiles, webmap
+
     table.to_parquet(staging / "tracts.parquet", index=False)
     write_geojson_rfc7946(table, staging / "tracts.geojson")
-    map_files: list[str] = []
+    tiles.build_tiles(staging / "tracts.geojson", staging / tiles.TILES_FILE)
+    map_files = [tiles.TILES_FILE, *webmap.write_web_map(staging, release_id)]
     write_csv_with_schema(pd.DataFrame(table.drop(columns="geometry")), staging)
     ci = config.get("intervals") or {}
     write_map(table, staging / "p25_map.png",

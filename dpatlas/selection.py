@@ -25,7 +25,7 @@ import mechanisms as M
 from mechanisms.batch import TractBatch
 from mechanisms.budget import NO_METER
 from mechanisms.noise import Randomness
-from mechanisms.privacy import Guarantee, parallel, sequential
+from mechanisms.privacy import PROJECT_RELATION, Guarantee, parallel, sequential
 from mechanisms.privacy_maps import NoiseStep, compose
 from mechanisms.registry import Meter
 from mechanisms.sufficient_stats import (intercept_step, ncov_step, noisy_nvar,
@@ -42,8 +42,11 @@ Alternatives = dict[str, list[NoiseStep]]
 def worst_alternative(alternatives: Alternatives) -> Guarantee:
     """A step's guarantee when each tract runs ONE of several alternatives: the largest of
     their compositions. The choice is made from public n or a DP output, and whichever runs
-    is within this bound, so adaptive sequential composition holds with it."""
-    return parallel([compose(steps) for steps in alternatives.values()])
+    is within this bound, so adaptive sequential composition holds with it. Each draw is
+    stated for the project's relation first (an add-remove draw through group privacy), so
+    alternatives under different relations never compose silently."""
+    return parallel([compose(steps, relation=PROJECT_RELATION)
+                     for steps in alternatives.values()])
 
 
 @dataclass(frozen=True)

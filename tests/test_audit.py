@@ -211,3 +211,38 @@ def test_release_audit_privtree_formula_is_independent_of_the_mechanisms_code():
             privtree_replace_one_epsilon(n, t, bias), rel=1e-12)
     src = open(release_audit.__file__).read()
     assert "import mechanisms" not in src and "from mechanisms" not in src
+
+
+# --- the release audit converts add-remove noise (FreeLunchSSP) to the step's replace-one ---
+
+
+def _free_lunch_budget_step(eps):
+    """FreeLunchSSP's budget step as the manifest prints it (dpatlas/manifest.step_entry)."""
+    est = M.get("FreeLunchSSP")
+    steps = est.noise_steps(eps)
+    return {"step": "suite: FreeLunchSSP", "estimator": "FreeLunchSSP",
+            "relation": "replace-one", "guarantee": M.privacy.as_dict(est.guarantee(eps)),
+            "noise": {"alternatives": {"FreeLunchSSP": [s.as_dict() for s in steps]}},
+            "relation_conversions": {"FreeLunchSSP": {"noise_relations": ["add-remove"],
+                                                      "to": "replace-one"}}}
+
+
+@pytest.mark.parametrize("eps", [0.001, 1.0, 50.0])
+def test_release_audit_converts_add_remove_noise_draw_by_draw(eps):
+    step = _free_lunch_budget_step(eps)
+    assert "converted to replace-one draw by draw" in _check(step)
+    assert "1 alternative(s) with add-remove noise" in release_audit.check_relations(
+        None, {"budget": {"steps": [step], "per_tract_and_cell": step["guarantee"]}})
+    # Without the conversion the same noise is half the step's epsilon: not its noise.
+    unconverted = copy.deepcopy(step)
+    for ns in unconverted["noise"]["alternatives"]["FreeLunchSSP"]:
+        ns["relation"] = ns["guarantee"]["relation"] = "replace-one"
+    with pytest.raises(release_audit.Mismatch, match="does not describe its noise"):
+        _check(unconverted)
+    # Replace-one noise cannot pay a step stated for add-remove: no conversion that way.
+    add_remove = copy.deepcopy(step)
+    add_remove["relation"] = "add-remove"
+    for ns in add_remove["noise"]["alternatives"]["FreeLunchSSP"]:
+        ns["relation"] = ns["guarantee"]["relation"] = "replace-one"
+    with pytest.raises(release_audit.Mismatch, match="cannot pay a step charged for add-remove"):
+        _check(add_remove)

@@ -402,3 +402,33 @@ def test_manifest_prints_the_relation_per_step_and_refuses_a_wrong_one():
     with pytest.raises(PublishError, match="unknown neighbouring relation"):
         check_relations(budget, "swap")
     assert PROJECT_RELATION is Relation.REPLACE_ONE
+
+
+def test_ledger_charges_refuse_a_step_not_stated_for_replace_one():
+    """The caps are in replace-one units: an add-remove step (half the ε for the same noise)
+    would be under-charged, so building its charges fails instead."""
+    from types import SimpleNamespace
+
+    from dpatlas.allocate import Step
+    from dpatlas.ledger import charges
+
+    est = M.get("FreeLunchSSP")
+    steps = tuple(est.noise_steps(1.0))
+    converted = Step("suite: FreeLunchSSP", "FreeLunchSSP", 1.0, 0.0, est.guarantee(1.0),
+                     (("FreeLunchSSP", steps),))
+    (ch,) = charges(SimpleNamespace(steps=(converted,), conversion_delta=0.0), ["all"])
+    assert ch.epsilon == pytest.approx(1.0) and ch.guarantee_type == "pure"
+    unconverted = Step("suite: x", "FreeLunchSSP", 1.0, 0.0, est.add_remove_guarantee(1.0),
+                       (("FreeLunchSSP", steps),))
+    with pytest.raises(ValueError, match="stated for add-remove neighbours"):
+        charges(SimpleNamespace(steps=(unconverted,), conversion_delta=0.0), ["all"])
+
+
+def test_a_plan_with_add_remove_noise_converts_each_draw():
+    """FreeLunchSSP in a suite: its step's guarantee is its noise converted draw by draw (group
+    privacy of size 2), and equals what the estimator derives; under add-remove it is half."""
+    budget = plan(config(profile="full-suite", suite=["FreeLunchSSP"]), 6.0)
+    (step,) = [s for s in budget.steps if s.estimator == "FreeLunchSSP"]
+    assert step.composed("FreeLunchSSP") == step.guarantee
+    assert step.guarantee.epsilon == pytest.approx(
+        2 * M.get("FreeLunchSSP").add_remove_guarantee(step.epsilon).epsilon)

@@ -278,8 +278,14 @@ def test_failed_write_leaves_old_feed_and_no_temp(tmp_path, monkeypatch):
 def test_stale_temp_files_are_cleaned(tmp_path):
     make_release(tmp_path, "r1", at(0))
     (tmp_path / f"{F.TMP_PREFIX}feed.json-999-dead").write_text('{"half')
+    # A writer of the root's web map killed between its temp write and the rename.
+    (tmp_path / "map").mkdir()
+    (tmp_path / ".index.html.tmp-999-dead").write_text("<html")
+    (tmp_path / "map" / ".app.js.tmp-999-dead").write_text("half")
     F.update_feed(tmp_path, "r1")
     assert not list(tmp_path.glob(F.TMP_PREFIX + "*"))
+    assert not list(tmp_path.rglob(".*.tmp-*"))
+    assert (tmp_path / "index.html").is_file()  # the feed's page was written afresh
 
 
 @pytest.mark.parametrize("rid", ["feed.atom", "LATEST", "a$b", "r\x1b[31m", "r1.json",

@@ -66,6 +66,32 @@ def test_rho_for_approx_inverts_conversion():
     assert to_approx(ZCDP(rho * 1.01), 1e-6).epsilon > 1.0
 
 
+
+EPSILON_GRID = np.logspace(-4, math.log10(50.0), 19)  # 1e-4 ... 50
+
+
+@pytest.mark.parametrize("delta", [1e-9, 1e-6, 1e-3])
+def test_rho_for_approx_is_monotone_and_tight_for_tiny_and_large_budgets(delta):
+    # Regression: with dp-accounting's default orders (<= 1024) and an absolute bisection,
+    # (0.001, 1e-6) and (0.003, 1e-6) both gave rho ~ 9.1e-13 and (0.01, 1e-9) ~ 1e-18.
+    rhos = [rho_for_approx(float(eps), delta) for eps in EPSILON_GRID]
+    assert all(a < b for a, b in zip(rhos, rhos[1:])), "rho must grow with epsilon"
+    log_inv_delta = math.log(1.0 / delta)
+    for eps, rho in zip(EPSILON_GRID, rhos):
+        back = to_approx(ZCDP(rho), delta).epsilon
+        assert eps * (1 - 1e-3) <= back <= eps, (eps, rho, back)  # fits, within 0.1%
+        assert to_approx(ZCDP(rho * 1.001), delta).epsilon > eps  # and is the largest
+        # At least what the closed form eps = rho + 2 sqrt(rho ln 1/delta) allows
+        # (Bun & Steinke 2016, Prop. 1.3); the RDP bound used is tighter, never looser.
+        closed_form = (math.sqrt(log_inv_delta + eps) - math.sqrt(log_inv_delta)) ** 2
+        assert rho >= closed_form * (1 - 1e-9), (eps, rho, closed_form)
+
+
+def test_rho_for_approx_rejects_bad_budgets():
+    for eps, delta in ((1.0, 0.0), (1.0, 1.0), (-0.1, 1e-6), (math.nan, 1e-6)):
+        with pytest.raises(ValueError):
+            rho_for_approx(eps, delta)
+
 def test_bad_values_rejected():
     for bad in (-1, float("nan"), float("inf")):
         with pytest.raises(ValueError):

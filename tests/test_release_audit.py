@@ -10,7 +10,6 @@ from __future__ import annotations
 import errno
 import io
 import json
-import math
 import os
 import pickle
 import shutil
@@ -79,14 +78,15 @@ def ledger_entry(plan, cells, dataset="il") -> dict:
 
 
 def build_release(tmp: Path, data: Path, rid: str = RID, cfg=None, facts=FACTS,
-                  random_source=SEEDED, write=True, **write_kw):
-    """(cfg, table, manifest, folder): a real (seeded) release of the small state."""
+                  random_source=SEEDED, write=True, plan=None, **write_kw):
+    """(cfg, table, manifest, folder): a real (seeded) release of the small state (``plan``:
+    the budget plan, by default ``allocate.plan`` of ``cfg``)."""
     cfg = cfg or make_cfg(tmp, data)
     boundaries = load_boundaries(cfg.boundaries.path)
     raw = pd.read_parquet(data / "microdata")
     df = pd.DataFrame({"geoid": raw["geoid"].astype(str), "cell": "all",
                        "x": raw["parent_rank"], "y": raw["child_rank"]})
-    plan = make_plan(cfg, cfg.selection.threshold)
+    plan = plan or make_plan(cfg, cfg.selection.threshold)
     rand = SeededRandomness(11)
     results = estimate_partition(df, select_partition(df, plan, rand, cfg.publish.min_n),
                                  plan, rand, cfg.publish.min_n)
@@ -174,7 +174,8 @@ def test_audit_runs_as_a_single_file_without_the_project(release, tmp_path):
     run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                          text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert run.stdout.splitlines()[-1].startswith("PASSED: 7 of 7")
+    n = len(audit.CHECKS)
+    assert run.stdout.splitlines()[-1].startswith(f"PASSED: {n} of {n}")
 
 
 def test_changed_value_caught_by_the_value_check_when_rehashed(copy):
@@ -352,9 +353,15 @@ def test_students_t_formula_matches_the_estimator():
 
 
 def test_zcdp_conversion_agrees_with_the_pipeline():
-    for rho in (1e-4, 0.05, 0.5):
-        assert audit.zcdp_to_epsilon(rho, 1e-6) == pytest.approx(
-            to_approx(ZCDP(rho), 1e-6).epsilon, rel=1e-12)
+    from mechanisms.privacy import ZCDP_CONVERSION_ORDERS
+
+    # The audit builds its own list (it imports nothing from mechanisms): the same orders.
+    assert audit.zcdp_conversion_orders() == ZCDP_CONVERSION_ORDERS
+    # Down to the tiny rho whose best order is far above dp-accounting's default 1024.
+    for rho in (1e-10, 1e-7, 1e-4, 0.05, 0.5):
+        for delta in (1e-9, 1e-6):
+            assert audit.zcdp_to_epsilon(rho, delta) == pytest.approx(
+                to_approx(ZCDP(rho), delta).epsilon, rel=1e-12)
 
 
 @pytest.mark.parametrize("suite, delta_spent", [
@@ -652,3 +659,189 @@ def test_flow_release_passes_the_audit(state, tmp_path):
     m = json.loads((folder / "manifest.json").read_text())
     assert machine_paths(m) == [] and str(tmp_path) not in json.dumps(m)
     assert (folder / "config.json").exists() and "config.json" in m["files"]
+
+
+# --- neighbouring relations: add-remove noise paying a replace-one step (FreeLunchSSP) --------
+
+
+FREE_LUNCH = "FreeLunchSSP"
+
+
+def free_lunch_plan(tmp: Path, data: Path):
+    """(cfg, plan): a full-suite release whose one suite estimator is FreeLunchSSP, whose noise
+    is stated for add-remove and converted to replace-one by group privacy of size 2 (the
+    release plan's own conversion, allocate.Step.composed)."""
+    import mechanisms as M
+    from mechanisms.privacy import PROJECT_RELATION, Relation
+    from mechanisms.privacy_maps import compose
+
+    cfg = make_cfg(tmp, data, profile={"name": "full-suite", "suite": [FREE_LUNCH]})
+    plan = make_plan(cfg, 3.0)
+    step = next(s for s in plan.steps if s.estimator == FREE_LUNCH)
+    noise = step.alternatives()[FREE_LUNCH]
+    assert {ns.relation for ns in noise} == {Relation.ADD_REMOVE}
+    assert step.guarantee.relation is PROJECT_RELATION
+    assert compose(noise, relation=PROJECT_RELATION) == step.guarantee
+    assert step.guarantee == M.get(FREE_LUNCH).guarantee(step.epsilon)
+    return cfg, plan
+
+
+@pytest.fixture(scope="module")
+def free_lunch_release(state, tmp_path_factory):
+    import mechanisms as M
+    from dpatlas import config as C
+
+    tmp = tmp_path_factory.mktemp("free_lunch")
+    assert FREE_LUNCH in C.PUBLISHABLE and M.get(FREE_LUNCH).publishable
+    cfg, plan = free_lunch_plan(tmp, state)
+    return build_release(tmp, state, cfg=cfg, plan=plan)[-1]
+
+
+@pytest.fixture
+def free_lunch_copy(free_lunch_release, tmp_path) -> Path:
+    dst = tmp_path / RID
+    shutil.copytree(free_lunch_release, dst)
+    return dst
+
+
+def free_lunch_step(m: dict) -> dict:
+    return next(s for s in m["budget"]["steps"] if s.get("estimator") == FREE_LUNCH)
+
+
+def test_release_with_add_remove_noise_audits_clean(free_lunch_release):
+    report = audit.audit_release(free_lunch_release)
+    assert report.ok, report.lines()
+    m = json.loads((free_lunch_release / "manifest.json").read_text())
+    step = free_lunch_step(m)
+    noise = step["noise"]["alternatives"][FREE_LUNCH]
+    assert {ns["relation"] for ns in noise} == {"add-remove"}
+    assert step["relation"] == "replace-one"
+    assert step["relation_conversions"][FREE_LUNCH]["noise_relations"] == ["add-remove"]
+    details = dict((name, detail) for name, _, detail in report.checks)
+    assert "2 of them add-remove, converted" in details["noise"], details["noise"]
+    assert "1 alternative(s) with add-remove noise" in details["relations"]
+    # The step pays twice what its noise gives for add-remove neighbours (pure: 2 epsilon).
+    assert step["guarantee"]["epsilon"] == pytest.approx(
+        2 * sum(ns["guarantee"]["epsilon"] * ns["repeat"] for ns in noise), rel=1e-12)
+
+
+def test_add_remove_noise_claimed_as_replace_one_fails(free_lunch_copy):
+    """Noise stated for replace-one would pay the step at face value: half of what the step
+    says, which its rounding cannot explain."""
+    def relabel(m):
+        step = free_lunch_step(m)
+        for ns in step["noise"]["alternatives"][FREE_LUNCH]:
+            ns["relation"] = ns["guarantee"]["relation"] = "replace-one"
+        step.pop("relation_conversions")
+    edit_manifest(free_lunch_copy, relabel)
+    bad = failed(free_lunch_copy)
+    assert set(bad) == {"noise"}, bad
+    assert "does not describe its noise" in bad["noise"]
+
+
+def test_add_remove_noise_without_its_listed_conversion_fails(free_lunch_copy):
+    edit_manifest(free_lunch_copy, lambda m: free_lunch_step(m).pop("relation_conversions"))
+    bad = failed(free_lunch_copy)
+    assert set(bad) == {"relations"} and "relation_conversions lists {}" in bad["relations"], bad
+
+
+def test_step_charged_at_the_unconverted_figure_fails(free_lunch_copy):
+    """A step charging what its add-remove noise gives unconverted is under-charged."""
+    def unconverted(m):
+        g = free_lunch_step(m)["guarantee"]
+        g["epsilon"] /= 2
+    edit_manifest(free_lunch_copy, unconverted)
+    bad = failed(free_lunch_copy)
+    assert "noise gives epsilon" in bad["noise"] and "> stated" in bad["noise"], bad
+
+
+def test_noise_guarantee_of_another_relation_than_its_step_fails(free_lunch_copy):
+    def split(m):
+        ns = free_lunch_step(m)["noise"]["alternatives"][FREE_LUNCH][0]
+        ns["guarantee"]["relation"] = "replace-one"
+    edit_manifest(free_lunch_copy, split)
+    bad = failed(free_lunch_copy)
+    assert set(bad) == {"noise"}, bad
+    assert "its guarantee is stated for replace-one, its sensitivity for add-remove" in bad[
+        "noise"]
+
+
+def test_replace_one_noise_in_an_add_remove_charge_fails(copy):
+    """The whole release restated as charged for add-remove: its replace-one noise says
+    nothing about adding a record, and the project charges replace-one only."""
+    def add_remove(m):
+        m["neighbouring_relation"] = "add-remove"
+        m["relations"]["charged_in"] = "add-remove"
+        for step in m["budget"]["steps"]:
+            step["relation"] = step["guarantee"]["relation"] = "add-remove"
+        m["budget"]["per_tract_and_cell"]["relation"] = "add-remove"
+        m["total_per_person"]["guarantee"]["relation"] = "add-remove"
+    edit_manifest(copy, add_remove)
+    bad = failed(copy)
+    assert {"relations", "noise"} <= set(bad), bad
+    assert "neighbouring_relation is add-remove" in bad["relations"]
+    assert "noise stated for replace-one cannot pay a step charged for add-remove" in bad["noise"]
+
+
+def test_one_step_in_another_relation_fails(copy):
+    def one(m):
+        m["budget"]["steps"][1]["relation"] = "add-remove"
+    edit_manifest(copy, one)
+    bad = failed(copy)
+    assert set(bad) == {"relations", "noise"}, bad
+    assert "stated for add-remove, the release is charged for replace-one" in bad["relations"]
+    assert "cannot pay a step charged for add-remove" in bad["noise"]
+
+
+@pytest.mark.parametrize("where", ["charged_in", "per_tract_and_cell", "total", "unknown"])
+def test_tampered_relation_labels_fail(copy, where):
+    def tamper(m):
+        if where == "charged_in":
+            m["relations"]["charged_in"] = "add-remove"
+        elif where == "per_tract_and_cell":
+            m["budget"]["per_tract_and_cell"]["relation"] = "add-remove"
+        elif where == "total":
+            m["total_per_person"]["guarantee"]["relation"] = "add-remove"
+        else:
+            first_noise_step(m)["relation"] = "remove-only"
+    edit_manifest(copy, tamper)
+    bad = failed(copy)
+    assert "relations" in bad, bad
+    if where == "unknown":
+        assert "unknown neighbouring relation 'remove-only'" in bad["noise"]
+
+
+def test_manifest_without_relations_is_read_as_replace_one(copy):
+    """Manifests written before relations were stated (no relation anywhere) still audit."""
+    def strip(obj):
+        if isinstance(obj, dict):
+            for key in ("relation", "relations", "relation_conversions"):
+                obj.pop(key, None)
+            for v in obj.values():
+                strip(v)
+        elif isinstance(obj, list):
+            for v in obj:
+                strip(v)
+    edit_manifest(copy, strip)
+    text = (copy / "manifest.json").read_text()
+    assert '"relation"' not in text and '"relations"' not in text
+    report = audit.audit_release(copy)
+    assert report.ok, report.lines()
+
+
+@pytest.mark.parametrize("g", [
+    {"type": "pure", "epsilon": 0.7}, {"type": "approx", "epsilon": 0.5, "delta": 1e-7},
+    {"type": "zcdp", "rho": 0.03}, {"type": "gdp", "mu": 0.4}])
+def test_group_of_two_is_the_pipelines_conversion(g):
+    from mechanisms.privacy import Relation, as_dict, convert_relation, from_dict
+
+    converted = convert_relation(from_dict({**g, "relation": "add-remove"}),
+                                 Relation.REPLACE_ONE)
+    ours = audit.restate(audit.guarantee_from(g), "add-remove", "replace-one")
+    assert audit.same_guarantee(ours, audit.guarantee_from(as_dict(converted)))
+    assert audit.restate(audit.guarantee_from(g), "replace-one", "replace-one") == \
+        audit.guarantee_from(g)
+    with pytest.raises(audit.Mismatch, match="cannot pay a step charged for add-remove"):
+        audit.restate(audit.guarantee_from(g), "replace-one", "add-remove")
+    with pytest.raises(audit.Mismatch, match=">= 1"):
+        audit.group_of_two(audit.G("approx", 20.0, 1e-6))
