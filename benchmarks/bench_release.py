@@ -79,7 +79,7 @@ def main() -> None:
         from flows.release import release
 
         t1 = time.perf_counter()
-        folder = release(str(config), None, None)
+        folder = release(str(config), None, None).folder
         wall = time.perf_counter() - t1
     print(f"profile: {args.profile}; data: {data} (generated in {t_synth:.1f} s)")
     print(f"Prefect test server start-up (not counted below): {t_server:.1f} s")

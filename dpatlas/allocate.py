@@ -138,11 +138,6 @@ class SuiteShare:
     epsilon: float
     delta: float
 
-    def __iter__(self):
-        # Unpacking as (estimator, epsilon, delta) is kept for callers not yet converted
-        # (dpatlas/manifest.py, dpatlas/preflight.py); use the fields.
-        return iter((self.estimator, self.epsilon, self.delta))
-
 
 @dataclass(frozen=True)
 class BudgetPlan:

@@ -12,7 +12,6 @@ demo state (seed 0) is never seen by the calibration.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -25,6 +24,7 @@ from mechanisms.noise import SeededRandomness
 from mechanisms.sufficient_stats import noisy_nvar, noisy_stats_release
 
 from .config import SelectionConfig
+from .files import now_utc
 from .synth import StateParams, batch_of, oi_like_state
 
 DEFAULT_THRESHOLDS = Path(__file__).with_name("defaults") / "thresholds.yaml"
@@ -99,7 +99,7 @@ def calibrate(epsilons: Sequence[float] = (1.0, 8.0), seeds: Sequence[int] = CAL
     dp_t, dp_curve = best(dp_ratios)
     n_t, n_curve = best(n_ratios)
     return {
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created": now_utc(),
         "method": "minimise the geometric mean over epsilons of the median over tracts (pooled "
                   "over synthetic states) of (68% empirical error bound of p25 / OLS standard "
                   "error)",

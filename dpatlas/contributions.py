@@ -27,7 +27,6 @@ their real ids, so a hash collision can neither remove nor reject anyone.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .config import ConfigError, ReleaseConfig
+from .files import write_parquet_atomic
 from .validate import ValidationFailed
 
 QUARANTINE_NAME = "duplicate-persons.parquet"
@@ -170,9 +170,8 @@ def _rewrite_without(path: Path, rows: np.ndarray) -> int:
     """Remove the records with these input rows from a staged file, atomically."""
     frame = pd.read_parquet(path)
     keep = ~frame["row"].isin(rows).to_numpy()
-    tmp = path.with_name(path.name + ".tmp")
-    frame[keep].reset_index(drop=True).to_parquet(tmp, index=False)
-    os.replace(tmp, path)  # readers see the old file or the new one, never half of one
+    # Readers see the old file or the new one, never half of one.
+    write_parquet_atomic(frame[keep].reset_index(drop=True), path)
     return int((~keep).sum())
 
 

@@ -51,6 +51,7 @@ from pathlib import Path
 
 from typing import Iterator
 
+from .files import now_utc
 from .hashing import sha256_bytes, sha256_file
 from .ids import InvalidReason, InvalidReleaseId, validate_reason, validate_release_id
 from .stac import COLLECTION_FILE as STAC_COLLECTION, ITEMS_DIR as STAC_ITEMS
@@ -306,7 +307,7 @@ def _load(root: Path) -> dict:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+    return now_utc("microseconds")
 
 
 def _parse_time(value: str) -> datetime | None:

@@ -61,6 +61,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
 
+from .files import now_utc
 from .ids import InvalidReason, InvalidReleaseId, validate_reason, validate_release_id
 
 if TYPE_CHECKING:  # the plan's type only: allocate imports the mechanisms
@@ -267,7 +268,7 @@ _DB_CLOCK = {
 # --- helpers ------------------------------------------------------------------------------------
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+    return now_utc("microseconds")
 
 
 def _iso(epoch: float | None) -> str:

@@ -22,7 +22,8 @@ from mechanisms.privacy import (CONVERSION_TEXT, GROUP_PRIVACY_RULES, PROJECT_RE
 from .allocate import BudgetPlan
 from .config import ReleaseConfig, fingerprint, ledger_backend
 from .hashing import sha256_file
-from .publish import PublishError, code_version, now_utc
+from .files import now_utc
+from .publish import PUBLISHED_DECIMALS, PublishError, code_version
 
 COMPOSITION = {
     "within_tract_and_cell": "sequential: the steps below run on the same people",
@@ -53,7 +54,7 @@ def random_bits_description(random_source: str) -> str:
 
 
 def sampler_description(plan: BudgetPlan, random_source: str) -> dict:
-    used = {"NoisyStats", "DPExpTheilSen"} | {name for name, _, _ in plan.suite}
+    used = {"NoisyStats", "DPExpTheilSen"} | {s.estimator for s in plan.suite}
     return {"random_bits": random_bits_description(random_source),
             "per_estimator": {name: M.get(name).sampler for name in sorted(used)},
             "note": "see README, 'Noise: why it is safe against floating-point attacks'"}
@@ -314,9 +315,13 @@ def build_manifest(cfg: ReleaseConfig, release_id: str, plan: BudgetPlan, table:
             "by_mechanism": {k: int(v) for k, v in table["mechanism"].value_counts().items()},
         },
         "published_columns": {
-            "p25, p75": "display values: the raw values clipped to [0, 1] (post-processing)",
-            "p25_raw, p75_raw": "the primary step's release for the tract's mechanism",
-            **{f"{name}_p25, {name}_p75": f"the step 'suite: {name}'" for name, _, _ in plan.suite},
+            "p25, p75": f"display values: the raw values rounded to {PUBLISHED_DECIMALS} "
+                        "decimals, then clipped to [0, 1] (post-processing; see rounding)",
+            "p25_raw, p75_raw": "the primary step's release for the tract's mechanism, "
+                                f"rounded to {PUBLISHED_DECIMALS} decimals",
+            **{f"{name}_p25, {name}_p75": f"the step 'suite: {name}', rounded to "
+                                          f"{PUBLISHED_DECIMALS} decimals"
+               for name in (s.estimator for s in plan.suite)},
             "n, geoid, state, county, cell, geometry": "public",
             "mechanism, status, reason": "which mechanism ran and whether it failed: a "
                                          "function of the DP selection, the public n and the "

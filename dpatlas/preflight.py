@@ -18,6 +18,7 @@ import mechanisms as M
 
 from .config import ReleaseConfig
 from .contributions import require_person_unit
+from .files import write_atomic
 from .ids import validate_release_id
 from .publish import release_folder
 
@@ -92,9 +93,7 @@ def mark_root(cfg: ReleaseConfig) -> None:
     root.mkdir(parents=True, exist_ok=True)
     marker = root / ROOT_MARKER
     if not marker.exists():
-        tmp = root / f".{ROOT_MARKER}.tmp-{os.getpid()}"
-        tmp.write_text(json.dumps({"mode": cfg.publish.mode}))
-        os.replace(tmp, marker)
+        write_atomic(marker, lambda tmp: tmp.write_text(json.dumps({"mode": cfg.publish.mode})))
 
 
 def mechanisms_in_play(plan, n: np.ndarray) -> dict[str, np.ndarray]:
@@ -108,7 +107,7 @@ def mechanisms_in_play(plan, n: np.ndarray) -> dict[str, np.ndarray]:
     else:  # dp: the noisy choice can fall either way in any tract
         out = {"NoisyStats": np.ones(n.size, dtype=bool),
                "DPExpTheilSen": np.ones(n.size, dtype=bool)}
-    for name, _, _ in plan.suite:  # the suite runs in every tract
+    for name in (s.estimator for s in plan.suite):  # the suite runs in every tract
         out[name] = np.ones(n.size, dtype=bool)
     return out
 

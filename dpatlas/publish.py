@@ -20,7 +20,6 @@ import os
 import re
 import shutil
 import subprocess
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -639,5 +638,3 @@ def _json(obj):
     raise TypeError(f"not JSON serialisable: {type(obj)}")
 
 
-def now_utc() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -12,6 +12,7 @@ release id reruns as a no-op.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import socket
@@ -28,7 +29,7 @@ from dpatlas.crash import crashpoint
 from dpatlas.estimate import Chunk
 from dpatlas.ids import validate_release_id
 from dpatlas.ledger import Ledger, charges
-from dpatlas.preflight import check_before_writing, check_feasible, mark_root
+from dpatlas.preflight import PreflightError, check_before_writing, check_feasible, mark_root
 from dpatlas.state import ReleaseLock
 from tasks.allocate import allocate_budget
 from tasks.estimate import estimate_chunk, select_chunk
@@ -133,6 +134,9 @@ def release(config_path: str, release_id: Optional[str] = None,
         # over the cap) and take the release's lease, before any noise.
         budget = allocate_budget(cfg)
         check_feasible(cfg, budget, sizes)
+        stage_parameters = {"chunks": chunks, "budget": budget, "min_n": cfg.publish.min_n,
+                            "internal": str(internal), "noise_seed": noise_seed}
+        check_subflow_parameters(select_and_estimate, stage_parameters)
         cells = sorted(sizes["cell"].unique())
         charge_release(cfg.ledger, rid, budget, cells, start.config_sha256, owner)
         with Ledger(cfg.ledger.url).leased(rid, owner, LEASE_SECONDS) as lease:
@@ -140,7 +144,7 @@ def release(config_path: str, release_id: Optional[str] = None,
 
             # 4-5. Select a mechanism per tract, then estimate, chunk by chunk.
             stage = select_and_estimate.with_options(task_runner=chunk_task_runner(cfg))
-            results = stage(chunks, budget, cfg.publish.min_n, str(internal), noise_seed)
+            results = stage(**stage_parameters)
 
             # 6. Publish the map-ready files and the manifest (atomically, under the lease),
             # complete the ledger entry, then show the release in the feed.
@@ -155,6 +159,26 @@ def release(config_path: str, release_id: Optional[str] = None,
             crashpoint("after-ledger-complete")
         show_in_feed(root, rid)
         return report_release(cfg.ledger, folder, "published")
+
+
+def check_subflow_parameters(subflow, parameters: dict) -> None:
+    """Refuse, before the charge, a subflow call whose parameters the Prefect server would
+    refuse (``server.api.max_parameter_size``, measured as the server measures it: compact
+    JSON of the flow's own serialisation). Found after the charge, it would fail the run with
+    the budget spent; a national release is the case (docs/national.md)."""
+    from prefect.settings import get_current_settings
+
+    limit = get_current_settings().server.api.max_parameter_size
+    if limit <= 0:
+        return
+    size = len(json.dumps(subflow.serialize_parameters(parameters),
+                          separators=(",", ":")).encode())
+    if size > limit:
+        raise PreflightError(
+            f"the {subflow.name} subflow's parameters are {size:,} bytes as JSON, over the "
+            f"Prefect server's limit of {limit:,} (PREFECT_SERVER_API_MAX_PARAMETER_SIZE; "
+            f"{len(parameters.get('chunks', ()))} chunks): raise partition_tracts or the "
+            "server's limit; nothing was charged")
 
 
 def _noise_source(noise_seed: Optional[int]) -> str:

@@ -63,7 +63,7 @@ from .batch import X_HIGH, X_LOW, TractBatch
 from .noise import Randomness, gaussian_mechanism
 from .privacy import rho_for_approx, to_approx
 from .privacy_maps import GridGaussian, NoiseStep, compose
-from .registry import MIN_RECORDS, Estimator, Meter, Outcome, RunBudget, blank, register
+from .registry import MIN_RECORDS, Estimator, Meter, Outcome, blank, register
 
 X_MARGINAL = "x marginal"
 Y_MARGINAL = "y marginal"

@@ -624,8 +624,10 @@ def _poller(root: str, ready, done, out) -> None:
 
 
 def _ctx():
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    # spawn, not fork: a forked child inherits whatever the test process holds (Prefect's
+    # service threads after a flow ran in it, JAX's thread pool) and died with exit code 1
+    # when a release test had run first in the same worker.
+    return multiprocessing.get_context("spawn")
 
 
 def test_polling_reader_never_sees_partial_state(tmp_path, record_property):

@@ -144,6 +144,26 @@ def test_cap_refuses_before_any_noise(api_url, state, tmp_path):
     assert set(ledger_rows(tmp_path)["release_id"]) == {"first"}
 
 
+def test_subflow_parameters_over_the_servers_limit_are_refused_before_the_charge(
+        api_url, state, tmp_path):
+    """The server refuses a flow run whose parameters exceed its limit; found at the subflow
+    call, that was after the charge (a national release). The flow measures them first."""
+    cfg = config(tmp_path, state, partition_tracts=1)  # 60 chunks: a few KiB of parameters
+    env = {"PREFECT_SERVER_API_MAX_PARAMETER_SIZE": "2000"}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        rc, out = cli(api_url, "release", "-c", str(cfg), "--release-id", "big")
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    assert rc == 2, out
+    assert "over the Prefect server's limit of 2,000" in out and "nothing was charged" in out
+    assert "Traceback" not in out
+    assert ledger_rows(tmp_path).empty
+    assert not (tmp_path / "releases-internal" / "big" / "selection").exists()  # no noise
+
+
 def test_two_operators_same_release(api_url, state, tmp_path):
     cfg = config(tmp_path, state)
     procs = [cli(api_url, "release", "-c", str(cfg), "--release-id", "same", wait=False)

@@ -68,8 +68,8 @@ def make_cfg(tmp: Path, data: Path, **over):
 
 
 def ledger_entry(plan, cells, dataset="il") -> dict:
-    """What the flow passes: the sums of the ledger's charges (tasks.ledger.charges)."""
-    from tasks.ledger import charges
+    """What the flow passes: the sums of the ledger's charges (dpatlas.ledger.charges)."""
+    from dpatlas.ledger import charges
 
     charged = charges(plan, cells)
     return {"ledger_backend": "sqlite", "dataset": dataset, "release_id": RID,

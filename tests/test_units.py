@@ -64,9 +64,8 @@ def test_full_suite_plan_names_each_share_and_fits_epsilon_and_delta():
     budget = plan(config(profile={"name": "full-suite", "suite": suite}), 3.0)
     assert [s.estimator for s in budget.suite] == suite
     assert all(isinstance(s, SuiteShare) for s in budget.suite)
-    name, eps, delta = budget.suite[0]  # unpacking kept for unconverted callers
-    assert (name, eps, delta) == (budget.suite[0].estimator, budget.suite[0].epsilon,
-                                  budget.suite[0].delta)
+    with pytest.raises(TypeError):  # named fields, not an anonymous tuple
+        name, eps, delta = budget.suite[0]
     eps_total, delta_total = budget.charged()
     assert eps_total <= 1.0 * (1 + 1e-6) and math.isclose(eps_total, 1.0, rel_tol=1e-6)
     assert delta_total <= 1e-6 * (1 + 1e-9)

@@ -19,12 +19,11 @@ published value can be computed without a browser (:func:`class_colour`).
 from __future__ import annotations
 
 import bisect
-import contextlib
 import json
-import os
-import secrets
 from importlib import resources
 from pathlib import Path
+
+from ..files import write_bytes_atomic
 
 ASSETS_DIR = "map"   # the root page's assets; a name dpatlas.ids reserves: never a release id
 PAGE = "index.html"
@@ -110,14 +109,7 @@ def _write_if_changed(path: Path, data: bytes) -> bool:
     file), unless it already holds exactly those bytes. Returns whether it wrote."""
     if path.is_file() and not path.is_symlink() and path.read_bytes() == data:
         return False
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        raise
+    write_bytes_atomic(path, data)
     return True
 
 
