@@ -475,8 +475,8 @@ def main() -> None:
     from prefect_server import prefect_server
 
     if args.max_parameter_size is not None:
-        # The select-and-estimate subflow takes every chunk's GEOID list as a parameter:
-        # about 1 MB for 74,000 tracts, over Prefect's default limit (see docs/national.md).
+        # A chunk is a GEOID range now (O(chunks) parameters); the option is kept to try the
+        # limit, which the release checks before its charge (docs/national.md).
         os.environ["PREFECT_SERVER_API_MAX_PARAMETER_SIZE"] = str(args.max_parameter_size)
         print(f"Prefect server: flow run parameters limited to {args.max_parameter_size} bytes "
               "(0: no limit)", flush=True)

@@ -107,6 +107,22 @@ def test_build_replaces_an_old_archive_and_leaves_no_partial(tracts_geojson, tmp
     assert sorted(p.name for p in tmp_path.iterdir()) == [T.TILES_FILE]
 
 
+def test_the_same_geojson_gives_the_same_bytes_in_any_folder(tracts_geojson, tmp_path):
+    """tippecanoe writes its command line into the archive's metadata: with absolute or
+    per-process names, a resumed release's tiles (another staging folder or pid) differed from
+    an uninterrupted one's. The build runs with relative names, so only the input matters."""
+    import shutil
+
+    archives = []
+    for folder in (tmp_path / "a", tmp_path / "deeper" / "b"):
+        folder.mkdir(parents=True)
+        shutil.copy(tracts_geojson[0], folder / "tracts.geojson")
+        T.build_tiles(folder / "tracts.geojson", folder / T.TILES_FILE, min_zoom=4, max_zoom=6)
+        archives.append((folder / T.TILES_FILE).read_bytes())
+    assert archives[0] == archives[1]
+    assert str(tmp_path).encode() not in archives[0]
+
+
 def test_bad_inputs_are_refused_with_actionable_messages(tmp_path, tracts_geojson):
     with pytest.raises(T.TilesError, match="does not exist"):
         T.build_tiles(tmp_path / "nope.geojson", tmp_path / "t.pmtiles")
