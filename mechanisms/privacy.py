@@ -83,6 +83,11 @@ def _relation_note(relation: Relation) -> str:
     return "" if relation is PROJECT_RELATION else f", {relation.value}"
 
 
+def _relation_suffix(relation: Relation) -> str:
+    """The same for a description without a bracket of its own: `` (add-remove)``."""
+    return "" if relation is PROJECT_RELATION else f" ({relation.value})"
+
+
 @dataclass(frozen=True)
 class PureDP:
     epsilon: float
@@ -111,8 +116,7 @@ class ApproxDP:
         _check_relation(self.relation)
 
     def describe(self) -> str:
-        note = f" ({self.relation.value})" if self.relation is not PROJECT_RELATION else ""
-        return f"({self.epsilon:.6g}, {self.delta:.3g})-DP{note}"
+        return f"({self.epsilon:.6g}, {self.delta:.3g})-DP{_relation_suffix(self.relation)}"
 
 
 @dataclass(frozen=True)
@@ -126,8 +130,7 @@ class ZCDP:
         _check_relation(self.relation)
 
     def describe(self) -> str:
-        note = f" ({self.relation.value})" if self.relation is not PROJECT_RELATION else ""
-        return f"{self.rho:.6g}-zCDP{note}"
+        return f"{self.rho:.6g}-zCDP{_relation_suffix(self.relation)}"
 
 
 @dataclass(frozen=True)
@@ -141,8 +144,7 @@ class GDP:
         _check_relation(self.relation)
 
     def describe(self) -> str:
-        note = f" ({self.relation.value})" if self.relation is not PROJECT_RELATION else ""
-        return f"{self.mu:.6g}-GDP{note}"
+        return f"{self.mu:.6g}-GDP{_relation_suffix(self.relation)}"
 
 
 @dataclass(frozen=True)

@@ -37,12 +37,21 @@ def _choose_event(pilot_a, pilot_b, edges):
     return best_bins
 
 
+PILOT, MAIN = 100_000, 300_000  # draws per dataset: to choose the event, then to bound on
+
+
 def epsilon_lower_bound(sample_d, sample_d2, pilot_d, pilot_d2, bins: int = 60,
-                        alpha: float = 1e-3) -> float:
-    """Lower bound on ε from 1-d outputs on D and D' (both directions of the event tried)."""
-    pooled = np.concatenate([pilot_d, pilot_d2])
-    edges = np.unique(np.quantile(pooled, np.linspace(0, 1, bins + 1)))
-    edges[0], edges[-1] = -np.inf, np.inf
+                        alpha: float = 1e-3, delta: float = 0.0, edges=None) -> float:
+    """Lower bound on ε at ``delta`` from 1-d outputs on D and D' (both directions tried).
+
+    (ε, δ)-DP gives P_D(S) ≤ e^ε·P_D'(S) + δ for every event S, so
+    ε ≥ ln((P_D(S) − δ)/P_D'(S)); δ = 0 is the pure-ε bound. ``edges`` default to ``bins``
+    quantiles of the pooled pilots.
+    """
+    if edges is None:
+        pooled = np.concatenate([pilot_d, pilot_d2])
+        edges = np.unique(np.quantile(pooled, np.linspace(0, 1, bins + 1)))
+        edges[0], edges[-1] = -np.inf, np.inf
     bound = 0.0
     for a_pilot, b_pilot, a, b in ((pilot_d, pilot_d2, sample_d, sample_d2),
                                    (pilot_d2, pilot_d, sample_d2, sample_d)):
@@ -53,9 +62,22 @@ def epsilon_lower_bound(sample_d, sample_d2, pilot_d, pilot_d2, bins: int = 60,
         in_b = np.isin(np.clip(np.searchsorted(edges, b, side="right") - 1, 0, edges.size - 2), event)
         lo_a, _ = clopper_pearson(int(in_a.sum()), a.size, alpha / 2)  # α/2: two directions
         _, hi_b = clopper_pearson(int(in_b.sum()), b.size, alpha / 2)
-        if lo_a > 0:
-            bound = max(bound, float(np.log(lo_a / hi_b)))
+        if lo_a > delta:
+            bound = max(bound, float(np.log((lo_a - delta) / hi_b)))
     return bound
+
+
+def audit_sample(sample, seed: int = 0, delta: float = 0.0, discrete: bool = False) -> float:
+    """ε lower bound at ``delta`` from ``sample(data_index, reps, seed) -> 1-d outputs``:
+    PILOT draws on D (index 0) and D' (index 1) choose the event, MAIN fresh draws bound it.
+    ``discrete``: outputs take few distinct values, one histogram bin per value."""
+    pilot = [sample(i, PILOT, seed + 10 + i) for i in (0, 1)]
+    main = [sample(i, MAIN, seed + 20 + i) for i in (0, 1)]
+    edges = None
+    if discrete:
+        values = np.unique(np.concatenate(pilot + main))
+        edges = np.r_[-np.inf, (values[:-1] + values[1:]) / 2, np.inf]
+    return epsilon_lower_bound(main[0], main[1], pilot[0], pilot[1], delta=delta, edges=edges)
 
 
 @contextlib.contextmanager

@@ -19,10 +19,7 @@ from mechanisms.batch import TractBatch
 from mechanisms.noise import SeededRandomness
 from dpatlas import audit as release_audit
 
-from audit import budget_scaled, epsilon_lower_bound
-
-PILOT, MAIN = 100_000, 300_000
-
+from audit import audit_sample as audit, budget_scaled
 
 def half_noise(module):
     """Broken variant: the module's Laplace mechanism gets twice the ε (half the noise)."""
@@ -43,12 +40,6 @@ def forgotten_sensitivity():
     finally:
         theil_sen.exp_median = original
 
-
-def audit(sample, seed=0):
-    """ε lower bound from ``sample(data_index, reps, seed) -> 1-d outputs``."""
-    pilot = [sample(i, PILOT, seed + 10 + i) for i in (0, 1)]
-    main = [sample(i, MAIN, seed + 20 + i) for i in (0, 1)]
-    return epsilon_lower_bound(main[0], main[1], pilot[0], pilot[1])
 
 
 # --- NoisyIntercept: D has every y = 0; D' replaces one record by y = 1 (ȳ moves by 1/n) ----

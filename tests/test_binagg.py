@@ -20,7 +20,7 @@ from mechanisms.noise import SeededRandomness, laplace_scale
 from mechanisms.privacy import ZCDP, PureDP, to_approx, to_zcdp
 from mechanisms.privacy_maps import NoiseStep, compose, from_dict, privacy_map
 
-from audit import _choose_event, budget_scaled, clopper_pearson
+from audit import audit_sample, budget_scaled
 from conftest import line_tract
 
 EPSILONS = (0.01, 0.1, 1.0, 2.5, 8.0, 50.0)
@@ -469,7 +469,7 @@ def test_exact_samplers_only_and_publishable_but_not_in_the_default_suite():
 
 # --- 6. empirical audit: one bin's released count on neighbouring datasets -------------------
 
-PILOT, MAIN, AUDIT_DELTA = 100_000, 300_000, 0.01
+AUDIT_DELTA = 0.01
 # ε such that each bin's count release is ρ_row = 1/2 (μ = 1): ρ_row = (ε²/2)(9/28)/2.
 AUDIT_EPS = math.sqrt(56 / 9)
 AUDIT_X = np.r_[np.full(9, 0.2), np.full(10, 0.8)]
@@ -491,39 +491,15 @@ def count_sample(i, reps, seed):
     return out.noisy_count[0::2]  # bin [0, 0.5)
 
 
-def epsilon_lower_bound_at_delta(sample, delta, seed=0, bins=60, alpha=1e-3):
-    """tests/audit.py's bound, for (ε, δ):
-    P_D(S) ≤ e^ε P_D'(S) + δ  ⇒  ε ≥ ln((P_D(S) − δ)/P_D'(S))."""
-    pilot = [sample(i, PILOT, seed + 10 + i) for i in (0, 1)]
-    main = [sample(i, MAIN, seed + 20 + i) for i in (0, 1)]
-    edges = np.unique(np.quantile(np.concatenate(pilot), np.linspace(0, 1, bins + 1)))
-    edges[0], edges[-1] = -np.inf, np.inf
-    bound = 0.0
-    for a_pilot, b_pilot, a, b in ((pilot[0], pilot[1], main[0], main[1]),
-                                   (pilot[1], pilot[0], main[1], main[0])):
-        event = _choose_event(a_pilot, b_pilot, edges)
-        if event is None:
-            continue
-
-        def share(v):
-            return np.isin(np.clip(np.searchsorted(edges, v, side="right") - 1, 0,
-                                   edges.size - 2), event).sum()
-
-        lo_a, _ = clopper_pearson(int(share(a)), a.size, alpha / 2)
-        _, hi_b = clopper_pearson(int(share(b)), b.size, alpha / 2)
-        if lo_a > delta:
-            bound = max(bound, float(np.log((lo_a - delta) / hi_b)))
-    return bound
-
 
 def test_audit_bin_count():
     row = _steps(AUDIT_EPS)[COUNTS].guarantee
     assert row.rho == pytest.approx(0.5, rel=1e-3)
     claim = to_approx(row, AUDIT_DELTA).epsilon  # one bin's count, one record moved in
-    lb = epsilon_lower_bound_at_delta(count_sample, AUDIT_DELTA)
+    lb = audit_sample(count_sample, delta=AUDIT_DELTA)
     assert 1.0 < lb <= claim, (lb, claim)
     with half_gaussian_noise():
-        assert epsilon_lower_bound_at_delta(count_sample, AUDIT_DELTA) > claim
+        assert audit_sample(count_sample, delta=AUDIT_DELTA) > claim
 
 
 # --- 7. empirical audit: PrivTree's split decisions (claim: the step's replace-one ε) --------
@@ -558,34 +534,13 @@ def privtree_sample(i, reps, seed):
     return np.bincount(bins.rep, weights=2.0 ** node, minlength=reps)
 
 
-def discrete_epsilon_lower_bound(sample, seed=0, alpha=1e-3):
-    """tests/audit.py's bound for outputs with few distinct values: one histogram bin per
-    value (edges between them), the event chosen on the pilot, the bound on fresh samples."""
-    pilot = [sample(i, PILOT, seed + 10 + i) for i in (0, 1)]
-    main = [sample(i, MAIN, seed + 20 + i) for i in (0, 1)]
-    values = np.unique(np.concatenate(pilot + main))
-    edges = np.r_[-np.inf, (values[:-1] + values[1:]) / 2, np.inf]
-    bound = 0.0
-    for a_pilot, b_pilot, a, b in ((pilot[0], pilot[1], main[0], main[1]),
-                                   (pilot[1], pilot[0], main[1], main[0])):
-        event = _choose_event(a_pilot, b_pilot, edges)
-        if event is None:
-            continue
-        in_a = np.isin(np.searchsorted(edges, a, side="right") - 1, event).sum()
-        in_b = np.isin(np.searchsorted(edges, b, side="right") - 1, event).sum()
-        lo_a, _ = clopper_pearson(int(in_a), a.size, alpha / 2)
-        _, hi_b = clopper_pearson(int(in_b), b.size, alpha / 2)
-        if lo_a > 0:
-            bound = max(bound, float(np.log(lo_a / hi_b)))
-    return bound
-
 
 def test_audit_privtree_decisions():
     claim = _privtree_step().guarantee.epsilon
     assert claim == pytest.approx(PRIVTREE_CLAIM, rel=LOOSE)
-    lb = discrete_epsilon_lower_bound(privtree_sample)
+    lb = audit_sample(privtree_sample, discrete=True)
     assert 1.1 < lb <= claim, (lb, claim)  # the exact loss here is 1.29
     # Broken variant: the split decisions drawn with half the Laplace scale.
     with budget_scaled(binagg, "laplace_mechanism", 2.0):
-        broken = discrete_epsilon_lower_bound(privtree_sample)
+        broken = audit_sample(privtree_sample, discrete=True)
     assert broken > claim, (broken, claim)

@@ -19,7 +19,7 @@ from mechanisms.noise import SeededRandomness
 from mechanisms.privacy import ZCDP, ApproxDP, rho_for_approx, to_approx
 from mechanisms.privacy_maps import GridGaussian, compose
 
-from audit import _choose_event, budget_scaled, clopper_pearson
+from audit import audit_sample, budget_scaled
 from conftest import line_tract
 
 NAME = "DDSSP"
@@ -338,7 +338,7 @@ def test_degenerate_variance_fails_with_its_reason():
 # audit's statistic is the difference of those two cells of the released xy marginal, the
 # direction the shift takes (its likelihood ratio is that of the whole release).
 
-PILOT, MAIN, AUDIT_DELTA = 100_000, 300_000, 0.01
+AUDIT_DELTA = 0.01
 AUDIT_BINS, AUDIT_RHO_XY = 2, 0.5
 AUDIT_X = np.r_[np.full(9, 0.2), np.full(10, 0.8)]
 AUDIT_DATA = [(AUDIT_X, np.r_[np.full(9, 0.2), np.full(10, 0.8)]),
@@ -360,30 +360,6 @@ def xy_sample(i, reps, seed):
     return noisy.xy[:, 0, 0, 0] - noisy.xy[:, 0, 1, 1]
 
 
-def epsilon_lower_bound_at_delta(sample, delta, seed=0, bins=60, alpha=1e-3):
-    """tests/audit.py's bound for (ε, δ):
-    P_D(S) ≤ e^ε P_D'(S) + δ ⇒ ε ≥ ln((P_D(S) − δ)/P_D'(S))."""
-    pilot = [sample(i, PILOT, seed + 10 + i) for i in (0, 1)]
-    main = [sample(i, MAIN, seed + 20 + i) for i in (0, 1)]
-    edges = np.unique(np.quantile(np.concatenate(pilot), np.linspace(0, 1, bins + 1)))
-    edges[0], edges[-1] = -np.inf, np.inf
-    bound = 0.0
-    for a_pilot, b_pilot, a, b in ((pilot[0], pilot[1], main[0], main[1]),
-                                   (pilot[1], pilot[0], main[1], main[0])):
-        event = _choose_event(a_pilot, b_pilot, edges)
-        if event is None:
-            continue
-
-        def hits(v):
-            return int(np.isin(np.clip(np.searchsorted(edges, v, side="right") - 1, 0,
-                                       edges.size - 2), event).sum())
-
-        lo_a, _ = clopper_pearson(hits(a), a.size, alpha / 2)
-        _, hi_b = clopper_pearson(hits(b), b.size, alpha / 2)
-        if lo_a > delta:
-            bound = max(bound, float(np.log((lo_a - delta) / hi_b)))
-    return bound
-
 
 def _claim() -> float:
     step = _steps(_audit_epsilon(), bins=AUDIT_BINS)[XY_MARGINAL]
@@ -401,7 +377,7 @@ def test_audit_neighbours_are_extreme():
 @pytest.mark.slow
 def test_audit_xy_marginal():
     claim = _claim()
-    lb = epsilon_lower_bound_at_delta(xy_sample, AUDIT_DELTA)
+    lb = audit_sample(xy_sample, delta=AUDIT_DELTA)
     assert 1.0 < lb <= claim, (lb, claim)
 
 
@@ -409,7 +385,7 @@ def test_audit_xy_marginal():
 def test_audit_catches_half_the_noise():
     claim = _claim()
     with budget_scaled(ddssp, "gaussian_mechanism", 4.0):
-        assert epsilon_lower_bound_at_delta(xy_sample, AUDIT_DELTA) > claim
+        assert audit_sample(xy_sample, delta=AUDIT_DELTA) > claim
 
 
 @pytest.mark.slow
@@ -417,4 +393,4 @@ def test_audit_catches_the_add_remove_sensitivity(monkeypatch):
     """The realistic bug: the paper's add/remove sensitivity 1 used under replace-one."""
     claim = _claim()
     monkeypatch.setattr(ddssp, "COUNT_SENSITIVITY", 1.0)
-    assert epsilon_lower_bound_at_delta(xy_sample, AUDIT_DELTA) > claim
+    assert audit_sample(xy_sample, delta=AUDIT_DELTA) > claim

@@ -20,11 +20,10 @@ from mechanisms.noise import SeededRandomness
 from mechanisms.privacy import PureDP, Relation, convert_relation
 from mechanisms.privacy_maps import compose
 
-from audit import budget_scaled, epsilon_lower_bound
+from audit import audit_sample, budget_scaled
 from conftest import line_tract
 
 NAME = "FreeLunchSSP"
-PILOT, MAIN = 100_000, 300_000
 
 
 def est():
@@ -218,11 +217,6 @@ def test_failures_carry_reasons_and_no_values():
 # --- empirical audits --------------------------------------------------------------------------
 
 
-def _audit(sample, seed=0):
-    pilot = [sample(i, PILOT, seed + 10 + i) for i in (0, 1)]
-    main = [sample(i, MAIN, seed + 20 + i) for i in (0, 1)]
-    return epsilon_lower_bound(main[0], main[1], pilot[0], pilot[1])
-
 
 AUDIT_EPS = 4.0  # replace-one budget: the x simplex runs at 4 · 0.5 / 2 = 1 add-remove
 X_CLAIM = est().noise_steps(AUDIT_EPS)[0].guarantee.epsilon  # ≈ 1.0, add-remove
@@ -245,10 +239,10 @@ def add_remove_sample(i, reps, seed):
 
 
 def test_audit_add_remove_release_and_a_broken_variant():
-    lb = _audit(add_remove_sample)
+    lb = audit_sample(add_remove_sample)
     assert 0.8 < lb <= X_CLAIM, lb
     with budget_scaled(FL, "laplace_mechanism", 2.0):  # half the noise
-        assert _audit(add_remove_sample) > X_CLAIM
+        assert audit_sample(add_remove_sample) > X_CLAIM
 
 
 # Replace-one neighbours: one record moves from x = 0 to x = 1, u from (0, 0, 1) to (1, 0, 0):
@@ -265,6 +259,6 @@ def replace_one_sample(i, reps, seed):
 
 
 def test_audit_replace_one_needs_the_conversion():
-    lb = _audit(replace_one_sample, seed=100)
+    lb = audit_sample(replace_one_sample, seed=100)
     assert X_CLAIM < lb <= convert_relation(PureDP(X_CLAIM, Relation.ADD_REMOVE),
                                             Relation.REPLACE_ONE).epsilon, lb
