@@ -894,7 +894,8 @@ def check_table(folder: Path, m: dict) -> str:
         problems.append("cells differ from the manifest's")
     if problems:
         raise Mismatch("; ".join(problems))
-    return (f"{len(df)} rows ({by_status}); every column accounted for; values and spend "
+    statuses = ", ".join(f"{n:,} {k}" for k, n in sorted(by_status.items()))
+    return (f"{len(df):,} rows ({statuses}); every column accounted for; values and spend "
             "agree with the statuses and the budget")
 
 

@@ -51,8 +51,8 @@ def publish_release(cfg: ReleaseConfig, release_id: str, result_files: list[Path
     folder = write_release(table, manifest, cfg.publish.root, release_id,
                            config=public_config(cfg), internal_dir=internal,
                            check_lease=check_lease)
-    get_run_logger().info("published release %s at %s (%s)", release_id, folder,
-                          manifest["counts"]["by_status"])
+    counts = ", ".join(f"{n:,} {status}" for status, n in manifest["counts"]["by_status"].items())
+    get_run_logger().info("published release %s at %s (%s)", release_id, folder, counts)
     return folder
 
 

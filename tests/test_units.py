@@ -19,6 +19,7 @@ from dpatlas.estimate import (Chunk, estimate_partition, read_chunk, select_part
                               split_into_chunks, staged_tracts)
 from dpatlas.ledger import charges
 from dpatlas.selection import EXP_THEIL_SEN, NOISY_STATS, Rule, select
+from flows.outcome import BudgetState, ReleaseOutcome
 from mechanisms.batch import TractBatch
 from mechanisms.noise import SeededRandomness
 from mechanisms.privacy import PureDP, to_approx
@@ -37,7 +38,7 @@ def config(**over) -> object:
 
 def test_plain_stages_do_not_import_prefect():
     code = ("import sys, dpatlas.allocate, dpatlas.selection, dpatlas.estimate, "
-            "dpatlas.ledger, dpatlas.files; print('prefect' in sys.modules)")
+            "dpatlas.ledger, dpatlas.files, flows.outcome; print('prefect' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=Path(__file__).parent.parent)
     assert out.stdout.strip() == "False"
@@ -201,3 +202,31 @@ def test_estimate_partition_charges_released_tracts_and_suppresses_small_ones():
     assert np.allclose(released["epsilon_spent"], budget.charged()[0])
     assert released["p25_raw"].between(0, 1).all() and released["p75_raw"].between(0, 1).all()
     assert (released["p25_lo"] <= released["p25_hi"]).all()
+
+
+# --- the summary the command line prints ------------------------------------------------------
+
+
+def _outcome(status="published", by_mechanism=None):
+    return ReleaseOutcome(
+        release_id="r1", status=status, folder="/pub/r1", published_at="2026-11-25T00:00:00Z",
+        by_status={"suppressed": 72, "released": 3036},
+        by_mechanism={"NoisyStats": 1560, "none": 72, "DPExpTheilSen": 1476}
+        if by_mechanism is None else by_mechanism,
+        epsilon_per_person=1.0, delta_per_person=0.0, files=["tracts.csv", "manifest.json"],
+        budget=BudgetState(dataset="il", spent_epsilon=1.0, spent_delta=0.0, cap_epsilon=10.0))
+
+
+def test_summary_is_prose_not_a_python_dict():
+    lines = _outcome().summary_lines()
+    assert lines[0] == "published release r1 at /pub/r1"
+    assert lines[1] == ("  tracts: 3,036 released, 72 suppressed; by mechanism: "
+                        "NoisyStats 1,560, DPExpTheilSen 1,476, none 72")
+    assert "{" not in "\n".join(lines) and "9 left" in lines[3]
+
+
+def test_summary_of_an_id_already_published_says_nothing_was_charged():
+    lines = _outcome("already_published", by_mechanism={}).summary_lines()
+    assert "nothing new published, nothing charged" in lines[0]
+    assert "by mechanism: none" in lines[1]
+    assert lines[2].endswith("(charged when it was first published)")
