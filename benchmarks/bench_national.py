@@ -140,26 +140,16 @@ def generate_country(data: Path, scale: float) -> dict:
 
 
 def write_config(work: Path, data: Path, runner: str, dask_address: str | None) -> Path:
-    """A release config like `dpatlas demo`'s, for the national data and one runner."""
+    """`dpatlas demo`'s release config (dpatlas/demo.py) for the national data and one runner."""
     import yaml
 
-    from dpatlas.calibrate import DEFAULT_THRESHOLDS
+    from dpatlas.demo import release_config
 
     run = work / f"run-{runner}"
-    cfg = {
-        "input": {"path": str(data / "microdata"), "format": "parquet",
-                  "columns": {"person_id": "person_id"}},
-        "boundaries": {"path": str(data / "tracts.parquet"),
-                       "vintage": "synthetic (benchmarks/bench_national.py)"},
-        "privacy": {"epsilon_per_tract": 1.0, "delta": 1e-6},
-        "selection": {"rule": "dp", "threshold_file": str(DEFAULT_THRESHOLDS),
-                      "budget_share": 0.1},
-        "profile": {"name": "primary"},
-        "validation": {"policy": "fail"},
-        "publish": {"root": str(run / "releases")},
-        "ledger": {"url": f"sqlite:///{run / 'ledger.db'}", "dataset": "national-synthetic"},
-        "runner": runner,
-    }
+    cfg = release_config(data, run / "releases", vintage="synthetic (benchmarks/bench_national.py)",
+                         ledger={"url": f"sqlite:///{run / 'ledger.db'}",
+                                 "dataset": "national-synthetic"},
+                         runner=runner)
     if dask_address:
         cfg["dask_address"] = dask_address
     shutil.rmtree(run, ignore_errors=True)  # a fresh publish root and ledger per run

@@ -1,10 +1,11 @@
 """The default demo release end to end: wall time, and the share spent outside the estimators.
 
-Generates the default synthetic state (unless --data holds one), then runs the release flow
-in-process (Prefect's ephemeral server). Time inside the estimators is the time spent in the
-plain selection and estimation functions (all noise drawing and estimator arithmetic; the
-union of their running intervals, since chunks run concurrently); the rest
-is orchestration, I/O and validation. Prints one line per figure.
+Generates the default synthetic state (unless --out holds it) and writes `dpatlas demo`'s
+config and ledger cap (dpatlas/demo.py), then runs the release flow in-process (Prefect's
+ephemeral server). Time inside the estimators is the time spent in the plain selection and
+estimation functions (all noise drawing and estimator arithmetic; the union of their running
+intervals, since chunks run concurrently); the rest is orchestration, I/O, validation and
+publishing. Prints one line per figure.
 
     .venv/bin/python benchmarks/bench_release.py [--profile primary|full-suite] [--out DIR]
 """
@@ -29,24 +30,17 @@ def main() -> None:
     args = ap.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="dpatlas-bench-"))
 
-    import yaml
-
     import tasks.estimate as est_tasks
-    from dpatlas.calibrate import DEFAULT_THRESHOLDS
-    from dpatlas.synth import StateParams, write_synthetic
+    from dpatlas.demo import (demo_data_current, ensure_demo_cap, generate_demo_data,
+                              write_demo_config)
 
     t0 = time.perf_counter()
     data = out / "data"
-    if not (data / "tracts.parquet").exists():
-        write_synthetic(data, ["17"], 0, StateParams())
+    if not demo_data_current(data):
+        generate_demo_data(data)
     t_synth = time.perf_counter() - t0
-    cfg = {"input": {"path": str(data / "microdata")},
-           "boundaries": {"path": str(data / "tracts.parquet")},
-           "selection": {"rule": "dp", "threshold_file": str(DEFAULT_THRESHOLDS)},
-           "profile": {"name": args.profile},
-           "publish": {"root": str(out / "releases")}}
-    config = out / "config.yaml"
-    config.write_text(yaml.safe_dump(cfg))
+    config = write_demo_config(out, args.profile)  # the demo's own config and ledger cap
+    ensure_demo_cap(config)
 
     intervals: list[tuple[float, float]] = []
 

@@ -5,7 +5,7 @@
 1. The demo state: ``--release DIR`` times ``build_tiles`` on that release's own
    ``tracts.geojson`` (e.g. demo/releases/latest); without it, a synthetic state of the demo's
    size (3,108 tracts) is made as in 2.
-2. ``--states`` states of ``--tracts`` tracts each (bench_scaleout's 20-state country by
+2. ``--states`` states of ``--tracts`` tracts each (a 20-state country of 21,500 tracts by
    default): synthetic boundaries (dpatlas.geography.synth_boundaries), made-up published
    values (no microdata or noise: the values do not change the tiling work), assembled and
    written exactly as publish does (publish.assemble, write_geojson_rfc7946); then the tiles.
@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-# 20 real state FIPS codes (as benchmarks/bench_scaleout.py)
+# Real state FIPS codes: the first --states of them are used (20 by default)
 STATES = ["01", "04", "05", "06", "08", "09", "12", "13", "17", "18", "19", "20", "21", "22",
           "24", "25", "26", "27", "28", "29", "36", "39", "42", "48", "53"]
 DEMO_TRACTS = 3108

@@ -249,59 +249,20 @@ def demo(out: Path = typer.Option(Path("demo"), help="Folder for data, config an
          profile: str = typer.Option("primary", help="primary | full-suite"),
          ) -> None:
     """Generate the default synthetic state and publish a full release of it."""
-    import yaml
-
-    from .calibrate import DEFAULT_THRESHOLDS
-    from .synth import StateParams, write_synthetic
+    from .demo import demo_data_current, ensure_demo_cap, generate_demo_data, write_demo_config
 
     data = out / "data"
-    if not _demo_data_current(data):
+    if not demo_data_current(data):
         with console.status("generating the default synthetic state (Illinois-sized)"):
-            info = write_synthetic(data, ["17"], 0, StateParams())
+            info = generate_demo_data(data)
         console.print(f"synthetic state: {info['records']:,} records in {info['tracts']:,} "
                       f"tracts -> {data}")
-    cfg = {
-        "input": {"path": str((data / "microdata").resolve()), "format": "parquet",
-                  "columns": {"person_id": "person_id"}},
-        "boundaries": {"path": str((data / "tracts.parquet").resolve()),
-                       "vintage": "synthetic (dpatlas synth, seed 0)"},
-        "privacy": {"epsilon_per_tract": 1.0, "delta": 1e-6},
-        "selection": {"rule": "dp", "threshold_file": str(DEFAULT_THRESHOLDS),
-                      "budget_share": 0.1},
-        "profile": {"name": profile},
-        "validation": {"policy": "fail"},
-        "publish": {"root": str((out / "releases").resolve())},
-    }
-    out.mkdir(parents=True, exist_ok=True)
-    config = out / "config.yaml"
-    config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    config = write_demo_config(out, profile)
     with _guard():
-        from .config import load_config
-        from .ledger import Ledger
-
-        loaded = load_config(config)
-        ledger = Ledger(loaded.ledger.url)
-        if ledger.cap(loaded.ledger.dataset) is None:
-            ledger.set_cap(loaded.ledger.dataset, DEMO_CAP_EPSILON, DEMO_CAP_DELTA,
-                           reason="dpatlas demo: default lifetime cap for the synthetic state")
-            console.print(f"ledger: lifetime cap of dataset {loaded.ledger.dataset} set to "
-                          f"eps={DEMO_CAP_EPSILON:g}, delta={DEMO_CAP_DELTA:g} (demo default)")
+        done = ensure_demo_cap(config)
+    if done:
+        console.print(done)
     _report(run_release(config, release_id))
-
-
-DEMO_CAP_EPSILON, DEMO_CAP_DELTA = 10.0, 1e-5
-
-
-def _demo_data_current(data: Path) -> bool:
-    """The demo data exists and has the columns this version needs (a person id)."""
-    import pyarrow.dataset as ds
-
-    if not (data / "tracts.parquet").exists() or not (data / "microdata").is_dir():
-        return False
-    try:
-        return "person_id" in ds.dataset(data / "microdata", partitioning="hive").schema.names
-    except (OSError, ValueError):
-        return False
 
 
 ledger_app = typer.Typer(help="The privacy budget ledger.")
