@@ -71,15 +71,15 @@ class ReleaseOutcome(BaseModel):
         cap = ("no cap" if b.cap_epsilon is None
                else f"of the cap {b.cap_epsilon:g}, {b.left_epsilon:.4g} left")
         return [head,
-                f"  tracts: {_counts(self.by_status)}; by mechanism: "
-                f"{_counts(self.by_mechanism, name_first=True)}",
+                f"  tracts: {format_counts(self.by_status)}; by mechanism: "
+                f"{format_counts(self.by_mechanism, name_first=True)}",
                 f"  per person: {total}"
                 + ("" if self.charged else " (charged when it was first published)"),
                 f"  ledger, dataset {b.dataset}: epsilon {b.spent_epsilon:.4g} spent {cap}",
                 f"  files: {', '.join(self.files)}"]
 
 
-def _counts(counts: dict[str, int], name_first: bool = False) -> str:
+def format_counts(counts: dict[str, int], name_first: bool = False) -> str:
     """``{'released': 3036, 'suppressed': 72}`` as ``3,036 released, 72 suppressed``, largest
     first; ``name_first``: ``NoisyStats 1,560, ...``."""
     items = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))

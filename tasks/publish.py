@@ -13,6 +13,7 @@ from dpatlas.feed import update_feed
 from dpatlas.manifest import build_manifest
 from dpatlas.publish import (PublishError, assemble, release_folder, verify_release,
                              write_release)
+from flows.outcome import format_counts
 
 from .common import RETRY_IO
 
@@ -51,8 +52,8 @@ def publish_release(cfg: ReleaseConfig, release_id: str, result_files: list[Path
     folder = write_release(table, manifest, cfg.publish.root, release_id,
                            config=public_config(cfg), internal_dir=internal,
                            check_lease=check_lease)
-    counts = ", ".join(f"{n:,} {status}" for status, n in manifest["counts"]["by_status"].items())
-    get_run_logger().info("published release %s at %s (%s)", release_id, folder, counts)
+    get_run_logger().info("published release %s at %s (%s)", release_id, folder,
+                          format_counts(manifest["counts"]["by_status"]))
     return folder
 
 

@@ -276,7 +276,6 @@ def _release_sample(name):
     return sample
 
 
-
 def _claim():
     return to_approx(ZCDP(_audit_step(LAMBDA_MIN).guarantee.rho), AUDIT_DELTA).epsilon
 

@@ -21,6 +21,7 @@ from dpatlas import audit as release_audit
 
 from audit import audit_sample as audit, budget_scaled
 
+
 def half_noise(module):
     """Broken variant: the module's Laplace mechanism gets twice the ε (half the noise)."""
     return budget_scaled(module, "laplace_mechanism", 2.0)
@@ -39,7 +40,6 @@ def forgotten_sensitivity():
         yield
     finally:
         theil_sen.exp_median = original
-
 
 
 # --- NoisyIntercept: D has every y = 0; D' replaces one record by y = 1 (ȳ moves by 1/n) ----

@@ -50,4 +50,8 @@ def test_national_benchmark_runs_at_a_small_scale(tmp_path):
                         "--runners", "local", cwd=tmp_path)
     assert "51 states (incl. DC)" in out and "wall time of `dpatlas release`" in out, out
     results = json.loads((tmp_path / "results.json").read_text())
-    assert "local" in json.dumps(results)
+    assert results["country"]["states"] == 51 and results["country"]["tracts"] > 500
+    local = results["results"]["local"]
+    assert 0 < local["inside"] < local["wall"]  # estimator time is part of the wall time
+    assert any(label == "release (flow)" and mib > 0 for label, mib in local["peaks"].values())
+    assert {"validate_partition", "publish_release"} <= {s["stage"] for s in local["stages"]}
