@@ -252,13 +252,13 @@ def demo(out: Path = typer.Option(Path("demo"), help="Folder for data, config an
     from .demo import demo_data_current, ensure_demo_cap, generate_demo_data, write_demo_config
 
     data = out / "data"
-    if not demo_data_current(data):
-        with console.status("generating the default synthetic state (Illinois-sized)"):
-            info = generate_demo_data(data)
-        console.print(f"synthetic state: {info['records']:,} records in {info['tracts']:,} "
-                      f"tracts -> {data}")
-    config = write_demo_config(out, profile)
-    with _guard():
+    with _guard():  # e.g. an unwritable --out: one line and exit 2, as for every operator error
+        if not demo_data_current(data):
+            with console.status("generating the default synthetic state (Illinois-sized)"):
+                info = generate_demo_data(data)
+            console.print(f"synthetic state: {info['records']:,} records in "
+                          f"{info['tracts']:,} tracts -> {data}")
+        config = write_demo_config(out, profile)
         done = ensure_demo_cap(config)
     if done:
         console.print(done)

@@ -38,6 +38,15 @@ def test_config_example_is_valid(tmp_path):
     assert "one record per person and cell: verified" in check.stdout
 
 
+def test_demo_into_an_unwritable_folder_is_one_line_and_exit_2(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    res = dpatlas("demo", "--out", str(blocker / "demo"))
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert res.stdout.startswith("error:") and "Traceback" not in res.stdout + res.stderr
+    assert blocker.read_text() == "not a folder"  # nothing lost
+
+
 def test_bad_config_exits_nonzero_with_the_key(tmp_path):
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(
         {"input": {"path": "x"}, "boundaries": {"path": "y"},
