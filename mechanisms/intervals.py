@@ -46,8 +46,10 @@ values to m/2 − r (or m/2 + r). The padding does not depend on the data, so ea
 moves at most k values and m/2 by at most k/2: the utility keeps sensitivity k, and
 ``exp_median`` at ε_q is exactly (⌊ε_q·2²⁰⌋/2²⁰)-DP (McSherry & Talwar 2007, Thm 6; the exact
 sampler of ``median.py``). Four quantiles (lower and upper end of p25 and p75) at
-``epsilon_interval/4`` each. An offset r ≥ m/2 gives the trivial end (0 or 1) without a draw
-(r is public, so skipping the draw leaks nothing; the step is charged all the same).
+``epsilon_interval/4`` each. An offset r ≥ M/2 (M = n(n−1)/2, the pairs
+of a tract with no tied x) gives the trivial end (0 or 1) without a draw: r and M are public,
+so skipping the draw leaks nothing, and the step is charged all the same. The decision must
+not use m, the pairs with distinct x: m depends on ties (``theil_sen_end_is_drawn``).
 
 **Selection rule**: each tract gets the interval of the mechanism it chose; the interval step
 is charged the larger of the two compositions (``worst_alternative`` in dpatlas/selection.py,
@@ -342,6 +344,21 @@ def theil_sen_rank_offset(n: np.ndarray, epsilon_quantile: float, level: float) 
     return np.ceil(sampling + privacy).astype(np.int64)
 
 
+def theil_sen_end_is_drawn(n: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """Whether a tract's interval ends are drawn (else published as the trivial 0 and 1).
+
+    Decided on public values only: n and the public offset r, against M = n(n − 1)/2, the
+    number of pairs the tract would have with no tied x. The number m of pairs actually used
+    (pairs with distinct x) depends on ties in the data, so a decision on m leaks: moving one
+    record onto a tie moves m across 2r (issue 17). m ≤ M, so where 2r ≥ M the target rank is
+    in the padding for every dataset of that n and the end is trivial whatever the data; where
+    m ≤ 2r < M the draw still happens, and the padded sampler's target simply lies among the
+    pads (the output is then near the trivial end, at the mechanism's own guarantee).
+    """
+    n = np.asarray(n, dtype=np.int64)
+    return 2 * np.asarray(r, dtype=np.int64) < n * (n - 1) // 2
+
+
 def _theil_sen_intervals(batch, released, eps, rand, level, meter) -> Intervals:
     reps, T = released.p25.shape
     out = _empty((reps, T))
@@ -356,9 +373,8 @@ def _theil_sen_intervals(batch, released, eps, rand, level, meter) -> Intervals:
         # a time: mechanisms/pairs.py), and each x*'s values sorted once for both ends.
         tract, zs = theil_sen_predictions(sub, all_pairs(sub), tuple(x for _, x in _PREDICTIONS),
                                           _TS_LO, _TS_HI)
-        m = np.bincount(tract, minlength=sub.n_tracts)
         r = offset[chunk]
-        draw = np.nonzero(usable & (2 * r < m))[0]
+        draw = np.nonzero(usable & theil_sen_end_is_drawn(sub.n, r))[0]
         for (name, _), z in zip(_PREDICTIONS, zs):
             seg = Segments.build(tract, z, sub.n_tracts)
             for end, pad_value, trivial in (("lower", _TS_LO, 0.0), ("upper", _TS_HI, 1.0)):

@@ -339,10 +339,10 @@ def previous_theil_sen_intervals(batch, released, eps, rand, level):
         pairs = all_pairs(sub)
         for name, x_star in CI._PREDICTIONS:
             tract, z = theil_sen_points(sub, pairs, x_star, CI._TS_LO, CI._TS_HI)
-            m = np.bincount(tract, minlength=sub.n_tracts)
             r = offset[chunk]
+            pairs_without_ties = sub.n * (sub.n - 1) // 2  # public: never the data's m (issue 17)
             for end, pad_value, trivial in (("lo", CI._TS_LO, 0.0), ("hi", CI._TS_HI, 1.0)):
-                draw = np.nonzero(usable & (2 * r < m))[0]
+                draw = np.nonzero(usable & (2 * r < pairs_without_ties))[0]
                 vals = np.full((reps, sub.n_tracts), trivial)
                 if draw.size:
                     seg = sorted_with_padding(tract, z, sub.n_tracts, draw, 2 * r[draw],
