@@ -68,13 +68,20 @@ class TractBatch:
         return np.repeat(np.arange(self.n_tracts), self.n)
 
     def tract_sum(self, values: np.ndarray) -> np.ndarray:
-        """Per-tract sums of a per-record array (last axis = records); empty tracts give 0."""
+        """Per-tract sums of a per-record array (last axis = records); empty tracts give 0.
+
+        Each tract's sum is computed from its own records alone (``np.add.reduceat`` over its
+        segment), so its floating-point bits cannot depend on any other tract. Differences of
+        one running sum over the batch would round each tract's sum at the magnitude of the
+        records before it: another tract's data could then move the value by an ulp, and the
+        grid rounding before the noise by one unit, outside parallel composition.
+        """
         values = np.asarray(values, dtype=np.float64)
-        csum = np.concatenate([np.zeros(values.shape[:-1] + (1,)), np.cumsum(values, axis=-1)],
-                              axis=-1)
-        # cumsum differences lose a little precision on huge batches; fine for sums of O(1)
-        # terms over one partition, and exact enough for the statistics here (tests check).
-        return csum[..., self.starts[1:]] - csum[..., self.starts[:-1]]
+        out = np.zeros(values.shape[:-1] + (self.n_tracts,))
+        filled = np.nonzero(self.n > 0)[0]
+        if filled.size:
+            out[..., filled] = np.add.reduceat(values, self.starts[filled], axis=-1)
+        return out
 
     def subset(self, tracts: np.ndarray) -> "TractBatch":
         """The batch restricted to some tracts (indices), keeping their order."""

@@ -251,3 +251,25 @@ def test_theil_sen_interval_decision_reads_n_and_r_only():
     r = np.array([0, 23, 5578, 70607, 70607])
     M_pairs = n * (n - 1) // 2
     assert np.array_equal(CI.theil_sen_end_is_drawn(n, r), 2 * r < M_pairs)
+
+
+def test_a_tracts_statistics_do_not_depend_on_other_tracts_bits():
+    """Parallel composition needs each tract's statistics to be a function of its own records
+    alone, to the bit: the grid rounding before the noise would otherwise move with other
+    tracts' data. Sums by differences of one running sum failed this (issue 17 review)."""
+    from mechanisms.batch import sufficient_stats
+
+    rng = np.random.default_rng(1706)
+    x, y = rng.random(37), rng.random(37)
+    alone = TractBatch.from_labels(np.full(37, "t"), x, y)
+    for before in (1, 1000, 100_000):
+        other_x = rng.random(before) * 0.999 + 1e-3
+        batch = TractBatch.from_labels(np.r_[np.full(before, "a"), np.full(37, "t")],
+                                       np.r_[other_x, x], np.r_[other_x[::-1], y])
+        here = list(batch.labels).index("t")
+        for field in ("xbar", "ybar", "nvar", "ncov", "nvar_y"):
+            got = getattr(sufficient_stats(batch), field)[here]
+            want = getattr(sufficient_stats(alone), field)[0]
+            assert got.tobytes() == want.tobytes(), (field, before)
+        reps = np.stack([np.r_[other_x, x], np.r_[other_x, y]])
+        assert batch.tract_sum(reps)[:, here].tobytes() == alone.tract_sum(np.stack([x, y]))[:, 0].tobytes()
