@@ -103,3 +103,38 @@ def test_d10_parse_range_never_converts_thousands_of_digits():
     assert S.parse_range("bytes=5-" + "1" * 5000, 100) == (5, 99)
     assert S.parse_range("bytes=-" + "1" * 5000, 100) == (0, 99)
     assert S.parse_range("bytes=" + "0" * 5000 + "7-9", 100) == (7, 9)
+
+
+# --- D4: a ledger inside the publish root ------------------------------------------------------
+
+
+def _release_config(tmp: Path, **over) -> Path:
+    data = tmp / "data"
+    data.mkdir(exist_ok=True)
+    cfg = {"input": {"path": str(data / "microdata")},
+           "boundaries": {"path": str(data / "tracts.parquet")},
+           "selection": {"rule": "fixed"},
+           "publish": {"root": str(tmp / "releases")},
+           "ledger": {"url": f"sqlite:///{tmp / 'ledger.db'}", "dataset": "il"}}
+    for key, value in over.items():
+        cfg[key] = {**cfg.get(key, {}), **value}
+    path = tmp / "config.yaml"
+    cfg.setdefault("input", {}).setdefault("columns", {})["person_id"] = "person_id"
+    cfg["publish"].setdefault("mode", "test")
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+@pytest.mark.parametrize("where", ["releases/ledger.db", "releases/sub/ledger.db"])
+def test_d4_a_ledger_inside_the_publish_root_is_refused_before_anything(tmp_path, where):
+    (tmp_path / "releases").mkdir()
+    config = _release_config(tmp_path, ledger={"url": f"sqlite:///{tmp_path / where}"})
+    cfg = load_config(config)
+    with pytest.raises(PreflightError, match="ledger .* inside the publish root"):
+        check_before_writing(cfg, "r1", None)
+    assert not (tmp_path / where).exists()
+
+
+def test_d4_a_ledger_outside_the_publish_root_passes(tmp_path):
+    cfg = load_config(_release_config(tmp_path))
+    check_before_writing(cfg, "r1", None)
