@@ -138,3 +138,27 @@ def test_d4_a_ledger_inside_the_publish_root_is_refused_before_anything(tmp_path
 def test_d4_a_ledger_outside_the_publish_root_passes(tmp_path):
     cfg = load_config(_release_config(tmp_path))
     check_before_writing(cfg, "r1", None)
+
+
+# --- D5: synthesize --out inside a published release ------------------------------------------
+
+
+def test_d5_synthesize_out_inside_a_published_release_is_refused(tmp_path):
+    from dpatlas.synthesize import SynthesizeError, plan_synthetic
+
+    config = _release_config(tmp_path)
+    release = tmp_path / "releases" / "r1"
+    release.mkdir(parents=True)
+    (release / "manifest.json").write_text("{}")
+    os.symlink("r1", tmp_path / "releases" / "latest")
+    for out in (release / "sub", tmp_path / "releases" / "latest" / "sub", release / "a" / "b"):
+        if out.parent != release:
+            out.parent.mkdir(parents=True, exist_ok=True)
+        with pytest.raises(SynthesizeError, match="inside the published folder"):
+            plan_synthetic(config, "r1", 1.0, out=out)
+        assert not out.exists()
+    internal = tmp_path / "releases-internal"
+    internal.mkdir()
+    with pytest.raises(SynthesizeError, match="overlaps the internal folder"):
+        plan_synthetic(config, "r1", 1.0, out=internal / "x")
+    assert not (internal / "x").exists()
