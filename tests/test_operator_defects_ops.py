@@ -162,3 +162,97 @@ def test_d5_synthesize_out_inside_a_published_release_is_refused(tmp_path):
     with pytest.raises(SynthesizeError, match="overlaps the internal folder"):
         plan_synthetic(config, "r1", 1.0, out=internal / "x")
     assert not (internal / "x").exists()
+
+
+# --- D7: unreadable input files ----------------------------------------------------------------
+
+
+def _config_check(tmp_path: Path, input_path: Path, fmt: str):
+    """``dpatlas config check`` as an operator runs it; its temp folder is the test's own."""
+    (tmp_path / "tmp").mkdir()
+    config = _release_config(tmp_path, input={"path": str(input_path), "format": fmt})
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "COLUMNS": "300",
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    result = subprocess.run([sys.executable, "-m", "dpatlas.cli", "config", "check",
+                             str(config)], capture_output=True, text=True, env=env, timeout=600)
+    return result, list((tmp_path / "tmp").glob("dpatlas-error-*.log"))
+
+
+def test_d7_zero_byte_csv_is_an_operator_error(tmp_path):
+    empty = tmp_path / "in.csv"
+    empty.write_bytes(b"")
+    result, logs = _config_check(tmp_path, empty, "csv")
+    assert result.returncode == 2, result.stdout
+    assert "internal error" not in result.stdout and logs == []
+    assert str(empty) in result.stdout.replace("\n", "") and "empty" in result.stdout
+
+
+def test_d7_truncated_parquet_is_an_operator_error(tmp_path):
+    path = one_state_file(tmp_path, state_records("17", n=200))
+    path.write_bytes(path.read_bytes()[:300])
+    result, logs = _config_check(tmp_path, path, "parquet")
+    assert result.returncode == 2, result.stdout
+    assert "internal error" not in result.stdout and logs == []
+    text = result.stdout.replace("\n", "")
+    assert str(path) in text and "truncated or corrupt" in text
+
+
+@pytest.mark.parametrize("damage", ["truncate", "empty"])
+def test_d7_a_damaged_partition_of_a_hive_dataset_is_named(tmp_path, damage):
+    root = write_states(tmp_path, {"17": state_records("17"),
+                                   "18": state_records("18", first_id=1000)})
+    bad = root / "state=18" / "part-0.parquet"
+    bad.write_bytes(bad.read_bytes()[:200] if damage == "truncate" else b"")
+    cfg = input_config(root)
+    with pytest.raises(InputError) as err:
+        parts = partitions(cfg.input)
+        for part in parts:
+            read_partition(cfg.input, part.key)
+    message = str(err.value)
+    assert str(bad) in message and "\n" not in message
+    assert ("empty" if damage == "empty" else "truncated or corrupt") in message
+
+
+# --- D14: text rank columns in Parquet ---------------------------------------------------------
+
+
+def test_d14_a_text_rank_column_in_parquet_is_refused(tmp_path):
+    frame = state_records("17", n=10, tracts=2)
+    frame["child_rank"] = frame["child_rank"].astype(str)      # "0.53": numbers stored as text
+    path = one_state_file(tmp_path, frame)
+    with pytest.raises(InputError, match="child_rank column 'child_rank' is stored as text"):
+        partitions(input_config(path).input)
+    result, logs = _config_check(tmp_path, path, "parquet")
+    assert result.returncode == 2 and logs == [], result.stdout
+    assert "stored as text" in result.stdout
+
+
+# --- person ids: one canonical type -----------------------------------------------------------
+
+
+def test_person_ids_of_mixed_types_across_partitions_are_refused(tmp_path):
+    text = state_records("17")
+    text["person_id"] = [f"{i:03d}" for i in range(len(text))]        # "007" ...
+    numbers = state_records("18", first_id=1000)
+    numbers["person_id"] = list(range(1000, 1000 + len(numbers)))
+    numbers.loc[0, "person_id"] = 7                                   # 7
+    cfg = input_config(write_states(tmp_path, {"17": text, "18": numbers}))
+    with pytest.raises(InputError) as err:
+        partitions(cfg.input)
+    message = str(err.value)
+    assert "person id" in message and "integer" in message and "text" in message
+    assert "state=17" in message and "state=18" in message and "one type" in message
+
+
+def test_mixed_staged_person_id_types_are_refused_by_the_contribution_check(tmp_path):
+    from dpatlas.contributions import ContributionError, check_contributions
+
+    staged = []
+    for key, ids in (("17", ["007", "8"]), ("18", [7, 9])):
+        frame = state_records(key, n=2, tracts=1)
+        frame = pd.DataFrame({"row": [0, 1], "geoid": frame["geoid"], "x": 0.5, "y": 0.5,
+                              "cell": "all", "person_id": ids})
+        staged.append(tmp_path / f"input-{key}.parquet")
+        frame.to_parquet(staged[-1], index=False)
+    with pytest.raises(ContributionError, match="one type"):
+        check_contributions(staged, "fail", tmp_path / "internal")
