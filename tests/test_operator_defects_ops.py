@@ -256,3 +256,43 @@ def test_mixed_staged_person_id_types_are_refused_by_the_contribution_check(tmp_
         frame.to_parquet(staged[-1], index=False)
     with pytest.raises(ContributionError, match="one type"):
         check_contributions(staged, "fail", tmp_path / "internal")
+
+
+# --- D13: stale Prefect server logs ------------------------------------------------------------
+
+
+def test_d13_empty_server_logs_of_dead_commands_are_removed(tmp_path, monkeypatch):
+    from dpatlas import prefect_server as PS
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f"dpatlas-prefect-server-{dead.pid}.log"
+    stale.write_bytes(b"")                                   # left by a SIGKILLed release
+    kept = tmp_path / f"dpatlas-prefect-server-{dead.pid + 100000}.log"
+    kept.write_text("uvicorn: address in use\n")             # a log with something in it
+    alive = tmp_path / f"dpatlas-prefect-server-{os.getppid()}.log"
+    alive.write_bytes(b"")                                   # a running command's log
+    other = tmp_path / "dpatlas-prefect-server-notapid.log"
+    other.write_bytes(b"")
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")  # no server is started
+    with PS.prefect_api():
+        pass
+    assert not stale.exists()
+    assert kept.exists() and alive.exists() and other.exists()
+
+
+def test_d13_a_sigkilled_command_leaves_no_log_for_the_next_one(tmp_path):
+    """The real sequence: a command's server log, the command SIGKILLed, the next command."""
+    code = ("import os, signal, sys, tempfile; tempfile.tempdir = sys.argv[1];"
+            "from dpatlas.prefect_server import default_server_log;"
+            "default_server_log().touch(); os.kill(os.getpid(), signal.SIGKILL)")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)])
+    assert proc.returncode == -9
+    assert len(list(tmp_path.glob("dpatlas-prefect-server-*.log"))) == 1
+    code = ("import os, sys, tempfile; tempfile.tempdir = sys.argv[1];"
+            "os.environ['PREFECT_API_URL'] = 'http://127.0.0.1:9/api';"
+            "from dpatlas.prefect_server import prefect_api\n"
+            "with prefect_api(): pass")
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True)
+    assert list(tmp_path.glob("dpatlas-prefect-server-*.log")) == []
