@@ -296,3 +296,114 @@ def test_d13_a_sigkilled_command_leaves_no_log_for_the_next_one(tmp_path):
             "with prefect_api(): pass")
     subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True)
     assert list(tmp_path.glob("dpatlas-prefect-server-*.log")) == []
+
+
+# --- D8 and D16: through the release flow ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def prefect_harness():
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=180):
+        yield
+
+
+@pytest.fixture(scope="module")
+def small_state(tmp_path_factory) -> Path:
+    from dpatlas.synth import StateParams, write_synthetic
+
+    out = tmp_path_factory.mktemp("state")
+    write_synthetic(out, ["17"], seed=5, params=StateParams(n_tracts=40, counties=2))
+    return out
+
+
+def _flow_config(tmp: Path, data: Path) -> Path:
+    cfg = {"input": {"path": str(data / "microdata")},
+           "boundaries": {"path": str(data / "tracts.parquet")},
+           "selection": {"rule": "fixed"},
+           "publish": {"root": str(tmp / "releases"), "internal_root": str(tmp / "internal")},
+           "ledger": {"url": f"sqlite:///{tmp / 'ledger.db'}", "dataset": "il"},
+           "partition_tracts": 40}
+    return write_config(tmp / "config.yaml", cfg)
+
+
+def _ledger(tmp: Path):
+    from dpatlas.ledger import Ledger
+
+    return Ledger(f"sqlite:///{tmp / 'ledger.db'}", create=False)
+
+
+def test_d8_resume_after_the_input_changed(prefect_harness, small_state, tmp_path, monkeypatch):
+    import flows.release as R
+    from dpatlas.cli import _operator_errors
+    from flows.events import _refusals
+
+    data = tmp_path / "data"
+    shutil.copytree(small_state, data)
+    config = _flow_config(tmp_path, data)
+
+    class Killed(Exception):
+        pass
+
+    def crash_after_charge(name):
+        if name == "after-ledger-charge":
+            raise Killed("stopped after the charge")
+
+    monkeypatch.setattr(R, "crashpoint", crash_after_charge)
+    with pytest.raises(Killed):
+        R.release(str(config), "r1", 3)
+    monkeypatch.undo()
+    charged = _ledger(tmp_path).release("r1")
+    assert charged["status"] == "in_progress"
+    spent = _ledger(tmp_path).spent("il")["epsilon"]
+
+    part = next((data / "microdata").rglob("*.parquet"))
+    original = part.read_bytes()
+    frame = pd.read_parquet(part)
+    frame.loc[0, "child_rank"] = 1.0 - frame.loc[0, "child_rank"]   # one record changed
+    frame.to_parquet(part, index=False)
+
+    with pytest.raises(Exception) as err:
+        R.release(str(config), "r1", 3)
+    assert isinstance(err.value, _operator_errors()) and isinstance(err.value, _refusals())
+    message = str(err.value)
+    assert "\n" not in message
+    assert "input changed since release r1 was charged" in message
+    assert "restore the original input" in message and "stays spent" in message
+    after = _ledger(tmp_path).release("r1")
+    assert after["status"] == "failed" and "input changed" in after["reason"]
+    assert _ledger(tmp_path).spent("il")["epsilon"] == pytest.approx(spent)  # never un-spent
+
+    part.write_bytes(original)                                # the way out: restore, resume
+    outcome = R.release(str(config), "r1", 3)
+    assert outcome.status == "published"
+    assert _ledger(tmp_path).release("r1")["status"] == "published"
+    assert _ledger(tmp_path).spent("il")["epsilon"] == pytest.approx(spent)
+
+
+def test_d16_rerun_of_a_published_id_on_a_read_only_file_system(prefect_harness, small_state,
+                                                                 tmp_path, monkeypatch):
+    import flows.release as R
+    from dpatlas import feed
+
+    config = _flow_config(tmp_path, small_state)
+    assert R.release(str(config), "r1", 3).status == "published"
+
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    # Every way the run could write to the publish root or the internal folder.
+    monkeypatch.setattr(R, "ReleaseLock", read_only)
+    monkeypatch.setattr(feed, "_atomic_write", read_only)
+    monkeypatch.setattr(feed, "_locked", read_only)
+    monkeypatch.setattr(R, "open_release", read_only)
+    monkeypatch.setattr(R, "mark_root", read_only)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")
+                    if "ledger.db" not in p.name)
+    outcome = R.release(str(config), "r1", 3)
+    assert outcome.status == "already_published"
+    after = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")
+                   if "ledger.db" not in p.name)
+    assert after == before
