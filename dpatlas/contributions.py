@@ -87,13 +87,23 @@ def _has_person_ids(staged: list[Path]) -> bool:
 
 
 def _ids_are_integers(staged: list[Path]) -> bool:
-    """Integer ids in every partition: hash and compare them as int64. Otherwise as text, so
-    an id stored as 7 in one partition and as "7" in another is one person, not two."""
+    """Integer ids in every partition: hash and compare them as int64; text ids in every
+    partition: compare them as text. Partitions of both kinds are refused: whether 7 and
+    "007" are one person cannot be decided without guessing (the input is read with one type,
+    dpatlas.ingest, so a staged file of the other kind means the staging changed)."""
 
-    def fits_int64(t: pa.DataType) -> bool:
-        return pa.types.is_integer(t) and t != pa.uint64()
+    def kind(t: pa.DataType) -> str:
+        if pa.types.is_integer(t) and t != pa.uint64():
+            return "integer"
+        return "unsigned 64-bit" if pa.types.is_integer(t) else "text"
 
-    return all(fits_int64(pq.read_schema(p).field("person_id").type) for p in staged)
+    kinds = {p.name: kind(pq.read_schema(p).field("person_id").type) for p in staged}
+    if len(set(kinds.values())) > 1:
+        held = ", ".join(f"{name}: {k}" for name, k in sorted(kinds.items()))
+        raise ContributionError(f"staged partitions hold person ids of different types ({held})"
+                                "; person ids are compared as one type, so store them as one "
+                                "type in every partition and rerun the release")
+    return set(kinds.values()) == {"integer"}
 
 
 def _canonical_ids(ids: pd.Series, as_integers: bool) -> pd.Series:

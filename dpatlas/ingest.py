@@ -24,8 +24,9 @@ Column types are strict, because a silent conversion changes who is in which tra
 - GEOIDs must be text. CSV GEOIDs are always read as text (never through a float, where one
   blank cell turns every GEOID into ``17001000100.0``); an integer or float GEOID column is
   refused, since an integer id has lost its leading zero and padding it back would guess.
-- Ranks must be numbers (integers are fine). A boolean rank column is refused; a text column
-  is accepted only when every non-blank value reads as a number.
+- Ranks must be numbers (integers are fine). A boolean rank column is refused, and so is a
+  text column in Parquet (which stores numbers as numbers); in a CSV, a column is text when
+  some value is not a number, and is refused naming those values.
 - Person ids must be integers or text: a float id loses digits beyond 2**53, which can merge
   two people (or split one) and so break the one-record-per-person check. CSV person ids and
   cells are read as text, so ``007`` and ``7`` stay two people.
@@ -36,6 +37,7 @@ Every such problem raises :class:`InputError` (the command line exits with code 
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,28 +79,53 @@ def _text_columns(cfg: InputConfig) -> list[str]:
     return [name for name in (c.geoid, c.person_id, c.cell) if name]
 
 
+_UNREADABLE = re.compile(r"(?:Could not open|Could not read schema from) [^']*'([^']+)'")
+
+
+def _input_error(cfg: InputConfig, err: Exception) -> InputError:
+    """What an operator reads for pyarrow's error: a file that is not a whole CSV or Parquet
+    file (empty, truncated, corrupt), named; or column types that do not agree."""
+    text = str(err).strip()
+    unreadable = _UNREADABLE.findall(text)
+    if unreadable or "Empty CSV file" in text or "magic bytes" in text:
+        name = Path(unreadable[-1]) if unreadable else Path(cfg.path)
+        try:
+            empty = name.is_file() and name.stat().st_size == 0
+        except OSError:
+            empty = False
+        what = ("is empty (0 bytes)" if empty else
+                f"is not a complete {cfg.format} file (truncated or corrupt)")
+        return InputError(f"input file {name} {what}: replace it with the complete file "
+                          "(nothing was charged)")
+    # e.g. a CSV whose first block infers a rank column as numbers and a later row holds
+    # text: pyarrow names the column and the row.
+    first = text.splitlines()[0] if text else type(err).__name__
+    return InputError(f"input {cfg.path} cannot be read with consistent column types: "
+                      f"{first}. Ranks must be numbers; GEOIDs and ids text.")
+
+
 def _dataset(cfg: InputConfig) -> ds.Dataset:
     path = Path(cfg.path)
     if not path.exists():
         raise InputError(f"input not found: {path}")
-    if cfg.format == "csv":
-        # Without explicit types pyarrow infers GEOIDs as integers (or floats, if one cell is
-        # blank): leading zeros and the text itself are lost before any check could see them.
-        convert = pacsv.ConvertOptions(column_types={n: pa.string() for n in _text_columns(cfg)})
-        return ds.dataset(path, format=ds.CsvFileFormat(convert_options=convert))
-    partitioning = "hive" if path.is_dir() else None
-    return ds.dataset(path, format="parquet", partitioning=partitioning)
+    try:
+        if cfg.format == "csv":
+            # Without explicit types pyarrow infers GEOIDs as integers (or floats, if one cell
+            # is blank): leading zeros and the text itself are lost before any check sees them.
+            convert = pacsv.ConvertOptions(
+                column_types={n: pa.string() for n in _text_columns(cfg)})
+            return ds.dataset(path, format=ds.CsvFileFormat(convert_options=convert))
+        partitioning = "hive" if path.is_dir() else None
+        return ds.dataset(path, format="parquet", partitioning=partitioning)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+        raise _input_error(cfg, err) from None
 
 
 def _to_table(cfg: InputConfig, dataset: ds.Dataset, **kwargs) -> pa.Table:
     try:
         return dataset.to_table(**kwargs)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
-        # e.g. a CSV whose first block infers a rank column as numbers and a later row holds
-        # text: pyarrow names the column and the row.
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise InputError(f"input {cfg.path} cannot be read with consistent column types: "
-                         f"{first}. Ranks must be numbers; GEOIDs and ids text.") from None
+        raise _input_error(cfg, err) from None
 
 
 def _is_hive(cfg: InputConfig, dataset: ds.Dataset) -> bool:
@@ -127,9 +154,7 @@ def _batches(cfg: InputConfig, columns: list[str]):
             yield from pq.ParquetFile(path).iter_batches(batch_size=_STREAM_BATCH_ROWS,
                                                          columns=columns)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise InputError(f"input {cfg.path} cannot be read with consistent column types: "
-                         f"{first}. Ranks must be numbers; GEOIDs and ids text.") from None
+        raise _input_error(cfg, err) from None
 
 
 def _state_keys(geoids: pa.Array) -> pa.Array:
@@ -233,6 +258,11 @@ def _check_types(cfg: InputConfig, schema: pa.Schema) -> None:
         if kind not in ("integer", "float", "text", "null"):
             raise InputError(f"input {cfg.path}: {role} column '{name}' has type {kind}; "
                              "ranks must be numbers.")
+        if kind == "text" and cfg.format == "parquet":
+            # Parquet stores a number's type with it: text there was written as text, and
+            # reading it as numbers would guess (decimal commas, "5e-1", padding).
+            raise InputError(f"input {cfg.path}: {role} column '{name}' is stored as text; "
+                             "ranks must be stored as numbers (float or integer) in Parquet.")
     if c.person_id:
         kind = _kind(schema.field(c.person_id).type)
         if kind not in ("integer", "text", "null"):
@@ -305,8 +335,51 @@ def partitions(cfg: InputConfig) -> list[Partition]:
     _check_columns(cfg, dataset.schema.names)
     _check_types(cfg, dataset.schema)
     if _is_hive(cfg, dataset):
-        return [Partition(k, n) for k, n in sorted(_hive_counts(dataset).items())]
+        _check_fragments(cfg, dataset)
+        try:
+            counts = _hive_counts(dataset)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+            raise _input_error(cfg, err) from None
+        return [Partition(k, n) for k, n in sorted(counts.items())]
     return _streamed_counts(cfg)
+
+
+def _check_fragments(cfg: InputConfig, dataset: ds.Dataset) -> None:
+    """Every file of a partitioned dataset on its own: readable, its columns and their types.
+
+    The dataset reads every file with the first file's schema, casting silently: person ids
+    stored as integers in one partition and as text in another would all become text, so
+    ``7`` and ``007`` would count as two people while the manifest says "verified" (and an
+    integer GEOID in a later file would be cast to text without its leading zero). Person ids
+    are compared as one type, so every partition must store them as that type."""
+    id_kinds: dict[str, list[str]] = {}
+    for fragment in dataset.get_fragments():
+        try:
+            schema = fragment.physical_schema
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+            raise _input_error(cfg, err) from None
+        _check_columns(cfg, schema.names)
+        _check_types(cfg, schema)
+        if cfg.columns.person_id:
+            kind = _kind(schema.field(cfg.columns.person_id).type)
+            if kind != "null":
+                id_kinds.setdefault(kind, []).append(_relative(fragment.path, cfg.path))
+    if len(id_kinds) > 1:
+        held = "; ".join(f"{kind} in {', '.join(files[:_EXAMPLES])}"
+                         + (f" (and {len(files) - _EXAMPLES} more)"
+                            if len(files) > _EXAMPLES else "")
+                         for kind, files in sorted(id_kinds.items()))
+        raise InputError(
+            f"input {cfg.path}: person id column '{cfg.columns.person_id}' is stored as "
+            f"{held}; person ids are compared across partitions as one type (as text, 007 "
+            "and 7 would be two people), so store them as one type in every partition")
+
+
+def _relative(path: str, root: Path) -> str:
+    try:
+        return str(Path(path).relative_to(Path(root)))
+    except ValueError:
+        return str(path)
 
 
 def read_partition(cfg: InputConfig, key: str) -> pd.DataFrame:

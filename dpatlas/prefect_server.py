@@ -86,9 +86,36 @@ class PrefectAPI:
         return self.url
 
 
+_LOG_PREFIX, _LOG_SUFFIX = "dpatlas-prefect-server-", ".log"
+
+
 def default_server_log() -> Path:
     """Where the command's own server logs (kept only if it wrote something)."""
-    return Path(tempfile.gettempdir()) / f"dpatlas-prefect-server-{os.getpid()}.log"
+    return Path(tempfile.gettempdir()) / f"{_LOG_PREFIX}{os.getpid()}{_LOG_SUFFIX}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # e.g. EPERM: another user's process, alive
+        return True
+    return True
+
+
+def remove_stale_server_logs(folder: Optional[Path] = None) -> None:
+    """Remove the empty server logs of commands that died without cleaning up (SIGKILL runs
+    no exit code). A log with something in it is kept for the operator; so is the log of a
+    command still running."""
+    folder = Path(folder or tempfile.gettempdir())
+    for log in folder.glob(f"{_LOG_PREFIX}*{_LOG_SUFFIX}"):
+        pid = log.name[len(_LOG_PREFIX):-len(_LOG_SUFFIX)]
+        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+            continue
+        with contextlib.suppress(OSError):
+            if log.stat().st_size == 0:
+                log.unlink()
 
 
 @contextlib.contextmanager
@@ -101,6 +128,7 @@ def prefect_api(log: Optional[Path] = None, timeout: float = 180.0) -> Iterator[
     process, so whatever the block does first (load and check the config, import the flow and
     its data stack) overlaps with it instead of adding to it (docs/operations.md).
     """
+    remove_stale_server_logs()
     configured = os.environ.get("PREFECT_API_URL")
     if configured:
         yield PrefectAPI(configured)

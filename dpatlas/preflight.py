@@ -50,7 +50,8 @@ def check_before_writing(cfg: ReleaseConfig, release_id: str | None,
 
 
 def check_paths(cfg: ReleaseConfig, release_id: str) -> None:
-    """Publish root, internal root and input are disjoint; the release path is usable."""
+    """Publish root, internal root and input are disjoint; a SQLite ledger lies outside the
+    publish root; the release path is usable."""
     root, internal = _real(cfg.publish.root), _real(cfg.publish.internal)
     named = {"publish.root": root, "publish.internal_root": internal,
              "input.path": _real(cfg.input.path)}
@@ -63,10 +64,32 @@ def check_paths(cfg: ReleaseConfig, release_id: str) -> None:
                     "(staged raw microdata) and the input must be three separate folders")
     if _inside(_real(cfg.boundaries.path), internal):
         raise PreflightError(f"boundaries.path lies inside the internal folder {internal}")
+    ledger = ledger_file(cfg.ledger.url)
+    if ledger is not None and _inside(_real(ledger), root):
+        raise PreflightError(
+            f"the ledger {ledger} lies inside the publish root {root}: everything there is "
+            "public (served, copied, mirrored), and the ledger holds every release's charges "
+            "and this machine's paths; move it outside the publish root (ledger.url); "
+            "nothing was charged")
     for p in (root, internal):
         if p.exists() and not p.is_dir():
             raise PreflightError(f"{p} exists and is not a folder")
     release_folder(cfg.publish.root, release_id)  # no link or file where the release goes
+
+
+def ledger_file(url: str) -> Path | None:
+    """The file of a SQLite ledger (None: another database, or no file)."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        parsed = make_url(url)
+    except Exception:  # noqa: BLE001 - the ledger reports an unusable URL itself
+        return None
+    db = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not db or db == ":memory:" \
+            or db.startswith("file:"):
+        return None
+    return Path(db).expanduser()
 
 
 def check_noise_source(cfg: ReleaseConfig, noise_seed: int | None) -> None:

@@ -7,7 +7,8 @@ end) and ``bytes=-n`` (the last n bytes); a range that starts past the end of th
 ``416 Range Not Satisfiable`` with ``Content-Range: bytes */size``. A syntactically invalid
 Range, or several ranges at once, is ignored and the whole file is sent with 200, which
 RFC 9110 §14.2 allows. It is for local viewing and tests, not production hosting: it binds
-127.0.0.1 unless told otherwise and serves only files inside the root.
+127.0.0.1 unless told otherwise, serves only files and folders whose real path is inside the
+root, and never a database file.
 """
 
 from __future__ import annotations
@@ -27,6 +28,12 @@ from pathlib import Path
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+_BEYOND_ANY_FILE = 10**18
+# Never served, whatever their name: a database (a ledger put in the root by mistake holds
+# every release's charges and the owner's paths) is not a release artefact.
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_DATABASE_SUFFIXES = (".db", ".sqlite", ".sqlite3", ".db-journal", ".db-wal", ".db-shm",
+                      "-journal", "-wal", "-shm")
 # Types the standard table lacks or gets wrong for a publish root.
 _TYPES = {".pmtiles": "application/vnd.pmtiles", ".geojson": "application/geo+json",
           ".json": "application/json", ".js": "text/javascript", ".mjs": "text/javascript",
@@ -40,6 +47,13 @@ class ServeError(RuntimeError):
 
 class Unsatisfiable(ValueError):
     """A byte range that starts beyond the end of the representation (answer 416)."""
+
+
+def _position(digits: str) -> int:
+    """A byte position from its digits, without converting thousands of them (Python refuses
+    over 4,300 digits): any position of more than 18 digits lies past every file's end."""
+    digits = digits.lstrip("0") or "0"
+    return int(digits) if len(digits) <= 18 else _BEYOND_ANY_FILE
 
 
 def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
@@ -59,16 +73,16 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
     if first == "" and last == "":
         return None
     if first == "":                      # suffix range: the last n bytes
-        length = int(last)
+        length = _position(last)
         if length == 0 or size == 0:
             raise Unsatisfiable(header)
         return max(0, size - length), size - 1
-    start = int(first)
-    if last != "" and int(last) < start:
+    start = _position(first)
+    if last != "" and _position(last) < start:
         return None                      # invalid: ignore (RFC 9110 §14.1.1)
     if start >= size:
         raise Unsatisfiable(header)
-    return start, size - 1 if last == "" else min(int(last), size - 1)
+    return start, size - 1 if last == "" else min(_position(last), size - 1)
 
 
 class RangeRequestHandler(http.server.SimpleHTTPRequestHandler):
@@ -88,20 +102,55 @@ class RangeRequestHandler(http.server.SimpleHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache")
         super().end_headers()
 
-    def send_head(self):
-        self._remaining = None           # per request: a connection is reused (keep-alive)
-        path = self.translate_path(self.path)
-        if os.path.isdir(path):
-            return super().send_head()   # redirect to "dir/", index.html or a listing
+    def _inside_root(self, url_path: str) -> str | None:
+        """The real path a request names, or None if it lies outside the root (through a
+        symbolic link to a file or a folder, or ``..``) or cannot name a file at all (a NUL).
+        One check for files and folders: a linked folder must not expose what it points to."""
+        path = self.translate_path(url_path)
+        if "\x00" in path:
+            return None
         real = os.path.realpath(path)
         if os.path.commonpath([real, self._root]) != self._root:
+            return None
+        return real
+
+    def _index(self, folder: str) -> str | None:
+        """The index page of a folder asked for as ``folder/``, as a request path (None: no
+        index, or asked for without the slash, which the base class redirects)."""
+        request = self.path.split("?", 1)[0].split("#", 1)[0]
+        if not request.endswith("/"):
+            return None
+        for name in ("index.html", "index.htm"):
+            if os.path.isfile(os.path.join(folder, name)):
+                return request + name
+        return None
+
+    def send_head(self):
+        self._remaining = None           # per request: a connection is reused (keep-alive)
+        real = self._inside_root(self.path)
+        if real is None:
             # A symbolic link in the root (e.g. a hand-made one) must not expose other files;
             # the feed's own `latest` link points inside the root and passes.
+            self.send_error(HTTPStatus.NOT_FOUND, "File not found")
+            return None
+        if os.path.isdir(real):
+            index = self._index(real)
+            if index is None:
+                return super().send_head()  # redirect to "dir/", or no listing (404)
+            real = self._inside_root(index)  # the index file itself may be a link out
+            if real is None:
+                self.send_error(HTTPStatus.NOT_FOUND, "File not found")
+                return None
+        if real.lower().endswith(_DATABASE_SUFFIXES):
             self.send_error(HTTPStatus.NOT_FOUND, "File not found")
             return None
         try:
             handle = open(real, "rb")
         except OSError:
+            self.send_error(HTTPStatus.NOT_FOUND, "File not found")
+            return None
+        if handle.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC:
+            handle.close()
             self.send_error(HTTPStatus.NOT_FOUND, "File not found")
             return None
         try:

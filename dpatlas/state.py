@@ -12,13 +12,27 @@ import os
 from pathlib import Path
 
 from .files import now_utc, write_json_atomic, write_parquet_atomic
+from .ingest import InputError
 
-__all__ = ["ReleaseLock", "ReleaseLocked", "check_same_input", "record_start",
+__all__ = ["InputChanged", "ReleaseLock", "ReleaseLocked", "check_same_input", "record_start",
            "write_parquet_atomic"]
 
 
 class ReleaseLocked(RuntimeError):
     """Another process is running this release id right now."""
+
+
+class InputChanged(InputError):
+    """A resumed release sees another input or config than the one it began with (an operator
+    error: the operator changed it, and can restore it)."""
+
+    def __init__(self, message: str, changed: list[str]):
+        super().__init__(message)
+        self.changed = changed  # "input", "config"
+
+    @property
+    def what(self) -> str:
+        return " and ".join(self.changed)
 
 
 class ReleaseLock:
@@ -53,16 +67,18 @@ class ReleaseLock:
 
 
 def check_same_input(internal: Path, input_sha256: str, config_sha256: str) -> None:
-    """A resumed release must see the same input and config as when it began."""
+    """A resumed release must see the same input and config as when it began
+    (:class:`InputChanged` otherwise)."""
     state = internal / "state.json"
     now = {"input_sha256": input_sha256, "config_sha256": config_sha256}
     if state.exists():
         before = json.loads(state.read_text())
-        changed = [k for k in now if before.get(k) != now[k]]
+        changed = [k.split("_")[0] for k in now if before.get(k) != now[k]]
         if changed:
-            raise RuntimeError(f"the {' and '.join(k.split('_')[0] for k in changed)} changed "
-                               f"since this release began ({internal.name}); resume needs the "
-                               "same input and config: start a new release id instead")
+            what = " and ".join(changed)
+            raise InputChanged(f"the {what} changed since release {internal.name} began; "
+                               f"resume needs the same {what}: restore the original {what} to "
+                               "resume it, or start a new release id", changed)
         return
     write_json_atomic(state, now)
 

@@ -174,6 +174,14 @@ def _check_out(cfg: ReleaseConfig, out: Optional[Path], synthetic_id: str) -> Pa
         raise SynthesizeError(f"{target} already exists: give --out a new folder (nothing was "
                               "charged)")
     real = Path(os.path.realpath(target))
+    root = Path(os.path.realpath(cfg.publish.root))
+    if _inside(real, root) and real.parent != root:
+        # Below the root's top level lie published folders (releases, synthetic data): their
+        # files are listed and hashed in their manifests, and are never written into.
+        raise SynthesizeError(f"--out {target} lies inside the published folder "
+                              f"{root / real.relative_to(root).parts[0]}: give a new folder "
+                              f"directly in the publish root {root} or outside it (nothing "
+                              "was charged)")
     for name, other in (("the internal folder", cfg.publish.internal),
                         ("the input", cfg.input.path)):
         o = Path(os.path.realpath(other))

@@ -28,9 +28,9 @@ from dpatlas.config import ReleaseConfig, load_config
 from dpatlas.crash import crashpoint
 from dpatlas.estimate import Chunk
 from dpatlas.ids import validate_release_id
-from dpatlas.ledger import Ledger, charges
+from dpatlas.ledger import LeaseLost, Ledger, ReleaseBusy, charges
 from dpatlas.preflight import PreflightError, check_before_writing, check_feasible, mark_root
-from dpatlas.state import ReleaseLock
+from dpatlas.state import InputChanged, ReleaseLock
 from tasks.allocate import allocate_budget
 from tasks.estimate import estimate_chunk, select_chunk
 from tasks.ingest import ingest_partition, list_partitions
@@ -108,11 +108,14 @@ def release(config_path: str, release_id: Optional[str] = None,
     # on this host, so a crashed run resumes at once here, while another host (another
     # owner) must wait for the lease to expire.
     owner = f"{socket.gethostname()}:{Path(os.path.realpath(internal))}"
+    # A published id is a no-op that writes nothing (no lock file either: the documented
+    # rerun must work on a read-only file system). Published is final, so this needs no lock.
+    if release_status(cfg.ledger, rid, root / rid) == "published":
+        return _already_published(cfg, rid)
     with ReleaseLock(internal, rid):
-        if release_status(cfg.ledger, rid, root / rid) == "published":
-            show_in_feed(root, rid)  # completes a feed update a crash interrupted
-            return report_release(cfg.ledger, root / rid, "already_published")
-        start = open_release(cfg, internal)
+        if release_status(cfg.ledger, rid, root / rid) == "published":  # by a run just now
+            return _already_published(cfg, rid)
+        start = _open_release_or_refuse(cfg, rid, internal, owner)
 
         # 1-2. Ingest and validate every partition, then the checks that span partitions,
         # all before any noise is drawn or any budget charged.
@@ -159,6 +162,53 @@ def release(config_path: str, release_id: Optional[str] = None,
             crashpoint("after-ledger-complete")
         show_in_feed(root, rid)
         return report_release(cfg.ledger, folder, "published")
+
+
+def _open_release_or_refuse(cfg: ReleaseConfig, rid: str, internal: Path, owner: str):
+    """Open (or resume) the release. A resume whose input or config changed is refused; if it
+    was charged, the ledger marks it failed with why (its budget stays spent, never refunded),
+    so it is not left looking in progress; the original input resumes it, failed or not."""
+    try:
+        return open_release(cfg, internal)
+    except InputChanged as err:
+        what = err.what
+        status = _fail_charge(cfg, rid, owner, f"the {what} changed since the charge; "
+                                               f"restore the original {what} to resume")
+        if status is not None:
+            raise InputChanged(
+                f"the {what} changed since release {rid} was charged: a release resumes only "
+                f"on what it was charged for, so restore the original {what} and run again to "
+                f"resume it with no new charge, or leave {rid} and start a new release id (the "
+                f"budget charged for {rid} stays spent; the ledger lists it as {status})",
+                err.changed) from None
+        raise InputChanged(
+            f"the {what} changed since release {rid} began (before its charge: nothing was "
+            f"spent and no noise drawn): restore the original {what} and run again, or start "
+            f"a new release id (or delete {internal} to start {rid} afresh)",
+            err.changed) from None
+
+
+def _fail_charge(cfg: ReleaseConfig, rid: str, owner: str, reason: str) -> str | None:
+    """Mark the in-progress charge of ``rid`` failed, with ``reason``, unless another run
+    holds it now. Returns its status in the ledger after (None: the ledger holds no charge)."""
+    ledger = Ledger(cfg.ledger.url)
+    row = ledger.release(rid)
+    if row is None:
+        return None
+    if row["status"] != "in_progress":
+        return row["status"]
+    mine = row.get("lease_owner") == owner
+    try:
+        ledger.fail_release(rid, reason, owner if mine else None)
+    except (ReleaseBusy, LeaseLost):  # another run holds it now: leave it to that run
+        return row["status"]
+    return "failed"
+
+
+def _already_published(cfg: ReleaseConfig, rid: str) -> ReleaseOutcome:
+    root = cfg.publish.root
+    show_in_feed(root, rid, only_if_incomplete=True)  # completes an update a crash interrupted
+    return report_release(cfg.ledger, root / rid, "already_published")
 
 
 def check_subflow_parameters(subflow, parameters: dict) -> None:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -7,6 +8,7 @@ import geopandas as gpd
 import pandas as pd
 from prefect import get_run_logger, task
 
+from dpatlas import feed as feed_files
 from dpatlas.allocate import BudgetPlan
 from dpatlas.config import ReleaseConfig, public_config
 from dpatlas.feed import update_feed
@@ -58,6 +60,26 @@ def publish_release(cfg: ReleaseConfig, release_id: str, result_files: list[Path
 
 
 @task(name="feed", **RETRY_IO)
-def show_in_feed(root: Path, release_id: str) -> None:
-    """Add the release to the feed (idempotent: also completes an update a crash interrupted)."""
+def show_in_feed(root: Path, release_id: str, only_if_incomplete: bool = False) -> None:
+    """Add the release to the feed (idempotent: also completes an update a crash interrupted).
+
+    ``only_if_incomplete``: write nothing when the feed already shows the release whole (a
+    rerun of a published id must work on a read-only publish root)."""
+    if only_if_incomplete and feed_shows(root, release_id):
+        return
     update_feed(root, release_id)
+
+
+def feed_shows(root: Path, release_id: str) -> bool:
+    """The feed lists the release and its last update finished: the ``latest`` pointer and
+    link (written last) agree with feed.json, and feed.atom names the release."""
+    root = Path(root)
+    feed = feed_files.read_feed(root)
+    if feed_files.listed(root, release_id) is None:
+        return False
+    newest = feed.get("latest")
+    link = root / feed_files.LATEST_LINK
+    linked = os.readlink(link) if os.path.islink(link) else None
+    atom = root / feed_files.FEED_ATOM
+    return (feed_files.latest(root) == newest and linked == newest and atom.is_file()
+            and release_id in atom.read_text(encoding="utf-8", errors="replace"))

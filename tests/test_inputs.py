@@ -334,7 +334,9 @@ def test_text_ranks_that_are_not_numbers_are_refused(tmp_path):
     frame = state_records("17", n=10, tracts=2)
     frame["child_rank"] = frame["child_rank"].astype(str)
     frame.loc[[2, 6], "child_rank"] = ["high", "n.a."]
-    cfg = input_config(one_state_file(tmp_path, frame))
+    path = tmp_path / "in.csv"  # (a text rank column in Parquet is refused by its type alone)
+    frame.to_csv(path, index=False)
+    cfg = input_config(path, fmt="csv")
     with pytest.raises(InputError) as err:
         read_partition(cfg.input, "all")
     message = str(err.value)
@@ -358,7 +360,9 @@ def test_numbers_as_text_and_integers_are_ranks(tmp_path):
     frame["parent_rank"] = frame["parent_rank"].astype(str)
     frame.loc[0, "parent_rank"] = ""  # blank: missing, for the contract to report
     frame["child_rank"] = (frame["child_rank"] * 100).round().astype("int64")
-    cfg = input_config(one_state_file(tmp_path, frame))
+    path = tmp_path / "in.csv"  # numbers as text are ranks in a CSV; Parquet text is refused
+    frame.to_csv(path, index=False)
+    cfg = input_config(path, fmt="csv")
     df = read_partition(cfg.input, "all")
     assert df["x"].dtype == float and np.isnan(df.loc[0, "x"])
     assert np.allclose(df.loc[1:, "x"], frame.loc[1:, "parent_rank"].astype(float))
