@@ -1,10 +1,21 @@
 """Check a published release from its folder alone: ``dpatlas audit RELEASE_DIR``.
 
-An auditor needs the release folder and nothing of this project's mechanisms code: this
-module imports only the standard library, numpy, pyarrow (with pandas) and dp-accounting (for
-the zCDP → (ε, δ) conversion the manifest states it used). It re-derives every privacy figure of
-the manifest from first principles and compares:
+An auditor needs the release folder and nothing of this project's code: this module imports
+only the standard library, numpy, pyarrow (with pandas), dp-accounting (for the zCDP → (ε, δ)
+conversion the manifest states it used) and, for ``--ledger`` only, SQLAlchemy. It reads the
+vector tiles with its own PMTiles/MVT reader. It re-derives every privacy figure of the
+manifest from first principles, checks the manifest's structure against fixed rules rather
+than against itself, and compares:
 
+(s) schema: ``manifest_version`` is one this audit reads (2); every required field is there
+    with its type (``min_n``, ``ledger_entry``, ``assumptions``, ``public_values``,
+    ``public``...); ``release_id`` is a valid id and the folder's name (and the ledger entry's);
+    ``started`` and ``published`` are dates, published not before started nor in the future;
+    ``code_version`` is a package version and a git commit (or none). A manifest over 16 MiB
+    is refused before it is read, one nested deeper than 64 levels is refused (exit 2);
+(p) public: ``public_values`` and the ``public`` section (docs/threat-model.md) have their
+    fixed keys and meanings, the public columns are exactly geoid, state, county, cell, n,
+    status, geometry, and "n per tract and cell is public" is an unverified assumption;
 (a) files: every file listed in ``files`` exists with its sha256 and size; nothing else is
     in the folder except manifest.json;
 (b) config: config.json parses and agrees with the manifest's selection and budget figures;
@@ -43,9 +54,29 @@ the manifest from first principles and compares:
     manifests written before relations were stated), every budget step, its guarantee and the
     per-tract-and-cell and total guarantees are stated for it, and every alternative whose
     noise is stated for another relation is listed in the step's ``relation_conversions``;
+(k) sensitivities: for every noise step kind a manifest can hold (the selection rule, each
+    publishable estimator, the intervals) the audit's own table (SENSITIVITIES) derives the
+    query's sensitivity from the mechanism and public parameters (n, ranks clipped to [0, 1],
+    k = n − 1 pairs, the grid) and the noise that can pay for it (mechanism, relation, number
+    of coordinates the grid calibration must cover); the manifest's sensitivity text must state
+    that derivation, never the other way round;
+(c2) columns: every column of the table is public (the fixed list) or paid for by its step
+    (p25/p75 by the primary step, ``X_p25`` by ``suite: X``, the interval columns by the
+    interval step, whose ``intervals.epsilon`` must be the step's); nothing else may be
+    declared public;
 (e) table: tracts.parquet has only accounted-for columns, values exactly where released,
-    nothing spent where suppressed, the per-tract-and-cell figures where spent, and the
-    manifest's counts.
+    nothing spent where suppressed, suppression exactly where n < min_n, ``failed`` only with
+    its mechanism's DP failure, ``reason`` one of an enumerated set, interval values only on
+    released rows and around the released value, the per-tract-and-cell figures where spent,
+    and the manifest's counts;
+(f) formats: tracts.csv and tracts.geojson row for row, and the features of tracts.pmtiles
+    (its lowest zoom) attribute for attribute, hold the values of tracts.parquet.
+
+External anchors, run only when given (otherwise a ``skip`` line says what was not checked):
+``--boundaries FILE`` (the boundary file whose sha256 the manifest states has every tract
+exactly once per cell in the table: no row deleted) and ``--ledger URL`` (the ledger charged
+this release id exactly what its steps cost, recorded this manifest's sha256 as published, and
+the dataset's spend is within its cap; SQLite or PostgreSQL, read only).
 
 A synthetic-microdata folder (``dpatlas synthesize``, manifest ``kind: synthetic
 microdata``) gets the same files, mode, machine-path, relations, noise and totals checks, and
@@ -54,7 +85,9 @@ instead of (b) and (e): its rows have exactly the columns GEOID, cell, bin_lo, b
 holds the same rows.
 
 ``main(folder)`` prints one line per check and returns 0 (every check passed), 1 (a check
-failed) or 2 (the folder or its manifest cannot be read).
+failed), 2 (the folder, its manifest or an anchor cannot be read) or 3 (every check passed
+but the release is a test release, mode test or seeded noise: its mode line reads TEST; pass
+``allow_test`` / ``--allow-test`` to accept it).
 """
 
 from __future__ import annotations
@@ -1789,7 +1822,7 @@ def check_formats(folder: Path, m: dict) -> str:
         problems += _compare("tracts.geojson", rows, table, columns, exact_columns=True)
     except (Mismatch, AttributeError, TypeError) as err:
         problems.append(f"tracts.geojson cannot be read: {err}")
-    n_tiles = 0
+    n_tiles, n_shown = 0, 0
     if (folder / "tracts.pmtiles").exists() or "tracts.pmtiles" in m.get("files", {}):
         try:
             _, tiles = pmtiles_tiles(folder / "tracts.pmtiles")
@@ -1798,15 +1831,18 @@ def check_formats(folder: Path, m: dict) -> str:
             problems += _compare("tracts.pmtiles", rows, table, columns, exact_columns=False,
                                  complete=False)
             shown = {(r.get("geoid"), r.get("cell")) for r in rows}
+            n_shown = len(shown & set(table))
             if not shown:
                 problems.append("tracts.pmtiles has no features at its lowest zoom")
         except (OSError, ValueError, IndexError, UnicodeDecodeError, EOFError) as err:
             problems.append(f"tracts.pmtiles cannot be read: {err}")
     if problems:
         raise Mismatch("; ".join(problems))
-    return (f"tracts.csv, tracts.geojson and tracts.pmtiles ({n_tiles} tile(s) at the lowest "
-            f"zoom) hold the values of tracts.parquet ({len(table)} rows, {len(columns)} "
-            "columns)")
+    # Tiles may leave out a polygon too small to draw at the lowest zoom (tippecanoe's tiny
+    # polygon reduction), so the rows shown are counted, not required.
+    return (f"tracts.csv and tracts.geojson hold the values of tracts.parquet ({len(table):,} "
+            f"rows, {len(columns)} columns), and so do the {n_shown:,} rows tracts.pmtiles "
+            f"shows at its lowest zoom ({n_tiles} tile(s))")
 
 
 # ----------------------------------------------------- external anchors: boundaries, ledger
