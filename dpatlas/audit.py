@@ -815,7 +815,10 @@ def _charged(g: G, conversion_delta: float) -> tuple[float, float]:
 def check_totals(folder: Path, m: dict) -> str:
     budget, total = m["budget"], m["total_per_person"]
     steps = [guarantee_from(s["guarantee"]) for s in budget["steps"]]
-    conv = float(budget.get("conversion_delta") or 0.0)
+    conv = budget.get("conversion_delta") or 0.0
+    if not _is_number(conv) or not 0 <= conv < 1:
+        raise Mismatch(f"conversion_delta {conv!r} is not a delta in [0, 1)")
+    conv = float(conv)
     cells = len(m["cells"])
     problems = []
     if total.get("cells") != cells:
@@ -841,6 +844,11 @@ def check_totals(folder: Path, m: dict) -> str:
 
     combined = sequential(steps * cells, conv * cells)
     eps, delta = as_approx(combined, conv * cells)
+    if "guarantee" in total or not _synthetic(m):
+        stated_total = guarantee_from(total.get("guarantee"))
+        if not same_guarantee(combined, stated_total):
+            problems.append(f"total per person: recomposed {combined.text()}, stated "
+                            f"{stated_total.text()}")
     if not close(eps, float(total["epsilon"])):
         problems.append(f"total epsilon: recomposed {eps:.12g}, stated {total['epsilon']:.12g}")
     if not close(delta, float(total["delta"])):
@@ -1082,6 +1090,13 @@ PUBLIC_VALUES = ["n (records per tract and cell)", "tract boundaries"]
 PUBLIC_SECTION_KEYS = ("neighbours", "membership", "counts", "columns", "existence", "timing",
                        "confidential", "threat_model")
 N_IS_PUBLIC = "n per tract and cell is public"
+# What each statement of the `public` section must say (its fixed meaning).
+PUBLIC_SECTION_WORDS = {"neighbours": ("replace-one",), "membership": ("tract", "cell"),
+                        "counts": ("n per tract and cell",),
+                        "existence": ("depends on the data",),
+                        "timing": ("not protected", "rounded to the day"),
+                        "confidential": ("Prefect", "internal folder"),
+                        "threat_model": ("docs/threat-model.md",)}
 
 # Required fields of a release manifest and their JSON types (None: null allowed).
 REQUIRED_FIELDS: dict[str, tuple] = {
@@ -1184,6 +1199,47 @@ def _dates_problems(m: dict, keys: tuple[str, ...]) -> list[str]:
     return problems
 
 
+SHA256 = re.compile(r"[0-9a-f]{64}")
+BOUNDARIES_HASHED_AS = ("file", "folder (relative names and contents)")
+
+
+def _is_number(v) -> bool:
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def _release_field_problems(m: dict) -> list[str]:
+    """Fields whose form is fixed: hashes, the config's name, the steps' parameters."""
+    problems = []
+    if m.get("config_file") != CONFIG:
+        problems.append(f"config_file {m.get('config_file')!r} is not {CONFIG!r}")
+    for key in ("config_sha256", "input_sha256"):
+        if key in m and not (isinstance(m[key], str) and SHA256.fullmatch(m[key])):
+            problems.append(f"{key} {m[key]!r} is not a sha256")
+    b = m.get("boundaries")
+    if isinstance(b, dict):
+        if not (isinstance(b.get("sha256"), str) and SHA256.fullmatch(b["sha256"])):
+            problems.append(f"boundaries.sha256 {b.get('sha256')!r} is not a sha256")
+        if b.get("hashed_as") not in BOUNDARIES_HASHED_AS:
+            problems.append(f"boundaries.hashed_as {b.get('hashed_as')!r} is not one of "
+                            f"{list(BOUNDARIES_HASHED_AS)}")
+        if not isinstance(b.get("file"), str) or not isinstance(b.get("vintage"), str):
+            problems.append("boundaries.file and boundaries.vintage must be text")
+    budget = m.get("budget")
+    for step in (budget.get("steps") or []) if isinstance(budget, dict) else []:
+        if not isinstance(step, dict):
+            problems.append("a budget step is not an object")
+            continue
+        eps, delta = step.get("epsilon_param"), step.get("delta_param")
+        if not (_is_number(eps) and eps >= 0 and _is_number(delta) and 0 <= delta < 1):
+            problems.append(f"step {step.get('step')!r}: epsilon_param {eps!r} / delta_param "
+                            f"{delta!r} are not a budget")
+        if step.get("estimator") is not None and step.get("step") != \
+                f"suite: {step.get('estimator')}":
+            problems.append(f"step {step.get('step')!r} names estimator "
+                            f"{step.get('estimator')!r}")
+    return problems
+
+
 def check_schema(folder: Path, m: dict) -> str:
     """The manifest's version and required fields, its id (the folder's name), its dates and
     code version (see the module docstring, (s))."""
@@ -1208,6 +1264,7 @@ def check_schema(folder: Path, m: dict) -> str:
         min_n = m.get("min_n")
         if isinstance(min_n, int) and not isinstance(min_n, bool) and min_n < 2:
             problems.append(f"min_n {min_n} < 2: a regression needs two records")
+        problems += _release_field_problems(m)
     bad_id = release_id_problem(m.get("release_id"))
     if bad_id:
         problems.append(bad_id)
@@ -1243,12 +1300,19 @@ def check_public(folder: Path, m: dict) -> str:
                  and not (isinstance(section.get(k), str) and section[k].strip())]
         if empty:
             problems.append(f"`public` states nothing for {empty}")
+        for key, words in PUBLIC_SECTION_WORDS.items():
+            text = section.get(key)
+            if isinstance(text, str) and text.strip() and not all(w in text for w in words):
+                problems.append(f"public.{key} does not say {' / '.join(words)}")
     assumptions = m.get("assumptions")
     unverified = assumptions.get("unverified") if isinstance(assumptions, dict) else None
     if not isinstance(unverified, list) or not isinstance(assumptions.get("verified"), list):
         problems.append("assumptions must list `verified` and `unverified`")
     elif not any(isinstance(a, str) and a.startswith(N_IS_PUBLIC) for a in unverified):
         problems.append(f"the assumption {N_IS_PUBLIC!r} is not listed as unverified")
+    elif not all(isinstance(a, str) and a.strip()
+                 for a in unverified + assumptions["verified"]):
+        problems.append("an assumption is not a text")
     if problems:
         raise Mismatch("; ".join(problems))
     return (f"public: {', '.join(PUBLIC_COLUMNS)} and the existence and timing of the release; "

@@ -418,6 +418,31 @@ def test_reason_carrying_a_non_dp_number(forged):
     assert "give a reason that is not theirs" in bad["table"] and "'0.4731'" in bad["table"]
 
 
+def test_a_released_value_hidden_as_a_failure_of_another_mechanism(forged):
+    """status 'failed' only with the mechanism's own DP failure: DPExpTheilSen cannot fail
+    by a noisy nvar (NoisyStats' failure)."""
+    table = table_of(forged)
+    i = table.index[(table.status == "released") & (table.mechanism == "DPExpTheilSen")][0]
+    table.loc[i, ["p25", "p75", "p25_raw", "p75_raw", *INTERVAL_COLUMNS]] = np.nan
+    table.loc[i, ["status", "reason"]] = ["failed", "noisy nvar <= 0"]
+    republish(forged, table)
+    m = manifest_of(forged)
+    recount(m, table)
+    write_manifest(forged, m)
+    rehash_all(forged)
+    code, bad, lines = run_audit(forged)
+    assert code == 1 and set(bad) == {"table"}, lines
+    assert "'noisy nvar <= 0' where failed" in bad["table"]
+
+
+def test_total_guarantee_restated(forged):
+    m = manifest_of(forged)
+    m["total_per_person"]["guarantee"]["epsilon"] /= 2
+    write_manifest(forged, m)
+    code, bad, _ = run_audit(forged)
+    assert code == 1 and set(bad) == {"totals"} and "total per person" in bad["totals"]
+
+
 # --- 11. an extra column declared public -----------------------------------------------------
 
 
