@@ -33,6 +33,7 @@ from dpatlas.publish import _FIELDS, INTERVAL_COLUMNS, write_csv_with_schema
 from dpatlas.tiles import build_tiles
 
 from test_release_audit import RID, build_release, make_cfg, state  # noqa: F401 (fixture)
+from test_synthesize import published  # noqa: F401 (fixture)
 
 DATASET = "il"
 OWNER = "forgery-tests"
@@ -679,6 +680,24 @@ def test_manifest_states_what_is_public_and_rounds_times_to_the_day(anchored):
     assert (Path(__file__).parents[1] / m["public"]["threat_model"]).is_file()
     for key in ("started", "published"):
         assert audit.DAY.fullmatch(m[key]), m[key]
+
+
+def test_synthetic_folder_rounds_its_time_and_audits_with_its_ledger(published):
+    """A synthesize folder: its time is a day, it is TEST without --allow-test (seeded), and
+    the ledger anchor finds its charge and its manifest."""
+    from dpatlas.config import load_config
+    from dpatlas.synthesize import synthesize_release
+    from test_synthesize import EPS, SEED, SOURCE
+
+    cfg_path, _ = published
+    folder = synthesize_release(cfg_path, SOURCE, EPS, noise_seed=SEED)
+    m = manifest_of(folder)
+    assert audit.DAY.fullmatch(m["created"]), m["created"]
+    assert audit.main(folder, io.StringIO()) == 3
+    url = load_config(cfg_path).ledger.url
+    code, bad, lines = run_audit(folder, ledger=url)
+    assert code == 0 and not bad, lines
+    assert any(ln.startswith("ok    ledger: the ledger published this manifest") for ln in lines)
 
 
 def test_day_of_rounds_to_the_utc_day():
