@@ -34,6 +34,7 @@ from dpatlas.tiles import build_tiles
 
 from test_release_audit import RID, build_release, make_cfg, state  # noqa: F401 (fixture)
 from test_synthesize import published  # noqa: F401 (fixture)
+from pg_server import ledger_url, pg  # noqa: F401 (fixtures)
 
 DATASET = "il"
 OWNER = "forgery-tests"
@@ -520,12 +521,32 @@ def test_ledger_over_its_cap_fails(anchored, tmp_path):
     assert code == 1 and "over its cap" in bad["ledger"]
 
 
+def test_ledger_anchor_reads_sqlite_and_postgresql(anchored, state, ledger_url,  # noqa: F811
+                                                  tmp_path):
+    """The same charges recorded in a fresh ledger of each backend: the anchor passes, and
+    a password in the URL never reaches the output."""
+    cfg = make_cfg(tmp_path, state)
+    ledger = Ledger(ledger_url)
+    ledger.set_cap(DATASET, 50.0, 1e-3, "forgery tests")
+    ledger.begin_release(RID, DATASET, charges(make_plan(cfg, cfg.selection.threshold),
+                                               ["all"]), "cfg", OWNER)
+    ledger.complete_release(RID, sha256_file(anchored[0] / "manifest.json"), OWNER)
+    ledger.close()
+    code, bad, lines = run_audit(anchored[0], ledger=ledger_url)
+    assert code == 0 and not bad, lines
+    secret = ledger_url.split("@")[0].rsplit(":", 1)[-1] if "@" in ledger_url else None
+    assert not secret or secret not in "\n".join(lines)
+
+
 def test_unreadable_ledger_exits_2(anchored, tmp_path):
     out = io.StringIO()
     assert audit.main(anchored[0], out, ledger=f"sqlite:///{tmp_path / 'none.db'}") == 2
     assert audit.main(anchored[0], out, ledger="not a url") == 2
+    assert audit.main(anchored[0], out,
+                      ledger="postgresql+psycopg://op:s3cretpw@127.0.0.1:1/ledger") == 2
     lines = out.getvalue().splitlines()
-    assert len(lines) == 2 and all(ln.startswith("unreadable: --ledger") for ln in lines)
+    assert len(lines) == 3 and all(ln.startswith("unreadable: --ledger") for ln in lines)
+    assert "s3cretpw" not in out.getvalue()
 
 
 # --- 13. sensitivities are derived, not read ---------------------------------------------------
