@@ -60,7 +60,7 @@ than against itself, and compares:
     k = n − 1 pairs, the grid) and the noise that can pay for it (mechanism, relation, number
     of coordinates the grid calibration must cover); the manifest's sensitivity text must state
     that derivation, never the other way round;
-(c2) columns: every column of the table is public (the fixed list) or paid for by its step
+(u) columns: every column of the table is public (the fixed list) or paid for by its step
     (p25/p75 by the primary step, ``X_p25`` by ``suite: X``, the interval columns by the
     interval step, whose ``intervals.epsilon`` must be the step's); nothing else may be
     declared public;
@@ -568,7 +568,7 @@ def _json_object(path: Path, name: str, error: type[Exception],
     except (OSError, ValueError) as err:
         raise error(f"{name} cannot be read: {err}") from None
     except RecursionError:
-        raise error(f"{name} nests too deeply to be a manifest") from None
+        raise error(f"{name} nests too deeply to read") from None
     if json_depth_exceeds(obj, MAX_JSON_DEPTH):
         raise error(f"{name} nests deeper than {MAX_JSON_DEPTH} levels")
     if not isinstance(obj, dict):
@@ -1176,8 +1176,8 @@ def _required_problems(m: dict, required: dict[str, tuple]) -> list[str]:
         if key not in m:
             problems.append(f"{key} missing")
         elif isinstance(m[key], bool) or not isinstance(m[key], types):
-            problems.append(f"{key} is {type(m[key]).__name__}, expected "
-                            f"{' or '.join('null' if t is type(None) else t.__name__ for t in types)}")
+            wanted = " or ".join("null" if t is type(None) else t.__name__ for t in types)
+            problems.append(f"{key} is {type(m[key]).__name__}, expected {wanted}")
     return problems
 
 
@@ -1448,6 +1448,11 @@ SENSITIVITIES: dict[tuple[str, str], Derived] = {
 }
 
 
+def _shown(statement: str) -> str:
+    """A derived statement (a regular expression) as text: numbers shown as <number>."""
+    return re.sub(r"\\(.)", r"\1", statement.replace(_NUMBER, "<number>"))
+
+
 def _ddssp_bins(noise_steps: list) -> int | None:
     """DDSSP's grid size B from its x marginal (B cells); its xy marginal must have B²."""
     for ns in noise_steps:
@@ -1482,7 +1487,7 @@ def sensitivity_problem(label: str, ns: dict, noise_steps: list, min_n: int) -> 
                 f"cover {want} rounding unit(s)")
     text = ns.get("sensitivity")
     if not isinstance(text, str) or not re.fullmatch(d.statement, text):
-        return f"states sensitivity {text!r}; the audit derives {d.statement.replace(chr(92), '')!r}"
+        return f"states sensitivity {text!r}; the audit derives {_shown(d.statement)!r}"
     value = d.at_n(min_n)
     if not (math.isfinite(value) and value > 0):
         return f"its sensitivity at n = min_n = {min_n} is {value!r}, not positive"

@@ -284,7 +284,7 @@ def test_unreadable_boundaries_exit_2(anchored, tmp_path):
     assert len(lines) == 2 and all(ln.startswith("unreadable: --boundaries") for ln in lines)
 
 
-# --- 6, 9, 15. required fields with fixed meanings -------------------------------------------------
+# --- 6, 9, 15. required fields with fixed meanings ------------------------------------------------
 
 
 @pytest.mark.parametrize("field", ["ledger_entry", "min_n", "public", "public_values",
@@ -339,7 +339,7 @@ def test_manifest_version_must_be_one_the_audit_reads(forged, version):
     assert code == 1 and "manifest_version" in bad["schema"], bad
 
 
-# --- 7. intervals.epsilon disagreeing with its step ------------------------------------------------
+# --- 7. intervals.epsilon disagreeing with its step -----------------------------------------------
 
 
 def test_intervals_epsilon_set_to_99(forged):
@@ -469,7 +469,7 @@ def test_a_paid_column_declared_public(forged):
     assert code == 1 and "declares ['p25', 'p75'] public" in bad["columns"]
 
 
-# --- 12. every noise scale doubled, epsilon halved (the ledger anchor) -----------------------------
+# --- 12. every noise scale doubled, epsilon halved (the ledger anchor) ----------------------------
 
 
 def halve_epsilon_everywhere(folder: Path) -> None:
@@ -592,7 +592,7 @@ def test_every_publishable_estimators_noise_has_a_derived_sensitivity():
         assert audit.sensitivity_problem(label, forged, siblings, 2), (label, d)
 
 
-# --- 14. forged id, dates, code version; oversized and nested manifests (D9) ------------------------
+# --- 14. forged id, dates, code version; oversized and nested manifests (D9) ----------------------
 
 
 @pytest.mark.parametrize("change, expected", [
