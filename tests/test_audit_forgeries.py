@@ -420,13 +420,15 @@ def test_reason_carrying_a_non_dp_number(forged):
     assert "give a reason that is not theirs" in bad["table"] and "'0.4731'" in bad["table"]
 
 
-def test_a_released_value_hidden_as_a_failure_of_another_mechanism(forged):
-    """status 'failed' only with the mechanism's own DP failure: DPExpTheilSen cannot fail
-    by a noisy nvar (NoisyStats' failure)."""
+@pytest.mark.parametrize("reason", ["noisy nvar <= 0", "no pairs with distinct x"])
+def test_a_released_value_hidden_as_a_failure(forged, reason):
+    """status 'failed' only with the mechanism's own DP failure: the exponential-mechanism
+    Theil-Sen never fails (neither by NoisyStats' noisy nvar nor by the non-private median's
+    lack of pairs)."""
     table = table_of(forged)
     i = table.index[(table.status == "released") & (table.mechanism == "DPExpTheilSen")][0]
     table.loc[i, ["p25", "p75", "p25_raw", "p75_raw", *INTERVAL_COLUMNS]] = np.nan
-    table.loc[i, ["status", "reason"]] = ["failed", "noisy nvar <= 0"]
+    table.loc[i, ["status", "reason"]] = ["failed", reason]
     republish(forged, table)
     m = manifest_of(forged)
     recount(m, table)
@@ -434,7 +436,7 @@ def test_a_released_value_hidden_as_a_failure_of_another_mechanism(forged):
     rehash_all(forged)
     code, bad, lines = run_audit(forged)
     assert code == 1 and set(bad) == {"table"}, lines
-    assert "'noisy nvar <= 0' where failed" in bad["table"]
+    assert f"{reason!r} where failed" in bad["table"]
 
 
 def test_total_guarantee_restated(forged):
