@@ -92,6 +92,7 @@ but the release is a test release, mode test or seeded noise: its mode line read
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -1931,24 +1932,81 @@ def _tree_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def dbf_column(raw: bytes, column: str) -> list[str]:
+    """One column of a dBase III table (a shapefile's attributes, .dbf), deleted records left
+    out: a 32-byte header (record count, header and record lengths), 32-byte field
+    descriptors up to 0x0D, then fixed-width records after a deletion flag."""
+    count = int.from_bytes(raw[4:8], "little")
+    header_len = int.from_bytes(raw[8:10], "little")
+    record_len = int.from_bytes(raw[10:12], "little")
+    offset, pos, where = 1, 32, None
+    while pos + 32 <= header_len and raw[pos] != 0x0D:
+        name = raw[pos:pos + 11].split(b"\0", 1)[0].decode("ascii", "replace")
+        width = raw[pos + 16]
+        if name == column:
+            where = (offset, width)
+        offset += width
+        pos += 32
+    if where is None:
+        raise ValueError(f"no column {column!r}")
+    values = []
+    for i in range(count):
+        record = raw[header_len + i * record_len:header_len + (i + 1) * record_len]
+        if len(record) < record_len:
+            raise ValueError("truncated .dbf")
+        if record[:1] != b"*":
+            values.append(record[where[0]:where[0] + where[1]].decode("utf-8").strip())
+    return values
+
+
+def _shapefile_geoids(path: Path, column: str) -> list[str]:
+    import zipfile
+
+    if path.suffix.lower() == ".shp":
+        return dbf_column(path.with_suffix(".dbf").read_bytes(), column)
+    with zipfile.ZipFile(path) as z:
+        dbfs = [n for n in z.namelist() if n.lower().endswith(".dbf")]
+        if len(dbfs) != 1:
+            raise ValueError(f"{len(dbfs)} .dbf files in the archive, expected one")
+        return dbf_column(z.read(dbfs[0]), column)
+
+
+def _geopackage_geoids(path: Path, column: str) -> list[str]:
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)) as db:
+        tables = [r[0] for r in db.execute(
+            "SELECT table_name FROM gpkg_contents WHERE data_type = 'features'")]
+        if len(tables) != 1:
+            raise ValueError(f"{len(tables)} feature tables, expected one")
+        quoted = '"' + column.replace('"', '""') + '"'
+        table = '"' + tables[0].replace('"', '""') + '"'
+        return [str(r[0]) for r in db.execute(f"SELECT {quoted} FROM {table}")]
+
+
 def boundary_geoids(path: Path, column: str) -> list[str]:
-    """The GEOIDs of a GeoParquet or GeoJSON boundary file (AuditUnreadable otherwise)."""
+    """The GEOIDs of a boundary file in a format the release reads: GeoParquet, GeoJSON,
+    GeoPackage, a zipped or bare shapefile (AuditUnreadable otherwise)."""
     suffix = path.suffix.lower()
     try:
-        if suffix in (".parquet", ".geoparquet"):
+        if suffix == ".parquet":
             return [str(v) for v in pq.read_table(path, columns=[column]).column(column)
                     .to_pylist()]
         if suffix in (".geojson", ".json"):
             features = _json_object(path, path.name, AuditUnreadable,
                                     MAX_GEOJSON_BYTES).get("features") or []
             return [str((f.get("properties") or {}).get(column)) for f in features]
+        if suffix in (".zip", ".shp"):
+            return _shapefile_geoids(path, column)
+        if suffix == ".gpkg":
+            return _geopackage_geoids(path, column)
     except AuditUnreadable:
         raise
     except Exception as err:  # noqa: BLE001 - the anchor itself cannot be read
         raise AuditUnreadable(f"--boundaries {path}: cannot be read ({type(err).__name__}: "
                               f"{err})") from None
-    raise AuditUnreadable(f"--boundaries {path}: the audit reads GeoParquet (.parquet) or "
-                          "GeoJSON (.geojson) boundaries; convert it with ogr2ogr")
+    raise AuditUnreadable(f"--boundaries {path}: not a boundary file the release could have "
+                          "read (.parquet, .geojson, .json, .gpkg, .zip, .shp)")
 
 
 def check_boundaries(folder: Path, m: dict, path: Path) -> str:

@@ -280,8 +280,43 @@ def test_unreadable_boundaries_exit_2(anchored, tmp_path):
     shp = tmp_path / "tracts.zip"
     shp.write_bytes(b"PK")
     assert audit.main(anchored[0], out, boundaries=shp) == 2
+    kml = tmp_path / "tracts.kml"
+    kml.write_text("<kml/>")
+    assert audit.main(anchored[0], out, boundaries=kml) == 2
     lines = out.getvalue().splitlines()
-    assert len(lines) == 2 and all(ln.startswith("unreadable: --boundaries") for ln in lines)
+    assert len(lines) == 3 and all(ln.startswith("unreadable: --boundaries") for ln in lines)
+
+
+@pytest.mark.parametrize("suffix", [".gpkg", ".zip", ".geojson"])
+def test_boundaries_in_every_format_a_release_reads(state, tmp_path, suffix):  # noqa: F811
+    """A release made from a GeoPackage, a zipped shapefile (TIGER/Line's own format) or a
+    GeoJSON file: the audit reads its GEOIDs with the standard library and finds a deleted
+    row."""
+    gdf = gpd.read_parquet(state / "tracts.parquet")
+    path = tmp_path / f"tracts{suffix}"
+    if suffix == ".zip":
+        import zipfile
+
+        gdf.to_file(tmp_path / "tracts.shp")
+        with zipfile.ZipFile(path, "w") as z:
+            for part in tmp_path.glob("tracts.*"):
+                if part.suffix != ".zip":
+                    z.write(part, part.name)
+    else:
+        gdf.to_file(path, driver="GPKG" if suffix == ".gpkg" else "GeoJSON")
+    cfg = make_cfg(tmp_path, state, boundaries={"path": str(path)})
+    _, _, _, folder = build_release(tmp_path, state, cfg=cfg)
+    code, bad, lines = run_audit(folder, boundaries=path)
+    assert code == 0 and not bad, lines
+    table = table_of(folder).iloc[1:]
+    republish(folder, table)
+    m = manifest_of(folder)
+    recount(m, table)
+    write_manifest(folder, m)
+    rehash_all(folder)
+    code, bad, lines = run_audit(folder, boundaries=path)
+    assert code == 1 and set(bad) == {"boundaries"}, lines
+    assert "1 (tract, cell) row(s) missing" in bad["boundaries"]
 
 
 # --- 6, 9, 15. required fields with fixed meanings ------------------------------------------------
