@@ -97,7 +97,9 @@ import hashlib
 import json
 import math
 import re
+import struct
 import sys
+import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -1731,8 +1733,6 @@ def _protobuf(buf: bytes):
 
 
 def _mvt_value(buf: bytes):
-    import struct
-
     for number, _, v in _protobuf(buf):
         if number == 1:
             return v.decode("utf-8")
@@ -1906,8 +1906,9 @@ def check_formats(folder: Path, m: dict) -> str:
             n_shown = len(shown & set(table))
             if not shown:
                 problems.append("tracts.pmtiles has no features at its lowest zoom")
-        except (OSError, ValueError, IndexError, UnicodeDecodeError, EOFError) as err:
-            problems.append(f"tracts.pmtiles cannot be read: {err}")
+        except (OSError, ValueError, IndexError, UnicodeDecodeError, EOFError, zlib.error,
+                struct.error) as err:
+            problems.append(f"tracts.pmtiles cannot be read: {type(err).__name__} {err}")
     if problems:
         raise Mismatch("; ".join(problems))
     # Tiles may leave out a polygon too small to draw at the lowest zoom (tippecanoe's tiny
