@@ -332,12 +332,23 @@ def withdraw(release_id: str,
 
 
 @app.command()
-def audit(folder: Path = typer.Argument(..., help="A published release folder.")) -> None:
-    """Check a release from its own files: hashes, every step's guarantee recomputed from its
-    noise parameters, the per-person total, every published column accounted for."""
+def audit(folder: Path = typer.Argument(..., help="A published release folder."),
+          ledger: Optional[str] = typer.Option(None, "--ledger", help="The ledger's URL: "
+                                               "checks the charge, the published manifest and "
+                                               "the cap."),
+          boundaries: Optional[Path] = typer.Option(None, "--boundaries", help="The boundary "
+                                                    "file the release was made from: checks one "
+                                                    "row per tract and cell."),
+          allow_test: bool = typer.Option(False, "--allow-test", help="Accept a test release "
+                                          "(exit 0 instead of 3).")) -> None:
+    """Check a release from its own files: the manifest's schema, hashes, every step's
+    guarantee recomputed from its noise parameters and derived sensitivities, the per-person
+    total, every published column paid for, every format the same; exit 0 / 1 (a check failed)
+    / 2 (unreadable) / 3 (a test release, without --allow-test)."""
     from .audit import main as audit_main
 
-    raise typer.Exit(audit_main(folder))
+    raise typer.Exit(audit_main(folder, allow_test=allow_test, ledger=ledger,
+                                boundaries=boundaries))
 
 
 @app.command()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -37,11 +38,46 @@ RANDOM_BITS_SEEDED = "seeded (test only, NOT FOR RELEASE)"
 CONFIG_FILE = "config.json"
 REL_TOL = 1e-9  # relative tolerance for sums of floats that must agree
 
+# The manifest's schema version: dpatlas.audit checks the fields this version requires.
+MANIFEST_VERSION = 2
+
+# Columns whose values are published without noise: public under the replace-one relation
+# (status is a function of the public n and of DP outputs). Every other column is paid for by
+# a budget step; dpatlas.audit holds the same list.
+PUBLIC_COLUMNS = ("geoid", "state", "county", "cell", "n", "status", "geometry")
+
+# What the guarantee does not protect (docs/threat-model.md). dpatlas.audit requires exactly
+# these keys.
+PUBLIC_SECTION = {
+    "neighbours": "replace-one: a person's record may change, nobody is added or "
+                "removed, so the following are not protected",
+    "membership": "which tract and which cell each person is in",
+    "counts": "the exact number of records n per tract and cell",
+    "columns": list(PUBLIC_COLUMNS),
+    "existence": "whether a release exists depends on the data: input validation (policy "
+                 "fail, or clip/drop over validation.max_changed_share) and the one-record-"
+                 "per-person check (contributions fail) refuse a release before any noise",
+    "timing": "not protected: the samplers' running time depends on the data; the manifest's "
+              "started and published times are rounded to the day (UTC)",
+    "confidential": "the Prefect server, its logs and flow-run parameters, and the internal "
+                    "folder (validation reports, quarantine, Data Docs) hold non-DP counts "
+                    "and are never published",
+    "threat_model": "docs/threat-model.md",
+}
+
 # Keys of the flow's ledger entry that may be published (never its URL or file path).
 _LEDGER_PUBLIC_KEYS = ("dataset", "release_id", "charges", "epsilon", "delta")
 
 
 # --------------------------------------------------------------------------------- the pieces
+
+
+def day_of(timestamp: str) -> str:
+    """An ISO-8601 time rounded down to its UTC day (``2026-11-22``): release times are
+    public, and the time of day says more about how long the data took than a day does."""
+    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).astimezone(
+        timezone.utc).date().isoformat() if "T" in timestamp else date.fromisoformat(
+        timestamp).isoformat()
 
 
 def random_bits_description(random_source: str) -> str:
@@ -286,10 +322,11 @@ def build_manifest(cfg: ReleaseConfig, release_id: str, plan: BudgetPlan, table:
     check_relations(plan, cfg.privacy.neighbouring)
     check_budget_consistent(budget, totals, len(cells), entry)
     manifest = {
+        "manifest_version": MANIFEST_VERSION,
         "release_id": release_id,
         "mode": cfg.publish.mode,
-        "started": started,
-        "published": now_utc(),
+        "started": day_of(started),
+        "published": day_of(now_utc()),
         "code_version": code_version(),
         "config_sha256": fingerprint(cfg),
         "config_file": CONFIG_FILE,
@@ -299,6 +336,7 @@ def build_manifest(cfg: ReleaseConfig, release_id: str, plan: BudgetPlan, table:
         "neighbouring_relation": cfg.privacy.neighbouring,
         "relations": relations_section(cfg.privacy.neighbouring),
         "public_values": ["n (records per tract and cell)", "tract boundaries"],
+        "public": PUBLIC_SECTION,
         "assumptions": assumptions(cfg, input_facts),
         "profile": cfg.profile.name,
         "selection": {"rule": plan.rule.kind, "threshold": plan.rule.threshold,

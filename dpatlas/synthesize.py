@@ -52,6 +52,7 @@ from .config import ReleaseConfig, fingerprint, load_config, public_config
 from .hashing import sha256_file
 from .ids import validate_release_id
 from .ledger import Charge, Ledger
+from .manifest import day_of
 from .preflight import PreflightError, check_noise_source
 from .publish import code_version, release_folder
 
@@ -343,7 +344,7 @@ def _manifest(plan: SyntheticPlan, counts: dict, random_bits: str, files: dict) 
         "release_id": plan.synthetic_id,
         "source_release": plan.source_id,
         "mode": plan.cfg.publish.mode,
-        "created": pd.Timestamp.now(tz="UTC").isoformat(timespec="seconds"),
+        "created": day_of(pd.Timestamp.now(tz="UTC").isoformat()),  # docs/threat-model.md
         "code_version": code_version(),
         "privacy_unit": plan.cfg.privacy.unit,
         "neighbouring_relation": plan.cfg.privacy.neighbouring,

@@ -151,16 +151,18 @@ def test_audit_passes_on_a_published_release(release):
     assert report.ok, report.lines()
     assert [name for name, _, _ in report.checks] == [name for name, _ in audit.CHECKS]
     out = io.StringIO()
-    assert audit.main(folder, out) == 0
+    # a test release (seeded noise) passes only with allow_test; anchors not given are skipped
+    assert audit.main(folder, out, allow_test=True) == 0
     lines = out.getvalue().splitlines()
-    assert len(lines) == len(audit.CHECKS) + 1 and lines[-1].startswith("PASSED")
+    assert len(lines) == len(audit.CHECKS) + len(audit.ANCHORS) + 1
+    assert lines[-1].startswith("PASSED")
 
 
 STANDALONE = """
 import runpy, sys
 for name in ("dpatlas", "mechanisms", "tasks", "flows", "prefect", "geopandas"):
     sys.modules[name] = None  # any import of them now raises ImportError
-sys.argv = ["audit.py", {folder!r}]
+sys.argv = ["audit.py", {folder!r}, "--allow-test"]
 runpy.run_path({script!r}, run_name="__main__")
 """
 
@@ -184,7 +186,7 @@ def test_changed_value_caught_by_the_value_check_when_rehashed(copy):
         gdf.loc[i, "epsilon_spent"] = gdf.loc[i, "epsilon_spent"] / 2
     edit_table(copy, halve_spend, rehashed=True)
     bad = failed(copy)
-    assert set(bad) == {"table"}, bad
+    assert set(bad) == {"table", "formats"}, bad  # formats: the CSV, GeoJSON, tiles disagree
     assert "epsilon_spent differs" in bad["table"]
 
 
@@ -194,7 +196,7 @@ def test_value_on_a_suppressed_row_is_caught(copy):
         gdf.loc[i, ["p25", "p25_raw"]] = 0.5
     edit_table(copy, leak, rehashed=True)
     bad = failed(copy)
-    assert set(bad) == {"table"} and "not released carry" in bad["table"], bad
+    assert set(bad) == {"table", "formats"} and "not released carry" in bad["table"], bad
 
 
 def test_changed_value_without_rehash_fails_files_and_table(copy):
@@ -203,7 +205,7 @@ def test_changed_value_without_rehash_fails_files_and_table(copy):
         gdf.loc[i, "p25"] = min(gdf.loc[i, "p25"] + 0.1, 1.0) if gdf.loc[i, "p25"] < 0.9 else 0.0
     edit_table(copy, shift, rehashed=False)
     bad = failed(copy)
-    assert set(bad) == {"files", "table"}, bad
+    assert set(bad) == {"files", "table", "formats"}, bad
     assert "tracts.parquet" in bad["files"] and "clipped" in bad["table"]
 
 
@@ -241,7 +243,8 @@ def test_altered_budget_step_fails(copy):
 def test_extra_unaccounted_column_fails(copy):
     edit_table(copy, lambda gdf: gdf.insert(3, "x_mean", 0.5), rehashed=True)
     bad = failed(copy)
-    assert set(bad) == {"table"} and "x_mean" in bad["table"], bad
+    assert set(bad) == {"table", "columns", "formats"} and "x_mean" in bad["table"], bad
+    assert "x_mean" in bad["columns"]
 
 
 def first_noise_step(m: dict, step: int = 0) -> dict:
@@ -735,8 +738,10 @@ def test_add_remove_noise_claimed_as_replace_one_fails(free_lunch_copy):
         step.pop("relation_conversions")
     edit_manifest(free_lunch_copy, relabel)
     bad = failed(free_lunch_copy)
-    assert set(bad) == {"noise"}, bad
+    # sensitivities: the audit derives FreeLunchSSP's sensitivity for add-remove neighbours
+    assert set(bad) == {"noise", "sensitivities"}, bad
     assert "does not describe its noise" in bad["noise"]
+    assert "its sensitivity is add-remove" in bad["sensitivities"]
 
 
 def test_add_remove_noise_without_its_listed_conversion_fails(free_lunch_copy):
