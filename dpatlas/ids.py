@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import re
 
-RELEASE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+# Anchored with \A and \Z, and matched whole (fullmatch): ``$`` also matches before a trailing
+# newline, so ``latest\n`` passed, was charged and published into a folder ``latest\n``.
+RELEASE_ID_PATTERN = r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z"
 _ID = re.compile(RELEASE_ID_PATTERN)
 # Names the publish root uses itself (compared case-insensitively: some file systems are).
 RESERVED_NAMES = frozenset({"latest", "feed", "index", "collection", "catalog", "tiles", "map",
@@ -28,7 +30,7 @@ def validate_release_id(value: object) -> str:
     if not isinstance(value, str):
         raise InvalidReleaseId(f"a release id must be text, got {type(value).__name__}")
     shown = value if len(value) <= 80 else value[:77] + "..."
-    if not _ID.match(value):
+    if not _ID.fullmatch(value):
         raise InvalidReleaseId(
             f"invalid release id {shown!r}: use 1 to 64 characters from A-Z a-z 0-9 . _ -, "
             "starting with a letter or digit")
