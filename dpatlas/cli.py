@@ -11,10 +11,19 @@ from typing import Optional
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
                   help="Differentially private per-tract mobility release (dpatlas).")
-console = Console()
+# Messages carry ids, paths and stored text: printed literally, never read as Rich markup
+# (`--release-id 'a[/]'` was a MarkupError traceback, a folder `[red]` vanished from a message)
+# or emoji codes. Styling is explicit: a Text with a styled lead (see _styled).
+console = Console(markup=False, emoji=False, highlight=False)
+
+
+def _styled(lead: str, style: str, rest: str) -> Text:
+    """``lead`` in ``style``, then ``rest`` as plain text, whatever brackets it holds."""
+    return Text.assemble((lead, style), rest)
 
 
 @app.command()
@@ -57,7 +66,7 @@ def config_check(path: Path) -> None:
         resolved["ledger"]["url"] = redact_url(cfg.ledger.url)
         console.print_json(json.dumps(resolved))
         for line in checks:
-            console.print(f"[green]ok[/] {line}", highlight=False)
+            console.print(_styled("ok", "green", f" {line}"), soft_wrap=True)
 
 
 def _check_config_files(cfg) -> list[str]:
@@ -87,7 +96,7 @@ def _check_config_files(cfg) -> list[str]:
 
 
 def _fail(message: str, code: int = 2) -> None:
-    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    console.print(_styled("error:", "bold red", f" {message}"), soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -237,8 +246,8 @@ def _report(outcome) -> None:
     """Print a run's :class:`~flows.outcome.ReleaseOutcome` for a person."""
     head, *rest = outcome.summary_lines()
     # soft_wrap: long paths stay whole on one line (copyable), whatever the terminal width
-    console.print(("[bold green]published[/]" + head[len("published"):]) if outcome.charged
-                  else head, highlight=False, soft_wrap=True)
+    console.print(_styled("published", "bold green", head[len("published"):])
+                  if outcome.charged else head, soft_wrap=True)
     for line in rest:
         console.print(line, highlight=False, markup=False, soft_wrap=True)
 
