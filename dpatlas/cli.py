@@ -57,7 +57,8 @@ def config_check(path: Path) -> None:
     (without secrets)."""
     import json
 
-    from .config import load_config, redact_url
+    from .config import load_config
+    from .ledger import redact_url
 
     with _guard():
         cfg = load_config(path)

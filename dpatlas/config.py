@@ -264,16 +264,6 @@ def fingerprint(cfg: ReleaseConfig) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
-def redact_url(url: str) -> str:
-    """A database URL without its password."""
-    from sqlalchemy.engine import make_url
-
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - a display detail must never fail a command
-        return "(unparseable url)"
-
-
 def ledger_backend(url: str) -> str:
     """The ledger's database kind ("sqlite", "postgresql"): no host, user, file or password."""
     from sqlalchemy.engine import make_url

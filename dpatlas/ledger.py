@@ -358,9 +358,36 @@ def _one_line(text: str, limit: int = 300) -> str:
     return s if len(s) <= limit else s[:limit - 3] + "..."
 
 
+# libpq takes a password as a query parameter too (``?password=``, ``&sslpassword=``).
+_SECRET_KEY = r"(?:ssl)?pass(?:word|wd)?"
+_QUERY_SECRET = re.compile(rf"(?i)([?&]{_SECRET_KEY}=)[^&#\s]*")
+
+
 def _redact_url_text(text: str) -> str:
-    """Hide a password in any URL-looking text, even one SQLAlchemy cannot parse."""
-    return re.sub(r"://([^:@/\s]*):[^\s]*@", r"://\1:***@", str(text))
+    """Hide a password in any URL-looking text, even one SQLAlchemy cannot parse: the
+    userinfo's and a ``password=`` query parameter's."""
+    return _QUERY_SECRET.sub(r"\1***", re.sub(r"://([^:@/\s]*):[^\s]*@", r"://\1:***@",
+                                                str(text)))
+
+
+def redact_url(url: "str | sa.URL") -> str:
+    """A database URL as shown to people (``config check``, ``ledger show``, every message):
+    no password, whether in the userinfo or given as a query parameter."""
+    try:
+        text = (url if isinstance(url, sa.URL) else sa.make_url(str(url))
+                ).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - unparseable: scrub the text as it is
+        text = str(url)
+    return _redact_url_text(text)
+
+
+def _url_secrets(url: sa.URL) -> list[str]:
+    """The URL's password and any password given in its query, to scrub from error text."""
+    found = [url.password] if url.password else []
+    for key, value in url.query.items():
+        if re.fullmatch(_SECRET_KEY, key, re.IGNORECASE):
+            found.extend([value] if isinstance(value, str) else value)
+    return [str(s) for s in found if len(str(s)) >= 3]
 
 
 def _sqlstate(e: BaseException) -> str | None:
@@ -446,9 +473,8 @@ class Ledger:
     def _describe(self, e: BaseException) -> str:
         """One line about a failure, with the password scrubbed out of it."""
         text = f"{e.__class__.__name__}: {getattr(e, 'orig', None) or e}"
-        password = self._url.password
-        if password and len(str(password)) >= 3:
-            text = text.replace(str(password), "***")
+        for secret in _url_secrets(self._url):
+            text = text.replace(secret, "***")
         return _one_line(_redact_url_text(text))
 
     def _sqlite_file(self) -> Path | None:
@@ -566,7 +592,7 @@ class Ledger:
 
     @property
     def url(self) -> str:
-        return self._url.render_as_string(hide_password=True)
+        return redact_url(self._url)
 
     def __repr__(self) -> str:
         return f"Ledger({self.url!r}{', read-only' if self.read_only else ''})"
