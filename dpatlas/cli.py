@@ -90,6 +90,10 @@ def _check_config_files(cfg) -> list[str]:
         out.append(f"selection threshold: {resolve_threshold(cfg.selection):.6g}")
     ledger = Ledger(cfg.ledger.url, create=False)
     cap = ledger.cap(cfg.ledger.dataset)
+    if cfg.ledger.cap_epsilon is not None or cfg.ledger.cap_delta is not None:
+        # a release would be refused: say so now, not at release time
+        ledger.check_stated_cap(cfg.ledger.dataset, (cfg.ledger.cap_epsilon,
+                                                     cfg.ledger.cap_delta))
     out.append(f"ledger {ledger.url}: dataset {cfg.ledger.dataset} "
                + ("has no lifetime cap yet (dpatlas ledger set-cap)" if cap is None
                   else f"cap eps={cap[0]:g} delta={cap[1]:g}"))
@@ -306,20 +310,29 @@ def ledger_set_cap(
         delta: float = typer.Option(0.0, help="Lifetime delta per person."),
         reason: str = typer.Option(..., help="Why: recorded with the time in the ledger."),
         config: Path = typer.Option(..., "--config", "-c", help="Config naming the ledger."),
+        force: bool = typer.Option(False, "--force", help="Allow a cap below what is already "
+                                   "spent (no release can then be charged until it is raised)."),
 ) -> None:
     """Set a dataset's lifetime privacy-budget cap: the ledger's, recorded with time and reason."""
     from .ids import validate_reason
-    from .ledger import Ledger
+    from .ledger import Ledger, check_cap
 
     cfg = _config_or_fail(config)
     with _guard():
+        # every value checked before the ledger is opened: opening may create it
+        dataset, epsilon, delta = check_cap(dataset, epsilon, delta)
         why = validate_reason(reason)
         ledger = Ledger(cfg.ledger.url)
         before = ledger.cap(dataset)
-        ledger.set_cap(dataset, epsilon, delta, reason=why)
+        ledger.set_cap(dataset, epsilon, delta, reason=why, force=force)
+        spent = ledger.spent(dataset)
     was = "none" if before is None else f"eps={before[0]:g} delta={before[1]:g}"
     console.print(f"dataset {dataset}: lifetime cap eps={epsilon:g} delta={delta:g} (was {was}); "
-                  f"reason: {why}", highlight=False, markup=False)
+                  f"reason: {why}", soft_wrap=True)
+    if spent["epsilon"] > epsilon or spent["delta"] > delta:
+        console.print(f"the cap is below what is already spent (eps={spent['epsilon']:g} "
+                      f"delta={spent['delta']:g}): no release of dataset {dataset} can be "
+                      "charged until the cap is raised", soft_wrap=True)
 
 
 @app.command()

@@ -18,7 +18,8 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_valid
 
 from mechanisms import DEFAULT_SUITE, PUBLISHABLE
 
-from .ids import InvalidReleaseId, validate_release_id
+from .ids import (InvalidDatasetName, InvalidReleaseId, validate_dataset_name,
+                  validate_release_id)
 
 # PUBLISHABLE: the estimators a release may publish, derived from the registry (its DP
 # estimators whose noise sampler is safe to publish), so an evaluation-only one cannot slip in.
@@ -150,6 +151,14 @@ class LedgerConfig(_Strict):
     # it expects; a release is refused when the ledger's cap differs.
     cap_epsilon: Optional[float] = Field(None, gt=0)
     cap_delta: Optional[float] = Field(None, ge=0, lt=1)
+
+    @field_validator("dataset")
+    @classmethod
+    def _valid_dataset(cls, value):
+        try:
+            return validate_dataset_name(value)
+        except InvalidDatasetName as err:
+            raise ValueError(str(err)) from None
 
 
 class LimitsConfig(_Strict):

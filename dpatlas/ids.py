@@ -66,3 +66,25 @@ def validate_reason(value: object, what: str = "reason") -> str:
     if len(text) > MAX_REASON_CHARS:
         raise InvalidReason(f"the {what} is {len(text)} characters; at most {MAX_REASON_CHARS}")
     return text
+
+
+MAX_DATASET_CHARS = 200
+
+
+class InvalidDatasetName(ValueError):
+    """A ledger dataset name that cannot be stored and shown safely."""
+
+
+def validate_dataset_name(value: object) -> str:
+    """``value`` if it is a usable dataset name: one line of printable text, 1 to 200
+    characters, without leading or trailing spaces (a newline would forge a line of ``ledger
+    show``; ``il`` and ``il `` would be two datasets with two budgets)."""
+    if not isinstance(value, str) or not value:
+        raise InvalidDatasetName("the dataset name must be non-empty text")
+    if not value.isprintable() or value != value.strip():
+        raise InvalidDatasetName(f"invalid dataset name {value!r}: use one line of printable "
+                                 "text without leading or trailing spaces")
+    if len(value) > MAX_DATASET_CHARS:
+        raise InvalidDatasetName(f"the dataset name is {len(value)} characters; at most "
+                                 f"{MAX_DATASET_CHARS}")
+    return value
