@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import time
 from pathlib import Path
@@ -214,7 +215,42 @@ def run_release(config: Path, release_id: str | None, noise_seed: int | None = N
 
             _quiet_operator_tracebacks()
             api.ready()
-            return release_flow(str(config), rid, noise_seed)
+            try:
+                return release_flow(str(config), rid, noise_seed)
+            except OSError as err:
+                if err.errno not in _DISK_FULL:
+                    raise
+                _fail(_disk_full_message(err, cfg, config, rid))
+
+
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _stage_of(err: BaseException) -> str | None:
+    """The release stage (a module of the ``tasks`` package, and its function) in which
+    ``err`` was raised, from its traceback; None if it was raised outside the stages."""
+    import tasks
+
+    stages = Path(tasks.__file__).resolve().parent
+    found, tb = None, err.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        path = Path(code.co_filename)
+        if path.parent == stages and path.stem not in ("__init__", "common"):
+            found = f"the {path.stem} stage ({code.co_name})"
+        tb = tb.tb_next
+    return found
+
+
+def _disk_full_message(err: OSError, cfg, config: Path, rid: str) -> str:
+    """A full disk during a run: where, in which stage, and that a rerun finishes it (a bare
+    `[Errno 28]` said neither)."""
+    where = (str(err.filename) if err.filename else
+             f"under {cfg.publish.root} or {cfg.publish.internal / rid}")
+    return (f"{err.strerror or err} in {_stage_of(err) or 'the release run'} of release {rid}, "
+            f"writing {where}: free space there, then run `dpatlas release -c {config} "
+            f"--release-id {rid}` again (or `dpatlas rerun {rid}`); it finishes the release "
+            "without charging it again or redrawing noise already drawn")
 
 
 def _checked_release(config: Path, release_id: str | None, noise_seed: int | None):

@@ -409,6 +409,42 @@ def test_d12_a_full_disk_names_the_stage_the_path_and_the_rerun(tmp_path, monkey
     assert "--release-id r7" in line or "dpatlas rerun r7" in line  # how to finish it
 
 
+_FULL_DISK_AT_PUBLISH = """
+import errno, sys
+import tasks.publish
+
+def full_disk(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+tasks.publish.write_release = full_disk  # the publish stage's writes hit a full disk
+from dpatlas.cli import main
+sys.argv = ["dpatlas", *sys.argv[1:]]
+main()
+"""
+
+
+@pytest.mark.slow
+def test_d12_a_full_disk_in_a_real_run_then_the_rerun_finishes_it(tmp_path, data):
+    import subprocess
+    import sys
+
+    from test_preflight import ENV
+
+    cfg = config(tmp_path, data)
+    args = ["release", "-c", str(cfg), "--release-id", "r1", "--noise-seed", "3"]
+    res = subprocess.run([sys.executable, "-c", _FULL_DISK_AT_PUBLISH, *args], env=ENV,
+                         capture_output=True, text=True, timeout=600)
+    out = one_line_error(res)
+    assert "No space left on device in the publish stage" in out, out
+    assert "--release-id r1" in out and str(tmp_path / "releases") in out, out
+    charged = charges(tmp_path)  # one row per budget step
+    assert charged > 0 and not (tmp_path / "releases" / "r1").exists()
+    again = dpatlas(*args)  # as the message says: the same id finishes it, charged once
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert (tmp_path / "releases" / "r1" / "manifest.json").is_file()
+    assert charges(tmp_path) == charged
+
+
 def test_d12_synthesize_with_a_zero_delta_cap_says_delta_is_the_problem(source, tmp_path):
     cfg, rid = source
     c = load_config(cfg)
