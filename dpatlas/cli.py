@@ -432,8 +432,9 @@ def synthesize(
         delta: Optional[float] = typer.Option(None, help="Delta (default: privacy.delta)."),
         out: Optional[Path] = typer.Option(None, help="Output folder (default: <publish root>/"
                                            "<synthetic id>)."),
-        synthetic_id: Optional[str] = typer.Option(None, help="Ledger id of the synthetic data "
-                                                   "(default: <release id>-synthetic)."),
+        synthetic_id: Optional[str] = typer.Option(
+            None, help="Ledger id of the synthetic data (default: <release id>-synthetic, "
+            "shortened with a hash for a long release id)."),
 ) -> None:
     """Write DP synthetic microdata (GEOID, x, y per person-like row) for a published release
     from BinAgg's bin summaries (Lin et al., Alg. 3), charged as its own ledger entry."""

@@ -12,6 +12,7 @@ import re
 
 # Anchored with \A and \Z, and matched whole (fullmatch): ``$`` also matches before a trailing
 # newline, so ``latest\n`` passed, was charged and published into a folder ``latest\n``.
+MAX_RELEASE_ID_CHARS = 64
 RELEASE_ID_PATTERN = r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z"
 _ID = re.compile(RELEASE_ID_PATTERN)
 # Names the publish root uses itself (compared case-insensitively: some file systems are).

@@ -50,7 +50,7 @@ from mechanisms.privacy import ZCDP, as_dict, rho_for_approx, sequential, to_app
 from .allocate import Step
 from .config import ReleaseConfig, fingerprint, load_config, public_config
 from .hashing import sha256_file
-from .ids import validate_release_id
+from .ids import MAX_RELEASE_ID_CHARS, validate_release_id
 from .ledger import Charge, Ledger
 from .preflight import PreflightError, check_noise_source
 from .publish import code_version, release_folder
@@ -116,8 +116,15 @@ class SyntheticPlan:
 
 
 def synthetic_release_id(source_id: str) -> str:
-    """The default ledger id of a release's synthetic file: ``<release>-synthetic``."""
-    return f"{source_id}{SUFFIX}"
+    """The default ledger id of a release's synthetic file: ``<release>-synthetic``; for a
+    source id too long for that, its first characters, ``-`` and 8 hex digits of its sha256,
+    then ``-synthetic`` (still a valid id, the same for the same source, distinct for two)."""
+    plain = f"{source_id}{SUFFIX}"
+    if len(plain) <= MAX_RELEASE_ID_CHARS:
+        return plain
+    digest = hashlib.sha256(source_id.encode()).hexdigest()[:8]
+    keep = MAX_RELEASE_ID_CHARS - len(SUFFIX) - len(digest) - 1
+    return f"{source_id[:keep]}-{digest}{SUFFIX}"
 
 
 def _budget(epsilon: object, delta: object) -> tuple[float, float]:

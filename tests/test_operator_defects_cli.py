@@ -195,7 +195,7 @@ def test_d2_a_folder_named_like_a_style_does_not_vanish(tmp_path, data):
     assert ":red_circle:" in line, line
 
 
-# --- D6: a PostgreSQL password in the URL's query ---------------------------------------------------
+# --- D6: a PostgreSQL password in the URL's query ------------------------------------------------
 
 SECRET = "s3cret-pw-q"
 
@@ -330,7 +330,7 @@ def test_d11_config_check_reports_a_stated_cap_the_ledger_does_not_have(tmp_path
     assert cli("config", "check", cfg).exit_code == 0
 
 
-# --- D12: misleading messages ----------------------------------------------------------------------
+# --- D12: misleading messages --------------------------------------------------------------------
 
 @pytest.fixture
 def integer_geoids(tmp_path) -> Path:
@@ -462,7 +462,7 @@ def test_d12_withdraw_of_an_in_progress_release_says_so(tmp_path, data):
     assert "in progress" in line and "config" not in line, line
 
 
-# --- D15: the default synthetic id of a long release id ---------------------------------------------
+# --- D15: the default synthetic id of a long release id ------------------------------------------
 
 LONG_ID = "r" + "0123456789" * 6 + "abc"  # 64 characters: the longest release id
 
