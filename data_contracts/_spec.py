@@ -20,9 +20,11 @@ STATE_FIPS: tuple[str, ...] = (
 )  # fmt: skip
 assert len(STATE_FIPS) == 52 and len(set(STATE_FIPS)) == 52
 
-GEOID_REGEX = r"^[0-9]{11}$"
+# \Z, not $: the values are searched (pandas str.contains), and $ also matches before a
+# trailing newline, so "17001000100\n" passed.
+GEOID_REGEX = r"^[0-9]{11}\Z"
 # Non-capturing group: with a capturing one pandas warns on every str.contains call.
-STATE_GEOID_REGEX = "^(?:" + "|".join(STATE_FIPS) + ")[0-9]{9}$"
+STATE_GEOID_REGEX = "^(?:" + "|".join(STATE_FIPS) + r")[0-9]{9}\Z"
 
 STATUSES: tuple[str, ...] = ("released", "suppressed", "failed")
 MECHANISMS: tuple[str, ...] = (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import time
 from pathlib import Path
@@ -11,10 +12,19 @@ from typing import Optional
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
                   help="Differentially private per-tract mobility release (dpatlas).")
-console = Console()
+# Messages carry ids, paths and stored text: printed literally, never read as Rich markup
+# (`--release-id 'a[/]'` was a MarkupError traceback, a folder `[red]` vanished from a message)
+# or emoji codes. Styling is explicit: a Text with a styled lead (see _styled).
+console = Console(markup=False, emoji=False, highlight=False)
+
+
+def _styled(lead: str, style: str, rest: str) -> Text:
+    """``lead`` in ``style``, then ``rest`` as plain text, whatever brackets it holds."""
+    return Text.assemble((lead, style), rest)
 
 
 @app.command()
@@ -48,7 +58,8 @@ def config_check(path: Path) -> None:
     (without secrets)."""
     import json
 
-    from .config import load_config, redact_url
+    from .config import load_config
+    from .ledger import redact_url
 
     with _guard():
         cfg = load_config(path)
@@ -57,7 +68,7 @@ def config_check(path: Path) -> None:
         resolved["ledger"]["url"] = redact_url(cfg.ledger.url)
         console.print_json(json.dumps(resolved))
         for line in checks:
-            console.print(f"[green]ok[/] {line}", highlight=False)
+            console.print(_styled("ok", "green", f" {line}"), soft_wrap=True)
 
 
 def _check_config_files(cfg) -> list[str]:
@@ -80,6 +91,10 @@ def _check_config_files(cfg) -> list[str]:
         out.append(f"selection threshold: {resolve_threshold(cfg.selection):.6g}")
     ledger = Ledger(cfg.ledger.url, create=False)
     cap = ledger.cap(cfg.ledger.dataset)
+    if cfg.ledger.cap_epsilon is not None or cfg.ledger.cap_delta is not None:
+        # a release would be refused: say so now, not at release time
+        ledger.check_stated_cap(cfg.ledger.dataset, (cfg.ledger.cap_epsilon,
+                                                     cfg.ledger.cap_delta))
     out.append(f"ledger {ledger.url}: dataset {cfg.ledger.dataset} "
                + ("has no lifetime cap yet (dpatlas ledger set-cap)" if cap is None
                   else f"cap eps={cap[0]:g} delta={cap[1]:g}"))
@@ -87,7 +102,7 @@ def _check_config_files(cfg) -> list[str]:
 
 
 def _fail(message: str, code: int = 2) -> None:
-    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    console.print(_styled("error:", "bold red", f" {message}"), soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -200,7 +215,42 @@ def run_release(config: Path, release_id: str | None, noise_seed: int | None = N
 
             _quiet_operator_tracebacks()
             api.ready()
-            return release_flow(str(config), rid, noise_seed)
+            try:
+                return release_flow(str(config), rid, noise_seed)
+            except OSError as err:
+                if err.errno not in _DISK_FULL:
+                    raise
+                _fail(_disk_full_message(err, cfg, config, rid))
+
+
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _stage_of(err: BaseException) -> str | None:
+    """The release stage (a module of the ``tasks`` package, and its function) in which
+    ``err`` was raised, from its traceback; None if it was raised outside the stages."""
+    import tasks
+
+    stages = Path(tasks.__file__).resolve().parent
+    found, tb = None, err.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        path = Path(code.co_filename)
+        if path.parent == stages and path.stem not in ("__init__", "common"):
+            found = f"the {path.stem} stage ({code.co_name})"
+        tb = tb.tb_next
+    return found
+
+
+def _disk_full_message(err: OSError, cfg, config: Path, rid: str) -> str:
+    """A full disk during a run: where, in which stage, and that a rerun finishes it (a bare
+    `[Errno 28]` said neither)."""
+    where = (str(err.filename) if err.filename else
+             f"under {cfg.publish.root} or {cfg.publish.internal / rid}")
+    return (f"{err.strerror or err} in {_stage_of(err) or 'the release run'} of release {rid}, "
+            f"writing {where}: free space there, then run `dpatlas release -c {config} "
+            f"--release-id {rid}` again (or `dpatlas rerun {rid}`); it finishes the release "
+            "without charging it again or redrawing noise already drawn")
 
 
 def _checked_release(config: Path, release_id: str | None, noise_seed: int | None):
@@ -237,8 +287,8 @@ def _report(outcome) -> None:
     """Print a run's :class:`~flows.outcome.ReleaseOutcome` for a person."""
     head, *rest = outcome.summary_lines()
     # soft_wrap: long paths stay whole on one line (copyable), whatever the terminal width
-    console.print(("[bold green]published[/]" + head[len("published"):]) if outcome.charged
-                  else head, highlight=False, soft_wrap=True)
+    console.print(_styled("published", "bold green", head[len("published"):])
+                  if outcome.charged else head, soft_wrap=True)
     for line in rest:
         console.print(line, highlight=False, markup=False, soft_wrap=True)
 
@@ -296,20 +346,29 @@ def ledger_set_cap(
         delta: float = typer.Option(0.0, help="Lifetime delta per person."),
         reason: str = typer.Option(..., help="Why: recorded with the time in the ledger."),
         config: Path = typer.Option(..., "--config", "-c", help="Config naming the ledger."),
+        force: bool = typer.Option(False, "--force", help="Allow a cap below what is already "
+                                   "spent (no release can then be charged until it is raised)."),
 ) -> None:
     """Set a dataset's lifetime privacy-budget cap: the ledger's, recorded with time and reason."""
     from .ids import validate_reason
-    from .ledger import Ledger
+    from .ledger import Ledger, check_cap
 
     cfg = _config_or_fail(config)
     with _guard():
+        # every value checked before the ledger is opened: opening may create it
+        dataset, epsilon, delta = check_cap(dataset, epsilon, delta)
         why = validate_reason(reason)
         ledger = Ledger(cfg.ledger.url)
         before = ledger.cap(dataset)
-        ledger.set_cap(dataset, epsilon, delta, reason=why)
+        ledger.set_cap(dataset, epsilon, delta, reason=why, force=force)
+        spent = ledger.spent(dataset)
     was = "none" if before is None else f"eps={before[0]:g} delta={before[1]:g}"
     console.print(f"dataset {dataset}: lifetime cap eps={epsilon:g} delta={delta:g} (was {was}); "
-                  f"reason: {why}", highlight=False, markup=False)
+                  f"reason: {why}", soft_wrap=True)
+    if spent["epsilon"] > epsilon or spent["delta"] > delta:
+        console.print(f"the cap is below what is already spent (eps={spent['epsilon']:g} "
+                      f"delta={spent['delta']:g}): no release of dataset {dataset} can be "
+                      "charged until the cap is raised", soft_wrap=True)
 
 
 @app.command()
@@ -384,8 +443,9 @@ def synthesize(
         delta: Optional[float] = typer.Option(None, help="Delta (default: privacy.delta)."),
         out: Optional[Path] = typer.Option(None, help="Output folder (default: <publish root>/"
                                            "<synthetic id>)."),
-        synthetic_id: Optional[str] = typer.Option(None, help="Ledger id of the synthetic data "
-                                                   "(default: <release id>-synthetic)."),
+        synthetic_id: Optional[str] = typer.Option(
+            None, help="Ledger id of the synthetic data (default: <release id>-synthetic, "
+            "shortened with a hash for a long release id)."),
 ) -> None:
     """Write DP synthetic microdata (GEOID, x, y per person-like row) for a published release
     from BinAgg's bin summaries (Lin et al., Alg. 3), charged as its own ledger entry."""

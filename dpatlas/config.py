@@ -18,7 +18,8 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_valid
 
 from mechanisms import DEFAULT_SUITE, PUBLISHABLE
 
-from .ids import InvalidReleaseId, validate_release_id
+from .ids import (InvalidDatasetName, InvalidReleaseId, validate_dataset_name,
+                  validate_release_id)
 
 # PUBLISHABLE: the estimators a release may publish, derived from the registry (its DP
 # estimators whose noise sampler is safe to publish), so an evaluation-only one cannot slip in.
@@ -151,6 +152,14 @@ class LedgerConfig(_Strict):
     cap_epsilon: Optional[float] = Field(None, gt=0)
     cap_delta: Optional[float] = Field(None, ge=0, lt=1)
 
+    @field_validator("dataset")
+    @classmethod
+    def _valid_dataset(cls, value):
+        try:
+            return validate_dataset_name(value)
+        except InvalidDatasetName as err:
+            raise ValueError(str(err)) from None
+
 
 class LimitsConfig(_Strict):
     # Memory one estimation chunk may use; a tract whose mechanism would need more is refused
@@ -262,16 +271,6 @@ def fingerprint(cfg: ReleaseConfig) -> str:
     data = cfg.model_dump(mode="json", exclude={"runner", "dask_address", "dask_workers"})
     data["publish"].pop("internal_root", None)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
-
-
-def redact_url(url: str) -> str:
-    """A database URL without its password."""
-    from sqlalchemy.engine import make_url
-
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - a display detail must never fail a command
-        return "(unparseable url)"
 
 
 def ledger_backend(url: str) -> str:

@@ -83,8 +83,10 @@ def _geoid_problems(geoids: pd.Series) -> list[str]:
     problems = []
     if not well_formed.all():
         hint = ""
-        if pd.api.types.is_numeric_dtype(geoids.dtype):
-            hint = " (the column is numeric, so leading zeros were probably lost; store GEOIDs as text)"
+        ten_digits = any(isinstance(g, str) and len(g) == 10 and g.isdigit() for g in text)
+        if pd.api.types.is_numeric_dtype(geoids.dtype) or ten_digits:
+            hint = (" (numeric or 10-digit GEOIDs: leading zeros were probably lost, e.g. "
+                    "6001000100 for 06001000100; store and read GEOIDs as text)")
         problems.append(f"{int((~well_formed).sum())} of {total} GEOIDs are not 11 digits "
                         f"(2 state + 3 county + 6 tract), e.g. {_examples(text[~well_formed])}{hint}")
     valid = text[well_formed]

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import re
 
-RELEASE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+# Anchored with \A and \Z, and matched whole (fullmatch): ``$`` also matches before a trailing
+# newline, so ``latest\n`` passed, was charged and published into a folder ``latest\n``.
+MAX_RELEASE_ID_CHARS = 64
+RELEASE_ID_PATTERN = r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z"
 _ID = re.compile(RELEASE_ID_PATTERN)
 # Names the publish root uses itself (compared case-insensitively: some file systems are).
 RESERVED_NAMES = frozenset({"latest", "feed", "index", "collection", "catalog", "tiles", "map",
@@ -28,7 +31,7 @@ def validate_release_id(value: object) -> str:
     if not isinstance(value, str):
         raise InvalidReleaseId(f"a release id must be text, got {type(value).__name__}")
     shown = value if len(value) <= 80 else value[:77] + "..."
-    if not _ID.match(value):
+    if not _ID.fullmatch(value):
         raise InvalidReleaseId(
             f"invalid release id {shown!r}: use 1 to 64 characters from A-Z a-z 0-9 . _ -, "
             "starting with a letter or digit")
@@ -64,3 +67,25 @@ def validate_reason(value: object, what: str = "reason") -> str:
     if len(text) > MAX_REASON_CHARS:
         raise InvalidReason(f"the {what} is {len(text)} characters; at most {MAX_REASON_CHARS}")
     return text
+
+
+MAX_DATASET_CHARS = 200
+
+
+class InvalidDatasetName(ValueError):
+    """A ledger dataset name that cannot be stored and shown safely."""
+
+
+def validate_dataset_name(value: object) -> str:
+    """``value`` if it is a usable dataset name: one line of printable text, 1 to 200
+    characters, without leading or trailing spaces (a newline would forge a line of ``ledger
+    show``; ``il`` and ``il `` would be two datasets with two budgets)."""
+    if not isinstance(value, str) or not value:
+        raise InvalidDatasetName("the dataset name must be non-empty text")
+    if not value.isprintable() or value != value.strip():
+        raise InvalidDatasetName(f"invalid dataset name {value!r}: use one line of printable "
+                                 "text without leading or trailing spaces")
+    if len(value) > MAX_DATASET_CHARS:
+        raise InvalidDatasetName(f"the dataset name is {len(value)} characters; at most "
+                                 f"{MAX_DATASET_CHARS}")
+    return value

@@ -12,8 +12,8 @@ Memory holds one state, whatever the input's form:
 - a single CSV or Parquet file is split by the state its GEOIDs name (their first two
   characters): :func:`partitions` streams it once, counting records per state, and
   :func:`read_partition` streams it again keeping only that state's records, in blocks of a
-  few MiB. Records whose GEOID does not begin with two digits (blank, short, malformed) form
-  one more partition, ``other``, so the input contract reports them. The key ``all`` still
+  few MiB. Records whose GEOID is not 11 digits (blank, short, malformed) form one more
+  partition, ``other``, so the input contract reports them. The key ``all`` still
   reads the whole file at once (small inputs, tests).
 
 A national CSV (5 million records) is thus parsed once per state: the cost is CPU time
@@ -158,14 +158,17 @@ def _batches(cfg: InputConfig, columns: list[str]):
 
 
 def _state_keys(geoids: pa.Array) -> pa.Array:
-    """Per record its partition key: the GEOID's first two characters when they are digits,
+    """Per record its partition key: the GEOID's first two characters when it is 11 digits,
     else ``other`` (blank, null, short or malformed GEOIDs: the contract reports them)."""
     if pa.types.is_dictionary(geoids.type):
         geoids = geoids.cast(geoids.type.value_type)
     if pa.types.is_null(geoids.type):
         return pa.array([OTHER] * len(geoids), pa.string())
     prefix = pc.utf8_slice_codeunits(geoids, 0, 2)
-    is_state = pc.fill_null(pc.match_substring_regex(prefix, r"^[0-9]{2}$"), False)
+    # Only a whole 11-digit GEOID names its state: a 10-digit one (an integer that lost its
+    # leading zero, 06001000100 -> 6001000100) would be filed under state 60. RE2: \z is
+    # the end of the text.
+    is_state = pc.fill_null(pc.match_substring_regex(geoids, r"\A[0-9]{11}\z"), False)
     return pc.if_else(is_state, prefix, pa.scalar(OTHER))
 
 

@@ -62,7 +62,8 @@ from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
 
 from .files import now_utc
-from .ids import InvalidReason, InvalidReleaseId, validate_reason, validate_release_id
+from .ids import (InvalidDatasetName, InvalidReason, InvalidReleaseId, validate_dataset_name,
+                  validate_reason, validate_release_id)
 
 if TYPE_CHECKING:  # the plan's type only: allocate imports the mechanisms
     from .allocate import BudgetPlan
@@ -118,6 +119,10 @@ class BudgetExceeded(LedgerError):
         self.cap_delta = cap_delta
         self.left_epsilon = max(cap_epsilon - spent_epsilon, 0.0)
         self.left_delta = max(cap_delta - spent_delta, 0.0)
+
+
+class CapBelowSpent(LedgerError):
+    """A new cap below what the dataset has already spent (refused unless forced)."""
 
 
 class ReleaseBusy(LedgerError):
@@ -322,6 +327,25 @@ def _text(x, name: str) -> str:
     return x
 
 
+def _dataset(value) -> str:
+    try:
+        return validate_dataset_name(value)
+    except InvalidDatasetName as e:
+        raise LedgerError(str(e)) from None
+
+
+def check_cap(dataset: str, cap_epsilon: float, cap_delta: float) -> tuple[str, float, float]:
+    """A cap's dataset, epsilon and delta, checked before any ledger is opened or created:
+    epsilon finite and >= 0, delta in [0, 1) (a delta of 1 guarantees nothing)."""
+    name = _dataset(dataset)
+    eps = _finite(cap_epsilon, "the cap's epsilon")
+    delta = _finite(cap_delta, "the cap's delta", hi=1.0)
+    if delta >= 1.0:
+        raise LedgerError(f"the cap's delta must be below 1 (a delta of 1 allows anything), "
+                          f"got {cap_delta!r}")
+    return name, eps, delta
+
+
 def _release_id(value) -> str:
     try:
         return validate_release_id(value)
@@ -358,9 +382,36 @@ def _one_line(text: str, limit: int = 300) -> str:
     return s if len(s) <= limit else s[:limit - 3] + "..."
 
 
+# libpq takes a password as a query parameter too (``?password=``, ``&sslpassword=``).
+_SECRET_KEY = r"(?:ssl)?pass(?:word|wd)?"
+_QUERY_SECRET = re.compile(rf"(?i)([?&]{_SECRET_KEY}=)[^&#\s]*")
+
+
 def _redact_url_text(text: str) -> str:
-    """Hide a password in any URL-looking text, even one SQLAlchemy cannot parse."""
-    return re.sub(r"://([^:@/\s]*):[^\s]*@", r"://\1:***@", str(text))
+    """Hide a password in any URL-looking text, even one SQLAlchemy cannot parse: the
+    userinfo's and a ``password=`` query parameter's."""
+    return _QUERY_SECRET.sub(r"\1***", re.sub(r"://([^:@/\s]*):[^\s]*@", r"://\1:***@",
+                                                str(text)))
+
+
+def redact_url(url: "str | sa.URL") -> str:
+    """A database URL as shown to people (``config check``, ``ledger show``, every message):
+    no password, whether in the userinfo or given as a query parameter."""
+    try:
+        text = (url if isinstance(url, sa.URL) else sa.make_url(str(url))
+                ).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - unparseable: scrub the text as it is
+        text = str(url)
+    return _redact_url_text(text)
+
+
+def _url_secrets(url: sa.URL) -> list[str]:
+    """The URL's password and any password given in its query, to scrub from error text."""
+    found = [url.password] if url.password else []
+    for key, value in url.query.items():
+        if re.fullmatch(_SECRET_KEY, key, re.IGNORECASE):
+            found.extend([value] if isinstance(value, str) else value)
+    return [str(s) for s in found if len(str(s)) >= 3]
 
 
 def _sqlstate(e: BaseException) -> str | None:
@@ -379,6 +430,12 @@ def _is_lock_timeout(e: BaseException) -> bool:
 def _is_retryable(e: BaseException) -> bool:
     # deadlock, serialization failure: the transaction was rolled back and may simply be rerun
     return _sqlstate(e) in ("40P01", "40001")
+
+
+@dataclass(frozen=True)
+class _CapRow:
+    cap_epsilon: float
+    cap_delta: float
 
 
 # --- the ledger ---------------------------------------------------------------------------------
@@ -446,9 +503,8 @@ class Ledger:
     def _describe(self, e: BaseException) -> str:
         """One line about a failure, with the password scrubbed out of it."""
         text = f"{e.__class__.__name__}: {getattr(e, 'orig', None) or e}"
-        password = self._url.password
-        if password and len(str(password)) >= 3:
-            text = text.replace(str(password), "***")
+        for secret in _url_secrets(self._url):
+            text = text.replace(secret, "***")
         return _one_line(_redact_url_text(text))
 
     def _sqlite_file(self) -> Path | None:
@@ -566,7 +622,7 @@ class Ledger:
 
     @property
     def url(self) -> str:
-        return self._url.render_as_string(hide_password=True)
+        return redact_url(self._url)
 
     def __repr__(self) -> str:
         return f"Ledger({self.url!r}{', read-only' if self.read_only else ''})"
@@ -617,17 +673,17 @@ class Ledger:
     # caps
 
     def set_cap(self, dataset: str, cap_epsilon: float, cap_delta: float, reason: str,
-                actor: str | None = None) -> bool:
+                actor: str | None = None, force: bool = False) -> bool:
         """Set (or change) the lifetime cap per privacy unit of a dataset, with a reason.
 
         The only code path that writes a cap. The change (time, old -> new, reason, actor:
         ``host:user`` by default) is kept in ``ledger_cap_changes`` and shown by
         :meth:`summary_text`. Returns False (and writes nothing) if the cap already is this one.
-        Raises :class:`InvalidLedgerReason` for a blank or multi-line reason.
+        Raises :class:`InvalidLedgerReason` for a blank or multi-line reason, and
+        :class:`CapBelowSpent` for a cap below what the dataset has already spent, unless
+        ``force`` (then no release of it can be charged until the cap is raised again).
         """
-        _text(dataset, "dataset")
-        eps = _finite(cap_epsilon, "cap_epsilon")
-        delta = _finite(cap_delta, "cap_delta", hi=1.0)
+        dataset, eps, delta = check_cap(dataset, cap_epsilon, cap_delta)
         why = _reason(reason, "reason for the cap change")
         who = _text(actor, "actor") if actor is not None else default_actor()
 
@@ -638,6 +694,14 @@ class Ledger:
                                .with_for_update()).first()
             if old is not None and (old.cap_epsilon, old.cap_delta) == (eps, delta):
                 return False
+            spent_eps, spent_delta, _ = self._spent(conn, dataset)
+            if not force and not (_within(spent_eps, eps) and _within(spent_delta, delta)):
+                raise CapBelowSpent(
+                    f"a cap of eps={_fmt(eps)} delta={_fmt(delta)} for dataset {dataset} is "
+                    f"below what it has already spent (eps={_fmt(spent_eps)} "
+                    f"delta={_fmt(spent_delta)}; spent budget is never refunded): no release of "
+                    "it could be charged until the cap is raised again. Nothing was changed; "
+                    "to do this on purpose (e.g. to stop all releases), add --force")
             if old is None:
                 conn.execute(caps_table.insert().values(
                     dataset=dataset, cap_epsilon=eps, cap_delta=delta, created_at=now,
@@ -673,6 +737,13 @@ class Ledger:
             q = q.where(cap_changes_table.c.dataset == dataset)
         with self._reading("cap history") as conn:
             return [dict(r) for r in conn.execute(q).mappings().all()]
+
+    def check_stated_cap(self, dataset: str, expected) -> None:
+        """:class:`LedgerError` if the config's stated cap (``expected``: (eps, delta), None
+        parts not compared) is not this ledger's cap of ``dataset`` (read only)."""
+        cap = self.cap(dataset)
+        if cap is not None:
+            self._check_expected_cap(dataset, _CapRow(*cap), expected)
 
     def _check_expected_cap(self, dataset: str, cap, expected) -> None:
         """The config's stated cap, if it states one, must be the ledger's (which rules)."""
@@ -718,7 +789,7 @@ class Ledger:
         with another config hash or dataset, or was withdrawn; an invalid charge or id).
         """
         _release_id(release_id)
-        _text(dataset, "dataset")
+        _dataset(dataset)
         _text(config_sha256, "config_sha256")
         _text(owner, "owner")
         lease = _lease_seconds(lease_seconds)
@@ -1149,6 +1220,9 @@ class Ledger:
             if cap is not None:
                 lines.append(f"  left: eps={_fmt(max(cap.cap_epsilon - eps, 0.0))} "
                              f"delta={_fmt(max(cap.cap_delta - delta, 0.0))}")
+                if not (_within(eps, cap.cap_epsilon) and _within(delta, cap.cap_delta)):
+                    lines.append("  over the cap: the cap was set below what is spent; no "
+                                 "release of this dataset can be charged until it is raised")
             if mine:
                 w = max(10, *(len(display_text(x["release_id"])) for x in mine))
                 lines.append(f"    {'release':<{w}}  {'status':<11}  {'started (UTC)':<19}  "

@@ -358,7 +358,7 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _fallback_staging_name(release_id: str) -> re.Pattern:
-    return re.compile(r"^\.staging-" + re.escape(release_id) + r"-\d+$")
+    return re.compile(r"\.staging-" + re.escape(release_id) + r"-\d+")  # used with fullmatch
 
 
 def remove_stale_staging(root: Path, internal_dir: Optional[Path], release_id: str) -> list[Path]:
@@ -373,7 +373,7 @@ def remove_stale_staging(root: Path, internal_dir: Optional[Path], release_id: s
         stale += [p for p in Path(internal_dir).iterdir() if re.fullmatch(r"staging-\d+", p.name)]
     if Path(root).is_dir():
         pattern = _fallback_staging_name(release_id)
-        stale += [p for p in Path(root).iterdir() if pattern.match(p.name)]
+        stale += [p for p in Path(root).iterdir() if pattern.fullmatch(p.name)]
     for p in stale:
         if p.is_symlink() or not p.is_dir():
             p.unlink()

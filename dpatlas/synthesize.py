@@ -50,7 +50,7 @@ from mechanisms.privacy import ZCDP, as_dict, rho_for_approx, sequential, to_app
 from .allocate import Step
 from .config import ReleaseConfig, fingerprint, load_config, public_config
 from .hashing import sha256_file
-from .ids import validate_release_id
+from .ids import MAX_RELEASE_ID_CHARS, validate_release_id
 from .ledger import Charge, Ledger
 from .manifest import day_of
 from .preflight import PreflightError, check_noise_source
@@ -117,8 +117,15 @@ class SyntheticPlan:
 
 
 def synthetic_release_id(source_id: str) -> str:
-    """The default ledger id of a release's synthetic file: ``<release>-synthetic``."""
-    return f"{source_id}{SUFFIX}"
+    """The default ledger id of a release's synthetic file: ``<release>-synthetic``; for a
+    source id too long for that, its first characters, ``-`` and 8 hex digits of its sha256,
+    then ``-synthetic`` (still a valid id, the same for the same source, distinct for two)."""
+    plain = f"{source_id}{SUFFIX}"
+    if len(plain) <= MAX_RELEASE_ID_CHARS:
+        return plain
+    digest = hashlib.sha256(source_id.encode()).hexdigest()[:8]
+    keep = MAX_RELEASE_ID_CHARS - len(SUFFIX) - len(digest) - 1
+    return f"{source_id[:keep]}-{digest}{SUFFIX}"
 
 
 def _budget(epsilon: object, delta: object) -> tuple[float, float]:
@@ -250,12 +257,19 @@ def _check_ledger(cfg: ReleaseConfig, synthetic_id: str, charge: tuple[float, fl
         raise SynthesizeError(f"dataset {cfg.ledger.dataset!r} has no lifetime cap in the "
                               "ledger: set one with `dpatlas ledger set-cap`")
     eps, delta = charge
-    if (spent["epsilon"] + eps > spent["cap_epsilon"] * (1 + 1e-9)
-            or spent["delta"] + delta > spent["cap_delta"] * (1 + 1e-9)):
+    short = [name for name, need, key in (("epsilon", eps, "epsilon"), ("delta", delta, "delta"))
+             if spent[key] + need > spent[f"cap_{key}"] * (1 + 1e-9)]
+    if short:
+        # Say which one is short: with a cap delta of 0 a smaller --epsilon cannot help.
+        fix = {("epsilon",): "use a smaller --epsilon or raise the cap's epsilon",
+               ("delta",): ("the cap's delta is what is short: BinAgg needs delta > 0, so "
+                            "raise the cap's delta (dpatlas ledger set-cap ... --delta)"
+                            + (" or use a smaller --delta" if spent["left_delta"] > 0 else ""))
+               }.get(tuple(short), "raise the cap (its epsilon and delta)")
         raise SynthesizeError(
             f"{synthetic_id} would spend epsilon {eps:.6g} (delta {delta:.3g}) on dataset "
             f"{cfg.ledger.dataset}: left epsilon {spent['left_epsilon']:.6g} (delta "
-            f"{spent['left_delta']:.3g}); use a smaller --epsilon or raise the cap")
+            f"{spent['left_delta']:.3g}); {fix}")
 
 
 def plan_synthetic(config_path: Path, release_id: str, epsilon: float, *,

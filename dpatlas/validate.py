@@ -88,6 +88,19 @@ def _blank_geoids(df: pd.DataFrame) -> str:
     return f"; {int(blank.sum())} rows have a blank GEOID, e.g. input rows {rows}"
 
 
+def _lost_leading_zeros(df: pd.DataFrame) -> str:
+    """A hint when GEOIDs are 10 digits: integers that lost their leading zero."""
+    geoids = df["geoid"].dropna().astype(str)
+    ten = geoids[geoids.str.fullmatch(r"[0-9]{10}")]
+    if ten.empty:
+        return ""
+    shown = ", ".join(repr(g) for g in ten.unique()[:_EXAMPLES])
+    return (f"  {len(ten)} GEOIDs are 10 digits, e.g. {shown}: they look like integers that "
+            f"lost their leading zero ({ten.iloc[0]} is 0{ten.iloc[0]}, state "
+            f"0{ten.iloc[0][0]}); write and read GEOIDs as text (e.g. pandas dtype=str) so "
+            "they keep all 11 digits")
+
+
 def _failure_message(df: pd.DataFrame, policy: str, partition: str, failures: list[dict],
                      qfile: Path | None, docs_index: Path | None) -> str:
     lines = [f"input partition {partition} breaks its contract (policy '{policy}'); "
@@ -98,6 +111,8 @@ def _failure_message(df: pd.DataFrame, policy: str, partition: str, failures: li
         if f["column"] == "geoid" and f["expectation"] == "expect_column_values_to_not_be_null":
             extra = _blank_geoids(df)
         lines.append(f"  - {f['expectation']}{col}: {f['count']} row(s){extra}")
+    if any(f["column"] == "geoid" for f in failures):
+        lines += [hint for hint in (_lost_leading_zeros(df),) if hint]
     if qfile:
         lines.append(f"  offending rows written to {qfile}")
     if docs_index:

@@ -54,16 +54,21 @@ def withdraw_everywhere(ledger: Ledger, root: Path, release_id: str, reason: str
     rid = validate_release_id(release_id)
     why = validate_reason(reason, "withdrawal reason")
     root = Path(root)
-    if not root.is_dir():
-        raise FeedError(f"publish root {root} does not exist: is this the release's config?")
-
+    # The ledger first: a release in progress has no publish root yet, and blaming the
+    # config for that misled the operator.
     row = ledger.release(rid)
     if row is None:
         raise LedgerError(f"no release {rid} in the ledger at {ledger.url}: nothing to withdraw "
                           "(is this the release's config?)")
+    if row["status"] == "in_progress":
+        raise LedgerError(f"release {rid} is in progress in the ledger at {ledger.url} (its run "
+                          "has not finished, or was interrupted: rerunning the same id "
+                          "finishes it): only a published release can be withdrawn")
     if row["status"] not in ("published", "withdrawn"):
         raise LedgerError(f"release {rid} is {row['status']} in the ledger at {ledger.url}, not "
                           "published: only a published release can be withdrawn")
+    if not root.is_dir():
+        raise FeedError(f"publish root {root} does not exist: is this the release's config?")
     entry = feed_mod.listed(root, rid)  # also proves feed.json readable before any write
     unlisted = entry is None and os.path.lexists(root / rid)
     if unlisted:
