@@ -1090,22 +1090,27 @@ DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 PUBLIC_COLUMNS = ("geoid", "state", "county", "cell", "n", "status", "geometry")
 PUBLIC_VALUES = ["n (records per tract and cell)", "tract boundaries"]
 # The `public` section: what the guarantee does not protect (docs/threat-model.md).
-PUBLIC_SECTION_KEYS = ("neighbours", "membership", "counts", "columns", "existence", "timing",
-                       "confidential", "threat_model")
+PUBLIC_SECTION_KEYS = ("neighbours", "membership", "counts", "columns", "existence", "validity",
+                       "input", "timing", "confidential", "threat_model")
 N_IS_PUBLIC = "n per tract and cell is public"
 # What each statement of the `public` section must say (its fixed meaning).
 PUBLIC_SECTION_WORDS = {"neighbours": ("replace-one",), "membership": ("tract", "cell"),
                         "counts": ("n per tract and cell",),
                         "existence": ("depends on the data",),
+                        "validity": ("drop", "valid", "public"),
+                        "input": ("commitment", "key", "internal"),
                         "timing": ("not protected", "rounded to the day"),
                         "confidential": ("Prefect", "internal folder"),
                         "threat_model": ("docs/threat-model.md",)}
+
+# The input is committed to, never hashed in the clear (dpatlas.manifest.input_commitment).
+INPUT_COMMITMENT_SCHEME = "hmac-sha256"
 
 # Required fields of a release manifest and their JSON types (None: null allowed).
 REQUIRED_FIELDS: dict[str, tuple] = {
     "manifest_version": (int,), "release_id": (str,), "mode": (str,), "started": (str,),
     "published": (str,), "code_version": (dict,), "config_sha256": (str,),
-    "config_file": (str,), "input_sha256": (str,), "boundaries": (dict,),
+    "config_file": (str,), "input_commitment": (dict,), "boundaries": (dict,),
     "privacy_unit": (str,), "neighbouring_relation": (str,),
     "public_values": (list,), "public": (dict,), "assumptions": (dict,), "profile": (str,),
     "selection": (dict,), "min_n": (int,), "budget": (dict,), "composition": (dict,),
@@ -1215,9 +1220,17 @@ def _release_field_problems(m: dict) -> list[str]:
     problems = []
     if m.get("config_file") != CONFIG:
         problems.append(f"config_file {m.get('config_file')!r} is not {CONFIG!r}")
-    for key in ("config_sha256", "input_sha256"):
-        if key in m and not (isinstance(m[key], str) and SHA256.fullmatch(m[key])):
-            problems.append(f"{key} {m[key]!r} is not a sha256")
+    if "config_sha256" in m and not (isinstance(m["config_sha256"], str)
+                                     and SHA256.fullmatch(m["config_sha256"])):
+        problems.append(f"config_sha256 {m['config_sha256']!r} is not a sha256")
+    if "input_sha256" in m:
+        problems.append("input_sha256 is published: a plain hash of the confidential input is "
+                        "a non-DP function of it (publish only input_commitment)")
+    c = m.get("input_commitment")
+    if isinstance(c, dict) and not (c.get("scheme") == INPUT_COMMITMENT_SCHEME
+                                    and isinstance(c.get("value"), str)
+                                    and SHA256.fullmatch(c["value"])):
+        problems.append(f"input_commitment {c!r} is not an {INPUT_COMMITMENT_SCHEME} value")
     b = m.get("boundaries")
     if isinstance(b, dict):
         if not (isinstance(b.get("sha256"), str) and SHA256.fullmatch(b["sha256"])):

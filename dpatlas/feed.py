@@ -319,9 +319,13 @@ def _parse_time(value: str) -> datetime | None:
 
 
 def _sorted(releases: list[dict]) -> list[dict]:
-    """Newest first by `published`; the sort is stable, so ties keep the feed's order."""
+    """Newest first by the UTC day of `published`; the sort is stable, so releases of one day
+    keep the feed's order (added last = newer). Manifests give the day only (the time of day
+    would say how long the data took: docs/threat-model.md); older ones gave the second, and
+    comparing those within a day would put them after a newer day-only release."""
     floor = datetime.min.replace(tzinfo=timezone.utc)
-    return sorted(releases, key=lambda r: _parse_time(r.get("published") or "") or floor,
+    return sorted(releases,
+                  key=lambda r: (_parse_time(r.get("published") or "") or floor).date(),
                   reverse=True)
 
 

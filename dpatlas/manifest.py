@@ -8,8 +8,11 @@ not) beside the budget. ``dpatlas.audit`` re-checks it from the release folder a
 from __future__ import annotations
 
 import hashlib
+import hmac
 import math
+import os
 import re
+import secrets
 from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
@@ -23,7 +26,7 @@ from mechanisms.privacy import (CONVERSION_TEXT, GROUP_PRIVACY_RULES, PROJECT_RE
 from .allocate import BudgetPlan
 from .config import ReleaseConfig, fingerprint, ledger_backend
 from .hashing import sha256_file
-from .files import now_utc
+from .files import now_utc, write_bytes_atomic
 from .publish import PUBLISHED_DECIMALS, PublishError, code_version
 
 COMPOSITION = {
@@ -57,6 +60,11 @@ PUBLIC_SECTION = {
     "existence": "whether a release exists depends on the data: input validation (policy "
                  "fail, or clip/drop over validation.max_changed_share) and the one-record-"
                  "per-person check (contributions fail) refuse a release before any noise",
+    "validity": "with validation policy drop, whether a record is valid (present and in "
+                "[0, 1]) is public: n counts valid records only; policy clip changes the record "
+                "alone and fail refuses the release",
+    "input": "the input is named by a keyed commitment (HMAC-SHA256 of its sha256), never by "
+             "its plain hash; the key stays in the internal folder",
     "timing": "not protected: the samplers' running time depends on the data; the manifest's "
               "started and published times are rounded to the day (UTC)",
     "confidential": "the Prefect server, its logs and flow-run parameters, and the internal "
@@ -287,11 +295,39 @@ def _local_paths(cfg: ReleaseConfig) -> tuple[str, ...]:
     return tuple(str(p) for p in paths if p is not None and len(Path(p).parts) > 1)
 
 
+INPUT_COMMITMENT_KEY = "input_commitment.key"
+INPUT_COMMITMENT_SCHEME = "hmac-sha256"
+
+
+def input_commitment(input_sha256: str, internal: Path) -> dict:
+    """A hiding commitment to the confidential input, for the public manifest.
+
+    The input's own sha256 is a deterministic, non-DP function of the microdata: publishing it
+    would let anyone who knows the file but one record confirm that record by re-hashing (with
+    percentile ranks there are only 101 × 101 candidates). Instead the manifest carries
+    HMAC-SHA256(key, input sha256) under a random 256-bit key kept in the release's internal
+    folder (mode 0600, created once, so a resumed release commits with the same key). Without
+    the key the value says nothing about the data; the operator can show an entitled auditor
+    which input a release came from by handing over the key.
+    """
+    key_file = Path(internal) / INPUT_COMMITMENT_KEY
+    if not key_file.exists():
+        Path(internal).mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(key_file, secrets.token_bytes(32))
+        os.chmod(key_file, 0o600)
+    key = key_file.read_bytes()
+    if len(key) != 32:
+        raise ValueError(f"{key_file}: the input commitment key must hold 32 bytes")
+    return {"scheme": INPUT_COMMITMENT_SCHEME,
+            "value": hmac.new(key, input_sha256.encode("ascii"), hashlib.sha256).hexdigest(),
+            "key": f"{INPUT_COMMITMENT_KEY} in the release's internal folder (never published)"}
+
+
 # ------------------------------------------------------------------------------ the manifest
 
 
 def build_manifest(cfg: ReleaseConfig, release_id: str, plan: BudgetPlan, table: pd.DataFrame,
-                   input_sha256: str, random_source: str, started: str, input_facts: dict,
+                   input_commitment: dict, random_source: str, started: str, input_facts: dict,
                    ledger_entry: dict | None = None) -> dict:
     """The public manifest of a release (``files`` is added by ``publish.write_release``).
 
@@ -330,7 +366,7 @@ def build_manifest(cfg: ReleaseConfig, release_id: str, plan: BudgetPlan, table:
         "code_version": code_version(),
         "config_sha256": fingerprint(cfg),
         "config_file": CONFIG_FILE,
-        "input_sha256": input_sha256,
+        "input_commitment": input_commitment,
         "boundaries": public_boundaries(cfg),
         "privacy_unit": cfg.privacy.unit,
         "neighbouring_relation": cfg.privacy.neighbouring,

@@ -12,7 +12,7 @@ from dpatlas import feed as feed_files
 from dpatlas.allocate import BudgetPlan
 from dpatlas.config import ReleaseConfig, public_config
 from dpatlas.feed import update_feed
-from dpatlas.manifest import build_manifest
+from dpatlas.manifest import build_manifest, input_commitment
 from dpatlas.publish import (PublishError, assemble, release_folder, verify_release,
                              write_release)
 from flows.outcome import format_counts
@@ -48,7 +48,8 @@ def publish_release(cfg: ReleaseConfig, release_id: str, result_files: list[Path
     if not check.success:
         raise PublishError("the release table breaks its output contract; nothing was "
                            f"published:\n{check.summary()}")
-    manifest = build_manifest(cfg, release_id, budget, table, input_sha256, random_source,
+    manifest = build_manifest(cfg, release_id, budget, table,
+                              input_commitment(input_sha256, internal), random_source,
                               started, input_facts, ledger_entry)
     manifest["output_contract"] = {"suite": check.suite, "success": True}
     folder = write_release(table, manifest, cfg.publish.root, release_id,

@@ -341,6 +341,24 @@ def test_ledger_entry_removed(forged):
     assert code == 1 and "ledger_entry missing" in bad["schema"], lines
 
 
+def test_plain_input_hash_published_fails(forged):
+    """The input's plain sha256 is a non-DP function of the microdata: a manifest that
+    carries it (instead of, or beside, the keyed commitment) fails."""
+    m = manifest_of(forged)
+    m["input_sha256"] = "0" * 64
+    write_manifest(forged, m)
+    code, bad, lines = run_audit(forged)
+    assert code == 1 and "input_sha256 is published" in bad["schema"], lines
+
+
+def test_input_commitment_of_another_form_fails(forged):
+    m = manifest_of(forged)
+    m["input_commitment"] = {"scheme": "sha256", "value": "0" * 64}
+    write_manifest(forged, m)
+    code, bad, lines = run_audit(forged)
+    assert code == 1 and "input_commitment" in bad["schema"], lines
+
+
 def test_n_is_public_assumption_deleted(forged):
     m = manifest_of(forged)
     m["assumptions"]["unverified"] = [a for a in m["assumptions"]["unverified"]

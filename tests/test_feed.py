@@ -751,3 +751,20 @@ def test_the_catalogue_names_are_reserved(tmp_path):
         assert name in F.RESERVED
         with pytest.raises(InvalidReleaseId):
             F.update_feed(tmp_path, name)
+
+
+def test_a_day_only_release_after_a_timed_one_of_the_same_day_is_latest(tmp_path):
+    """Manifests now give the UTC day only; an older manifest of the same day gave the second.
+    The newer, day-only release must still become latest (it sorted before midnight's
+    second-precise neighbour when times were compared)."""
+    make_release(tmp_path, "old", "2026-11-25T21:02:43+00:00")
+    F.update_feed(tmp_path, "old")
+    make_release(tmp_path, "new", "2026-11-25")
+    F.update_feed(tmp_path, "new")
+    assert F.latest(tmp_path) == "new"
+    assert [r["release_id"] for r in F.read_feed(tmp_path)["releases"]] == ["new", "old"]
+    make_release(tmp_path, "next-day", "2026-11-26")
+    F.update_feed(tmp_path, "next-day")
+    make_release(tmp_path, "back-dated", "2026-11-24")  # an earlier day stays below
+    F.update_feed(tmp_path, "back-dated")
+    assert F.latest(tmp_path) == "next-day"

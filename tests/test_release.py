@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import math
 import os
@@ -122,10 +124,23 @@ def test_release_publishes_map_ready_files(published, small_state):
 def test_manifest_totals_recompute_and_hashes_match(published):
     tmp, folder = published
     m = json.loads((folder / "manifest.json").read_text())
-    for key in ("release_id", "published", "code_version", "config_sha256", "input_sha256",
+    for key in ("release_id", "published", "code_version", "config_sha256", "input_commitment",
                 "privacy_unit", "neighbouring_relation", "budget", "composition",
                 "total_per_person", "counts", "noise_sampler", "ledger_entry", "files"):
         assert key in m, key
+    # The input is committed to under a key kept internal, never hashed in the clear: the
+    # plain sha256 of the microdata is a non-DP function of it (issue 17 review).
+    assert "input_sha256" not in m
+    internal = tmp / "internal" / folder.name  # make_config's internal root
+    key = (internal / "input_commitment.key").read_bytes()
+    assert len(key) == 32 and (internal / "input_commitment.key").stat().st_mode & 0o077 == 0
+    plain = json.loads((internal / "state.json").read_text())["input_sha256"] \
+        if (internal / "state.json").exists() else None
+    if plain is not None:
+        want = hmac.new(key, plain.encode(), hashlib.sha256).hexdigest()
+        assert m["input_commitment"] == {"scheme": "hmac-sha256", "value": want,
+                                         "key": m["input_commitment"]["key"]}
+    assert plain is None or plain not in json.dumps(m)
     # an auditor's recomputation from the per-step entries
     parts = []
     for step in m["budget"]["steps"]:

@@ -30,7 +30,8 @@ from dpatlas.config import parse_config, public_config
 from dpatlas.estimate import estimate_partition, select_partition
 from dpatlas.geography import load_boundaries
 from dpatlas.hashing import sha256_file
-from dpatlas.manifest import RANDOM_BITS_OS, RANDOM_BITS_SEEDED, build_manifest, machine_paths
+from dpatlas.manifest import (RANDOM_BITS_OS, RANDOM_BITS_SEEDED, build_manifest,
+                              input_commitment, machine_paths)
 from dpatlas.publish import PublishError, assemble, write_release
 from dpatlas.synth import StateParams, write_synthetic
 from mechanisms import noise as N
@@ -38,6 +39,7 @@ from mechanisms.noise import SeededRandomness
 from mechanisms.privacy import ZCDP, to_approx
 
 RID = "r1"
+COMMITMENT = {"scheme": "hmac-sha256", "value": "0" * 64, "key": "not used by this test"}
 SEEDED = "seeded (test only, NOT FOR RELEASE)"
 FACTS = {"person_id_checked": True, "person_id_column": "person_id",
          "contributions_policy": "fail", "validation_policy": "fail"}
@@ -91,7 +93,8 @@ def build_release(tmp: Path, data: Path, rid: str = RID, cfg=None, facts=FACTS,
     results = estimate_partition(df, select_partition(df, plan, rand, cfg.publish.min_n),
                                  plan, rand, cfg.publish.min_n)
     table = assemble(results, boundaries)
-    manifest = build_manifest(cfg, rid, plan, table, "0" * 64, random_source, "2026-01-01",
+    commitment = input_commitment("0" * 64, cfg.publish.internal / rid)
+    manifest = build_manifest(cfg, rid, plan, table, commitment, random_source, "2026-01-01",
                               facts, ledger_entry(plan, ["all"]))
     folder = None
     if write:
@@ -483,7 +486,7 @@ def test_inconsistent_ledger_sums_refuse_the_manifest(state, tmp_path):
                           "mechanism": ["NoisyStats"]})
     wrong = {**ledger_entry(plan, ["all"]), "epsilon": 2.0}
     with pytest.raises(PublishError, match="ledger epsilon"):
-        build_manifest(cfg, RID, plan, table, "0" * 64, SEEDED, "t", FACTS, wrong)
+        build_manifest(cfg, RID, plan, table, COMMITMENT, SEEDED, "t", FACTS, wrong)
 
 
 # --- publishing: staging outside the public tree, refusals ------------------------------------
