@@ -77,12 +77,16 @@ def _check_config_files(cfg) -> list[str]:
     from .geography import load_boundaries
     from .ingest import partitions
     from .ledger import Ledger
+    from .preflight import check_paths
 
     from .contributions import require_person_unit
 
+    check_paths(cfg)  # what a release would refuse first, before any data is read
     unit = require_person_unit(cfg)
     parts = partitions(cfg.input)
-    out = [f"one record per person and cell: {unit['status']}",
+    out = ["paths: publish root, internal folder and input are separate; the ledger is "
+           "outside the publish root",
+           f"one record per person and cell: {unit['status']}",
            f"input {cfg.input.path}: {len(parts)} partition(s), "
            f"{sum(p.rows for p in parts):,} rows, columns present"]
     b = load_boundaries(cfg.boundaries.path, cfg.boundaries.geoid_column)

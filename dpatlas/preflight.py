@@ -49,9 +49,9 @@ def check_before_writing(cfg: ReleaseConfig, release_id: str | None,
     require_person_unit(cfg)
 
 
-def check_paths(cfg: ReleaseConfig, release_id: str) -> None:
+def check_paths(cfg: ReleaseConfig, release_id: str | None = None) -> None:
     """Publish root, internal root and input are disjoint; a SQLite ledger lies outside the
-    publish root; the release path is usable."""
+    publish root; the release path is usable (when a ``release_id`` is given)."""
     root, internal = _real(cfg.publish.root), _real(cfg.publish.internal)
     named = {"publish.root": root, "publish.internal_root": internal,
              "input.path": _real(cfg.input.path)}
@@ -74,7 +74,8 @@ def check_paths(cfg: ReleaseConfig, release_id: str) -> None:
     for p in (root, internal):
         if p.exists() and not p.is_dir():
             raise PreflightError(f"{p} exists and is not a folder")
-    release_folder(cfg.publish.root, release_id)  # no link or file where the release goes
+    if release_id is not None:
+        release_folder(cfg.publish.root, release_id)  # no link or file where the release goes
 
 
 def ledger_file(url: str) -> Path | None:

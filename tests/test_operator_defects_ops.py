@@ -135,6 +135,19 @@ def test_d4_a_ledger_inside_the_publish_root_is_refused_before_anything(tmp_path
     assert not (tmp_path / where).exists()
 
 
+def test_d4_config_check_refuses_a_ledger_inside_the_publish_root(tmp_path):
+    """`config check` reports what a release would refuse, before reading any data."""
+    (tmp_path / "releases").mkdir()
+    config = _release_config(tmp_path,
+                             ledger={"url": f"sqlite:///{tmp_path / 'releases' / 'ledger.db'}"})
+    result = subprocess.run([sys.executable, "-m", "dpatlas.cli", "config", "check",
+                             str(config)], capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "COLUMNS": "300"})
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "inside the publish root" in result.stdout + result.stderr
+    assert not (tmp_path / "releases" / "ledger.db").exists()
+
+
 def test_d4_a_ledger_outside_the_publish_root_passes(tmp_path):
     cfg = load_config(_release_config(tmp_path))
     check_before_writing(cfg, "r1", None)
