@@ -1270,9 +1270,11 @@ def check_schema(folder: Path, m: dict) -> str:
                            "lacks required fields, a newer one needs a newer audit")
         problems = _required_problems(m, REQUIRED_FIELDS)
         problems += _dates_problems(m, ("started", "published"))
-        if m.get("release_id") != folder.name:
+        # The folder's own name: `latest` (and any other link) names the folder it points to.
+        name = folder.resolve().name
+        if m.get("release_id") != name:
             problems.append(f"release_id {m.get('release_id')!r} is not the folder's name "
-                            f"{folder.name!r}")
+                            f"{name!r}")
         entry = m.get("ledger_entry")
         if isinstance(entry, dict) and entry.get("release_id") != m.get("release_id"):
             problems.append(f"ledger_entry.release_id {entry.get('release_id')!r} is not the "

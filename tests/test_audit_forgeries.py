@@ -156,6 +156,19 @@ def test_the_untouched_release_passes_with_both_anchors(anchored):
 # --- 5. a test release is reported as TEST -------------------------------------------------------
 
 
+def test_the_latest_link_audits_as_the_release_it_names(anchored, tmp_path):
+    """`releases/latest` is a link to the newest release folder: auditing it is auditing that
+    release (its id is the linked folder's name, not 'latest')."""
+    link = tmp_path / "latest"
+    link.symlink_to(anchored[0].resolve(), target_is_directory=True)
+    code, bad, lines = run_audit(link)
+    assert code == 0, lines
+    # and a link to a release folder under another name is still caught as a rename
+    renamed = tmp_path / "other-name"
+    shutil.copytree(anchored[0], renamed)
+    assert run_audit(renamed)[0] == 1
+
+
 def test_a_test_release_is_test_not_pass(anchored):
     out = io.StringIO()
     assert audit.main(anchored[0], out) == 3
