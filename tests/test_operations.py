@@ -76,6 +76,9 @@ def digest(folder: Path) -> dict:
     # times, and what depends on where the test's temporary folder is
     for key in ("started", "published", "files", "config_sha256", "boundaries"):
         m.pop(key)
+    # keyed by a random per-release secret, so two releases of the same input differ here
+    commitment = m.pop("input_commitment")
+    assert commitment["scheme"] == "hmac-sha256" and len(commitment["value"]) == 64
     m["files_sha"] = {f: v["sha256"] for f, v in
                       json.loads((folder / "manifest.json").read_text())["files"].items()
                       if f != "p25_map.png"}
