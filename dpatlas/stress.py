@@ -9,9 +9,13 @@ ranks) quietly satisfies. Every scenario returns a :class:`StressState`: the rec
 **Estimand** (the same for every scenario): the least-squares line of the tract's own observed
 ranks, a finite-population quantity. With the tract's records (x_i, y_i), i = 1..n,
 
-    b = Σ(x − x̄)(y − ȳ) / Σ(x − x̄)²,   a = ȳ − b·x̄,   p25 = a + b·0.25,   p75 = a + b·0.75,
+    b = Σ(x − x̄)(y − ȳ) / Σ(x − x̄)²,   a = ȳ − b·x̄,
+    p25 = clip(a + b·0.25, 0, 1),   p75 = clip(a + b·0.75, 0, 1),
 
-computed from the records with ``mechanisms.batch.ols`` (NaN where all x are tied). It needs
+computed from the records with ``mechanisms.batch.ols`` (NaN where all x are tied). The clip
+makes it a rank: a line fitted on a narrow band of x can leave [0, 1] at 0.25 or 0.75, and the
+rank of a child is in [0, 1] whatever the line says (every published value and interval is
+clipped the same way, and clipping both keeps an interval that covers covering). It needs
 no superpopulation model, so every generator below may use any error law: what is estimated
 is always the line through the data that were drawn. ``theil_sen_line`` gives the estimand of
 the rows published by DPExpTheilSen (the median of the tract's pairwise predictions, see
@@ -53,17 +57,19 @@ class StressState:
 def least_squares_line(batch: TractBatch) -> dict[str, np.ndarray]:
     """The estimand: p25 and p75 of each tract's least-squares line (NaN if x has no spread)."""
     fit = ols(sufficient_stats(batch))
-    return {"p25": np.where(fit.ok, fit.p25, np.nan), "p75": np.where(fit.ok, fit.p75, np.nan)}
+    return {name: np.where(fit.ok, np.clip(value, 0.0, 1.0), np.nan)
+            for name, value in (("p25", fit.p25), ("p75", fit.p75))}
 
 
 def theil_sen_line(batch: TractBatch) -> dict[str, np.ndarray]:
     """The median of each tract's pairwise predictions at 0.25 and 0.75 (pairs with distinct
-    x, predictions clipped as DPExpTheilSen clips them): the exact, non-private Theil–Sen."""
+    x, predictions clipped as DPExpTheilSen clips them): the exact, non-private Theil–Sen,
+    clipped to [0, 1] as the least-squares line is."""
     import mechanisms as M
 
     out = M.estimate_batch("TheilSen", batch, 1.0, reps=1, seed=1)
-    return {"p25": np.where(out.failed[0], np.nan, out.p25[0]),
-            "p75": np.where(out.failed[0], np.nan, out.p75[0])}
+    return {"p25": np.where(out.failed[0], np.nan, np.clip(out.p25[0], 0.0, 1.0)),
+            "p75": np.where(out.failed[0], np.nan, np.clip(out.p75[0], 0.0, 1.0))}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from scipy.stats import skew
 
 from dpatlas.stress import (LARGE_SIZES, NARROW_HALF_WIDTH, SCENARIOS, SMALL_SIZES,
                             scenario_state, theil_sen_line)
-from mechanisms.batch import sufficient_stats
+from mechanisms.batch import ols, sufficient_stats
 
 TRACTS = 150
 
@@ -24,8 +24,8 @@ def states():
 
 def _residuals(state):
     b = state.batch
-    slope = (state.truth["p75"] - state.truth["p25"]) / 0.5
-    icpt = state.truth["p25"] - 0.25 * slope
+    fit = ols(sufficient_stats(b))
+    slope, icpt = fit.slope, fit.intercept
     t = b.tract_of_record
     return b.y - (icpt[t] + slope[t] * b.x)
 
@@ -42,10 +42,18 @@ def test_truth_is_the_tracts_least_squares_line(states, name):
             assert np.isnan(st.truth["p25"][t])
             continue
         slope, icpt = np.polyfit(x, y, 1)
-        assert st.truth["p25"][t] == pytest.approx(icpt + 0.25 * slope, abs=1e-9)
-        assert st.truth["p75"][t] == pytest.approx(icpt + 0.75 * slope, abs=1e-9)
+        assert st.truth["p25"][t] == pytest.approx(np.clip(icpt + 0.25 * slope, 0, 1), abs=1e-9)
+        assert st.truth["p75"][t] == pytest.approx(np.clip(icpt + 0.75 * slope, 0, 1), abs=1e-9)
         checked += 1
     assert checked >= 8
+    assert np.nanmin(st.truth["p25"]) >= 0 and np.nanmax(st.truth["p75"]) <= 1
+
+
+def test_the_estimand_is_clipped_to_ranks_where_a_narrow_line_leaves_them(states):
+    fit = ols(sufficient_stats(states["narrow_x"].batch))
+    outside = (fit.p25 < 0) | (fit.p25 > 1)
+    assert outside.mean() > 0.05  # a line fitted on x within ±0.025 extrapolates far
+    assert np.all(np.isin(states["narrow_x"].truth["p25"][outside], (0.0, 1.0)))
 
 
 def test_draws_are_reproducible_and_differ_by_seed():
