@@ -54,7 +54,7 @@ def released_by(mechanism: str, batch, eps: float, rand, reps: int, threshold: f
 
 # Which line each mechanism's published p25/p75 estimates (its estimand; docs/uncertainty.md).
 LEAST_SQUARES, THEIL_SEN = "least-squares line", "Theil-Sen line"
-ESTIMAND = {"NoisyStats": LEAST_SQUARES, "DPExpTheilSen": LEAST_SQUARES}
+ESTIMAND = {"NoisyStats": LEAST_SQUARES, "DPExpTheilSen": THEIL_SEN}
 RELIABLE_WIDTH = 0.5  # the config's default intervals.low_reliability_width: wider is hatched
 # Large tracts have ~30 times the records (and ~700 times the pairs) of the others: the
 # evaluation keeps their records, not their tract count, comparable.
