@@ -485,3 +485,31 @@ def _rule_intervals(batch, released, eps, rand, level, meter) -> Intervals:
             block[pick] = getattr(res, f)[pick]
             getattr(out, f)[:, tracts] = block
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Standard errors: post-processing of the intervals (issue 18, item 5)
+
+
+def standard_errors(iv: Intervals, level: float = 0.95) -> dict[str, np.ndarray]:
+    """``p25_se`` and ``p75_se``: the interval-implied standard error (hi − lo)/(2·z), z the
+    normal (1 + level)/2 quantile, so that value ± z·se spans the published interval's width.
+
+    A function of the published interval only (post-processing: free, Dwork & Roth 2014,
+    Prop. 2.1); NaN where no interval was published. It is not the standard deviation of the
+    estimate (the privacy noise is Laplace, not normal, and the interval is conservative); it
+    is the Opportunity Atlas's reading of a standard error (estimate ± 1.96·se) applied to an
+    interval that holds. A [0, 1] interval gives 1/(2z) ≈ 0.255 at 95%.
+    """
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0.5 <= level < 1:
+        raise ValueError(f"level must lie in [0.5, 1), got {level!r}")
+    z = float(_normal_quantile((1.0 + level) / 2))
+    return {f"{name}_se": (np.asarray(getattr(iv, f"{name}_hi"), dtype=float)
+                           - np.asarray(getattr(iv, f"{name}_lo"), dtype=float)) / (2 * z)
+            for name, _ in _PREDICTIONS}
+
+
+def _normal_quantile(p: float) -> float:
+    from scipy.stats import norm
+
+    return float(norm.ppf(p))
