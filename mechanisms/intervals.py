@@ -34,12 +34,15 @@ From them and the release, Bonferroni bounds that fail with probability at most 
 1 − level each: nvar (from both draws; given publication, L1 > −nvar, an event of probability
 >= 1/2, so any tail of L1 at most doubles), |β̂| <= (|s̃|·nvar~ + c2)/nvar_lo (|L2| <= c2) and
 <= sqrt(n/(4·nvar_lo)), and x̄ (within [0, 1] and within what nvar allows, nvar <= n·x̄(1 − x̄)).
-The three noises are then integrated at their largest scales over those bounds: the quantile
-of a sum of independent Laplace variables has a closed-form tail (``laplace_sum_quantile``),
-taken at a quarter of the remaining level per side (the factor 2 for publication). Where the
-lower bound on nvar is not positive the slope is not determined by anything public or released
-and the interval is [0, 1]. The bound holds for every tract and every dataset (no model of the
-errors); it replaces issue 8's parametric bootstrap (Ferrando, Wang & Sheldon 2022), which
+The three noises are then integrated at their
+largest scales over those bounds: the quantile of a sum of independent Laplace variables has a
+closed-form tail (``laplace_sum_quantile``), taken at half the remaining level per side
+(divided by 1/P(published) at the lower bound on nvar, at most 2). Where the lower bound on
+nvar is not positive the slope is not
+determined by anything public or released and the interval is [0, 1]. No model of the errors
+is needed; the one approximation is that k (through nvar~ = nvar + L1) and L3's scale (through
+s̃, i.e. L2) are taken at their released values while L1 and L2 are integrated over. It
+replaces issue 8's parametric bootstrap (Ferrando, Wang & Sheldon 2022), which
 plugged the noisy statistics in as if true: a draw that overstated nvar gave a narrow interval
 in the wrong place (coverage 0.06 among the reliable intervals of small tracts, issue 18).
 
@@ -268,18 +271,25 @@ def _noisy_stats_intervals(batch, released, eps, rand, level, meter) -> Interval
     # |β̂| = |s̃·nvar~ − L2|/nvar with |L2| <= c2, and <= sqrt(nvar_y/nvar) <= sqrt(n/(4 nvar))
     c2 = b_ncov * math.log(1.0 / (_GAMMA_BETA * a))
     beta_max = np.minimum((np.abs(slope) * nvar_t + c2) / safe_lo, np.sqrt(n / (4 * safe_lo)))
+    # x̄: from its draw, within [0, 1], and within what nvar >= nvar_lo allows for ranks on
+    # [0, 1] (nvar <= n·x̄(1 − x̄)).
     xbar_lo, xbar_hi = _two_sided(xbar_t, _scale(1.0 / n, eps / 2), _GAMMA_XBAR * a)
-    xbar_lo, xbar_hi = np.maximum(xbar_lo, 0.0), np.minimum(xbar_hi, 1.0)
+    room = np.sqrt(np.clip(1.0 - 4.0 * safe_lo / n, 0.0, 1.0)) / 2
+    xbar_lo, xbar_hi = np.maximum(xbar_lo, 0.5 - room), np.minimum(xbar_hi, 0.5 + room)
     known &= xbar_lo <= xbar_hi
     rest = a * (1.0 - _GAMMA_NVAR - _GAMMA_BETA - _GAMMA_XBAR)
+    # Given publication (probability 1 − e^(−nvar/b)/2 >= that at nvar_lo, on the event
+    # nvar >= nvar_lo already paid for), an event of the unconditional law has at most
+    # 1/P(published) times its probability.
+    inflation = 1.0 / (1.0 - 0.5 * np.exp(-safe_lo / b_nvar))
     safe_nvar_t = np.where(nvar_t > 0, nvar_t, 1.0)
     for name, x_star in _PREDICTIONS:
         # error = k·(L2 − β̂·L1) + L3 with k = (x* − x̄)/nvar~, exactly: a sum of three
-        # independent Laplace noises, at their largest scales over the bounds. Given
-        # publication L1's law is no longer Laplace, but any event has at most twice its
-        # probability: so the sum's tails are taken at a quarter of the rest each side.
+        # independent Laplace noises, at their largest scales over the bounds, each side's
+        # tail at rest/2 divided by the inflation for publication.
         k = np.maximum(np.abs(x_star - xbar_lo), np.abs(x_star - xbar_hi)) / safe_nvar_t
-        q = laplace_sum_quantile((k * b_ncov, beta_max * k * b_nvar, b_icpt), 1.0 - rest / 4)
+        q = laplace_sum_quantile((k * b_ncov, beta_max * k * b_nvar, b_icpt),
+                                 1.0 - rest / (2 * inflation))
         point = getattr(released, name)[:, idx]
         q = np.where(known, q, np.inf)
         lo, hi = _finish(point - q, point + q, point)
@@ -300,8 +310,8 @@ def _two_sided(noisy, scale, gamma):
     return noisy - c, noisy + c
 
 
-def laplace_sum_quantile(scales, p: float) -> np.ndarray:
-    """The p-quantile (p > 1/2) of Σ a_i·U_i for independent standard Laplace U_i and scales
+def laplace_sum_quantile(scales, p) -> np.ndarray:
+    """The p-quantile (p > 1/2, a number or an array like the scales) of Σ a_i·U_i for independent standard Laplace U_i and scales
     a_i >= 0 (a tuple of arrays), by bisection on the closed-form tail. For distinct scales
     the density is Σ_i w_i·e^(−|x|/a_i)/(2a_i) with w_i = Π_{j≠i} a_i²/(a_i² − a_j²) (partial
     fractions of the characteristic function Π 1/(1 + a_i² t²)), so
@@ -319,13 +329,13 @@ def laplace_sum_quantile(scales, p: float) -> np.ndarray:
         for j in range(a.shape[0]):
             if i != j:
                 w[i] *= a[i] ** 2 / (a[i] ** 2 - a[j] ** 2)
-    tail = 1.0 - p
+    tail = 1.0 - np.asarray(p, dtype=float)  # p: one level, or one per element
 
     def upper(x):
         return (w * np.exp(-x[None] / a)).sum(axis=0) / 2
 
     left = np.zeros_like(top)
-    right = a.sum(axis=0) * math.log(1.0 / tail) + 1e-12  # P(X > Σa·ln(1/t)) <= t
+    right = a.sum(axis=0) * np.log(1.0 / tail) + 1e-12  # P(X > Σa·ln(1/t)) <= t
     for _ in range(60):
         mid = (left + right) / 2
         above = upper(mid) > tail
