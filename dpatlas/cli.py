@@ -531,10 +531,10 @@ def evaluate_intervals(
             _fail(str(err))
         paths = write_interval_report(summary, per_tract, edges, out)
     cols = ("coverage", "worst Q", "worst W", "reliable", "reliable share", "[0,1] share")
-    table = Table("scenario", "mechanism", "epsilon", *cols)
+    table = Table("scenario", "mechanism", "epsilon", *cols, "reliable intervals")
     for _, r in summary.iterrows():
         table.add_row(r["scenario"], r["mechanism"], f"{r['epsilon']:g}",
-                      *(f"{r[c]:.3f}" for c in cols))
+                      *(f"{r[c]:.3f}" for c in cols), str(r["reliable intervals"]))
     for name, e in edges.items():
         console.print(f"{name}: tract-size quintiles up to n = {e}")
     console.print(table)

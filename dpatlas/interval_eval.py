@@ -49,7 +49,7 @@ def released_by(mechanism: str, batch, eps: float, rand, reps: int, threshold: f
     out = run_selected(batch, rule, sel, rand, reps)
     eps_sel, rest = rule.budgets(eps)
     return Released(out.p25, out.p75, sel.noisy_nvar, eps_sel, rest / 2, rest / 2,
-                    out.mechanism)
+                    out.mechanism, nvar_floor=threshold / eps)  # NoisyStats where eps·nvar~ >= t
 
 
 # Which line each mechanism's published p25/p75 estimates (its estimand; docs/uncertainty.md).
@@ -134,6 +134,7 @@ def summarise(res, truth: dict, n: np.ndarray, ols_width: dict, quintile: np.nda
     reliable = width <= reliable_width
     row["reliable"] = _share(hits, reliable)
     row["reliable share"] = float(reliable.mean()) if width.size else np.nan
+    row["reliable intervals"] = int(reliable.sum())
     row["[0,1] share"] = float(np.mean(width >= 1.0)) if width.size else np.nan
     row["unpublished"] = 1 - float(np.mean(pub))
     w = np.stack(rel_w)

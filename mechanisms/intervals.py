@@ -34,17 +34,17 @@ From them and the release, Bonferroni bounds that fail with probability at most 
 1 − level each: nvar (from both draws; given publication, L1 > −nvar, an event of probability
 >= 1/2, so any tail of L1 at most doubles), |β̂| <= (|s̃|·nvar~ + c2)/nvar_lo (|L2| <= c2) and
 <= sqrt(n/(4·nvar_lo)), and x̄ (within [0, 1] and within what nvar allows, nvar <= n·x̄(1 − x̄)).
-The three noises are then integrated at their
-largest scales over those bounds: the quantile of a sum of independent Laplace variables has a
-closed-form tail (``laplace_sum_quantile``), taken at half the remaining level per side
-(divided by 1/P(published) at the lower bound on nvar, at most 2). Where the lower bound on
-nvar is not positive the slope is not
-determined by anything public or released and the interval is [0, 1]. No model of the errors
-is needed; the one approximation is that k (through nvar~ = nvar + L1) and L3's scale (through
-s̃, i.e. L2) are taken at their released values while L1 and L2 are integrated over. It
+The three noises are then integrated at their largest scales over those bounds: the quantile
+of a sum of independent Laplace variables has a closed-form tail (``laplace_sum_quantile``),
+taken at half the remaining level per side, divided by 1/P(published) at the lower bound on
+nvar (at most 2). Where the lower bound on nvar is not positive the slope is not determined by
+anything public or released and the interval is [0, 1]. No model of the errors is needed; the
+one approximation is that k (through nvar~ = nvar + L1) and L3's scale (through s̃, i.e. L2)
+are taken at their released values while L1 and L2 are integrated over. It
 replaces issue 8's parametric bootstrap (Ferrando, Wang & Sheldon 2022), which
 plugged the noisy statistics in as if true: a draw that overstated nvar gave a narrow interval
-in the wrong place (coverage 0.06 among the reliable intervals of small tracts, issue 18).
+in the wrong place (coverage 0.02–0.06 among the reliable intervals of small tracts at ε = 1,
+issue 18).
 
 **DPExpTheilSen: DP quantiles of the pairwise predictions** (after Sarathy & Vadhan 2022,
 "Analyzing the differentially private Theil-Sen estimator for simple linear regression"). The
@@ -119,6 +119,10 @@ class Released:
     eps_ncov: float | None = None
     eps_intercept: float | None = None
     mechanism: np.ndarray | None = None
+    # The public value nvar~ had to reach for a NoisyStats row to be published: 0 for
+    # NoisyStats (it fails where nvar~ <= 0), threshold/ε for the dp selection rule (it picks
+    # NoisyStats where ε·nvar~ >= threshold). The interval conditions on that event.
+    nvar_floor: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -259,11 +263,15 @@ def _noisy_stats_intervals(batch, released, eps, rand, level, meter) -> Interval
     b_nvar = _scale(1.0 - 1.0 / n, released.eps_nvar)
     b_ncov = _scale(1.0 - 1.0 / n, released.eps_ncov)
     b_icpt = (1.0 + np.abs(slope)) / n * laplace_scale(1.0, released.eps_intercept)
-    # nvar: from the interval's own draw (noise independent of the failure event), and from
-    # the released nvar~ = nvar + L1 given that it was published: L1 > −nvar has probability
-    # >= 1/2 (nvar > 0), so each one-sided tail of L1 at most doubles given publication.
+    # nvar: from the interval's own draw (its noise is independent of the event on which the
+    # row was published, nvar~ >= floor), then from the released nvar~ = nvar + L1 given that
+    # event: its probability P(L1 >= floor − nvar) is at least p_pub, its value at the lower
+    # bound so far, and any event of L1 has at most 1/p_pub times its probability given it.
+    floor = max(float(released.nvar_floor), 0.0)
     nvar_lo, nvar_hi = _two_sided(nvar2_t, _scale(1.0 - 1.0 / n, eps / 2), _GAMMA_NVAR * a / 2)
-    c1 = b_nvar * math.log(1.0 / (_GAMMA_NVAR * a / 4))
+    p_pub = _published_probability(floor - np.maximum(nvar_lo, 0.0), b_nvar)
+    tail1 = 2 * (_GAMMA_NVAR * a / 4) * p_pub  # P(L1 > c1) must be this: no bound if 0
+    c1 = np.where(tail1 > 1e-300, b_nvar * -np.log(np.maximum(tail1, 1e-300)), np.inf)
     nvar_lo = np.maximum(nvar_lo, nvar_t - c1)
     nvar_hi = np.minimum(np.minimum(nvar_hi, nvar_t + c1), n / 4)  # n/4: ranks on [0, 1]
     known = (nvar_lo > 0) & (nvar_lo <= nvar_hi)
@@ -278,10 +286,11 @@ def _noisy_stats_intervals(batch, released, eps, rand, level, meter) -> Interval
     xbar_lo, xbar_hi = np.maximum(xbar_lo, 0.5 - room), np.minimum(xbar_hi, 0.5 + room)
     known &= xbar_lo <= xbar_hi
     rest = a * (1.0 - _GAMMA_NVAR - _GAMMA_BETA - _GAMMA_XBAR)
-    # Given publication (probability 1 − e^(−nvar/b)/2 >= that at nvar_lo, on the event
-    # nvar >= nvar_lo already paid for), an event of the unconditional law has at most
-    # 1/P(published) times its probability.
-    inflation = 1.0 / (1.0 - 0.5 * np.exp(-safe_lo / b_nvar))
+    # Given publication (probability >= its value at nvar_lo, on the event nvar >= nvar_lo
+    # already paid for), an event of the unconditional law has at most 1/P(published) times
+    # its probability.
+    inflation = 1.0 / np.maximum(_published_probability(floor - safe_lo, b_nvar), 1e-300)
+    known &= rest / (2 * inflation) > 1e-300  # else no usable tail: the trivial interval
     safe_nvar_t = np.where(nvar_t > 0, nvar_t, 1.0)
     for name, x_star in _PREDICTIONS:
         # error = k·(L2 − β̂·L1) + L3 with k = (x* − x̄)/nvar~, exactly: a sum of three
@@ -302,6 +311,15 @@ def _noisy_stats_intervals(batch, released, eps, rand, level, meter) -> Interval
 # (Bonferroni); the rest goes to the three Laplace noises the interval integrates over.
 _GAMMA_NVAR, _GAMMA_BETA, _GAMMA_XBAR = 0.1, 0.05, 0.05
 _SCALE_SEPARATION = 1.02  # scales of a Laplace sum kept this far apart (rounded up: wider)
+
+
+def _published_probability(gap, scale):
+    """P(L >= gap) for a Laplace L of scale ``scale``: the chance that nvar~ = nvar + L
+    reaches a floor ``gap`` above nvar."""
+    gap = np.asarray(gap, dtype=float)
+    with np.errstate(over="ignore"):
+        return np.where(gap <= 0, 1.0 - 0.5 * np.exp(np.minimum(gap, 0.0) / scale),
+                        0.5 * np.exp(-np.maximum(gap, 0.0) / scale))
 
 
 def _two_sided(noisy, scale, gamma):
@@ -329,7 +347,9 @@ def laplace_sum_quantile(scales, p) -> np.ndarray:
         for j in range(a.shape[0]):
             if i != j:
                 w[i] *= a[i] ** 2 / (a[i] ** 2 - a[j] ** 2)
-    tail = 1.0 - np.asarray(p, dtype=float)  # p: one level, or one per element
+    # p: one level, or one per element; a tail below 1e-300 is taken as 1e-300 (callers
+    # treat such rows as having no usable tail)
+    tail = np.maximum(1.0 - np.asarray(p, dtype=float), 1e-300)
 
     def upper(x):
         return (w * np.exp(-x[None] / a)).sum(axis=0) / 2
@@ -486,7 +506,8 @@ def _rule_intervals(batch, released, eps, rand, level, meter) -> Intervals:
         sub = batch.subset(tracts)
         part = Released(released.p25[:, tracts], released.p75[:, tracts],
                         None if released.noisy_nvar is None else released.noisy_nvar[:, tracts],
-                        released.eps_nvar, released.eps_ncov, released.eps_intercept)
+                        released.eps_nvar, released.eps_ncov, released.eps_intercept,
+                        nvar_floor=released.nvar_floor)
         res = (_noisy_stats_intervals if name == NOISY_STATS else _theil_sen_intervals)(
             sub, part, eps, rand, level, meter)
         pick = chosen[:, tracts]

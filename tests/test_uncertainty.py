@@ -22,7 +22,7 @@ def assert_conditional_coverage(row, min_reliable: int = MIN_RELIABLE) -> None:
     assert row["coverage"] >= 0.94, f"{where}: coverage {row['coverage']:.3f}"
     assert row["worst Q"] >= 0.90, f"{where}: worst size quintile {row['worst Q']:.3f}"
     assert row["worst W"] >= 0.90, f"{where}: worst width quintile {row['worst W']:.3f}"
-    if row["reliable share"] * row["intervals"] >= min_reliable:
+    if row["reliable intervals"] >= min_reliable:
         assert row["reliable"] >= 0.90, f"{where}: reliable {row['reliable']:.3f}"
 
 
@@ -100,3 +100,36 @@ def test_standard_errors_of_real_intervals_shrink_with_the_budget():
                                              0.95, 4))
     assert np.nanmedian(out[8.0]["p25_se"]) < np.nanmedian(out[1.0]["p25_se"]) / 2
     assert np.all(out[8.0]["p75_se"] > 0)
+
+
+def test_published_probability_is_the_laplace_tail():
+    from mechanisms.intervals import _published_probability
+
+    rng = np.random.default_rng(8)
+    draws = rng.laplace(0.0, 2.0, 1_000_000)
+    for gap in (-5.0, -1.0, 0.0, 1.0, 6.0):
+        assert float(_published_probability(gap, 2.0)) == pytest.approx(
+            np.mean(draws >= gap), abs=2e-3)
+
+
+def test_a_selection_floor_on_nvar_only_widens_the_noisy_stats_interval():
+    """The dp rule publishes NoisyStats only where ε·nvar~ >= threshold: given that event the
+    released nvar~ overstates nvar, so the interval must not trust it as much (issue 18)."""
+    from dataclasses import replace
+
+    from dpatlas.interval_eval import released_by
+    from dpatlas.stress import scenario_state
+    from mechanisms.intervals import intervals
+    from mechanisms.noise import SeededRandomness
+
+    batch = scenario_state("demo", 120, 9).batch
+    rel = released_by("NoisyStats", batch, 6.0, SeededRandomness(10), 5, 0.0)
+    widths = []
+    for floor in (0.0, 5.0, 50.0):
+        res = intervals("NoisyStats", batch, replace(rel, nvar_floor=floor), 2.0,
+                        SeededRandomness(11), 0.95, 5)
+        widths.append(res.p25_hi - res.p25_lo)
+    ok = np.isfinite(widths[0])
+    assert np.all(widths[1][ok] >= widths[0][ok] - 1e-12)
+    assert np.all(widths[2][ok] >= widths[1][ok] - 1e-12)
+    assert np.mean(widths[2][ok] > widths[0][ok]) > 0.2
