@@ -133,3 +133,33 @@ def test_a_selection_floor_on_nvar_only_widens_the_noisy_stats_interval():
     assert np.all(widths[1][ok] >= widths[0][ok] - 1e-12)
     assert np.all(widths[2][ok] >= widths[1][ok] - 1e-12)
     assert np.mean(widths[2][ok] > widths[0][ok]) > 0.2
+
+
+def test_evaluate_intervals_unknown_scenario_is_one_line_exit_2_and_writes_nothing(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "ev"
+    res = subprocess.run([sys.executable, "-m", "dpatlas.cli", "evaluate-intervals",
+                          "--scenario", "nope", "--tracts", "10", "--reps", "1", "--out",
+                          str(out)], capture_output=True, text=True)
+    assert res.returncode == 2
+    assert "unknown scenario" in res.stdout + res.stderr
+    assert len((res.stdout + res.stderr).strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_evaluate_intervals_cli_runs_a_scenario_and_reports_its_tables(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "ev"
+    res = subprocess.run([sys.executable, "-m", "dpatlas.cli", "evaluate-intervals",
+                          "--scenario", "small", "--scenario", "tied_x", "--tracts", "20",
+                          "--reps", "2", "--epsilon", "8", "--out", str(out)],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    text = (out / "summary.md").read_text()
+    assert "small: tract-size quintiles" in text and "tied_x" in text
+    for col in ("W1", "W5", "reliable", "reliable intervals", "[0,1] share"):
+        assert f" {col} |" in text, col
