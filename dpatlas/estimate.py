@@ -102,9 +102,12 @@ def _intervals(plan: BudgetPlan, sub: TractBatch, sel: Selection, res, rand: Ran
         eps_nvar, eps_ncov, eps_intercept = eps_sel, eps_rest / 2, eps_rest / 2
     else:
         eps_nvar = eps_ncov = eps_intercept = eps_rest / 3
+    # The dp rule publishes NoisyStats only where ε·nvar~ >= threshold: the interval
+    # conditions on that (public) event.
+    floor = plan.rule.threshold / plan.primary_epsilon if plan.rule.kind == "dp" else 0.0
     released = CI.Released(res.p25, res.p75, noisy_nvar=res.noisy_nvar, eps_nvar=eps_nvar,
                            eps_ncov=eps_ncov, eps_intercept=eps_intercept,
-                           mechanism=res.mechanism)
+                           mechanism=res.mechanism, nvar_floor=floor)
     return CI.intervals(interval_kind(plan.rule), sub, released, plan.interval_epsilon, rand,
                         plan.interval_level, meter=meter)
 

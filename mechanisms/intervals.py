@@ -1,44 +1,62 @@
-"""DP confidence intervals per tract for p25 = ŷ(0.25) and p75 = ŷ(0.75) (issue 8, part 1).
+"""DP confidence intervals per tract for p25 = ŷ(0.25) and p75 = ŷ(0.75) (issues 8 and 18).
 
-Target: the tract's population regression prediction μ(x*) = α + β·x*, covering both the
-sampling error and the privacy noise of the released estimate. The interval is paid from its
-own budget step, ``epsilon_interval`` per tract (``interval_noise_steps``); the released point
-estimates are reused as post-processing, which is free (Dwork & Roth 2014, Prop. 2.1).
+**Estimands** (issue 18; docs/uncertainty.md). Every interval covers a line of the tract's own
+records, a finite-population quantity, clipped to [0, 1] (a child's rank lies there):
 
-**NoisyStats: parametric bootstrap** (Ferrando, Wang & Sheldon 2022, "Parametric bootstrap for
-differentially private confidence intervals", AISTATS). The released noisy statistics fix the
-slope s̃ (= (p75 − p25)/0.5) and nvar~; the error of the prediction is
-``ȳ − α − βx̄  +  (s̃ − β)(x* − x̄)  +  L3`` with ``s̃ − β = (Σ(x − x̄)e + L2 − βL1)/(nvar + L1)``.
-Its law needs two more quantities, released here with grid Laplace noise (exact discrete
-Laplace, ``mechanisms/noise.py``), ``epsilon_interval/2`` each:
+- NoisyStats rows: the tract's least-squares line, a + b·x* with b = Σ(x − x̄)(y − ȳ)/Σ(x − x̄)²
+  and a = ȳ − b·x̄;
+- DPExpTheilSen rows: the tract's Theil–Sen line, the median of its pairwise predictions at x*
+  (pairs with distinct x, clipped to [−0.5, 1.5]); it differs from the least-squares line when
+  the errors are not symmetric (skewed or censored ranks), by an amount no public bound makes
+  small, so these rows state their own estimand rather than claim the other;
+- the rule's rows: the estimand of the mechanism the tract chose (published beside the value).
+
+There is no sampling error to cover: the intervals cover the privacy noise of the release. The
+interval is paid from its own budget step, ``epsilon_interval`` per tract
+(``interval_noise_steps``); the released point estimates are reused as post-processing, which
+is free (Dwork & Roth 2014, Prop. 2.1).
+
+**NoisyStats: Laplace bounds on the unknown statistics, the noise integrated exactly.** The
+released slope s̃ = ncov~/nvar~ and prediction p̃ = ȳ + s̃·(x* − x̄) + L3 give, exactly,
+
+    p̃ − p̂ = k·(L2 − β̂·L1) + L3,   k = (x* − x̄)/nvar~,
+
+with L1, L2, L3 the Laplace noises of nvar, ncov and the intercept (public scales; L3's is
+(1 + |s̃|)/(n ε3), known from the released s̃) and β̂, x̄ the tract's unknown slope and mean.
+The interval step draws two more statistics with grid Laplace noise (exact discrete Laplace,
+``mechanisms/noise.py``), ``epsilon_interval/2`` each:
 
 - x̄, sensitivity 1/n (replace-one, parent ranks on [0, 1]);
-- nvar_y = Σ(y − ȳ)², sensitivity 1 − 1/n: the same statistic as nvar on the child ranks
-  (the paper's App. C.1 argument applies verbatim to y ∈ [0, 1]).
+- nvar = Σ(x − x̄)² again, sensitivity 1 − 1/n: its noise is independent of the failure event
+  (nothing is published when nvar~ <= 0), which depends on the first draw's.
 
-σ² is bounded above by nvar_y/(n − 1) (= var(y) ≥ the residual variance), taken at a one-sided
-90% Laplace upper bound and capped at 1/4 (the largest variance of a variable on [0, 1]): a
-conservative plug-in. The bootstrap then simulates the whole release (Gaussian sampling error
-given the design, the three Laplace noises with their public scales, the failure event
-nvar~ ≤ 0, on which nothing is published, hence conditioned out) with x̄ and nvar themselves
-redrawn around their noisy values (so their uncertainty widens the interval), and returns the
-basic-bootstrap interval [p̃ − q_{1−a/2}, p̃ − q_{a/2}] of the simulated errors. Its validity is
-asymptotic and model-based (Gaussian errors, known design moments); the coverage is measured in
-``benchmarks/eval_intervals.py``. The simulation randomness is numpy's, seeded from the
-randomness source: it is post-processing of DP releases, so no float-noise attack (Mironov
-2012) applies to it; every draw that touches the data uses the exact samplers.
+From them and the release, Bonferroni bounds that fail with probability at most a share of
+1 − level each: nvar (from both draws; given publication, L1 > −nvar, an event of probability
+>= 1/2, so any tail of L1 at most doubles), |β̂| <= (|s̃|·nvar~ + c2)/nvar_lo (|L2| <= c2) and
+<= sqrt(n/(4·nvar_lo)), and x̄ (within [0, 1] and within what nvar allows, nvar <= n·x̄(1 − x̄)).
+The three noises are then integrated at their largest scales over those bounds: the quantile
+of a sum of independent Laplace variables has a closed-form tail (``laplace_sum_quantile``),
+taken at half the remaining level per side, divided by 1/P(published) at the lower bound on
+nvar (at most 2). Where the lower bound on nvar is not positive the slope is not determined by
+anything public or released and the interval is [0, 1]. No model of the errors is needed; the
+one approximation is that k (through nvar~ = nvar + L1) and L3's scale (through s̃, i.e. L2)
+are taken at their released values while L1 and L2 are integrated over. It
+replaces issue 8's parametric bootstrap (Ferrando, Wang & Sheldon 2022), which
+plugged the noisy statistics in as if true: a draw that overstated nvar gave a narrow interval
+in the wrong place (coverage 0.02–0.06 among the reliable intervals of small tracts at ε = 1,
+issue 18).
 
 **DPExpTheilSen: DP quantiles of the pairwise predictions** (after Sarathy & Vadhan 2022,
 "Analyzing the differentially private Theil-Sen estimator for simple linear regression"). The
 ends are exponential-mechanism quantiles of the tract's m pairwise predictions z at x*, at
-ranks m/2 ∓ r with a public offset r (depending on n, ε and the level only): r covers
-
-- the sampling error: the rank of μ among the z's, #{z < μ}/M with M = n(n−1)/2, is a
-  U-statistic of mean 1/2 whose variance is ≈ 4ζ₁/n, ζ₁ = 1/12 for symmetric i.i.d. errors (as
-  for the Hodges–Lehmann estimator; Hoeffding 1948), so z_{1−a/4}·sqrt(1/(3n))·M ranks; and
-- the privacy error: the exponential mechanism puts weight ∝ exp(−ε_q·|j − t|/(2k)) on the
-  interval with j values below it (k = n − 1), a Laplace law of scale 2k/ε_q in rank when the
-  values are evenly spread near the target, so (2k/ε_q)·ln(2/a) ranks leave at most a/4 per side.
+ranks m/2 ∓ r with a public offset r (depending on n, ε and the level only). The estimand is
+the median of the z's itself, so r covers only the privacy error: the mechanism draws one of
+GRID_POINTS + 1 grid points with weight exp(−ε_q·d/(2k)) at rank distance d from its target
+(k = n − 1), so the points at distance >= r weigh at most GRID_POINTS·exp(−ε_q·r/(2k)) times the
+best one and r = (2k/ε_q)·ln(4·GRID_POINTS/a) misses with probability at most a/4 per end, when
+a grid point lies at the target rank. That fails when the target rank falls in a run of tied
+predictions (in practice: many predictions clipped at −0.5 or 1.5, i.e. x in a narrow band):
+docs/uncertainty.md reports the measured effect.
 
 The shifted targets need no change to ``mechanisms/median.py``: padding a tract's values with
 P = 2r public copies of ``lo`` (or ``hi``) moves the median's target rank m/2 of the original
@@ -46,7 +64,7 @@ values to m/2 − r (or m/2 + r). The padding does not depend on the data, so ea
 moves at most k values and m/2 by at most k/2: the utility keeps sensitivity k, and
 ``exp_median`` at ε_q is exactly (⌊ε_q·2²⁰⌋/2²⁰)-DP (McSherry & Talwar 2007, Thm 6; the exact
 sampler of ``median.py``). Four quantiles (lower and upper end of p25 and p75) at
-``epsilon_interval/4`` each. An offset r ≥ M/2 (M = n(n−1)/2, the pairs
+``epsilon_interval/4`` each. An offset r >= M/2 (M = n(n−1)/2, the pairs
 of a tract with no tied x) gives the trivial end (0 or 1) without a draw: r and M are public,
 so skipping the draw leaks nothing, and the step is charged all the same. The decision must
 not use m, the pairs with distinct x: m depends on ties (``theil_sen_end_is_drawn``).
@@ -56,8 +74,7 @@ is charged the larger of the two compositions (``worst_alternative`` in dpatlas/
 adaptive composition since the choice is a DP output).
 
 Every interval is then widened to contain the released point estimate and clipped to [0, 1]
-(post-processing: the population mean of a rank lies in [0, 1]); where the mechanism failed
-(nothing published) the interval is NaN.
+(post-processing); where the mechanism failed (nothing published) the interval is NaN.
 """
 
 from __future__ import annotations
@@ -66,11 +83,10 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import norm
 
 from .batch import X_HIGH, X_LOW, TractBatch, sufficient_stats
 from .budget import NO_METER
-from .median import Segments, exp_median
+from .median import GRID_POINTS, Segments, exp_median
 from .noise import Randomness, laplace_mechanism, laplace_scale
 from .pairs import all_pairs, chunk_tracts, theil_sen_predictions
 from .privacy_maps import ExpMedian, GridLaplace, NoiseStep, compose
@@ -82,10 +98,6 @@ MECHANISMS = (NOISY_STATS, EXP_THEIL_SEN, RULE)
 INTERVAL_STEP = "interval: p25 and p75"
 _PREDICTIONS = (("p25", X_LOW), ("p75", X_HIGH))
 _TS_LO, _TS_HI = -0.5, 1.5  # DPExpTheilSen's default clipping bounds of the pairwise predictions
-BOOTSTRAP_DRAWS = 400  # simulated releases per (rep, tract)
-_BOOTSTRAP_ROWS = 2048  # (rep, tract) rows simulated at once: bounds memory at ~50 MB
-_SIGMA_UPPER_TAIL = 0.1  # one-sided level of the Laplace upper bound on nvar_y
-_HL_ZETA1 = 1.0 / 12.0  # Var of the Hájek projection of 1[z < μ] for symmetric errors
 
 
 # ---------------------------------------------------------------------------------------------
@@ -107,6 +119,10 @@ class Released:
     eps_ncov: float | None = None
     eps_intercept: float | None = None
     mechanism: np.ndarray | None = None
+    # The public value nvar~ had to reach for a NoisyStats row to be published: 0 for
+    # NoisyStats (it fails where nvar~ <= 0), threshold/ε for the dp selection rule (it picks
+    # NoisyStats where ε·nvar~ >= threshold). The interval conditions on that event.
+    nvar_floor: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -139,8 +155,9 @@ def _check_mechanism(mechanism: str) -> None:
 def _noisy_stats_steps(eps: float) -> list[NoiseStep]:
     return [NoiseStep("interval: mean of x", GridLaplace.calibrate(eps / 2, 1),
                       "1/n (L1, replace-one, parent ranks on [0, 1])"),
-            NoiseStep("interval: nvar_y", GridLaplace.calibrate(eps / 2, 1),
-                      "1 - 1/n (L1, replace-one, child ranks on [0, 1])")]
+            NoiseStep("interval: nvar", GridLaplace.calibrate(eps / 2, 1),
+                      "1 - 1/n (L1, replace-one, parent ranks on [0, 1]): a second draw of "
+                      "n var(x)")]
 
 
 def _theil_sen_steps(eps: float) -> list[NoiseStep]:
@@ -231,74 +248,124 @@ def _noisy_stats_intervals(batch, released, eps, rand, level, meter) -> Interval
     st = sufficient_stats(batch)
     n = st.n[idx].astype(np.float64)
     labels = batch.labels[idx]
-    x_step, y_step = _noisy_stats_steps(eps)
+    x_step, nvar_step_ = _noisy_stats_steps(eps)
     meter.spend(labels, x_step.guarantee, reps)
     xbar_t = laplace_mechanism(rand, np.broadcast_to(st.xbar[idx], (reps, idx.size))[..., None],
                                1.0 / n, x_step.noise.epsilon_for(np.zeros(1)))[..., 0]
-    meter.spend(labels, y_step.guarantee, reps)
-    nvar_y_t = laplace_mechanism(rand, np.broadcast_to(st.nvar_y[idx], (reps, idx.size))[..., None],
-                                 1.0 - 1.0 / n, y_step.noise.epsilon_for(np.zeros(1)))[..., 0]
+    meter.spend(labels, nvar_step_.guarantee, reps)
+    nvar2_t = laplace_mechanism(rand, np.broadcast_to(st.nvar[idx], (reps, idx.size))[..., None],
+                                1.0 - 1.0 / n, nvar_step_.noise.epsilon_for(np.zeros(1)))[..., 0]
     # Everything below is post-processing of DP releases and public scales.
-    b_x = _scale(1.0 / n, eps / 2)
-    b_y = _scale(1.0 - 1.0 / n, eps / 2)
-    sigma2 = np.minimum(0.25, np.maximum(nvar_y_t + b_y * math.log(0.5 / _SIGMA_UPPER_TAIL), 0.0)
-                        / np.maximum(n - 1, 1))
     p25, p75 = released.p25[:, idx], released.p75[:, idx]
-    plug = dict(n=np.broadcast_to(n, p25.shape), xbar=xbar_t, b_x=np.broadcast_to(b_x, p25.shape),
-                nvar=released.noisy_nvar[:, idx], sigma2=sigma2,
-                slope=(p75 - p25) / (X_HIGH - X_LOW),
-                b_nvar=np.broadcast_to(_scale(1 - 1 / n, released.eps_nvar), p25.shape),
-                b_ncov=np.broadcast_to(_scale(1 - 1 / n, released.eps_ncov), p25.shape))
-    gen = rand.numpy_generator()
-    alpha = 1.0 - level
+    slope = (p75 - p25) / (X_HIGH - X_LOW)
+    nvar_t = released.noisy_nvar[:, idx]
+    a = 1.0 - level
+    b_nvar = _scale(1.0 - 1.0 / n, released.eps_nvar)
+    b_ncov = _scale(1.0 - 1.0 / n, released.eps_ncov)
+    b_icpt = (1.0 + np.abs(slope)) / n * laplace_scale(1.0, released.eps_intercept)
+    # nvar: from the interval's own draw (its noise is independent of the event on which the
+    # row was published, nvar~ >= floor), then from the released nvar~ = nvar + L1 given that
+    # event: its probability P(L1 >= floor − nvar) is at least p_pub, its value at the lower
+    # bound so far, and any event of L1 has at most 1/p_pub times its probability given it.
+    floor = max(float(released.nvar_floor), 0.0)
+    nvar_lo, nvar_hi = _two_sided(nvar2_t, _scale(1.0 - 1.0 / n, eps / 2), _GAMMA_NVAR * a / 2)
+    p_pub = _published_probability(floor - np.maximum(nvar_lo, 0.0), b_nvar)
+    tail1 = 2 * (_GAMMA_NVAR * a / 4) * p_pub  # P(L1 > c1) must be this: no bound if 0
+    c1 = np.where(tail1 > 1e-300, b_nvar * -np.log(np.maximum(tail1, 1e-300)), np.inf)
+    nvar_lo = np.maximum(nvar_lo, nvar_t - c1)
+    nvar_hi = np.minimum(np.minimum(nvar_hi, nvar_t + c1), n / 4)  # n/4: ranks on [0, 1]
+    known = (nvar_lo > 0) & (nvar_lo <= nvar_hi)
+    safe_lo = np.where(known, nvar_lo, 1.0)
+    # |β̂| = |s̃·nvar~ − L2|/nvar with |L2| <= c2, and <= sqrt(nvar_y/nvar) <= sqrt(n/(4 nvar))
+    c2 = b_ncov * math.log(1.0 / (_GAMMA_BETA * a))
+    beta_max = np.minimum((np.abs(slope) * nvar_t + c2) / safe_lo, np.sqrt(n / (4 * safe_lo)))
+    # x̄: from its draw, within [0, 1], and within what nvar >= nvar_lo allows for ranks on
+    # [0, 1] (nvar <= n·x̄(1 − x̄)).
+    xbar_lo, xbar_hi = _two_sided(xbar_t, _scale(1.0 / n, eps / 2), _GAMMA_XBAR * a)
+    room = np.sqrt(np.clip(1.0 - 4.0 * safe_lo / n, 0.0, 1.0)) / 2
+    xbar_lo, xbar_hi = np.maximum(xbar_lo, 0.5 - room), np.minimum(xbar_hi, 0.5 + room)
+    known &= xbar_lo <= xbar_hi
+    rest = a * (1.0 - _GAMMA_NVAR - _GAMMA_BETA - _GAMMA_XBAR)
+    # Given publication (probability >= its value at nvar_lo, on the event nvar >= nvar_lo
+    # already paid for), an event of the unconditional law has at most 1/P(published) times
+    # its probability.
+    inflation = 1.0 / np.maximum(_published_probability(floor - safe_lo, b_nvar), 1e-300)
+    known &= rest / (2 * inflation) > 1e-300  # else no usable tail: the trivial interval
+    safe_nvar_t = np.where(nvar_t > 0, nvar_t, 1.0)
     for name, x_star in _PREDICTIONS:
+        # error = k·(L2 − β̂·L1) + L3 with k = (x* − x̄)/nvar~, exactly: a sum of three
+        # independent Laplace noises, at their largest scales over the bounds, each side's
+        # tail at rest/2 divided by the inflation for publication.
+        k = np.maximum(np.abs(x_star - xbar_lo), np.abs(x_star - xbar_hi)) / safe_nvar_t
+        q = laplace_sum_quantile((k * b_ncov, beta_max * k * b_nvar, b_icpt),
+                                 1.0 - rest / (2 * inflation))
         point = getattr(released, name)[:, idx]
-        q_lo, q_hi = _bootstrap_error_quantiles(plug, x_star, released.eps_intercept, alpha, gen)
-        lo, hi = _finish(point - q_hi, point - q_lo, point)
+        q = np.where(known, q, np.inf)
+        lo, hi = _finish(point - q, point + q, point)
         getattr(out, f"{name}_lo")[:, idx] = lo
         getattr(out, f"{name}_hi")[:, idx] = hi
     return out
 
 
+# Shares of the miss probability 1 − level spent on the bounds of the unknown statistics
+# (Bonferroni); the rest goes to the three Laplace noises the interval integrates over.
+_GAMMA_NVAR, _GAMMA_BETA, _GAMMA_XBAR = 0.1, 0.05, 0.05
+_SCALE_SEPARATION = 1.02  # scales of a Laplace sum kept this far apart (rounded up: wider)
+
+
+def _published_probability(gap, scale):
+    """P(L >= gap) for a Laplace L of scale ``scale``: the chance that nvar~ = nvar + L
+    reaches a floor ``gap`` above nvar."""
+    gap = np.asarray(gap, dtype=float)
+    with np.errstate(over="ignore"):
+        return np.where(gap <= 0, 1.0 - 0.5 * np.exp(np.minimum(gap, 0.0) / scale),
+                        0.5 * np.exp(-np.maximum(gap, 0.0) / scale))
+
+
+def _two_sided(noisy, scale, gamma):
+    """[v − c, v + c] holding the true value unless |Laplace(scale)| > c: probability γ."""
+    c = scale * math.log(1.0 / gamma)
+    return noisy - c, noisy + c
+
+
+def laplace_sum_quantile(scales, p) -> np.ndarray:
+    """The p-quantile (p > 1/2, a number or an array like the scales) of Σ a_i·U_i for independent standard Laplace U_i and scales
+    a_i >= 0 (a tuple of arrays), by bisection on the closed-form tail. For distinct scales
+    the density is Σ_i w_i·e^(−|x|/a_i)/(2a_i) with w_i = Π_{j≠i} a_i²/(a_i² − a_j²) (partial
+    fractions of the characteristic function Π 1/(1 + a_i² t²)), so
+    P(X > x) = Σ_i w_i·e^(−x/a_i)/2. Scales closer than a factor 1.02 are first pushed up
+    apart (each at most 2% per neighbour): a larger scale only widens the quantile."""
+    arrs = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in scales))
+    a = np.sort(np.stack(arrs), axis=0)  # (k, ...), ascending
+    top = a[-1]
+    floor = np.maximum(top, 1e-300) * 1e-9
+    a = np.maximum(a, floor)
+    for i in range(1, a.shape[0]):
+        a[i] = np.maximum(a[i], a[i - 1] * _SCALE_SEPARATION)
+    w = np.ones_like(a)
+    for i in range(a.shape[0]):
+        for j in range(a.shape[0]):
+            if i != j:
+                w[i] *= a[i] ** 2 / (a[i] ** 2 - a[j] ** 2)
+    # p: one level, or one per element; a tail below 1e-300 is taken as 1e-300 (callers
+    # treat such rows as having no usable tail)
+    tail = np.maximum(1.0 - np.asarray(p, dtype=float), 1e-300)
+
+    def upper(x):
+        return (w * np.exp(-x[None] / a)).sum(axis=0) / 2
+
+    left = np.zeros_like(top)
+    right = a.sum(axis=0) * np.log(1.0 / tail) + 1e-12  # P(X > Σa·ln(1/t)) <= t
+    for _ in range(60):
+        mid = (left + right) / 2
+        above = upper(mid) > tail
+        left, right = np.where(above, mid, left), np.where(above, right, mid)
+    return np.where(top > 0, right, 0.0)
+
+
 def _scale(sensitivity, epsilon: float):
     """The Laplace scale ``laplace_mechanism`` draws with (per unit of sensitivity, times it)."""
     return np.asarray(sensitivity, dtype=np.float64) * laplace_scale(1.0, epsilon)
-
-
-def _bootstrap_error_quantiles(plug: dict, x_star: float, eps_intercept: float, alpha: float,
-                               gen: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """(a/2, 1 − a/2) quantiles of the simulated error p̃* − μ̂ per (rep, tract)."""
-    flat = {k: np.asarray(v, dtype=np.float64).ravel() for k, v in plug.items()}
-    rows = flat["n"].size
-    q_lo, q_hi = np.full(rows, np.nan), np.full(rows, np.nan)
-    ok = np.nonzero(np.isfinite(flat["slope"]) & (flat["nvar"] > 0))[0]
-    unit = laplace_scale(1.0, eps_intercept)
-    B = BOOTSTRAP_DRAWS
-    for start in range(0, ok.size, _BOOTSTRAP_ROWS):
-        r = ok[start:start + _BOOTSTRAP_ROWS]
-        c = {k: v[r][:, None] for k, v in flat.items()}
-        size = (r.size, B)
-        xbar = np.clip(c["xbar"] - gen.laplace(0.0, 1.0, size) * c["b_x"], 0.0, 1.0)
-        nvar = np.clip(c["nvar"] - gen.laplace(0.0, 1.0, size) * c["b_nvar"], 1e-9, c["n"] / 4)
-        sigma = np.sqrt(c["sigma2"])
-        beta = c["slope"]
-        ebar = gen.standard_normal(size) * sigma / np.sqrt(c["n"])
-        score = gen.standard_normal(size) * sigma * np.sqrt(nvar)  # Σ(x − x̄)e given the design
-        nvar_t = nvar + gen.laplace(0.0, 1.0, size) * c["b_nvar"]
-        ncov_t = beta * nvar + score + gen.laplace(0.0, 1.0, size) * c["b_ncov"]
-        published = nvar_t > 0  # the release fails (publishes nothing) otherwise
-        slope_t = np.where(published, ncov_t / np.where(published, nvar_t, 1.0), 0.0)
-        b3 = (1.0 + np.abs(slope_t)) / c["n"] * unit
-        err = ebar + (slope_t - beta) * (x_star - xbar) + gen.laplace(0.0, 1.0, size) * b3
-        err = np.where(published, err, np.nan)
-        with np.errstate(all="ignore"):
-            q = _row_nanquantiles(err, (alpha / 2, 1 - alpha / 2))
-        # A row whose simulated release almost never publishes has no usable law: trivial ends.
-        few = published.sum(axis=1) < 20
-        q_lo[r] = np.where(few, -np.inf, q[0])
-        q_hi[r] = np.where(few, np.inf, q[1])
-    shape = np.shape(plug["n"])
-    return q_lo.reshape(shape), q_hi.reshape(shape)
 
 
 def _row_nanquantiles(values: np.ndarray, probs: tuple[float, ...]) -> np.ndarray:
@@ -335,13 +402,17 @@ def _row_nanquantiles(values: np.ndarray, probs: tuple[float, ...]) -> np.ndarra
 
 
 def theil_sen_rank_offset(n: np.ndarray, epsilon_quantile: float, level: float) -> np.ndarray:
-    """Public rank offset r(n) of the interval's ends from the median (see module docstring)."""
+    """Public rank offset r(n) of the interval's ends from the median: the privacy error of
+    the exponential-mechanism quantile only (the estimand is the tract's own Theil–Sen line,
+    so there is no sampling error to cover; see the module docstring)."""
     n = np.asarray(n, dtype=np.float64)
     a = 1.0 - level
-    pairs = n * (n - 1) / 2
-    sampling = norm.ppf(1 - a / 4) * np.sqrt(4 * _HL_ZETA1 / np.maximum(n, 1)) * pairs
-    privacy = 2 * np.maximum(n - 1, 1) / epsilon_quantile * math.log(2 / a)
-    return np.ceil(sampling + privacy).astype(np.int64)
+    # The exponential mechanism draws one of GRID_POINTS + 1 grid points, each with weight
+    # exp(−ε·d/(2k)) at rank distance d from its target: whatever the values, the points at
+    # distance >= r weigh at most GRID_POINTS·exp(−ε·r/(2k)) times the best point, so
+    # r = (2k/ε)·ln(GRID_POINTS·4/a) misses by r with probability at most a/4 per end.
+    privacy = 2 * np.maximum(n - 1, 1) / epsilon_quantile * math.log(GRID_POINTS * 4 / a)
+    return np.ceil(privacy).astype(np.int64)
 
 
 def theil_sen_end_is_drawn(n: np.ndarray, r: np.ndarray) -> np.ndarray:
@@ -435,7 +506,8 @@ def _rule_intervals(batch, released, eps, rand, level, meter) -> Intervals:
         sub = batch.subset(tracts)
         part = Released(released.p25[:, tracts], released.p75[:, tracts],
                         None if released.noisy_nvar is None else released.noisy_nvar[:, tracts],
-                        released.eps_nvar, released.eps_ncov, released.eps_intercept)
+                        released.eps_nvar, released.eps_ncov, released.eps_intercept,
+                        nvar_floor=released.nvar_floor)
         res = (_noisy_stats_intervals if name == NOISY_STATS else _theil_sen_intervals)(
             sub, part, eps, rand, level, meter)
         pick = chosen[:, tracts]
@@ -444,3 +516,31 @@ def _rule_intervals(batch, released, eps, rand, level, meter) -> Intervals:
             block[pick] = getattr(res, f)[pick]
             getattr(out, f)[:, tracts] = block
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Standard errors: post-processing of the intervals (issue 18, item 5)
+
+
+def standard_errors(iv: Intervals, level: float = 0.95) -> dict[str, np.ndarray]:
+    """``p25_se`` and ``p75_se``: the interval-implied standard error (hi − lo)/(2·z), z the
+    normal (1 + level)/2 quantile, so that value ± z·se spans the published interval's width.
+
+    A function of the published interval only (post-processing: free, Dwork & Roth 2014,
+    Prop. 2.1); NaN where no interval was published. It is not the standard deviation of the
+    estimate (the privacy noise is Laplace, not normal, and the interval is conservative); it
+    is the Opportunity Atlas's reading of a standard error (estimate ± 1.96·se) applied to an
+    interval that holds. A [0, 1] interval gives 1/(2z) ≈ 0.255 at 95%.
+    """
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0.5 <= level < 1:
+        raise ValueError(f"level must lie in [0.5, 1), got {level!r}")
+    z = float(_normal_quantile((1.0 + level) / 2))
+    return {f"{name}_se": (np.asarray(getattr(iv, f"{name}_hi"), dtype=float)
+                           - np.asarray(getattr(iv, f"{name}_lo"), dtype=float)) / (2 * z)
+            for name, _ in _PREDICTIONS}
+
+
+def _normal_quantile(p: float) -> float:
+    from scipy.stats import norm
+
+    return float(norm.ppf(p))
