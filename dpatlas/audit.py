@@ -1406,8 +1406,10 @@ SENSITIVITIES: dict[tuple[str, str], Derived] = {
                                              _text("1/n " + _L1.format("child ranks"))),
     ("NoisyStats", "interval: mean of x"): Derived(
         "grid-laplace", 1, lambda n: 1 / n, _text("1/n " + _L1.format("parent ranks"))),
-    ("NoisyStats", "interval: nvar_y"): Derived(
-        "grid-laplace", 1, lambda n: 1 - 1 / n, _text("1 - 1/n " + _L1.format("child ranks"))),
+    # the interval's own, second draw of n·var(x): the same query as the selection's nvar
+    ("NoisyStats", "interval: nvar"): Derived(
+        "grid-laplace", 1, lambda n: 1 - 1 / n,
+        _text("1 - 1/n " + _L1.format("parent ranks") + ": a second draw of n var(x)")),
     **{("DPExpTheilSen", end): _exp(_EXP_INTERVAL, lambda n: n - 1) for end in _INTERVAL_ENDS},
     # Theil–Sen medians: one record is in k pairwise predictions (k = n − 1 over all pairs)
     **{(est, med): _exp(_EXP_ALL, lambda n: n - 1)

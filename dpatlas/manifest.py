@@ -20,6 +20,7 @@ from typing import Any, Iterator
 import pandas as pd
 
 import mechanisms as M
+from mechanisms.intervals import ESTIMANDS as INTERVAL_ESTIMANDS
 from mechanisms.privacy import (CONVERSION_TEXT, GROUP_PRIVACY_RULES, PROJECT_RELATION,
                                 MixedRelations, Relation, as_dict, convert_relation)
 
@@ -403,15 +404,19 @@ def build_manifest(cfg: ReleaseConfig, release_id: str, plan: BudgetPlan, table:
             "epsilon_spent, delta_spent": "the budget charged to the tract and cell",
             **({"p25_lo, p25_hi, p75_lo, p75_hi":
                 f"the step 'interval: p25 and p75': {plan.interval_level:.0%} confidence "
-                "intervals covering the tract's regression line, from sampling error and "
-                "privacy noise (mechanisms/intervals.py; post-processing of the primary "
-                "release plus the interval step's own noise)"} if plan.interval_epsilon else {}),
+                "intervals for each row's estimand (intervals.estimand: the line of the "
+                "tract's own records its mechanism estimates), covering the privacy noise "
+                "(mechanisms/intervals.py; post-processing of the primary release plus the "
+                "interval step's own noise)"} if plan.interval_epsilon else {}),
         },
         "intervals": ({"level": plan.interval_level, "epsilon": plan.interval_epsilon,
-                       "method": {"NoisyStats": "parametric bootstrap from the noisy "
-                                  "sufficient statistics (Ferrando, Wang & Sheldon 2022)",
+                       "estimand": dict(INTERVAL_ESTIMANDS),
+                       "method": {"NoisyStats": "Laplace bounds on n var(x), the slope and "
+                                  "the mean of x, the release's three Laplace noises "
+                                  "integrated exactly (docs/uncertainty.md)",
                                   "DPExpTheilSen": "exact exponential-mechanism quantiles of "
-                                  "the pairwise predictions (Sarathy & Vadhan 2022 style)"},
+                                  "the pairwise predictions at a public rank offset (Sarathy "
+                                  "& Vadhan 2022 style)"},
                        "low_reliability_width": cfg.intervals.low_reliability_width}
                       if plan.interval_epsilon else None),
         "noise_sampler": sampler_description(plan, random_source),

@@ -419,6 +419,10 @@ def _write_files(staging: Path, table: gpd.GeoDataFrame, config: dict,
 # Frictionless Table Schema (https://specs.frictionlessdata.io/table-schema/): one field per
 # column, in order, typed, described and constrained; readers take GEOIDs as text from it.
 _RANK = {"minimum": 0, "maximum": 1}
+# What the value estimates depends on the row's mechanism (mechanisms/intervals.py ESTIMANDS).
+_ESTIMAND = ("Estimand: the tract's least-squares line of its own records where mechanism is "
+             "NoisyStats, its Theil-Sen (median-type) line where DPExpTheilSen; the two differ "
+             "when child ranks are skewed or censored (manifest: intervals.estimand)")
 _FIELDS: dict[str, tuple[str, str, dict]] = {
     "geoid": ("string", "Census tract GEOID: 2-digit state, 3-digit county and 6-digit tract "
               "FIPS codes; text, leading zeros kept",
@@ -437,9 +441,9 @@ _FIELDS: dict[str, tuple[str, str, dict]] = {
                {"required": True, "enum": ["released", "suppressed", "failed"]}),
     "reason": ("string", "Why the tract was suppressed or failed; empty when released", {}),
     "p25": ("number", "Predicted child income rank at parent rank 0.25 (DP), p25_raw clipped "
-            "to [0, 1]; empty unless released", _RANK),
+            "to [0, 1]; empty unless released. " + _ESTIMAND, _RANK),
     "p75": ("number", "Predicted child income rank at parent rank 0.75 (DP), p75_raw clipped "
-            "to [0, 1]; empty unless released", _RANK),
+            "to [0, 1]; empty unless released. " + _ESTIMAND, _RANK),
     "p25_raw": ("number", "The DP release of p25 before clipping (may lie outside [0, 1])", {}),
     "p75_raw": ("number", "The DP release of p75 before clipping (may lie outside [0, 1])", {}),
     "epsilon_spent": ("number", "Privacy budget epsilon charged to this tract and cell",
@@ -461,7 +465,7 @@ def _field(column: str, decimals: int) -> dict:
         kind, constraints = "number", dict(_RANK)
         text = (f"{_INTERVAL_TEXT[side].capitalize()} bound of the confidence interval for "
                 f"{value} (DP), rounded {'down' if side == 'lo' else 'up'} to {decimals} "
-                "decimals; empty unless released")
+                "decimals; empty unless released. " + _ESTIMAND)
     elif column.endswith(("_p25", "_p75")):
         name, value = column.rsplit("_", 1)
         kind, constraints = "number", {}

@@ -94,6 +94,16 @@ from .registry import MIN_RECORDS, Meter
 from .theil_sen import MAX_PAIRS_PER_CHUNK
 
 NOISY_STATS, EXP_THEIL_SEN, RULE = "NoisyStats", "DPExpTheilSen", "rule"
+# What each mechanism's published p25/p75 and interval estimate (issue 18; the module
+# docstring, docs/uncertainty.md): stated in the manifest and the table schema.
+ESTIMANDS = {
+    NOISY_STATS: "the tract's least-squares line of its own records (child rank on parent rank) "
+                 "at the parent rank, clipped to [0, 1]",
+    EXP_THEIL_SEN: "the tract's Theil-Sen line of its own records (the median of its pairwise "
+                   "predictions at the parent rank), clipped to [0, 1]; it differs from the "
+                   "least-squares line when errors are skewed or censored",
+    RULE: "the estimand of the mechanism the tract chose (the mechanism column)",
+}
 MECHANISMS = (NOISY_STATS, EXP_THEIL_SEN, RULE)
 INTERVAL_STEP = "interval: p25 and p75"
 _PREDICTIONS = (("p25", X_LOW), ("p75", X_HIGH))

@@ -366,3 +366,16 @@ def test_three_state_release_has_one_data_docs_site(tmp_path):
     assert list(gx_config["data_docs_sites"]) == ["dpatlas_contracts"]
     checkpoints = sorted(p.stem for p in (internal / "gx" / "gx" / "checkpoints").iterdir())
     assert checkpoints == ["input_microdata", "published_tracts"]
+
+
+def test_estimand_is_stated_in_the_manifest_and_the_schema(published):
+    """Issue 18: each mechanism's rows state which line of the tract they estimate."""
+    tmp, folder = published
+    m = json.loads((folder / "manifest.json").read_text())
+    estimand = m["intervals"]["estimand"]
+    assert "least-squares" in estimand["NoisyStats"]
+    assert "Theil-Sen" in estimand["DPExpTheilSen"] and "skewed" in estimand["DPExpTheilSen"]
+    schema = json.loads((folder / "tracts.schema.json").read_text())
+    text = {f["name"]: f.get("description", "") for f in schema["fields"]}
+    for column in ("p25", "p75", "p25_lo", "p25_hi", "p75_lo", "p75_hi"):
+        assert "least-squares" in text[column] and "Theil-Sen" in text[column], column
