@@ -275,3 +275,28 @@ def test_manifest_and_preflight_state_the_bands(tmp_path):
     play = mechanisms_in_play(budget, np.array([5, 50, 500]))
     assert list(play[NOISY_STATS]) == [True, False, True]
     assert list(play[EXP_THEIL_SEN]) == [True, True, False]
+
+
+def test_a_banded_release_passes_the_audit(tmp_path):
+    """A whole (seeded, test-mode) release under the banded rule, written and audited from
+    its folder alone: the one primary step's four alternatives recompose to its charge, the
+    config agrees with the manifest's selection, every column is accounted for."""
+    from dpatlas import audit
+    from dpatlas.allocate import plan as make_plan
+    from dpatlas.synth import StateParams, write_synthetic
+    from test_release_audit import build_release, make_cfg
+
+    data = tmp_path / "state"
+    write_synthetic(data, ["17"], seed=5, params=StateParams(n_tracts=40, counties=3))
+    path = write_schedule(tmp_path)
+    cfg = make_cfg(tmp_path, data, selection={"rule": "banded", "threshold": None,
+                                              "threshold_file": str(path)})
+    budget = make_plan(cfg, resolve_threshold(cfg.selection))
+    _, table, manifest, folder = build_release(tmp_path, data, cfg=cfg, plan=budget)
+    assert manifest["selection"]["rule"] == "banded"
+    assert [b["choice"] for b in manifest["selection"]["bands"]] == [
+        DP_BAND, EXP_THEIL_SEN, NOISY_STATS]
+    released = table[table.status == "released"]
+    assert set(released.mechanism) == {NOISY_STATS, EXP_THEIL_SEN}
+    report = audit.audit_release(folder)
+    assert report.ok, [c for c in report.checks if not c[1]]
