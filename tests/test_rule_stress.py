@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from dpatlas import rule_stress as RS
@@ -91,3 +92,24 @@ def test_the_banded_rule_meets_the_requirement_on_small_stress_states():
         best = fixed[["all", *RS.QUINTILES]].min().to_numpy()
         got = np.array([r.all, *(getattr(r, q) for q in RS.QUINTILES)])
         assert RS.violation(got, best) <= 1.25 * worst_8, (r.scenario, got, best)
+
+
+def test_evaluate_rule_command(tmp_path):
+    """Operator errors: one line, exit 2, nothing written; a tiny run writes its tables."""
+    from test_cli import dpatlas
+
+    out = tmp_path / "ev"
+    bad = dpatlas("evaluate-rule", "--out", str(out), "--scenario", "nope")
+    assert bad.returncode == 2 and "unknown scenario" in bad.stdout, bad.stdout + bad.stderr
+    seed = dpatlas("evaluate-rule", "--out", str(out), "--seed", "101")
+    assert seed.returncode == 2 and "calibration seed" in seed.stdout
+    missing = dpatlas("evaluate-rule", "--out", str(out), "--thresholds",
+                      str(tmp_path / "none.yaml"))
+    assert missing.returncode == 2 and "not found" in missing.stdout
+    assert not out.exists()
+    ok = dpatlas("evaluate-rule", "--out", str(out), "--scenario", "small", "--epsilon", "8",
+                 "--tracts", "30", "--reps", "5")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "banded rule" in (out / "rule.md").read_text()
+    table = pd.read_csv(out / "rule.csv")
+    assert set(table.row) == {NOISY_STATS, EXP_THEIL_SEN, "dp rule (today)", "banded rule"}
