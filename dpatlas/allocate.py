@@ -202,7 +202,12 @@ class BudgetPlan:
 def plan(cfg: ReleaseConfig, threshold: float | None) -> BudgetPlan:
     eps, delta = cfg.privacy.epsilon_per_tract, cfg.privacy.delta
     sel = cfg.selection
-    rule = Rule(sel.rule, threshold, sel.budget_share, sel.mechanism)
+    schedule = ()
+    if sel.rule == "banded":
+        from .calibrate import resolve_schedule
+
+        schedule = resolve_schedule(sel)
+    rule = Rule(sel.rule, threshold, sel.budget_share, sel.mechanism, schedule)
     if cfg.profile.name == "primary":
         primary_eps, suite = eps, ()
     else:

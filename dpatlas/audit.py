@@ -600,7 +600,7 @@ def check_config(folder: Path, m: dict) -> str:
     same("privacy.unit", privacy["unit"], m["privacy_unit"])
     same("privacy.neighbouring", privacy["neighbouring"], m["neighbouring_relation"])
     same("selection.rule", selection["rule"], sel["rule"])
-    if selection["rule"] == "dp":
+    if selection["rule"] in ("dp", "banded"):
         same("selection.budget_share", selection["budget_share"], sel["budget_share"])
     if selection.get("threshold") is not None:
         same("selection.threshold", selection["threshold"], sel["threshold"])

@@ -48,6 +48,21 @@ def resolve_threshold(sel: SelectionConfig) -> float | None:
         raise ValueError(f"{path} has no threshold for rule '{sel.rule}'") from None
 
 
+def resolve_schedule(sel: SelectionConfig):
+    """The banded rule's bands per ε, from the calibration file (``rules.banded``)."""
+    from .selection import schedule_from
+
+    path = Path(sel.threshold_file)
+    if not path.is_file():
+        raise FileNotFoundError(f"selection.threshold_file not found: {path} "
+                                "(run `dpatlas calibrate --out FILE`)")
+    data = yaml.safe_load(path.read_text()) or {}
+    try:
+        return schedule_from(data["rules"]["banded"])
+    except (KeyError, TypeError):
+        raise ValueError(f"{path} has no bands for rule 'banded'") from None
+
+
 def _bound_ratio(p25: np.ndarray, failed: np.ndarray, ols_p25, se25) -> np.ndarray:
     err = np.where(failed | ~np.isfinite(p25), np.inf, np.abs(p25 - ols_p25[None, :]))
     return np.quantile(err, 0.68, axis=0, method="higher") / se25

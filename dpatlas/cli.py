@@ -527,14 +527,24 @@ def _charge_status(cfg, release_id: str) -> str:
 def calibrate(out: Path = typer.Option(Path("thresholds.yaml"), help="Where to write."),
               tracts: int = typer.Option(1000, help="Tracts per synthetic calibration state."),
               reps: int = typer.Option(50, help="Runs per tract."),
+              banded: bool = typer.Option(True, help="Also calibrate the banded rule on the "
+                                                     "stress scenarios (about 10 minutes)."),
               ) -> None:
     """Calibrate the selection thresholds on synthetic states (never on release data)."""
     from .calibrate import calibrate as run, write_thresholds
 
     result = run(tracts=tracts, reps=reps, progress=lambda m: console.log(m))
+    if banded:
+        from .rule_stress import calibrate as calibrate_banded
+
+        result["rules"]["banded"] = calibrate_banded(progress=lambda m: console.log(m))
     write_thresholds(result, out)
     for rule, r in result["rules"].items():
         console.print(f"{rule} rule: threshold {r['threshold']:.4g} on {r['indicator']}")
+    if banded:
+        for entry in result["rules"]["banded"]["schedule"]:
+            console.print(f"banded rule at epsilon {entry['epsilon']:g}: " + ", ".join(
+                f"{b['choice']} below n = {b['n_below']}" for b in entry["bands"]))
     console.print(f"wrote {out}")
 
 
@@ -574,6 +584,50 @@ def evaluate(out: Path = typer.Option(Path("evaluation"), help="Output folder.")
     console.print(f"NoisyStats/DPExpTheilSen crossover in n*eps*var(x): "
                   f"{'not found' if thr is None else f'{thr:.3g}'}")
     console.print(f"wrote {len(paths)} files to {out} in {time.perf_counter() - t0:.0f}s")
+
+
+@app.command("evaluate-rule")
+def evaluate_rule(
+        out: Path = typer.Option(Path("evaluation-rule"), help="Output folder."),
+        scenario: list[str] = typer.Option([], help="Stress scenario(s) (default: all)."),
+        epsilon: list[float] = typer.Option([1.0, 8.0], help="Per-tract budgets."),
+        tracts: int = typer.Option(3108, help="Tracts per scenario state."),
+        large_tracts: int = typer.Option(300, help="Tracts of the 'large' scenario."),
+        reps: int = typer.Option(50, help="Runs per tract."),
+        seed: int = typer.Option(0, help="Scenario seed (the calibration's are 101, 102)."),
+        thresholds: Path = typer.Option(None, help="Calibration file (default: the shipped)."),
+) -> None:
+    """The banded selection rule against both fixed mechanisms (and today's dp rule), per
+    stress scenario, epsilon and tract-size quintile (docs/selection.md)."""
+    from .calibrate import DEFAULT_THRESHOLDS, resolve_schedule, resolve_threshold
+    from .config import SelectionConfig
+    from .rule_stress import CALIBRATION_SEEDS, evaluate as run, to_markdown
+    from .selection import Rule
+    from .stress import SCENARIOS
+
+    t0 = time.perf_counter()
+    with _guard():
+        unknown = [s for s in scenario if s not in SCENARIOS]
+        if unknown:
+            _fail(f"unknown scenario(s) {unknown}; known: {', '.join(SCENARIOS)}")
+        if seed in CALIBRATION_SEEDS:
+            _fail(f"seed {seed} is a calibration seed: evaluate on another")
+        path = thresholds or DEFAULT_THRESHOLDS
+        try:
+            banded = SelectionConfig(rule="banded", threshold_file=path)
+            rule = Rule("banded", resolve_threshold(banded), 0.1,
+                        schedule=resolve_schedule(banded))
+            dp = resolve_threshold(SelectionConfig(rule="dp", threshold_file=path))
+        except (FileNotFoundError, ValueError) as err:
+            _fail(str(err))
+        table = run(rule, dp, seed, tuple(epsilon), tuple(scenario) or SCENARIOS, tracts,
+                    large_tracts, reps, progress=lambda m: console.log(m))
+        out.mkdir(parents=True, exist_ok=True)
+        table.to_csv(out / "rule.csv", index=False)
+        (out / "rule.md").write_text(to_markdown(table))
+    console.print(to_markdown(table))
+    console.print(f"wrote {out / 'rule.csv'}, {out / 'rule.md'} in "
+                  f"{time.perf_counter() - t0:.0f}s")
 
 
 @app.command("evaluate-intervals")

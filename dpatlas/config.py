@@ -79,7 +79,7 @@ class PrivacyConfig(_Strict):
 
 
 class SelectionConfig(_Strict):
-    rule: Literal["dp", "public", "fixed"] = "dp"
+    rule: Literal["dp", "public", "fixed", "banded"] = "dp"
     threshold: Optional[float] = Field(None, gt=0)
     threshold_file: Optional[Path] = None
     budget_share: float = Field(0.1, gt=0, lt=1)
@@ -87,6 +87,10 @@ class SelectionConfig(_Strict):
 
     @model_validator(mode="after")
     def _threshold_given(self):
+        if self.rule == "banded" and (self.threshold is not None or self.threshold_file is None):
+            raise ValueError("selection: rule 'banded' takes its bands and threshold from "
+                             "'threshold_file' (written by dpatlas calibrate); give no "
+                             "'threshold'")
         if self.rule != "fixed" and (self.threshold is None) == (self.threshold_file is None):
             raise ValueError("selection: give exactly one of 'threshold' or 'threshold_file' "
                              f"for rule '{self.rule}'")
@@ -333,6 +337,7 @@ selection:                    # which mechanism publishes p25/p75 in each tract
   rule: dp                    # dp: spend budget_share on a noisy n*var(x) and compare
                               #     n*eps*var(x) with the threshold (NoisyStats if above);
                               # public: NoisyStats if n >= threshold; fixed: always `mechanism`
+                              # banded: bands of n from threshold_file (docs/selection.md)
   threshold_file: thresholds.yaml   # written by `dpatlas calibrate` (never fit on release data)
   # threshold: 30.0           # ... or a number instead of threshold_file
   budget_share: 0.1           # dp rule: share of the tract budget spent on selection

@@ -24,7 +24,8 @@ from mechanisms.noise import Randomness
 from mechanisms import intervals as CI
 
 from .allocate import INTERVAL_STEP, BudgetPlan, interval_kind, suite_step
-from .selection import PRIMARY_STEP, SELECTION_STEP, Selection, run_selected, select
+from .selection import (DP_BAND, PRIMARY_STEP, SELECTION_STEP, Selection,
+                        record_selection_spend, run_selected, select)
 
 RESULT_COLUMNS = ["geoid", "cell", "n", "mechanism", "status", "reason", "p25_raw", "p75_raw",
                   "epsilon_spent", "delta_spent"]
@@ -96,18 +97,36 @@ def privacy_filter(plan: BudgetPlan, labels: np.ndarray, steps: list[str]) -> Pr
 def _intervals(plan: BudgetPlan, sub: TractBatch, sel: Selection, res, rand: Randomness,
                meter) -> CI.Intervals:
     """The interval of each tract's released p25/p75, reusing what its mechanism released
-    (post-processing) and paying the interval step's own noise."""
+    (post-processing) and paying the interval step's own noise. NoisyStats' noise scales
+    differ between tracts that drew the selection's nvar and tracts that did not (banded
+    rule), so each group gets its own call."""
+    drew = (sel.drew if sel.drew is not None
+            else np.full(sub.n_tracts, plan.rule.kind == "dp"))
+    parts = [(np.nonzero(drew == flag)[0], flag) for flag in (True, False)]
+    out = [np.full((1, sub.n_tracts), np.nan) for _ in INTERVAL_COLUMNS]
+    for tracts, drawn in parts:
+        if tracts.size == 0:
+            continue
+        ci = _interval_group(plan, sub.subset(tracts), res, tracts, drawn, rand, meter)
+        for dst, col in zip(out, INTERVAL_COLUMNS):
+            dst[:, tracts] = getattr(ci, col)
+    return CI.Intervals(*out)
+
+
+def _interval_group(plan: BudgetPlan, sub: TractBatch, res, tracts: np.ndarray, drawn: bool,
+                    rand: Randomness, meter) -> CI.Intervals:
     eps_sel, eps_rest = plan.rule.budgets(plan.primary_epsilon)
-    if plan.rule.kind == "dp":  # NoisyStats reused the selection's nvar; the rest split in two
+    if drawn:  # NoisyStats reused the selection's nvar; the rest split in two
         eps_nvar, eps_ncov, eps_intercept = eps_sel, eps_rest / 2, eps_rest / 2
-    else:
-        eps_nvar = eps_ncov = eps_intercept = eps_rest / 3
-    # The dp rule publishes NoisyStats only where ε·nvar~ >= threshold: the interval
-    # conditions on that (public) event.
-    floor = plan.rule.threshold / plan.primary_epsilon if plan.rule.kind == "dp" else 0.0
-    released = CI.Released(res.p25, res.p75, noisy_nvar=res.noisy_nvar, eps_nvar=eps_nvar,
+    else:  # NoisyStats with the whole primary budget, its own thirds
+        eps_nvar = eps_ncov = eps_intercept = plan.primary_epsilon / 3
+    # The dp selection publishes NoisyStats only where ε·nvar~ >= threshold: the interval of a
+    # tract that drew it conditions on that (public) event.
+    floor = plan.rule.threshold / plan.primary_epsilon if drawn else 0.0
+    released = CI.Released(res.p25[:, tracts], res.p75[:, tracts],
+                           noisy_nvar=res.noisy_nvar[:, tracts], eps_nvar=eps_nvar,
                            eps_ncov=eps_ncov, eps_intercept=eps_intercept,
-                           mechanism=res.mechanism, nvar_floor=floor)
+                           mechanism=res.mechanism[:, tracts], nvar_floor=floor)
     return CI.intervals(interval_kind(plan.rule), sub, released, plan.interval_epsilon, rand,
                         plan.interval_level, meter=meter)
 
@@ -116,11 +135,12 @@ def select_partition(df: pd.DataFrame, plan: BudgetPlan, rand: Randomness,
                      min_n: int) -> pd.DataFrame:
     """The mechanism chosen for each eligible (tract, cell), and the selection's noisy nvar."""
     frames = []
-    dp_rule = plan.rule.kind == "dp"
+    # The dp rule draws against its selection step; the banded rule's draw is part of its
+    # one primary step (estimate_partition records it there again before the mechanism runs).
+    step = {"dp": SELECTION_STEP, "banded": PRIMARY_STEP}.get(plan.rule.kind)
     for cell, batch, eligible in _cells(df, min_n):
         sub = batch.subset(eligible)
-        meter = (privacy_filter(plan, sub.labels, [SELECTION_STEP]).meter(SELECTION_STEP)
-                 if dp_rule else NO_METER)
+        meter = privacy_filter(plan, sub.labels, [step]).meter(step) if step else NO_METER
         sel = select(sub, plan.primary_epsilon, plan.rule, rand, meter=meter)
         frames.append(pd.DataFrame({"geoid": batch.labels[eligible].astype(str), "cell": cell,
                                     "mechanism": sel.mechanism[0],
@@ -128,6 +148,14 @@ def select_partition(df: pd.DataFrame, plan: BudgetPlan, rand: Randomness,
                                     "epsilon_rest": sel.epsilon_rest}))
     cols = ["geoid", "cell", "mechanism", "noisy_nvar", "epsilon_rest"]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)
+
+
+def _bands_drawn(plan: BudgetPlan, sub: TractBatch) -> tuple:
+    """(whole budget, dp-band tracts) of the banded rule, from the public n; else (None, None)."""
+    if plan.rule.kind != "banded":
+        return None, None
+    band = plan.rule.band_choice(sub.n, plan.primary_epsilon)
+    return plan.primary_epsilon, band == DP_BAND
 
 
 def estimate_partition(df: pd.DataFrame, selection: pd.DataFrame, plan: BudgetPlan,
@@ -157,7 +185,9 @@ def estimate_partition(df: pd.DataFrame, selection: pd.DataFrame, plan: BudgetPl
                 raise RuntimeError(f"cell {cell}: the persisted selection was drawn under "
                                    "another budget plan; rerun under a new release id")
             sel = Selection((chosen["mechanism"].to_numpy() == "NoisyStats")[None, :],
-                            chosen["noisy_nvar"].to_numpy(dtype=float)[None, :], eps_rest)
+                            chosen["noisy_nvar"].to_numpy(dtype=float)[None, :], eps_rest,
+                            *_bands_drawn(plan, sub))
+            record_selection_spend(plan.rule, sel, sub.labels, budget.meter(PRIMARY_STEP))
             res = run_selected(sub, plan.rule, sel, rand, meter=budget.meter(PRIMARY_STEP),
                                publishable_only=True)
             out.loc[eligible, "mechanism"] = res.mechanism[0]

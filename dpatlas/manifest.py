@@ -327,6 +327,22 @@ def input_commitment(input_sha256: str, internal: Path) -> dict:
 # ------------------------------------------------------------------------------ the manifest
 
 
+def selection_section(rule, primary_epsilon: float) -> dict:
+    """The manifest's selection: the rule, its threshold and the share of the tract budget a
+    selection draw takes; for the banded rule also the bands in force at this budget (public
+    parameters: n is public, so which band a tract is in is too)."""
+    drawn = rule.kind in ("dp", "banded")
+    out = {"rule": rule.kind, "threshold": rule.threshold,
+           "budget_share": rule.share if drawn else 0.0}
+    if rule.kind == "banded":
+        out["bands"] = [{"n_below": None if math.isinf(u) else u, "choice": c}
+                        for u, c in rule.bands(primary_epsilon)]
+        out["bands_note"] = ("each tract's band is chosen by its public n; a band naming a "
+                             "mechanism runs it with the whole primary budget, the dp band "
+                             "spends budget_share of it on the selection draw first")
+    return out
+
+
 def build_manifest(cfg: ReleaseConfig, release_id: str, plan: BudgetPlan, table: pd.DataFrame,
                    input_commitment: dict, random_source: str, started: str, input_facts: dict,
                    ledger_entry: dict | None = None) -> dict:
@@ -376,8 +392,7 @@ def build_manifest(cfg: ReleaseConfig, release_id: str, plan: BudgetPlan, table:
         "public": PUBLIC_SECTION,
         "assumptions": assumptions(cfg, input_facts),
         "profile": cfg.profile.name,
-        "selection": {"rule": plan.rule.kind, "threshold": plan.rule.threshold,
-                      "budget_share": plan.rule.share if plan.rule.kind == "dp" else 0.0},
+        "selection": selection_section(plan.rule, plan.primary_epsilon),
         "min_n": cfg.publish.min_n,
         "budget": budget,
         "composition": COMPOSITION,

@@ -128,6 +128,9 @@ def mechanisms_in_play(plan, n: np.ndarray) -> dict[str, np.ndarray]:
     elif rule.kind == "public":
         big = n >= rule.threshold
         out = {"NoisyStats": big, "DPExpTheilSen": ~big}
+    elif rule.kind == "banded":  # n names the mechanism, except in the dp band
+        band = rule.band_choice(n, plan.primary_epsilon)
+        out = {"NoisyStats": band != "DPExpTheilSen", "DPExpTheilSen": band != "NoisyStats"}
     else:  # dp: the noisy choice can fall either way in any tract
         out = {"NoisyStats": np.ones(n.size, dtype=bool),
                "DPExpTheilSen": np.ones(n.size, dtype=bool)}

@@ -8,6 +8,11 @@ Rules (``estimators.md``: n·ε·var(x) is the paper's best single indicator):
   once), and splits the rest between ncov and the intercept. Since it is only chosen where the
   noisy nvar is large and positive, it cannot fail there.
 - ``public``: NoisyStats where ``n ≥ threshold`` (n is public), else DPExpTheilSen; no budget.
+- ``banded`` (docs/selection.md): bands of the public n, calibrated per ε, each naming
+  NoisyStats, DPExpTheilSen (run with the whole budget: n settles it, nothing is spent on
+  choosing) or ``dp`` (only there the ``dp`` rule's draw is spent, and the chosen mechanism
+  gets the rest). One budget step holds every alternative a tract may run, so no tract pays
+  for a selection it does not draw.
 - ``fixed``: always the given mechanism.
 
 Whatever the choice, each tract's guarantee is the same: every budget step's guarantee is
@@ -17,6 +22,7 @@ of their privacy maps, at most the step's budget), so it does not depend on the 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +41,14 @@ NOISY_STATS, EXP_THEIL_SEN = "NoisyStats", "DPExpTheilSen"
 SELECTION_STEP = "selection: noisy n*var(x)"
 PRIMARY_STEP = "primary: p25 and p75"
 SELECTION_LABEL = "dp selection rule"
+DP_BAND = "dp"  # a band of the banded rule where the dp rule's selection draw decides
+BAND_CHOICES = (NOISY_STATS, EXP_THEIL_SEN, DP_BAND)
+# Alternatives of the banded rule's step where the selection draw was spent first.
+SELECTED_NOISY_STATS = f"{SELECTION_LABEL} + {NOISY_STATS}"
+SELECTED_EXP_THEIL_SEN = f"{SELECTION_LABEL} + {EXP_THEIL_SEN}"
+
+Bands = tuple[tuple[float, str], ...]  # (upper bound on n, exclusive; choice), increasing
+Schedule = tuple[tuple[float, Bands], ...]  # (calibration ε, its bands), increasing ε
 
 Alternatives = dict[str, list[NoiseStep]]
 
@@ -49,20 +63,71 @@ def worst_alternative(alternatives: Alternatives) -> Guarantee:
                      for steps in alternatives.values()])
 
 
+def check_schedule(schedule: Schedule) -> Schedule:
+    """A banded rule's schedule, validated: ε > 0 increasing, bands with increasing upper
+    bounds ending at inf, each choice one of ``BAND_CHOICES``."""
+    out = []
+    for eps, bands in schedule:
+        eps = float(eps)
+        if not (math.isfinite(eps) and eps > 0) or (out and eps <= out[-1][0]):
+            raise ValueError(f"banded rule: calibration epsilons must be > 0 and increasing, "
+                             f"got {[e for e, _ in schedule]}")
+        bands = tuple((float(upper), str(choice)) for upper, choice in bands)
+        uppers = [u for u, _ in bands]
+        if not bands or uppers != sorted(set(uppers)) or uppers[-1] != math.inf:
+            raise ValueError(f"banded rule at epsilon {eps:g}: band upper bounds must increase "
+                             f"and end at inf, got {uppers}")
+        bad = [c for _, c in bands if c not in BAND_CHOICES]
+        if bad:
+            raise ValueError(f"banded rule at epsilon {eps:g}: unknown choice(s) {bad}; "
+                             f"allowed: {', '.join(BAND_CHOICES)}")
+        out.append((eps, bands))
+    if not out:
+        raise ValueError("banded rule: the schedule is empty")
+    return tuple(out)
+
+
+def schedule_from(entry) -> Schedule:
+    """A calibration file's ``rules.banded`` entry → the rule's schedule (``n_below: null``
+    is the last band, up to infinity)."""
+    return check_schedule(tuple(
+        (float(e["epsilon"]),
+         tuple((math.inf if b["n_below"] is None else float(b["n_below"]), b["choice"])
+               for b in e["bands"]))
+        for e in entry["schedule"]))
+
+
 @dataclass(frozen=True)
 class Rule:
-    kind: str  # dp | public | fixed
-    threshold: float | None = None
+    kind: str  # dp | public | fixed | banded
+    threshold: float | None = None  # dp and banded: on ε·nvar~; public: on n
     share: float = 0.1
     mechanism: str = EXP_THEIL_SEN
+    schedule: Schedule = ()  # banded: the bands per calibration ε
 
     def budgets(self, epsilon: float) -> tuple[float, float]:
         """(selection budget, budget left for the chosen mechanism): one place, so the plan
-        and the run calibrate from the very same numbers."""
-        if self.kind == "dp":
+        and the run calibrate from the very same numbers. For the banded rule these are the
+        figures of its dp band; elsewhere it hands the mechanism the whole ``epsilon``."""
+        if self.kind in ("dp", "banded"):
             eps_sel = self.share * epsilon
             return eps_sel, epsilon - eps_sel
         return 0.0, epsilon
+
+    def bands(self, epsilon: float) -> Bands:
+        """The banded rule's bands at budget ``epsilon``: those calibrated at the nearest ε on
+        a log scale (public: the plan's parameters only)."""
+        if self.kind != "banded":
+            raise ValueError(f"rule {self.kind!r} has no bands")
+        schedule = check_schedule(self.schedule)
+        return min(schedule, key=lambda entry: abs(math.log(entry[0] / epsilon)))[1]
+
+    def band_choice(self, n: np.ndarray, epsilon: float) -> np.ndarray:
+        """Per tract, from its public n: NoisyStats, DPExpTheilSen or ``dp`` (object array)."""
+        bands = self.bands(epsilon)
+        uppers = np.array([u for u, _ in bands])
+        which = np.searchsorted(uppers, np.asarray(n, dtype=float), side="right")
+        return np.array([c for _, c in bands], dtype=object)[which]
 
     def noise(self, epsilon: float) -> list[tuple[str, float, Alternatives]]:
         """Per budget step of a tract with primary budget ``epsilon``: its name, the budget it
@@ -74,8 +139,25 @@ class Rule:
                         # NoisyStats reuses the selection's noisy nvar (paid once, above).
                         NOISY_STATS: [ncov_step(rest / 2), intercept_step(rest / 2)],
                         EXP_THEIL_SEN: M.get(EXP_THEIL_SEN).noise_steps(rest)})]
+        if self.kind == "banded":
+            return [(PRIMARY_STEP, epsilon, self._banded_alternatives(epsilon))]
         names = (NOISY_STATS, EXP_THEIL_SEN) if self.kind == "public" else (self.mechanism,)
         return [(PRIMARY_STEP, rest, {name: M.get(name).noise_steps(rest) for name in names})]
+
+    def _banded_alternatives(self, epsilon: float) -> Alternatives:
+        """What a tract may run under the banded rule: a mechanism with the whole budget (a
+        band that names it), or the selection draw followed by the chosen mechanism with the
+        rest (the dp band; NoisyStats reuses the drawn nvar, as under the dp rule)."""
+        eps_sel, rest = self.budgets(epsilon)
+        choices = {c for _, c in self.bands(epsilon)}
+        alts: Alternatives = {name: M.get(name).noise_steps(epsilon)
+                              for name in (NOISY_STATS, EXP_THEIL_SEN) if name in choices}
+        if DP_BAND in choices:
+            alts[SELECTED_NOISY_STATS] = [nvar_step(eps_sel), ncov_step(rest / 2),
+                                          intercept_step(rest / 2)]
+            alts[SELECTED_EXP_THEIL_SEN] = ([nvar_step(eps_sel)]
+                                            + M.get(EXP_THEIL_SEN).noise_steps(rest))
+        return alts
 
     def steps(self, epsilon: float) -> list[tuple[str, Guarantee]]:
         """Named budget steps per tract for a primary budget ``epsilon``, each with the
@@ -106,8 +188,12 @@ class Selection:
     """The per-tract choice, arrays (reps, tracts). ``noisy_nvar`` is a paid DP release."""
 
     use_noisy_stats: np.ndarray
-    noisy_nvar: np.ndarray  # NaN unless the dp rule drew it
-    epsilon_rest: float  # budget left for the chosen mechanism
+    noisy_nvar: np.ndarray  # NaN unless the dp rule (or the banded rule's dp band) drew it
+    epsilon_rest: float  # budget left for the chosen mechanism after a selection draw
+    # Banded rule: the whole budget (what a mechanism gets in a band that names it) and, per
+    # tract, whether it lies in the dp band (a function of the public n).
+    epsilon: float | None = None
+    drew: np.ndarray | None = None
 
     @property
     def mechanism(self) -> np.ndarray:
@@ -123,6 +209,8 @@ def select(batch: TractBatch, epsilon: float, rule: Rule, rand: Randomness,
     if rule.kind == "dp":
         nvar_t = noisy_nvar(batch, eps_sel, rand, reps, meter=meter)
         return Selection(epsilon * nvar_t >= rule.threshold, nvar_t, rest)
+    if rule.kind == "banded":
+        return _select_banded(batch, epsilon, rule, rand, reps, meter)
     if rule.kind == "public":
         return Selection(np.broadcast_to(batch.n >= rule.threshold, (reps, T)).copy(), nvar_t,
                          rest)
@@ -131,30 +219,49 @@ def select(batch: TractBatch, epsilon: float, rule: Rule, rand: Randomness,
     raise ValueError(f"unknown selection rule {rule.kind!r}")
 
 
+def _select_banded(batch: TractBatch, epsilon: float, rule: Rule, rand: Randomness,
+                   reps: int, meter: Meter) -> Selection:
+    """The band of each tract's public n decides, except in the dp band, where the noisy
+    nvar is drawn (for those tracts only) and compared with the threshold."""
+    eps_sel, rest = rule.budgets(epsilon)
+    band = rule.band_choice(batch.n, epsilon)
+    drew = band == DP_BAND
+    nvar_t = np.full((reps, batch.n_tracts), np.nan)
+    if drew.any():
+        idx = np.nonzero(drew)[0]
+        nvar_t[:, idx] = noisy_nvar(batch.subset(idx), eps_sel, rand, reps, meter=meter)
+    use_ns = np.where(drew[None, :], epsilon * nvar_t >= rule.threshold,
+                      (band == NOISY_STATS)[None, :])
+    return Selection(use_ns, nvar_t, rest, epsilon, drew)
+
+
+def record_selection_spend(rule: Rule, sel: Selection, labels: np.ndarray,
+                           meter: Meter) -> None:
+    """Banded rule: the selection draw was spent, in an earlier stage, from the same budget
+    step the mechanism now spends from; record it on this stage's ``meter`` first, so the
+    step's filter counts both draws of a dp-band tract."""
+    if rule.kind == "banded" and sel.drew is not None and sel.drew.any():
+        eps_sel, _ = rule.budgets(sel.epsilon)
+        meter.spend(np.asarray(labels)[sel.drew], nvar_step(eps_sel).guarantee)
+
+
 def run_selected(batch: TractBatch, rule: Rule, sel: Selection, rand: Randomness,
                  reps: int = 1, *, meter: Meter = NO_METER,
                  publishable_only: bool = False) -> RuleOutcome:
     """Run the chosen mechanism in each tract with the budget left after selection; every
     draw spends ``meter`` (the primary step's) first."""
     T = batch.n_tracts
-    use_ns = sel.use_noisy_stats
     eps_rest = sel.epsilon_rest
     out_p25, out_p75 = np.full((reps, T), np.nan), np.full((reps, T), np.nan)
     failed = np.zeros((reps, T), dtype=bool)
     reason = np.full((reps, T), "", dtype=object)
     nvar_out = np.full((reps, T), np.nan)
     # Run each mechanism only on the tracts where some rep chose it.
-    for name, chosen in ((NOISY_STATS, use_ns), (EXP_THEIL_SEN, ~use_ns)):
+    for name, chosen, run in _branches(batch, rule, sel, rand, reps, meter, publishable_only):
         tracts = np.nonzero(chosen.any(axis=0))[0]
         if tracts.size == 0:
             continue
-        sub = batch.subset(tracts)
-        if name == NOISY_STATS and rule.kind == "dp":
-            res = noisy_stats_release(sub, 0.0, eps_rest / 2, eps_rest / 2, rand, reps,
-                                      nvar_released=sel.noisy_nvar[:, tracts], meter=meter)
-        else:
-            res = M.estimate_batch(name, sub, eps_rest, rand=rand, reps=reps, meter=meter,
-                                   publishable_only=publishable_only)
+        res = run(batch.subset(tracts), tracts)
         pick = chosen[:, tracts]
         pairs = [(out_p25, res.p25), (out_p75, res.p75), (failed, res.failed),
                  (reason, res.reason)]
@@ -167,10 +274,39 @@ def run_selected(batch: TractBatch, rule: Rule, sel: Selection, rand: Randomness
     small = batch.n < M.registry.MIN_RECORDS
     failed |= small[None, :]
     reason = np.where(small[None, :], "fewer than 2 records", reason)
-    indicator = (sel.noisy_nvar * (eps_rest / (1 - rule.share)) if rule.kind == "dp"
+    indicator = (sel.noisy_nvar * (eps_rest / (1 - rule.share))
+                 if rule.kind in ("dp", "banded")
                  else np.full((reps, T), np.nan))
     return RuleOutcome(sel.mechanism, np.where(failed, np.nan, out_p25),
                        np.where(failed, np.nan, out_p75), failed, reason, indicator, nvar_out)
+
+
+def _branches(batch, rule: Rule, sel: Selection, rand: Randomness, reps: int, meter: Meter,
+              publishable_only: bool):
+    """(mechanism, where it runs (reps, tracts), runner(sub-batch, tract indices)) per branch
+    of the rule: the dp rule's NoisyStats reuses the selection's nvar; the banded rule runs a
+    mechanism with the whole budget outside its dp band and like the dp rule inside it."""
+    use_ns = sel.use_noisy_stats
+
+    def mechanism(name, epsilon):
+        return lambda sub, tracts: M.estimate_batch(name, sub, epsilon, rand=rand, reps=reps,
+                                                    meter=meter,
+                                                    publishable_only=publishable_only)
+
+    def reusing_nvar(sub, tracts):
+        rest = sel.epsilon_rest
+        return noisy_stats_release(sub, 0.0, rest / 2, rest / 2, rand, reps,
+                                   nvar_released=sel.noisy_nvar[:, tracts], meter=meter)
+
+    if rule.kind == "banded":
+        drew = sel.drew[None, :]
+        return [(NOISY_STATS, use_ns & ~drew, mechanism(NOISY_STATS, sel.epsilon)),
+                (EXP_THEIL_SEN, ~use_ns & ~drew, mechanism(EXP_THEIL_SEN, sel.epsilon)),
+                (NOISY_STATS, use_ns & drew, reusing_nvar),
+                (EXP_THEIL_SEN, ~use_ns & drew, mechanism(EXP_THEIL_SEN, sel.epsilon_rest))]
+    ns_run = reusing_nvar if rule.kind == "dp" else mechanism(NOISY_STATS, sel.epsilon_rest)
+    return [(NOISY_STATS, use_ns, ns_run),
+            (EXP_THEIL_SEN, ~use_ns, mechanism(EXP_THEIL_SEN, sel.epsilon_rest))]
 
 
 def apply_rule(batch: TractBatch, epsilon: float, rule: Rule, rand: Randomness,

@@ -180,15 +180,22 @@ def test_every_publishable_estimator_branches_on_public_values_only(name, neighb
     assert_branches_public(sig, a, b, _charged(out.guarantee, DELTA), DELTA, name)
 
 
-def test_selection_rule_branches_on_public_values_only(neighbours):
+# The banded rule (issue 18): at ε = 1 the standing pairs' sizes (2–144) fall in all three of
+# its bands, so its dp band, its DPExpTheilSen band and its NoisyStats band are all exercised.
+BANDED = Rule("banded", threshold=2.79, schedule=(
+    (1.0, ((20.0, "dp"), (60.0, "DPExpTheilSen"), (math.inf, "NoisyStats"))),))
+
+
+@pytest.mark.parametrize("rule", [Rule("dp", threshold=2.79), BANDED], ids=["dp", "banded"])
+def test_selection_rule_branches_on_public_values_only(rule, neighbours):
     batch, a, b = neighbours
-    rule = Rule("dp", threshold=2.79)
     rand = SeededRandomness(1702)
     sel = select(batch, 1.0, rule, rand, REPS)
     out = run_selected(batch, rule, sel, rand, REPS)
     chose = (np.asarray(out.mechanism) == NOISY_STATS).astype(np.float64)  # 0/1: its own class
     sig = signature([out.p25, out.p75, chose], out.failed, out.reason)
-    assert_branches_public(sig, a, b, 1.0, 0.0, "selection rule")
+    assert rule.guarantee(1.0).epsilon <= 1.0
+    assert_branches_public(sig, a, b, 1.0, 0.0, f"{rule.kind} selection rule")
 
 
 def _released(mech: str, batch, eps: float, rand, reps: int) -> Released:

@@ -302,7 +302,7 @@ def test_invalid_config_names_the_key():
                       "selection": {"rule": "magic", "threshold": 1},
                       "privacy": {"epsilon_per_tract": 0, "epsilonn": 1}})
     msg = str(err.value)
-    assert "selection.rule" in msg and "'dp', 'public' or 'fixed'" in msg
+    assert "selection.rule" in msg and "'dp', 'public', 'fixed' or 'banded'" in msg
     assert "privacy.epsilon_per_tract" in msg and "greater than 0" in msg
     assert "privacy.epsilonn: unknown key" in msg
 
