@@ -1493,7 +1493,10 @@ def _derived_dims(d: Derived, noise_steps: list):
 def sensitivity_problem(label: str, ns: dict, noise_steps: list, min_n: int) -> str | None:
     """Why the noise step does not carry the sensitivity the audit derives, or None."""
     name = ns.get("name")
-    d = SENSITIVITIES.get((label, name))
+    # An alternative that runs one mechanism after another ("dp selection rule + NoisyStats",
+    # the banded rule's dp band) draws the noise of each of its parts.
+    d = next((SENSITIVITIES[(part, name)] for part in [label, *label.split(" + ")]
+              if (part, name) in SENSITIVITIES), None)
     if d is None:
         return "the audit derives no sensitivity for it (an unknown mechanism or step)"
     if ns.get("mechanism") != d.mechanism:
