@@ -31,17 +31,22 @@ DEFAULT_THRESHOLDS = Path(__file__).with_name("defaults") / "thresholds.yaml"
 CALIBRATION_SEEDS = (101, 102, 103)
 
 
+def _calibration_file(sel: SelectionConfig) -> tuple[Path, dict]:
+    """The calibration file the config names, parsed (an empty file reads as {})."""
+    path = Path(sel.threshold_file)
+    if not path.is_file():
+        raise FileNotFoundError(f"selection.threshold_file not found: {path} "
+                                "(run `dpatlas calibrate --out FILE`)")
+    return path, yaml.safe_load(path.read_text()) or {}
+
+
 def resolve_threshold(sel: SelectionConfig) -> float | None:
     """The threshold a config names, directly or through a calibration file."""
     if sel.rule == "fixed":
         return None
     if sel.threshold is not None:
         return float(sel.threshold)
-    path = Path(sel.threshold_file)
-    if not path.is_file():
-        raise FileNotFoundError(f"selection.threshold_file not found: {path} "
-                                "(run `dpatlas calibrate --out FILE`)")
-    data = yaml.safe_load(path.read_text()) or {}
+    path, data = _calibration_file(sel)
     try:
         return float(data["rules"][sel.rule]["threshold"])
     except (KeyError, TypeError):
@@ -52,11 +57,7 @@ def resolve_schedule(sel: SelectionConfig):
     """The banded rule's bands per ε, from the calibration file (``rules.banded``)."""
     from .selection import schedule_from
 
-    path = Path(sel.threshold_file)
-    if not path.is_file():
-        raise FileNotFoundError(f"selection.threshold_file not found: {path} "
-                                "(run `dpatlas calibrate --out FILE`)")
-    data = yaml.safe_load(path.read_text()) or {}
+    path, data = _calibration_file(sel)
     try:
         return schedule_from(data["rules"]["banded"])
     except (KeyError, TypeError):
