@@ -27,7 +27,7 @@ from mechanisms.privacy import (CONVERSION_TEXT, GROUP_PRIVACY_RULES, PROJECT_RE
 from .allocate import BudgetPlan
 from .config import ReleaseConfig, fingerprint, ledger_backend
 from .hashing import sha256_file
-from .files import now_utc, write_bytes_atomic
+from .files import now_utc, write_atomic
 from .publish import PUBLISHED_DECIMALS, PublishError, code_version
 
 COMPOSITION = {
@@ -300,6 +300,12 @@ INPUT_COMMITMENT_KEY = "input_commitment.key"
 INPUT_COMMITMENT_SCHEME = "hmac-sha256"
 
 
+def _write_private(path: Path, data: bytes) -> None:
+    """``data`` into a new file readable by its owner only from the moment it exists."""
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as fh:
+        fh.write(data)
+
+
 def input_commitment(input_sha256: str, internal: Path) -> dict:
     """A hiding commitment to the confidential input, for the public manifest.
 
@@ -313,9 +319,7 @@ def input_commitment(input_sha256: str, internal: Path) -> dict:
     """
     key_file = Path(internal) / INPUT_COMMITMENT_KEY
     if not key_file.exists():
-        Path(internal).mkdir(parents=True, exist_ok=True)
-        write_bytes_atomic(key_file, secrets.token_bytes(32))
-        os.chmod(key_file, 0o600)
+        write_atomic(key_file, lambda tmp: _write_private(tmp, secrets.token_bytes(32)))
     key = key_file.read_bytes()
     if len(key) != 32:
         raise ValueError(f"{key_file}: the input commitment key must hold 32 bytes")

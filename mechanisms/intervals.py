@@ -378,39 +378,6 @@ def _scale(sensitivity, epsilon: float):
     return np.asarray(sensitivity, dtype=np.float64) * laplace_scale(1.0, epsilon)
 
 
-def _row_nanquantiles(values: np.ndarray, probs: tuple[float, ...]) -> np.ndarray:
-    """``np.nanquantile(values, probs, axis=1)`` (method "linear"), bit for bit, shape
-    (len(probs), rows): one sort of each row instead of numpy's Python-level call per row
-    (``apply_along_axis``, about half the bootstrap's time).
-
-    The arithmetic is numpy's own, operation for operation (numpy 2.x ``_quantile``: virtual
-    index ``(k − 1)·p`` over the row's k non-NaN values, both neighbours the last value at or
-    beyond the end, and ``_lerp``), so the intervals are those numpy's call gave. A row with no
-    value gives NaN.
-    """
-    ordered = np.sort(values, axis=1)  # NaN sorts last: the row's k values come first
-    k = np.count_nonzero(~np.isnan(values), axis=1)
-    index = (k - 1) * np.asarray(probs, dtype=np.float64)[:, None]  # (probs, rows)
-    below = np.floor(index)
-    above = below + 1
-    at_end = index >= k - 1
-    below[at_end] = above[at_end] = -1  # numpy's "last value", for the gamma below
-    gamma = index - below
-    last = np.broadcast_to(k - 1, index.shape)
-    lo = np.take_along_axis(ordered, np.where(at_end, last, below).astype(np.intp).T, axis=1).T
-    hi = np.take_along_axis(ordered, np.where(at_end, last, above).astype(np.intp).T, axis=1).T
-    diff = hi - lo
-    out = lo + diff * gamma
-    upper_half = gamma >= 0.5
-    out[upper_half] = (hi - diff * (1 - gamma))[upper_half]
-    out[:, k == 0] = np.nan
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# DPExpTheilSen: exponential-mechanism quantiles of the pairwise predictions
-
-
 def theil_sen_rank_offset(n: np.ndarray, epsilon_quantile: float, level: float) -> np.ndarray:
     """Public rank offset r(n) of the interval's ends from the median: the privacy error of
     the exponential-mechanism quantile only (the estimand is the tract's own Theil–Sen line,

@@ -4,7 +4,6 @@ guarantee derived from the noise steps, every draw paid, containment, bad inputs
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 import pytest
@@ -278,32 +277,6 @@ def test_interval_evaluation_reports_coverage_by_quintile_and_plots_it(tmp_path)
 # Faster, and the same numbers: bit-identical to the previous computation given the same bits
 
 
-def test_row_quantiles_are_numpys_nanquantile_bit_for_bit():
-    from mechanisms.intervals import _row_nanquantiles
-
-    rng = np.random.default_rng(31)
-    for trial in range(200):
-        rows, cols = int(rng.integers(1, 40)), int(rng.integers(1, 420))
-        v = rng.laplace(size=(rows, cols)) * 10.0 ** int(rng.integers(-6, 6))
-        if trial % 3 == 0:
-            v = np.round(v, 1) + 0.0  # ties (and no -0.0: numpy's partition may place it apart)
-        v[rng.random((rows, cols)) < rng.random((rows, 1))] = np.nan  # rows of any NaN share
-        v[0, : trial % 4] = np.nan if trial % 8 else np.inf  # infinities in some rows
-        if trial % 5 == 0:
-            v[-1] = np.nan  # a row with nothing
-            v[-1, cols // 2] = 0.25 if trial % 10 else np.nan  # ... or one value
-        a = float(rng.uniform(0.001, 0.5))
-        probs = (a / 2, 1 - a / 2) if trial % 7 else (0.0, 1.0)
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            want = np.nanquantile(v, probs, axis=1)
-            got = _row_nanquantiles(v, probs)
-        assert got.shape == want.shape == (2, rows)
-        assert np.array_equal(np.isnan(got), np.isnan(want))
-        finite = ~np.isnan(want)
-        assert np.array_equal(got[finite].view(np.int64), want[finite].view(np.int64)), trial
-
-
 def sorted_with_padding(tract, z, n_tracts, keep, pad, pad_value) -> Segments:
     """REFERENCE: the tracts ``keep``' values and their padding, sorted tract by tract."""
     parts = [np.sort(np.concatenate([z[tract == t], np.full(p, pad_value)]))
@@ -390,18 +363,3 @@ def test_theil_sen_intervals_are_bit_identical_to_the_previous_computation(monke
         assert np.array_equal(getattr(got, f), getattr(want, f), equal_nan=True), f
 
 
-def test_noisy_stats_intervals_are_bit_identical_to_numpys_quantiles(monkeypatch):
-    batch, _ = synthetic(40, 30, seed=43)
-    rel = noisy_stats_released(batch, 0.5, SeededRandomness(44), reps=4)  # many failures
-    got = intervals(NOISY_STATS, batch, rel, 0.3, SeededRandomness(45), 0.9, reps=4)
-
-    def numpy_quantiles(values, probs):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            return np.nanquantile(values, probs, axis=1)
-
-    monkeypatch.setattr(CI, "_row_nanquantiles", numpy_quantiles)
-    want = intervals(NOISY_STATS, batch, rel, 0.3, SeededRandomness(45), 0.9, reps=4)
-    assert np.isnan(rel.p25).any() and np.isfinite(got.p25_lo).sum() > 50
-    for f in ("p25_lo", "p25_hi", "p75_lo", "p75_hi"):
-        assert np.array_equal(getattr(got, f), getattr(want, f), equal_nan=True), f
