@@ -133,15 +133,18 @@ def old_module_of(path: Path) -> str:
 
 # --- moving files -------------------------------------------------------------------------------
 
-def _file_of(module: str) -> Path:
-    base = Path(*module.split("."))
-    return base if base.is_dir() else base.with_suffix(".py")
+def _file_of(old: str, new: str) -> Path:
+    """The old module's file, or its folder for a package that moves whole (not a module that
+    became a package of its own name: dpatlas/audit.py -> dpatlas/audit/checks.py)."""
+    base = Path(*old.split("."))
+    if base.is_dir() and not _starts(new, old):
+        return base
+    return base.with_suffix(".py")
 
 
 def _target_of(old: str, new: str) -> Path:
-    src = _file_of(old)
     base = Path(*new.split("."))
-    return base if src.is_dir() else base.with_suffix(".py")
+    return base if _file_of(old, new).is_dir() else base.with_suffix(".py")
 
 
 def _ensure_package(package: Path) -> None:
@@ -156,7 +159,7 @@ def _ensure_package(package: Path) -> None:
 
 def move_files() -> None:
     for old, new in _ALL.items():
-        src, dst = _file_of(old), _target_of(old, new)
+        src, dst = _file_of(old, new), _target_of(old, new)
         if not src.exists() or dst.exists():
             continue
         _ensure_package(dst.parent)
@@ -195,7 +198,7 @@ def _names(text: str) -> list[tuple[str, str | None]]:
 def _fmt(indent: str, module: str, names: list[tuple[str, str | None]], comment: str) -> str:
     items = [f"{n} as {a}" if a else n for n, a in names]
     line = f"{indent}from {module} import {', '.join(items)}{comment}"
-    if len(line) <= 100:
+    if len(line) <= 100 or len(items) == 1:
         return line
     head = f"{indent}from {module} import ("
     lines, current = [], head
@@ -231,10 +234,26 @@ def _split_from(m: re.Match, importer: str, is_package: bool, rel_all: bool) -> 
             groups.setdefault(target, []).append((name, alias))
     if list(groups) == [m["module"]]:
         return m[0]
-    if list(groups) == [module]:  # only the module's name changed: keep the statement's layout
-        return m[0].replace(f"from {m['module']} import", f"from {module} import", 1)
+    if list(groups) == [module]:  # only the module's name changed: keep the layout if it fits
+        return _renamed(m, module, groups[module], comment)
     return "\n".join(_fmt(indent, mod, names, comment if i == len(groups) - 1 else "")
                      for i, (mod, names) in enumerate(groups.items()))
+
+
+def _renamed(m: re.Match, module: str, names: list[tuple[str, str | None]],
+             comment: str) -> str:
+    """The statement with its module renamed, continuation lines shifted to stay aligned; one
+    that no longer fits in 100 columns (and has no comment inside) is wrapped anew."""
+    shift = len(module) - len(m["module"])
+    first, *rest = m[0].replace(f"from {m['module']} import", f"from {module} import", 1
+                                ).split("\n")
+    pad = " " * max(shift, 0)
+    rest = [pad + line if shift >= 0 else line[min(-shift, len(line) - len(line.lstrip())):]
+            for line in rest]
+    lines = [first, *rest]
+    if max(map(len, lines)) <= 100 or "#" in m["names"]:
+        return "\n".join(lines)
+    return _fmt(m["indent"], module, names, comment)
 
 
 def _rewrite_path(m: re.Match) -> str:
