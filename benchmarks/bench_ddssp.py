@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 import mechanisms as M
-from dpatlas.synth import StateParams, batch_of, oi_like_state
+from dpatlas.evaluation.synthetic_input import StateParams, batch_of, oi_like_state
 from mechanisms import ddssp  # noqa: F401  (registers DDSSP until mechanisms/__init__ does)
 from mechanisms.noise import OSRandomness
 

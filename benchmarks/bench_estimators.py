@@ -23,7 +23,7 @@ import tracemalloc
 import numpy as np
 
 import mechanisms as M
-from dpatlas.synth import StateParams, batch_of, oi_like_state
+from dpatlas.evaluation.synthetic_input import StateParams, batch_of, oi_like_state
 from mechanisms import median, theil_sen
 from mechanisms.noise import OSRandomness, SeededRandomness, discrete_laplace, laplace_mechanism
 from mechanisms.pairs import all_pairs, k_matchings

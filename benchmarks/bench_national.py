@@ -3,9 +3,9 @@
 Generates (once, cached under --work) a synthetic country with the project's own generator:
 every state and DC with its 2010 number of census tracts and counties, scaled to ~74,000
 tracts in all (about 5.2 million person records at the generator's mean of 70 per tract).
-Each state is drawn by ``dpatlas.synth.write_synthetic`` on its own, then the states'
+Each state is drawn by ``dpatlas.evaluation.synthetic_input.write_synthetic`` on its own, then the states'
 hive partitions and boundaries are put together (a state's polygons do not depend on the
-other states generated with it, see ``dpatlas.geography.synth_boundaries``).
+other states generated with it, see ``dpatlas.publication.geography.synth_boundaries``).
 
 Then it starts one Prefect server on loopback, sets the ledger's lifetime cap with
 `dpatlas ledger set-cap`, and runs `dpatlas release` as a subprocess twice: with the local
@@ -18,7 +18,7 @@ workers can be measured). Per run it reports:
   workers: the kernel's high-water mark (VmHWM), sampled every 0.2 s, and ``ru_maxrss`` of
   the release process from ``wait4``;
 - the share of the wall time outside the estimators: time during which no call of the plain
-  selection or estimation functions (``dpatlas.estimate.select_partition`` /
+  selection or estimation functions (``dpatlas.release.estimate.select_partition`` /
   ``estimate_partition``, i.e. all noise and estimator arithmetic) was running in any process;
 - per stage (Prefect task), the time during which at least one of its task runs was running
   (from the Prefect server's task runs), the summed task time and the number of task runs.
@@ -98,8 +98,8 @@ def generate_country(data: Path, scale: float) -> dict:
     import geopandas as gpd
     import pandas as pd
 
-    from dpatlas.geography import load_boundaries, write_boundaries
-    from dpatlas.synth import StateParams, write_synthetic
+    from dpatlas.publication.geography import load_boundaries, write_boundaries
+    from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
 
     summary_file = data / "country.json"
     if summary_file.exists():
@@ -140,10 +140,10 @@ def generate_country(data: Path, scale: float) -> dict:
 
 
 def write_config(work: Path, data: Path, runner: str, dask_address: str | None) -> Path:
-    """`dpatlas demo`'s release config (dpatlas/demo.py) for the national data and one runner."""
+    """`dpatlas demo`'s release config (dpatlas/cli/demo.py) for the national data and one runner."""
     import yaml
 
-    from dpatlas.demo import release_config
+    from dpatlas.cli.demo import release_config
 
     run = work / f"run-{runner}"
     cfg = release_config(data, run / "releases", vintage="synthetic (benchmarks/bench_national.py)",
@@ -161,7 +161,7 @@ def write_config(work: Path, data: Path, runner: str, dask_address: str | None) 
 
 def set_ledger_cap(config: Path) -> None:
     """The lifetime cap is the ledger's: set it the operator's way, before the release."""
-    subprocess.run([sys.executable, "-m", "dpatlas.cli", "ledger", "set-cap",
+    subprocess.run([sys.executable, "-m", "dpatlas.cli.commands", "ledger", "set-cap",
                     "--dataset", "national-synthetic", "--epsilon", str(LEDGER_CAP_EPSILON),
                     "--delta", str(LEDGER_CAP_DELTA), "--reason",
                     "national benchmark: synthetic data only", "-c", str(config)],
@@ -206,7 +206,7 @@ def install_estimator_timers() -> None:
 
 def release_child(config: str, release_id: str) -> None:
     """Entry point of the release subprocess: `dpatlas release` with the timers installed."""
-    from dpatlas.cli import app
+    from dpatlas.cli.commands import app
 
     install_estimator_timers()
     app(args=["release", "-c", config, "--release-id", release_id], prog_name="dpatlas")
@@ -257,7 +257,7 @@ def _label(proc) -> str:
         cmd = " ".join(proc.cmdline())
     except Exception:  # the process is gone or not ours to read
         return "?"
-    if "release_child" in cmd or "dpatlas.cli" in cmd:
+    if "release_child" in cmd or "dpatlas.cli.commands" in cmd:
         return "release (flow)"
     if "dask" in cmd or "multiprocessing" in cmd or "distributed" in cmd:
         return "dask worker"

@@ -2,7 +2,7 @@
 
 Before: the previous ``write_map`` (geopandas plots, one hatched patch per low-reliability
 tract), kept below as a labelled reference for this comparison only. After:
-``dpatlas.publish.write_map`` (one collection per layer, the low-reliability tracts merged
+``dpatlas.publication.tract_files.write_map`` (one collection per layer, the low-reliability tracts merged
 and hatched as one shape). Both draw the same table in the same process, alternating; the
 figure of each is the best of ``--repeats`` runs. Also printed: the merge alone, how many
 pixels of the two PNGs differ, and the GeoJSON writer's time on the same table (unchanged
@@ -27,9 +27,9 @@ from pathlib import Path
 import geopandas as gpd
 import numpy as np
 
-from dpatlas.geography import synth_boundaries, write_geojson_rfc7946
-from dpatlas.publish import low_reliability, low_reliability_shape, write_map
-from dpatlas.synth import tract_geoids
+from dpatlas.publication.geography import synth_boundaries, write_geojson_rfc7946
+from dpatlas.publication.tract_files import low_reliability, low_reliability_shape, write_map
+from dpatlas.evaluation.synthetic_input import tract_geoids
 
 # Real state FIPS codes, one synthetic state per ~3,300 tracts (Illinois-sized).
 _STATES = ("17", "18", "19", "20", "21", "26", "27", "29", "39", "55", "06", "48")

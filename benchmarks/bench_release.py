@@ -1,7 +1,7 @@
 """The default demo release end to end: wall time, and the share spent outside the estimators.
 
 Generates the default synthetic state (unless --out holds it) and writes `dpatlas demo`'s
-config and ledger cap (dpatlas/demo.py), then runs the release flow in-process (Prefect's
+config and ledger cap (dpatlas/cli/demo.py), then runs the release flow in-process (Prefect's
 ephemeral server). Time inside the estimators is the time spent in the plain selection and
 estimation functions (all noise drawing and estimator arithmetic; the union of their running
 intervals, since chunks run concurrently); the rest is orchestration, I/O, validation and
@@ -31,8 +31,8 @@ def main() -> None:
     out = args.out or Path(tempfile.mkdtemp(prefix="dpatlas-bench-"))
 
     import tasks.estimate as est_tasks
-    from dpatlas.demo import (demo_data_current, ensure_demo_cap, generate_demo_data,
-                              write_demo_config)
+    from dpatlas.cli.demo import (demo_data_current, ensure_demo_cap, generate_demo_data,
+                                  write_demo_config)
 
     t0 = time.perf_counter()
     data = out / "data"

@@ -6,7 +6,7 @@
    ``tracts.geojson`` (e.g. demo/releases/latest); without it, a synthetic state of the demo's
    size (3,108 tracts) is made as in 2.
 2. ``--states`` states of ``--tracts`` tracts each (a 20-state country of 21,500 tracts by
-   default): synthetic boundaries (dpatlas.geography.synth_boundaries), made-up published
+   default): synthetic boundaries (dpatlas.publication.geography.synth_boundaries), made-up published
    values (no microdata or noise: the values do not change the tiling work), assembled and
    written exactly as publish does (publish.assemble, write_geojson_rfc7946); then the tiles.
 
@@ -46,9 +46,9 @@ def made_up_results(geoids: np.ndarray, seed: int = 0) -> pd.DataFrame:
 
 
 def synthetic_geojson(states: list[str], tracts: int, out: Path) -> Path:
-    from dpatlas.geography import synth_boundaries, write_geojson_rfc7946
-    from dpatlas.publish import assemble
-    from dpatlas.synth import tract_geoids
+    from dpatlas.publication.geography import synth_boundaries, write_geojson_rfc7946
+    from dpatlas.publication.tract_files import assemble
+    from dpatlas.evaluation.synthetic_input import tract_geoids
 
     t0 = time.perf_counter()
     geoids = np.concatenate([tract_geoids(s, tracts, max(1, tracts // 30))[0] for s in states])
@@ -69,7 +69,7 @@ def _children_cpu_seconds() -> float:
 def measure(label: str, geojson: Path, out: Path) -> None:
     """Wall time and tippecanoe's CPU time (the machine is shared: wall time depends on the
     load, CPU time much less), archive size."""
-    from dpatlas.tiles import build_tiles
+    from dpatlas.publication.tiles import build_tiles
 
     cpu = _children_cpu_seconds()
     build = build_tiles(geojson, out)

@@ -18,7 +18,7 @@ definitions) and loaded from the JSON at run time.  API::
 
 ``person_id`` non-nullness is part of the input suite but only applied when the frame
 has a ``person_id`` column (records per person are counted across all partitions by
-:mod:`dpatlas.contributions`, not per partition here); boundary completeness is only
+:mod:`dpatlas.release.contributions`, not per partition here); boundary completeness is only
 applied when ``boundary_geoids`` is given (see :mod:`data_contracts.api`).
 """
 

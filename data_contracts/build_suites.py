@@ -15,7 +15,7 @@ whether to keep them:
 
 * ``{"only_if_column": "person_id"}`` -- ``person_id`` is never null, in the input
   suite; dropped when the frame has no ``person_id`` column. (Records per person are
-  counted across all partitions by :mod:`dpatlas.contributions`, not here.)
+  counted across all partitions by :mod:`dpatlas.release.contributions`, not here.)
 * ``{"only_if_parameter": "boundary_geoids"}`` -- the published table must
   contain every tract of the boundary file.  Its ``value_set`` is a GX suite
   parameter (``{"$PARAMETER": "boundary_geoids"}``) filled in at validation
@@ -101,7 +101,7 @@ def input_suite() -> gx.ExpectationSuite:
     )
     # person_id: only that it is present on every row. How many records a person has is not
     # a per-partition question (one person can appear in two states, and in several cells):
-    # dpatlas.contributions decides it once, across all partitions.
+    # dpatlas.release.contributions decides it once, across all partitions.
     suite.add_expectation(
         gxe.ExpectColumnValuesToNotBeNull(
             column="person_id",

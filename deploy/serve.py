@@ -17,7 +17,7 @@
 (``PREFECT_API_URL``, required) and polls it for runs, executing each in a subprocess of this
 machine. Stop it with Ctrl-C or SIGTERM (the schedule is then paused until it serves again).
 
-The flow's return value (a ``flows.outcome.ReleaseOutcome``: small and public) is persisted
+The flow's return value (a ``dpatlas.release.outcome.ReleaseOutcome``: small and public) is persisted
 as JSON in Prefect's
 result storage (``$PREFECT_HOME/storage`` of this machine) so that the process that triggered
 a run can read it. Task results stay in memory: every task sets ``persist_result=False``, and
@@ -37,7 +37,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from prefect import serve
 from prefect.schedules import Cron
 
-from dpatlas.config import ConfigError, load_config
+from dpatlas.core.config import ConfigError, load_config
 from flows.release import release
 
 FLOW_NAME = release.name  # "dpatlas-release"

@@ -18,8 +18,8 @@ from prefect.deployments import run_deployment
 from prefect.exceptions import ObjectNotFound
 
 from deploy.api import PrefectAPIUnavailable, require_api, use_api
-from dpatlas.config import load_config
-from flows.outcome import ReleaseOutcome
+from dpatlas.core.config import load_config
+from dpatlas.release.outcome import ReleaseOutcome
 
 FLOW_NAME = "dpatlas-release"
 OPERATOR_DEPLOYMENT = f"{FLOW_NAME}/operator-rerun"
@@ -71,7 +71,7 @@ def trigger_release(config_path: str, release_id: Optional[str], timeout: float 
 
     Raises :class:`PrefectAPIUnavailable` if ``PREFECT_API_URL`` is unset or the server does
     not answer, :class:`DeploymentNotRegistered` / :class:`DeploymentNotServed` if nothing would
-    run the flow (before any run is created), and ``dpatlas.config.ConfigError`` for an invalid
+    run the flow (before any run is created), and ``dpatlas.core.config.ConfigError`` for an invalid
     config.
     """
     config = Path(config_path).expanduser().resolve()

@@ -24,13 +24,14 @@ from prefect import flow
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from dpatlas.config import ReleaseConfig, load_config
-from dpatlas.crash import crashpoint
-from dpatlas.estimate import Chunk
-from dpatlas.ids import validate_release_id
+from dpatlas.core.config import ReleaseConfig, load_config
+from dpatlas.release.crash import crashpoint
+from dpatlas.release.estimate import Chunk
+from dpatlas.core.ids import validate_release_id
 from dpatlas.ledger import LeaseLost, Ledger, ReleaseBusy, charges
-from dpatlas.preflight import PreflightError, check_before_writing, check_feasible, mark_root
-from dpatlas.state import InputChanged, ReleaseLock
+from dpatlas.release.preflight import (PreflightError, check_before_writing, check_feasible,
+                                       mark_root)
+from dpatlas.release.run_state import InputChanged, ReleaseLock
 from tasks.allocate import allocate_budget
 from tasks.estimate import estimate_chunk, select_chunk
 from tasks.ingest import ingest_partition, list_partitions
@@ -41,8 +42,8 @@ from tasks.state import open_release
 from tasks.validate import (bound_contributions, check_boundaries, check_change_limit,
                             plan_chunks, record_validation, validate_partition)
 
-from .events import on_release_failure
-from .outcome import ReleaseOutcome
+from dpatlas.release.events import on_release_failure
+from dpatlas.release.outcome import ReleaseOutcome
 
 
 def new_release_id() -> str:
@@ -94,7 +95,7 @@ def select_and_estimate(chunks: list[Chunk], budget, min_n: int, internal: str,
       on_failure=[on_release_failure])
 def release(config_path: str, release_id: Optional[str] = None,
             noise_seed: Optional[int] = None) -> ReleaseOutcome:
-    """Run (or resume) a release; returns its :class:`~flows.outcome.ReleaseOutcome`.
+    """Run (or resume) a release; returns its :class:`~dpatlas.release.outcome.ReleaseOutcome`.
 
     ``noise_seed`` makes the noise repeatable: tests only, refused unless the config's
     ``publish.mode`` is ``test`` (a test root, whose manifests say NOT FOR RELEASE). Without it
@@ -244,7 +245,7 @@ def _ledger_entry(cfg: ReleaseConfig, rid: str, budget, cells: list[str]) -> dic
 
 
 def _input_facts(cfg: ReleaseConfig, contributions: Optional[dict]) -> dict:
-    """What the manifest states about the privacy unit (see dpatlas.manifest.assumptions)."""
+    """What the manifest states about the privacy unit (see dpatlas.release.manifest.assumptions)."""
     return {"person_id_checked": contributions is not None,
             "person_id_column": cfg.input.columns.person_id,
             "contributions_policy": cfg.validation.contributions,

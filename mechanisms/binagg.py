@@ -233,7 +233,7 @@ class PrivTreeLaplace:
 
 
 # Registered here because privacy_maps.py lists only the primitives; the audit
-# (dpatlas/audit.py) recomputes this kind with its own code.
+# (dpatlas/audit/checks.py) recomputes this kind with its own code.
 MAPS.setdefault(PrivTreeLaplace.kind, PrivTreeLaplace)
 
 
@@ -606,7 +606,7 @@ class BinAgg(Estimator):
     # discrete-Laplace map is proved in docs/binagg.md and recomputed by the release audit.
     publishable = True
     # Not in the default full suite: like DPGDzCDP its budget means rho = epsilon^2/2, and a
-    # suite holds at most one zCDP estimator (dpatlas/allocate.py). Name it in profile.suite.
+    # suite holds at most one zCDP estimator (dpatlas/release/allocate.py). Name it in profile.suite.
     in_default_suite = False
     summary = ("PrivTree bins, Gaussian bin counts and sums, bias-corrected weighted regression "
                "with CLT intervals (zCDP, rho = epsilon^2/2)")

@@ -225,8 +225,8 @@ class FreeLunchSSP(Estimator):
                "add-remove), charged for replace-one by group privacy")
     sampler = _SAMPLER
     defaults = _DEFAULTS
-    # Its noise steps are add-remove; the release plan (dpatlas/allocate.py, selection.py)
-    # and the release audit (dpatlas/audit.py, check "relations") apply the stated conversion,
+    # Its noise steps are add-remove; the release plan (dpatlas/release/allocate.py, selection.py)
+    # and the release audit (dpatlas/audit/checks.py, check "relations") apply the stated conversion,
     # and the ledger refuses any guarantee not stated for replace-one.
     publishable = True
     # Not in the default suite: it is one more pure-ε estimator of the same statistics as

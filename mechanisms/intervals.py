@@ -70,7 +70,7 @@ so skipping the draw leaks nothing, and the step is charged all the same. The de
 not use m, the pairs with distinct x: m depends on ties (``theil_sen_end_is_drawn``).
 
 **Selection rule**: each tract gets the interval of the mechanism it chose; the interval step
-is charged the larger of the two compositions (``worst_alternative`` in dpatlas/selection.py,
+is charged the larger of the two compositions (``worst_alternative`` in dpatlas/release/selection.py,
 adaptive composition since the choice is a DP output).
 
 Every interval is then widened to contain the released point estimate and clipped to [0, 1]

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from prefect import get_run_logger, task
 
-from dpatlas.allocate import BudgetPlan, plan
-from dpatlas.calibrate import resolve_threshold
-from dpatlas.config import ReleaseConfig
+from dpatlas.release.allocate import BudgetPlan, plan
+from dpatlas.release.thresholds import resolve_threshold
+from dpatlas.core.config import ReleaseConfig
 
 from .common import TASK_OPTIONS
 

@@ -5,10 +5,10 @@ from pathlib import Path
 import pandas as pd
 from prefect import get_run_logger, task
 
-from dpatlas.allocate import BudgetPlan
-from dpatlas.crash import crashpoint
-from dpatlas.estimate import Chunk, estimate_partition, read_chunk, select_partition
-from dpatlas.files import write_parquet_atomic
+from dpatlas.release.allocate import BudgetPlan
+from dpatlas.release.crash import crashpoint
+from dpatlas.release.estimate import Chunk, estimate_partition, read_chunk, select_partition
+from dpatlas.core.files import write_parquet_atomic
 from mechanisms.noise import default_randomness
 
 from .common import TASK_OPTIONS

@@ -3,8 +3,8 @@ from __future__ import annotations
 import pandas as pd
 from prefect import get_run_logger, task
 
-from dpatlas.config import InputConfig
-from dpatlas.ingest import Partition, partitions, read_partition
+from dpatlas.core.config import InputConfig
+from dpatlas.release.ingest import Partition, partitions, read_partition
 
 from .common import RETRY_IO
 

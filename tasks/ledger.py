@@ -5,9 +5,9 @@ from pathlib import Path
 
 from prefect import get_run_logger, task
 
-from dpatlas.allocate import BudgetPlan
-from dpatlas.config import LedgerConfig
-from dpatlas.hashing import sha256_file
+from dpatlas.release.allocate import BudgetPlan
+from dpatlas.core.config import LedgerConfig
+from dpatlas.core.hashing import sha256_file
 from dpatlas.ledger import Ledger, charges
 
 from .common import TASK_OPTIONS

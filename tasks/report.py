@@ -8,10 +8,10 @@ from pathlib import Path
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from dpatlas.config import LedgerConfig
+from dpatlas.core.config import LedgerConfig
 from dpatlas.ledger import Ledger
-from flows.events import emit_published
-from flows.outcome import BudgetState, ReleaseOutcome
+from dpatlas.release.events import emit_published
+from dpatlas.release.outcome import BudgetState, ReleaseOutcome
 
 from .common import TASK_OPTIONS
 

@@ -5,9 +5,9 @@ from pathlib import Path
 
 from prefect import task
 
-from dpatlas.config import ReleaseConfig, fingerprint
-from dpatlas.ingest import input_fingerprint
-from dpatlas.state import check_same_input, record_start
+from dpatlas.core.config import ReleaseConfig, fingerprint
+from dpatlas.release.ingest import input_fingerprint
+from dpatlas.release.run_state import check_same_input, record_start
 
 from .common import TASK_OPTIONS
 

@@ -6,11 +6,11 @@ import geopandas as gpd
 import pandas as pd
 from prefect import get_run_logger, task
 
-from dpatlas.contributions import check_contributions
-from dpatlas.estimate import Chunk, split_into_chunks, staged_tracts
-from dpatlas.files import write_json_atomic, write_parquet_atomic
-from dpatlas.geography import load_boundaries
-from dpatlas.validate import apply_policy, check_changed_share
+from dpatlas.release.contributions import check_contributions
+from dpatlas.release.estimate import Chunk, split_into_chunks, staged_tracts
+from dpatlas.core.files import write_json_atomic, write_parquet_atomic
+from dpatlas.publication.geography import load_boundaries
+from dpatlas.release.validate import apply_policy, check_changed_share
 
 from .common import RETRY_IO, TASK_OPTIONS
 

@@ -45,7 +45,7 @@ def write_config(path, base: dict, **over) -> "Path":
 
 def set_test_cap(config_path) -> None:
     """Give the config's ledger dataset a lifetime cap if it has none (test set-up)."""
-    from dpatlas.config import load_config
+    from dpatlas.core.config import load_config
     from dpatlas.ledger import Ledger
 
     cfg = load_config(config_path)

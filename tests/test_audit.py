@@ -1,5 +1,5 @@
 """Empirical privacy audits on neighbouring datasets (replace-one), and the release audit's
-own recomputation of a PrivTree noise step (dpatlas/audit.py).
+own recomputation of a PrivTree noise step (dpatlas/audit/checks.py).
 
 Each audit draws the mechanism's output many times on D and on a neighbour D', computes a
 99.9%-confidence lower bound on ε (tests/audit.py), and checks it against the claim. The same
@@ -17,7 +17,7 @@ import mechanisms as M
 from mechanisms import gradient_descent, sufficient_stats, theil_sen
 from mechanisms.batch import TractBatch
 from mechanisms.noise import SeededRandomness
-from dpatlas import audit as release_audit
+from dpatlas.audit.checks import checks as release_audit
 
 from audit import audit_sample as audit, budget_scaled
 

@@ -23,14 +23,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpatlas import audit
-from dpatlas.allocate import plan as make_plan
-from dpatlas.config import fingerprint
-from dpatlas.geography import write_geojson_rfc7946
-from dpatlas.hashing import sha256_file
+from dpatlas.audit.checks import checks as audit
+from dpatlas.release.allocate import plan as make_plan
+from dpatlas.core.config import fingerprint
+from dpatlas.publication.geography import write_geojson_rfc7946
+from dpatlas.core.hashing import sha256_file
 from dpatlas.ledger import Ledger, charges
-from dpatlas.publish import _FIELDS, INTERVAL_COLUMNS, write_csv_with_schema
-from dpatlas.tiles import build_tiles
+from dpatlas.publication.tract_files import _FIELDS, INTERVAL_COLUMNS, write_csv_with_schema
+from dpatlas.publication.tiles import build_tiles
 
 from test_release_audit import RID, build_release, make_cfg, state  # noqa: F401 (fixture)
 from test_synthesize import published  # noqa: F401 (fixture)
@@ -451,7 +451,7 @@ def test_p25_changed_in_the_tiles_only(forged, tmp_path):
 
 def test_pmtiles_reader_reads_every_tract_and_attribute(anchored):
     """The audit's own PMTiles/MVT reader against tippecanoe-decode, the reference decoder."""
-    from dpatlas.tiles import decode_tile
+    from dpatlas.publication.tiles import decode_tile
 
     path = anchored[0] / "tracts.pmtiles"
     header, tiles = audit.pmtiles_tiles(path)
@@ -645,7 +645,7 @@ def test_every_publishable_estimators_noise_has_a_derived_sensitivity():
     selection rule and the intervals can put in a manifest, and agrees with what it states."""
     import mechanisms as M
     from mechanisms import intervals as CI
-    from dpatlas.selection import SELECTION_LABEL, nvar_step
+    from dpatlas.release.selection import SELECTION_LABEL, nvar_step
 
     found = [(SELECTION_LABEL, nvar_step(0.1))]
     for name in M.PUBLISHABLE:
@@ -774,8 +774,8 @@ def test_manifest_states_what_is_public_and_rounds_times_to_the_day(anchored):
 def test_synthetic_folder_rounds_its_time_and_audits_with_its_ledger(published):
     """A synthesize folder: its time is a day, it is TEST without --allow-test (seeded), and
     the ledger anchor finds its charge and its manifest."""
-    from dpatlas.config import load_config
-    from dpatlas.synthesize import synthesize_release
+    from dpatlas.core.config import load_config
+    from dpatlas.release.synthetic_data import synthesize_release
     from test_synthesize import EPS, SEED, SOURCE
 
     cfg_path, _ = published
@@ -790,7 +790,7 @@ def test_synthetic_folder_rounds_its_time_and_audits_with_its_ledger(published):
 
 
 def test_day_of_rounds_to_the_utc_day():
-    from dpatlas.manifest import day_of
+    from dpatlas.release.manifest import day_of
 
     assert day_of("2026-11-25T23:59:59+00:00") == "2026-11-25"
     assert day_of("2026-11-26T01:00:00+05:00") == "2026-11-25"

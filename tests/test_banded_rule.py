@@ -10,16 +10,16 @@ import pytest
 import yaml
 
 import mechanisms as M
-from dpatlas import estimate as estimate_mod
-from dpatlas.allocate import plan
-from dpatlas.calibrate import DEFAULT_THRESHOLDS, resolve_schedule, resolve_threshold
-from dpatlas.config import SelectionConfig, parse_config
-from dpatlas.estimate import estimate_partition, select_partition
-from dpatlas.manifest import selection_section
-from dpatlas.preflight import mechanisms_in_play
-from dpatlas.selection import (DP_BAND, EXP_THEIL_SEN, NOISY_STATS, PRIMARY_STEP,
-                               SELECTED_EXP_THEIL_SEN, SELECTED_NOISY_STATS, Rule,
-                               check_schedule, run_selected, select)
+from dpatlas.release import estimate as estimate_mod
+from dpatlas.release.allocate import plan
+from dpatlas.release.thresholds import DEFAULT_THRESHOLDS, resolve_schedule, resolve_threshold
+from dpatlas.core.config import SelectionConfig, parse_config
+from dpatlas.release.estimate import estimate_partition, select_partition
+from dpatlas.release.manifest import selection_section
+from dpatlas.release.preflight import mechanisms_in_play
+from dpatlas.release.selection import (DP_BAND, EXP_THEIL_SEN, NOISY_STATS, PRIMARY_STEP,
+                                       SELECTED_EXP_THEIL_SEN, SELECTED_NOISY_STATS, Rule,
+                                       check_schedule, run_selected, select)
 from mechanisms.batch import TractBatch
 from mechanisms.noise import SeededRandomness
 from mechanisms.privacy_maps import compose
@@ -151,7 +151,7 @@ def test_one_step_whose_guarantee_is_the_largest_alternative(epsilon, share):
 
 def test_the_guarantee_follows_the_noise_not_a_declaration(monkeypatch):
     """If a branch drew more noise budget, the step's guarantee would say so."""
-    import dpatlas.selection as S
+    import dpatlas.release.selection as S
 
     monkeypatch.setattr(S, "ncov_step", lambda eps: ncov_step(3 * eps))
     rule = banded()
@@ -281,9 +281,9 @@ def test_a_banded_release_passes_the_audit(tmp_path):
     """A whole (seeded, test-mode) release under the banded rule, written and audited from
     its folder alone: the one primary step's four alternatives recompose to its charge, the
     config agrees with the manifest's selection, every column is accounted for."""
-    from dpatlas import audit
-    from dpatlas.allocate import plan as make_plan
-    from dpatlas.synth import StateParams, write_synthetic
+    from dpatlas.audit.checks import checks as audit
+    from dpatlas.release.allocate import plan as make_plan
+    from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
     from test_release_audit import build_release, make_cfg
 
     data = tmp_path / "state"

@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 import mechanisms as M
-from dpatlas.selection import Rule, run_selected, select
+from dpatlas.release.selection import Rule, run_selected, select
 from mechanisms import intervals as CI
 from mechanisms.batch import TractBatch
 from mechanisms.intervals import EXP_THEIL_SEN, NOISY_STATS, RULE, Released, intervals

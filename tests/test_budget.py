@@ -8,11 +8,11 @@ import pandas as pd
 import pytest
 
 import mechanisms as M
-from dpatlas import estimate as estimate_mod
-from dpatlas.allocate import plan, suite_step
-from dpatlas.config import parse_config
-from dpatlas.estimate import estimate_partition, select_partition
-from dpatlas.selection import PRIMARY_STEP, SELECTION_STEP
+from dpatlas.release import estimate as estimate_mod
+from dpatlas.release.allocate import plan, suite_step
+from dpatlas.core.config import parse_config
+from dpatlas.release.estimate import estimate_partition, select_partition
+from dpatlas.release.selection import PRIMARY_STEP, SELECTION_STEP
 from mechanisms import sufficient_stats, theil_sen
 from mechanisms.budget import NO_METER, BudgetOverrun, PrivacyFilter
 from mechanisms.noise import SeededRandomness
@@ -367,9 +367,9 @@ def test_manifest_prints_the_relation_per_step_and_refuses_a_wrong_one():
     from types import SimpleNamespace
 
     import mechanisms.free_lunch  # noqa: F401  (registers FreeLunchSSP)
-    from dpatlas.allocate import Step
-    from dpatlas.manifest import check_relations, relations_section, step_entry
-    from dpatlas.publish import PublishError
+    from dpatlas.release.allocate import Step
+    from dpatlas.release.manifest import check_relations, relations_section, step_entry
+    from dpatlas.publication.tract_files import PublishError
     from mechanisms.privacy import PROJECT_RELATION, Relation
 
     budget = plan(config(profile="full-suite"), 12.0)
@@ -409,7 +409,7 @@ def test_ledger_charges_refuse_a_step_not_stated_for_replace_one():
     would be under-charged, so building its charges fails instead."""
     from types import SimpleNamespace
 
-    from dpatlas.allocate import Step
+    from dpatlas.release.allocate import Step
     from dpatlas.ledger import charges
 
     est = M.get("FreeLunchSSP")

@@ -8,21 +8,21 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from dpatlas.synth import StateParams, write_synthetic
+from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
 
 ENV = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180", "COLUMNS": "200"}
 
 
 def dpatlas(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "dpatlas.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "dpatlas.cli.commands", *args], capture_output=True,
                           text=True, env=ENV, cwd=cwd, timeout=600)
 
 
 def test_config_example_is_valid(tmp_path):
     import shutil
 
-    from dpatlas.calibrate import DEFAULT_THRESHOLDS
+    from dpatlas.release.thresholds import DEFAULT_THRESHOLDS
 
     res = dpatlas("config", "example")
     assert res.returncode == 0

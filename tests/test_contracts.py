@@ -229,7 +229,7 @@ def test_missing_column_is_a_failure_not_an_exception(good_input):
 
 
 def test_repeated_person_id_is_not_decided_per_partition(good_input):
-    """Records per person are counted across all partitions (dpatlas.contributions), and a
+    """Records per person are counted across all partitions (dpatlas.release.contributions), and a
     person may be in several cells: the per-partition suite must not decide it."""
     df = good_input.copy()
     df.loc[40, "person_id"] = df.loc[12, "person_id"]

@@ -25,7 +25,7 @@ import yaml
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
-from dpatlas.synth import StateParams, write_synthetic  # noqa: E402
+from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
@@ -183,10 +183,10 @@ def test_prefect_yaml_declares_both_deployments():
 
 def test_automations_file_matches_the_events_the_flow_emits():
     """deploy/automations.yaml is what `prefect automation create --from-file` accepts (its
-    own model), and triggers on the names and labels flows/events.py emits."""
+    own model), and triggers on the names and labels dpatlas/release/events.py emits."""
     from prefect.events.schemas.automations import AutomationCore
 
-    from flows.events import BUDGET_LABEL, FAILED, PUBLISHED
+    from dpatlas.release.events import BUDGET_LABEL, FAILED, PUBLISHED
 
     spec = yaml.safe_load((ROOT / "deploy" / "automations.yaml").read_text())
     autos = {a["name"]: AutomationCore.model_validate(a) for a in spec["automations"]}
@@ -221,7 +221,7 @@ def test_build_deployments(tmp_path):
 
 def test_build_deployments_rejects_bad_schedule(tmp_path):
     from deploy.serve import build_deployments
-    from dpatlas.config import ConfigError
+    from dpatlas.core.config import ConfigError
 
     data = tmp_path / "data"
     data.mkdir()
@@ -313,7 +313,7 @@ def test_serve_and_operator_rerun(tmp_path, monkeypatch):
         assert Path(out.outcome) == folder and (folder / "manifest.json").is_file()
         assert out.outcome.budget.spent_epsilon == pytest.approx(1.0)
         stored = [f.read_text() for f in (tmp_path / "serve-home" / "storage").iterdir()]
-        assert any("flows.outcome.ReleaseOutcome" in text and rid in text for text in stored)
+        assert any("dpatlas.release.outcome.ReleaseOutcome" in text and rid in text for text in stored)
         with use_api(url), get_client(sync_client=True) as client:
             run = client.read_flow_run(out.flow_run_id)
         assert run.state.is_completed()
@@ -348,7 +348,7 @@ def test_serve_and_operator_rerun(tmp_path, monkeypatch):
 
         # 3c. A release over the cap is refused before any noise: a failed run, the
         # `dpatlas.release.refused` event, and the command line says nothing was charged
-        from dpatlas.config import load_config
+        from dpatlas.core.config import load_config
         from dpatlas.ledger import Ledger
 
         ledger_cfg = load_config(cfg).ledger

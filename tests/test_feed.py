@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from dpatlas import feed as F
-from dpatlas import stac
-from dpatlas.ids import InvalidReason, InvalidReleaseId
+from dpatlas.publication import feed as F
+from dpatlas.publication import stac
+from dpatlas.core.ids import InvalidReason, InvalidReleaseId
 from dpatlas.ledger import Charge, Ledger, LedgerError
-from dpatlas.withdraw import WithdrawIncomplete, withdraw_everywhere
+from dpatlas.publication.withdraw import WithdrawIncomplete, withdraw_everywhere
 
 ATOM = "{http://www.w3.org/2005/Atom}"
 FILES = ("tracts.parquet", "tracts.geojson", "tracts.csv", "p25_map.png")

@@ -9,11 +9,11 @@ import pandas as pd
 import pytest
 import shapely
 
-from dpatlas.geography import (STATE_FIPS, BoundaryError, _state_outline, load_boundaries,
-                               synth_boundaries, write_boundaries)
-from dpatlas.geography import local_km, tract_centroids
-from dpatlas.synth import (StateParams, matern_covariance, matern_field, oi_like_state,
-                           tract_geoids, write_synthetic)
+from dpatlas.publication.geography import (STATE_FIPS, BoundaryError, _state_outline,
+                                           load_boundaries, synth_boundaries, write_boundaries)
+from dpatlas.publication.geography import local_km, tract_centroids
+from dpatlas.evaluation.synthetic_input import (StateParams, matern_covariance, matern_field,
+                                                oi_like_state, tract_geoids, write_synthetic)
 
 US_BOX = (-124.0, 25.0, -67.0, 49.0)
 
@@ -354,7 +354,7 @@ def test_nad83_area_of_use_crosses_the_antimeridian(tmp_path):
 
 
 # --------------------------------------------------------------------------------------------
-# Spatially structured synthetic data (dpatlas.synth over these boundaries)
+# Spatially structured synthetic data (dpatlas.evaluation.synthetic_input over these boundaries)
 
 def morans_i(values: np.ndarray, geoms: np.ndarray) -> float:
     """Moran's I of ``values`` over tracts that touch (binary weights): ~0 without spatial

@@ -9,12 +9,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpatlas import contributions
-from dpatlas.config import ConfigError, parse_config
-from dpatlas.contributions import ContributionError, check_contributions, require_person_unit
-from dpatlas.ingest import InputError, partitions, read_partition
-from dpatlas.synth import tract_geoids
-from dpatlas.validate import ValidationFailed, apply_policy, check_changed_share
+from dpatlas.release import contributions
+from dpatlas.core.config import ConfigError, parse_config
+from dpatlas.release.contributions import (ContributionError, check_contributions,
+                                           require_person_unit)
+from dpatlas.release.ingest import InputError, partitions, read_partition
+from dpatlas.evaluation.synthetic_input import tract_geoids
+from dpatlas.release.validate import ValidationFailed, apply_policy, check_changed_share
 
 # --- building inputs ---------------------------------------------------------------------------
 
@@ -405,10 +406,10 @@ def test_single_file_is_split_by_state_with_file_row_positions(tmp_path, fmt, mo
     path = tmp_path / f"in.{fmt}"
     if fmt == "csv":
         frame.to_csv(path, index=False)
-        monkeypatch.setattr("dpatlas.ingest._STREAM_BLOCK_BYTES", 4096)  # many blocks
+        monkeypatch.setattr("dpatlas.release.ingest._STREAM_BLOCK_BYTES", 4096)  # many blocks
     else:
         frame.to_parquet(path, index=False, row_group_size=100)
-        monkeypatch.setattr("dpatlas.ingest._STREAM_BATCH_ROWS", 97)
+        monkeypatch.setattr("dpatlas.release.ingest._STREAM_BATCH_ROWS", 97)
     cfg = input_config(path, fmt=fmt)
 
     parts = partitions(cfg.input)
@@ -441,7 +442,7 @@ def test_csv_state_read_holds_one_state_not_the_file(tmp_path, monkeypatch):
     reads some 32 blocks ahead, so the bound is a multiple of the block size.)"""
     import pyarrow as pa
 
-    monkeypatch.setattr("dpatlas.ingest._STREAM_BLOCK_BYTES", 64 << 10)
+    monkeypatch.setattr("dpatlas.release.ingest._STREAM_BLOCK_BYTES", 64 << 10)
     states = ("01", "04", "05", "06", "08", "09", "10", "11", "12", "13")
     frame = interleaved_states(n_per_state=20_000, states=states)
     path = tmp_path / "in.csv"
@@ -471,7 +472,7 @@ def test_csv_type_change_after_the_first_block_is_an_input_error(tmp_path, monke
     frame.loc[850, "parent_rank"] = "high"  # far past the first (small) block
     path = tmp_path / "in.csv"
     frame.to_csv(path, index=False)
-    monkeypatch.setattr("dpatlas.ingest._STREAM_BLOCK_BYTES", 4096)
+    monkeypatch.setattr("dpatlas.release.ingest._STREAM_BLOCK_BYTES", 4096)
     cfg = input_config(path, fmt="csv")
     state = frame.loc[850, "geoid"][:2]
     with pytest.raises(InputError) as err:
@@ -483,7 +484,7 @@ def test_csv_type_change_after_the_first_block_is_an_input_error(tmp_path, monke
 def test_hive_partition_counts_come_from_the_footers(tmp_path, two_states, monkeypatch):
     two_states["36"] = state_records("36", n=7, first_id=5000)
     cfg = input_config(write_states(tmp_path, two_states))
-    monkeypatch.setattr("dpatlas.ingest._to_table", lambda *a, **k: pytest.fail("data read"))
+    monkeypatch.setattr("dpatlas.release.ingest._to_table", lambda *a, **k: pytest.fail("data read"))
     assert [(p.key, p.rows) for p in partitions(cfg.input)] == [("17", 60), ("18", 60),
                                                                 ("36", 7)]
     monkeypatch.undo()

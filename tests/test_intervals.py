@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import mechanisms as M
-from dpatlas.selection import Rule, run_selected, select
+from dpatlas.release.selection import Rule, run_selected, select
 from mechanisms import intervals as CI
 from mechanisms.batch import X_HIGH, X_LOW, TractBatch
 from mechanisms.intervals import (EXP_THEIL_SEN, NOISY_STATS, RULE, Released,
@@ -258,7 +258,7 @@ def test_noisy_stats_needs_its_noisy_statistics_and_rule_its_choice():
 
 
 def test_interval_evaluation_reports_coverage_by_quintile_and_plots_it(tmp_path):
-    from dpatlas.interval_eval import evaluate_intervals, write_interval_report
+    from dpatlas.evaluation.interval_eval import evaluate_intervals, write_interval_report
 
     with pytest.raises(ValueError, match="demo"):
         evaluate_intervals(tracts=30, reps=2, seed=0)

@@ -18,7 +18,7 @@ import pytest
 import sqlalchemy as sa
 
 from pg_server import LEDGER_DATASET, ledger, ledger_url, pg, url  # noqa: F401  (fixtures)
-from dpatlas.ids import InvalidReason, InvalidReleaseId
+from dpatlas.core.ids import InvalidReason, InvalidReleaseId
 from dpatlas.ledger import (BudgetExceeded, Charge, Ledger, LedgerError, ReleaseBusy,
                             caps_table, charges_table, releases_table)
 

@@ -1,4 +1,4 @@
-"""The static map (dpatlas/publish.py write_map): the low-reliability hatch is one merged shape
+"""The static map (dpatlas/publication/tract_files.py write_map): the low-reliability hatch is one merged shape
 that covers exactly the low-reliability tracts (compared as geometries and as rasterised
 pixels), draws what one hatched patch per tract drew, and the PNG is written."""
 
@@ -12,10 +12,11 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from shapely.geometry import MultiPolygon, Polygon, box
 
-from dpatlas.geography import synth_boundaries
-from dpatlas.publish import (MAP_HATCH, MAP_HATCH_COLOUR, _add_tracts, _colour_bar_extend,
-                             low_reliability, low_reliability_shape, polygon_paths, write_map)
-from dpatlas.synth import tract_geoids
+from dpatlas.publication.geography import synth_boundaries
+from dpatlas.publication.tract_files import (MAP_HATCH, MAP_HATCH_COLOUR, _add_tracts,
+                                             _colour_bar_extend, low_reliability,
+                                             low_reliability_shape, polygon_paths, write_map)
+from dpatlas.evaluation.synthetic_input import tract_geoids
 
 MAX_WIDTH = 0.5
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

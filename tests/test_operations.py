@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dpatlas.synth import StateParams, write_synthetic
+from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
 from conftest import write_config
 from prefect_server import prefect_server
 
@@ -53,7 +53,7 @@ def cli(api_url: str, *args, crash: str | None = None, wait: bool = True):
     env.pop("DPATLAS_CRASH_AT", None)
     if crash:
         env["DPATLAS_CRASH_AT"] = crash
-    proc = subprocess.Popen([sys.executable, "-m", "dpatlas.cli", *args], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "dpatlas.cli.commands", *args], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if not wait:
         return proc

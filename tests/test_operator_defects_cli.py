@@ -18,8 +18,8 @@ import yaml
 from typer.testing import CliRunner
 
 import flows.release  # noqa: F401  (Prefect sets up its logging now, not inside a CliRunner
-from dpatlas.cli import app  # whose captured streams are closed when it returns)
-from dpatlas.config import load_config
+from dpatlas.cli.commands import app  # whose captured streams are closed when it returns)
+from dpatlas.core.config import load_config
 from dpatlas.ledger import Charge, Ledger
 
 from conftest import write_config
@@ -103,7 +103,7 @@ def test_d1_withdraw_and_rerun_refuse_a_newline_id(tmp_path, data, rid):
 
 
 def test_d1_the_ledger_refuses_a_newline_id(tmp_path):
-    from dpatlas.ids import InvalidReleaseId, validate_release_id
+    from dpatlas.core.ids import InvalidReleaseId, validate_release_id
 
     for rid in NEWLINE_IDS:
         with pytest.raises(InvalidReleaseId):
@@ -116,7 +116,7 @@ def test_d1_the_ledger_refuses_a_newline_id(tmp_path):
 
 
 def test_d1_the_input_contract_refuses_a_geoid_with_a_trailing_newline(tmp_path):
-    from dpatlas.validate import ValidationFailed, apply_policy
+    from dpatlas.release.validate import ValidationFailed, apply_policy
 
     df = pd.DataFrame({"row": [0, 1], "geoid": ["17001000100\n", "17001000100"],
                        "x": [0.5, 0.4], "y": [0.5, 0.6], "cell": "all"})
@@ -335,7 +335,7 @@ def test_d11_config_check_reports_a_stated_cap_the_ledger_does_not_have(tmp_path
 @pytest.fixture
 def integer_geoids(tmp_path) -> Path:
     """A California CSV written from an integer GEOID column: 10 digits, leading zero lost."""
-    from dpatlas.synth import StateParams, write_synthetic
+    from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
 
     write_synthetic(tmp_path / "ca", ["06"], seed=3, params=StateParams(n_tracts=6, counties=1))
     df = pd.read_parquet(tmp_path / "ca" / "microdata")
@@ -346,17 +346,17 @@ def integer_geoids(tmp_path) -> Path:
 
 
 def test_d12_ten_digit_geoids_are_not_put_under_another_state(integer_geoids):
-    from dpatlas.config import InputConfig
-    from dpatlas.ingest import partitions
+    from dpatlas.core.config import InputConfig
+    from dpatlas.release.ingest import partitions
 
     keys = {p.key for p in partitions(InputConfig(path=integer_geoids, format="csv"))}
     assert "60" not in keys and keys == {"other"}, keys
 
 
 def test_d12_ten_digit_geoids_get_a_leading_zero_hint(integer_geoids, tmp_path):
-    from dpatlas.config import InputConfig
-    from dpatlas.ingest import read_partition
-    from dpatlas.validate import ValidationFailed, apply_policy
+    from dpatlas.core.config import InputConfig
+    from dpatlas.release.ingest import read_partition
+    from dpatlas.release.validate import ValidationFailed, apply_policy
 
     df = read_partition(InputConfig(path=integer_geoids, format="csv"), "other")
     with pytest.raises(ValidationFailed) as err:
@@ -366,7 +366,7 @@ def test_d12_ten_digit_geoids_get_a_leading_zero_hint(integer_geoids, tmp_path):
 
 
 def test_d12_ten_digit_boundary_geoids_get_a_leading_zero_hint():
-    from dpatlas.geography import _geoid_problems
+    from dpatlas.publication.geography import _geoid_problems
 
     said = " ".join(_geoid_problems(pd.Series(["6001000100", "06001000200"])))
     assert "leading zero" in said, said
@@ -378,7 +378,7 @@ def test_d12_a_full_disk_names_the_stage_the_path_and_the_rerun(tmp_path, monkey
     import contextlib
 
     import flows.release
-    import dpatlas.prefect_server as ps
+    import dpatlas.cli.prefect_server as ps
     from tasks import publish
 
     class Api:
@@ -386,7 +386,7 @@ def test_d12_a_full_disk_names_the_stage_the_path_and_the_rerun(tmp_path, monkey
             pass
 
     monkeypatch.setattr(ps, "prefect_api", lambda *a, **k: contextlib.nullcontext(Api()))
-    monkeypatch.setattr("dpatlas.cli._checked_release",
+    monkeypatch.setattr("dpatlas.cli.commands._checked_release",
                         lambda c, rid, seed: (load_config(c), rid))
 
     def full_disk(*args, **kwargs):
@@ -417,7 +417,7 @@ def full_disk(*args, **kwargs):
     raise OSError(errno.ENOSPC, "No space left on device")
 
 tasks.publish.write_release = full_disk  # the publish stage's writes hit a full disk
-from dpatlas.cli import main
+from dpatlas.cli.commands import main
 sys.argv = ["dpatlas", *sys.argv[1:]]
 main()
 """
@@ -469,8 +469,8 @@ LONG_ID = "r" + "0123456789" * 6 + "abc"  # 64 characters: the longest release i
 
 @pytest.mark.parametrize("source", [LONG_ID], indirect=True)
 def test_d15_a_64_character_release_id_can_be_synthesized(source, tmp_path):
-    from dpatlas.ids import validate_release_id
-    from dpatlas.synthesize import synthetic_release_id
+    from dpatlas.core.ids import validate_release_id
+    from dpatlas.release.synthetic_data import synthetic_release_id
 
     cfg, rid = source
     assert len(rid) == 64

@@ -16,10 +16,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from dpatlas import serve as S
-from dpatlas.config import load_config
-from dpatlas.ingest import InputError, partitions, read_partition
-from dpatlas.preflight import PreflightError, check_before_writing
+from dpatlas.publication import serve as S
+from dpatlas.core.config import load_config
+from dpatlas.release.ingest import InputError, partitions, read_partition
+from dpatlas.release.preflight import PreflightError, check_before_writing
 
 from conftest import write_config
 from test_inputs import input_config, one_state_file, state_records, write_states
@@ -140,7 +140,7 @@ def test_d4_config_check_refuses_a_ledger_inside_the_publish_root(tmp_path):
     (tmp_path / "releases").mkdir()
     config = _release_config(tmp_path,
                              ledger={"url": f"sqlite:///{tmp_path / 'releases' / 'ledger.db'}"})
-    result = subprocess.run([sys.executable, "-m", "dpatlas.cli", "config", "check",
+    result = subprocess.run([sys.executable, "-m", "dpatlas.cli.commands", "config", "check",
                              str(config)], capture_output=True, text=True, timeout=600,
                             env={**os.environ, "COLUMNS": "300"})
     assert result.returncode == 2, result.stdout + result.stderr
@@ -157,7 +157,7 @@ def test_d4_a_ledger_outside_the_publish_root_passes(tmp_path):
 
 
 def test_d5_synthesize_out_inside_a_published_release_is_refused(tmp_path):
-    from dpatlas.synthesize import SynthesizeError, plan_synthetic
+    from dpatlas.release.synthetic_data import SynthesizeError, plan_synthetic
 
     config = _release_config(tmp_path)
     release = tmp_path / "releases" / "r1"
@@ -186,7 +186,7 @@ def _config_check(tmp_path: Path, input_path: Path, fmt: str):
     config = _release_config(tmp_path, input={"path": str(input_path), "format": fmt})
     env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "COLUMNS": "300",
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    result = subprocess.run([sys.executable, "-m", "dpatlas.cli", "config", "check",
+    result = subprocess.run([sys.executable, "-m", "dpatlas.cli.commands", "config", "check",
                              str(config)], capture_output=True, text=True, env=env, timeout=600)
     return result, list((tmp_path / "tmp").glob("dpatlas-error-*.log"))
 
@@ -258,7 +258,7 @@ def test_person_ids_of_mixed_types_across_partitions_are_refused(tmp_path):
 
 
 def test_mixed_staged_person_id_types_are_refused_by_the_contribution_check(tmp_path):
-    from dpatlas.contributions import ContributionError, check_contributions
+    from dpatlas.release.contributions import ContributionError, check_contributions
 
     staged = []
     for key, ids in (("17", ["007", "8"]), ("18", [7, 9])):
@@ -275,7 +275,7 @@ def test_mixed_staged_person_id_types_are_refused_by_the_contribution_check(tmp_
 
 
 def test_d13_empty_server_logs_of_dead_commands_are_removed(tmp_path, monkeypatch):
-    from dpatlas import prefect_server as PS
+    from dpatlas.cli.commands import prefect_server as PS
 
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -298,14 +298,14 @@ def test_d13_empty_server_logs_of_dead_commands_are_removed(tmp_path, monkeypatc
 def test_d13_a_sigkilled_command_leaves_no_log_for_the_next_one(tmp_path):
     """The real sequence: a command's server log, the command SIGKILLed, the next command."""
     code = ("import os, signal, sys, tempfile; tempfile.tempdir = sys.argv[1];"
-            "from dpatlas.prefect_server import default_server_log;"
+            "from dpatlas.cli.prefect_server import default_server_log;"
             "default_server_log().touch(); os.kill(os.getpid(), signal.SIGKILL)")
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)])
     assert proc.returncode == -9
     assert len(list(tmp_path.glob("dpatlas-prefect-server-*.log"))) == 1
     code = ("import os, sys, tempfile; tempfile.tempdir = sys.argv[1];"
             "os.environ['PREFECT_API_URL'] = 'http://127.0.0.1:9/api';"
-            "from dpatlas.prefect_server import prefect_api\n"
+            "from dpatlas.cli.prefect_server import prefect_api\n"
             "with prefect_api(): pass")
     subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True)
     assert list(tmp_path.glob("dpatlas-prefect-server-*.log")) == []
@@ -325,7 +325,7 @@ def prefect_harness():
 
 @pytest.fixture(scope="module")
 def small_state(tmp_path_factory) -> Path:
-    from dpatlas.synth import StateParams, write_synthetic
+    from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
 
     out = tmp_path_factory.mktemp("state")
     write_synthetic(out, ["17"], seed=5, params=StateParams(n_tracts=40, counties=2))
@@ -350,8 +350,8 @@ def _ledger(tmp: Path):
 
 def test_d8_resume_after_the_input_changed(prefect_harness, small_state, tmp_path, monkeypatch):
     import flows.release as R
-    from dpatlas.cli import _operator_errors
-    from flows.events import _refusals
+    from dpatlas.cli.commands import _operator_errors
+    from dpatlas.release.events import _refusals
 
     data = tmp_path / "data"
     shutil.copytree(small_state, data)
@@ -399,7 +399,7 @@ def test_d8_resume_after_the_input_changed(prefect_harness, small_state, tmp_pat
 def test_d16_rerun_of_a_published_id_on_a_read_only_file_system(prefect_harness, small_state,
                                                                  tmp_path, monkeypatch):
     import flows.release as R
-    from dpatlas import feed
+    from dpatlas.publication import feed
 
     config = _flow_config(tmp_path, small_state)
     assert R.release(str(config), "r1", 3).status == "published"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dpatlas.synth import StateParams, write_synthetic
+from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
 
 from conftest import write_config
 
@@ -20,7 +20,7 @@ ENV.pop("PREFECT_API_URL", None)
 
 
 def dpatlas(*args, cwd=None, env=None):
-    return subprocess.run([sys.executable, "-m", "dpatlas.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "dpatlas.cli.commands", *args], capture_output=True,
                           text=True, env=env or ENV, cwd=cwd, timeout=600)
 
 
@@ -250,7 +250,7 @@ def test_the_cap_is_the_ledgers_a_config_stating_another_is_refused(tmp_path, da
 
 
 def test_the_config_hash_does_not_depend_on_how_paths_are_spelled(tmp_path, data, monkeypatch):
-    from dpatlas.config import fingerprint, load_config
+    from dpatlas.core.config import fingerprint, load_config
 
     cfg = config(tmp_path, data)
     doc = yaml.safe_load(cfg.read_text())

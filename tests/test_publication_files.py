@@ -16,12 +16,13 @@ import pytest
 import shapely
 from shapely.geometry import Polygon
 
-from dpatlas import feed as F
-from dpatlas import stac
-from dpatlas.geography import synth_boundaries, write_geojson_rfc7946
-from dpatlas.publish import (CSV_SCHEMA_FILE, PUBLISHED_DECIMALS, PUBLISHED_FILES, PublishError,
-                             assemble, read_csv_with_schema, table_schema, write_release)
-from dpatlas.synth import tract_geoids
+from dpatlas.publication import feed as F
+from dpatlas.publication import stac
+from dpatlas.publication.geography import synth_boundaries, write_geojson_rfc7946
+from dpatlas.publication.tract_files import (CSV_SCHEMA_FILE, PUBLISHED_DECIMALS, PUBLISHED_FILES,
+                                             PublishError, assemble, read_csv_with_schema,
+                                             table_schema, write_release)
+from dpatlas.evaluation.synthetic_input import tract_geoids
 
 TABLE_SCHEMA_TYPES = {"string", "number", "integer", "boolean", "object", "array", "date",
                       "time", "datetime", "year", "yearmonth", "duration", "geopoint",
@@ -260,7 +261,7 @@ def test_released_values_are_rounded_as_the_manifest_states(release):
 
 
 def test_rounding_edges():
-    from dpatlas.publish import round_released_values
+    from dpatlas.publication.tract_files import round_released_values
 
     t = pd.DataFrame({"p25_raw": [0.12346, 0.99996, -0.00004], "p25_lo": [0.12349, 0.0, 0.5],
                       "p25_hi": [0.12341, 1.0, 0.50000001], "NoisyStats_p25": [0.33333] * 3})
@@ -373,8 +374,8 @@ def test_a_released_state_has_standard_files_and_a_valid_catalogue(tmp_path):
     from prefect.testing.utilities import prefect_test_harness
 
     from conftest import write_config
-    from dpatlas.audit import main as audit
-    from dpatlas.synth import StateParams, write_synthetic
+    from dpatlas.audit.checks import main as audit
+    from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
 
     data = tmp_path / "state"
     write_synthetic(data, ["01"], seed=8, params=StateParams(n_tracts=60, counties=4))

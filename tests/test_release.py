@@ -21,12 +21,12 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 
 from prefect.testing.utilities import prefect_test_harness  # noqa: E402
 
-from dpatlas.config import ConfigError, parse_config  # noqa: E402
-from dpatlas.synth import StateParams, write_synthetic  # noqa: E402
-from dpatlas.validate import ValidationFailed  # noqa: E402
+from dpatlas.core.config import ConfigError, parse_config  # noqa: E402
+from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic  # noqa: E402
+from dpatlas.release.validate import ValidationFailed  # noqa: E402
 from mechanisms import noise  # noqa: E402
 from mechanisms.privacy import PureDP, ZCDP, ApproxDP, sequential, to_approx  # noqa: E402
-from tasks.validate import BoundaryCoverageError  # noqa: E402
+from dpatlas.release.validate import BoundaryCoverageError  # noqa: E402
 
 from conftest import write_config  # noqa: E402
 
@@ -154,7 +154,7 @@ def test_manifest_totals_recompute_and_hashes_match(published):
     assert total.epsilon <= m["budget"]["epsilon_per_tract_and_cell"] * (1 + 1e-9)
     assert total.delta <= m["budget"]["delta_per_tract_and_cell"] * (1 + 1e-9)
     # every published file is hashed
-    from dpatlas.publish import sha256_file
+    from dpatlas.publication.tract_files import sha256_file
     for name, info in m["files"].items():
         assert sha256_file(folder / name) == info["sha256"]
     # counts agree with the table
@@ -249,7 +249,7 @@ def test_bad_geoids_fail(small_state, tmp_path, monkeypatch):
 
 
 def test_missing_column_is_named(small_state, tmp_path):
-    from dpatlas.ingest import InputError
+    from dpatlas.release.ingest import InputError
 
     data = copy_input(small_state, tmp_path)
     df = pd.read_parquet(part_file(data)).drop(columns="child_rank")
@@ -308,7 +308,7 @@ def test_invalid_config_names_the_key():
 
 
 def test_example_config_validates(tmp_path):
-    from dpatlas.config import EXAMPLE
+    from dpatlas.core.config import EXAMPLE
 
     cfg = parse_config(yaml.safe_load(EXAMPLE))
     assert cfg.validation.policy == "fail" and cfg.selection.rule == "dp"

@@ -24,16 +24,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpatlas import audit
-from dpatlas.allocate import plan as make_plan
-from dpatlas.config import parse_config, public_config
-from dpatlas.estimate import estimate_partition, select_partition
-from dpatlas.geography import load_boundaries
-from dpatlas.hashing import sha256_file
-from dpatlas.manifest import (RANDOM_BITS_OS, RANDOM_BITS_SEEDED, build_manifest,
-                              input_commitment, machine_paths)
-from dpatlas.publish import PublishError, assemble, write_release
-from dpatlas.synth import StateParams, write_synthetic
+from dpatlas.audit.checks import checks as audit
+from dpatlas.release.allocate import plan as make_plan
+from dpatlas.core.config import parse_config, public_config
+from dpatlas.release.estimate import estimate_partition, select_partition
+from dpatlas.publication.geography import load_boundaries
+from dpatlas.core.hashing import sha256_file
+from dpatlas.release.manifest import (RANDOM_BITS_OS, RANDOM_BITS_SEEDED, build_manifest,
+                                      input_commitment, machine_paths)
+from dpatlas.publication.tract_files import PublishError, assemble, write_release
+from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
 from mechanisms import noise as N
 from mechanisms.noise import SeededRandomness
 from mechanisms.privacy import ZCDP, to_approx
@@ -493,7 +493,7 @@ def test_inconsistent_ledger_sums_refuse_the_manifest(state, tmp_path):
 
 
 def test_staging_is_never_inside_the_publish_root(state, tmp_path, monkeypatch):
-    import dpatlas.publish as P
+    import dpatlas.publication.tract_files as P
 
     seen = {}
     original = P.write_map
@@ -512,7 +512,7 @@ def test_staging_is_never_inside_the_publish_root(state, tmp_path, monkeypatch):
 
 
 def test_other_file_system_stages_under_a_dot_name(state, tmp_path, monkeypatch):
-    import dpatlas.publish as P
+    import dpatlas.publication.tract_files as P
 
     seen = {}
     monkeypatch.setattr(P, "_same_file_system", lambda a, b: False)
@@ -527,7 +527,7 @@ def test_other_file_system_stages_under_a_dot_name(state, tmp_path, monkeypatch)
 
 def test_exdev_rename_falls_back_to_a_copy_in_the_root(state, tmp_path, monkeypatch):
     """Two mount points of one file system: same st_dev, but rename(2) says EXDEV."""
-    import dpatlas.publish as P
+    import dpatlas.publication.tract_files as P
 
     real_replace = os.replace
     calls = []
@@ -594,7 +594,7 @@ def test_stale_staging_of_the_same_id_is_removed(state, tmp_path):
 KILLED_CHILD = """
 import pickle, sys, time
 from pathlib import Path
-import dpatlas.publish as P
+import dpatlas.publication.tract_files as P
 table, manifest, config, root, internal, marker = pickle.load(open(sys.argv[1], "rb"))
 def stall(t, path, title, *args):
     Path(marker).write_text(str(Path(path).parent))
@@ -695,7 +695,7 @@ def free_lunch_plan(tmp: Path, data: Path):
 @pytest.fixture(scope="module")
 def free_lunch_release(state, tmp_path_factory):
     import mechanisms as M
-    from dpatlas import config as C
+    from dpatlas.core import config as C
 
     tmp = tmp_path_factory.mktemp("free_lunch")
     assert FREE_LUNCH in C.PUBLISHABLE and M.get(FREE_LUNCH).publishable

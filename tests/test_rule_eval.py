@@ -1,4 +1,4 @@
-"""Three-way selection rules (dpatlas/rule_eval.py).
+"""Three-way selection rules (dpatlas/evaluation/rule_eval.py).
 
 Checked here: the rule's guarantee is derived from the noise of its selection and of its
 alternatives (it moves when a mechanism's noise moves) and fits the budget, pure ε for the
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import mechanisms as M
-from dpatlas import rule_eval as R
-from dpatlas.evaluate import error_ratios
+from dpatlas.evaluation import rule_eval as R
+from dpatlas.evaluation.evaluate import error_ratios
 from mechanisms.batch import TractBatch, sufficient_stats
 from mechanisms.budget import BudgetOverrun, PrivacyFilter
 from mechanisms.free_lunch import free_lunch_steps

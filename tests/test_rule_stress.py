@@ -8,11 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpatlas import rule_stress as RS
-from dpatlas.calibrate import DEFAULT_THRESHOLDS, resolve_schedule, resolve_threshold
-from dpatlas.config import SelectionConfig
-from dpatlas.selection import DP_BAND, EXP_THEIL_SEN, NOISY_STATS, Rule, apply_rule
-from dpatlas.stress import SCENARIOS, scenario_state
+from dpatlas.evaluation import rule_stress as RS
+from dpatlas.release.thresholds import DEFAULT_THRESHOLDS, resolve_schedule, resolve_threshold
+from dpatlas.core.config import SelectionConfig
+from dpatlas.release.selection import DP_BAND, EXP_THEIL_SEN, NOISY_STATS, Rule, apply_rule
+from dpatlas.evaluation.stress import SCENARIOS, scenario_state
 from mechanisms.batch import ols, sufficient_stats
 from mechanisms.noise import SeededRandomness
 

@@ -1,4 +1,4 @@
-"""Stress scenarios (dpatlas/stress.py): each has the property it claims, its truth is the
+"""Stress scenarios (dpatlas/evaluation/stress.py): each has the property it claims, its truth is the
 tract's least-squares line, draws are reproducible, and the release path never imports it."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from scipy.stats import skew
 
-from dpatlas.stress import (LARGE_SIZES, NARROW_HALF_WIDTH, SCENARIOS, SMALL_SIZES,
-                            scenario_state, theil_sen_line)
+from dpatlas.evaluation.stress import (LARGE_SIZES, NARROW_HALF_WIDTH, SCENARIOS, SMALL_SIZES,
+                                       scenario_state, theil_sen_line)
 from mechanisms.batch import ols, sufficient_stats
 
 TRACTS = 150
@@ -146,7 +146,7 @@ def test_theil_sen_line_differs_from_least_squares_under_skew(states):
 
 
 def test_release_path_never_imports_the_stress_module():
-    code = ("import sys, flows.release, tasks.publish, dpatlas.cli; "
-            "print('dpatlas.stress' in sys.modules)")
+    code = ("import sys, flows.release, tasks.publish, dpatlas.cli.commands; "
+            "print('dpatlas.evaluation.stress' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -1,4 +1,4 @@
-"""dpatlas synthesize (dpatlas/synthesize.py): DP synthetic microdata for a published release,
+"""dpatlas synthesize (dpatlas/release/synthetic_data.py): DP synthetic microdata for a published release,
 charged once as its own ledger entry, audited from its folder, and faithful to BinAgg's
 estimate (Cor. 3.1). The fast tests stand up a "published release" directly (ledger entry and
 staged input); the slow one runs a real release with BinAgg in its suite first."""
@@ -15,11 +15,11 @@ import pandas as pd
 import pytest
 
 import mechanisms as M
-from dpatlas import audit
-from dpatlas.config import load_config
+from dpatlas.audit.checks import checks as audit
+from dpatlas.core.config import load_config
 from dpatlas.ledger import Charge, Ledger
-from dpatlas.synthesize import (PARQUET, STEP, SynthesizeError, plan_synthetic,
-                                synthesize_release)
+from dpatlas.release.synthetic_data import (PARQUET, STEP, SynthesizeError, plan_synthetic,
+                                            synthesize_release)
 from mechanisms.batch import X_HIGH, X_LOW
 from mechanisms.binagg import binagg_synthetic
 from mechanisms.noise import SeededRandomness
@@ -219,7 +219,7 @@ def test_bad_output_paths_are_refused(published, tmp_path):
 
 def test_a_failure_after_the_charge_is_marked_failed_and_stays_spent(published, monkeypatch):
     cfg_path, _ = published
-    import dpatlas.synthesize as S
+    import dpatlas.release.synthetic_data as S
 
     def broken(*args, **kwargs):
         raise OSError("disk full")
@@ -262,7 +262,7 @@ def test_release_with_binagg_in_the_suite_audits_clean_and_synthesizes(tmp_path)
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from prefect.testing.utilities import prefect_test_harness
 
-    from dpatlas.synth import StateParams, write_synthetic
+    from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
 
     data = tmp_path / "data"
     write_synthetic(data, ["17"], seed=5, params=StateParams(n_tracts=120, counties=6))

@@ -1,5 +1,5 @@
-"""Vector tiles (dpatlas.tiles): every published attribute survives, layer and zooms fixed,
-no tract dropped, clear errors; the publish root's HTTP server (dpatlas.serve) answers byte
+"""Vector tiles (dpatlas.publication.tiles): every published attribute survives, layer and zooms fixed,
+no tract dropped, clear errors; the publish root's HTTP server (dpatlas.publication.serve) answers byte
 ranges as RFC 9110 says."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpatlas import serve as S
-from dpatlas import tiles as T
-from dpatlas.geography import synth_boundaries
-from dpatlas.synth import tract_geoids
+from dpatlas.publication import serve as S
+from dpatlas.publication import tiles as T
+from dpatlas.publication.geography import synth_boundaries
+from dpatlas.evaluation.synthetic_input import tract_geoids
 
 
 def _lonlat_to_tile(lon: float, lat: float, z: int) -> tuple[int, int]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpatlas.interval_eval import RELIABLE_WIDTH, evaluate_intervals, summarise
+from dpatlas.evaluation.interval_eval import RELIABLE_WIDTH, evaluate_intervals, summarise
 from mechanisms.intervals import Intervals, laplace_sum_quantile
 
 MIN_RELIABLE = 200  # fewer reliable intervals than this: too few to judge their coverage
@@ -86,8 +86,8 @@ def test_standard_errors_are_the_interval_half_width_over_z():
 
 
 def test_standard_errors_of_real_intervals_shrink_with_the_budget():
-    from dpatlas.interval_eval import released_by
-    from dpatlas.stress import scenario_state
+    from dpatlas.evaluation.interval_eval import released_by
+    from dpatlas.evaluation.stress import scenario_state
     from mechanisms.intervals import intervals, standard_errors
     from mechanisms.noise import SeededRandomness
 
@@ -117,8 +117,8 @@ def test_a_selection_floor_on_nvar_only_widens_the_noisy_stats_interval():
     released nvar~ overstates nvar, so the interval must not trust it as much (issue 18)."""
     from dataclasses import replace
 
-    from dpatlas.interval_eval import released_by
-    from dpatlas.stress import scenario_state
+    from dpatlas.evaluation.interval_eval import released_by
+    from dpatlas.evaluation.stress import scenario_state
     from mechanisms.intervals import intervals
     from mechanisms.noise import SeededRandomness
 
@@ -140,7 +140,7 @@ def test_evaluate_intervals_unknown_scenario_is_one_line_exit_2_and_writes_nothi
     import sys
 
     out = tmp_path / "ev"
-    res = subprocess.run([sys.executable, "-m", "dpatlas.cli", "evaluate-intervals",
+    res = subprocess.run([sys.executable, "-m", "dpatlas.cli.commands", "evaluate-intervals",
                           "--scenario", "nope", "--tracts", "10", "--reps", "1", "--out",
                           str(out)], capture_output=True, text=True)
     assert res.returncode == 2
@@ -154,7 +154,7 @@ def test_evaluate_intervals_cli_runs_a_scenario_and_reports_its_tables(tmp_path)
     import sys
 
     out = tmp_path / "ev"
-    res = subprocess.run([sys.executable, "-m", "dpatlas.cli", "evaluate-intervals",
+    res = subprocess.run([sys.executable, "-m", "dpatlas.cli.commands", "evaluate-intervals",
                           "--scenario", "small", "--scenario", "tied_x", "--tracts", "20",
                           "--reps", "2", "--epsilon", "8", "--out", str(out)],
                          capture_output=True, text=True)

@@ -13,13 +13,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpatlas.allocate import SuiteShare, plan
-from dpatlas.config import parse_config
-from dpatlas.estimate import (Chunk, estimate_partition, read_chunk, select_partition,
-                              split_into_chunks, staged_tracts)
+from dpatlas.release.allocate import SuiteShare, plan
+from dpatlas.core.config import parse_config
+from dpatlas.release.estimate import (Chunk, estimate_partition, read_chunk, select_partition,
+                                      split_into_chunks, staged_tracts)
 from dpatlas.ledger import charges
-from dpatlas.selection import EXP_THEIL_SEN, NOISY_STATS, Rule, select
-from flows.outcome import BudgetState, ReleaseOutcome
+from dpatlas.release.selection import EXP_THEIL_SEN, NOISY_STATS, Rule, select
+from dpatlas.release.outcome import BudgetState, ReleaseOutcome
 from mechanisms.batch import TractBatch
 from mechanisms.noise import SeededRandomness
 from mechanisms.privacy import PureDP, to_approx
@@ -37,8 +37,8 @@ def config(**over) -> object:
 
 
 def test_plain_stages_do_not_import_prefect():
-    code = ("import sys, dpatlas.allocate, dpatlas.selection, dpatlas.estimate, "
-            "dpatlas.ledger, dpatlas.files, flows.outcome; print('prefect' in sys.modules)")
+    code = ("import sys, dpatlas.release.allocate, dpatlas.release.selection, dpatlas.release.estimate, "
+            "dpatlas.ledger, dpatlas.core.files, dpatlas.release.outcome; print('prefect' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=Path(__file__).parent.parent)
     assert out.stdout.strip() == "False"

@@ -1,6 +1,6 @@
-"""The web map (dpatlas.webmap) in a real browser: headless Chromium (Debian's ``chromium``)
+"""The web map (dpatlas.publication.webmap) in a real browser: headless Chromium (Debian's ``chromium``)
 driven by Playwright against releases published by the project's own functions, served by
-``dpatlas.serve``.
+``dpatlas.publication.serve``.
 
 Chromium is required: without it the browser tests FAIL with how to install it (they are not
 skipped, so CI cannot pass without having run them). They take ~20 s, so they are also marked
@@ -22,15 +22,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpatlas import feed as F
-from dpatlas import publish as P
-from dpatlas import tiles as T
-from dpatlas import webmap as W
-from dpatlas.geography import synth_boundaries
-from dpatlas.serve import serve_in_thread
-from dpatlas.synth import tract_geoids
-from dpatlas.webmap import screenshot as B
-from dpatlas.webmap import vendor
+from dpatlas.publication import feed as F
+from dpatlas.publication import tract_files as P
+from dpatlas.publication import tiles as T
+from dpatlas.publication import webmap as W
+from dpatlas.publication.geography import synth_boundaries
+from dpatlas.publication.serve import serve_in_thread
+from dpatlas.evaluation.synthetic_input import tract_geoids
+from dpatlas.publication.webmap import screenshot as B
+from dpatlas.publication.webmap import vendor
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts" / "webmap"
 LOW_RELIABILITY_WIDTH = 0.5
@@ -85,7 +85,7 @@ def test_feed_page_is_idempotent_and_refuses_a_file_in_its_place(tmp_path):
 
 
 def test_the_root_pages_names_can_never_be_release_ids():
-    from dpatlas.ids import InvalidReleaseId, validate_release_id
+    from dpatlas.core.ids import InvalidReleaseId, validate_release_id
 
     for name in (W.PAGE, W.ASSETS_DIR):
         with pytest.raises(InvalidReleaseId):

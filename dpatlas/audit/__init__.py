@@ -1,0 +1,1 @@
+"""The independent audit of a published release (imports nothing of ours)."""

@@ -1,0 +1,2309 @@
+"""Check a published release from its folder alone: ``dpatlas audit RELEASE_DIR``.
+
+An auditor needs the release folder and nothing of this project's code: this module imports
+only the standard library, numpy, pyarrow (with pandas), dp-accounting (for the zCDP → (ε, δ)
+conversion the manifest states it used) and, for ``--ledger`` only, SQLAlchemy. It reads the
+vector tiles with its own PMTiles/MVT reader. It re-derives every privacy figure of the
+manifest from first principles, checks the manifest's structure against fixed rules rather
+than against itself, and compares:
+
+(s) schema: ``manifest_version`` is one this audit reads (2); every required field is there
+    with its type (``min_n``, ``ledger_entry``, ``assumptions``, ``public_values``,
+    ``public``...); ``release_id`` is a valid id and the folder's name (and the ledger entry's);
+    ``started`` and ``published`` are dates, published not before started nor in the future;
+    ``code_version`` is a package version and a git commit (or none). A manifest over 16 MiB
+    is refused before it is read, one nested deeper than 64 levels is refused (exit 2);
+(p) public: ``public_values`` and the ``public`` section (docs/threat-model.md) have their
+    fixed keys and meanings, the public columns are exactly geoid, state, county, cell, n,
+    status, geometry, and "n per tract and cell is public" is an unverified assumption;
+(a) files: every file listed in ``files`` exists with its sha256 and size; nothing else is
+    in the folder except manifest.json;
+(b) config: config.json parses and agrees with the manifest's selection and budget figures;
+(c) noise: each noise step's guarantee is recomputed from its parameters
+    - grid Laplace: discrete Laplace of scale t = scale_num/scale_den on an integer query of
+      L1 sensitivity grid_steps + dims is ε-DP with ε = (grid_steps + dims)/t
+      (Canonne, Kamath & Steinke 2020, and Ghosh, Roughgarden & Sundararajan 2012);
+    - grid Gaussian: discrete Gaussian of variance sigma2 on an integer query of L2
+      sensitivity grid_steps + √dims is ρ-zCDP with ρ = (grid_steps + √dims)²/(2·sigma2)
+      (Canonne, Kamath & Steinke 2020, Thm 4);
+    - exponential-mechanism median: ε = rate/rate_den (McSherry & Talwar 2007, with the
+      utility's sensitivity folded into the rate);
+    - Student's t with smooth sensitivity: ε = (d+1)(beta + s/(2√d))
+      (Bun & Steinke 2019, Thm 31);
+    - PrivTree's split decisions with discrete Laplace noise of scale t on biased counts of
+      grid_steps units per record, bias units per level (BinAgg's binning): under replace-one
+      ε = grid_steps/t + Σ_j [ln S(m_j) − ln S(m_j + grid_steps)], m_j = bias − 1 − j·bias,
+      S the discrete Laplace survival function, the tail bounded geometrically (the project's
+      docs/binagg.md, Theorem 1, after Zhang, Xiao & Xie 2016, Thm 3.1);
+    and each alternative of a step, composed sequentially (``repeat`` times each), must give
+    the step's guarantee: never more, and less only by the samplers' rounding of their
+    parameters (each rounds towards more noise by at most one unit of its last parameter).
+    A noise step stated for add-remove neighbours (its sensitivity computed for adding or
+    removing a record) pays a replace-one step only through group privacy of size 2, applied
+    to each draw before composing: pure ε → 2ε, (ε, δ) → (2ε, (1 + e^ε)δ), ρ → 4ρ, μ → 2μ
+    (Dwork & Roth 2014, Thm 2.2; Bun & Steinke 2016, Prop. 1.9; Dong, Roth & Su 2022,
+    Sec. 2.3); no other pair of relations converts;
+(d) totals: the per-tract-and-cell guarantee and the total per person over cells are
+    recomposed from the steps (sequential composition: pure ε add, Dwork et al. 2006; ρ add,
+    Bun & Steinke 2016 Lemma 2.3, with pure ε lifted to ε²/2, Prop. 1.4; (ε, δ) add) and the
+    concentrated part converted with dp-accounting's RDP accountant at the manifest's
+    ``conversion_delta`` (at the orders of :func:`zcdp_conversion_orders`, the pipeline's);
+    the ledger entry's sums are recomputed the same way;
+(r) relations: the release is charged for replace-one neighbours (``neighbouring_relation``,
+    ``relations.charged_in``; a missing ``relation`` anywhere means replace-one, as in
+    manifests written before relations were stated), every budget step, its guarantee and the
+    per-tract-and-cell and total guarantees are stated for it, and every alternative whose
+    noise is stated for another relation is listed in the step's ``relation_conversions``;
+(k) sensitivities: for every noise step kind a manifest can hold (the selection rule, each
+    publishable estimator, the intervals) the audit's own table (SENSITIVITIES) derives the
+    query's sensitivity from the mechanism and public parameters (n, ranks clipped to [0, 1],
+    k = n − 1 pairs, the grid) and the noise that can pay for it (mechanism, relation, number
+    of coordinates the grid calibration must cover); the manifest's sensitivity text must state
+    that derivation, never the other way round;
+(u) columns: every column of the table is public (the fixed list) or paid for by its step
+    (p25/p75 by the primary step, ``X_p25`` by ``suite: X``, the interval columns by the
+    interval step, whose ``intervals.epsilon`` must be the step's); nothing else may be
+    declared public;
+(e) table: tracts.parquet has only accounted-for columns, values exactly where released,
+    nothing spent where suppressed, suppression exactly where n < min_n, ``failed`` only with
+    its mechanism's DP failure, ``reason`` one of an enumerated set, interval values only on
+    released rows and around the released value, the per-tract-and-cell figures where spent,
+    and the manifest's counts;
+(f) formats: tracts.csv and tracts.geojson row for row, and the features of tracts.pmtiles
+    (its lowest zoom) attribute for attribute, hold the values of tracts.parquet.
+
+External anchors, run only when given (otherwise a ``skip`` line says what was not checked):
+``--boundaries FILE`` (the boundary file whose sha256 the manifest states has every tract
+exactly once per cell in the table: no row deleted) and ``--ledger URL`` (the ledger charged
+this release id exactly what its steps cost, recorded this manifest's sha256 as published, and
+the dataset's spend is within its cap; SQLite or PostgreSQL, read only).
+
+A synthetic-microdata folder (``dpatlas synthesize``, manifest ``kind: synthetic
+microdata``) gets the same files, mode, machine-path, relations, noise and totals checks, and
+instead of (b) and (e): its rows have exactly the columns GEOID, cell, bin_lo, bin_hi, x, y
+(no person ids), 11-digit GEOIDs, the manifest's cells and counts, finite values, and the CSV
+holds the same rows.
+
+``main(folder)`` prints one line per check and returns 0 (every check passed), 1 (a check
+failed), 2 (the folder, its manifest or an anchor cannot be read) or 3 (every check passed
+but the release is a test release, mode test or seeded noise: its mode line reads TEST; pass
+``allow_test`` / ``--allow-test`` to accept it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import re
+import struct
+import sys
+import zlib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pyarrow.parquet as pq
+
+MANIFEST = "manifest.json"
+MAX_MANIFEST_BYTES = 16 * 1024 * 1024   # refused before reading: manifests are ~100 kB
+MAX_JSON_DEPTH = 64                     # ours nest 8 deep; deeper is refused, not recursed
+MAX_GEOJSON_BYTES = 1 << 33  # the published GeoJSON of a national release is a few GB
+CONFIG = "config.json"
+SYNTHETIC_KIND = "synthetic microdata"
+SYNTHETIC_PARQUET, SYNTHETIC_CSV = "synthetic.parquet", "synthetic.csv"
+SYNTHETIC_COLUMNS = ["GEOID", "cell", "bin_lo", "bin_hi", "x", "y"]
+REL_TOL = 1e-9
+RANDOM_BITS = ("os.urandom", "seeded (test only, NOT FOR RELEASE)")
+STATUSES = ("released", "suppressed", "failed")
+VALUE_COLUMNS = ("p25", "p75", "p25_raw", "p75_raw")
+
+Check = tuple[str, bool, str]
+
+
+class AuditUnreadable(Exception):
+    """The folder or its manifest cannot be read at all."""
+
+
+class Mismatch(Exception):
+    """A check's finding (the message is the detail line)."""
+
+
+@dataclass
+class AuditReport:
+    folder: Path
+    checks: list[Check] = field(default_factory=list)
+    ok: bool = False
+    test: bool = False                  # a test release: its mode line reads TEST
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # anchors not given
+
+    def lines(self) -> list[str]:
+        def mark(name, good):
+            if not good:
+                return "FAIL"
+            return "TEST" if self.test and name == "mode" else "ok  "
+        return [f"{mark(name, good)}  {name}: {detail}" for name, good, detail in self.checks] \
+            + [f"skip  {name}: {why}" for name, why in self.skipped]
+
+
+# ------------------------------------------------------------------------- guarantee algebra
+
+
+@dataclass(frozen=True)
+class G:
+    """A privacy guarantee: kind is pure (ε), approx (ε, δ), zcdp (ρ) or gdp (μ)."""
+
+    kind: str
+    epsilon: float = 0.0
+    delta: float = 0.0
+    rho: float = 0.0
+    mu: float = 0.0
+
+    def text(self) -> str:
+        return {"pure": f"{self.epsilon:.10g}-DP", "approx": f"({self.epsilon:.10g}, "
+                f"{self.delta:.3g})-DP", "zcdp": f"{self.rho:.10g}-zCDP",
+                "gdp": f"{self.mu:.10g}-GDP"}[self.kind]
+
+
+def guarantee_from(d: dict) -> G:
+    """A manifest guarantee dict as a G (Mismatch for an unknown or malformed one)."""
+    kind = d.get("type") if isinstance(d, dict) else None
+    fields = {"pure": ("epsilon",), "approx": ("epsilon", "delta"), "zcdp": ("rho",),
+              "gdp": ("mu",)}
+    if kind not in fields:
+        raise Mismatch(f"guarantee type {kind!r} cannot be audited (expected pure, approx, "
+                       "zcdp or gdp)")
+    values = {}
+    for f in fields[kind]:
+        v = d.get(f)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                or v < 0:
+            raise Mismatch(f"{kind} guarantee has no valid {f}: {v!r}")
+        values[f] = float(v)
+    return G(kind, **values)
+
+
+def zcdp_rho(g: G) -> float:
+    """The zCDP ρ implied by a pure, zCDP or GDP guarantee (Bun & Steinke 2016, Prop. 1.4:
+    ε-DP ⇒ ε²/2-zCDP; μ-GDP ⇒ μ²/2-zCDP)."""
+    if g.kind == "zcdp":
+        return g.rho
+    if g.kind == "pure":
+        return g.epsilon ** 2 / 2.0
+    if g.kind == "gdp":
+        return g.mu ** 2 / 2.0
+    raise Mismatch(f"{g.text()} implies no zCDP bound")
+
+
+@lru_cache(maxsize=1)
+def zcdp_conversion_orders() -> tuple[float, ...]:
+    """The RDP orders the pipeline converts zCDP at: dp-accounting's defaults (up to 1024),
+    then a geometric grid of ratio 1.02 up to 1e7, so that small ρ, whose best order is
+    about 1 + √(ln(1/δ)/ρ), convert tightly (mechanisms/privacy.py builds the same list)."""
+    from dp_accounting.rdp import rdp_privacy_accountant
+
+    return tuple(float(a) for a in rdp_privacy_accountant.DEFAULT_RDP_ORDERS) + tuple(
+        1024.0 * 1.02 ** k for k in range(1, 1000) if 1024.0 * 1.02 ** k <= 1e7)
+
+
+def zcdp_to_epsilon(rho: float, delta: float) -> float:
+    """ε of the (ε, δ) guarantee implied by ρ-zCDP, by dp-accounting's RDP accountant (the
+    conversion of Canonne, Kamath & Steinke 2020, Prop. 12, minimised over the orders)."""
+    import dp_accounting
+    from dp_accounting.rdp import rdp_privacy_accountant
+
+    if rho == 0:
+        return 0.0
+    if not 0.0 < delta < 1.0:
+        raise Mismatch(f"cannot convert {rho:.6g}-zCDP at delta={delta!r}")
+    acc = rdp_privacy_accountant.RdpAccountant(zcdp_conversion_orders())
+    acc.compose(dp_accounting.ZCDpEvent(rho))
+    return float(acc.get_epsilon(delta))
+
+
+def gdp_to_epsilon(mu: float, delta: float) -> float:
+    """ε of the (ε, δ) guarantee implied by μ-GDP, by dp-accounting's PLD accountant (a
+    Gaussian with noise multiplier 1/μ, exact for GDP)."""
+    import dp_accounting
+    from dp_accounting.pld import pld_privacy_accountant
+
+    if mu == 0:
+        return 0.0
+    if not 0.0 < delta < 1.0:
+        raise Mismatch(f"cannot convert {mu:.6g}-GDP at delta={delta!r}")
+    acc = pld_privacy_accountant.PLDAccountant(value_discretization_interval=1e-5)
+    acc.compose(dp_accounting.GaussianDpEvent(1.0 / mu))
+    return float(acc.get_epsilon(delta))
+
+
+def sequential(parts: list[G], conversion_delta: float = 0.0) -> G:
+    """Sequential composition of ``parts`` (see the module docstring for the rules).
+
+    With an (ε, δ) part, the concentrated (zCDP/GDP) parts are composed as such, converted to
+    (ε, δ) at ``conversion_delta``, and that δ is added to the total.
+    """
+    if not parts:
+        return G("pure", 0.0)
+    kinds = {g.kind for g in parts}
+    if kinds == {"pure"}:
+        return G("pure", math.fsum(g.epsilon for g in parts))
+    if kinds == {"gdp"}:
+        return G("gdp", mu=math.sqrt(math.fsum(g.mu ** 2 for g in parts)))
+    if "approx" not in kinds:
+        return G("zcdp", rho=math.fsum(zcdp_rho(g) for g in parts))
+    eps = math.fsum(g.epsilon for g in parts if g.kind in ("approx", "pure"))
+    delta = math.fsum(g.delta for g in parts if g.kind == "approx")
+    concentrated = [g for g in parts if g.kind in ("zcdp", "gdp")]
+    if concentrated:
+        if not conversion_delta > 0:
+            raise Mismatch("concentrated steps beside (epsilon, delta) steps need a "
+                           "conversion_delta > 0")
+        conc = sequential(concentrated)
+        eps += (gdp_to_epsilon(conc.mu, conversion_delta) if conc.kind == "gdp"
+                else zcdp_to_epsilon(conc.rho, conversion_delta))
+        delta += conversion_delta
+    return G("approx", eps, delta)
+
+
+def as_approx(g: G, delta: float) -> tuple[float, float]:
+    """(ε, δ) implied by ``g``; concentrated guarantees converted at ``delta``."""
+    if g.kind == "pure":
+        return g.epsilon, 0.0
+    if g.kind == "approx":
+        return g.epsilon, g.delta
+    if g.kind == "zcdp":
+        return zcdp_to_epsilon(g.rho, delta), delta
+    return gdp_to_epsilon(g.mu, delta), delta
+
+
+def close(a: float, b: float, rel: float = REL_TOL) -> bool:
+    return math.isclose(a, b, rel_tol=rel, abs_tol=1e-300)
+
+
+def same_guarantee(a: G, b: G) -> bool:
+    return a.kind == b.kind and all(close(getattr(a, f), getattr(b, f))
+                                    for f in ("epsilon", "delta", "rho", "mu"))
+
+
+# ------------------------------------------------------------------ neighbouring relations
+
+REPLACE_ONE, ADD_REMOVE = "replace-one", "add-remove"
+RELATIONS = (REPLACE_ONE, ADD_REMOVE)
+# What the ledger charges and every published guarantee must be stated for (docs/privacy.md).
+CHARGED_RELATION = REPLACE_ONE
+
+
+def relation_of(obj, where: str) -> str:
+    """The neighbouring relation ``obj`` (a manifest dict) is stated for. A missing one is
+    replace-one: manifests written before relations were stated meant that."""
+    rel = obj.get("relation", REPLACE_ONE) if isinstance(obj, dict) else REPLACE_ONE
+    if rel not in RELATIONS:
+        raise Mismatch(f"{where}: unknown neighbouring relation {rel!r} (expected "
+                       f"{' or '.join(RELATIONS)})")
+    return rel
+
+
+def group_of_two(g: G) -> G:
+    """An add-remove guarantee restated for replace-one neighbours: a replacement is a removal
+    then an addition, so group privacy of size 2 applies. Pure ε → 2ε (Dwork & Roth 2014,
+    Thm 2.2); (ε, δ) → (2ε, (1 + e^ε)δ), the (ε, δ) inequality applied along the path;
+    ρ-zCDP → 4ρ (Bun & Steinke 2016, Prop. 1.9, k²ρ); μ-GDP → 2μ (Dong, Roth & Su 2022,
+    Sec. 2.3, kμ)."""
+    if g.kind == "pure":
+        return G("pure", 2.0 * g.epsilon)
+    if g.kind == "approx":
+        # e^ε overflows a float above ε ≈ 709: no δ < 1 is left there anyway
+        delta = ((1.0 + math.exp(g.epsilon)) * g.delta if g.epsilon < 700 else math.inf) \
+            if g.delta else 0.0
+        if not delta < 1.0:
+            raise Mismatch(f"{g.text()} (add-remove) gives delta {delta:.3g} >= 1 for "
+                           "replace-one neighbours: no guarantee")
+        return G("approx", 2.0 * g.epsilon, delta)
+    if g.kind == "zcdp":
+        return G("zcdp", rho=4.0 * g.rho)
+    return G("gdp", mu=2.0 * g.mu)
+
+
+def restate(g: G, noise_relation: str, step_relation: str) -> G:
+    """One draw's guarantee, stated for ``noise_relation``, in the step's relation: unchanged
+    if they agree, group privacy of size 2 from add-remove to replace-one, and nothing else
+    (a replace-one bound says nothing about adding a record: n may enter it without limit)."""
+    if noise_relation == step_relation:
+        return g
+    if (noise_relation, step_relation) == (ADD_REMOVE, REPLACE_ONE):
+        return group_of_two(g)
+    raise Mismatch(f"noise stated for {noise_relation} cannot pay a step charged for "
+                   f"{step_relation}")
+
+
+# ---------------------------------------------------------------------------- noise formulas
+
+
+def _number(params: dict, key: str, positive: bool = True) -> float:
+    v = params.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+            or v < 0 or (positive and v == 0):
+        raise Mismatch(f"parameter {key} must be a {'positive' if positive else 'non-negative'} "
+                       f"number, got {v!r}")
+    return float(v)
+
+
+def _grid_laplace(p: dict) -> G:
+    return G("pure", (_number(p, "grid_steps") + _number(p, "dims")) * _number(p, "scale_den")
+             / _number(p, "scale_num"))
+
+
+def _grid_gaussian(p: dict) -> G:
+    k = _number(p, "grid_steps") + math.sqrt(_number(p, "dims"))
+    return G("zcdp", rho=k * k / (2.0 * _number(p, "sigma2")))
+
+
+def _exponential_median(p: dict) -> G:
+    return G("pure", _number(p, "rate") / _number(p, "rate_den"))
+
+
+def _students_t(p: dict) -> G:
+    d = _number(p, "d")
+    return G("pure", (d + 1.0) * (_number(p, "beta") + _number(p, "s") / (2.0 * math.sqrt(d))))
+
+
+def _whole(params: dict, key: str) -> int:
+    v = params.get(key)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise Mismatch(f"parameter {key} must be an integer >= 1, got {v!r}")
+    return v
+
+
+def _discrete_laplace_log_survival(m: int, t: float) -> float:
+    """ln P(K > m), P(K = k) = (1 − p)/(1 + p)·p^|k|, p = e^{−1/t}: for m ≥ 0 the tail
+    Σ_{k>m} is p^{m+1}/(1 + p); for m < 0 it is 1 − P(K ≥ |m|) = 1 − p^{|m|}/(1 + p)."""
+    if m >= 0:
+        return -(m + 1) / t - math.log1p(math.exp(-1.0 / t))
+    return math.log1p(-math.exp(m / t) / (1.0 + math.exp(-1.0 / t)))
+
+
+def privtree_replace_one_epsilon(grid_steps: int, t: float, bias: int) -> float:
+    """PrivTree's replace-one ε (see the module docstring), an upper bound by construction.
+
+    Where m_j + grid_steps < 0 the band terms fall at least geometrically, ratio
+    r = e^{−bias/t}, so everything after the last term summed is at most last·r/(1 − r);
+    that bound is added where the sum stops."""
+    r = math.exp(-bias / t)
+    tail = r / (1.0 - r) if r < 1.0 else math.inf
+    total, last = 0.0, 0.0
+    for j in range(200_000):
+        m = bias - 1 - j * bias
+        last = (_discrete_laplace_log_survival(m, t)
+                - _discrete_laplace_log_survival(m + grid_steps, t))
+        total += last
+        if m + grid_steps < 0 and last * tail <= 1e-16 * total:
+            break
+    return grid_steps / t + total + last * tail
+
+
+def _privtree_parameters(p: dict) -> tuple[int, int, int, int]:
+    _whole(p, "branching")  # not in the map (the band argument holds for any branching)
+    return (_whole(p, "grid_steps"), _whole(p, "scale_num"), _whole(p, "scale_den"),
+            _whole(p, "bias"))
+
+
+def _privtree(p: dict) -> G:
+    n, num, den, bias = _privtree_parameters(p)
+    return G("pure", privtree_replace_one_epsilon(n, num / den, bias))
+
+
+NOISE_FORMULAS: dict[str, Callable[[dict], G]] = {
+    "grid-laplace": _grid_laplace,
+    "grid-gaussian": _grid_gaussian,
+    "exponential-median": _exponential_median,
+    "students-t-smooth-sensitivity": _students_t,
+    "privtree-grid-laplace": _privtree,
+}
+
+
+def noise_guarantee(noise_step: dict) -> G:
+    """The guarantee of one run of a noise step, recomputed from its parameters."""
+    mech = noise_step.get("mechanism")
+    if mech not in NOISE_FORMULAS:
+        raise Mismatch(f"unknown noise mechanism {mech!r}")
+    params = noise_step.get("parameters")
+    if not isinstance(params, dict):
+        raise Mismatch("no parameters")
+    return NOISE_FORMULAS[mech](params)
+
+
+def noise_guarantee_bound(noise_step: dict) -> G:
+    """The largest budget the noise step's parameters could have been calibrated for.
+
+    Each sampler rounds its last parameter one way, towards more noise: the Laplace scale
+    numerator up (ceil), the Gaussian σ² up (ceil), the exponential rate down (floor), the
+    t-noise s down by ulps. One unit back gives a budget that the parameters still fit, so a
+    step's stated guarantee above the composition of these bounds is not explained by rounding.
+    PrivTree's scale numerator is rounded up the same way and its bias is ⌈t·ln 2⌉ of that
+    scale, so one unit less of the numerator may also lower the bias by one unit: the larger
+    of the two maps.
+    """
+    p, mech = noise_step["parameters"], noise_step["mechanism"]
+    exact = noise_guarantee(noise_step)
+    if mech == "grid-laplace":
+        num = _number(p, "scale_num")
+        return G("pure", math.inf if num <= 1 else exact.epsilon * num / (num - 1))
+    if mech == "grid-gaussian":
+        sigma2 = _number(p, "sigma2")
+        return G("zcdp", rho=math.inf if sigma2 <= 1 else exact.rho * sigma2 / (sigma2 - 1))
+    if mech == "exponential-median":
+        return G("pure", (_number(p, "rate") + 1) / _number(p, "rate_den"))
+    if mech == "privtree-grid-laplace":
+        n, num, den, bias = _privtree_parameters(p)
+        if num <= 1:
+            return G("pure", math.inf)
+        return G("pure", max(privtree_replace_one_epsilon(n, (num - 1) / den, b)
+                             for b in {bias, max(bias - 1, 1)}))
+    return G("pure", exact.epsilon * (1 + 1e-12))
+
+
+def _repeat(noise_step: dict) -> int:
+    r = noise_step.get("repeat")
+    if isinstance(r, bool) or not isinstance(r, int) or r < 1:
+        raise Mismatch(f"repeat must be a positive integer, got {r!r}")
+    return r
+
+
+def _compare_value(g: G, stated: G) -> tuple[float, str] | str:
+    """``g``'s figure in the terms of ``stated`` (its ε, ρ or μ), or why it has none."""
+    if stated.kind == "approx":
+        if g.kind == "approx":
+            if g.delta > stated.delta * (1 + REL_TOL):
+                return f"delta {g.delta:.6g} > stated {stated.delta:.6g}"
+            return g.epsilon, "epsilon"
+        return as_approx(g, stated.delta)[0], f"epsilon at delta={stated.delta:.3g}"
+    if stated.kind == "pure":
+        return (g.epsilon, "epsilon") if g.kind == "pure" else f"{g.text()} is not pure DP"
+    if stated.kind == "zcdp":
+        return (zcdp_rho(g), "rho") if g.kind != "approx" else f"{g.text()} implies no zCDP"
+    return (g.mu, "mu") if g.kind == "gdp" else f"{g.text()} is not GDP"
+
+
+def _equals(composed: G, stated: G) -> bool:
+    got = _compare_value(composed, stated)
+    if isinstance(got, str):
+        return False
+    value, what = got
+    return close(value, getattr(stated, "epsilon" if what.startswith("epsilon") else what))
+
+
+def covers(composed: G, bound: G, stated: G) -> tuple[bool, str]:
+    """Whether noise composing to ``composed`` is the step's ``stated`` guarantee: at least as
+    private (within float tolerance), and not more private than the rounding explains
+    (``bound``: the same noise composed from :func:`noise_guarantee_bound`)."""
+    got = _compare_value(composed, stated)
+    finite = all(math.isfinite(getattr(bound, f)) for f in ("epsilon", "delta", "rho", "mu"))
+    top = _compare_value(bound, stated) if finite else (math.inf, "")
+    for v in (got, top):
+        if isinstance(v, str):
+            return False, v
+    (value, what), (upper, _) = got, top
+    claim = getattr(stated, "epsilon" if what.startswith("epsilon") else what)
+    if value > claim * (1 + REL_TOL):
+        return False, f"noise gives {what} {value:.12g} > stated {claim:.12g}"
+    if upper < claim * (1 - REL_TOL):
+        return False, (f"noise gives {what} {value:.12g} (at most {upper:.12g} before its "
+                       f"parameters were rounded), below the stated {claim:.12g}: the step "
+                       "does not describe its noise")
+    return True, f"{what} {value:.12g} <= {claim:.12g}"
+
+
+# ------------------------------------------------------------------------------------- checks
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def check_files(folder: Path, m: dict) -> str:
+    files = m.get("files")
+    if not isinstance(files, dict) or not files:
+        raise Mismatch("the manifest lists no files")
+    problems = []
+    for name, info in files.items():
+        if not isinstance(name, str) or "/" in name or "\\" in name or name in ("", ".", ".."):
+            problems.append(f"{name!r} is not a plain file name")
+            continue
+        path = folder / name
+        if path.is_symlink() or not path.is_file():
+            problems.append(f"{name} missing (or not a regular file)")
+        elif path.stat().st_size != info.get("bytes"):
+            problems.append(f"{name} has {path.stat().st_size} bytes, manifest says "
+                            f"{info.get('bytes')}")
+        elif _sha256(path) != info.get("sha256"):
+            problems.append(f"{name} sha256 differs from the manifest")
+    extra = sorted(p.name for p in folder.iterdir() if p.name not in files and p.name != MANIFEST)
+    if extra:
+        problems.append(f"files not in the manifest: {extra}")
+    required = ((SYNTHETIC_PARQUET, SYNTHETIC_CSV, CONFIG) if _synthetic(m)
+                else ("tracts.parquet", CONFIG))
+    for required in required:
+        if required not in files:
+            problems.append(f"{required} is not listed")
+    if problems:
+        raise Mismatch("; ".join(problems))
+    return f"{len(files)} files match their sha256 and size; no other files"
+
+
+def _json_object(path: Path, name: str, error: type[Exception],
+                 limit: int = MAX_MANIFEST_BYTES) -> dict:
+    """The JSON object in ``path``; ``error`` (with ``name`` in the message) if there is none,
+    if the file is over ``limit`` bytes (refused before reading) or nests too deeply."""
+    try:
+        size = path.stat().st_size
+        if size > limit:
+            raise error(f"{name} is {size:,} bytes, over the {limit:,} this audit reads")
+        with open(path, "rb") as fh:
+            raw = fh.read(limit + 1)
+        obj = json.loads(raw)
+    except (OSError, ValueError) as err:
+        raise error(f"{name} cannot be read: {err}") from None
+    except RecursionError:
+        raise error(f"{name} nests too deeply to read") from None
+    if json_depth_exceeds(obj, MAX_JSON_DEPTH):
+        raise error(f"{name} nests deeper than {MAX_JSON_DEPTH} levels")
+    if not isinstance(obj, dict):
+        raise error(f"{name} is not a JSON object")
+    return obj
+
+
+def _config(folder: Path) -> dict:
+    return _json_object(folder / CONFIG, CONFIG, Mismatch)
+
+
+def check_config(folder: Path, m: dict) -> str:
+    cfg = _config(folder)
+    budget, sel = m["budget"], m["selection"]
+    problems = []
+
+    def same(label, a, b):
+        equal = close(float(a), float(b)) if isinstance(a, (int, float)) and isinstance(
+            b, (int, float)) and not isinstance(a, bool) else a == b
+        if not equal:
+            problems.append(f"{label}: config {a!r} != manifest {b!r}")
+
+    privacy, selection = cfg["privacy"], cfg["selection"]
+    same("privacy.epsilon_per_tract", privacy["epsilon_per_tract"], budget["epsilon_available"])
+    same("privacy.delta", privacy["delta"], budget["delta_available"])
+    same("privacy.unit", privacy["unit"], m["privacy_unit"])
+    same("privacy.neighbouring", privacy["neighbouring"], m["neighbouring_relation"])
+    same("selection.rule", selection["rule"], sel["rule"])
+    if selection["rule"] in ("dp", "banded"):
+        same("selection.budget_share", selection["budget_share"], sel["budget_share"])
+    if selection.get("threshold") is not None:
+        same("selection.threshold", selection["threshold"], sel["threshold"])
+    same("profile.name", cfg["profile"]["name"], m["profile"])
+    suite = sorted(s["estimator"] for s in budget["steps"] if s.get("estimator"))
+    if cfg["profile"]["name"] == "full-suite":
+        same("profile.suite", sorted(cfg["profile"]["suite"]), suite)
+    elif suite:
+        problems.append(f"profile primary but the budget has suite steps {suite}")
+    same("publish.mode", cfg["publish"]["mode"], m["mode"])
+    if "min_n" in m:
+        same("publish.min_n", cfg["publish"]["min_n"], m["min_n"])
+    same("boundaries.vintage", cfg["boundaries"].get("vintage") or "unstated",
+         m["boundaries"]["vintage"])
+    same("boundaries.path", cfg["boundaries"]["path"], m["boundaries"]["file"])
+    if m.get("ledger_entry"):
+        same("ledger.dataset", cfg["ledger"]["dataset"], m["ledger_entry"].get("dataset"))
+    if cfg["validation"]["policy"] == "drop" and not any(
+            "dropped rows" in a for a in m["assumptions"]["unverified"]):
+        problems.append("validation.policy is drop but the assumptions do not say n excludes "
+                        "dropped rows")
+    if problems:
+        raise Mismatch("; ".join(problems))
+    return (f"config.json agrees with the manifest (epsilon {budget['epsilon_available']}"
+            f", delta available {budget['delta_available']}, rule {sel['rule']}, profile "
+            f"{m['profile']}, mode {m['mode']})")
+
+
+def check_mode(folder: Path, m: dict) -> str:
+    mode, bits = m.get("mode"), m.get("noise_sampler", {}).get("random_bits")
+    if mode not in ("public", "test"):
+        raise Mismatch(f"mode {mode!r} is neither public nor test")
+    if bits not in RANDOM_BITS:
+        raise Mismatch(f"random_bits {bits!r} is not one of {list(RANDOM_BITS)}")
+    if mode == "public" and bits != "os.urandom":
+        raise Mismatch("a public release with seeded noise")
+    return f"mode {mode}, random bits {bits}"
+
+
+def check_no_machine_paths(folder: Path, m: dict) -> str:
+    bad = []
+
+    def walk(obj, where):
+        if isinstance(obj, str):
+            t = obj.strip()
+            if t.startswith(("/", "~", "\\")) or re.match(r"^[A-Za-z]:[\\/]", t) \
+                    or re.match(r"^[a-z][a-z0-9+.-]*://", t, re.IGNORECASE):
+                bad.append(f"{where}={obj!r}")
+        elif isinstance(obj, dict):
+            for k, v in obj.items():
+                walk(k, f"{where}.{k}(key)")
+                walk(v, f"{where}.{k}")
+        elif isinstance(obj, list):
+            for i, v in enumerate(obj):
+                walk(v, f"{where}[{i}]")
+
+    walk(m, "")
+    walk(_config(folder), "config.json")
+    if bad:
+        raise Mismatch(f"{len(bad)} machine path(s), e.g. {bad[0]}")
+    return "no absolute path or URL in manifest.json or config.json"
+
+
+def check_noise(folder: Path, m: dict) -> str:
+    steps = m["budget"]["steps"]
+    if not steps:
+        raise Mismatch("the budget has no steps")
+    problems, n_noise, n_converted = [], 0, 0
+    for step in steps:
+        name = step.get("step", "?")
+        try:
+            stated = guarantee_from(step.get("guarantee"))
+            step_relation = relation_of(step, "the step")
+            alternatives = (step.get("noise") or {}).get("alternatives")
+            if not isinstance(alternatives, dict) or not alternatives:
+                raise Mismatch("no noise description (noise.alternatives)")
+            reached = False
+            for label, noise_steps in alternatives.items():
+                if not isinstance(noise_steps, list) or not noise_steps:
+                    raise Mismatch(f"alternative {label!r} has no noise steps")
+                parts, bounds = [], []
+                for ns in noise_steps:
+                    where = f"alternative {label!r}, noise step {ns.get('name', '?')!r}"
+                    try:
+                        recomputed = noise_guarantee(ns)
+                        claimed = guarantee_from(ns.get("guarantee"))
+                        repeat = _repeat(ns)
+                        noise_relation = _noise_relation(ns)
+                    except Mismatch as err:
+                        raise Mismatch(f"{where}: {err}") from None
+                    if not same_guarantee(recomputed, claimed):
+                        raise Mismatch(f"{where}: {ns['mechanism']} with {ns['parameters']} "
+                                       f"gives {recomputed.text()}, stated {claimed.text()}")
+                    # Each draw is restated for the step's relation before composing (the
+                    # conversion is per draw, as the pipeline's compose(steps, relation=R)).
+                    try:
+                        parts += [restate(recomputed, noise_relation, step_relation)] * repeat
+                        bounds += [restate(noise_guarantee_bound(ns), noise_relation,
+                                           step_relation)] * repeat
+                    except Mismatch as err:
+                        raise Mismatch(f"{where}: {err}") from None
+                    n_noise += 1
+                    n_converted += noise_relation != step_relation
+                composed = sequential(parts)
+                ok, why = covers(composed, sequential(bounds), stated)
+                if not ok:
+                    raise Mismatch(f"alternative {label!r} vs the step's {stated.text()}: {why}")
+                reached = reached or _equals(composed, stated)
+            # Each tract runs one alternative; the step states the largest of them, exactly.
+            if not reached:
+                raise Mismatch(f"no alternative composes to exactly the step's {stated.text()}")
+        except Mismatch as err:
+            problems.append(f"step {name!r}: {err}")
+    if problems:
+        raise Mismatch("; ".join(problems))
+    converted = (f" ({n_converted} of them add-remove, converted to replace-one draw by draw)"
+                 if n_converted else "")
+    return (f"{n_noise} noise steps recomputed from their parameters{converted}; every "
+            f"alternative of the {len(steps)} steps composes to its step's guarantee")
+
+
+def _noise_relation(ns: dict) -> str:
+    """A noise step's relation, which its guarantee must be stated for too."""
+    rel = relation_of(ns, "noise step")
+    stated = relation_of(ns.get("guarantee"), "its guarantee")
+    if stated != rel:
+        raise Mismatch(f"its guarantee is stated for {stated}, its sensitivity for {rel}")
+    return rel
+
+
+def _conversions_needed(step: dict, step_relation: str) -> dict[str, list[str]]:
+    """Per alternative whose noise is (partly) stated for another relation than the step's:
+    the relations of its noise, sorted (what ``relation_conversions`` must list)."""
+    needed = {}
+    for label, noise_steps in ((step.get("noise") or {}).get("alternatives") or {}).items():
+        found = sorted({relation_of(ns, f"alternative {label!r}") for ns in noise_steps or ()})
+        if found != [step_relation]:
+            needed[label] = found
+    return needed
+
+
+def _listed_conversions(step: dict) -> dict[str, list[str]]:
+    listed = step.get("relation_conversions") or {}
+    if not isinstance(listed, dict):
+        raise Mismatch(f"relation_conversions is not an object: {listed!r}")
+    bad = [label for label, c in listed.items() if not isinstance(c, dict)]
+    if bad:
+        raise Mismatch(f"relation_conversions[{bad[0]!r}] is not an object")
+    return {label: sorted(c.get("noise_relations") or []) for label, c in listed.items()}
+
+
+def check_relations(folder: Path, m: dict) -> str:
+    """The release is charged for replace-one neighbours and says so everywhere (see the module
+    docstring, (r)); whether the noise pays for the steps is the noise check's."""
+    problems = []
+    charged = relation_of({"relation": m.get("neighbouring_relation", REPLACE_ONE)},
+                          "neighbouring_relation")
+    if charged != CHARGED_RELATION:
+        problems.append(f"neighbouring_relation is {charged}; releases are charged for "
+                        f"{CHARGED_RELATION} neighbours")
+    section = m.get("relations") or {}
+    charged_in = section.get("charged_in", REPLACE_ONE) if isinstance(section, dict) else None
+    if charged_in != charged:
+        problems.append(f"relations.charged_in is {charged_in!r}, neighbouring_relation "
+                        f"{charged!r}")
+    budget, n_converted = m["budget"], 0
+    for step in budget["steps"]:
+        name = step.get("step", "?")
+        try:
+            step_relation = relation_of(step, "relation")
+            guarantee_relation = relation_of(step.get("guarantee"), "guarantee")
+            for what, rel in (("", step_relation), ("its guarantee ", guarantee_relation)):
+                if rel != charged:
+                    raise Mismatch(f"{what}stated for {rel}, the release is charged for "
+                                   f"{charged}")
+            needed = _conversions_needed(step, step_relation)
+            listed = _listed_conversions(step)
+            if listed != needed:
+                raise Mismatch(f"relation_conversions lists {listed}, its noise needs {needed}")
+            for label, c in (step.get("relation_conversions") or {}).items():
+                if c.get("to") != step_relation:
+                    raise Mismatch(f"relation_conversions[{label!r}] converts to "
+                                   f"{c.get('to')!r}, the step is {step_relation}")
+            n_converted += len(needed)
+        except Mismatch as err:
+            problems.append(f"step {name!r}: {err}")
+    for what, g in (("budget.per_tract_and_cell", budget.get("per_tract_and_cell")),
+                    ("total_per_person.guarantee", (m.get("total_per_person") or {}).get(
+                        "guarantee"))):
+        if g is None:
+            continue
+        try:
+            rel = relation_of(g, what)
+        except Mismatch as err:
+            problems.append(str(err))
+            continue
+        if rel != charged:
+            problems.append(f"{what} is stated for {rel}, the release is charged for {charged}")
+    if problems:
+        raise Mismatch("; ".join(problems))
+    converted = (f"; {n_converted} alternative(s) with add-remove noise list their conversion"
+                 if n_converted else "")
+    return (f"charged for {charged} neighbours; {len(budget['steps'])} step(s) and the totals "
+            f"stated for it{converted}")
+
+
+def _charged(g: G, conversion_delta: float) -> tuple[float, float]:
+    """What a ledger charges for one step: basic composition (ε, δ); concentrated steps at
+    the conversion δ."""
+    if g.kind in ("pure", "approx"):
+        return g.epsilon, g.delta
+    return as_approx(g, conversion_delta)
+
+
+def check_totals(folder: Path, m: dict) -> str:
+    budget, total = m["budget"], m["total_per_person"]
+    steps = [guarantee_from(s["guarantee"]) for s in budget["steps"]]
+    conv = budget.get("conversion_delta") or 0.0
+    if not _is_number(conv) or not 0 <= conv < 1:
+        raise Mismatch(f"conversion_delta {conv!r} is not a delta in [0, 1)")
+    conv = float(conv)
+    cells = len(m["cells"])
+    problems = []
+    if total.get("cells") != cells:
+        problems.append(f"total is over {total.get('cells')} cells, the manifest lists {cells}")
+
+    per_tract = sequential(steps, conv)
+    stated = guarantee_from(budget["per_tract_and_cell"])
+    if not same_guarantee(per_tract, stated):
+        problems.append(f"per tract and cell: recomposed {per_tract.text()}, stated "
+                        f"{stated.text()}")
+    # What each tract and cell is charged: the steps' (ε, δ) summed (basic composition).
+    charged = [_charged(g, conv) for g in steps]
+    eps_c, delta_c = math.fsum(e for e, _ in charged), math.fsum(d for _, d in charged)
+    for what, got, key in (("epsilon", eps_c, "epsilon_per_tract_and_cell"),
+                           ("delta", delta_c, "delta_per_tract_and_cell")):
+        if not close(got, float(budget[key])):
+            problems.append(f"{what} per tract and cell: recomputed {got:.12g}, stated "
+                            f"{budget[key]:.12g}")
+        available = float(budget[f"{what}_available"])
+        if got > available * (1 + REL_TOL):
+            problems.append(f"{what} per tract and cell {got:.12g} is over the available "
+                            f"{available:.12g}")
+
+    combined = sequential(steps * cells, conv * cells)
+    eps, delta = as_approx(combined, conv * cells)
+    if "guarantee" in total or not _synthetic(m):
+        stated_total = guarantee_from(total.get("guarantee"))
+        if not same_guarantee(combined, stated_total):
+            problems.append(f"total per person: recomposed {combined.text()}, stated "
+                            f"{stated_total.text()}")
+    if not close(eps, float(total["epsilon"])):
+        problems.append(f"total epsilon: recomposed {eps:.12g}, stated {total['epsilon']:.12g}")
+    if not close(delta, float(total["delta"])):
+        problems.append(f"total delta: recomposed {delta:.6g}, stated {total['delta']:.6g}")
+    if "approx" in {g.kind for g in steps}:
+        if total.get("rho") is not None:
+            problems.append("a total rho is stated although a step is (epsilon, delta) only")
+    else:
+        rho = math.fsum(zcdp_rho(g) for g in steps * cells)
+        if total.get("rho") is None or not close(rho, float(total["rho"])):
+            problems.append(f"total rho: recomposed {rho:.12g}, stated {total.get('rho')}")
+
+    entry = m.get("ledger_entry")
+    if entry:
+        led_eps, led_delta = cells * eps_c, cells * delta_c
+        if entry.get("charges") != len(steps) * cells:
+            problems.append(f"ledger charges {entry.get('charges')} != {len(steps)} steps x "
+                            f"{cells} cells")
+        if not close(led_eps, float(entry.get("epsilon", float("nan")))):
+            problems.append(f"ledger epsilon: recomputed {led_eps:.12g}, stated "
+                            f"{entry.get('epsilon')}")
+        if not close(led_delta, float(entry.get("delta", float("nan")))):
+            problems.append(f"ledger delta: recomputed {led_delta:.6g}, stated "
+                            f"{entry.get('delta')}")
+    if problems:
+        raise Mismatch("; ".join(problems))
+    return (f"per tract and cell {per_tract.text()}; total per person over {cells} cell(s) "
+            f"({eps:.10g}, {delta:.3g})" + (f", rho {total['rho']:.10g}"
+                                           if total.get("rho") is not None else ""))
+
+
+def _accounted_columns(m: dict) -> set[str]:
+    return {c.strip() for key in m["published_columns"] for c in key.split(",") if c.strip()}
+
+
+def check_table(folder: Path, m: dict) -> str:
+    try:
+        df = pq.read_table(folder / "tracts.parquet").to_pandas()
+    except Exception as err:  # noqa: BLE001 - any reader error is a finding
+        raise Mismatch(f"tracts.parquet cannot be read: {err}") from None
+    budget, problems = m["budget"], []
+    cols = set(df.columns)
+    unaccounted = sorted(cols - _accounted_columns(m))
+    if unaccounted:
+        problems.append(f"columns not accounted for in published_columns: {unaccounted}")
+    missing = sorted({"geoid", "cell", "n", "mechanism", "status", "epsilon_spent",
+                      "delta_spent", *VALUE_COLUMNS} - cols)
+    if missing:
+        raise Mismatch(f"columns missing: {missing}")
+    suite_steps = {s["estimator"] for s in budget["steps"] if s.get("estimator")}
+    suite_cols = [c for c in df.columns if c.endswith(("_p25", "_p75"))
+                  and c.rsplit("_", 1)[0] not in ("p25", "p75")]
+    unpaid = sorted({c.rsplit("_", 1)[0] for c in suite_cols} - suite_steps)
+    if unpaid:
+        problems.append(f"suite columns without a budget step: {unpaid}")
+
+    status = df["status"].astype(str)
+    if not status.isin(STATUSES).all():
+        problems.append(f"unknown statuses {sorted(set(status) - set(STATUSES))}")
+    released, suppressed = status == "released", status == "suppressed"
+    spent = ~suppressed
+    values = df[list(VALUE_COLUMNS)]
+    if values[released].isna().any().any():
+        problems.append(f"{int(values[released].isna().any(axis=1).sum())} released row(s) "
+                        "lack p25/p75")
+    if values[~released].notna().any().any():
+        problems.append(f"{int(values[~released].notna().any(axis=1).sum())} row(s) not "
+                        "released carry p25/p75 values")
+    if suite_cols and df.loc[suppressed, suite_cols].notna().any().any():
+        problems.append("suppressed rows carry suite values")
+    p = df.loc[released]
+    for c in ("p25", "p75"):
+        if not np.allclose(p[c], p[f"{c}_raw"].clip(0.0, 1.0), rtol=0, atol=0):
+            problems.append(f"{c} is not {c}_raw clipped to [0, 1]")
+    eps_spent = df["epsilon_spent"].astype(float)
+    delta_spent = df["delta_spent"].astype(float)
+    if ((eps_spent[suppressed] != 0) | (delta_spent[suppressed] != 0)).any():
+        problems.append("suppressed rows with budget spent")
+    for col, spent_col in (("epsilon", eps_spent), ("delta", delta_spent)):
+        figure = float(budget[f"{col}_per_tract_and_cell"])
+        off = int((~np.isclose(spent_col[spent], figure, rtol=REL_TOL, atol=0)).sum())
+        if off:
+            problems.append(f"{col}_spent differs from the manifest's {figure:.12g} in {off} "
+                            "row(s)")
+    small = df["n"].astype(int) < int(m["min_n"])
+    if (small != suppressed).any():
+        problems.append(f"suppression is not 'n < min_n = {m['min_n']}' in "
+                        f"{int((small != suppressed).sum())} row(s): it must depend on the "
+                        "public n only")
+    if (df.loc[suppressed, "mechanism"] != "none").any():
+        problems.append("suppressed rows name a mechanism")
+    problems += _mechanism_and_reason_problems(df, m)
+    problems += _interval_value_problems(df, released)
+    counts = m["counts"]
+    by_status = {str(k): int(v) for k, v in status.value_counts().items()}
+    by_mech = {str(k): int(v) for k, v in df["mechanism"].astype(str).value_counts().items()}
+    if by_status != counts["by_status"]:
+        problems.append(f"counts by status {by_status} != manifest {counts['by_status']}")
+    if by_mech != counts["by_mechanism"]:
+        problems.append(f"counts by mechanism {by_mech} != manifest {counts['by_mechanism']}")
+    if len(df) != counts["rows"] or df["geoid"].nunique() != counts["tracts"]:
+        problems.append(f"{len(df)} rows / {df['geoid'].nunique()} tracts != manifest "
+                        f"{counts['rows']} / {counts['tracts']}")
+    if sorted(df["cell"].astype(str).unique()) != sorted(m["cells"]):
+        problems.append("cells differ from the manifest's")
+    if problems:
+        raise Mismatch("; ".join(problems))
+    statuses = ", ".join(f"{n:,} {k}" for k, n in sorted(by_status.items()))
+    return (f"{len(df):,} rows ({statuses}); every column accounted for; values and spend "
+            "agree with the statuses and the budget")
+
+
+def _expected_reasons(df, m: dict):
+    """The reason each row must give: '' where released; the public n where suppressed; the
+    mechanism's own DP failure where failed (None: any of FAILURE_REASONS[mechanism])."""
+    status, n = df["status"].astype(str), df["n"].astype(int)
+    want = np.where(status == "released", "", None).astype(object)
+    suppressed = (status == "suppressed").to_numpy()
+    want[suppressed] = np.where(n[suppressed] == 0, NO_RECORDS,
+                                f"fewer than {int(m['min_n'])} records")
+    return want
+
+
+def _mechanism_and_reason_problems(df, m: dict) -> list[str]:
+    problems = []
+    status = df["status"].astype(str).to_numpy()
+    mech = df["mechanism"].astype(str).to_numpy()
+    reason = df["reason"].fillna("").astype(str).to_numpy()
+    ran = status != "suppressed"
+    bad_mech = ran & ~np.isin(mech, PRIMARY_MECHANISMS)
+    if bad_mech.any():
+        problems.append(f"mechanism must be one of {list(PRIMARY_MECHANISMS)} where a tract "
+                        f"ran: {sorted(set(mech[bad_mech]))}")
+    rule = m["selection"]
+    if rule.get("rule") == "public" and isinstance(rule.get("threshold"), (int, float)):
+        by_n = np.where(df["n"].astype(float).to_numpy() >= rule["threshold"], "NoisyStats",
+                        "DPExpTheilSen")
+        if (ran & (mech != by_n)).any():
+            problems.append("the public rule's mechanism is not 'NoisyStats if n >= threshold'")
+    want = _expected_reasons(df, m)
+    fixed = np.array([w is not None for w in want])
+    wrong = fixed & (reason != np.array(["" if w is None else w for w in want], dtype=object))
+    failed = status == "failed"
+    allowed = np.array([r in FAILURE_REASONS.get(k, ()) for r, k in zip(reason, mech)])
+    wrong |= failed & ~allowed
+    if wrong.any():
+        i = int(np.argmax(wrong))
+        problems.append(f"{int(wrong.sum())} row(s) give a reason that is not theirs (released: "
+                        f"none; suppressed: 'fewer than {m['min_n']} records' or "
+                        f"'{NO_RECORDS}'; failed: {FAILURE_REASONS}), e.g. {reason[i]!r} "
+                        f"where {status[i]}")
+    return problems
+
+
+def _interval_value_problems(df, released) -> list[str]:
+    cols = [c for c in INTERVAL_COLUMNS if c in df.columns]
+    if not cols:
+        return []
+    problems = []
+    values = df[cols].astype(float)
+    unpaid = values[~released].notna().any(axis=1)
+    if unpaid.any():
+        problems.append(f"{int(unpaid.sum())} row(s) not released (nothing spent on an "
+                        "interval) carry interval values")
+    if len(cols) == len(INTERVAL_COLUMNS):
+        r = df.loc[released]
+        for p in ("p25", "p75"):
+            lo, hi, v = r[f"{p}_lo"].astype(float), r[f"{p}_hi"].astype(float), r[p]
+            has = lo.notna() & hi.notna()
+            bad = has & ~((lo >= 0) & (lo <= v) & (v <= hi) & (hi <= 1))
+            if bad.any():
+                problems.append(f"{int(bad.sum())} {p} interval(s) do not hold the released "
+                                f"{p} inside [0, 1]")
+    return problems
+
+
+def _synthetic(m: dict) -> bool:
+    return m.get("kind") == SYNTHETIC_KIND
+
+
+def check_synthetic_table(folder: Path, m: dict) -> str:
+    try:
+        df = pq.read_table(folder / SYNTHETIC_PARQUET).to_pandas()
+    except Exception as err:  # noqa: BLE001 - any reader error is a finding
+        raise Mismatch(f"{SYNTHETIC_PARQUET} cannot be read: {err}") from None
+    problems = []
+    if list(df.columns) != SYNTHETIC_COLUMNS:
+        raise Mismatch(f"columns {list(df.columns)}, expected exactly {SYNTHETIC_COLUMNS} "
+                       "(no person ids, nothing unaccounted for)")
+    geoid = df["GEOID"].astype(str)
+    bad_geoid = int((~geoid.str.fullmatch(r"\d{11}")).sum())
+    if bad_geoid:
+        problems.append(f"{bad_geoid} GEOID(s) are not 11 digits")
+    extra_cells = sorted(set(df["cell"].astype(str)) - set(m["cells"]))
+    if extra_cells:
+        problems.append(f"cells not in the manifest: {extra_cells}")
+    values = df[["bin_lo", "bin_hi", "x", "y"]].to_numpy(dtype=float)
+    if not np.isfinite(values).all():
+        problems.append("non-finite values")
+    elif not ((df["bin_lo"] >= 0) & (df["bin_lo"] < df["bin_hi"]) & (df["bin_hi"] <= 1)).all():
+        problems.append("bins outside 0 <= bin_lo < bin_hi <= 1")
+    counts = m["counts"]
+    if len(df) != counts["rows"]:
+        problems.append(f"{len(df)} rows, manifest says {counts['rows']}")
+    try:
+        n_csv = sum(1 for _ in open(folder / SYNTHETIC_CSV)) - 1
+        header = open(folder / SYNTHETIC_CSV).readline().strip().split(",")
+    except OSError as err:
+        raise Mismatch(f"{SYNTHETIC_CSV} cannot be read: {err}") from None
+    if header != SYNTHETIC_COLUMNS or n_csv != len(df):
+        problems.append(f"{SYNTHETIC_CSV} has columns {header} and {n_csv} rows, the Parquet "
+                        f"file {SYNTHETIC_COLUMNS} and {len(df)}")
+    if problems:
+        raise Mismatch("; ".join(problems))
+    return (f"{len(df)} rows in {geoid.nunique()} tracts; columns {SYNTHETIC_COLUMNS} only; "
+            "CSV agrees")
+
+
+# ----------------------------------------------------------------------- schema (version 2)
+
+MANIFEST_VERSIONS = (2,)
+# Release ids (dpatlas/core/ids.py): 1-64 of A-Z a-z 0-9 . _ -, not a name the publish root uses.
+RELEASE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+RESERVED_IDS = frozenset({"latest", "feed", "index", "collection", "catalog", "tiles", "map",
+                          "config", "manifest"})
+RESERVED_ID_PREFIXES = ("feed.", "latest.", "index.", "collection.", "catalog.")
+RESERVED_ID_SUFFIXES = (".json", ".atom", ".xml", ".html", ".tmp", ".lock", ".pmtiles")
+# A PEP 440 release (dpatlas's package version), and a git commit (or none: not a checkout).
+PACKAGE_VERSION = re.compile(r"\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?"
+                             r"(\+[A-Za-z0-9]+(\.[A-Za-z0-9]+)*)?")
+GIT_COMMIT = re.compile(r"[0-9a-f]{40}")
+DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+# Columns published without noise (public under the replace-one relation; status is a
+# function of the public n and of DP outputs). Everything else must be paid for.
+PUBLIC_COLUMNS = ("geoid", "state", "county", "cell", "n", "status", "geometry")
+PUBLIC_VALUES = ["n (records per tract and cell)", "tract boundaries"]
+# The `public` section: what the guarantee does not protect (docs/threat-model.md).
+PUBLIC_SECTION_KEYS = ("neighbours", "membership", "counts", "columns", "existence", "validity",
+                       "input", "timing", "confidential", "threat_model")
+N_IS_PUBLIC = "n per tract and cell is public"
+# What each statement of the `public` section must say (its fixed meaning).
+PUBLIC_SECTION_WORDS = {"neighbours": ("replace-one",), "membership": ("tract", "cell"),
+                        "counts": ("n per tract and cell",),
+                        "existence": ("depends on the data",),
+                        "validity": ("drop", "valid", "public"),
+                        "input": ("commitment", "key", "internal"),
+                        "timing": ("not protected", "rounded to the day"),
+                        "confidential": ("Prefect", "internal folder"),
+                        "threat_model": ("docs/threat-model.md",)}
+
+# The input is committed to, never hashed in the clear (dpatlas.release.manifest.input_commitment).
+INPUT_COMMITMENT_SCHEME = "hmac-sha256"
+
+# Required fields of a release manifest and their JSON types (None: null allowed).
+REQUIRED_FIELDS: dict[str, tuple] = {
+    "manifest_version": (int,), "release_id": (str,), "mode": (str,), "started": (str,),
+    "published": (str,), "code_version": (dict,), "config_sha256": (str,),
+    "config_file": (str,), "input_commitment": (dict,), "boundaries": (dict,),
+    "privacy_unit": (str,), "neighbouring_relation": (str,),
+    "public_values": (list,), "public": (dict,), "assumptions": (dict,), "profile": (str,),
+    "selection": (dict,), "min_n": (int,), "budget": (dict,), "composition": (dict,),
+    "cells": (list,), "total_per_person": (dict,), "counts": (dict,),
+    "published_columns": (dict,), "intervals": (dict, type(None)),
+    "noise_sampler": (dict,), "ledger_entry": (dict,), "files": (dict,),
+}
+SYNTHETIC_REQUIRED_FIELDS: dict[str, tuple] = {
+    "release_id": (str,), "mode": (str,), "created": (str,), "code_version": (dict,),
+    "min_n": (int,), "budget": (dict,), "cells": (list,), "total_per_person": (dict,),
+    "counts": (dict,), "noise_sampler": (dict,), "ledger_entry": (dict,), "files": (dict,),
+}
+
+
+def json_depth_exceeds(obj, limit: int) -> bool:
+    """Whether ``obj`` nests deeper than ``limit`` (iteratively: no recursion to exhaust)."""
+    stack = [(obj, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > limit:
+                return True
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict)
+                                                   else item))
+    return False
+
+
+def release_id_problem(value) -> str | None:
+    """Why ``value`` is not a release id (the rule of dpatlas/core/ids.py), or None."""
+    if not isinstance(value, str) or not RELEASE_ID.fullmatch(value):
+        return f"release_id {value!r} is not 1-64 characters of A-Z a-z 0-9 . _ -"
+    low = value.lower()
+    if low in RESERVED_IDS or low.startswith(RESERVED_ID_PREFIXES) \
+            or low.endswith(RESERVED_ID_SUFFIXES):
+        return f"release_id {value!r} is a name the publish root reserves"
+    return None
+
+
+def _day(value, what: str) -> str:
+    """The UTC day of a manifest time: a date, or an ISO-8601 time (manifests before the
+    times were rounded to the day)."""
+    import datetime as dt
+
+    if not isinstance(value, str):
+        raise Mismatch(f"{what} {value!r} is not a date")
+    try:
+        if DAY.fullmatch(value):
+            return dt.date.fromisoformat(value).isoformat()
+        t = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise Mismatch(f"{what} {value!r} is not a valid date") from None
+    if t.tzinfo is None:
+        raise Mismatch(f"{what} {value!r} has no time zone")
+    return t.astimezone(dt.timezone.utc).date().isoformat()
+
+
+def _code_version_problem(cv) -> str | None:
+    if not isinstance(cv, dict) or set(cv) != {"package", "git_commit"}:
+        return f"code_version {cv!r} is not {{package, git_commit}}"
+    pkg, commit = cv["package"], cv["git_commit"]
+    if not isinstance(pkg, str) or not (pkg == "unknown" or PACKAGE_VERSION.fullmatch(pkg)):
+        return f"code_version.package {pkg!r} is not a version"
+    if commit is not None and not (isinstance(commit, str) and GIT_COMMIT.fullmatch(commit)):
+        return f"code_version.git_commit {commit!r} is not a 40-digit git commit"
+    return None
+
+
+def _required_problems(m: dict, required: dict[str, tuple]) -> list[str]:
+    problems = []
+    for key, types in required.items():
+        if key not in m:
+            problems.append(f"{key} missing")
+        elif isinstance(m[key], bool) or not isinstance(m[key], types):
+            wanted = " or ".join("null" if t is type(None) else t.__name__ for t in types)
+            problems.append(f"{key} is {type(m[key]).__name__}, expected {wanted}")
+    return problems
+
+
+def _dates_problems(m: dict, keys: tuple[str, ...]) -> list[str]:
+    import datetime as dt
+
+    problems, days = [], {}
+    for key in keys:
+        try:
+            days[key] = _day(m.get(key), key)
+        except Mismatch as err:
+            problems.append(str(err))
+    tomorrow = (dt.datetime.now(dt.timezone.utc).date() + dt.timedelta(days=1)).isoformat()
+    for key, day in days.items():
+        if day > tomorrow:
+            problems.append(f"{key} {day} is in the future")
+    if len(days) == 2 and days["published"] < days["started"]:
+        problems.append(f"published {days['published']} is before started {days['started']}")
+    return problems
+
+
+SHA256 = re.compile(r"[0-9a-f]{64}")
+BOUNDARIES_HASHED_AS = ("file", "folder (relative names and contents)")
+
+
+def _is_number(v) -> bool:
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def _release_field_problems(m: dict) -> list[str]:
+    """Fields whose form is fixed: hashes, the config's name, the steps' parameters."""
+    problems = []
+    if m.get("config_file") != CONFIG:
+        problems.append(f"config_file {m.get('config_file')!r} is not {CONFIG!r}")
+    if "config_sha256" in m and not (isinstance(m["config_sha256"], str)
+                                     and SHA256.fullmatch(m["config_sha256"])):
+        problems.append(f"config_sha256 {m['config_sha256']!r} is not a sha256")
+    if "input_sha256" in m:
+        problems.append("input_sha256 is published: a plain hash of the confidential input is "
+                        "a non-DP function of it (publish only input_commitment)")
+    c = m.get("input_commitment")
+    if isinstance(c, dict) and not (c.get("scheme") == INPUT_COMMITMENT_SCHEME
+                                    and isinstance(c.get("value"), str)
+                                    and SHA256.fullmatch(c["value"])):
+        problems.append(f"input_commitment {c!r} is not an {INPUT_COMMITMENT_SCHEME} value")
+    b = m.get("boundaries")
+    if isinstance(b, dict):
+        if not (isinstance(b.get("sha256"), str) and SHA256.fullmatch(b["sha256"])):
+            problems.append(f"boundaries.sha256 {b.get('sha256')!r} is not a sha256")
+        if b.get("hashed_as") not in BOUNDARIES_HASHED_AS:
+            problems.append(f"boundaries.hashed_as {b.get('hashed_as')!r} is not one of "
+                            f"{list(BOUNDARIES_HASHED_AS)}")
+        if not isinstance(b.get("file"), str) or not isinstance(b.get("vintage"), str):
+            problems.append("boundaries.file and boundaries.vintage must be text")
+    budget = m.get("budget")
+    for step in (budget.get("steps") or []) if isinstance(budget, dict) else []:
+        if not isinstance(step, dict):
+            problems.append("a budget step is not an object")
+            continue
+        eps, delta = step.get("epsilon_param"), step.get("delta_param")
+        if not (_is_number(eps) and eps >= 0 and _is_number(delta) and 0 <= delta < 1):
+            problems.append(f"step {step.get('step')!r}: epsilon_param {eps!r} / delta_param "
+                            f"{delta!r} are not a budget")
+        if step.get("estimator") is not None and step.get("step") != \
+                f"suite: {step.get('estimator')}":
+            problems.append(f"step {step.get('step')!r} names estimator "
+                            f"{step.get('estimator')!r}")
+    return problems
+
+
+def check_schema(folder: Path, m: dict) -> str:
+    """The manifest's version and required fields, its id (the folder's name), its dates and
+    code version (see the module docstring, (s))."""
+    if _synthetic(m):
+        problems = _required_problems(m, SYNTHETIC_REQUIRED_FIELDS)
+        problems += _dates_problems(m, ("created",))
+    else:
+        version = m.get("manifest_version")
+        if version not in MANIFEST_VERSIONS or isinstance(version, bool):
+            raise Mismatch(f"manifest_version {version!r} is not one this audit reads "
+                           f"({', '.join(map(str, MANIFEST_VERSIONS))}): an older manifest "
+                           "lacks required fields, a newer one needs a newer audit")
+        problems = _required_problems(m, REQUIRED_FIELDS)
+        problems += _dates_problems(m, ("started", "published"))
+        # The folder's own name: `latest` (and any other link) names the folder it points to.
+        name = folder.resolve().name
+        if m.get("release_id") != name:
+            problems.append(f"release_id {m.get('release_id')!r} is not the folder's name "
+                            f"{name!r}")
+        entry = m.get("ledger_entry")
+        if isinstance(entry, dict) and entry.get("release_id") != m.get("release_id"):
+            problems.append(f"ledger_entry.release_id {entry.get('release_id')!r} is not the "
+                            f"release's {m.get('release_id')!r}")
+        min_n = m.get("min_n")
+        if isinstance(min_n, int) and not isinstance(min_n, bool) and min_n < 2:
+            problems.append(f"min_n {min_n} < 2: a regression needs two records")
+        problems += _release_field_problems(m)
+    bad_id = release_id_problem(m.get("release_id"))
+    if bad_id:
+        problems.append(bad_id)
+    if "code_version" in m:
+        bad_cv = _code_version_problem(m["code_version"])
+        if bad_cv:
+            problems.append(bad_cv)
+    if problems:
+        raise Mismatch("; ".join(problems))
+    if _synthetic(m):
+        return f"synthetic manifest: required fields present; id {m['release_id']}"
+    return (f"manifest_version {m['manifest_version']}: {len(REQUIRED_FIELDS)} required fields "
+            f"present; id {m['release_id']} = folder; {m['started']} <= {m['published']}")
+
+
+def check_public(folder: Path, m: dict) -> str:
+    """What is public is stated with its fixed meaning: the public values, the `public`
+    section (docs/threat-model.md), and the assumption that n is public."""
+    problems = []
+    if m.get("public_values") != PUBLIC_VALUES:
+        problems.append(f"public_values {m.get('public_values')!r} != {PUBLIC_VALUES!r}")
+    section = m.get("public")
+    if not isinstance(section, dict):
+        problems.append("no `public` section")
+    else:
+        if sorted(section) != sorted(PUBLIC_SECTION_KEYS):
+            problems.append(f"`public` has keys {sorted(section)}, expected "
+                            f"{sorted(PUBLIC_SECTION_KEYS)}")
+        if section.get("columns") != list(PUBLIC_COLUMNS):
+            problems.append(f"public.columns {section.get('columns')!r} != "
+                            f"{list(PUBLIC_COLUMNS)!r}")
+        empty = [k for k in PUBLIC_SECTION_KEYS if k != "columns"
+                 and not (isinstance(section.get(k), str) and section[k].strip())]
+        if empty:
+            problems.append(f"`public` states nothing for {empty}")
+        for key, words in PUBLIC_SECTION_WORDS.items():
+            text = section.get(key)
+            if isinstance(text, str) and text.strip() and not all(w in text for w in words):
+                problems.append(f"public.{key} does not say {' / '.join(words)}")
+    assumptions = m.get("assumptions")
+    unverified = assumptions.get("unverified") if isinstance(assumptions, dict) else None
+    if not isinstance(unverified, list) or not isinstance(assumptions.get("verified"), list):
+        problems.append("assumptions must list `verified` and `unverified`")
+    elif not any(isinstance(a, str) and a.startswith(N_IS_PUBLIC) for a in unverified):
+        problems.append(f"the assumption {N_IS_PUBLIC!r} is not listed as unverified")
+    elif not all(isinstance(a, str) and a.strip()
+                 for a in unverified + assumptions["verified"]):
+        problems.append("an assumption is not a text")
+    if problems:
+        raise Mismatch("; ".join(problems))
+    return (f"public: {', '.join(PUBLIC_COLUMNS)} and the existence and timing of the release; "
+            "n is public (unverified assumption)")
+
+
+# ------------------------------------------------------------- sensitivities, derived here
+#
+# Each noise step a manifest may contain, keyed by (alternative, noise step name): the
+# sensitivity of its query derived from the mechanism and the public parameters alone (records
+# clipped to [0, 1] x [0, 1], n public, k = n - 1 pairwise predictions per record for all-pairs
+# Theil-Sen), the norm and number of coordinates that fixes the noise that can pay for it, and
+# the statement the manifest must make. The noise check then recomputes the guarantee from the
+# calibration, which holds for a query of exactly these coordinates: the grid mechanisms round
+# each coordinate, adding at most one grid unit per coordinate (grid_steps + dims in L1,
+# grid_steps + sqrt(dims) in L2).
+
+
+@dataclass(frozen=True)
+class Derived:
+    mechanism: str                 # the only noise that pays for this sensitivity
+    dims: int | str | None         # coordinates of the query ("bins", "bins^2": DDSSP's grid)
+    at_n: Callable[[int], float]   # the sensitivity at a public n (records on [0, 1])
+    statement: str                 # what the manifest states, a regular expression
+    relation: str = REPLACE_ONE
+
+
+def _text(s: str) -> str:
+    return re.escape(s)
+
+
+_NUMBER = r"[0-9]+(\.[0-9]+)?(e[-+]?[0-9]+)?"
+_L1 = "(L1, replace-one, {} on [0, 1])"
+_EXP_ALL = ("utility sensitivity k = the most pairwise predictions one record is in "
+            "(k = n - 1 for all pairs) (replace-one; predictions clipped to [lo, hi])")
+_EXP_MATCH = ("utility sensitivity k = the most pairwise predictions one record is in "
+              "(k = 1 matching) (replace-one; predictions clipped to [lo, hi])")
+_EXP_KMATCH = ("utility sensitivity k = the most pairwise predictions one record is in "
+               "(k = min(k matchings, n - 1)) (replace-one; predictions clipped to [lo, hi])")
+_EXP_INTERVAL = ("utility sensitivity k = n - 1 (pairwise predictions one record is in; "
+                 "padding with public values lo/hi shifts the target rank and changes nothing "
+                 "else)")
+_SIMPLEX = ("1 (L1, add-remove: each record adds or removes a vector of nonnegative "
+            "coordinates summing to 1; ranks on [0, 1])")
+_MARGINAL = ("sqrt(2) (L2, replace-one: one record leaves one cell of the marginal and joins "
+             "another)")
+
+
+def _nvar() -> Derived:
+    # n·var(x) = Σx² − (Σx)²/n: replacing one x in [0, 1] moves it by at most 1 − 1/n
+    return Derived("grid-laplace", 1, lambda n: 1 - 1 / n,
+                   _text("1 - 1/n " + _L1.format("parent ranks")))
+
+
+def _exp(statement: str, k: Callable[[int], float]) -> Derived:
+    return Derived("exponential-median", None, k, _text(statement))
+
+
+_MEDIANS = ("p25 median", "p75 median")
+_INTERVAL_ENDS = [f"interval: {p} {end}" for p in ("p25", "p75") for end in ("lower", "upper")]
+
+SENSITIVITIES: dict[tuple[str, str], Derived] = {
+    ("dp selection rule", "nvar"): _nvar(),
+    ("NoisyStats", "nvar"): _nvar(),
+    # n·cov(x, y): one record moves it by at most 1 − 1/n (both ranks on [0, 1])
+    ("NoisyStats", "ncov"): Derived("grid-laplace", 1, lambda n: 1 - 1 / n,
+                                    _text("1 - 1/n " + _L1.format("ranks"))),
+    # ȳ − slope·x̄ given the released (DP) slope: (1 + |slope|)/n, at least 1/n
+    ("NoisyStats", "intercept"): Derived(
+        "grid-laplace", 1, lambda n: 1 / n,
+        _text("(1 + |noisy slope|)/n given the released noisy slope " + _L1.format("ranks"))),
+    ("NoisyIntercept", "mean of y"): Derived("grid-laplace", 1, lambda n: 1 / n,
+                                             _text("1/n " + _L1.format("child ranks"))),
+    ("NoisyStats", "interval: mean of x"): Derived(
+        "grid-laplace", 1, lambda n: 1 / n, _text("1/n " + _L1.format("parent ranks"))),
+    # the interval's own, second draw of n·var(x): the same query as the selection's nvar
+    ("NoisyStats", "interval: nvar"): Derived(
+        "grid-laplace", 1, lambda n: 1 - 1 / n,
+        _text("1 - 1/n " + _L1.format("parent ranks") + ": a second draw of n var(x)")),
+    **{("DPExpTheilSen", end): _exp(_EXP_INTERVAL, lambda n: n - 1) for end in _INTERVAL_ENDS},
+    # Theil–Sen medians: one record is in k pairwise predictions (k = n − 1 over all pairs)
+    **{(est, med): _exp(_EXP_ALL, lambda n: n - 1)
+       for est in ("DPExpTheilSen", "DPWideTheilSen") for med in _MEDIANS},
+    **{("DPExpTheilSenMatch", med): _exp(_EXP_MATCH, lambda n: 1) for med in _MEDIANS},
+    **{("DPExpTheilSenkMatch", med): _exp(_EXP_KMATCH, lambda n: min(1, n - 1))
+       for med in _MEDIANS},
+    # a record's clipped gradient lies in [−τ, τ]²: L1 distance 4τ, L2 distance 2√2·τ
+    ("DPGDPure", "gradient step"): Derived(
+        "grid-laplace", 2, lambda n: 4.0,
+        r"4\*tau = " + _NUMBER + _text(" (L1, replace-one: each record's gradient is clipped "
+                                       "to [-tau, tau]^2)")),
+    **{(est, "gradient step"): Derived(
+        "grid-gaussian", 2, lambda n: 2 * math.sqrt(2),
+        r"2\*sqrt\(2\)\*tau = " + _NUMBER + _text(" (L2, replace-one: each record's gradient "
+                                                  "is clipped to [-tau, tau]^2)"))
+       for est in ("DPGDzCDP", "DPGDApprox")},
+    ("BinAgg", "privtree bins"): Derived(
+        "privtree-grid-laplace", None, lambda n: 1.0,
+        _text("1 record = grid_steps units of a node's count; replace-one: one path gains a "
+              "record, one loses it (docs/binagg.md, Theorem 1)")),
+    ("BinAgg", "bin counts"): Derived(
+        "grid-gaussian", 1, lambda n: 1.0,
+        _text("1 per bin (L2, a record is in one bin); replace-one changes 2 bins")),
+    ("BinAgg", "bin sums of x"): Derived(
+        "grid-gaussian", 1, lambda n: 1.0,
+        _text("U_k = the bin's upper edge, per bin (x confined to [L_k, U_k]); replace-one "
+              "changes 2 bins")),
+    ("BinAgg", "bin sums of y"): Derived(
+        "grid-gaussian", 1, lambda n: 1.0,
+        _text("B_y = 1 per bin (y on [0, 1]); replace-one changes 2 bins")),
+    # each record adds a vector of nonnegative coordinates summing to 1 (add-remove: L1 = 1)
+    ("FreeLunchSSP", "x simplex (x^2, x(1-x), 1-x)"): Derived(
+        "grid-laplace", 3, lambda n: 1.0, _text(_SIMPLEX), ADD_REMOVE),
+    ("FreeLunchSSP", "xy simplex (xy, (1-x)y, x(1-y), (1-x)(1-y))"): Derived(
+        "grid-laplace", 4, lambda n: 1.0, _text(_SIMPLEX), ADD_REMOVE),
+    # a record leaves one histogram cell and joins another: L2 distance √2
+    ("DDSSP", "x marginal"): Derived("grid-gaussian", "bins", lambda n: math.sqrt(2),
+                                     _text(_MARGINAL)),
+    ("DDSSP", "y marginal"): Derived("grid-gaussian", "bins", lambda n: math.sqrt(2),
+                                     _text(_MARGINAL)),
+    ("DDSSP", "xy marginal"): Derived("grid-gaussian", "bins^2", lambda n: math.sqrt(2),
+                                      _text(_MARGINAL)),
+    # λ_min(X'X) moves by at most 1 (Courant–Fischer, rows (1, x) with x in [0, 1])
+    ("AdaSSP", "min eigenvalue of X'X"): Derived(
+        "grid-gaussian", 1, lambda n: 1.0,
+        _text("1 (replace-one, n public, features (1, x) with x in [0, 1]: Courant-Fischer, "
+              "see mechanisms/adassp.py)")),
+    ("AdaSSP", "X'X"): Derived(
+        "grid-gaussian", 2, lambda n: math.sqrt(2),
+        _text("sqrt(2) (L2 of (sum x, sum x^2), replace-one, x in [0, 1]; n is public, not "
+              "noised)")),
+    ("AdaSSP", "X'y"): Derived(
+        "grid-gaussian", 2, lambda n: math.sqrt(2),
+        _text("sqrt(2) (L2 of (sum y, sum x*y), replace-one, x and y in [0, 1])")),
+}
+
+
+def _shown(statement: str) -> str:
+    """A derived statement (a regular expression) as text: numbers shown as <number>."""
+    return re.sub(r"\\(.)", r"\1", statement.replace(_NUMBER, "<number>"))
+
+
+def _ddssp_bins(noise_steps: list) -> int | None:
+    """DDSSP's grid size B from its x marginal (B cells); its xy marginal must have B²."""
+    for ns in noise_steps:
+        if ns.get("name") == "x marginal":
+            return (ns.get("parameters") or {}).get("dims")
+    return None
+
+
+def _derived_dims(d: Derived, noise_steps: list):
+    if isinstance(d.dims, int) or d.dims is None:
+        return d.dims
+    bins = _ddssp_bins(noise_steps)
+    if not isinstance(bins, int) or isinstance(bins, bool) or bins < 2:
+        raise Mismatch(f"DDSSP's grid size (x marginal dims) {bins!r} is not an integer >= 2")
+    return bins if d.dims == "bins" else bins * bins
+
+
+def sensitivity_problem(label: str, ns: dict, noise_steps: list, min_n: int) -> str | None:
+    """Why the noise step does not carry the sensitivity the audit derives, or None."""
+    name = ns.get("name")
+    # An alternative that runs one mechanism after another ("dp selection rule + NoisyStats",
+    # the banded rule's dp band) draws the noise of each of its parts.
+    d = next((SENSITIVITIES[(part, name)] for part in [label, *label.split(" + ")]
+              if (part, name) in SENSITIVITIES), None)
+    if d is None:
+        return "the audit derives no sensitivity for it (an unknown mechanism or step)"
+    if ns.get("mechanism") != d.mechanism:
+        return f"mechanism {ns.get('mechanism')!r}, its sensitivity needs {d.mechanism!r}"
+    if relation_of(ns, "noise step") != d.relation:
+        return f"stated for {relation_of(ns, 'noise step')}, its sensitivity is {d.relation}"
+    want = _derived_dims(d, noise_steps)
+    got = (ns.get("parameters") or {}).get("dims")
+    if want is not None and got != want:
+        return (f"dims {got!r}: the query has {want} coordinate(s), so the calibration must "
+                f"cover {want} rounding unit(s)")
+    text = ns.get("sensitivity")
+    if not isinstance(text, str) or not re.fullmatch(d.statement, text):
+        return f"states sensitivity {text!r}; the audit derives {_shown(d.statement)!r}"
+    value = d.at_n(min_n)
+    if not (math.isfinite(value) and value > 0):
+        return f"its sensitivity at n = min_n = {min_n} is {value!r}, not positive"
+    return None
+
+
+def check_sensitivities(folder: Path, m: dict) -> str:
+    min_n = m["min_n"]
+    if isinstance(min_n, bool) or not isinstance(min_n, int) or min_n < 2:
+        raise Mismatch(f"min_n {min_n!r}: sensitivities are derived for n >= 2")
+    problems, n = [], 0
+    for step in m["budget"]["steps"]:
+        for label, noise_steps in ((step.get("noise") or {}).get("alternatives") or {}).items():
+            for ns in noise_steps or ():
+                n += 1
+                why = sensitivity_problem(label, ns, noise_steps, min_n)
+                if why:
+                    problems.append(f"step {step.get('step')!r}, {label}, "
+                                    f"{ns.get('name')!r}: {why}")
+    if problems:
+        raise Mismatch("; ".join(problems))
+    return (f"{n} noise steps: each sensitivity derived from the mechanism and public "
+            f"parameters (n >= {min_n}, ranks on [0, 1]) and covered by its calibration")
+
+
+# ------------------------------------------------------------- columns and their payers
+
+SELECTION_STEP = "selection: noisy n*var(x)"
+PRIMARY_STEP = "primary: p25 and p75"
+INTERVAL_STEP = "interval: p25 and p75"
+INTERVAL_COLUMNS = ("p25_lo", "p25_hi", "p75_lo", "p75_hi")
+SPEND_COLUMNS = ("epsilon_spent", "delta_spent")
+PRIMARY_MECHANISMS = ("NoisyStats", "DPExpTheilSen")
+# `reason` may say only these: where nothing ran, the public n; where a mechanism failed, the
+# DP failure it reports (dpatlas/release/estimate.py, dpatlas/publication/tract_files.py, mechanisms/*). The primary
+# mechanisms fail only by a DP output: NoisyStats when its noisy n·var(x) is not positive; the
+# exponential-mechanism Theil–Sen never fails (its "no pairs with distinct x" is the
+# non-private median's, which is not publishable).
+NO_RECORDS = "no records"
+FAILURE_REASONS = {"NoisyStats": ("noisy nvar <= 0",)}
+
+
+def _suite_step(column: str) -> str | None:
+    for end in ("_p25", "_p75"):
+        if column.endswith(end) and column[:-len(end)] not in ("", "p25", "p75"):
+            return f"suite: {column[:-len(end)]}"
+    return None
+
+
+def column_payer(column: str, m: dict) -> str | None:
+    """What pays for a published column: 'public', a budget step's name, or a derivation
+    from paid or public values; None if nothing does."""
+    if column in PUBLIC_COLUMNS:
+        return "public"
+    if column in VALUE_COLUMNS:
+        return PRIMARY_STEP
+    if column in INTERVAL_COLUMNS:
+        return INTERVAL_STEP
+    if column == "mechanism":
+        return SELECTION_STEP if m["selection"]["rule"] == "dp" else "public (the rule and n)"
+    if column == "reason":
+        return "public (an enumerated reason)"
+    if column in SPEND_COLUMNS:
+        return "public (the budget, by status)"
+    return _suite_step(column)
+
+
+def check_columns(folder: Path, m: dict) -> str:
+    """Every published column is paid for: public ones only from PUBLIC_COLUMNS; values by
+    their budget step (interval columns by the interval step, whose epsilon the manifest's
+    intervals section states)."""
+    try:
+        columns = pq.read_schema(folder / "tracts.parquet").names
+    except Exception as err:  # noqa: BLE001 - any reader error is a finding
+        raise Mismatch(f"tracts.parquet cannot be read: {err}") from None
+    steps = {s.get("step"): s for s in m["budget"]["steps"]}
+    problems = []
+    for column in columns:
+        payer = column_payer(column, m)
+        if payer is None:
+            problems.append(f"{column!r} is paid for by no step (only {', '.join(PUBLIC_COLUMNS)} "
+                            "may be public)")
+        elif not payer.startswith("public") and payer not in steps:
+            problems.append(f"{column!r} needs the budget step {payer!r}, which the budget "
+                            "does not have")
+    for key, text in m["published_columns"].items():
+        declared = [c.strip() for c in str(key).split(",") if c.strip()]
+        if isinstance(text, str) and text.strip().lower() == "public":
+            extra = [c for c in declared if c not in PUBLIC_COLUMNS]
+            if extra:
+                problems.append(f"published_columns declares {extra} public; only "
+                                f"{', '.join(PUBLIC_COLUMNS)} may be")
+    problems += _interval_problems(m, columns, steps)
+    if problems:
+        raise Mismatch("; ".join(problems))
+    return f"{len(columns)} columns, each public or paid for by its budget step"
+
+
+def _interval_problems(m: dict, columns: list[str], steps: dict) -> list[str]:
+    has_columns = [c for c in INTERVAL_COLUMNS if c in columns]
+    section, step = m["intervals"], steps.get(INTERVAL_STEP)
+    if not has_columns and step is None and section is None:
+        return []
+    problems = []
+    if has_columns and len(has_columns) != len(INTERVAL_COLUMNS):
+        problems.append(f"interval columns {has_columns} without the rest of "
+                        f"{list(INTERVAL_COLUMNS)}")
+    if not has_columns:
+        problems.append("the interval step or section is there but no interval column is")
+    if not isinstance(section, dict):
+        problems.append("interval columns without the manifest's intervals section")
+        return problems
+    if step is None:
+        return problems  # reported above, as a column without its step
+    eps = section.get("epsilon")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not close(
+            float(eps), float(step.get("epsilon_param", math.nan))):
+        problems.append(f"intervals.epsilon {eps!r} is not the interval step's "
+                        f"{step.get('epsilon_param')!r}")
+    else:
+        g = guarantee_from(step.get("guarantee"))
+        if g.kind != "pure" or g.epsilon > float(eps) * (1 + REL_TOL):
+            problems.append(f"intervals.epsilon {eps!r} is below its step's {g.text()}")
+    level = section.get("level")
+    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
+        problems.append(f"intervals.level {level!r} is not in (0, 1)")
+    return problems
+
+
+# ------------------------------------------- formats: CSV, GeoJSON and PMTiles hold the table
+#
+# A small reader of what publish writes (dpatlas/publication/tiles.py runs tippecanoe): a PMTiles v3
+# archive (a 127-byte header, directories of varint-coded entries, gzip'd), whose tiles are
+# Mapbox Vector Tiles (protobuf, gzip'd). Standard library only.
+
+PMTILES_HEADER = 127
+MAX_PMTILES_ENTRIES = 1_000_000
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(buf):
+            raise ValueError("truncated varint")
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint longer than 64 bits")
+
+
+def _unpack(raw: bytes, compression: int) -> bytes:
+    import gzip
+
+    if compression == 2:
+        return gzip.decompress(raw)
+    if compression == 1:
+        return raw
+    raise ValueError(f"compression {compression} is not supported (1 none, 2 gzip)")
+
+
+def pmtiles_entries(raw: bytes) -> list[tuple[int, int, int, int]]:
+    """A PMTiles v3 directory: (tile id, offset, length, run length) per entry."""
+    n, pos = _varint(raw, 0)
+    if n > MAX_PMTILES_ENTRIES:
+        raise ValueError(f"a directory of {n} entries")
+    columns = []
+    for _ in range(3):  # tile id deltas, run lengths, lengths
+        col = []
+        for _ in range(n):
+            v, pos = _varint(raw, pos)
+            col.append(v)
+        columns.append(col)
+    deltas, runs, lengths = columns
+    ids, offsets, last = [], [], 0
+    for i in range(n):
+        last += deltas[i]
+        ids.append(last)
+        v, pos = _varint(raw, pos)
+        offsets.append(offsets[i - 1] + lengths[i - 1] if v == 0 and i > 0 else v - 1)
+    return list(zip(ids, offsets, lengths, runs))
+
+
+def _zoom_of(tile_id: int) -> int:
+    z, start = 0, 0
+    while start + 4 ** z <= tile_id:
+        start += 4 ** z
+        z += 1
+    return z
+
+
+def pmtiles_tiles(path: Path, zoom: int | None = None) -> tuple[dict, list[bytes]]:
+    """The header fields and the (decompressed) tiles of ``zoom`` (default: the archive's
+    minimum zoom) of a PMTiles v3 archive."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    if len(data) < PMTILES_HEADER or data[:7] != b"PMTiles" or data[7] != 3:
+        raise ValueError("not a PMTiles v3 archive")
+    u64 = [int.from_bytes(data[i:i + 8], "little") for i in range(8, 96, 8)]
+    header = {"root": (u64[0], u64[1]), "leaves": (u64[4], u64[5]), "tiles": (u64[6], u64[7]),
+              "internal_compression": data[97], "tile_compression": data[98],
+              "tile_type": data[99], "min_zoom": data[100], "max_zoom": data[101]}
+    if header["tile_type"] != 1:
+        raise ValueError(f"tile type {header['tile_type']} is not MVT")
+    zoom = header["min_zoom"] if zoom is None else zoom
+    tiles, pending = [], [(header["root"][0], header["root"][1], True)]
+    while pending:
+        offset, length, is_root = pending.pop()
+        raw = _unpack(data[offset:offset + length], header["internal_compression"])
+        for tile_id, off, ln, run in pmtiles_entries(raw):
+            if run == 0:  # a leaf directory
+                pending.append((header["leaves"][0] + off, ln, False))
+            elif _zoom_of(tile_id) == zoom:
+                start = header["tiles"][0] + off
+                tiles.append(_unpack(data[start:start + ln], header["tile_compression"]))
+    return header, tiles
+
+
+def _protobuf(buf: bytes):
+    """(field number, wire type, value) of each field of a protobuf message."""
+    pos = 0
+    while pos < len(buf):
+        key, pos = _varint(buf, pos)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            value, pos = _varint(buf, pos)
+        elif wire == 1:
+            value, pos = buf[pos:pos + 8], pos + 8
+        elif wire == 2:
+            size, pos = _varint(buf, pos)
+            value, pos = buf[pos:pos + size], pos + size
+        elif wire == 5:
+            value, pos = buf[pos:pos + 4], pos + 4
+        else:
+            raise ValueError(f"protobuf wire type {wire} is not supported")
+        yield number, wire, value
+
+
+def _mvt_value(buf: bytes):
+    for number, _, v in _protobuf(buf):
+        if number == 1:
+            return v.decode("utf-8")
+        if number == 2:
+            return struct.unpack("<f", v)[0]
+        if number == 3:
+            return struct.unpack("<d", v)[0]
+        if number in (4, 5):
+            return v - (1 << 64) if number == 4 and v >= 1 << 63 else v
+        if number == 6:
+            return (v >> 1) ^ -(v & 1)
+        if number == 7:
+            return bool(v)
+    return None
+
+
+def mvt_features(tile: bytes, layer_name: str = "tracts") -> list[dict]:
+    """The attributes of every feature of one layer of a vector tile."""
+    out = []
+    for number, _, layer in _protobuf(tile):
+        if number != 3:
+            continue
+        name, keys, values, features = None, [], [], []
+        for f, _, v in _protobuf(layer):
+            if f == 1:
+                name = v.decode("utf-8")
+            elif f == 2:
+                features.append(v)
+            elif f == 3:
+                keys.append(v.decode("utf-8"))
+            elif f == 4:
+                values.append(_mvt_value(v))
+        if name != layer_name:
+            continue
+        for feature in features:
+            tags = []
+            for f, wire, v in _protobuf(feature):
+                if f == 2 and wire == 2:
+                    pos = 0
+                    while pos < len(v):
+                        t, pos = _varint(v, pos)
+                        tags.append(t)
+            out.append({keys[k]: values[i] for k, i in zip(tags[::2], tags[1::2])})
+    return out
+
+
+FLOAT_ATOL = 1e-9   # the formats print floats from the same float64 (shortest repr)
+
+
+def _same_value(a, b, *, missing_is_empty: bool = False) -> bool:
+    def blank(v):
+        return v is None or (isinstance(v, float) and math.isnan(v)) or (
+            missing_is_empty and v == "")
+    if blank(a) or blank(b):
+        return blank(a) and blank(b)
+    if isinstance(a, (bool, np.bool_)) or isinstance(b, (bool, np.bool_)):
+        return bool(a) == bool(b) and type(a) is type(b)
+    if isinstance(a, (int, float, np.integer, np.floating)) and isinstance(
+            b, (int, float, np.integer, np.floating)):
+        return math.isclose(float(a), float(b), rel_tol=0, abs_tol=FLOAT_ATOL)
+    return str(a) == str(b) and type(a) is type(b)
+
+
+def _table_rows(folder: Path) -> tuple[list[str], dict[tuple[str, str], dict]]:
+    table = pq.read_table(folder / "tracts.parquet")
+    columns = [c for c in table.column_names if c != "geometry"]
+    rows = table.select(columns).to_pylist()
+    return columns, {(r["geoid"], r["cell"]): r for r in rows}
+
+
+def _csv_rows(folder: Path, columns: list[str], kinds: dict) -> tuple[list[str], list[dict]]:
+    import csv
+
+    with open(folder / "tracts.csv", newline="") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, [])
+        rows = []
+        for cells in reader:
+            row = {}
+            for name, text in zip(header, cells):
+                kind = kinds.get(name)
+                if text == "" and kind != "string":
+                    row[name] = None
+                elif kind == "integer":
+                    row[name] = int(text)
+                elif kind == "number":
+                    row[name] = float(text)
+                else:
+                    row[name] = text
+            rows.append(row)
+    return header, rows
+
+
+def _kinds(folder: Path) -> dict[str, str]:
+    import pyarrow as pa
+
+    kinds = {}
+    for f in pq.read_schema(folder / "tracts.parquet"):
+        kinds[f.name] = ("integer" if pa.types.is_integer(f.type) else "number"
+                         if pa.types.is_floating(f.type) else "string")
+    return kinds
+
+
+def _compare(fmt: str, rows: list[dict], table: dict, columns: list[str], *,
+             exact_columns: bool, missing_is_empty: bool = False,
+             complete: bool = True) -> list[str]:
+    problems, seen, differing = [], set(), {}
+    for row in rows:
+        key = (row.get("geoid"), row.get("cell"))
+        ref = table.get(key)
+        if ref is None:
+            problems.append(f"{fmt} has a row {key} the table has not")
+            continue
+        seen.add(key)
+        extra = sorted(set(row) - set(columns))
+        if extra:
+            problems.append(f"{fmt} has columns the table has not: {extra}")
+            break
+        for c in columns:
+            if c not in row and not exact_columns:
+                got = None  # tippecanoe omits attributes whose value is null
+            elif c not in row:
+                problems.append(f"{fmt} lacks column {c!r}")
+                return problems
+            else:
+                got = row[c]
+            if not _same_value(ref[c], got, missing_is_empty=missing_is_empty):
+                differing.setdefault(c, []).append(key[0])
+    for c, geoids in differing.items():
+        problems.append(f"{fmt}: {c} differs from tracts.parquet in {len(geoids)} row(s), "
+                        f"e.g. {geoids[0]}")
+    if complete and len(seen) != len(table):
+        problems.append(f"{fmt} has {len(seen)} of the table's {len(table)} rows")
+    return problems
+
+
+def check_formats(folder: Path, m: dict) -> str:
+    """Every format holds the table's values: CSV and GeoJSON row for row, the PMTiles
+    archive's features (at its lowest zoom) attribute for attribute."""
+    try:
+        columns, table = _table_rows(folder)
+        kinds = _kinds(folder)
+    except Exception as err:  # noqa: BLE001 - any reader error is a finding
+        raise Mismatch(f"tracts.parquet cannot be read: {err}") from None
+    problems = []
+    try:
+        header, rows = _csv_rows(folder, columns, kinds)
+        if header != columns:
+            problems.append(f"tracts.csv has columns {header}, the table {columns}")
+        else:
+            problems += _compare("tracts.csv", rows, table, columns, exact_columns=True,
+                                 missing_is_empty=True)
+    except (OSError, ValueError, UnicodeDecodeError) as err:
+        problems.append(f"tracts.csv cannot be read: {err}")
+    try:
+        features = _json_object(folder / "tracts.geojson", "tracts.geojson", Mismatch,
+                                MAX_GEOJSON_BYTES).get("features")
+        rows = [f.get("properties") or {} for f in features or ()]
+        problems += _compare("tracts.geojson", rows, table, columns, exact_columns=True)
+    except (Mismatch, AttributeError, TypeError) as err:
+        problems.append(f"tracts.geojson cannot be read: {err}")
+    n_tiles, n_shown = 0, 0
+    if (folder / "tracts.pmtiles").exists() or "tracts.pmtiles" in m.get("files", {}):
+        try:
+            _, tiles = pmtiles_tiles(folder / "tracts.pmtiles")
+            n_tiles = len(tiles)
+            rows = [f for t in tiles for f in mvt_features(t)]
+            problems += _compare("tracts.pmtiles", rows, table, columns, exact_columns=False,
+                                 complete=False)
+            shown = {(r.get("geoid"), r.get("cell")) for r in rows}
+            n_shown = len(shown & set(table))
+            if not shown:
+                problems.append("tracts.pmtiles has no features at its lowest zoom")
+        except (OSError, ValueError, IndexError, UnicodeDecodeError, EOFError, zlib.error,
+                struct.error) as err:
+            problems.append(f"tracts.pmtiles cannot be read: {type(err).__name__} {err}")
+    if problems:
+        raise Mismatch("; ".join(problems))
+    # Tiles may leave out a polygon too small to draw at the lowest zoom (tippecanoe's tiny
+    # polygon reduction), so the rows shown are counted, not required.
+    return (f"tracts.csv and tracts.geojson hold the values of tracts.parquet ({len(table):,} "
+            f"rows, {len(columns)} columns), and so do the {n_shown:,} rows tracts.pmtiles "
+            f"shows at its lowest zoom ({n_tiles} tile(s))")
+
+
+# ----------------------------------------------------- external anchors: boundaries, ledger
+
+
+def _tree_sha256(path: Path) -> str:
+    """sha256 of a file, or of a folder as its sorted relative names and file hashes (what
+    the manifest's boundaries.sha256 states: dpatlas/release/manifest.py, tree_sha256)."""
+    if path.is_file():
+        return _sha256(path)
+    h = hashlib.sha256()
+    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        h.update(str(f.relative_to(path)).encode())
+        h.update(bytes.fromhex(_sha256(f)))
+    return h.hexdigest()
+
+
+def dbf_column(raw: bytes, column: str) -> list[str]:
+    """One column of a dBase III table (a shapefile's attributes, .dbf), deleted records left
+    out: a 32-byte header (record count, header and record lengths), 32-byte field
+    descriptors up to 0x0D, then fixed-width records after a deletion flag."""
+    count = int.from_bytes(raw[4:8], "little")
+    header_len = int.from_bytes(raw[8:10], "little")
+    record_len = int.from_bytes(raw[10:12], "little")
+    offset, pos, where = 1, 32, None
+    while pos + 32 <= header_len and raw[pos] != 0x0D:
+        name = raw[pos:pos + 11].split(b"\0", 1)[0].decode("ascii", "replace")
+        width = raw[pos + 16]
+        if name == column:
+            where = (offset, width)
+        offset += width
+        pos += 32
+    if where is None:
+        raise ValueError(f"no column {column!r}")
+    values = []
+    for i in range(count):
+        record = raw[header_len + i * record_len:header_len + (i + 1) * record_len]
+        if len(record) < record_len:
+            raise ValueError("truncated .dbf")
+        if record[:1] != b"*":
+            values.append(record[where[0]:where[0] + where[1]].decode("utf-8").strip())
+    return values
+
+
+def _shapefile_geoids(path: Path, column: str) -> list[str]:
+    import zipfile
+
+    if path.suffix.lower() == ".shp":
+        return dbf_column(path.with_suffix(".dbf").read_bytes(), column)
+    with zipfile.ZipFile(path) as z:
+        dbfs = [n for n in z.namelist() if n.lower().endswith(".dbf")]
+        if len(dbfs) != 1:
+            raise ValueError(f"{len(dbfs)} .dbf files in the archive, expected one")
+        return dbf_column(z.read(dbfs[0]), column)
+
+
+def _geopackage_geoids(path: Path, column: str) -> list[str]:
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True)) as db:
+        tables = [r[0] for r in db.execute(
+            "SELECT table_name FROM gpkg_contents WHERE data_type = 'features'")]
+        if len(tables) != 1:
+            raise ValueError(f"{len(tables)} feature tables, expected one")
+        quoted = '"' + column.replace('"', '""') + '"'
+        table = '"' + tables[0].replace('"', '""') + '"'
+        return [str(r[0]) for r in db.execute(f"SELECT {quoted} FROM {table}")]
+
+
+def boundary_geoids(path: Path, column: str) -> list[str]:
+    """The GEOIDs of a boundary file in a format the release reads: GeoParquet, GeoJSON,
+    GeoPackage, a zipped or bare shapefile (AuditUnreadable otherwise)."""
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".parquet":
+            return [str(v) for v in pq.read_table(path, columns=[column]).column(column)
+                    .to_pylist()]
+        if suffix in (".geojson", ".json"):
+            features = _json_object(path, path.name, AuditUnreadable,
+                                    MAX_GEOJSON_BYTES).get("features") or []
+            return [str((f.get("properties") or {}).get(column)) for f in features]
+        if suffix in (".zip", ".shp"):
+            return _shapefile_geoids(path, column)
+        if suffix == ".gpkg":
+            return _geopackage_geoids(path, column)
+    except AuditUnreadable:
+        raise
+    except Exception as err:  # noqa: BLE001 - the anchor itself cannot be read
+        raise AuditUnreadable(f"--boundaries {path}: cannot be read ({type(err).__name__}: "
+                              f"{err})") from None
+    raise AuditUnreadable(f"--boundaries {path}: not a boundary file the release could have "
+                          "read (.parquet, .geojson, .json, .gpkg, .zip, .shp)")
+
+
+def check_boundaries(folder: Path, m: dict, path: Path) -> str:
+    """The boundary file the release names (by sha256) has every tract exactly once per
+    cell in the table: no released row deleted, none added."""
+    problems = []
+    stated = (m.get("boundaries") or {}).get("sha256")
+    digest = _tree_sha256(path)
+    if digest != stated:
+        problems.append(f"{path.name} has sha256 {digest[:12]}..., the manifest's boundaries "
+                        f"{str(stated)[:12]}...: not the file this release was made from")
+    try:
+        cfg = _config(folder)
+        column = (cfg.get("boundaries") or {}).get("geoid_column") or "GEOID"
+    except Mismatch:
+        column = "GEOID"
+    geoids = boundary_geoids(path, column)
+    try:
+        table = pq.read_table(folder / "tracts.parquet", columns=["geoid", "cell"]).to_pylist()
+    except Exception as err:  # noqa: BLE001 - any reader error is a finding
+        raise Mismatch(f"tracts.parquet cannot be read: {err}") from None
+    cells = [str(c) for c in m["cells"]]
+    counts: dict[tuple[str, str], int] = {}
+    for r in table:
+        key = (str(r["geoid"]), str(r["cell"]))
+        counts[key] = counts.get(key, 0) + 1
+    want = {(g, c) for g in geoids for c in cells}
+    missing = sorted(want - set(counts))
+    extra = sorted(set(counts) - want)
+    twice = sorted(k for k, v in counts.items() if v > 1)
+    for what, keys in (("missing", missing), ("not in the boundaries", extra),
+                       ("more than once", twice)):
+        if keys:
+            problems.append(f"{len(keys)} (tract, cell) row(s) {what}, e.g. {keys[0]}")
+    if problems:
+        raise Mismatch("; ".join(problems))
+    return (f"{len(set(geoids)):,} boundary tracts x {len(cells)} cell(s): exactly one row "
+            "each")
+
+
+def _ledger_rows(url: str, release_id: str, dataset: str) -> tuple[dict | None, list[dict],
+                                                                  tuple | None, tuple]:
+    """(release row, its charges, the dataset's cap, the dataset's spend) from a ledger
+    (dpatlas/ledger/store.py's tables), read only."""
+    import sqlalchemy as sa
+
+    try:
+        parsed = sa.engine.make_url(url)
+    except Exception:  # noqa: BLE001 - a malformed URL
+        raise AuditUnreadable("--ledger: not a database URL (sqlite:///FILE or "
+                              "postgresql+psycopg://...)") from None
+    if parsed.get_backend_name() == "sqlite":
+        db = parsed.database
+        if not db or db == ":memory:" or not Path(db).is_file():
+            raise AuditUnreadable(f"--ledger: no ledger file {db!r}")
+        url = f"sqlite:///file:{Path(db).resolve()}?mode=ro&uri=true"
+    elif parsed.get_backend_name() != "postgresql":
+        raise AuditUnreadable(f"--ledger: backend {parsed.get_backend_name()!r} is not a ledger "
+                              "(sqlite or postgresql)")
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            def rows(sql, **kw):
+                return [dict(r._mapping) for r in conn.execute(sa.text(sql), kw)]
+            release = rows("SELECT release_id, dataset, status, manifest_sha256 FROM "
+                           "ledger_releases WHERE release_id = :r", r=release_id)
+            charges = rows("SELECT cell, step, guarantee_type, epsilon, delta FROM "
+                           "ledger_charges WHERE release_id = :r ORDER BY seq", r=release_id)
+            cap = rows("SELECT cap_epsilon, cap_delta FROM ledger_caps WHERE dataset = :d",
+                       d=dataset)
+            spent = rows("SELECT COALESCE(SUM(c.epsilon), 0) AS e, COALESCE(SUM(c.delta), 0) "
+                         "AS d FROM ledger_charges c JOIN ledger_releases r ON r.release_id "
+                         "= c.release_id WHERE r.dataset = :d", d=dataset)
+    except sa.exc.SQLAlchemyError as err:
+        raise AuditUnreadable(f"--ledger: cannot be read ({type(err).__name__}: "
+                              f"{str(err).splitlines()[0][:200]})") from None
+    finally:
+        engine.dispose()
+    return (release[0] if release else None, charges,
+            (cap[0]["cap_epsilon"], cap[0]["cap_delta"]) if cap else None,
+            (float(spent[0]["e"]), float(spent[0]["d"])))
+
+
+def check_ledger(folder: Path, m: dict, url: str) -> str:
+    """The ledger charged this release exactly what its steps cost, published this manifest
+    (by sha256), and the dataset's spend is within its cap."""
+    rid, entry = m.get("release_id"), m["ledger_entry"]
+    dataset = entry.get("dataset")
+    release, charges, cap, spent = _ledger_rows(url, str(rid), str(dataset))
+    if release is None:
+        raise Mismatch(f"release {rid!r} is not in the ledger")
+    problems = []
+    if release["dataset"] != dataset:
+        problems.append(f"the ledger charged dataset {release['dataset']!r}, the manifest says "
+                        f"{dataset!r}")
+    if release["status"] != "published":
+        problems.append(f"the ledger's status is {release['status']!r}, not published")
+    if release["manifest_sha256"] != _sha256(folder / MANIFEST):
+        problems.append("manifest.json is not the manifest the ledger recorded as published "
+                        "(sha256 differs)")
+    conv = float(m["budget"].get("conversion_delta") or 0.0)
+    want = {}
+    for s in m["budget"]["steps"]:
+        want[s.get("step")] = _charged(guarantee_from(s.get("guarantee")), conv)
+    got: dict[tuple[str, str], tuple[float, float]] = {}
+    for c in charges:
+        got[(str(c["cell"]), str(c["step"]))] = (float(c["epsilon"]), float(c["delta"]))
+    expected = {(str(cell), step): v for cell in m["cells"] for step, v in want.items()}
+    if set(got) != set(expected):
+        problems.append(f"the ledger charged {len(got)} (cell, step) pair(s), the manifest's "
+                        f"steps need {len(expected)}: "
+                        f"{sorted(set(got) ^ set(expected))[:3]}")
+    else:
+        off = [k for k, (e, d) in expected.items()
+               if not (close(got[k][0], e) and close(got[k][1], d))]
+        if off:
+            k = off[0]
+            problems.append(f"{len(off)} charge(s) differ from the steps' guarantees, e.g. "
+                            f"{k}: ledger {got[k]}, recomputed ({expected[k][0]:.12g}, "
+                            f"{expected[k][1]:.6g})")
+    if cap is None:
+        problems.append(f"dataset {dataset!r} has no cap in the ledger")
+    else:
+        for what, used, limit in (("epsilon", spent[0], cap[0]), ("delta", spent[1], cap[1])):
+            if used > float(limit) * (1 + REL_TOL):
+                problems.append(f"the dataset's {what} spend {used:.12g} is over its cap "
+                                f"{float(limit):.12g}")
+    if problems:
+        raise Mismatch("; ".join(problems))
+    return (f"the ledger published this manifest and charged {len(charges)} step(s) as "
+            f"recomputed; dataset {dataset!r} spent ({spent[0]:.6g}, {spent[1]:.3g}) of its "
+            f"cap ({float(cap[0]):.6g}, {float(cap[1]):.3g})")
+
+
+SYNTHETIC_CHECKS: list[tuple[str, Callable[[Path, dict], str]]] = []  # filled below
+
+
+CHECKS: list[tuple[str, Callable[[Path, dict], str]]] = [
+    ("schema", check_schema),
+    ("public", check_public),
+    ("files", check_files),
+    ("config", check_config),
+    ("mode", check_mode),
+    ("machine paths", check_no_machine_paths),
+    ("relations", check_relations),
+    ("sensitivities", check_sensitivities),
+    ("noise", check_noise),
+    ("totals", check_totals),
+    ("columns", check_columns),
+    ("table", check_table),
+    ("formats", check_formats),
+]
+RELEASE_ONLY = ("public", "config", "columns", "table", "formats")
+SYNTHETIC_CHECKS[:] = [(name, fn) for name, fn in CHECKS if name not in RELEASE_ONLY]
+SYNTHETIC_CHECKS.append(("synthetic rows", check_synthetic_table))
+# Checks against something outside the folder, run only when given (ANCHORS: the option).
+ANCHORS = {"boundaries": "--boundaries FILE", "ledger": "--ledger URL"}
+ANCHOR_CHECKS: dict[str, Callable[[Path, dict, object], str]] = {
+    "boundaries": check_boundaries, "ledger": check_ledger}
+ANCHOR_SKIPPED = {
+    "boundaries": "not done (no --boundaries FILE): rows deleted from the release cannot be "
+                  "detected from its own files",
+    "ledger": "not done (no --ledger URL): the charge and the cap are checked only against "
+              "the ledger"}
+
+
+def load_manifest(folder: Path) -> dict:
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise AuditUnreadable(f"{folder} is not a folder")
+    return _json_object(folder / MANIFEST, str(folder / MANIFEST), AuditUnreadable)
+
+
+def _malformed(err: Exception) -> str:
+    return f"manifest or config malformed: {type(err).__name__} {str(err)[:300]}"
+
+
+def _run(report: AuditReport, name: str, fn, *args) -> None:
+    try:
+        report.checks.append((name, True, fn(*args)))
+    except Mismatch as err:
+        report.checks.append((name, False, str(err)))
+    except RecursionError:
+        report.checks.append((name, False, "nested too deeply to check"))
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError,
+            ZeroDivisionError) as err:
+        report.checks.append((name, False, _malformed(err)))
+
+
+def is_test_release(m: dict) -> bool:
+    """A test release: mode test, or noise from seeded bits (never a release to trust)."""
+    bits = (m.get("noise_sampler") or {}).get("random_bits") \
+        if isinstance(m.get("noise_sampler"), dict) else None
+    return m.get("mode") != "public" or bits != RANDOM_BITS[0]
+
+
+def audit_release(folder: Path, *, ledger: str | None = None,
+                  boundaries: Path | str | None = None) -> AuditReport:
+    """Run every check on a release folder (AuditUnreadable if there is no readable manifest,
+    or an anchor given (``ledger``, ``boundaries``) cannot be read).
+
+    The table and noise checks run even when the files check fails, so one report names every
+    problem; a malformed manifest (a key missing, a wrong type) fails the check that reads it.
+    Anchors not given are listed in ``report.skipped``.
+    """
+    folder = Path(folder)
+    m = load_manifest(folder)
+    anchors = {"boundaries": Path(boundaries) if boundaries is not None else None,
+               "ledger": ledger}
+    if anchors["boundaries"] is not None and not anchors["boundaries"].exists():
+        raise AuditUnreadable(f"--boundaries {anchors['boundaries']}: no such file")
+    report = AuditReport(folder, test=is_test_release(m))
+    for name, fn in (SYNTHETIC_CHECKS if _synthetic(m) else CHECKS):
+        _run(report, name, fn, folder, m)
+    for name, fn in ANCHOR_CHECKS.items():
+        if anchors[name] is None:
+            report.skipped.append((name, ANCHOR_SKIPPED[name]))
+        elif name == "boundaries" and _synthetic(m):
+            report.skipped.append((name, "not done: a synthetic folder has no tract table"))
+        else:
+            _run(report, name, fn, folder, m, anchors[name])
+    report.ok = all(good for _, good, _ in report.checks)
+    return report
+
+
+def main(folder, out=None, *, allow_test: bool = False, ledger: str | None = None,
+         boundaries: Path | str | None = None) -> int:
+    """Print one line per check; 0 if all pass, 1 if any fails, 2 if the folder (or an anchor)
+    is unreadable, 3 if every check passed but the release is a test release (seeded noise or
+    mode test) and ``allow_test`` is not set."""
+    out = out or sys.stdout
+    try:
+        report = audit_release(Path(folder), ledger=ledger, boundaries=boundaries)
+    except AuditUnreadable as err:
+        print(f"unreadable: {_one_line(str(err))}", file=out)
+        return 2
+    except RecursionError:
+        print(f"unreadable: {folder}: nested too deeply to audit", file=out)
+        return 2
+    for line in report.lines():
+        print(line, file=out)
+    passed = f"{sum(g for _, g, _ in report.checks)} of {len(report.checks)} checks passed " \
+             f"for {report.folder}"
+    if not report.ok:
+        print(f"FAILED: {passed}", file=out)
+        return 1
+    if report.test and not allow_test:
+        print(f"TEST: {passed}, but it is a test release (mode test or seeded noise), not a "
+              "release to trust; --allow-test accepts it", file=out)
+        return 3
+    print(f"PASSED: {passed}" + (" (a test release, accepted by --allow-test)"
+                                 if report.test else ""), file=out)
+    return 0
+
+
+def _one_line(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= 500 else line[:497] + "..."
+
+
+def _arguments(argv: list[str]):
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="audit.py", description="Audit a dpatlas release "
+                                     "folder from its own files.")
+    parser.add_argument("folder")
+    parser.add_argument("--ledger", help="the ledger's database URL (checks the charge, the "
+                        "published manifest and the cap)")
+    parser.add_argument("--boundaries", help="the boundary file the release was made from "
+                        "(checks one row per tract and cell)")
+    parser.add_argument("--allow-test", action="store_true",
+                        help="accept a test release (exit 0 instead of 3)")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":  # python audit.py RELEASE_DIR [options] (this file alone is enough)
+    args = _arguments(sys.argv[1:])
+    raise SystemExit(main(args.folder, allow_test=args.allow_test, ledger=args.ledger,
+                          boundaries=args.boundaries))

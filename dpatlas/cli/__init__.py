@@ -1,0 +1,1 @@
+"""The ``dpatlas`` command line."""

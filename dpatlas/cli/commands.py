@@ -1,0 +1,681 @@
+"""The ``dpatlas`` command."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
+                  help="Differentially private per-tract mobility release (dpatlas).")
+# Messages carry ids, paths and stored text: printed literally, never read as Rich markup
+# (`--release-id 'a[/]'` was a MarkupError traceback, a folder `[red]` vanished from a message)
+# or emoji codes. Styling is explicit: a Text with a styled lead (see _styled).
+console = Console(markup=False, emoji=False, highlight=False)
+
+
+def _styled(lead: str, style: str, rest: str) -> Text:
+    """``lead`` in ``style``, then ``rest`` as plain text, whatever brackets it holds."""
+    return Text.assemble((lead, style), rest)
+
+
+@app.command()
+def estimators() -> None:
+    """List the registered estimators, their guarantee at epsilon = 1 and their noise sampler."""
+    import mechanisms as M
+
+    table = Table("name", "guarantee at eps=1", "publishable", "noise sampler", "what it is")
+    for name, est in M.REGISTRY.items():
+        table.add_row(name, est.guarantee(1.0).describe(),
+                      "yes" if est.publishable else "no: " + est.not_publishable_reason,
+                      est.sampler, est.summary)
+    console.print(table)
+
+
+config_app = typer.Typer(help="Release configuration.")
+app.add_typer(config_app, name="config")
+
+
+@config_app.command("example")
+def config_example() -> None:
+    """Print a documented example configuration."""
+    from dpatlas.core.config import EXAMPLE
+
+    typer.echo(EXAMPLE, nl=False)
+
+
+@config_app.command("check")
+def config_check(path: Path) -> None:
+    """Validate a configuration and every file a release would read; print what it resolves to
+    (without secrets)."""
+    import json
+
+    from dpatlas.core.config import load_config
+    from dpatlas.ledger import redact_url
+
+    with _guard():
+        cfg = load_config(path)
+        checks = _check_config_files(cfg)
+        resolved = json.loads(cfg.model_dump_json())
+        resolved["ledger"]["url"] = redact_url(cfg.ledger.url)
+        console.print_json(json.dumps(resolved))
+        for line in checks:
+            console.print(_styled("ok", "green", f" {line}"), soft_wrap=True)
+
+
+def _check_config_files(cfg) -> list[str]:
+    """Open every file the release reads; raise an operator error on the first problem."""
+    from dpatlas.release.thresholds import resolve_threshold
+    from dpatlas.publication.geography import load_boundaries
+    from dpatlas.release.ingest import partitions
+    from dpatlas.ledger import Ledger
+    from dpatlas.release.preflight import check_paths
+
+    from dpatlas.release.contributions import require_person_unit
+
+    check_paths(cfg)  # what a release would refuse first, before any data is read
+    unit = require_person_unit(cfg)
+    parts = partitions(cfg.input)
+    out = ["paths: publish root, internal folder and input are separate; the ledger is "
+           "outside the publish root",
+           f"one record per person and cell: {unit['status']}",
+           f"input {cfg.input.path}: {len(parts)} partition(s), "
+           f"{sum(p.rows for p in parts):,} rows, columns present"]
+    b = load_boundaries(cfg.boundaries.path, cfg.boundaries.geoid_column)
+    out.append(f"boundaries {cfg.boundaries.path}: {len(b):,} tracts, CRS {b.crs}")
+    if cfg.selection.rule != "fixed":
+        out.append(f"selection threshold: {resolve_threshold(cfg.selection):.6g}")
+    ledger = Ledger(cfg.ledger.url, create=False)
+    cap = ledger.cap(cfg.ledger.dataset)
+    if cfg.ledger.cap_epsilon is not None or cfg.ledger.cap_delta is not None:
+        # a release would be refused: say so now, not at release time
+        ledger.check_stated_cap(cfg.ledger.dataset, (cfg.ledger.cap_epsilon,
+                                                     cfg.ledger.cap_delta))
+    out.append(f"ledger {ledger.url}: dataset {cfg.ledger.dataset} "
+               + ("has no lifetime cap yet (dpatlas ledger set-cap)" if cap is None
+                  else f"cap eps={cap[0]:g} delta={cap[1]:g}"))
+    return out
+
+
+def _fail(message: str, code: int = 2) -> None:
+    console.print(_styled("error:", "bold red", f" {message}"), soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _operator_errors() -> tuple[type[BaseException], ...]:
+    """Errors an operator can cause and fix: one line and exit 2, never a traceback.
+
+    Imported lazily so that ``dpatlas --help`` does not pay for the geospatial stack."""
+    from dpatlas.release.validate import BoundaryCoverageError
+
+    from dpatlas.core.config import ConfigError
+    from dpatlas.publication.feed import FeedError
+    from dpatlas.publication.geography import BoundaryError
+    from dpatlas.core.ids import InvalidReason, InvalidReleaseId
+    from dpatlas.release.ingest import InputError
+    from dpatlas.ledger import LedgerError
+    from dpatlas.release.preflight import PreflightError
+    from dpatlas.cli.prefect_server import ServerStartError
+    from dpatlas.publication.tract_files import PublishError
+    from dpatlas.release.run_state import ReleaseLocked
+    from dpatlas.publication.tiles import TilesError
+    from dpatlas.release.validate import ValidationFailed
+    from dpatlas.publication.webmap import WebMapError
+
+    # ContributionError is a ValidationFailed; the Ledger's and feed's id and reason errors
+    # are also InvalidReleaseId / InvalidReason.
+    return (ConfigError, FeedError, BoundaryError, BoundaryCoverageError, InvalidReason,
+            InvalidReleaseId, InputError, LedgerError, PreflightError, ServerStartError,
+            PublishError, ReleaseLocked, TilesError, ValidationFailed, WebMapError, OSError)
+
+
+@contextlib.contextmanager
+def _guard(log_dir: Path | None = None):
+    """Operator errors: their message and exit 2. Anything else is a bug: one line naming a
+    file with the traceback, and exit 1."""
+    try:
+        yield
+    except typer.Exit:
+        raise
+    except _operator_errors() as err:
+        _fail(_one_line(err))
+    except Exception as err:  # noqa: BLE001 - a bug must still not print a wall of text
+        import tempfile
+        import traceback
+
+        folder = log_dir if log_dir and log_dir.is_dir() else Path(tempfile.gettempdir())
+        log = folder / f"dpatlas-error-{os.getpid()}.log"
+        log.write_text("".join(traceback.format_exception(err)))
+        _fail(f"internal error ({type(err).__name__}: {_one_line(err)}); traceback in {log}", 1)
+
+
+def _quiet_operator_tracebacks() -> None:
+    """Prefect logs a failed flow run with its traceback on the console; for an operator error
+    the one-line message is the whole story (the run's logs on the server keep the rest)."""
+    import logging
+
+    errors = _operator_errors()
+
+    class _NoOperatorTraceback(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            if record.exc_info and isinstance(record.exc_info[1], errors):
+                record.exc_info, record.exc_text = None, None
+            return True
+
+    for handler in logging.getLogger().handlers + logging.getLogger("prefect").handlers:
+        if not any(isinstance(f, _NoOperatorTraceback) for f in handler.filters):
+            handler.addFilter(_NoOperatorTraceback())
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err) or type(err).__name__
+    if isinstance(err, OSError) and err.filename and str(err.filename) not in text:
+        text = f"{text}: {err.filename}"
+    return text
+
+
+@app.command()
+def synth(out: Path = typer.Option(Path("data"), help="Output folder."),
+          states: str = typer.Option("17", help="Comma-separated state FIPS codes."),
+          tracts: int = typer.Option(3108, help="Tracts per state."),
+          seed: int = typer.Option(0, help="Seed (state i uses seed + i)."),
+          ) -> None:
+    """Write an Opportunity-Insights-like synthetic state (or several) and its tract boundaries."""
+    from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
+
+    with console.status("generating synthetic microdata and boundaries"):
+        info = write_synthetic(out, [s.strip() for s in states.split(",") if s.strip()], seed,
+                               StateParams(n_tracts=tracts))
+    console.print(f"{info['records']:,} records in {info['tracts']:,} tracts of "
+                  f"{len(info['states'])} state(s): microdata {info['microdata']}, "
+                  f"boundaries {info['boundaries']}")
+
+
+def run_release(config: Path, release_id: str | None, noise_seed: int | None = None):
+    """Run the release flow; returns its :class:`~dpatlas.release.outcome.ReleaseOutcome`. One-line
+    errors and exit 2 on operator errors.
+
+    The command's own Prefect server (dpatlas/cli/prefect_server.py: it dies with the command) is
+    started first, and everything that can be checked without the data is checked, and the
+    flow imported, while it starts; an operator error stops it at once. No task runs before
+    those checks pass.
+    """
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from dpatlas.cli.prefect_server import prefect_api
+
+    with prefect_api() as api:
+        with _guard():
+            cfg, rid = _checked_release(config, release_id, noise_seed)
+        with _guard(cfg.publish.internal / "logs"):
+            from flows.release import release as release_flow
+
+            _quiet_operator_tracebacks()
+            api.ready()
+            try:
+                return release_flow(str(config), rid, noise_seed)
+            except OSError as err:
+                if err.errno not in _DISK_FULL:
+                    raise
+                _fail(_disk_full_message(err, cfg, config, rid))
+
+
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _stage_of(err: BaseException) -> str | None:
+    """The release stage (a module of the ``tasks`` package, and its function) in which
+    ``err`` was raised, from its traceback; None if it was raised outside the stages."""
+    import tasks
+
+    stages = Path(tasks.__file__).resolve().parent
+    found, tb = None, err.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        path = Path(code.co_filename)
+        if path.parent == stages and path.stem not in ("__init__", "common"):
+            found = f"the {path.stem} stage ({code.co_name})"
+        tb = tb.tb_next
+    return found
+
+
+def _disk_full_message(err: OSError, cfg, config: Path, rid: str) -> str:
+    """A full disk during a run: where, in which stage, and that a rerun finishes it (a bare
+    `[Errno 28]` said neither)."""
+    where = (str(err.filename) if err.filename else
+             f"under {cfg.publish.root} or {cfg.publish.internal / rid}")
+    return (f"{err.strerror or err} in {_stage_of(err) or 'the release run'} of release {rid}, "
+            f"writing {where}: free space there, then run `dpatlas release -c {config} "
+            f"--release-id {rid}` again (or `dpatlas rerun {rid}`); it finishes the release "
+            "without charging it again or redrawing noise already drawn")
+
+
+def _checked_release(config: Path, release_id: str | None, noise_seed: int | None):
+    """The config and the release id (chosen here when neither names one, so that the run is
+    named after it from the start), after the checks that need no data."""
+    from dpatlas.core.config import load_config
+    from dpatlas.core.ids import validate_release_id
+    from dpatlas.release.preflight import check_before_writing
+
+    cfg = load_config(config)
+    rid = release_id or cfg.release_id
+    if rid is None:
+        from flows.release import new_release_id
+        rid = new_release_id()
+    check_before_writing(cfg, validate_release_id(rid), noise_seed)
+    return cfg, rid
+
+
+@app.command()
+def release(config: Path = typer.Option(..., "--config", "-c", help="Release configuration."),
+            release_id: str = typer.Option(None, help="Release id (default: from config or new)."),
+            noise_seed: int = typer.Option(None, hidden=True,
+                                           help="Tests only: repeatable noise, NOT FOR RELEASE."),
+            ) -> None:
+    """Run (or resume) a release: ingest, validate, allocate, select, estimate, publish.
+
+    Rerunning a published release id publishes nothing new and charges nothing; rerunning an
+    interrupted one resumes it without drawing fresh noise for work already drawn.
+    """
+    _report(run_release(config, release_id, noise_seed))
+
+
+def _report(outcome) -> None:
+    """Print a run's :class:`~dpatlas.release.outcome.ReleaseOutcome` for a person."""
+    head, *rest = outcome.summary_lines()
+    # soft_wrap: long paths stay whole on one line (copyable), whatever the terminal width
+    console.print(_styled("published", "bold green", head[len("published"):])
+                  if outcome.charged else head, soft_wrap=True)
+    for line in rest:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+@app.command()
+def demo(out: Path = typer.Option(Path("demo"), help="Folder for data, config and releases."),
+         release_id: str = typer.Option(None, help="Release id (default: a new one)."),
+         profile: str = typer.Option("primary", help="primary | full-suite"),
+         ) -> None:
+    """Generate the default synthetic state and publish a full release of it."""
+    from dpatlas.cli.demo import (demo_data_current, ensure_demo_cap, generate_demo_data,
+                                  write_demo_config)
+
+    data = out / "data"
+    with _guard():  # e.g. an unwritable --out: one line and exit 2, as for every operator error
+        if not demo_data_current(data):
+            with console.status("generating the default synthetic state (Illinois-sized)"):
+                info = generate_demo_data(data)
+            console.print(f"synthetic state: {info['records']:,} records in "
+                          f"{info['tracts']:,} tracts -> {data}")
+        config = write_demo_config(out, profile)
+        done = ensure_demo_cap(config)
+    if done:
+        console.print(done)
+    _report(run_release(config, release_id))
+
+
+ledger_app = typer.Typer(help="The privacy budget ledger.")
+app.add_typer(ledger_app, name="ledger")
+
+
+def _config_or_fail(config: Path):
+    from dpatlas.core.config import load_config
+
+    with _guard():
+        return load_config(config)
+
+
+@ledger_app.command("show")
+def ledger_show(config: Path = typer.Option(..., "--config", "-c", help="Release configuration."),
+                ) -> None:
+    """Print each dataset's lifetime cap (and its history), what is spent and left, per release.
+    Reads only: it never writes to the ledger."""
+    from dpatlas.ledger import Ledger
+
+    cfg = _config_or_fail(config)
+    with _guard():
+        console.print(Ledger(cfg.ledger.url, create=False).summary_text(), highlight=False,
+                      markup=False)
+
+
+@ledger_app.command("set-cap")
+def ledger_set_cap(
+        dataset: str = typer.Option(..., help="The dataset (population) whose cap this is."),
+        epsilon: float = typer.Option(..., help="Lifetime epsilon per person."),
+        delta: float = typer.Option(0.0, help="Lifetime delta per person."),
+        reason: str = typer.Option(..., help="Why: recorded with the time in the ledger."),
+        config: Path = typer.Option(..., "--config", "-c", help="Config naming the ledger."),
+        force: bool = typer.Option(False, "--force", help="Allow a cap below what is already "
+                                   "spent (no release can then be charged until it is raised)."),
+) -> None:
+    """Set a dataset's lifetime privacy-budget cap: the ledger's, recorded with time and reason."""
+    from dpatlas.core.ids import validate_reason
+    from dpatlas.ledger import Ledger, check_cap
+
+    cfg = _config_or_fail(config)
+    with _guard():
+        # every value checked before the ledger is opened: opening may create it
+        dataset, epsilon, delta = check_cap(dataset, epsilon, delta)
+        why = validate_reason(reason)
+        ledger = Ledger(cfg.ledger.url)
+        before = ledger.cap(dataset)
+        ledger.set_cap(dataset, epsilon, delta, reason=why, force=force)
+        spent = ledger.spent(dataset)
+    was = "none" if before is None else f"eps={before[0]:g} delta={before[1]:g}"
+    console.print(f"dataset {dataset}: lifetime cap eps={epsilon:g} delta={delta:g} (was {was}); "
+                  f"reason: {why}", soft_wrap=True)
+    if spent["epsilon"] > epsilon or spent["delta"] > delta:
+        console.print(f"the cap is below what is already spent (eps={spent['epsilon']:g} "
+                      f"delta={spent['delta']:g}): no release of dataset {dataset} can be "
+                      "charged until the cap is raised", soft_wrap=True)
+
+
+@app.command()
+def withdraw(release_id: str,
+             config: Path = typer.Option(..., "--config", "-c", help="Release configuration."),
+             reason: str = typer.Option(..., help="Why, for the feed and the ledger."),
+             ) -> None:
+    """Withdraw a published release: it stays in the feed, marked withdrawn; its budget stays spent."""
+    from dpatlas.core.ids import validate_reason, validate_release_id
+    from dpatlas.ledger import Ledger
+    from dpatlas.publication.withdraw import withdraw_everywhere
+
+    cfg = _config_or_fail(config)
+    with _guard():
+        validate_release_id(release_id)
+        why = validate_reason(reason)
+        result = withdraw_everywhere(Ledger(cfg.ledger.url), cfg.publish.root, release_id, why)
+    console.print(result.get("message", f"withdrew {release_id}: {why}"), highlight=False,
+                  markup=False)
+
+
+@app.command()
+def audit(folder: Path = typer.Argument(..., help="A published release folder."),
+          ledger: Optional[str] = typer.Option(None, "--ledger", help="The ledger's URL: "
+                                               "checks the charge, the published manifest and "
+                                               "the cap."),
+          boundaries: Optional[Path] = typer.Option(None, "--boundaries", help="The boundary "
+                                                    "file the release was made from: checks one "
+                                                    "row per tract and cell."),
+          allow_test: bool = typer.Option(False, "--allow-test", help="Accept a test release "
+                                          "(exit 0 instead of 3).")) -> None:
+    """Check a release from its own files: the manifest's schema, hashes, every step's
+    guarantee recomputed from its noise parameters and derived sensitivities, the per-person
+    total, every published column paid for, every format the same; exit 0 / 1 (a check failed)
+    / 2 (unreadable) / 3 (a test release, without --allow-test)."""
+    from dpatlas.audit.checks import main as audit_main
+
+    raise typer.Exit(audit_main(folder, allow_test=allow_test, ledger=ledger,
+                                boundaries=boundaries))
+
+
+@app.command()
+def serve(root: Optional[Path] = typer.Argument(None, help="Publish root (default: the config's "
+                                                "publish.root)."),
+          config: Optional[Path] = typer.Option(None, "--config", "-c",
+                                                help="Release configuration."),
+          port: int = typer.Option(8000, help="Port (127.0.0.1 only)."),
+          ) -> None:
+    """Serve a publish root locally with HTTP range requests (the web map reads its vector
+    tiles by range): open the printed URL for the map over the feed."""
+    from dpatlas.publication.serve import ServeError, serve as run_server
+
+    if root is None:
+        if config is None:
+            _fail("give a publish root folder or --config")
+        root = _config_or_fail(config).publish.root
+    if not Path(root).is_dir():
+        _fail(f"{root} is not a folder")
+    with _guard():
+        try:
+            run_server(Path(root), port)
+        except ServeError as err:
+            _fail(_one_line(err))
+
+
+@app.command()
+def synthesize(
+        config: Path = typer.Option(..., "--config", "-c", help="Release configuration."),
+        release_id: str = typer.Option(..., "--release-id", help="A published release."),
+        epsilon: float = typer.Option(..., help="Budget per tract and cell for the synthetic "
+                                      "data (its own charge in the ledger)."),
+        delta: Optional[float] = typer.Option(None, help="Delta (default: privacy.delta)."),
+        out: Optional[Path] = typer.Option(None, help="Output folder (default: <publish root>/"
+                                           "<synthetic id>)."),
+        synthetic_id: Optional[str] = typer.Option(
+            None, help="Ledger id of the synthetic data (default: <release id>-synthetic, "
+            "shortened with a hash for a long release id)."),
+) -> None:
+    """Write DP synthetic microdata (GEOID, x, y per person-like row) for a published release
+    from BinAgg's bin summaries (Lin et al., Alg. 3), charged as its own ledger entry."""
+    from rich.progress import Progress
+
+    from dpatlas.release.synthetic_data import SynthesizeError, synthesize_release
+
+    _config_or_fail(config)  # one line and exit 2 on a bad config, before anything else
+    with _guard(), Progress(console=console, transient=True) as bar:
+        task = bar.add_task("synthesize", total=None)
+
+        def progress(stage: str, done: int, total: int) -> None:
+            bar.update(task, description=stage, completed=done, total=total)
+
+        try:
+            folder = synthesize_release(config, release_id, epsilon, out, delta=delta,
+                                        synthetic_id=synthetic_id, progress=progress)
+        except SynthesizeError as err:
+            _fail(_one_line(err))
+    console.print(f"synthetic microdata for {release_id}: {folder}", highlight=False,
+                  markup=False, soft_wrap=True)
+
+
+@app.command()
+def rerun(release_id: str,
+          config: Path = typer.Option(..., "--config", "-c", help="Release configuration."),
+          timeout: float = typer.Option(3600, help="Seconds to wait for the run."),
+          ) -> None:
+    """Trigger the operator deployment for RELEASE_ID on the Prefect server (PREFECT_API_URL).
+
+    A published id is a no-op; an interrupted one resumes; a new id is a fresh, charged release.
+    """
+    from deploy.trigger import trigger_release
+
+    from dpatlas.core.ids import validate_release_id
+
+    cfg = _config_or_fail(config)
+    with _guard():
+        validate_release_id(release_id)
+        try:
+            run = trigger_release(str(config.resolve()), release_id, timeout)
+        except RuntimeError as err:  # Prefect API unavailable, deployment not served
+            _fail(_one_line(err))
+    console.print(f"flow run {run.flow_run_name} ({run.flow_run_id}): {run.state}",
+                  highlight=False, markup=False, soft_wrap=True)
+    if run.outcome is not None:
+        _report(run.outcome)
+        return
+    if run.state == "COMPLETED":
+        console.print("the run completed but its result could not be read; see its summary "
+                      "artifact in the Prefect UI", highlight=False, markup=False)
+        return
+    console.print("nothing was published by this run"
+                  + (f": {run.message}" if run.message else ""), highlight=False, markup=False,
+                  soft_wrap=True)
+    console.print("  " + _charge_status(cfg, release_id), highlight=False, markup=False,
+                  soft_wrap=True)
+    raise typer.Exit(1)
+
+
+def _charge_status(cfg, release_id: str) -> str:
+    """Whether the ledger holds a charge for ``release_id`` (read only)."""
+    from dpatlas.ledger import Ledger
+
+    with _guard():
+        entry = Ledger(cfg.ledger.url, create=False).release(release_id)
+    if entry is None:
+        return f"nothing was charged: the ledger has no release {release_id}"
+    return (f"the ledger holds release {release_id} as {entry['status']} (charged: epsilon "
+            f"{entry.get('epsilon', 0):.4g}); a rerun of the same id resumes it without a new "
+            "charge")
+
+
+@app.command()
+def calibrate(out: Path = typer.Option(Path("thresholds.yaml"), help="Where to write."),
+              tracts: int = typer.Option(1000, help="Tracts per synthetic calibration state."),
+              reps: int = typer.Option(50, help="Runs per tract."),
+              banded: bool = typer.Option(True, help="Also calibrate the banded rule on the "
+                                                     "stress scenarios (about 10 minutes)."),
+              ) -> None:
+    """Calibrate the selection thresholds on synthetic states (never on release data)."""
+    from dpatlas.evaluation.calibrate import calibrate as run, write_thresholds
+
+    result = run(tracts=tracts, reps=reps, progress=lambda m: console.log(m))
+    if banded:
+        from dpatlas.evaluation.rule_stress import calibrate as calibrate_banded
+
+        result["rules"]["banded"] = calibrate_banded(progress=lambda m: console.log(m))
+    write_thresholds(result, out)
+    for rule, r in result["rules"].items():
+        console.print(f"{rule} rule: threshold {r['threshold']:.4g} on {r['indicator']}")
+    if banded:
+        for entry in result["rules"]["banded"]["schedule"]:
+            console.print(f"banded rule at epsilon {entry['epsilon']:g}: " + ", ".join(
+                f"{b['choice']} below n = {b['n_below']}" for b in entry["bands"]))
+    console.print(f"wrote {out}")
+
+
+@app.command()
+def evaluate(out: Path = typer.Option(Path("evaluation"), help="Output folder."),
+             reps: int = typer.Option(100, help="Runs per tract and mechanism."),
+             seed: int = typer.Option(0, help="Seed of the synthetic state and of the noise."),
+             epsilon: list[float] = typer.Option([1.0, 8.0], help="Per-tract budgets."),
+             mechanism: list[str] = typer.Option([], help="Mechanisms (default: all DP + MOS)."),
+             tracts: int = typer.Option(3108, help="Tracts in the synthetic state."),
+             rule: bool = typer.Option(True, help="Add the calibrated dp selection rule as a row."),
+             ) -> None:
+    """Rebuild the paper's comparison on an Illinois-sized synthetic state: table and plots."""
+    from dpatlas.evaluation.evaluate import DEFAULT_MECHANISMS, evaluate as run, write_report
+    from dpatlas.evaluation.synthetic_input import StateParams
+
+    from dpatlas.release.thresholds import DEFAULT_THRESHOLDS, resolve_threshold
+    from dpatlas.core.config import SelectionConfig
+    from dpatlas.release.selection import Rule, RuleEstimate
+
+    mechs = tuple(mechanism) or DEFAULT_MECHANISMS
+    extra = {}
+    if rule:
+        threshold = resolve_threshold(SelectionConfig(rule="dp", threshold_file=DEFAULT_THRESHOLDS))
+        extra["SelectionRule(dp)"] = RuleEstimate(Rule("dp", threshold, 0.1))
+    t0 = time.perf_counter()
+    result = run(mechs, tuple(epsilon), reps, seed, StateParams(n_tracts=tracts),
+                 progress=lambda msg: console.log(msg), extra_rows=extra)
+    paths = write_report(result, out)
+    table = Table("mechanism", "epsilon", "tracts", "share below SE", "median ratio",
+                  "failure rate")
+    for r in result.summary.itertuples():
+        table.add_row(r.mechanism, f"{r.epsilon:g}", str(r.tracts), f"{r.share_below_se:.3f}",
+                      f"{r.median_ratio:.3f}", f"{r.mean_failure_rate:.3f}")
+    console.print(table)
+    thr = result.crossover.get("threshold")
+    console.print(f"NoisyStats/DPExpTheilSen crossover in n*eps*var(x): "
+                  f"{'not found' if thr is None else f'{thr:.3g}'}")
+    console.print(f"wrote {len(paths)} files to {out} in {time.perf_counter() - t0:.0f}s")
+
+
+@app.command("evaluate-rule")
+def evaluate_rule(
+        out: Path = typer.Option(Path("evaluation-rule"), help="Output folder."),
+        scenario: list[str] = typer.Option([], help="Stress scenario(s) (default: all)."),
+        epsilon: list[float] = typer.Option([1.0, 8.0], help="Per-tract budgets."),
+        tracts: int = typer.Option(3108, help="Tracts per scenario state."),
+        large_tracts: int = typer.Option(300, help="Tracts of the 'large' scenario."),
+        reps: int = typer.Option(50, help="Runs per tract."),
+        seed: int = typer.Option(0, help="Scenario seed (the calibration's are 101, 102)."),
+        thresholds: Path = typer.Option(None, help="Calibration file (default: the shipped)."),
+) -> None:
+    """The banded selection rule against both fixed mechanisms (and today's dp rule), per
+    stress scenario, epsilon and tract-size quintile (docs/selection.md)."""
+    from dpatlas.release.thresholds import DEFAULT_THRESHOLDS, resolve_schedule, resolve_threshold
+    from dpatlas.core.config import SelectionConfig
+    from dpatlas.evaluation.rule_stress import CALIBRATION_SEEDS, evaluate as run, to_markdown
+    from dpatlas.release.selection import Rule
+    from dpatlas.evaluation.stress import SCENARIOS
+
+    t0 = time.perf_counter()
+    with _guard():
+        unknown = [s for s in scenario if s not in SCENARIOS]
+        if unknown:
+            _fail(f"unknown scenario(s) {unknown}; known: {', '.join(SCENARIOS)}")
+        if seed in CALIBRATION_SEEDS:
+            _fail(f"seed {seed} is a calibration seed: evaluate on another")
+        path = thresholds or DEFAULT_THRESHOLDS
+        try:
+            banded = SelectionConfig(rule="banded", threshold_file=path)
+            rule = Rule("banded", resolve_threshold(banded), 0.1,
+                        schedule=resolve_schedule(banded))
+            dp = resolve_threshold(SelectionConfig(rule="dp", threshold_file=path))
+        except (FileNotFoundError, ValueError) as err:
+            _fail(str(err))
+        table = run(rule, dp, seed, tuple(epsilon), tuple(scenario) or SCENARIOS, tracts,
+                    large_tracts, reps, progress=lambda m: console.log(m))
+        out.mkdir(parents=True, exist_ok=True)
+        table.to_csv(out / "rule.csv", index=False)
+        (out / "rule.md").write_text(to_markdown(table))
+    console.print(to_markdown(table))
+    console.print(f"wrote {out / 'rule.csv'}, {out / 'rule.md'} in "
+                  f"{time.perf_counter() - t0:.0f}s")
+
+
+@app.command("evaluate-intervals")
+def evaluate_intervals(
+        out: Path = typer.Option(Path("evaluation-intervals"), help="Output folder."),
+        reps: int = typer.Option(100, help="Runs per tract."),
+        tracts: int = typer.Option(3108, help="Tracts in the synthetic state."),
+        seed: int = typer.Option(21, help="Synthetic state seed (never the demo's 0)."),
+        epsilon: list[float] = typer.Option([1.0, 8.0], help="Per-tract budgets."),
+        share: float = typer.Option(0.25, help="Share of each tract's budget for the interval."),
+        level: float = typer.Option(0.95, help="Confidence level."),
+        scenario: list[str] = typer.Option(["demo"], help="Scenario(s) of dpatlas/evaluation/stress.py, "
+                                           "or 'all'."),
+        reliable_width: float = typer.Option(0.5, help="Widest interval the map shows as "
+                                             "reliable (the config's low_reliability_width)."),
+) -> None:
+    """Coverage and width of the DP confidence intervals per scenario, mechanism and epsilon:
+    overall, by tract-size and interval-width quintile and among the reliable ones."""
+    from dpatlas.evaluation.interval_eval import evaluate_intervals as run, write_interval_report
+    from dpatlas.evaluation.stress import SCENARIOS
+
+    t0 = time.perf_counter()
+    scenarios = SCENARIOS if "all" in scenario else tuple(scenario)
+    with _guard():
+        try:
+            summary, per_tract, edges = run(tracts, reps, seed, tuple(epsilon), share, level,
+                                            progress=lambda m: console.log(m),
+                                            scenarios=scenarios, reliable_width=reliable_width)
+        except ValueError as err:
+            _fail(str(err))
+        paths = write_interval_report(summary, per_tract, edges, out)
+    cols = ("coverage", "worst Q", "worst W", "reliable", "reliable share", "[0,1] share")
+    table = Table("scenario", "mechanism", "epsilon", *cols, "reliable intervals")
+    for _, r in summary.iterrows():
+        table.add_row(r["scenario"], r["mechanism"], f"{r['epsilon']:g}",
+                      *(f"{r[c]:.3f}" for c in cols), str(r["reliable intervals"]))
+    for name, e in edges.items():
+        console.print(f"{name}: tract-size quintiles up to n = {e}")
+    console.print(table)
+    console.print("worst Q, worst W: the lowest coverage over the tract-size and the "
+                  "interval-width quintiles (each quintile in summary.md)")
+    console.print(f"wrote {len(paths)} files to {out} in {time.perf_counter() - t0:.0f}s")
+
+
+def main() -> None:  # pragma: no cover
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

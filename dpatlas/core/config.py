@@ -1,0 +1,388 @@
+"""The release configuration: a YAML file validated with pydantic.
+
+Unknown keys are errors (a typo must not silently fall back to a default); every error names
+the key and what is allowed. ``EXAMPLE`` is the documented example that ``dpatlas config
+example`` prints; the tests check that it validates.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Literal, Optional
+
+import yaml
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
+                      model_validator)
+
+from mechanisms import DEFAULT_SUITE, PUBLISHABLE
+
+from dpatlas.core.ids import (InvalidDatasetName, InvalidReleaseId, validate_dataset_name,
+                              validate_release_id)
+
+# PUBLISHABLE: the estimators a release may publish, derived from the registry (its DP
+# estimators whose noise sampler is safe to publish), so an evaluation-only one cannot slip in.
+PRIMARY = ("NoisyStats", "DPExpTheilSen")
+
+
+class ConfigError(ValueError):
+    """A configuration problem, with a message meant for the operator."""
+
+
+class _Strict(BaseModel):
+    # No NaN or infinity anywhere: a cap of .inf or an epsilon of .nan is an error, not a value.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_numbers(cls, value, info):
+        # YAML turns `true` into a bool, and pydantic would take it as 1 for a float or int
+        # field: a budget of `true` must be an error, not epsilon = 1.
+        field = cls.model_fields.get(info.field_name)
+        ann = getattr(field, "annotation", None)
+        if isinstance(value, bool) and ann in (float, int, Optional[float], Optional[int]):
+            raise ValueError("must be a number, not true/false")
+        return value
+
+
+class Columns(_Strict):
+    geoid: str = "geoid"
+    parent_rank: str = "parent_rank"
+    child_rank: str = "child_rank"
+    person_id: Optional[str] = None
+    cell: Optional[str] = None
+
+
+class InputConfig(_Strict):
+    path: Path
+    format: Literal["parquet", "csv"] = "parquet"
+    columns: Columns = Columns()
+    rank_scale: Literal["unit", "percentile"] = "unit"
+
+
+class BoundariesConfig(_Strict):
+    path: Path
+    geoid_column: str = "GEOID"
+    vintage: Optional[str] = None  # e.g. "TIGER/Line 2020 tracts": printed in the manifest
+
+
+class PrivacyConfig(_Strict):
+    unit: Literal["person"] = "person"
+    neighbouring: Literal["replace-one"] = "replace-one"
+    epsilon_per_tract: float = Field(1.0, gt=0, le=100)
+    delta: float = Field(1e-6, gt=0, lt=1e-2)
+    # Parallel composition over tracts needs each person in at most one tract per cell. With a
+    # person id column that is checked; without one the operator must state it, and the
+    # manifest lists it as an unverified assumption.
+    assume_one_record_per_person: bool = False
+
+
+class SelectionConfig(_Strict):
+    rule: Literal["dp", "public", "fixed", "banded"] = "dp"
+    threshold: Optional[float] = Field(None, gt=0)
+    threshold_file: Optional[Path] = None
+    budget_share: float = Field(0.1, gt=0, lt=1)
+    mechanism: Literal["NoisyStats", "DPExpTheilSen"] = "DPExpTheilSen"
+
+    @model_validator(mode="after")
+    def _threshold_given(self):
+        if self.rule == "banded" and (self.threshold is not None or self.threshold_file is None):
+            raise ValueError("selection: rule 'banded' takes its bands and threshold from "
+                             "'threshold_file' (written by dpatlas calibrate); give no "
+                             "'threshold'")
+        if self.rule != "fixed" and (self.threshold is None) == (self.threshold_file is None):
+            raise ValueError("selection: give exactly one of 'threshold' or 'threshold_file' "
+                             f"for rule '{self.rule}'")
+        return self
+
+
+class ProfileConfig(_Strict):
+    name: Literal["primary", "full-suite"] = "primary"
+    suite_share: float = Field(0.5, gt=0, lt=1)
+    suite: tuple[str, ...] = DEFAULT_SUITE
+
+    @model_validator(mode="after")
+    def _known(self):
+        bad = [s for s in self.suite if s not in PUBLISHABLE]
+        if bad:
+            raise ValueError(f"profile.suite: unknown estimator(s) {bad}; allowed: "
+                             f"{', '.join(PUBLISHABLE)}")
+        return self
+
+
+class IntervalsConfig(_Strict):
+    # A confidence interval for p25 and p75 of every released tract, covering the tract's
+    # regression line (sampling error and privacy noise), paid from the primary budget.
+    enabled: bool = True
+    share: float = Field(0.25, gt=0, lt=1)  # of the primary budget, spent on the interval
+    level: float = Field(0.95, ge=0.5, lt=1)
+    low_reliability_width: float = Field(0.5, gt=0, le=1)  # wider: hatched on the map
+
+
+class ValidationConfig(_Strict):
+    policy: Literal["fail", "clip", "drop"] = "fail"
+    # A person with more than one record in a cell: fail (default), or bound (keep one record
+    # per person and cell by a rule that looks only at that person's own records).
+    contributions: Literal["fail", "bound"] = "fail"
+    # clip/drop refuse the release when they would change more than this share of the rows
+    # (a whole file on the wrong scale must not be "cleaned" into a release).
+    max_changed_share: float = Field(0.01, ge=0, le=1)
+
+
+class PublishConfig(_Strict):
+    root: Path = Path("releases")
+    internal_root: Optional[Path] = None  # default: <root>-internal, beside the publish root
+    min_n: int = Field(2, ge=2)  # tracts with fewer records are suppressed (n is public)
+    # public: a real release (noise from the OS CSPRNG only). test: a test root, the only kind
+    # that accepts repeatable (seeded) noise; its manifests and feed say NOT FOR RELEASE.
+    mode: Literal["public", "test"] = "public"
+
+    @property
+    def internal(self) -> Path:
+        return self.internal_root or self.root.with_name(self.root.name + "-internal")
+
+
+class ScheduleConfig(_Strict):
+    cron: Optional[str] = None  # e.g. "0 3 1 * *": 03:00 on the 1st of every month
+    timezone: str = "UTC"
+
+
+class LedgerConfig(_Strict):
+    url: str = "sqlite:///ledger.db"  # relative SQLite paths are relative to the config file
+    dataset: str = Field("default", min_length=1, max_length=200)  # whose lifetime budget
+    # The lifetime cap is the ledger's (`dpatlas ledger set-cap`). A config may state the cap
+    # it expects; a release is refused when the ledger's cap differs.
+    cap_epsilon: Optional[float] = Field(None, gt=0)
+    cap_delta: Optional[float] = Field(None, ge=0, lt=1)
+
+    @field_validator("dataset")
+    @classmethod
+    def _valid_dataset(cls, value):
+        try:
+            return validate_dataset_name(value)
+        except InvalidDatasetName as err:
+            raise ValueError(str(err)) from None
+
+
+class LimitsConfig(_Strict):
+    # Memory one estimation chunk may use; a tract whose mechanism would need more is refused
+    # (or, under the dp rule, given NoisyStats by its public n) before anything is charged.
+    memory_gib: float = Field(4.0, gt=0, le=1024)
+
+
+class ReleaseConfig(_Strict):
+    release_id: Optional[str] = None
+    input: InputConfig
+    boundaries: BoundariesConfig
+    privacy: PrivacyConfig = PrivacyConfig()
+    selection: SelectionConfig
+    profile: ProfileConfig = ProfileConfig()
+    intervals: IntervalsConfig = IntervalsConfig()
+    validation: ValidationConfig = ValidationConfig()
+    publish: PublishConfig = PublishConfig()
+    partition_tracts: int = Field(2000, ge=1, le=1_000_000)
+    schedule: ScheduleConfig = ScheduleConfig()
+    ledger: LedgerConfig = LedgerConfig()
+    runner: Literal["local", "dask"] = "local"
+    dask_address: Optional[str] = None  # runner dask: a scheduler address; none = local cluster
+    dask_workers: int = Field(2, ge=1, le=256)
+    limits: LimitsConfig = LimitsConfig()
+
+    @field_validator("release_id")
+    @classmethod
+    def _valid_id(cls, value):
+        if value is not None:
+            try:
+                validate_release_id(value)
+            except InvalidReleaseId as err:
+                raise ValueError(str(err)) from None
+        return value
+
+
+def _format_errors(err: ValidationError, source: str) -> str:
+    lines = [f"invalid configuration in {source}:"]
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key (check the spelling; `dpatlas config example` lists every key)"
+        elif e["type"] == "literal_error" and "expected" in e.get("ctx", {}):
+            msg = f"must be one of {e['ctx']['expected']}"
+        got = e.get("input")
+        got_text = "" if isinstance(got, dict) or got is None else f" (got {got!r})"
+        lines.append(f"  {key}: {msg}{got_text}")
+    return "\n".join(lines)
+
+
+def parse_config(data: dict, source: str = "<config>", base: Path | None = None) -> ReleaseConfig:
+    """Validate a config mapping; relative paths are taken relative to ``base``."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"invalid configuration in {source}: expected a mapping of keys")
+    try:
+        cfg = ReleaseConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_format_errors(err, source)) from None
+    return _resolve_paths(cfg, base) if base else cfg
+
+
+def load_config(path: Path) -> ReleaseConfig:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"configuration file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path} is not valid YAML: {err}") from None
+    return parse_config(data, str(path), base=path.parent)
+
+
+def _resolve_paths(cfg: ReleaseConfig, base: Path) -> ReleaseConfig:
+    def fix(p: Optional[Path]) -> Optional[Path]:
+        # Resolved, so the same file spelled two ways gives the same config (and hash).
+        return None if p is None else (base / p).expanduser().resolve()
+
+    updates = {
+        "input": cfg.input.model_copy(update={"path": fix(cfg.input.path) or cfg.input.path}),
+        "boundaries": cfg.boundaries.model_copy(
+            update={"path": fix(cfg.boundaries.path) or cfg.boundaries.path}),
+        "publish": cfg.publish.model_copy(update={
+            "root": fix(cfg.publish.root) or cfg.publish.root,
+            "internal_root": fix(cfg.publish.internal_root) or cfg.publish.internal_root}),
+    }
+    url = cfg.ledger.url
+    if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
+        rel = url[len("sqlite:///"):]
+        if rel and rel != ":memory:":
+            updates["ledger"] = cfg.ledger.model_copy(
+                update={"url": "sqlite:///" + str((base / rel).resolve())})
+    if cfg.selection.threshold_file is not None:
+        updates["selection"] = cfg.selection.model_copy(
+            update={"threshold_file": fix(cfg.selection.threshold_file)
+                    or cfg.selection.threshold_file})
+    return cfg.model_copy(update=updates)
+
+
+def fingerprint(cfg: ReleaseConfig) -> str:
+    """sha256 of the validated configuration with its paths resolved (canonical JSON).
+
+    Paths are resolved when the config is loaded, so a config read through a relative or an
+    absolute path, or naming a file as ``./x`` or ``x``, hashes the same. Where the work runs
+    (the internal scratch folder, the task runner, the Dask cluster) does not change what is
+    published, so it is left out: two hosts running one release with their own scratch folders
+    hold the same config.
+    """
+    data = cfg.model_dump(mode="json", exclude={"runner", "dask_address", "dask_workers"})
+    data["publish"].pop("internal_root", None)
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def ledger_backend(url: str) -> str:
+    """The ledger's database kind ("sqlite", "postgresql"): no host, user, file or password."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).get_backend_name()
+    except Exception:  # noqa: BLE001 - an unparseable URL is still never published
+        return "unknown"
+
+
+def public_config(cfg: ReleaseConfig) -> dict:
+    """The configuration as published with a release (``config.json``): no secrets and no
+    machine paths. Files are named by their base name (their sha256 is in the manifest);
+    the publish and internal roots, the ledger's URL and the Dask address are left out."""
+    data = cfg.model_dump(mode="json")
+    data["input"]["path"] = Path(cfg.input.path).name
+    data["boundaries"]["path"] = Path(cfg.boundaries.path).name
+    if cfg.selection.threshold_file is not None:
+        data["selection"]["threshold_file"] = Path(cfg.selection.threshold_file).name
+    data["publish"].pop("root", None)
+    data["publish"].pop("internal_root", None)
+    data["ledger"]["url"] = f"{ledger_backend(cfg.ledger.url)}: (withheld)"
+    data.pop("dask_address", None)
+    return data
+
+
+EXAMPLE = """\
+# dpatlas release configuration. Relative paths are relative to this file.
+release_id: null              # null: a new id (date + random suffix) for every run
+
+input:
+  path: data/microdata        # a Parquet file, a hive-partitioned Parquet dataset (state=17/...),
+                              # or a CSV file
+  format: parquet             # parquet | csv
+  columns:                    # your column names for what the pipeline needs
+    geoid: geoid              # 11-digit tract GEOID (2 state + 3 county + 6 tract digits)
+    parent_rank: parent_rank  # x
+    child_rank: child_rank    # y
+    person_id: person_id      # one record per person and cell is checked across all
+                              # partitions with it (or set privacy.assume_one_record_per_person)
+    cell: null                # optional: demographic cell; each cell gets its own budget
+  rank_scale: unit            # unit: ranks on [0, 1]; percentile: ranks on [0, 100]
+
+boundaries:
+  path: data/tracts.parquet   # TIGER/Line tracts: zipped shapefile, GeoPackage, GeoParquet, GeoJSON
+  geoid_column: GEOID
+  vintage: null               # e.g. "TIGER/Line 2020 tracts" (stated in the manifest)
+
+privacy:
+  unit: person                # the privacy unit
+  neighbouring: replace-one   # n per tract is public, as in the Opportunity Atlas
+  epsilon_per_tract: 1.0      # budget per tract and cell (pure epsilon unless the suite needs delta)
+  delta: 1.0e-6               # used only by (epsilon, delta) estimators in the full suite
+  assume_one_record_per_person: false   # true only without a person id: then the manifest
+                              # lists "one record per person" as an unverified assumption
+
+selection:                    # which mechanism publishes p25/p75 in each tract
+  rule: dp                    # dp: spend budget_share on a noisy n*var(x) and compare
+                              #     n*eps*var(x) with the threshold (NoisyStats if above);
+                              # public: NoisyStats if n >= threshold; fixed: always `mechanism`
+                              # banded: bands of n from threshold_file (docs/selection.md)
+  threshold_file: thresholds.yaml   # written by `dpatlas calibrate` (never fit on release data)
+  # threshold: 30.0           # ... or a number instead of threshold_file
+  budget_share: 0.1           # dp rule: share of the tract budget spent on selection
+  mechanism: DPExpTheilSen    # fixed rule: NoisyStats | DPExpTheilSen
+
+profile:
+  name: primary               # primary: p25/p75 of the selected mechanism get the whole budget
+                              # full-suite: primary + every estimator in `suite`, each with a share
+  suite_share: 0.5            # full-suite: share of the budget split equally over the suite
+  # suite: [NoisyStats, NoisyIntercept, DPExpTheilSen, DPGDPure]   # default: every DP estimator but BinAgg
+
+intervals:                    # a DP confidence interval for p25 and p75 of every released tract
+  enabled: true
+  share: 0.25                 # of the primary budget (mechanisms/intervals.py says how it is used)
+  level: 0.95
+  low_reliability_width: 0.5  # tracts whose interval is wider are hatched on the map
+
+validation:
+  policy: fail                # fail: stop before any noise; clip: clip ranks to [0, 1];
+                              # drop: move bad rows to quarantine and go on
+  contributions: fail         # a person twice in a cell: fail, or bound (keep one record)
+  max_changed_share: 0.01     # clip/drop refuse the release when they change more rows
+
+publish:
+  root: releases              # one folder per release id, plus the feed
+  internal_root: null         # validation reports, quarantine; default: <root>-internal
+  min_n: 2                    # tracts with fewer records are suppressed
+  mode: public                # public | test (a test root: the only kind that takes seeded noise)
+
+partition_tracts: 2000        # tracts per partition (one task run per partition and stage)
+
+schedule:
+  cron: null                  # e.g. "0 3 1 * *" for the scheduled deployment (deploy/serve.py)
+  timezone: UTC
+
+ledger:                       # the privacy budget ledger (a SQLAlchemy URL)
+  url: sqlite:///ledger.db    # or postgresql+psycopg://user@host/db for shared deployments
+  dataset: default            # whose lifetime budget is capped
+  cap_epsilon: null           # the cap is the ledger's (dpatlas ledger set-cap); a number here
+  cap_delta: null             # is the cap this config expects: refused if the ledger differs
+
+runner: local                 # local | dask (prefect-dask)
+dask_address: null            # runner dask: scheduler address, e.g. tcp://10.0.0.5:8786; null = a local cluster
+dask_workers: 2               # workers of the local cluster
+
+limits:
+  memory_gib: 4.0             # a tract whose mechanism needs more memory is refused up front
+"""

@@ -1,0 +1,1 @@
+"""The privacy budget ledger: its store, charges and leases."""

@@ -1,0 +1,796 @@
+"""Census-tract boundaries: real TIGER/Line-style files, and synthetic stand-ins.
+
+The release is map-ready, so every tract needs a polygon. Real runs load the Census Bureau's
+TIGER/Line tract files (`load_boundaries`); runs on synthetic states (`dpatlas.evaluation.synthetic_input`) have no
+such file, so `synth_boundaries` draws a plausible geography for any list of tract GEOIDs:
+
+- each state is a seeded, irregular star-shaped polygon (about 3.5-4.3 degrees across) in its
+  own cell of a 12 x 5 grid over the continental US box, the cell nearest the real state;
+- the state is cut into counties by a capacity-constrained power diagram, so a county's area
+  is proportional to its number of tracts and tract areas stay comparable across counties;
+- each county is cut into tracts by a Lloyd-relaxed Voronoi diagram clipped to the county
+  (with power weights to even out tract sizes where Lloyd alone leaves them uneven);
+- tracts on the two sides of a county line are given the same vertices there.
+
+Every tract is then a single valid Polygon, tracts do not overlap, neighbouring tracts share
+their edges vertex for vertex (a valid polygon coverage), the tracts of a county make one
+contiguous region and those of a state tile the state polygon.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import geopandas as gpd
+import numpy as np
+import pandas as pd
+import pyogrio
+import shapely
+from shapely.geometry import Polygon
+
+STATE_FIPS: dict[str, tuple[str, str]] = {
+    "01": ("AL", "Alabama"), "02": ("AK", "Alaska"), "04": ("AZ", "Arizona"),
+    "05": ("AR", "Arkansas"), "06": ("CA", "California"), "08": ("CO", "Colorado"),
+    "09": ("CT", "Connecticut"), "10": ("DE", "Delaware"), "11": ("DC", "District of Columbia"),
+    "12": ("FL", "Florida"), "13": ("GA", "Georgia"), "15": ("HI", "Hawaii"),
+    "16": ("ID", "Idaho"), "17": ("IL", "Illinois"), "18": ("IN", "Indiana"),
+    "19": ("IA", "Iowa"), "20": ("KS", "Kansas"), "21": ("KY", "Kentucky"),
+    "22": ("LA", "Louisiana"), "23": ("ME", "Maine"), "24": ("MD", "Maryland"),
+    "25": ("MA", "Massachusetts"), "26": ("MI", "Michigan"), "27": ("MN", "Minnesota"),
+    "28": ("MS", "Mississippi"), "29": ("MO", "Missouri"), "30": ("MT", "Montana"),
+    "31": ("NE", "Nebraska"), "32": ("NV", "Nevada"), "33": ("NH", "New Hampshire"),
+    "34": ("NJ", "New Jersey"), "35": ("NM", "New Mexico"), "36": ("NY", "New York"),
+    "37": ("NC", "North Carolina"), "38": ("ND", "North Dakota"), "39": ("OH", "Ohio"),
+    "40": ("OK", "Oklahoma"), "41": ("OR", "Oregon"), "42": ("PA", "Pennsylvania"),
+    "44": ("RI", "Rhode Island"), "45": ("SC", "South Carolina"), "46": ("SD", "South Dakota"),
+    "47": ("TN", "Tennessee"), "48": ("TX", "Texas"), "49": ("UT", "Utah"),
+    "50": ("VT", "Vermont"), "51": ("VA", "Virginia"), "53": ("WA", "Washington"),
+    "54": ("WV", "West Virginia"), "55": ("WI", "Wisconsin"), "56": ("WY", "Wyoming"),
+    "72": ("PR", "Puerto Rico"),
+}
+
+CRS = "EPSG:4326"
+COLUMNS = ["geoid", "state", "county", "geometry"]
+
+
+class BoundaryError(ValueError):
+    """Boundaries (a file or a list of GEOIDs) the pipeline cannot use; the message says why."""
+
+
+# --------------------------------------------------------------------------------------------
+# GEOIDs
+
+_GEOID = re.compile(r"\d{11}")
+_MAX_EXAMPLES = 5
+
+
+def _examples(values) -> str:
+    values = list(values)
+    shown = ", ".join(repr(v) for v in values[:_MAX_EXAMPLES])
+    return shown + (", ..." if len(values) > _MAX_EXAMPLES else "")
+
+
+def _geoid_problems(geoids: pd.Series) -> list[str]:
+    """What is wrong with a column of GEOIDs (an empty list if nothing is)."""
+    total = len(geoids)
+    text = geoids.astype(object).where(geoids.notna(), None)
+    well_formed = np.array([isinstance(g, str) and _GEOID.fullmatch(g) is not None for g in text],
+                           dtype=bool)
+    problems = []
+    if not well_formed.all():
+        hint = ""
+        ten_digits = any(isinstance(g, str) and len(g) == 10 and g.isdigit() for g in text)
+        if pd.api.types.is_numeric_dtype(geoids.dtype) or ten_digits:
+            hint = (" (numeric or 10-digit GEOIDs: leading zeros were probably lost, e.g. "
+                    "6001000100 for 06001000100; store and read GEOIDs as text)")
+        problems.append(f"{int((~well_formed).sum())} of {total} GEOIDs are not 11 digits "
+                        f"(2 state + 3 county + 6 tract), e.g. {_examples(text[~well_formed])}{hint}")
+    valid = text[well_formed]
+    unknown = valid[~valid.str[:2].isin(list(STATE_FIPS))]
+    if len(unknown):
+        problems.append(f"{len(unknown)} of {total} GEOIDs start with a code that is not a US "
+                        f"state FIPS code, e.g. {_examples(unknown)}")
+    counts = valid.value_counts()
+    repeated = counts[counts > 1]
+    if len(repeated):
+        problems.append(f"{len(repeated)} GEOIDs occur more than once ({int(repeated.sum())} rows), "
+                        f"e.g. {_examples(sorted(repeated.index))}")
+    return problems
+
+
+# --------------------------------------------------------------------------------------------
+# Synthetic boundaries
+
+# States sit in the cells of a grid over the continental US box, so they never overlap.
+_US_LON = (-124.0, -67.0)
+_US_LAT = (25.0, 49.0)
+_GRID_COLS, _GRID_ROWS = 12, 5  # 60 cells of 4.75 x 4.8 degrees for 52 states
+_CELL_MARGIN = 0.25  # degrees kept empty along each cell edge: neighbouring states never touch
+
+# Approximate real centres (lon, lat), only used to give each state the grid cell nearest to
+# where it really is, so synthetic maps look roughly familiar. Alaska, Hawaii and Puerto Rico
+# are pulled into the box (north-west, south-west and south-east corners).
+_APPROX_CENTRE: dict[str, tuple[float, float]] = {
+    "01": (-86.8, 32.8), "02": (-152.0, 64.0), "04": (-111.7, 34.3), "05": (-92.4, 34.9),
+    "06": (-119.5, 37.2), "08": (-105.5, 39.0), "09": (-72.7, 41.6), "10": (-75.5, 39.0),
+    "11": (-77.0, 38.9), "12": (-82.5, 28.6), "13": (-83.4, 32.7), "15": (-157.0, 20.8),
+    "16": (-114.6, 44.4), "17": (-89.2, 40.0), "18": (-86.3, 39.9), "19": (-93.5, 42.1),
+    "20": (-98.4, 38.5), "21": (-85.3, 37.5), "22": (-92.0, 31.0), "23": (-69.2, 45.4),
+    "24": (-76.8, 39.0), "25": (-71.8, 42.3), "26": (-85.4, 44.3), "27": (-94.3, 46.3),
+    "28": (-89.7, 32.7), "29": (-92.5, 38.4), "30": (-109.6, 47.0), "31": (-99.8, 41.5),
+    "32": (-116.6, 39.3), "33": (-71.6, 43.7), "34": (-74.7, 40.2), "35": (-106.1, 34.4),
+    "36": (-75.5, 42.9), "37": (-79.4, 35.6), "38": (-100.5, 47.4), "39": (-82.8, 40.3),
+    "40": (-97.5, 35.6), "41": (-120.6, 43.9), "42": (-77.8, 40.9), "44": (-71.5, 41.7),
+    "45": (-80.9, 33.9), "46": (-100.2, 44.4), "47": (-86.3, 35.9), "48": (-99.3, 31.5),
+    "49": (-111.7, 39.3), "50": (-72.7, 44.1), "51": (-78.8, 37.5), "53": (-120.4, 47.4),
+    "54": (-80.6, 38.6), "55": (-89.8, 44.6), "56": (-107.6, 43.0), "72": (-66.5, 18.2),
+}
+
+_OUTLINE_VERTICES = 96
+_COUNTY_LLOYD_ROUNDS = 4
+_NEWTON_ITERATIONS = 30
+_COUNTY_AREA_TOLERANCE = 0.01  # stop once every county is within 1% of its target area
+_LLOYD_ITERATIONS = 5
+# Lloyd evens out tracts only slowly in a long, thin county; past this ratio of largest to
+# smallest tract, power weights even them out instead, to within _TRACT_AREA_TOLERANCE.
+_TRACT_SPREAD_LIMIT = 3.0
+_TRACT_AREA_TOLERANCE = 0.1
+_STITCH_TOLERANCE = 1e-9  # degrees (0.1 mm): vertices this close to a county line are on it
+
+# Independent random streams per state, so that e.g. the outline does not change when the
+# list of tracts does.
+_OUTLINE_STREAM, _COUNTY_STREAM, _TRACT_STREAM = 0, 1, 2
+
+
+@functools.lru_cache(maxsize=1)
+def _state_cell_centres() -> dict[str, tuple[float, float]]:
+    """Each state's grid cell centre: the assignment of states to cells that moves them least."""
+    from scipy.optimize import linear_sum_assignment
+
+    width = (_US_LON[1] - _US_LON[0]) / _GRID_COLS
+    height = (_US_LAT[1] - _US_LAT[0]) / _GRID_ROWS
+    cols, rows = np.meshgrid(np.arange(_GRID_COLS), np.arange(_GRID_ROWS))
+    centres = np.column_stack([_US_LON[0] + (cols.ravel() + 0.5) * width,
+                               _US_LAT[0] + (rows.ravel() + 0.5) * height])
+    codes = sorted(STATE_FIPS)
+    wanted = np.array([_APPROX_CENTRE[c] for c in codes])
+    wanted = np.column_stack([np.clip(wanted[:, 0], *_US_LON), np.clip(wanted[:, 1], *_US_LAT)])
+    cost = ((wanted[:, None, :] - centres[None, :, :]) ** 2).sum(axis=2)
+    state_idx, cell_idx = linear_sum_assignment(cost)
+    return {codes[s]: (float(centres[c, 0]), float(centres[c, 1]))
+            for s, c in zip(state_idx, cell_idx)}
+
+
+def _state_outline(state_fips: str, seed: int = 0) -> Polygon:
+    """The synthetic state's polygon: irregular, star-shaped (hence simple), inside its cell."""
+    rng = np.random.default_rng([seed, int(state_fips), _OUTLINE_STREAM])
+    n = _OUTLINE_VERTICES
+    # Jitter stays below half a step, so the angles keep increasing and the ring cannot cross.
+    theta = (np.arange(n) + rng.uniform(-0.3, 0.3, n)) * (2 * math.pi / n)
+    radius = np.ones(n)
+    for harmonic in range(1, 6):  # low harmonics give the broad shape: bulges and bays
+        amplitude = rng.uniform(0.0, 0.22 / harmonic)  # sum of maxima < 0.5, so radius > 0
+        radius += amplitude * np.cos(harmonic * theta + rng.uniform(0, 2 * math.pi))
+    radius *= 1.0 + np.clip(rng.normal(0.0, 0.015, n), -0.04, 0.04)  # a ragged border
+    aspect = math.exp(rng.uniform(-0.3, 0.3))
+    x, y = radius * np.cos(theta) * aspect, radius * np.sin(theta) / aspect
+
+    cx, cy = _state_cell_centres()[state_fips]
+    width = (_US_LON[1] - _US_LON[0]) / _GRID_COLS - 2 * _CELL_MARGIN
+    height = (_US_LAT[1] - _US_LAT[0]) / _GRID_ROWS - 2 * _CELL_MARGIN
+    scale = min(width / np.ptp(x), height / np.ptp(y)) * rng.uniform(0.85, 1.0)
+    x = cx + (x - (x.min() + x.max()) / 2) * scale
+    y = cy + (y - (y.min() + y.max()) / 2) * scale
+    return Polygon(np.column_stack([x, y]))
+
+
+def _sample_inside(region, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` uniform random points strictly inside ``region`` (rejection from its bounding box)."""
+    minx, miny, maxx, maxy = region.bounds
+    hit_rate = region.area / ((maxx - minx) * (maxy - miny))
+    shapely.prepare(region)
+    found, total = [], 0
+    while total < n:
+        m = max(64, int(1.5 * (n - total) / hit_rate))
+        xy = rng.uniform((minx, miny), (maxx, maxy), size=(m, 2))
+        xy = xy[shapely.contains_xy(region, xy[:, 0], xy[:, 1])]
+        found.append(xy)
+        total += len(xy)
+    return np.vstack(found)[:n]
+
+
+def _power_diagram(sites: np.ndarray, weights: np.ndarray):
+    """The power diagram of weighted sites: cells, and the edges between neighbouring cells.
+
+    Cell i = {x : |x - p_i|^2 - w_i <= |x - p_j|^2 - w_j for all j}. Lifting p_i to
+    (p_i, |p_i|^2 - w_i), the facets of the lower convex hull are the diagram's vertices (a
+    facet on the plane a X + b Y + c Z + d = 0 is the vertex -(a, b) / 2c) and its edges join
+    neighbouring cells. Four far corner sites make every real cell bounded.
+
+    Returns the cells as convex polygons (None for an empty cell), the neighbouring pairs
+    (m x 2) and, for each pair, their common edge as a segment (m x 2 x 2).
+    """
+    from scipy.spatial import ConvexHull
+
+    n = len(sites)
+    origin = sites.mean(axis=0)  # centred coordinates keep the lifted values small
+    local = sites - origin
+    far = 50.0 * max(1.0, float(np.abs(local).max()))
+    corners = far * np.array([[-1.0, -1.0], [1.0, -1.0], [1.0, 1.0], [-1.0, 1.0]])
+    points = np.vstack([local, corners])
+    w = np.concatenate([weights - weights.mean(), np.zeros(4)])
+    hull = ConvexHull(np.column_stack([points, (points ** 2).sum(axis=1) - w]))
+    lower = hull.equations[:, 2] < 0
+    with np.errstate(divide="ignore", invalid="ignore"):  # upper facets are not used
+        vertices = origin - hull.equations[:, :2] / (2.0 * hull.equations[:, 2:3])
+
+    facets = np.flatnonzero(lower)
+    simplices = hull.simplices[facets]
+    owner = simplices.ravel()
+    corner_of = np.repeat(vertices[facets], 3, axis=0)
+    real = owner < n
+    order = np.argsort(owner[real], kind="stable")
+    cells = np.full(n, None, dtype=object)
+    shapely.multipoints(corner_of[real][order], indices=owner[real][order], out=cells)
+    cells = shapely.convex_hull(cells)
+
+    # The edge opposite vertex k of a facet is shared with hull.neighbors[facet, k]; its dual
+    # is the segment between the two facets' vertices.
+    pairs, segments = [], []
+    for k in range(3):
+        a, b = simplices[:, (k + 1) % 3], simplices[:, (k + 2) % 3]
+        other = hull.neighbors[facets, k]
+        keep = (a < n) & (b < n) & lower[other] & (facets < other)
+        pairs.append(np.column_stack([a[keep], b[keep]]))
+        segments.append(np.stack([vertices[facets[keep]], vertices[other[keep]]], axis=1))
+    return cells, np.vstack(pairs), np.concatenate(segments)
+
+
+def _polygon_parts(geometry) -> list[Polygon]:
+    parts = [p for p in shapely.get_parts(geometry) if isinstance(p, Polygon) and not p.is_empty]
+    return sorted(parts, key=lambda p: p.area, reverse=True)
+
+
+def _merge_fragments(cells: np.ndarray) -> np.ndarray:
+    """Make each cell one Polygon; a cut-off piece joins the cell it shares most border with.
+
+    Clipping a convex cell to a non-convex region can split it; the pieces lie inside the
+    (connected) region, so each borders some other cell along a line.
+    """
+    cells = np.array(cells, dtype=object)
+    fragments: list[tuple[int, Polygon]] = []
+    for i, cell in enumerate(cells):
+        if isinstance(cell, Polygon):
+            continue
+        main, *rest = _polygon_parts(cell)
+        cells[i] = main
+        fragments.extend((i, piece) for piece in rest)
+    while fragments:
+        unplaced = []
+        for owner, piece in fragments:
+            shared = shapely.length(shapely.intersection(piece.boundary, shapely.boundary(cells)))
+            for j in np.argsort(-shared):
+                if shared[j] <= 1e-9 * piece.length:
+                    unplaced.append((owner, piece))
+                    break
+                merged = shapely.union(cells[j], piece)
+                if isinstance(merged, Polygon):
+                    cells[j] = merged
+                    break
+            else:
+                unplaced.append((owner, piece))
+        if len(unplaced) == len(fragments):
+            # No line contact anywhere (only corners touch): keep the piece with its cell,
+            # the one case where a cell stays a MultiPolygon.
+            for owner, piece in unplaced:
+                cells[owner] = shapely.union(cells[owner], piece)
+            break
+        fragments = unplaced
+    return cells
+
+
+class _ClippedPowerDiagram:
+    """Power cells of fixed sites clipped to a region, their areas and the areas' Jacobian."""
+
+    def __init__(self, sites: np.ndarray, weights: np.ndarray, region: Polygon):
+        from scipy.sparse import coo_matrix
+
+        cells, pairs, segments = _power_diagram(sites, weights)
+        cells = shapely.intersection(cells, region)
+        self.weights = weights
+        self.cells = np.where(pd.isna(cells), Polygon(), cells)
+        self.areas = shapely.area(self.cells)
+        # Raising w_i by t moves the edge with j by t / (2 |p_i - p_j|) towards p_j, so
+        # dA_i/dw_i = sum_j len_ij / (2 |p_i - p_j|) and dA_j/dw_i = -len_ij / (2 |p_i - p_j|).
+        lengths = shapely.length(shapely.intersection(shapely.linestrings(segments), region))
+        gap = np.linalg.norm(sites[pairs[:, 0]] - sites[pairs[:, 1]], axis=1)
+        coupling = lengths / (2.0 * gap)
+        i, j = pairs[:, 0], pairs[:, 1]
+        # coo_matrix adds up repeated entries, which builds the diagonal sums.
+        self.jacobian = coo_matrix(
+            (np.concatenate([-coupling, -coupling, coupling, coupling]),
+             (np.concatenate([i, j, i, j]), np.concatenate([j, i, i, j]))),
+            shape=(len(sites), len(sites))).tocsr()
+
+
+def _newton_step(jacobian, residual: np.ndarray) -> np.ndarray:
+    """Solve jacobian @ step = residual.
+
+    The Jacobian is a graph Laplacian (weights matter only up to a constant), so pin the last
+    weight and solve the rest; a tiny ridge keeps that definite even if some cell touches the
+    others only at a corner. Sparse, because a dense LAPACK solve on a busy machine can wait
+    far longer on its threads than it computes.
+    """
+    from scipy.sparse import identity
+    from scipy.sparse.linalg import spsolve
+
+    reduced = jacobian[:-1, :-1]
+    ridge = 1e-9 * max(float(reduced.diagonal().mean()), 1e-300)
+    step = np.zeros(len(residual))
+    step[:-1] = spsolve((reduced + ridge * identity(reduced.shape[0])).tocsc(), residual[:-1])
+    return step
+
+
+def _fit_weights(sites: np.ndarray, weights: np.ndarray, targets: np.ndarray, region: Polygon,
+                 tolerance: float) -> _ClippedPowerDiagram:
+    """Weights giving each clipped power cell its target area, to within ``tolerance``
+    (relative): damped Newton's method.
+
+    The areas' equations are those of semi-discrete optimal transport; Newton's method with
+    steps halved until no cell shrinks below half the smallest starting or target area and
+    the error falls converges from any start with no empty cell (Kitagawa, Merigot and
+    Thibert 2019).
+    """
+    diagram = _ClippedPowerDiagram(sites, weights, region)
+    if np.any(diagram.areas <= 0):  # restart from the Voronoi diagram: no cell is empty there
+        diagram = _ClippedPowerDiagram(sites, np.zeros(len(sites)), region)
+    floor = 0.5 * min(diagram.areas.min(), targets.min())
+    for _ in range(_NEWTON_ITERATIONS):
+        residual = targets - diagram.areas
+        if np.max(np.abs(residual) / targets) < tolerance:
+            break
+        step = _newton_step(diagram.jacobian, residual)
+        size = np.linalg.norm(residual)
+        tau = 1.0
+        while tau > 1e-3:
+            trial = _ClippedPowerDiagram(sites, diagram.weights + tau * step, region)
+            if (trial.areas.min() >= floor
+                    and np.linalg.norm(targets - trial.areas) <= (1 - tau / 2) * size):
+                diagram = trial
+                break
+            tau /= 2
+        else:
+            break  # no acceptable step: keep the best so far
+    return diagram
+
+
+def _county_regions(outline: Polygon, tract_counts: np.ndarray,
+                    rng: np.random.Generator) -> np.ndarray:
+    """Cut the state into counties with areas proportional to ``tract_counts``.
+
+    A capacity-constrained power diagram: fit the weights to the target areas, move each site
+    to its cell's centroid (which makes counties compact rather than long and thin), repeat.
+    """
+    if len(tract_counts) == 1:
+        return np.array([outline], dtype=object)
+    targets = outline.area * tract_counts / tract_counts.sum()
+    sites = _sample_inside(outline, len(tract_counts), rng)
+    weights = np.zeros(len(tract_counts))
+    shapely.prepare(outline)
+    for round_ in range(_COUNTY_LLOYD_ROUNDS):
+        diagram = _fit_weights(sites, weights, targets, outline, _COUNTY_AREA_TOLERANCE)
+        if round_ == _COUNTY_LLOYD_ROUNDS - 1:
+            break
+        centroids = shapely.centroid(diagram.cells)
+        # A centroid can fall outside a non-convex state; take a point inside the cell then.
+        outside = ~shapely.contains(outline, centroids)
+        centroids[outside] = shapely.point_on_surface(diagram.cells[outside])
+        sites, weights = shapely.get_coordinates(centroids), diagram.weights
+    return _merge_fragments(diagram.cells)
+
+
+def _clipped_voronoi(points: np.ndarray, region) -> np.ndarray:
+    diagram = shapely.voronoi_polygons(shapely.multipoints(points), extend_to=region, ordered=True)
+    cells = shapely.get_parts(diagram)
+    if len(cells) != len(points):  # only if two points coincide
+        raise RuntimeError("Voronoi diagram lost a site")
+    # Most cells lie inside the county; clipping only the others halves the time.
+    crossing = ~shapely.contains_properly(region, cells)
+    cells[crossing] = shapely.intersection(cells[crossing], region)
+    return cells
+
+
+def _tract_cells(region, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Cut a county into ``n`` tracts of similar size: Lloyd-relaxed Voronoi, clipped; if the
+    sizes still differ a lot (a long, thin county), power cells fitted to equal areas."""
+    if n == 1:
+        return np.array([region], dtype=object)
+    points = _sample_inside(region, n, rng)
+    shapely.prepare(region)
+    cells = _clipped_voronoi(points, region)
+    for _ in range(_LLOYD_ITERATIONS):
+        centroids = shapely.centroid(cells)
+        # A non-convex cell's centroid can lie outside the county; use a point inside instead.
+        outside = ~shapely.contains(region, centroids)
+        centroids[outside] = shapely.point_on_surface(cells[outside])
+        points = shapely.get_coordinates(centroids)
+        cells = _clipped_voronoi(points, region)
+    areas = shapely.area(cells)
+    if areas.max() > _TRACT_SPREAD_LIMIT * areas.min():
+        targets = np.full(n, region.area / n)
+        cells = _fit_weights(points, np.zeros(n), targets, region, _TRACT_AREA_TOLERANCE).cells
+    return _merge_fragments(cells)
+
+
+def _synth_state(state_fips: str, geoids: list[str], seed: int) -> tuple[list[str], list]:
+    counties = pd.Series(geoids, dtype=object).groupby([g[:5] for g in geoids]).agg(sorted)
+    counts = counties.map(len).to_numpy(dtype=float)
+    outline = _state_outline(state_fips, seed)
+    regions = _county_regions(outline, counts, np.random.default_rng([seed, int(state_fips),
+                                                                      _COUNTY_STREAM]))
+    tract_rng = np.random.default_rng([seed, int(state_fips), _TRACT_STREAM])
+    tracts = [_tract_cells(region, len(county_geoids), tract_rng)
+              for region, county_geoids in zip(regions, counties)]
+    tracts = _stitch_county_lines(regions, tracts)
+    return [g for county_geoids in counties for g in county_geoids], list(np.concatenate(tracts))
+
+
+def _stitch_county_lines(regions: np.ndarray, tracts: list[np.ndarray]) -> list[np.ndarray]:
+    """Give the tracts on both sides of a county line the same vertices.
+
+    Each county's tracts are clipped to it on their own, so where a tract edge meets the
+    county line there is a vertex on that side only (a T-junction), computed to within
+    rounding; tracts across the line then do not share edges exactly, and a union of them
+    keeps slivers of ~1e-16 degrees that can split it into pieces. Snapping each county's
+    tracts to the tract corners lying on its neighbours' boundaries inserts the missing vertices
+    (the tolerance is far below any real feature, so nothing else moves).
+    """
+    if len(regions) == 1:
+        return tracts
+    border_corners = []
+    for region, cells in zip(regions, tracts):
+        corners = shapely.points(np.unique(shapely.get_coordinates(cells), axis=0))
+        on_line = shapely.dwithin(corners, region.boundary, _STITCH_TOLERANCE)
+        border_corners.append(shapely.get_coordinates(corners[on_line]))
+    tree = shapely.STRtree(regions)
+    stitched = []
+    for c, (region, cells) in enumerate(zip(regions, tracts)):
+        neighbours = [d for d in tree.query(region, predicate="intersects") if d != c]
+        if not neighbours:
+            stitched.append(cells)
+            continue
+        reference = shapely.multipoints(np.vstack([border_corners[d] for d in neighbours]))
+        touching = shapely.dwithin(cells, region.boundary, _STITCH_TOLERANCE)
+        cells = cells.copy()
+        cells[touching] = shapely.snap(cells[touching], reference, _STITCH_TOLERANCE)
+        stitched.append(cells)
+    return stitched
+
+
+def synth_boundaries(geoids: Sequence[str], seed: int = 0) -> gpd.GeoDataFrame:
+    """Synthetic tract polygons for the given 11-digit GEOIDs (any number of states).
+
+    Returns columns ``geoid``, ``state`` (2 digits), ``county`` (5 digits: state + county) and
+    ``geometry`` in EPSG:4326, one row per GEOID, sorted by GEOID. Each state is its own
+    irregular polygon, away from the others; its counties tile it, with areas proportional to
+    their numbers of tracts; each county's tracts tile the county. The same GEOIDs and seed
+    give the same polygons, and a state's polygons do not depend on the other states listed.
+    """
+    codes = pd.Series(list(geoids), dtype=object)
+    problems = _geoid_problems(codes)
+    if problems:
+        raise BoundaryError("synth_boundaries: " + "; ".join(problems))
+    codes = sorted(codes)
+    by_state: dict[str, list[str]] = {}
+    for g in codes:
+        by_state.setdefault(g[:2], []).append(g)
+    out_geoids, out_geoms = [], []
+    for state_fips, state_geoids in by_state.items():
+        g, geoms = _synth_state(state_fips, state_geoids, seed)
+        out_geoids.extend(g)
+        out_geoms.extend(geoms)
+    return _frame(out_geoids, out_geoms)
+
+
+def _frame(geoids: list[str], geometries) -> gpd.GeoDataFrame:
+    geoid = pd.Series(geoids, dtype=str)
+    gdf = gpd.GeoDataFrame({"geoid": geoid, "state": geoid.str[:2], "county": geoid.str[:5]},
+                           geometry=gpd.GeoSeries(list(geometries), crs=CRS), crs=CRS)
+    return gdf.sort_values("geoid", ignore_index=True)[COLUMNS]
+
+
+# --------------------------------------------------------------------------------------------
+# Positions
+
+_KM_PER_DEGREE_LAT = 110.574  # WGS84, mid-latitudes
+_KM_PER_DEGREE_LON_EQUATOR = 111.320
+
+
+def tract_centroids(boundaries: gpd.GeoDataFrame) -> pd.DataFrame:
+    """Each tract's centroid in degrees: columns ``lon``, ``lat``, indexed by ``geoid``."""
+    geoms = boundaries.to_crs(CRS).geometry.to_numpy()
+    xy = shapely.get_coordinates(shapely.centroid(geoms))
+    return pd.DataFrame({"lon": xy[:, 0], "lat": xy[:, 1]},
+                        index=pd.Index(boundaries["geoid"].astype(str), name="geoid"))
+
+
+def local_km(lon: np.ndarray, lat: np.ndarray) -> np.ndarray:
+    """(x, y) in km: an equirectangular projection about the points' mean latitude.
+
+    Distances within a state (a few degrees) are off by at most a few percent, which is all
+    a smooth synthetic field needs; it is not a survey projection.
+    """
+    lon, lat = np.asarray(lon, dtype=float), np.asarray(lat, dtype=float)
+    lat0 = float(lat.mean()) if lat.size else 0.0
+    x = lon * _KM_PER_DEGREE_LON_EQUATOR * math.cos(math.radians(lat0))
+    return np.column_stack([x, lat * _KM_PER_DEGREE_LAT])
+
+
+# --------------------------------------------------------------------------------------------
+# RFC 7946 GeoJSON
+
+GEOJSON_DECIMALS = 7  # 1e-7 degrees is about 1 cm: finer than any tract boundary is known
+
+
+def rfc7946_geometries(geoms: np.ndarray, decimals: int = GEOJSON_DECIMALS) -> np.ndarray:
+    """Polygons ready for RFC 7946: snapped to a grid of 10^-decimals degrees, kept valid,
+    exterior rings counter-clockwise and holes clockwise (RFC 7946, section 3.1.6).
+
+    ``shapely.set_precision`` rounds every vertex to the grid and repairs what rounding breaks
+    (a collapsed spike, a ring touching itself), so the output is valid where the input was;
+    orientation is set afterwards because the repair may rebuild rings either way round.
+    """
+    rounded = shapely.set_precision(geoms, 10.0 ** -decimals, mode="valid_output")
+    oriented = shapely.orient_polygons(rounded, exterior_cw=False)
+    bad = ~shapely.is_valid(oriented) | shapely.is_empty(oriented)
+    if bad.any():
+        raise BoundaryError(f"{int(bad.sum())} tract polygon(s) are empty or invalid after "
+                            f"rounding to {decimals} decimals; check the boundary file")
+    return oriented
+
+
+def _rounded_coordinates(value, decimals: int):
+    """Nested coordinate lists with every number rounded (``repr`` of a float rounded to
+    ``decimals`` places has at most that many decimals)."""
+    if isinstance(value, (list, tuple)):
+        return [_rounded_coordinates(v, decimals) for v in value]
+    return round(float(value), decimals)
+
+
+def geojson_geometry(geom, decimals: int = GEOJSON_DECIMALS) -> dict | None:
+    """An RFC 7946 geometry object for one (already oriented) shapely geometry; None if empty."""
+    if geom is None or shapely.is_empty(geom):
+        return None
+    mapping = shapely.geometry.mapping(geom)
+    return {"type": mapping["type"],
+            "coordinates": _rounded_coordinates(mapping["coordinates"], decimals)}
+
+
+def write_geojson_rfc7946(gdf: gpd.GeoDataFrame, path: str | Path,
+                          decimals: int = GEOJSON_DECIMALS) -> Path:
+    """Write ``gdf`` as an RFC 7946 FeatureCollection.
+
+    WGS 84 longitude/latitude (reprojected if needed) and no ``crs`` member (RFC 7946 section 4
+    removed it: the CRS is always WGS 84), at most ``decimals`` decimals per coordinate,
+    counter-clockwise exterior rings (:func:`rfc7946_geometries`), a ``bbox`` (section 5).
+    Property values are JSON numbers, strings or null (NaN and NA become null).
+    """
+    import json
+
+    path = Path(path)
+    if gdf.crs is None:
+        raise BoundaryError(f"{path}: refusing to write boundaries without a CRS")
+    gdf = gdf.to_crs(CRS)
+    geoms = rfc7946_geometries(gdf.geometry.to_numpy(), decimals)
+    props = pd.DataFrame(gdf.drop(columns=gdf.geometry.name))
+    records = props.astype(object).where(props.notna(), None).to_dict(orient="records")
+    features = [{"type": "Feature", "properties": {k: _json_scalar(v) for k, v in rec.items()},
+                 "geometry": geojson_geometry(geom, decimals)}
+                for rec, geom in zip(records, geoms)]
+    doc = {"type": "FeatureCollection"}
+    if len(geoms):
+        doc["bbox"] = [round(float(v), decimals) for v in shapely.total_bounds(geoms)]
+    doc["features"] = features
+    with open(path, "w", encoding="utf-8") as fh:
+        # json.dumps uses the C encoder; json.dump to a file falls back to the pure-Python one.
+        fh.write(json.dumps(doc, ensure_ascii=False, allow_nan=False, separators=(",", ":")))
+    return path
+
+
+def _json_scalar(value):
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    return str(value)
+
+
+# --------------------------------------------------------------------------------------------
+# Files
+
+_OGR_SUFFIXES = {".zip", ".gpkg", ".geojson", ".json", ".shp"}
+_PARQUET_SUFFIXES = {".parquet"}
+_READ_ERRORS = (pyogrio.errors.DataSourceError, pyogrio.errors.DataLayerError,
+                pyogrio.errors.GeometryError, pyogrio.errors.FieldError, OSError, ValueError)
+
+
+def _read(path: Path) -> gpd.GeoDataFrame:
+    suffix = path.suffix.lower()
+    try:
+        if suffix in _PARQUET_SUFFIXES:
+            return gpd.read_parquet(path)
+        # A zip is opened in place by pyogrio (GDAL's /vsizip/); TIGER zips hold one shapefile.
+        layers = pyogrio.list_layers(path)
+        if len(layers) != 1:
+            names = [str(name) for name in layers[:, 0]]
+            raise BoundaryError(f"{path}: expected one layer of tracts, found {len(names)}: {names}")
+        return gpd.read_file(path, engine="pyogrio")
+    except BoundaryError:
+        raise
+    except _READ_ERRORS as exc:
+        raise BoundaryError(f"{path}: cannot read as {suffix[1:]} boundaries: {exc}") from exc
+
+
+# Coordinates may reach this far (a share of the area of use's width or height) outside the
+# CRS's area of use: EPSG areas follow coastlines and borders loosely, tracts include water.
+_AREA_OF_USE_MARGIN = 0.02
+
+
+def _extent_text(bounds) -> str:
+    minx, miny, maxx, maxy = bounds
+    return f"x {minx:.6g} to {maxx:.6g}, y {miny:.6g} to {maxy:.6g}"
+
+
+def _crs_name(crs) -> str:
+    code = crs.to_authority()
+    return ":".join(code) if code else crs.name
+
+
+def _is_degrees(crs) -> bool:
+    return crs.is_geographic and all(a.unit_name in ("degree", "degree (supplier to define "
+                                                     "representation)") for a in crs.axis_info[:2])
+
+
+def _inside_area_of_use(crs, bounds: np.ndarray) -> bool:
+    """Whether every geometry's bounding box lies in the CRS's area of use (with a margin).
+
+    ``bounds`` is (n, 4): minx, miny, maxx, maxy per geometry, in the CRS's units. The area
+    of use is given in degrees; for a projected CRS it is transformed into its units first.
+    For a geographic CRS in degrees it is compared directly, allowing an area that crosses
+    the antimeridian (NAD83's runs from 167.65°E eastwards to 40.73°W, for the Aleutians).
+    """
+    from pyproj import CRS as ProjCRS, Transformer
+
+    area = crs.area_of_use
+    if area is None:  # e.g. a custom CRS without an EPSG entry: nothing to compare with
+        return True
+    west, south, east, north = area.bounds
+    if _is_degrees(crs):
+        height = north - south
+        width = (east - west) % 360 or 360.0
+        lat_ok = ((bounds[:, 1] >= south - _AREA_OF_USE_MARGIN * height)
+                  & (bounds[:, 3] <= north + _AREA_OF_USE_MARGIN * height))
+        margin = _AREA_OF_USE_MARGIN * width
+
+        def lon_ok(lon):
+            if west <= east:
+                return (lon >= west - margin) & (lon <= east + margin)
+            return (lon >= west - margin) | (lon <= east + margin)  # across the antimeridian
+
+        return bool((lat_ok & lon_ok(bounds[:, 0]) & lon_ok(bounds[:, 2])).all())
+    to_crs = Transformer.from_crs(ProjCRS.from_epsg(4326), crs, always_xy=True)
+    minx, miny, maxx, maxy = to_crs.transform_bounds(west, south, east, north, densify_pts=21)
+    mx, my = _AREA_OF_USE_MARGIN * (maxx - minx), _AREA_OF_USE_MARGIN * (maxy - miny)
+    return bool((bounds[:, 0] >= minx - mx).all() and (bounds[:, 2] <= maxx + mx).all()
+                and (bounds[:, 1] >= miny - my).all() and (bounds[:, 3] <= maxy + my).all())
+
+
+def _check_crs(path: Path, gdf: gpd.GeoDataFrame) -> None:
+    """Refuse coordinates that do not fit the declared CRS (the map would be silently wrong).
+
+    A missing CRS, a projected CRS whose coordinates all lie within ±180/±90 (degrees labelled
+    as metres: every tract would land within metres of Null Island), and coordinates outside
+    the CRS's area of use are refused with one line naming the file, the CRS and the extent.
+    """
+    geoms = gdf.geometry.to_numpy()
+    bounds = shapely.bounds(geoms[~shapely.is_empty(geoms)])
+    extent = _extent_text(shapely.total_bounds(geoms))
+    if gdf.crs is None:
+        raise BoundaryError(f"{path}: no coordinate reference system (e.g. a shapefile without "
+                            f"its .prj); extent found {extent}. Give the file its CRS (TIGER/Line "
+                            "files are EPSG:4269).")
+    name = _crs_name(gdf.crs)
+    in_degree_range = (np.abs(bounds[:, [0, 2]]) <= 180).all() and (
+        np.abs(bounds[:, [1, 3]]) <= 90).all()
+    if gdf.crs.is_projected and in_degree_range:
+        raise BoundaryError(f"{path}: coordinates look like degrees labelled {name} (a projected "
+                            f"CRS); extent found {extent}. Label the file with the CRS its "
+                            "coordinates are in (TIGER/Line files are EPSG:4269).")
+    if not _inside_area_of_use(gdf.crs, bounds):
+        area = gdf.crs.area_of_use
+        raise BoundaryError(f"{path}: coordinates lie outside the area of use of the declared "
+                            f"CRS {name} ({area.name.split(':')[0].split('.')[0]}: "
+                            f"{_extent_text(area.bounds)} degrees); extent found {extent}. "
+                            "Label the file with the CRS its coordinates are in.")
+
+
+def load_boundaries(path: str | Path, geoid_column: str = "GEOID") -> gpd.GeoDataFrame:
+    """Load a TIGER/Line-style tract file and check it.
+
+    Reads a zipped shapefile (.zip), GeoPackage (.gpkg), GeoParquet (.parquet), GeoJSON
+    (.geojson, .json) or a bare shapefile (.shp). Returns columns ``geoid`` (11-digit text),
+    ``state``, ``county`` and ``geometry``, reprojected to EPSG:4326 and sorted by GEOID.
+    Raises BoundaryError, naming the file, if it is missing or unreadable, lacks
+    ``geoid_column``, or has malformed, unknown-state or duplicate GEOIDs, or empty, invalid or
+    non-polygon geometries; or if it has no CRS, or coordinates that do not fit its CRS
+    (outside the CRS's area of use, or degrees labelled with a projected CRS).
+    """
+    path = Path(path)
+    supported = sorted(_OGR_SUFFIXES | _PARQUET_SUFFIXES)
+    if path.suffix.lower() not in supported:
+        raise BoundaryError(f"{path}: unsupported file type {path.suffix or '(none)'!r}; "
+                            f"expected one of {', '.join(supported)}")
+    if not path.is_file():
+        raise BoundaryError(f"{path}: file not found")
+    gdf = _read(path)
+    if geoid_column not in gdf.columns:
+        found = [c for c in gdf.columns if c != gdf.geometry.name]
+        raise BoundaryError(f"{path}: no GEOID column {geoid_column!r}; columns found: {found} "
+                            f"(pass geoid_column= to use another)")
+
+    if len(gdf) == 0:
+        raise BoundaryError(f"{path}: no tracts in the file")
+
+    problems = _geoid_problems(gdf[geoid_column])
+    geoms = gdf.geometry.to_numpy()
+    label = gdf[geoid_column].astype(object).to_numpy()  # rows are named by their GEOID
+    total = len(gdf)
+    empty = pd.isna(geoms) | shapely.is_empty(geoms)
+    if empty.any():
+        problems.append(f"{int(empty.sum())} of {total} geometries are empty, "
+                        f"e.g. GEOID {_examples(label[empty])}")
+    polygonal = np.isin(shapely.get_type_id(geoms), [3, 6])  # Polygon, MultiPolygon
+    not_polygon = ~empty & ~polygonal
+    if not_polygon.any():
+        problems.append(f"{int(not_polygon.sum())} of {total} geometries are not polygons, "
+                        f"e.g. GEOID {_examples(label[not_polygon])}")
+    invalid = ~empty & polygonal & ~shapely.is_valid(geoms)
+    if invalid.any():
+        first = shapely.is_valid_reason(geoms[invalid][0])
+        problems.append(f"{int(invalid.sum())} of {total} geometries are invalid, "
+                        f"e.g. GEOID {_examples(label[invalid])} (first: {first})")
+    if problems:
+        raise BoundaryError(f"{path}: " + "; ".join(problems))
+    _check_crs(path, gdf)
+
+    gdf = gdf.to_crs(CRS)
+    return _frame(list(gdf[geoid_column]), gdf.geometry.to_numpy())
+
+
+def write_boundaries(gdf: gpd.GeoDataFrame, path: str | Path) -> Path:
+    """Write boundaries as GeoParquet (.parquet), GeoJSON (.geojson, .json) or GeoPackage (.gpkg).
+
+    An existing file is replaced. Returns the path written.
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if gdf.crs is None:
+        raise BoundaryError(f"{path}: refusing to write boundaries without a CRS")
+    if suffix in _PARQUET_SUFFIXES:
+        gdf.to_parquet(path, index=False)
+    elif suffix in {".geojson", ".json", ".gpkg"}:
+        path.unlink(missing_ok=True)  # a GeoPackage would otherwise keep its other layers
+        driver = "GPKG" if suffix == ".gpkg" else "GeoJSON"
+        gdf.to_file(path, driver=driver, engine="pyogrio", index=False)
+    else:
+        raise BoundaryError(f"{path}: cannot write {suffix or '(no extension)'!r}; "
+                            f"use .parquet, .geojson, .json or .gpkg")
+    return path

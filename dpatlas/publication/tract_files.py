@@ -1,0 +1,645 @@
+"""Publishing a release: map-ready files and the accounting manifest, made visible atomically.
+
+The files follow their standards (docs/files.md): ``tracts.geojson`` is RFC 7946 (WGS 84,
+counter-clockwise exterior rings, no ``crs`` member, at most 7 decimals), ``tracts.csv`` has a
+Frictionless Table Schema beside it (``tracts.schema.json``: GEOID an 11-character string), and
+the released values are rounded to :data:`PUBLISHED_DECIMALS` decimals (post-processing, stated
+in the manifest's ``rounding``).
+
+Files are written into a staging folder *outside* the public tree (under the release's
+internal folder when that is on the publish root's file system), checked and hashed, and
+moved into ``<root>/<id>`` with one rename, so a reader of the publish root never sees a
+half-written release, and a run killed while staging leaves nothing in the public tree.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Callable, Optional
+
+import geopandas as gpd
+import numpy as np
+import pandas as pd
+import shapely
+
+from dpatlas.core.columns import INTERVAL_COLUMNS, RESULT_COLUMNS
+from dpatlas.publication.geography import (geojson_geometry, rfc7946_geometries,
+                                           write_geojson_rfc7946)
+from dpatlas.core.hashing import sha256_file
+from dpatlas.core.ids import InvalidReleaseId, validate_release_id
+
+CSV_FILE = "tracts.csv"
+CSV_SCHEMA_FILE = "tracts.schema.json"
+PUBLISHED_FILES = ("tracts.parquet", "tracts.geojson", CSV_FILE, CSV_SCHEMA_FILE, "p25_map.png",
+                   "config.json")
+MANIFEST_FILE = "manifest.json"
+TABLE_COLUMNS = ["geoid", "state", "county", "cell", "n", "mechanism", "status", "reason",
+                 "p25", "p75", "p25_raw", "p75_raw", "epsilon_spent", "delta_spent"]
+# Released values are published to 4 decimals (a rank to 1/10,000: far below the noise at any
+# budget we publish, and it stops 17 digits of float noise passing for precision).
+PUBLISHED_DECIMALS = 4
+# A footprint for catalogues (STAC): the union of the tracts, simplified to about 100 m.
+FOOTPRINT_TOLERANCE_DEGREES = 1e-3
+
+
+class PublishError(RuntimeError):
+    """Publishing refused or failed; the message says what to do."""
+
+
+def assemble(results: pd.DataFrame, boundaries: gpd.GeoDataFrame) -> gpd.GeoDataFrame:
+    """Every boundary tract, for every cell, with its status; geometry from the boundaries."""
+    cells = sorted(results["cell"].unique()) if len(results) else ["all"]
+    grid = pd.MultiIndex.from_product([boundaries["geoid"], cells], names=["geoid", "cell"])
+    table = results.set_index(["geoid", "cell"]).reindex(grid).reset_index()
+    missing = table["status"].isna()
+    table.loc[missing, ["mechanism", "status", "reason"]] = ["none", "suppressed", "no records"]
+    table.loc[missing, ["n", "epsilon_spent", "delta_spent"]] = 0
+    table["n"] = table["n"].astype(np.int64)
+    table = round_released_values(table)
+    table["p25"] = table["p25_raw"].clip(0.0, 1.0)
+    table["p75"] = table["p75_raw"].clip(0.0, 1.0)
+    geo = boundaries.set_index("geoid")
+    table["state"] = table["geoid"].str[:2]
+    table["county"] = table["geoid"].str[:5]
+    extra = [c for c in results.columns if c not in RESULT_COLUMNS]
+    table = table[TABLE_COLUMNS + extra]
+    return gpd.GeoDataFrame(table, geometry=geo.loc[table["geoid"], "geometry"].to_numpy(),
+                            crs=boundaries.crs)
+
+
+def _point_columns(columns) -> list[str]:
+    """Released point values: the primary p25/p75 and every suite estimator's."""
+    return [c for c in columns if c in ("p25_raw", "p75_raw")
+            or (c.endswith(("_p25", "_p75")) and c not in INTERVAL_COLUMNS)]
+
+
+def _bound_columns(columns) -> tuple[list[str], list[str]]:
+    return ([c for c in INTERVAL_COLUMNS if c.endswith("_lo") and c in columns],
+            [c for c in INTERVAL_COLUMNS if c.endswith("_hi") and c in columns])
+
+
+def round_released_values(table: pd.DataFrame,
+                          decimals: int = PUBLISHED_DECIMALS) -> pd.DataFrame:
+    """The table with its released values rounded to ``decimals`` decimals.
+
+    Point values are rounded to nearest; interval bounds outwards (lower down, upper up), so
+    each published interval contains the computed one and keeps at least its coverage, and a
+    bound never crosses the rounded point value. Rounding is post-processing of DP outputs:
+    the guarantee is unchanged (Dwork & Roth 2014, Prop. 2.1). Clip to [0, 1] afterwards:
+    rounding commutes with clipping to those bounds, so ``p25 == clip(p25_raw)`` holds exactly.
+    """
+    scale = 10.0 ** decimals
+    out = table.copy()
+    # "+ 0.0" turns a rounded -0.0 into 0.0, which the CSV would otherwise print as "-0.0".
+    for c in _point_columns(out.columns):
+        out[c] = out[c].astype(float).round(decimals) + 0.0
+    lower, upper = _bound_columns(out.columns)
+    for c in lower:
+        out[c] = (np.floor(out[c].astype(float) * scale) / scale).round(decimals) + 0.0
+    for c in upper:
+        out[c] = (np.ceil(out[c].astype(float) * scale) / scale).round(decimals) + 0.0
+    return out
+
+
+def rounding_statement(columns, decimals: int = PUBLISHED_DECIMALS) -> dict:
+    """What the manifest says about the rounding of the published values (``rounding``)."""
+    lower, upper = _bound_columns(columns)
+    points = _point_columns(columns)
+    return {
+        "decimals": decimals,
+        "to_nearest": points + [c for c in ("p25", "p75") if c in columns],
+        "outwards": {"down": lower, "up": upper},
+        "rule": (f"released values rounded to {decimals} decimals before p25/p75 are clipped to "
+                 "[0, 1]: point values to nearest (numpy.round: ties of x·10^decimals to even), "
+                 "interval bounds outwards so each published "
+                 "interval contains the computed one. Post-processing of the DP outputs: the "
+                 "guarantee is unchanged."),
+        "geojson_coordinate_decimals": 7,
+    }
+
+
+def footprint(table: gpd.GeoDataFrame) -> dict:
+    """The release's extent for catalogues: WGS 84 ``bbox`` and a simplified union of the
+    tracts as an RFC 7946 ``geometry`` (manifest key ``extent``; the STAC item reads it)."""
+    geoms = table.to_crs("EPSG:4326").geometry.drop_duplicates().to_numpy()
+    geoms = geoms[~shapely.is_empty(geoms)]
+    if len(geoms) == 0:
+        return {"bbox": None, "geometry": None}
+    union = _union(geoms)
+    simple = union.simplify(FOOTPRINT_TOLERANCE_DEGREES, preserve_topology=True)
+    shape = rfc7946_geometries(np.array([simple], dtype=object))[0]
+    # The bbox of the tracts themselves, so it holds every published coordinate.
+    minx, miny, maxx, maxy = (float(v) for v in shapely.total_bounds(geoms))
+    bbox = [np.floor(minx * 1e7) / 1e7, np.floor(miny * 1e7) / 1e7,
+            np.ceil(maxx * 1e7) / 1e7, np.ceil(maxy * 1e7) / 1e7]
+    return {"bbox": [round(float(v), 7) for v in bbox], "geometry": geojson_geometry(shape)}
+
+
+def _union(geoms: np.ndarray):
+    """Union of tract polygons: the fast coverage union when the tracts form a valid coverage
+    (edges shared vertex for vertex, as TIGER/Line and the synthetic tracts do), else the
+    general overlay union."""
+    union = shapely.coverage_union_all(geoms)
+    if shapely.is_valid(union) and np.isclose(union.area, shapely.area(geoms).sum(), rtol=1e-6):
+        return union
+    return shapely.union_all(geoms)
+
+
+def code_version() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        pkg = version("dpatlas")
+    except PackageNotFoundError:
+        pkg = "unknown"
+    commit = None
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                             cwd=Path(__file__).resolve().parent, timeout=5)
+        commit = out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {"package": pkg, "git_commit": commit}
+
+
+def low_reliability(table: pd.DataFrame, max_width: float | None) -> pd.Series:
+    """Released tracts whose p25 interval is wider than ``max_width`` (none without intervals)."""
+    if max_width is None or "p25_lo" not in table.columns:
+        return pd.Series(False, index=table.index)
+    width = table["p25_hi"] - table["p25_lo"]
+    return (table["status"] == "released") & (width > max_width)
+
+
+# The static map (p25_map.png), drawn with matplotlib's object API (a Figure on an Agg canvas,
+# no pyplot state): each layer is one collection built from shapely's coordinate arrays, and the
+# figure is drawn only by tight_layout and savefig (geopandas redrew it after every layer).
+MAP_FIGSIZE_INCHES = (7, 8)
+MAP_DPI = 110
+MAP_CMAP = "RdYlBu"
+MAP_RANGE = (0.2, 0.6)  # the p25 colour scale; values beyond it take the end colours (arrows)
+MAP_EDGES = {"edgecolor": "white", "linewidth": 0.1}
+MAP_UNRELEASED_COLOUR = "#dddddd"
+MAP_HATCH = "////"
+MAP_HATCH_COLOUR = "#555555"
+
+
+def write_map(table: gpd.GeoDataFrame, path: Path, title: str,
+              max_width: float | None = None) -> None:
+    """The p25 choropleth; suppressed and failed tracts grey; with intervals, tracts whose
+    interval is wider than ``max_width`` hatched as low reliability (in the legend).
+
+    The low-reliability tracts are merged into one shape and hatched once: one hatched patch
+    per tract took ~58 s of an 84 s national publish (docs/national.md). A hatch is a pattern
+    fixed to the page, so the merged shape shows the same lines over the same tracts.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+    fig = Figure(figsize=MAP_FIGSIZE_INCHES)
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    geoms = table.geometry.to_numpy()
+    drawn = _drawn(geoms)
+    released = (table["status"] == "released").to_numpy()
+    p25 = table["p25"].to_numpy(dtype=float)
+    _add_tracts(ax, geoms[drawn & ~released], facecolor=MAP_UNRELEASED_COLOUR, **MAP_EDGES)
+    coloured = drawn & released & np.isfinite(p25)  # no value: not drawn (as geopandas does)
+    _add_choropleth(ax, geoms[coloured], p25[coloured])
+    handles = [Patch(facecolor=MAP_UNRELEASED_COLOUR, label="suppressed or failed")]
+    weak = drawn & low_reliability(table, max_width).to_numpy()
+    if weak.any():
+        _add_tracts(ax, np.array([low_reliability_shape(geoms[weak])], dtype=object),
+                    facecolor="none", hatch=MAP_HATCH, edgecolor=MAP_HATCH_COLOUR,
+                    linewidth=0.0)
+        handles.append(Patch(facecolor="white", edgecolor=MAP_HATCH_COLOUR, hatch=MAP_HATCH,
+                             label=f"low reliability: interval wider than {max_width:g}"))
+    _set_map_aspect(ax, geoms[drawn], table.crs)
+    ax.legend(handles=handles, loc="lower left", fontsize=7, frameon=False)
+    ax.set_axis_off()
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=MAP_DPI)
+
+
+def low_reliability_shape(geoms: np.ndarray):
+    """The tracts ``geoms`` merged into one (Multi)Polygon, to hatch as one patch.
+
+    Tracts tile their area, so the coverage union applies (~0.3 s for 67,000 tracts); tracts
+    that do not form a clean coverage take the general union (:func:`_union`).
+    """
+    geoms = geoms[_drawn(geoms)]
+    return _union(geoms) if len(geoms) else shapely.Polygon()
+
+
+def _drawn(geoms: np.ndarray) -> np.ndarray:
+    """Which geometries have something to draw (neither missing nor empty)."""
+    return ~(shapely.is_missing(geoms) | shapely.is_empty(geoms))
+
+
+def _add_choropleth(ax, geoms: np.ndarray, p25: np.ndarray) -> None:
+    """Tracts coloured by their p25 on the map's colour scale, with the colour bar."""
+    from matplotlib.colors import Normalize
+
+    coll = _add_tracts(ax, geoms, **MAP_EDGES)
+    if coll is None:
+        return
+    coll.set_array(p25)
+    coll.set_cmap(MAP_CMAP)
+    coll.set_norm(Normalize(*MAP_RANGE))
+    ax.figure.colorbar(coll, ax=ax, label="p25: child rank at parent rank 25 (DP)", shrink=0.6,
+                       extend=_colour_bar_extend(p25))
+
+
+def _colour_bar_extend(values: np.ndarray) -> str:
+    """Arrows on the colour bar at the ends the values pass beyond the colour scale."""
+    below, above = bool(values.min() < MAP_RANGE[0]), bool(values.max() > MAP_RANGE[1])
+    return {(True, True): "both", (True, False): "min", (False, True): "max"}.get(
+        (below, above), "neither")
+
+
+def _add_tracts(ax, geoms: np.ndarray, **style):
+    """The (Multi)Polygons ``geoms`` (none empty) as one PathCollection on ``ax``; None if
+    there are none."""
+    from matplotlib.collections import PathCollection
+
+    if len(geoms) == 0:
+        return None
+    coll = PathCollection(polygon_paths(geoms), **style)
+    ax.add_collection(coll, autolim=True)
+    ax.autoscale_view()
+    return coll
+
+
+def polygon_paths(geoms: np.ndarray) -> list:
+    """One matplotlib Path per (Multi)Polygon, each ring a closed sub-path (MOVETO, LINETO…,
+    CLOSEPOLY), the path geopandas draws for it.
+
+    Rings are normalised first (``shapely.normalize``: exterior and holes wound oppositely,
+    so matplotlib's non-zero fill leaves holes empty). Built from shapely's ragged coordinate
+    arrays in a few numpy calls, not one Patch object per tract (6 of 25 s at 20,000 tracts).
+    """
+    from matplotlib.path import Path as MplPath
+
+    _, coords, offsets = shapely.to_ragged_array(shapely.normalize(geoms))
+    ring_starts = offsets[0]  # into coords, one per ring, and the end
+    # The first ring of each geometry (through the polygon level for MultiPolygons).
+    geom_rings = offsets[1] if len(offsets) == 2 else offsets[1][offsets[2]]
+    codes = np.full(len(coords), MplPath.LINETO, dtype=MplPath.code_type)
+    codes[ring_starts[:-1]] = MplPath.MOVETO
+    codes[ring_starts[1:] - 1] = MplPath.CLOSEPOLY
+    cuts = ring_starts[geom_rings]
+    return [MplPath(coords[a:b], codes[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
+
+
+def _set_map_aspect(ax, geoms: np.ndarray, crs) -> None:
+    """Equal distances across and up the map: for longitude/latitude an aspect of
+    1/cos(middle latitude) (equirectangular, as geopandas sets it), else 1."""
+    if crs is not None and crs.is_geographic and len(geoms):
+        _, miny, _, maxy = shapely.total_bounds(geoms)
+        ax.set_aspect(1 / np.cos(np.deg2rad((miny + maxy) / 2)))
+    else:
+        ax.set_aspect("equal")
+
+
+def release_folder(root: Path, release_id: str) -> Optional[Path]:
+    """``<root>/<id>`` if it is a real folder, None if nothing is there.
+
+    A symbolic link (dangling or not) or a non-folder at that name is refused: a release
+    folder is only ever made by the rename in :func:`write_release`, and ``exists()`` would
+    follow a link and mistake a dangling one for free space.
+    """
+    final = Path(root) / release_id
+    if os.path.islink(final):
+        raise PublishError(f"{final} is a symbolic link; a release folder must be a real folder "
+                           "made by dpatlas: remove the link or use another release id")
+    if not os.path.lexists(final):
+        return None
+    if not final.is_dir():
+        raise PublishError(f"{final} exists and is not a folder: remove it or use another "
+                           "release id")
+    return final
+
+
+def verify_release(folder: Path) -> dict:
+    """The manifest of a published folder, after checking every file's sha256 and size."""
+    try:
+        manifest = json.loads((folder / MANIFEST_FILE).read_text())
+    except (OSError, ValueError) as err:
+        raise PublishError(f"{folder}: manifest.json cannot be read ({err}); the folder is not "
+                           "a complete release") from None
+    bad = []
+    for name, info in manifest.get("files", {}).items():
+        path = folder / name
+        if (os.path.islink(path) or not path.is_file()
+                or path.stat().st_size != info.get("bytes")
+                or sha256_file(path) != info.get("sha256")):
+            bad.append(name)
+    if bad:
+        raise PublishError(f"{folder}: files do not match the manifest: {bad}")
+    return manifest
+
+
+def _same_file_system(a: Path, b: Path) -> bool:
+    return os.stat(a).st_dev == os.stat(b).st_dev
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fallback_staging_name(release_id: str) -> re.Pattern:
+    return re.compile(r"\.staging-" + re.escape(release_id) + r"-\d+")  # used with fullmatch
+
+
+def remove_stale_staging(root: Path, internal_dir: Optional[Path], release_id: str) -> list[Path]:
+    """Remove staging folders of ``release_id`` left by a killed run; returns what was removed.
+
+    Only names this module makes for this id are touched (``<internal>/staging-<pid>``,
+    ``<root>/.staging-<id>-<pid>``); the caller holds the release's lock, so none of them
+    belongs to a live run.
+    """
+    stale = []
+    if internal_dir is not None and Path(internal_dir).is_dir():
+        stale += [p for p in Path(internal_dir).iterdir() if re.fullmatch(r"staging-\d+", p.name)]
+    if Path(root).is_dir():
+        pattern = _fallback_staging_name(release_id)
+        stale += [p for p in Path(root).iterdir() if pattern.fullmatch(p.name)]
+    for p in stale:
+        if p.is_symlink() or not p.is_dir():
+            p.unlink()
+        else:
+            shutil.rmtree(p)
+    return stale
+
+
+def staging_folder(root: Path, internal_dir: Optional[Path], release_id: str) -> Path:
+    """Where to stage: under the internal folder if it shares the publish root's file system
+    (so the final rename is atomic), else a dot-named folder in the root (never in the feed)."""
+    pid = os.getpid()
+    if internal_dir is not None:
+        Path(internal_dir).mkdir(parents=True, exist_ok=True)
+        if _same_file_system(Path(internal_dir), Path(root)):
+            return Path(internal_dir) / f"staging-{pid}"
+    return Path(root) / f".staging-{release_id}-{pid}"
+
+
+def _write_files(staging: Path, table: gpd.GeoDataFrame, config: dict,
+                 release_id: str) -> list[str]:
+    """Write every published file into ``staging``; returns the web map's files (the vector
+    tiles, the page and its assets), which the manifest lists beside PUBLISHED_FILES."""
+    from dpatlas.publication import tiles, webmap
+
+    table.to_parquet(staging / "tracts.parquet", index=False)
+    write_geojson_rfc7946(table, staging / "tracts.geojson")
+    tiles.build_tiles(staging / "tracts.geojson", staging / tiles.TILES_FILE)
+    map_files = [tiles.TILES_FILE, *webmap.write_web_map(staging, release_id)]
+    write_csv_with_schema(pd.DataFrame(table.drop(columns="geometry")), staging)
+    ci = config.get("intervals") or {}
+    write_map(table, staging / "p25_map.png",
+              f"Release {release_id}: p25 by tract ({int((table.status == 'released').sum())}"
+              f" of {len(table)} released)",
+              ci.get("low_reliability_width") if ci.get("enabled") else None)
+    (staging / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True,
+                                                    default=_json))
+    return map_files
+
+
+# ------------------------------------------------------------------ CSV and its Table Schema
+
+# Frictionless Table Schema (https://specs.frictionlessdata.io/table-schema/): one field per
+# column, in order, typed, described and constrained; readers take GEOIDs as text from it.
+_RANK = {"minimum": 0, "maximum": 1}
+# What the value estimates depends on the row's mechanism (mechanisms/intervals.py ESTIMANDS).
+_ESTIMAND = ("Estimand: the tract's least-squares line of its own records where mechanism is "
+             "NoisyStats, its Theil-Sen (median-type) line where DPExpTheilSen; the two differ "
+             "when child ranks are skewed or censored (manifest: intervals.estimand)")
+_FIELDS: dict[str, tuple[str, str, dict]] = {
+    "geoid": ("string", "Census tract GEOID: 2-digit state, 3-digit county and 6-digit tract "
+              "FIPS codes; text, leading zeros kept",
+              {"required": True, "pattern": r"^[0-9]{11}$", "minLength": 11, "maxLength": 11}),
+    "state": ("string", "State FIPS code (the GEOID's first 2 characters)",
+              {"required": True, "pattern": r"^[0-9]{2}$"}),
+    "county": ("string", "State and county FIPS code (the GEOID's first 5 characters)",
+               {"required": True, "pattern": r"^[0-9]{5}$"}),
+    "cell": ("string", "Population cell the row describes (e.g. all, or a cohort)",
+             {"required": True}),
+    "n": ("integer", "Records in the tract and cell (public)", {"required": True, "minimum": 0}),
+    "mechanism": ("string", "Estimator that produced p25/p75 (none when suppressed)",
+                  {"required": True}),
+    "status": ("string", "released (values present), suppressed (too few records, nothing "
+               "spent) or failed (budget spent, no value)",
+               {"required": True, "enum": ["released", "suppressed", "failed"]}),
+    "reason": ("string", "Why the tract was suppressed or failed; empty when released", {}),
+    "p25": ("number", "Predicted child income rank at parent rank 0.25 (DP), p25_raw clipped "
+            "to [0, 1]; empty unless released. " + _ESTIMAND, _RANK),
+    "p75": ("number", "Predicted child income rank at parent rank 0.75 (DP), p75_raw clipped "
+            "to [0, 1]; empty unless released. " + _ESTIMAND, _RANK),
+    "p25_raw": ("number", "The DP release of p25 before clipping (may lie outside [0, 1])", {}),
+    "p75_raw": ("number", "The DP release of p75 before clipping (may lie outside [0, 1])", {}),
+    "epsilon_spent": ("number", "Privacy budget epsilon charged to this tract and cell",
+                      {"required": True, "minimum": 0}),
+    "delta_spent": ("number", "Privacy budget delta charged to this tract and cell",
+                    {"required": True, "minimum": 0, "maximum": 1}),
+}
+_INTERVAL_TEXT = {"lo": "lower", "hi": "upper"}
+
+
+def _field(column: str, decimals: int) -> dict:
+    rounded = f"; rounded to {decimals} decimals"
+    if column in _FIELDS:
+        kind, text, constraints = _FIELDS[column]
+        if column in ("p25", "p75", "p25_raw", "p75_raw"):
+            text += rounded
+    elif column in INTERVAL_COLUMNS:
+        value, side = column.split("_")
+        kind, constraints = "number", dict(_RANK)
+        text = (f"{_INTERVAL_TEXT[side].capitalize()} bound of the confidence interval for "
+                f"{value} (DP), rounded {'down' if side == 'lo' else 'up'} to {decimals} "
+                "decimals; empty unless released. " + _ESTIMAND)
+    elif column.endswith(("_p25", "_p75")):
+        name, value = column.rsplit("_", 1)
+        kind, constraints = "number", {}
+        text = f"{value} by the estimator {name} (DP, its own budget step){rounded}"
+    else:
+        raise PublishError(f"column {column!r} has no Table Schema description: add it to "
+                           "dpatlas/publication/tract_files.py _FIELDS before publishing it")
+    field = {"name": column, "type": kind, "description": text}
+    if constraints:
+        field["constraints"] = dict(constraints)
+    return field
+
+
+def table_schema(columns, decimals: int = PUBLISHED_DECIMALS) -> dict:
+    """The Frictionless Table Schema of ``tracts.csv`` with these columns."""
+    return {
+        "fields": [_field(c, decimals) for c in columns],
+        "primaryKey": ["geoid", "cell"],
+        "missingValues": [""],
+    }
+
+
+def write_csv_with_schema(table: pd.DataFrame, folder: Path) -> tuple[Path, Path]:
+    """``tracts.csv`` and, beside it, its Table Schema ``tracts.schema.json``."""
+    schema = table_schema(list(table.columns))
+    csv_path, schema_path = Path(folder) / CSV_FILE, Path(folder) / CSV_SCHEMA_FILE
+    table.to_csv(csv_path, index=False, na_rep="")
+    schema_path.write_text(json.dumps(schema, indent=2) + "\n")
+    return csv_path, schema_path
+
+
+_PANDAS_TYPES = {"string": "string", "integer": "Int64", "number": "float64",
+                 "boolean": "boolean"}
+
+
+def read_csv_with_schema(csv_path: Path, schema_path: Path | None = None) -> pd.DataFrame:
+    """Read a published CSV through its Table Schema: each column with the schema's type
+    (strings stay text, so GEOIDs keep their leading zeros) and its constraints checked.
+
+    Raises :class:`PublishError` naming every column that breaks its schema.
+    """
+    csv_path = Path(csv_path)
+    schema_path = Path(schema_path or csv_path.with_name(CSV_SCHEMA_FILE))
+    try:
+        schema = json.loads(schema_path.read_text())
+        fields = schema["fields"]
+        dtypes = {f["name"]: _PANDAS_TYPES[f.get("type", "string")] for f in fields}
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise PublishError(f"{schema_path}: not a usable Table Schema ({err})") from None
+    df = pd.read_csv(csv_path, dtype=dtypes, keep_default_na=False,
+                     na_values=schema.get("missingValues", [""]))
+    names = [f["name"] for f in fields]
+    if list(df.columns) != names:
+        raise PublishError(f"{csv_path}: columns {list(df.columns)} differ from the schema's "
+                           f"{names}")
+    problems = [p for f in fields for p in _constraint_problems(df[f["name"]], f)]
+    key = schema.get("primaryKey")
+    if key and df.duplicated(subset=key).any():
+        problems.append(f"primary key {key} repeats in {int(df.duplicated(subset=key).sum())} "
+                        "row(s)")
+    if problems:
+        raise PublishError(f"{csv_path} breaks its schema: " + "; ".join(problems))
+    return df
+
+
+def _constraint_problems(column: pd.Series, field: dict) -> list[str]:
+    c, name, out = field.get("constraints", {}), field["name"], []
+    present = column.dropna()
+    if c.get("required") and column.isna().any():
+        out.append(f"{name}: {int(column.isna().sum())} missing value(s)")
+    if "pattern" in c and not present.str.fullmatch(c["pattern"]).all():
+        out.append(f"{name}: values not matching {c['pattern']}")
+    if "minLength" in c and (present.str.len() < c["minLength"]).any():
+        out.append(f"{name}: values shorter than {c['minLength']}")
+    if "maxLength" in c and (present.str.len() > c["maxLength"]).any():
+        out.append(f"{name}: values longer than {c['maxLength']}")
+    if "enum" in c and not present.isin(c["enum"]).all():
+        out.append(f"{name}: values outside {c['enum']}")
+    if "minimum" in c and (present < c["minimum"]).any():
+        out.append(f"{name}: values below {c['minimum']}")
+    if "maximum" in c and (present > c["maximum"]).any():
+        out.append(f"{name}: values above {c['maximum']}")
+    return out
+
+
+def _move_into_place(staging: Path, final: Path, root: Path, release_id: str) -> None:
+    """One rename of the complete staging folder to ``final``.
+
+    Two mount points of one file system share ``st_dev`` but refuse a rename between them
+    (EXDEV); then the folder is copied to a dot-named staging folder in the root first.
+    """
+    try:
+        os.replace(staging, final)  # atomic on one file system: all or nothing
+        return
+    except OSError as err:
+        if err.errno != errno.EXDEV:
+            raise
+    fallback = root / f".staging-{release_id}-{os.getpid()}"
+    try:
+        shutil.copytree(staging, fallback)
+        _fsync_dir(fallback)
+        os.replace(fallback, final)
+    except BaseException:
+        shutil.rmtree(fallback, ignore_errors=True)
+        raise
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def write_release(table: gpd.GeoDataFrame, manifest: dict, root: Path, release_id: str, *,
+                  config: dict, internal_dir: Optional[Path] = None,
+                  check_lease: Optional[Callable[[], None]] = None) -> Path:
+    """Write the files and ``config`` (as config.json) into a staging folder outside the
+    publish tree, hash them into the manifest, then rename the folder to ``<root>/<id>``.
+
+    ``internal_dir``: the release's internal folder (staging goes there when it shares the
+    root's file system). ``check_lease``: called right before the rename; it raises when this
+    run no longer holds the release (then nothing becomes visible).
+    """
+    try:
+        validate_release_id(release_id)
+    except InvalidReleaseId as err:
+        raise PublishError(str(err)) from None
+    root = Path(root)
+    if release_folder(root, release_id) is not None:
+        raise PublishError(f"release {release_id} is already published at {root / release_id}")
+    root.mkdir(parents=True, exist_ok=True)
+    remove_stale_staging(root, internal_dir, release_id)
+    staging = staging_folder(root, internal_dir, release_id)
+    staging.mkdir()
+    try:
+        files = [*PUBLISHED_FILES, *_write_files(staging, table, config, release_id)]
+        manifest = {**manifest,
+                    "rounding": rounding_statement(list(table.columns)),
+                    "extent": footprint(table),
+                    "files": {f: {"sha256": sha256_file(staging / f),
+                                  "bytes": (staging / f).stat().st_size}
+                              for f in files}}
+        (staging / MANIFEST_FILE).write_text(_strict_json(manifest))
+        for f in (*files, MANIFEST_FILE):
+            with open(staging / f, "rb") as fh:
+                os.fsync(fh.fileno())
+        _fsync_dir(staging)
+        if check_lease is not None:
+            check_lease()
+        final = root / release_id
+        if release_folder(root, release_id) is not None:
+            raise PublishError(f"release {release_id} appeared at {final} while this run was "
+                               "staging it: another run published it; nothing was replaced")
+        _move_into_place(staging, final, root, release_id)
+        _fsync_dir(root)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return final
+
+
+def _strict_json(manifest: dict) -> str:
+    """The manifest as standard JSON: a NaN or infinity (which strict parsers reject) is a
+    bug upstream, so it stops the publication instead of reaching auditors."""
+    try:
+        return json.dumps(manifest, indent=2, default=_json, allow_nan=False)
+    except ValueError as err:
+        raise PublishError(f"the manifest holds a NaN or infinity ({err}; a bug): nothing "
+                           "was published") from None
+
+
+def _json(obj):
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating,)):
+        return float(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj)}")
+
+

@@ -1,0 +1,250 @@
+"""The budget plan: each tract's (and cell's) budget split into named, typed steps.
+
+Composition, stated in the manifest:
+- steps of one tract and cell run on the same people: sequential composition;
+- tracts of one cell hold disjoint people: parallel composition (the per-tract guarantee is the
+  per-person guarantee for that cell);
+- cells may share people: sequential composition across cells (conservative).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import mechanisms as M
+from mechanisms import intervals as CI
+from mechanisms.privacy import (ApproxDP, GDP, Guarantee, NotDP, PureDP, ZCDP, as_dict,
+                                rho_for_approx, sequential, to_approx)
+from mechanisms.privacy_maps import NoiseStep, compose
+
+from dpatlas.core.config import ReleaseConfig
+from dpatlas.release.selection import Rule, worst_alternative
+
+REL_TOL = 1e-12  # float slack when comparing a step's guarantee with its recomputation
+
+
+INTERVAL_STEP = "interval: p25 and p75"
+
+
+def interval_kind(rule: Rule) -> str:
+    """Which interval method the rule's tracts need: both mechanisms' unless the rule is fixed."""
+    return rule.mechanism if rule.kind == "fixed" else "rule"
+
+
+def suite_step(name: str) -> str:
+    """The budget step of suite estimator ``name``."""
+    return f"suite: {name}"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One budget step per (tract, cell): its charged guarantee and the noise that pays it.
+
+    ``noise``: (label, noise steps) per alternative: the mechanisms the step may run in a
+    tract (one for a suite step). Each alternative's composition is at most ``guarantee``, and
+    the largest equals it: ``guarantee`` is derived from the noise, never declared.
+    """
+
+    name: str
+    estimator: str | None
+    epsilon: float  # the budget parameter handed to the estimator
+    delta: float
+    guarantee: Guarantee
+    noise: tuple[tuple[str, tuple[NoiseStep, ...]], ...] = ()
+
+    def alternatives(self) -> dict[str, tuple[NoiseStep, ...]]:
+        return dict(self.noise)
+
+    def composed(self, label: str) -> Guarantee:
+        """The guarantee of alternative ``label``, in the step's type (a concentrated
+        composition under an (ε, δ) step is converted at the step's δ)."""
+        g = compose(self.alternatives()[label], relation=self.guarantee.relation)
+        if isinstance(self.guarantee, ApproxDP) and isinstance(g, (ZCDP, GDP)):
+            g = to_approx(g, self.delta)
+        return g
+
+    def composition_text(self) -> str:
+        g = self.guarantee
+        how = {"pure": "sequential composition: the epsilons add",
+               "zcdp": "sequential composition: the rhos add",
+               "gdp": "sequential composition: mu = sqrt(sum of mu^2)"}.get(g.kind, "")
+        if isinstance(g, ApproxDP):
+            how = ("sequential composition: the rhos add; the total is converted to (epsilon, "
+                   f"delta) at delta = {self.delta!r} with dp-accounting's RDP accountant "
+                   "(ZCDpEvent)")
+        if len(self.noise) > 1:
+            how += ("; each tract runs one alternative, and the step's guarantee is the "
+                    "largest of theirs")
+        return how
+
+    def as_dict(self) -> dict:
+        return {"step": self.name, "estimator": self.estimator, "epsilon_param": self.epsilon,
+                "delta_param": self.delta, "guarantee": as_dict(self.guarantee),
+                "noise": {"alternatives": {label: [s.as_dict() for s in steps]
+                                           for label, steps in self.noise},
+                          "composition": self.composition_text()}}
+
+
+def _step(name: str, estimator: str | None, epsilon: float, delta: float,
+          alternatives: Mapping[str, Sequence[NoiseStep]],
+          guarantee: Guarantee | None = None) -> Step:
+    """A step whose guarantee is derived from its noise (``guarantee``, when the estimator
+    gives one, must agree with it)."""
+    derived = worst_alternative({k: list(v) for k, v in alternatives.items()})
+    step = Step(name, estimator, epsilon, delta, guarantee if guarantee is not None else derived,
+                tuple((label, tuple(steps)) for label, steps in alternatives.items()))
+    _check_alternatives(step)
+    return step
+
+
+def _measure(g: Guarantee) -> tuple[float, ...]:
+    """The numbers that order guarantees of one type."""
+    return {"pure": lambda: (g.epsilon,), "zcdp": lambda: (g.rho,), "gdp": lambda: (g.mu,),
+            "approx": lambda: (g.epsilon, g.delta)}[g.kind]()
+
+
+def _check_alternatives(step: Step) -> None:
+    """Every alternative composes to at most the step's guarantee and the largest to it
+    exactly: what the manifest states an auditor can recompute."""
+    if not step.noise:
+        raise ValueError(f"budget step {step.name!r} draws no noise")
+    target = _measure(step.guarantee)
+    found = []
+    for label, _ in step.noise:
+        g = step.composed(label)
+        if g.kind != step.guarantee.kind:
+            raise ValueError(f"budget step {step.name!r}: alternative {label} composes to "
+                             f"{g.describe()}, not a {step.guarantee.kind} guarantee")
+        m = _measure(g)
+        if any(a > b * (1 + REL_TOL) for a, b in zip(m, target)):
+            raise ValueError(f"budget step {step.name!r}: alternative {label} composes to "
+                             f"{g.describe()}, over the step's {step.guarantee.describe()}")
+        found.append(m)
+    if not any(all(math.isclose(a, b, rel_tol=REL_TOL) for a, b in zip(m, target))
+               for m in found):
+        raise ValueError(f"budget step {step.name!r}: no alternative composes to the step's "
+                         f"{step.guarantee.describe()} (the guarantee must be derived from "
+                         "the noise)")
+
+
+@dataclass(frozen=True)
+class SuiteShare:
+    """What one suite estimator is handed per tract and cell: its (ε, δ) parameters (for a
+    zCDP estimator ``epsilon`` is the ε whose ρ = ε²/2 converts to its share)."""
+
+    estimator: str
+    epsilon: float
+    delta: float
+
+
+@dataclass(frozen=True)
+class BudgetPlan:
+    epsilon_per_tract: float
+    delta_per_tract: float
+    rule: Rule
+    primary_epsilon: float
+    suite: tuple[SuiteShare, ...]  # the full-suite profile's estimators
+    steps: tuple[Step, ...] = field(default=())
+    conversion_delta: float = 0.0  # δ spent converting concentrated steps to (ε, δ)
+    interval_epsilon: float = 0.0  # the interval step's budget (0: no intervals)
+    interval_level: float = 0.95
+
+    def per_tract(self) -> Guarantee:
+        return sequential([s.guarantee for s in self.steps], delta=self.conversion_delta or None)
+
+    def charged(self) -> tuple[float, float]:
+        """The (ε, δ) the ledger charges one tract and cell: the steps' figures summed (pure
+        and (ε, δ) as stated, concentrated steps converted at the conversion δ; basic
+        sequential composition)."""
+        eps, dlt = [], []
+        for s in self.steps:
+            g = s.guarantee
+            if isinstance(g, (ZCDP, GDP)):
+                g = to_approx(g, self.conversion_delta)
+            if isinstance(g, PureDP):
+                eps.append(g.epsilon)
+            elif isinstance(g, ApproxDP):
+                eps.append(g.epsilon)
+                dlt.append(g.delta)
+            else:
+                raise ValueError(f"budget step {s.name!r}: {g.describe()} cannot be charged")
+        return math.fsum(eps), math.fsum(dlt)
+
+    def step(self, name: str) -> Step:
+        for s in self.steps:
+            if s.name == name:
+                return s
+        raise KeyError(f"no budget step {name!r}; steps: {[s.name for s in self.steps]}")
+
+    def totals(self, n_cells: int) -> dict:
+        """Composed total per person over all cells, as (ε, δ) and as ρ where one exists."""
+        parts = [s.guarantee for s in self.steps] * n_cells
+        if any(isinstance(g, NotDP) for g in parts):
+            raise ValueError("a non-private step cannot be part of a release")
+        has_approx = any(isinstance(g, ApproxDP) for g in parts)
+        combined = sequential(parts, delta=self.conversion_delta * n_cells or None)
+        if isinstance(combined, ZCDP):
+            approx = to_approx(combined, self.delta_per_tract * n_cells)
+        else:
+            approx = to_approx(combined, max(getattr(combined, "delta", 0.0), 1e-300))
+        rho = None
+        if not has_approx:
+            rho = sequential([g if isinstance(g, ZCDP) else M.privacy.to_zcdp(g)
+                              for g in parts]).rho
+        return {"epsilon": approx.epsilon, "delta": approx.delta, "rho": rho,
+                "rho_note": None if rho is not None else
+                "no zCDP bound: a step has only an (epsilon, delta) guarantee",
+                "guarantee": as_dict(combined), "cells": n_cells}
+
+
+def plan(cfg: ReleaseConfig, threshold: float | None) -> BudgetPlan:
+    eps, delta = cfg.privacy.epsilon_per_tract, cfg.privacy.delta
+    sel = cfg.selection
+    schedule = ()
+    if sel.rule == "banded":
+        from dpatlas.release.thresholds import resolve_schedule
+
+        schedule = resolve_schedule(sel)
+    rule = Rule(sel.rule, threshold, sel.budget_share, sel.mechanism, schedule)
+    if cfg.profile.name == "primary":
+        primary_eps, suite = eps, ()
+    else:
+        primary_eps = (1 - cfg.profile.suite_share) * eps
+        share = cfg.profile.suite_share * eps / len(cfg.profile.suite)
+        suite = tuple(SuiteShare(name, share, delta / 2 if M.get(name).needs_delta else 0.0)
+                      for name in cfg.profile.suite)
+    approx_d = sum(s.delta for s in suite)
+    concentrated = [s.estimator for s in suite
+                    if isinstance(M.get(s.estimator).guarantee(1.0, **M.get(s.estimator).defaults),
+                                  ZCDP)]
+    conversion = (delta - approx_d) if concentrated else 0.0
+    if len(concentrated) > 1:
+        raise ValueError("at most one zCDP estimator per suite (each would need its own delta)")
+    interval_eps = 0.0
+    if cfg.intervals.enabled:
+        interval_eps = cfg.intervals.share * primary_eps
+        primary_eps -= interval_eps
+    steps = [_step(name, None, budget, 0.0, alts)
+             for name, budget, alts in rule.noise(primary_eps)]
+    if interval_eps:
+        labels = ((rule.mechanism,) if rule.kind == "fixed"
+                  else ("NoisyStats", "DPExpTheilSen"))
+        steps.append(_step(INTERVAL_STEP, None, interval_eps, 0.0,
+                           {label: CI.interval_noise_steps(label, interval_eps)
+                            for label in labels}))
+    handed = []
+    for share_ in suite:
+        name, e, d = share_.estimator, share_.epsilon, share_.delta
+        est = M.get(name)
+        if name in concentrated:
+            # A zCDP estimator takes ρ = ε_param²/2. Give it the ρ whose (ε, δ) conversion at
+            # the conversion δ equals its share, so no tract pays more than (ε, δ) in total.
+            e = math.sqrt(2.0 * rho_for_approx(e, conversion))
+        g = est.guarantee(e, d or None, **est.defaults)
+        steps.append(_step(suite_step(name), name, e, d,
+                           {name: est.noise_steps(e, d or None, **est.defaults)}, g))
+        handed.append(SuiteShare(name, e, d))
+    return BudgetPlan(eps, delta, rule, primary_eps, tuple(handed), tuple(steps), conversion,
+                      interval_eps, cfg.intervals.level)

@@ -1,0 +1,257 @@
+"""Contribution bounding: at most one record per person and cell, across ALL partitions.
+
+Why it matters. Every tract and cell is given the full per-tract budget ε, and the release
+claims ε per person per cell because tracts compose in *parallel* (McSherry 2009, "Privacy
+Integrated Queries", parallel composition: mechanisms on disjoint subsets of the data cost
+the maximum, not the sum). That holds only if each person's data lies in one tract per cell.
+A person with records in k tracts of a cell (say a tract of state 17 and one of state 18,
+which are validated as separate partitions) is protected only at k·ε, by sequential
+composition. Cells are different: they compose sequentially anyway (and the ledger charges
+every cell), so one person in several cells is allowed.
+
+So the question "at most one record per (person, cell)?" is asked once, over every staged
+partition together (never per partition), after validation and before any noise:
+
+- ``fail`` (default): refuse the release, with the offending rows in the quarantine folder;
+- ``bound``: keep one record per (person, cell) and remove the rest (see
+  :func:`check_contributions` for why the rule keeps replace-one DP valid).
+
+Without a person id column nothing can be checked: :func:`require_person_unit` then requires
+the operator to state the assumption, and the manifest lists it as unverified.
+
+Memory stays bounded for millions of records: each partition's (person, cell) pairs are
+hashed to one uint64 (pandas' hashing), repeated hashes are found by sorting the hash array
+(8 bytes a record), and only the records with a repeated hash are read back and compared by
+their real ids, so a hash collision can neither remove nor reject anyone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dpatlas.core.config import ConfigError, ReleaseConfig
+from dpatlas.core.files import write_parquet_atomic
+from dpatlas.release.validate import ValidationFailed
+
+QUARANTINE_NAME = "duplicate-persons.parquet"
+CLAIM = "one record per person and cell"
+
+
+class ContributionError(ValidationFailed):
+    """A person has more than one record in a cell; no noise has been drawn."""
+
+
+def require_person_unit(cfg: ReleaseConfig) -> dict:
+    """Refuse a release whose one-record-per-person claim is neither checkable nor stated.
+
+    Returns the manifest's statement of the claim: ``status`` is ``"verified"`` (a person id
+    column is named, so :func:`check_contributions` checks or enforces it) or ``"unverified
+    assumption"`` (no id column; the operator set ``privacy.assume_one_record_per_person``).
+    Raises :class:`~dpatlas.core.config.ConfigError` when there is neither.
+    """
+    column = cfg.input.columns.person_id
+    if column:
+        how = {"fail": "checked: the release stops if any person has two records in a cell",
+               "bound": "enforced: of a person's records in a cell only the one with the "
+                        "smallest (GEOID, input row) is kept"}[cfg.validation.contributions]
+        return {"claim": CLAIM, "status": "verified",
+                "basis": f"person id column '{column}', across all partitions; {how}"}
+    if cfg.privacy.assume_one_record_per_person:
+        return {"claim": CLAIM, "status": "unverified assumption",
+                "basis": "no person id column; stated by the operator "
+                         "(privacy.assume_one_record_per_person: true)"}
+    raise ConfigError(
+        "input.columns.person_id is not set and privacy.assume_one_record_per_person is false: "
+        "the per-tract budget holds per person only if each person has one record per cell "
+        "(parallel composition over tracts), so name the person id column, or set "
+        "privacy.assume_one_record_per_person: true if the input is known to have one record "
+        "per person")
+
+
+# --- reading ids ----------------------------------------------------------------------------
+
+
+def _has_person_ids(staged: list[Path]) -> bool:
+    present = ["person_id" in pq.read_schema(p).names for p in staged]
+    if any(present) and not all(present):
+        missing = [p.name for p, has in zip(staged, present) if not has]
+        raise ContributionError(f"staged partitions {missing} have no person_id column while "
+                                "others do; rerun the release so every partition is staged "
+                                "with the same columns")
+    return bool(present) and all(present)
+
+
+def _ids_are_integers(staged: list[Path]) -> bool:
+    """Integer ids in every partition: hash and compare them as int64; text ids in every
+    partition: compare them as text. Partitions of both kinds are refused: whether 7 and
+    "007" are one person cannot be decided without guessing (the input is read with one type,
+    dpatlas.release.ingest, so a staged file of the other kind means the staging changed)."""
+
+    def kind(t: pa.DataType) -> str:
+        if pa.types.is_integer(t) and t != pa.uint64():
+            return "integer"
+        return "unsigned 64-bit" if pa.types.is_integer(t) else "text"
+
+    kinds = {p.name: kind(pq.read_schema(p).field("person_id").type) for p in staged}
+    if len(set(kinds.values())) > 1:
+        held = ", ".join(f"{name}: {k}" for name, k in sorted(kinds.items()))
+        raise ContributionError(f"staged partitions hold person ids of different types ({held})"
+                                "; person ids are compared as one type, so store them as one "
+                                "type in every partition and rerun the release")
+    return set(kinds.values()) == {"integer"}
+
+
+def _canonical_ids(ids: pd.Series, as_integers: bool) -> pd.Series:
+    if as_integers:
+        return pd.Series(ids.to_numpy(dtype=np.int64), name="person_id")
+    return pd.Series(ids.astype(str).to_numpy(dtype=object), name="person_id")
+
+
+def _key_hashes(frame: pd.DataFrame) -> np.ndarray:
+    """One uint64 per record for its (person, cell) pair; equal pairs hash equal."""
+    key = pd.DataFrame({"person_id": frame["person_id"].to_numpy(),
+                        "cell": frame["cell"].astype(str).to_numpy(dtype=object)})
+    return pd.util.hash_pandas_object(key, index=False).to_numpy(dtype=np.uint64)
+
+
+def _repeated(hashes: np.ndarray) -> np.ndarray:
+    """The hash values that occur more than once (sorted, unique)."""
+    ordered = np.sort(hashes)
+    return np.unique(ordered[1:][ordered[1:] == ordered[:-1]])
+
+
+# --- the check ------------------------------------------------------------------------------
+
+
+def _candidates(staged: list[Path], as_integers: bool) -> tuple[pd.DataFrame, int]:
+    """The records whose (person, cell) hash is repeated, with their file, and the total count.
+
+    Two passes over the staged files: hashes first (8 bytes a record), then only the
+    candidate rows are kept in memory.
+    """
+    hashes = []
+    for path in staged:
+        frame = pd.read_parquet(path, columns=["person_id", "cell"])
+        missing = int(frame["person_id"].isna().sum())
+        if missing:  # the input contract stops null ids; a staged file should never have one
+            raise ContributionError(f"{missing} record(s) in {path} have no person id; rerun "
+                                    "the release so the input contract sees them")
+        frame["person_id"] = _canonical_ids(frame["person_id"], as_integers)
+        hashes.append(_key_hashes(frame))
+    total = int(sum(len(h) for h in hashes))
+    repeated = _repeated(np.concatenate(hashes)) if hashes else np.empty(0, np.uint64)
+    parts = []
+    if len(repeated):
+        for index, (path, h) in enumerate(zip(staged, hashes)):
+            hit = np.isin(h, repeated)
+            if hit.any():
+                frame = pd.read_parquet(path)[hit].reset_index(drop=True)
+                frame["_file"] = index
+                parts.append(frame)
+    if not parts:
+        return pd.DataFrame(), total
+    return pd.concat(parts, ignore_index=True), total
+
+
+def _confirmed(candidates: pd.DataFrame, as_integers: bool) -> pd.DataFrame:
+    """Records sharing their real (person id, cell) with another record: the true repeats."""
+    if candidates.empty:
+        return candidates
+    key = candidates.assign(
+        _pid=_canonical_ids(candidates["person_id"], as_integers).to_numpy(),
+        _cell=candidates["cell"].astype(str).to_numpy(dtype=object))
+    size = key.groupby(["_pid", "_cell"], sort=False)["row"].transform("size")
+    return key[size.to_numpy() > 1].reset_index(drop=True)
+
+
+def _keep_smallest_geoid_then_row(repeats: pd.DataFrame) -> np.ndarray:
+    """True for the one record kept per (person, cell): the smallest (GEOID, input row)."""
+    ordered = repeats.sort_values(["_pid", "_cell", "geoid", "row"], kind="stable")
+    first = ~ordered.duplicated(["_pid", "_cell"], keep="first")
+    return first.reindex(repeats.index).to_numpy(dtype=bool)
+
+
+def _rewrite_without(path: Path, rows: np.ndarray) -> int:
+    """Remove the records with these input rows from a staged file, atomically."""
+    frame = pd.read_parquet(path)
+    keep = ~frame["row"].isin(rows).to_numpy()
+    # Readers see the old file or the new one, never half of one.
+    write_parquet_atomic(frame[keep].reset_index(drop=True), path)
+    return int((~keep).sum())
+
+
+def check_contributions(staged: list[Path], policy: str, internal: Path) -> dict:
+    """At most one record per (person, cell) over all staged partitions; fail or bound.
+
+    ``staged`` are the validated partitions (Parquet: row, geoid, x, y, cell, person_id),
+    ``policy`` is ``validation.contributions``, ``internal`` the release's internal folder.
+    Every record of a (person, cell) with several records is written to
+    ``internal/quarantine/duplicate-persons.parquet`` (with ``staged_file``, and under
+    ``bound`` a ``kept`` flag).
+
+    ``fail`` raises :class:`ContributionError` naming the number of persons and records and
+    the quarantine file. ``bound`` keeps, for each such (person, cell), the record with the
+    smallest (GEOID, input row), rewrites the affected staged files atomically, and goes on.
+
+    Why ``bound`` keeps replace-one DP valid: the kept record is chosen by a rule that reads
+    only that person's own records, and only their GEOIDs and input positions, never their
+    ranks. So bounding is a per-person transformation T(D) = ∪_p f(D_p): replacing one
+    person's records changes only that person's kept records, at most one per cell, and no one
+    else's, so T maps neighbours to neighbours (a 1-stable transformation in the sense of
+    McSherry 2009, PINQ: M∘T is c·ε-DP for a c-stable T and an ε-DP M; here c = 1). Because
+    the choice ignores the ranks, a neighbour that changes a person's ranks leaves every
+    tract's n unchanged, which is the
+    replace-one relation (n public) the estimators are proved under. A rule that looked at
+    other people's records (e.g. "keep the copy in the smaller tract") would let one person's
+    data decide whose record survives, and would not be stable.
+
+    Returns counts for the internal report (not DP; never put them in the manifest):
+    ``checked``, ``policy``, ``records``, ``persons_repeated``, ``records_of_repeated``,
+    ``records_removed``, ``files_rewritten``, ``quarantine_file``.
+    """
+    if policy not in ("fail", "bound"):
+        raise ValueError(f"validation.contributions must be 'fail' or 'bound', not {policy!r}")
+    staged = [Path(p) for p in staged]
+    report = {"checked": False, "policy": policy, "records": None, "persons_repeated": 0,
+              "records_of_repeated": 0, "records_removed": 0, "files_rewritten": [],
+              "quarantine_file": None}
+    if not staged or not _has_person_ids(staged):
+        return report
+    as_integers = _ids_are_integers(staged)
+    candidates, total = _candidates(staged, as_integers)
+    repeats = _confirmed(candidates, as_integers)
+    report.update(checked=True, records=total)
+    if repeats.empty:
+        return report
+
+    persons = int(repeats["_pid"].nunique())
+    report.update(persons_repeated=persons, records_of_repeated=len(repeats))
+    quarantine = internal / "quarantine" / QUARANTINE_NAME
+    quarantine.parent.mkdir(parents=True, exist_ok=True)
+    shown = repeats.assign(staged_file=[staged[i].name for i in repeats["_file"]])
+    if policy == "fail":
+        shown.drop(columns=["_pid", "_cell", "_file"]).to_parquet(quarantine, index=False)
+        states = sorted({str(g)[:2] for g in repeats["geoid"]})
+        raise ContributionError(
+            f"{persons:,} person(s) have more than one record in a cell ({len(repeats):,} "
+            f"records, in tracts of state(s) {', '.join(states)}); the per-tract budget holds "
+            "per person only with one record per person and cell, so no noise was drawn and "
+            f"nothing was published. Their rows are in {quarantine}; fix the input, or set "
+            "validation.contributions: bound to keep one record per person and cell.")
+
+    kept = _keep_smallest_geoid_then_row(repeats)
+    shown.assign(kept=kept).drop(columns=["_pid", "_cell", "_file"]).to_parquet(
+        quarantine, index=False)
+    removed = repeats[~kept]
+    rewritten = []
+    for index, rows in removed.groupby("_file")["row"]:
+        path = staged[int(index)]
+        report["records_removed"] += _rewrite_without(path, rows.to_numpy())
+        rewritten.append(str(path))
+    report.update(files_rewritten=rewritten, quarantine_file=str(quarantine))
+    return report

@@ -1,0 +1,212 @@
+"""Selecting and estimating one partition, per tract and cell (plain functions, no Prefect).
+
+``select_partition`` draws the selection noise (dp rule) and returns the choice as a table;
+the flow persists it before ``estimate_partition`` runs the chosen mechanism and the suite.
+
+Both build a :class:`~mechanisms.budget.PrivacyFilter` per cell from the plan's charged
+steps for the tracts they draw for, and hand each mechanism the meter of its step: a draw
+that would spend more than the ledger charged raises ``BudgetOverrun`` before it happens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import mechanisms as M
+from mechanisms.batch import TractBatch
+from mechanisms.budget import NO_METER, PrivacyFilter
+from mechanisms.noise import Randomness
+
+from mechanisms import intervals as CI
+
+from dpatlas.release.allocate import INTERVAL_STEP, BudgetPlan, interval_kind, suite_step
+from dpatlas.release.selection import (DP_BAND, PRIMARY_STEP, SELECTION_STEP, Selection,
+                                       record_selection_spend, run_selected, select)
+
+RESULT_COLUMNS = ["geoid", "cell", "n", "mechanism", "status", "reason", "p25_raw", "p75_raw",
+                  "epsilon_spent", "delta_spent"]
+INTERVAL_COLUMNS = ["p25_lo", "p25_hi", "p75_lo", "p75_hi"]
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Up to ``partition_tracts`` tracts of one staged partition: selected and estimated as one
+    task, its noise persisted under ``name`` (so a resumed release finds it again).
+
+    The tracts are the contiguous range ``first_geoid``..``last_geoid`` of the partition's
+    sorted GEOIDs: a chunk is a few bytes whatever its size, so the subflow's parameters stay
+    O(chunks), not O(tracts) (a national list of GEOIDs is over Prefect's 512 KiB limit)."""
+
+    staged: Path
+    first_geoid: str
+    last_geoid: str
+    name: str
+
+
+def staged_tracts(staged: list[Path]) -> tuple[dict[Path, list[str]], pd.DataFrame]:
+    """Per staged partition its sorted tract GEOIDs, and n per (geoid, cell) over all of them.
+
+    Read after contribution bounding, which may have rewritten staged files."""
+    geoids, frames = {}, []
+    for path in staged:
+        cols = pd.read_parquet(path, columns=["geoid", "cell"])
+        geoids[Path(path)] = sorted(cols["geoid"].unique())
+        frames.append(cols.groupby(["geoid", "cell"]).size().rename("n").reset_index())
+    sizes = (pd.concat(frames, ignore_index=True) if frames
+             else pd.DataFrame({"geoid": [], "cell": [], "n": []}))
+    return geoids, sizes
+
+
+def split_into_chunks(geoids: dict[Path, list[str]], size: int) -> list[Chunk]:
+    """Each partition's sorted GEOIDs in runs of ``size``; chunk k of ``input-17.parquet`` is
+    named ``input-17-k`` (the same names on every run of the same input, hence resumable)."""
+    if size < 1:
+        raise ValueError(f"chunk size must be at least 1, got {size}")
+    return [Chunk(Path(path), gs[i], gs[min(i + size, len(gs)) - 1],
+                  f"{Path(path).stem}-{i // size}")
+            for path, gs in geoids.items() for i in range(0, len(gs), size)]
+
+
+def read_chunk(chunk: Chunk) -> pd.DataFrame:
+    """Only this chunk's rows (filtered while reading, not the whole state)."""
+    return pd.read_parquet(chunk.staged, filters=[("geoid", ">=", chunk.first_geoid),
+                                                  ("geoid", "<=", chunk.last_geoid)])
+
+
+def suite_columns(plan: BudgetPlan) -> list[str]:
+    return [f"{s.estimator}_{p}" for s in plan.suite for p in ("p25", "p75")]
+
+
+def _cells(df: pd.DataFrame, min_n: int):
+    """Per cell: the batch of its tracts and the indices of tracts large enough to estimate."""
+    for cell, grp in df.groupby("cell", sort=True):
+        batch = TractBatch.from_labels(grp["geoid"].to_numpy(), grp["x"].to_numpy(),
+                                       grp["y"].to_numpy())
+        yield str(cell), batch, np.nonzero(batch.n >= min_n)[0]
+
+
+def privacy_filter(plan: BudgetPlan, labels: np.ndarray, steps: list[str]) -> PrivacyFilter:
+    """The charges of ``steps`` (those this stage draws for) for the tracts ``labels``."""
+    return PrivacyFilter({name: plan.step(name).guarantee for name in steps}, labels)
+
+
+def _intervals(plan: BudgetPlan, sub: TractBatch, sel: Selection, res, rand: Randomness,
+               meter) -> CI.Intervals:
+    """The interval of each tract's released p25/p75, reusing what its mechanism released
+    (post-processing) and paying the interval step's own noise. NoisyStats' noise scales
+    differ between tracts that drew the selection's nvar and tracts that did not (banded
+    rule), so each group gets its own call."""
+    drew = (sel.drew if sel.drew is not None
+            else np.full(sub.n_tracts, plan.rule.kind == "dp"))
+    parts = [(np.nonzero(drew == flag)[0], flag) for flag in (True, False)]
+    out = [np.full((1, sub.n_tracts), np.nan) for _ in INTERVAL_COLUMNS]
+    for tracts, drawn in parts:
+        if tracts.size == 0:
+            continue
+        ci = _interval_group(plan, sub.subset(tracts), res, tracts, drawn, rand, meter)
+        for dst, col in zip(out, INTERVAL_COLUMNS):
+            dst[:, tracts] = getattr(ci, col)
+    return CI.Intervals(*out)
+
+
+def _interval_group(plan: BudgetPlan, sub: TractBatch, res, tracts: np.ndarray, drawn: bool,
+                    rand: Randomness, meter) -> CI.Intervals:
+    eps_sel, eps_rest = plan.rule.budgets(plan.primary_epsilon)
+    if drawn:  # NoisyStats reused the selection's nvar; the rest split in two
+        eps_nvar, eps_ncov, eps_intercept = eps_sel, eps_rest / 2, eps_rest / 2
+    else:  # NoisyStats with the whole primary budget, its own thirds
+        eps_nvar = eps_ncov = eps_intercept = plan.primary_epsilon / 3
+    # The dp selection publishes NoisyStats only where ε·nvar~ >= threshold: the interval of a
+    # tract that drew it conditions on that (public) event.
+    floor = plan.rule.threshold / plan.primary_epsilon if drawn else 0.0
+    released = CI.Released(res.p25[:, tracts], res.p75[:, tracts],
+                           noisy_nvar=res.noisy_nvar[:, tracts], eps_nvar=eps_nvar,
+                           eps_ncov=eps_ncov, eps_intercept=eps_intercept,
+                           mechanism=res.mechanism[:, tracts], nvar_floor=floor)
+    return CI.intervals(interval_kind(plan.rule), sub, released, plan.interval_epsilon, rand,
+                        plan.interval_level, meter=meter)
+
+
+def select_partition(df: pd.DataFrame, plan: BudgetPlan, rand: Randomness,
+                     min_n: int) -> pd.DataFrame:
+    """The mechanism chosen for each eligible (tract, cell), and the selection's noisy nvar."""
+    frames = []
+    # The dp rule draws against its selection step; the banded rule's draw is part of its
+    # one primary step (estimate_partition records it there again before the mechanism runs).
+    step = {"dp": SELECTION_STEP, "banded": PRIMARY_STEP}.get(plan.rule.kind)
+    for cell, batch, eligible in _cells(df, min_n):
+        sub = batch.subset(eligible)
+        meter = privacy_filter(plan, sub.labels, [step]).meter(step) if step else NO_METER
+        sel = select(sub, plan.primary_epsilon, plan.rule, rand, meter=meter)
+        frames.append(pd.DataFrame({"geoid": batch.labels[eligible].astype(str), "cell": cell,
+                                    "mechanism": sel.mechanism[0],
+                                    "noisy_nvar": sel.noisy_nvar[0],
+                                    "epsilon_rest": sel.epsilon_rest}))
+    cols = ["geoid", "cell", "mechanism", "noisy_nvar", "epsilon_rest"]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)
+
+
+def _bands_drawn(plan: BudgetPlan, sub: TractBatch) -> tuple:
+    """(whole budget, dp-band tracts) of the banded rule, from the public n; else (None, None)."""
+    if plan.rule.kind != "banded":
+        return None, None
+    band = plan.rule.band_choice(sub.n, plan.primary_epsilon)
+    return plan.primary_epsilon, band == DP_BAND
+
+
+def estimate_partition(df: pd.DataFrame, selection: pd.DataFrame, plan: BudgetPlan,
+                       rand: Randomness, min_n: int) -> pd.DataFrame:
+    """One row per (tract, cell) with data: the released numbers and what they cost."""
+    frames = []
+    eps_charged, delta_charged = plan.charged()
+    _, eps_rest = plan.rule.budgets(plan.primary_epsilon)
+    steps = [PRIMARY_STEP] + [suite_step(s.estimator) for s in plan.suite]
+    if plan.interval_epsilon:
+        steps.append(INTERVAL_STEP)
+    for cell, batch, eligible in _cells(df, min_n):
+        out = pd.DataFrame({"geoid": batch.labels.astype(str), "cell": cell, "n": batch.n,
+                            "mechanism": "none", "status": "suppressed",
+                            "reason": f"fewer than {min_n} records", "p25_raw": np.nan,
+                            "p75_raw": np.nan, "epsilon_spent": 0.0, "delta_spent": 0.0})
+        for col in suite_columns(plan) + (INTERVAL_COLUMNS if plan.interval_epsilon else []):
+            out[col] = np.nan
+        if eligible.size:
+            sub = batch.subset(eligible)
+            budget = privacy_filter(plan, sub.labels, steps)
+            chosen = (selection[selection["cell"] == cell].set_index("geoid")
+                      .reindex(sub.labels.astype(str)))
+            if chosen["mechanism"].isna().any():
+                raise RuntimeError(f"cell {cell}: selection missing for some tracts")
+            if not np.all(chosen["epsilon_rest"].to_numpy(dtype=float) == eps_rest):
+                raise RuntimeError(f"cell {cell}: the persisted selection was drawn under "
+                                   "another budget plan; rerun under a new release id")
+            sel = Selection((chosen["mechanism"].to_numpy() == "NoisyStats")[None, :],
+                            chosen["noisy_nvar"].to_numpy(dtype=float)[None, :], eps_rest,
+                            *_bands_drawn(plan, sub))
+            record_selection_spend(plan.rule, sel, sub.labels, budget.meter(PRIMARY_STEP))
+            res = run_selected(sub, plan.rule, sel, rand, meter=budget.meter(PRIMARY_STEP),
+                               publishable_only=True)
+            out.loc[eligible, "mechanism"] = res.mechanism[0]
+            out.loc[eligible, "status"] = np.where(res.failed[0], "failed", "released")
+            out.loc[eligible, "reason"] = np.where(res.failed[0], res.reason[0], "")
+            out.loc[eligible, "p25_raw"] = res.p25[0]
+            out.loc[eligible, "p75_raw"] = res.p75[0]
+            out.loc[eligible, "epsilon_spent"] = eps_charged
+            out.loc[eligible, "delta_spent"] = delta_charged
+            if plan.interval_epsilon:
+                ci = _intervals(plan, sub, sel, res, rand, budget.meter(INTERVAL_STEP))
+                for col in INTERVAL_COLUMNS:
+                    out.loc[eligible, col] = getattr(ci, col)[0]
+            for share in plan.suite:
+                name = share.estimator
+                est = M.estimate_batch(name, sub, share.epsilon, share.delta or None, rand=rand,
+                                       meter=budget.meter(suite_step(name)),
+                                       publishable_only=True)
+                out.loc[eligible, f"{name}_p25"] = est.p25
+                out.loc[eligible, f"{name}_p75"] = est.p75
+        frames.append(out)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=RESULT_COLUMNS)

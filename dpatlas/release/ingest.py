@@ -1,0 +1,438 @@
+"""Reading the microdata one partition (state) at a time, into the pipeline's own columns.
+
+Output columns: ``row`` (position in the input, for quarantine reports), ``geoid`` (text;
+``None`` where the input cell is blank), ``x`` and ``y`` (ranks on the [0, 1] scale, not yet
+validated; NaN where missing), ``cell`` (str), and ``person_id`` when the config names one. The
+raw input is never modified.
+
+Memory holds one state, whatever the input's form:
+
+- a hive-partitioned Parquet dataset (``.../state=17/part.parquet``) is read one state at a
+  time with pyarrow; the partitions and their row counts come from the files' footers;
+- a single CSV or Parquet file is split by the state its GEOIDs name (their first two
+  characters): :func:`partitions` streams it once, counting records per state, and
+  :func:`read_partition` streams it again keeping only that state's records, in blocks of a
+  few MiB. Records whose GEOID is not 11 digits (blank, short, malformed) form one more
+  partition, ``other``, so the input contract reports them. The key ``all`` still
+  reads the whole file at once (small inputs, tests).
+
+A national CSV (5 million records) is thus parsed once per state: the cost is CPU time
+(about 51 streaming passes), not memory.
+
+Column types are strict, because a silent conversion changes who is in which tract:
+
+- GEOIDs must be text. CSV GEOIDs are always read as text (never through a float, where one
+  blank cell turns every GEOID into ``17001000100.0``); an integer or float GEOID column is
+  refused, since an integer id has lost its leading zero and padding it back would guess.
+- Ranks must be numbers (integers are fine). A boolean rank column is refused, and so is a
+  text column in Parquet (which stores numbers as numbers); in a CSV, a column is text when
+  some value is not a number, and is refused naming those values.
+- Person ids must be integers or text: a float id loses digits beyond 2**53, which can merge
+  two people (or split one) and so break the one-record-per-person check. CSV person ids and
+  cells are read as text, so ``007`` and ``7`` stay two people.
+
+Every such problem raises :class:`InputError` (the command line exits with code 2).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from dpatlas.core.config import InputConfig
+
+_EXAMPLES = 5
+
+
+class InputError(ValueError):
+    """The input cannot be read as configured (missing file or column, wrong column type)."""
+
+
+@dataclass(frozen=True)
+class Partition:
+    key: str  # state FIPS, "other" (GEOIDs naming no state), or "all" (the whole input)
+    rows: int
+
+
+ALL, OTHER = "all", "other"
+_STREAM_BLOCK_BYTES = 1 << 20  # CSV bytes per block when streaming a file (pyarrow reads
+# ahead some 32 blocks: ~40 MiB in flight, whatever the size of the file)
+_STREAM_BATCH_ROWS = 256 * 1024  # Parquet rows per batch when streaming a file
+
+
+# --- opening and reading --------------------------------------------------------------------
+
+
+def _text_columns(cfg: InputConfig) -> list[str]:
+    """Columns read as text from CSV: identifiers, whose leading zeros and digits matter."""
+    c = cfg.columns
+    return [name for name in (c.geoid, c.person_id, c.cell) if name]
+
+
+_UNREADABLE = re.compile(r"(?:Could not open|Could not read schema from) [^']*'([^']+)'")
+
+
+def _input_error(cfg: InputConfig, err: Exception) -> InputError:
+    """What an operator reads for pyarrow's error: a file that is not a whole CSV or Parquet
+    file (empty, truncated, corrupt), named; or column types that do not agree."""
+    text = str(err).strip()
+    unreadable = _UNREADABLE.findall(text)
+    if unreadable or "Empty CSV file" in text or "magic bytes" in text:
+        name = Path(unreadable[-1]) if unreadable else Path(cfg.path)
+        try:
+            empty = name.is_file() and name.stat().st_size == 0
+        except OSError:
+            empty = False
+        what = ("is empty (0 bytes)" if empty else
+                f"is not a complete {cfg.format} file (truncated or corrupt)")
+        return InputError(f"input file {name} {what}: replace it with the complete file "
+                          "(nothing was charged)")
+    # e.g. a CSV whose first block infers a rank column as numbers and a later row holds
+    # text: pyarrow names the column and the row.
+    first = text.splitlines()[0] if text else type(err).__name__
+    return InputError(f"input {cfg.path} cannot be read with consistent column types: "
+                      f"{first}. Ranks must be numbers; GEOIDs and ids text.")
+
+
+def _dataset(cfg: InputConfig) -> ds.Dataset:
+    path = Path(cfg.path)
+    if not path.exists():
+        raise InputError(f"input not found: {path}")
+    try:
+        if cfg.format == "csv":
+            # Without explicit types pyarrow infers GEOIDs as integers (or floats, if one cell
+            # is blank): leading zeros and the text itself are lost before any check sees them.
+            convert = pacsv.ConvertOptions(
+                column_types={n: pa.string() for n in _text_columns(cfg)})
+            return ds.dataset(path, format=ds.CsvFileFormat(convert_options=convert))
+        partitioning = "hive" if path.is_dir() else None
+        return ds.dataset(path, format="parquet", partitioning=partitioning)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+        raise _input_error(cfg, err) from None
+
+
+def _to_table(cfg: InputConfig, dataset: ds.Dataset, **kwargs) -> pa.Table:
+    try:
+        return dataset.to_table(**kwargs)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+        raise _input_error(cfg, err) from None
+
+
+def _is_hive(cfg: InputConfig, dataset: ds.Dataset) -> bool:
+    return (cfg.format == "parquet" and Path(cfg.path).is_dir()
+            and "state" in dataset.schema.names)
+
+
+def _batches(cfg: InputConfig, columns: list[str]):
+    """The single input file's record batches, in file order, holding ``columns`` only.
+
+    Streamed (a block at a time) so that memory does not grow with the file. A CSV's column
+    types are inferred from its first block, as a whole-file read would do; a later block
+    that does not fit raises :class:`InputError` (see :func:`_to_table`).
+    """
+    path = Path(cfg.path)
+    try:
+        if cfg.format == "csv":
+            convert = pacsv.ConvertOptions(
+                column_types={n: pa.string() for n in _text_columns(cfg)},
+                include_columns=columns)
+            reader = pacsv.open_csv(path, read_options=pacsv.ReadOptions(
+                block_size=_STREAM_BLOCK_BYTES), convert_options=convert)
+            for batch in reader:
+                yield batch
+        else:
+            yield from pq.ParquetFile(path).iter_batches(batch_size=_STREAM_BATCH_ROWS,
+                                                         columns=columns)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+        raise _input_error(cfg, err) from None
+
+
+def _state_keys(geoids: pa.Array) -> pa.Array:
+    """Per record its partition key: the GEOID's first two characters when it is 11 digits,
+    else ``other`` (blank, null, short or malformed GEOIDs: the contract reports them)."""
+    if pa.types.is_dictionary(geoids.type):
+        geoids = geoids.cast(geoids.type.value_type)
+    if pa.types.is_null(geoids.type):
+        return pa.array([OTHER] * len(geoids), pa.string())
+    prefix = pc.utf8_slice_codeunits(geoids, 0, 2)
+    # Only a whole 11-digit GEOID names its state: a 10-digit one (an integer that lost its
+    # leading zero, 06001000100 -> 6001000100) would be filed under state 60. RE2: \z is
+    # the end of the text.
+    is_state = pc.fill_null(pc.match_substring_regex(geoids, r"\A[0-9]{11}\z"), False)
+    return pc.if_else(is_state, prefix, pa.scalar(OTHER))
+
+
+def _streamed_counts(cfg: InputConfig) -> list[Partition]:
+    """One pass over a single file: the number of records per state (and ``other``)."""
+    counts: dict[str, int] = {}
+    for batch in _batches(cfg, [cfg.columns.geoid]):
+        keys = pc.value_counts(_state_keys(batch.column(cfg.columns.geoid)))
+        for item in keys.to_pylist():
+            counts[item["values"]] = counts.get(item["values"], 0) + item["counts"]
+    return [Partition(k, n) for k, n in sorted(counts.items())]
+
+
+def _streamed_partition(cfg: InputConfig, key: str, columns: list[str]
+                        ) -> tuple[pa.Table, np.ndarray]:
+    """One state's records of a single file, streamed, and their positions in the file."""
+    tables, rows, offset = [], [], 0
+    for batch in _batches(cfg, columns):
+        hit = pc.equal(_state_keys(batch.column(cfg.columns.geoid)), key)
+        positions = np.flatnonzero(hit.to_numpy(zero_copy_only=False))
+        if positions.size:
+            tables.append(pa.Table.from_batches([batch.filter(hit)]))
+            rows.append(positions + offset)
+        offset += batch.num_rows
+    if not tables:
+        empty = pa.Table.from_batches([], schema=_dataset(cfg).schema).select(columns)
+        return empty, np.empty(0, np.int64)
+    return pa.concat_tables(tables), np.concatenate(rows).astype(np.int64)
+
+
+def _hive_counts(dataset: ds.Dataset) -> dict[str, int]:
+    """Rows per state of a hive-partitioned dataset, from the Parquet footers (no data read)."""
+    counts: dict[str, int] = {}
+    for fragment in dataset.get_fragments():
+        state = ds.get_partition_keys(fragment.partition_expression).get("state")
+        key = str(state).zfill(2)
+        counts[key] = counts.get(key, 0) + fragment.count_rows()
+    return counts
+
+
+# --- column checks --------------------------------------------------------------------------
+
+
+def _kind(dtype: pa.DataType) -> str:
+    """What a column holds, in the words an operator reads: integer, float, text, ..."""
+    if pa.types.is_dictionary(dtype):
+        dtype = dtype.value_type
+    if pa.types.is_boolean(dtype):
+        return "boolean"
+    if pa.types.is_integer(dtype):
+        return "integer"
+    if pa.types.is_floating(dtype) or pa.types.is_decimal(dtype):
+        return "float"
+    if pa.types.is_string(dtype) or pa.types.is_large_string(dtype) or (
+            hasattr(pa.types, "is_string_view") and pa.types.is_string_view(dtype)):
+        return "text"
+    if pa.types.is_null(dtype):
+        return "null"  # every value missing; the contract reports them
+    return str(dtype)
+
+
+def _check_columns(cfg: InputConfig, names: list[str]) -> None:
+    c = cfg.columns
+    needed = [c.geoid, c.parent_rank, c.child_rank] + [v for v in (c.person_id, c.cell) if v]
+    missing = [n for n in needed if n not in names]
+    if missing:
+        raise InputError(f"input {cfg.path} lacks column(s) {missing}; it has {names}. "
+                         "Map your column names under input.columns in the config.")
+
+
+def _check_types(cfg: InputConfig, schema: pa.Schema) -> None:
+    """Refuse column types that cannot be read without guessing (see the module docstring)."""
+    c = cfg.columns
+    geoid = _kind(schema.field(c.geoid).type)
+    if geoid in ("integer", "float"):
+        raise InputError(
+            f"input {cfg.path}: GEOID column '{c.geoid}' is stored as {geoid} numbers; GEOIDs "
+            "must be 11-character text (an integer id loses its leading zero, e.g. Alabama's "
+            "01001020100 becomes 1001020100, and padding it back would guess). Store the "
+            "column as text.")
+    if geoid not in ("text", "null"):
+        raise InputError(f"input {cfg.path}: GEOID column '{c.geoid}' has type {geoid}; "
+                         "GEOIDs must be 11-character text.")
+    for role, name in (("parent_rank", c.parent_rank), ("child_rank", c.child_rank)):
+        kind = _kind(schema.field(name).type)
+        if kind == "boolean":
+            raise InputError(f"input {cfg.path}: {role} is boolean (column '{name}'); ranks "
+                             "must be numbers on [0, 1] (or [0, 100] with input.rank_scale: "
+                             "percentile).")
+        if kind not in ("integer", "float", "text", "null"):
+            raise InputError(f"input {cfg.path}: {role} column '{name}' has type {kind}; "
+                             "ranks must be numbers.")
+        if kind == "text" and cfg.format == "parquet":
+            # Parquet stores a number's type with it: text there was written as text, and
+            # reading it as numbers would guess (decimal commas, "5e-1", padding).
+            raise InputError(f"input {cfg.path}: {role} column '{name}' is stored as text; "
+                             "ranks must be stored as numbers (float or integer) in Parquet.")
+    if c.person_id:
+        kind = _kind(schema.field(c.person_id).type)
+        if kind not in ("integer", "text", "null"):
+            raise InputError(
+                f"input {cfg.path}: person id column '{c.person_id}' has type {kind}; person "
+                "ids must be integers or text (a float id loses digits beyond 2**53, which "
+                "can merge two people).")
+
+
+def _decoded(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    if pa.types.is_dictionary(column.type):
+        return column.cast(column.type.value_type)
+    return column
+
+
+def _examples(values, rows) -> str:
+    shown = ", ".join(repr(v) for v in list(values)[:_EXAMPLES])
+    at = ", ".join(str(r) for r in list(rows)[:_EXAMPLES])
+    return f"e.g. {shown} (input rows {at}, counting from 0)"
+
+
+def _blank(text: pd.Series) -> np.ndarray:
+    """Missing, empty or whitespace-only values of an object column."""
+    missing = text.isna().to_numpy()
+    stripped = text.where(~missing, "").astype(str).str.strip()
+    return missing | (stripped == "").to_numpy()
+
+
+def _geoids(column: pa.ChunkedArray) -> np.ndarray:
+    """GEOIDs as Python str, ``None`` where blank (so the contract reports them as blank)."""
+    text = _decoded(column).to_pandas().astype(object)
+    values = text.to_numpy(dtype=object, copy=True)
+    values[_blank(text)] = None
+    return values
+
+
+def _ranks(cfg: InputConfig, role: str, name: str, column: pa.ChunkedArray,
+           rows: np.ndarray) -> np.ndarray:
+    """Rank values as float64 on the input's scale; NaN where missing."""
+    column = _decoded(column)
+    if _kind(column.type) != "text":  # numbers (checked by _check_types) or all missing
+        return column.cast(pa.float64()).to_pandas().to_numpy(dtype=float, na_value=np.nan)
+    text = column.to_pandas().astype(object)
+    numbers = pd.to_numeric(text, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    not_numbers = ~_blank(text) & np.isnan(numbers)
+    if not_numbers.any():
+        raise InputError(
+            f"input {cfg.path}: {role} column '{name}' holds text that is not a number in "
+            f"{int(not_numbers.sum())} row(s), {_examples(text[not_numbers], rows[not_numbers])}; "
+            "ranks must be numbers.")
+    return numbers
+
+
+def _person_ids(column: pa.ChunkedArray) -> pd.Series | np.ndarray:
+    """Integer ids as a nullable integer column (a null must not turn ids into floats)."""
+    column = _decoded(column)
+    if pa.types.is_integer(column.type):
+        wide = pa.uint64() if column.type == pa.uint64() else pa.int64()
+        dtype = pd.UInt64Dtype() if wide == pa.uint64() else pd.Int64Dtype()
+        return column.cast(wide).to_pandas(types_mapper={wide: dtype}.get).array
+    return column.to_pandas().astype(object).to_numpy(dtype=object)
+
+
+# --- the public functions -------------------------------------------------------------------
+
+
+def partitions(cfg: InputConfig) -> list[Partition]:
+    """The partitions of the input (states, in order), with their row counts."""
+    dataset = _dataset(cfg)
+    _check_columns(cfg, dataset.schema.names)
+    _check_types(cfg, dataset.schema)
+    if _is_hive(cfg, dataset):
+        _check_fragments(cfg, dataset)
+        try:
+            counts = _hive_counts(dataset)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+            raise _input_error(cfg, err) from None
+        return [Partition(k, n) for k, n in sorted(counts.items())]
+    return _streamed_counts(cfg)
+
+
+def _check_fragments(cfg: InputConfig, dataset: ds.Dataset) -> None:
+    """Every file of a partitioned dataset on its own: readable, its columns and their types.
+
+    The dataset reads every file with the first file's schema, casting silently: person ids
+    stored as integers in one partition and as text in another would all become text, so
+    ``7`` and ``007`` would count as two people while the manifest says "verified" (and an
+    integer GEOID in a later file would be cast to text without its leading zero). Person ids
+    are compared as one type, so every partition must store them as that type."""
+    id_kinds: dict[str, list[str]] = {}
+    for fragment in dataset.get_fragments():
+        try:
+            schema = fragment.physical_schema
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+            raise _input_error(cfg, err) from None
+        _check_columns(cfg, schema.names)
+        _check_types(cfg, schema)
+        if cfg.columns.person_id:
+            kind = _kind(schema.field(cfg.columns.person_id).type)
+            if kind != "null":
+                id_kinds.setdefault(kind, []).append(_relative(fragment.path, cfg.path))
+    if len(id_kinds) > 1:
+        held = "; ".join(f"{kind} in {', '.join(files[:_EXAMPLES])}"
+                         + (f" (and {len(files) - _EXAMPLES} more)"
+                            if len(files) > _EXAMPLES else "")
+                         for kind, files in sorted(id_kinds.items()))
+        raise InputError(
+            f"input {cfg.path}: person id column '{cfg.columns.person_id}' is stored as "
+            f"{held}; person ids are compared across partitions as one type (as text, 007 "
+            "and 7 would be two people), so store them as one type in every partition")
+
+
+def _relative(path: str, root: Path) -> str:
+    try:
+        return str(Path(path).relative_to(Path(root)))
+    except ValueError:
+        return str(path)
+
+
+def read_partition(cfg: InputConfig, key: str) -> pd.DataFrame:
+    """One partition's records in the pipeline's columns (``key`` from :func:`partitions`,
+    or ``all`` for the whole input)."""
+    dataset = _dataset(cfg)
+    _check_types(cfg, dataset.schema)
+    c = cfg.columns
+    cols = [c.geoid, c.parent_rank, c.child_rank] + [v for v in (c.person_id, c.cell) if v]
+    if key == ALL:
+        table = _to_table(cfg, dataset, columns=cols)
+        rows = np.arange(table.num_rows, dtype=np.int64)
+    elif _is_hive(cfg, dataset):
+        # Row positions count from the start of the whole dataset, in partition order, so a
+        # quarantine report can point at the offending input rows.
+        flt = ds.field("state").cast(pa.string()) == key
+        if pa.types.is_integer(dataset.schema.field("state").type):
+            flt = ds.field("state") == int(key)
+        table = _to_table(cfg, dataset, columns=cols, filter=flt)
+        offset = sum(n for k, n in _hive_counts(dataset).items() if k < key)
+        rows = np.arange(offset, offset + table.num_rows, dtype=np.int64)
+    else:
+        table, rows = _streamed_partition(cfg, key, cols)  # positions in the file itself
+    return _pipeline_frame(cfg, table, rows)
+
+
+def _pipeline_frame(cfg: InputConfig, table: pa.Table, rows: np.ndarray) -> pd.DataFrame:
+    c = cfg.columns
+    scale = 100.0 if cfg.rank_scale == "percentile" else 1.0
+    df = pd.DataFrame({
+        "row": rows,
+        "geoid": _geoids(table.column(c.geoid)),
+        "x": _ranks(cfg, "parent_rank", c.parent_rank, table.column(c.parent_rank), rows) / scale,
+        "y": _ranks(cfg, "child_rank", c.child_rank, table.column(c.child_rank), rows) / scale,
+        "cell": (_decoded(table.column(c.cell)).to_pandas().astype(str).to_numpy(dtype=object)
+                 if c.cell else "all"),
+    })
+    if c.person_id:
+        df["person_id"] = _person_ids(table.column(c.person_id))
+    return df
+
+
+def input_fingerprint(cfg: InputConfig) -> str:
+    """sha256 over the input files' names, sizes and contents (streamed)."""
+    path = Path(cfg.path)
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    h = hashlib.sha256()
+    for f in files:
+        h.update(str(f.relative_to(path) if path.is_dir() else f.name).encode())
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+    return h.hexdigest()

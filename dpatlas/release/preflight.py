@@ -1,0 +1,170 @@
+"""Checks that run before a release writes or charges anything.
+
+A release must never charge the ledger for work that cannot complete, nor write where it must
+not. Everything here is decided from the configuration, the file system and public facts (the
+tract sizes n), so it spends no privacy budget.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import mechanisms as M
+
+from dpatlas.core.config import ReleaseConfig
+from dpatlas.release.contributions import require_person_unit
+from dpatlas.core.files import write_atomic
+from dpatlas.core.ids import validate_release_id
+from dpatlas.publication.tract_files import release_folder
+
+ROOT_MARKER = ".dpatlas-root.json"
+
+
+class PreflightError(RuntimeError):
+    """The release cannot run as configured; nothing was written or charged."""
+
+
+def _inside(a: Path, b: Path) -> bool:
+    """True if ``a`` is ``b`` or lies below it."""
+    return a == b or b in a.parents
+
+
+def _real(p: Path) -> Path:
+    return Path(os.path.realpath(p))
+
+
+def check_before_writing(cfg: ReleaseConfig, release_id: str | None,
+                         noise_seed: int | None) -> None:
+    """Everything decidable without the data: the id and its path (when the id is known yet),
+    the noise source, the privacy unit. The command line runs it before it starts a Prefect
+    server; the flow runs it again, since deployments call the flow directly."""
+    if release_id is not None:
+        check_paths(cfg, validate_release_id(release_id))
+    check_noise_source(cfg, noise_seed)
+    require_person_unit(cfg)
+
+
+def check_paths(cfg: ReleaseConfig, release_id: str | None = None) -> None:
+    """Publish root, internal root and input are disjoint; a SQLite ledger lies outside the
+    publish root; the release path is usable (when a ``release_id`` is given)."""
+    root, internal = _real(cfg.publish.root), _real(cfg.publish.internal)
+    named = {"publish.root": root, "publish.internal_root": internal,
+             "input.path": _real(cfg.input.path)}
+    items = list(named.items())
+    for i, (na, a) in enumerate(items):
+        for nb, b in items[i + 1:]:
+            if _inside(a, b) or _inside(b, a):
+                raise PreflightError(
+                    f"{na} ({a}) and {nb} ({b}) overlap: the public tree, the internal folder "
+                    "(staged raw microdata) and the input must be three separate folders")
+    if _inside(_real(cfg.boundaries.path), internal):
+        raise PreflightError(f"boundaries.path lies inside the internal folder {internal}")
+    ledger = ledger_file(cfg.ledger.url)
+    if ledger is not None and _inside(_real(ledger), root):
+        raise PreflightError(
+            f"the ledger {ledger} lies inside the publish root {root}: everything there is "
+            "public (served, copied, mirrored), and the ledger holds every release's charges "
+            "and this machine's paths; move it outside the publish root (ledger.url); "
+            "nothing was charged")
+    for p in (root, internal):
+        if p.exists() and not p.is_dir():
+            raise PreflightError(f"{p} exists and is not a folder")
+    if release_id is not None:
+        release_folder(cfg.publish.root, release_id)  # no link or file where the release goes
+
+
+def ledger_file(url: str) -> Path | None:
+    """The file of a SQLite ledger (None: another database, or no file)."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        parsed = make_url(url)
+    except Exception:  # noqa: BLE001 - the ledger reports an unusable URL itself
+        return None
+    db = parsed.database
+    if parsed.get_backend_name() != "sqlite" or not db or db == ":memory:" \
+            or db.startswith("file:"):
+        return None
+    return Path(db).expanduser()
+
+
+def check_noise_source(cfg: ReleaseConfig, noise_seed: int | None) -> None:
+    """Repeatable (seeded) noise only in a test root; a root is either public or test."""
+    if noise_seed is not None and cfg.publish.mode != "test":
+        raise PreflightError("a noise seed makes the noise repeatable, which is for tests only: "
+                             "it is refused for a public release (set publish.mode: test and a "
+                             "test publish root to use one)")
+    marker = Path(cfg.publish.root) / ROOT_MARKER
+    if marker.exists():
+        try:
+            mode = json.loads(marker.read_text()).get("mode")
+        except (OSError, ValueError):
+            mode = None
+        if mode != cfg.publish.mode:
+            raise PreflightError(f"the publish root {cfg.publish.root} holds {mode} releases; "
+                                 f"this config's publish.mode is {cfg.publish.mode}: use a "
+                                 "separate root for test releases")
+
+
+def mark_root(cfg: ReleaseConfig) -> None:
+    """Record the root's mode (public or test) the first time a release writes to it."""
+    root = Path(cfg.publish.root)
+    root.mkdir(parents=True, exist_ok=True)
+    marker = root / ROOT_MARKER
+    if not marker.exists():
+        write_atomic(marker, lambda tmp: tmp.write_text(json.dumps({"mode": cfg.publish.mode})))
+
+
+def mechanisms_in_play(plan, n: np.ndarray) -> dict[str, np.ndarray]:
+    """Per estimator, which (tract, cell) rows may run it (a function of the public n only)."""
+    rule = plan.rule
+    if rule.kind == "fixed":
+        out = {rule.mechanism: np.ones(n.size, dtype=bool)}
+    elif rule.kind == "public":
+        big = n >= rule.threshold
+        out = {"NoisyStats": big, "DPExpTheilSen": ~big}
+    elif rule.kind == "banded":  # n names the mechanism, except in the dp band
+        band = rule.band_choice(n, plan.primary_epsilon)
+        out = {"NoisyStats": band != "DPExpTheilSen", "DPExpTheilSen": band != "NoisyStats"}
+    else:  # dp: the noisy choice can fall either way in any tract
+        out = {"NoisyStats": np.ones(n.size, dtype=bool),
+               "DPExpTheilSen": np.ones(n.size, dtype=bool)}
+    for name in (s.estimator for s in plan.suite):  # the suite runs in every tract
+        out[name] = np.ones(n.size, dtype=bool)
+    return out
+
+
+def check_feasible(cfg: ReleaseConfig, plan, sizes: pd.DataFrame) -> None:
+    """Refuse, before any charge, a release that would publish nothing or run out of memory.
+
+    ``sizes``: one row per (geoid, cell) with data, column ``n`` (public).
+    """
+    n = sizes["n"].to_numpy(dtype=np.int64)
+    eligible = n >= cfg.publish.min_n
+    if not eligible.any():
+        raise PreflightError(
+            f"every tract has fewer than publish.min_n = {cfg.publish.min_n} records (largest "
+            f"n = {int(n.max()) if n.size else 0}): the release would suppress everything, so "
+            "nothing was charged")
+    limit = cfg.limits.memory_gib * 2**30
+    for name, rows in mechanisms_in_play(plan, n).items():
+        rows = rows & eligible
+        if not rows.any():
+            continue
+        est = M.get(name)
+        need = np.asarray(est.peak_bytes(n[rows], **est.defaults), dtype=np.float64)
+        over = need > limit
+        if over.any():
+            worst = int(np.argmax(need))
+            sub = sizes[rows].iloc[worst]
+            raise PreflightError(
+                f"{name} would need {need[worst] / 2**30:.1f} GiB for tract {sub['geoid']} "
+                f"(cell {sub['cell']}, n = {int(sub['n'])}), over limits.memory_gib = "
+                f"{cfg.limits.memory_gib:g} ({int(over.sum())} tract(s) over); nothing was "
+                "charged. Raise the limit on a larger machine, or choose a rule that gives "
+                "such tracts NoisyStats (selection.rule: public with a threshold below their n)")

@@ -1,0 +1,197 @@
+"""Applying the validation policy to one partition, with the input contract (Great Expectations).
+
+- ``fail`` (default): any failed expectation stops the release before any noise is drawn; the
+  message names each failed expectation and its count, and where the offending rows went.
+- ``clip``: ranks outside [0, 1] are clipped to the bounds (a per-record transformation, so
+  DP-safe); whatever else fails still stops the release.
+- ``drop``: offending rows go to the quarantine file and the rest goes on; a failure that is
+  not about rows (a missing column) still stops the release.
+
+Rejected rows always go to a quarantine file in the internal folder, never silently away.
+Clip and drop are refused when, over all partitions, they would change more than
+``validation.max_changed_share`` of the rows (:func:`check_changed_share`): a whole file on the
+wrong scale must not be "cleaned" into a release.
+
+How many records a person has is not checked here, partition by partition: a person may
+appear in two states, so that is decided once, across all partitions, by
+:func:`dpatlas.release.contributions.check_contributions`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+if TYPE_CHECKING:  # Great Expectations is imported when something is validated, not before
+    from data_contracts import ContractResult
+
+_EXAMPLES = 5
+
+
+class ValidationFailed(RuntimeError):
+    """The input breaks its contract under the configured policy; no noise has been drawn."""
+
+
+@dataclass
+class PartitionReport:
+    """What validation did to one partition (internal: these counts are not DP)."""
+
+    partition: str
+    policy: str
+    rows_in: int
+    rows_out: int
+    clipped: int  # rows whose ranks were clipped to [0, 1] (policy clip)
+    dropped: int  # rows removed from the release (policy drop); rows_out = rows_in - dropped
+    quarantined: int  # rows written to the quarantine file (under every policy)
+    quarantine_file: Path | None
+    largest_rank: float | None  # before clipping, on the [0, 1] scale: tells a scale mix-up
+    failures: list[dict]
+    docs_index: Path | None
+
+    def as_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["quarantine_file"] = str(self.quarantine_file) if self.quarantine_file else None
+        d["docs_index"] = str(self.docs_index) if self.docs_index else None
+        return d
+
+
+def _contract_frame(df: pd.DataFrame) -> pd.DataFrame:
+    cols = ["geoid", "x", "y"] + (["person_id"] if "person_id" in df.columns else [])
+    return df[cols].reset_index(drop=True)
+
+
+def _failures(result: "ContractResult") -> list[dict]:
+    return [{"expectation": f.expectation, "column": f.column, "count": f.unexpected_count,
+             "details": f.details} for f in result.failures]
+
+
+def _is_row_level(f: dict) -> bool:
+    # Table- and column-level failures (a missing column) and expectations that could not be
+    # evaluated have no offending rows: dropping rows cannot fix them.
+    return f["count"] > 0
+
+
+def _largest_rank(df: pd.DataFrame) -> float | None:
+    values = df[["x", "y"]].to_numpy(dtype=float)
+    return None if np.isnan(values).all() else float(np.nanmax(values))
+
+
+def _blank_geoids(df: pd.DataFrame) -> str:
+    blank = df["geoid"].isna().to_numpy()
+    if not blank.any():
+        return ""
+    rows = ", ".join(str(r) for r in df.loc[blank, "row"].head(_EXAMPLES))
+    return f"; {int(blank.sum())} rows have a blank GEOID, e.g. input rows {rows}"
+
+
+def _lost_leading_zeros(df: pd.DataFrame) -> str:
+    """A hint when GEOIDs are 10 digits: integers that lost their leading zero."""
+    geoids = df["geoid"].dropna().astype(str)
+    ten = geoids[geoids.str.fullmatch(r"[0-9]{10}")]
+    if ten.empty:
+        return ""
+    shown = ", ".join(repr(g) for g in ten.unique()[:_EXAMPLES])
+    return (f"  {len(ten)} GEOIDs are 10 digits, e.g. {shown}: they look like integers that "
+            f"lost their leading zero ({ten.iloc[0]} is 0{ten.iloc[0]}, state "
+            f"0{ten.iloc[0][0]}); write and read GEOIDs as text (e.g. pandas dtype=str) so "
+            "they keep all 11 digits")
+
+
+def _failure_message(df: pd.DataFrame, policy: str, partition: str, failures: list[dict],
+                     qfile: Path | None, docs_index: Path | None) -> str:
+    lines = [f"input partition {partition} breaks its contract (policy '{policy}'); "
+             "no noise was drawn and nothing was published:"]
+    for f in failures:
+        col = f" on column '{f['column']}'" if f["column"] else ""
+        extra = ""
+        if f["column"] == "geoid" and f["expectation"] == "expect_column_values_to_not_be_null":
+            extra = _blank_geoids(df)
+        lines.append(f"  - {f['expectation']}{col}: {f['count']} row(s){extra}")
+    if any(f["column"] == "geoid" for f in failures):
+        lines += [hint for hint in (_lost_leading_zeros(df),) if hint]
+    if qfile:
+        lines.append(f"  offending rows written to {qfile}")
+    if docs_index:
+        lines.append(f"  validation report: {docs_index}")
+    if policy == "fail":
+        lines.append("  fix the input, or set validation.policy to 'clip' (ranks) or "
+                     "'drop' (rows) in the config")
+    return "\n".join(lines)
+
+
+def apply_policy(df: pd.DataFrame, policy: str, partition: str, internal: Path
+                 ) -> tuple[pd.DataFrame, PartitionReport]:
+    """Validate one partition against the input contract and apply ``policy``.
+
+    The validation is a run named ``input-<partition>`` of the release's input Checkpoint:
+    every partition's report is in the release's one Data Docs site (``internal/data_docs``).
+    """
+    from data_contracts import ReleaseDocs, validate_input
+
+    quarantine = internal / "quarantine" / f"input-{partition}.parquet"
+    df = df.reset_index(drop=True)
+    largest = _largest_rank(df)
+    clipped = 0
+    if policy == "clip":
+        out_of_bounds = ((df["x"] < 0) | (df["x"] > 1) | (df["y"] < 0) | (df["y"] > 1))
+        clipped = int(out_of_bounds.sum())
+        df = df.assign(x=df["x"].clip(0.0, 1.0), y=df["y"].clip(0.0, 1.0))
+    result = validate_input(_contract_frame(df), release=ReleaseDocs.in_folder(internal),
+                            run_name=f"input-{partition}")
+    failures = _failures(result)
+    bad = np.asarray(result.bad_rows, dtype=bool)
+    qfile = None
+    if bad.any():
+        quarantine.parent.mkdir(parents=True, exist_ok=True)
+        df[bad].to_parquet(quarantine, index=False)
+        qfile = quarantine
+    report = PartitionReport(partition=partition, policy=policy, rows_in=len(df),
+                             rows_out=len(df), clipped=clipped, dropped=0,
+                             quarantined=int(bad.sum()), quarantine_file=qfile,
+                             largest_rank=largest, failures=failures,
+                             docs_index=result.docs_index)
+    droppable = policy == "drop" and bad.any() and all(map(_is_row_level, failures))
+    if not result.success and not droppable:
+        raise ValidationFailed(_failure_message(df, policy, partition, failures, qfile,
+                                                result.docs_index))
+    if bad.any():  # policy drop
+        df = df[~bad].reset_index(drop=True)
+        report.rows_out = len(df)
+        report.dropped = int(bad.sum())
+    return df, report
+
+
+def check_changed_share(reports: list[dict], max_share: float) -> None:
+    """Refuse a release whose clip/drop policy changed too much of the input.
+
+    ``reports`` are :meth:`PartitionReport.as_dict` of every partition. The share is
+    (clipped + dropped rows) / rows in, over all partitions together, so a bad state cannot
+    hide among good ones. Raises :class:`ValidationFailed` when it exceeds ``max_share``
+    (``validation.max_changed_share``); no noise has been drawn at that point.
+    """
+    rows_in = sum(int(r["rows_in"]) for r in reports)
+    clipped = sum(int(r["clipped"]) for r in reports)
+    dropped = sum(int(r["dropped"]) for r in reports)
+    changed = clipped + dropped
+    if rows_in == 0 or changed / rows_in <= max_share:
+        return
+    share = changed / rows_in
+    policy = "/".join(sorted({r["policy"] for r in reports}))
+    largest = max((r["largest_rank"] for r in reports if r.get("largest_rank") is not None),
+                  default=None)
+    if largest is not None and 1.0 < largest <= 100.0:
+        advice = (f"the ranks go up to {largest:g}, so they look like percentiles: set "
+                  "input.rank_scale: percentile")
+    else:
+        advice = ("fix the input (the rows are in the quarantine files of the internal folder) "
+                  "or, if this much change is expected, raise validation.max_changed_share")
+    raise ValidationFailed(
+        f"validation policy '{policy}' would change {changed:,} of {rows_in:,} input rows "
+        f"({share:.2%}: {clipped:,} clipped, {dropped:,} dropped), more than "
+        f"validation.max_changed_share {max_share:.2%}; no noise was drawn and nothing was "
+        f"published. {advice[0].upper() + advice[1:]}.")
+
