@@ -109,9 +109,13 @@ def _starts(name: str, prefix: str) -> bool:
     return name == prefix or name.startswith(prefix + ".")
 
 
+def _is_new(name: str) -> bool:
+    return any(_starts(name, new) for new in _NEW_ONLY)
+
+
 def new_name(name: str, moves: dict[str, str] = MODULE_MOVES) -> str:
     """A dotted name in the new layout (unchanged when it already is, or never moved)."""
-    if any(_starts(name, new) for new in _NEW_ONLY):
+    if _is_new(name):
         return name
     for old in sorted(moves, key=len, reverse=True):
         if _starts(name, old):
@@ -221,6 +225,8 @@ def _split_from(m: re.Match, importer: str, is_package: bool, rel_all: bool) -> 
                        for n, _ in _names(m["names"]))):
             return m[0]
         module = absolute
+    if all(_is_new(f"{module}.{n}") for n, _ in _names(m["names"])):
+        return m[0]  # `from dpatlas.audit import checks`: the package in the new layout
     module = new_name(module)
     groups: dict[str, list[tuple[str, str | None]]] = {}
     for name, alias in _names(m["names"]):
@@ -256,6 +262,15 @@ def _renamed(m: re.Match, module: str, names: list[tuple[str, str | None]],
     return _fmt(m["indent"], module, names, comment)
 
 
+def _rewrite_dotted(m: re.Match) -> str:
+    """A dotted name, except the module of a ``from`` statement, which _split_from has done (it
+    knows that ``from dpatlas.audit import checks`` names the new package, not the old module)."""
+    line_start = m.string.rfind("\n", 0, m.start()) + 1
+    if re.fullmatch(r"[ \t]*from[ \t]+", m.string[line_start:m.start()]):
+        return m[0]
+    return new_name(m[0])
+
+
 def _rewrite_path(m: re.Match) -> str:
     module = m[1].replace("/", ".")
     moved = new_name(module, _ALL if m[2] == ".py" else MODULE_MOVES)
@@ -265,12 +280,12 @@ def _rewrite_path(m: re.Match) -> str:
 
 
 def rewrite(text: str, path: Path) -> str:
-    if path.suffix == ".py":
-        importer = old_module_of(path)
-        in_dpatlas = path.parts[0] == "dpatlas"
-        text = _FROM.sub(lambda m: _split_from(m, importer, path.name == "__init__.py",
-                                               in_dpatlas), text)
-    text = _DOTTED.sub(lambda m: new_name(m[0]), text)
+    python = path.suffix == ".py"
+    importer = old_module_of(path) if python else ""
+    in_dpatlas = path.parts[0] == "dpatlas"
+    text = _FROM.sub(lambda m: m[0] if m["module"].startswith(".") and not python else
+                     _split_from(m, importer, path.name == "__init__.py", in_dpatlas), text)
+    text = _DOTTED.sub(_rewrite_dotted, text)
     return _PATH.sub(_rewrite_path, text)
 
 
