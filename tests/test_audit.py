@@ -17,7 +17,7 @@ import mechanisms as M
 from mechanisms import gradient_descent, sufficient_stats, theil_sen
 from mechanisms.batch import TractBatch
 from mechanisms.noise import SeededRandomness
-from dpatlas.audit.checks import checks as release_audit
+from dpatlas.audit import checks as release_audit
 
 from audit import audit_sample as audit, budget_scaled
 

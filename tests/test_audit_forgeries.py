@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpatlas.audit.checks import checks as audit
+from dpatlas.audit import checks as audit
 from dpatlas.release.allocate import plan as make_plan
 from dpatlas.core.config import fingerprint
 from dpatlas.publication.geography import write_geojson_rfc7946

@@ -275,7 +275,7 @@ def test_mixed_staged_person_id_types_are_refused_by_the_contribution_check(tmp_
 
 
 def test_d13_empty_server_logs_of_dead_commands_are_removed(tmp_path, monkeypatch):
-    from dpatlas.cli.commands import prefect_server as PS
+    from dpatlas.cli import prefect_server as PS
 
     monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
     dead = subprocess.Popen([sys.executable, "-c", "pass"])

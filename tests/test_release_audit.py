@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpatlas.audit.checks import checks as audit
+from dpatlas.audit import checks as audit
 from dpatlas.release.allocate import plan as make_plan
 from dpatlas.core.config import parse_config, public_config
 from dpatlas.release.estimate import estimate_partition, select_partition
