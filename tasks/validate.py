@@ -10,13 +10,9 @@ from dpatlas.release.contributions import check_contributions
 from dpatlas.release.estimate import Chunk, split_into_chunks, staged_tracts
 from dpatlas.core.files import write_json_atomic, write_parquet_atomic
 from dpatlas.publication.geography import load_boundaries
-from dpatlas.release.validate import apply_policy, check_changed_share
+from dpatlas.release.validate import BoundaryCoverageError, apply_policy, check_changed_share
 
 from .common import RETRY_IO, TASK_OPTIONS
-
-
-class BoundaryCoverageError(RuntimeError):
-    """Tracts with data but no boundary: the release cannot be mapped."""
 
 
 @task(name="validate", task_run_name="validate-{key}", **RETRY_IO)

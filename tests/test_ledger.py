@@ -19,8 +19,8 @@ import sqlalchemy as sa
 
 from pg_server import LEDGER_DATASET, ledger, ledger_url, pg, url  # noqa: F401  (fixtures)
 from dpatlas.core.ids import InvalidReason, InvalidReleaseId
-from dpatlas.ledger import (BudgetExceeded, Charge, Ledger, LedgerError, ReleaseBusy,
-                            caps_table, charges_table, releases_table)
+from dpatlas.ledger import BudgetExceeded, Charge, Ledger, LedgerError, ReleaseBusy
+from dpatlas.ledger.store import caps_table, charges_table, releases_table
 
 REPO = Path(__file__).resolve().parents[1]
 DS = LEDGER_DATASET

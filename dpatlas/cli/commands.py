@@ -113,28 +113,11 @@ def _fail(message: str, code: int = 2) -> None:
 def _operator_errors() -> tuple[type[BaseException], ...]:
     """Errors an operator can cause and fix: one line and exit 2, never a traceback.
 
-    Imported lazily so that ``dpatlas --help`` does not pay for the geospatial stack."""
-    from dpatlas.release.validate import BoundaryCoverageError
+    Every such error of ours is an OperatorError (dpatlas/core/errors.py); an OSError (a full
+    disk, a folder not writable) is the operator's to fix too."""
+    from dpatlas.core.errors import OperatorError
 
-    from dpatlas.core.config import ConfigError
-    from dpatlas.publication.feed import FeedError
-    from dpatlas.publication.geography import BoundaryError
-    from dpatlas.core.ids import InvalidReason, InvalidReleaseId
-    from dpatlas.release.ingest import InputError
-    from dpatlas.ledger import LedgerError
-    from dpatlas.release.preflight import PreflightError
-    from dpatlas.cli.prefect_server import ServerStartError
-    from dpatlas.publication.tract_files import PublishError
-    from dpatlas.release.run_state import ReleaseLocked
-    from dpatlas.publication.tiles import TilesError
-    from dpatlas.release.validate import ValidationFailed
-    from dpatlas.publication.webmap import WebMapError
-
-    # ContributionError is a ValidationFailed; the Ledger's and feed's id and reason errors
-    # are also InvalidReleaseId / InvalidReason.
-    return (ConfigError, FeedError, BoundaryError, BoundaryCoverageError, InvalidReason,
-            InvalidReleaseId, InputError, LedgerError, PreflightError, ServerStartError,
-            PublishError, ReleaseLocked, TilesError, ValidationFailed, WebMapError, OSError)
+    return (OperatorError, OSError)
 
 
 @contextlib.contextmanager

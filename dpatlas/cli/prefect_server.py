@@ -24,10 +24,12 @@ from typing import Callable, Iterator, Optional
 
 import httpx
 
+from dpatlas.core.errors import OperatorError
+
 _PR_SET_PDEATHSIG = 1
 
 
-class ServerStartError(RuntimeError):
+class ServerStartError(RuntimeError, OperatorError):
     """The local Prefect server did not come up."""
 
 

@@ -20,13 +20,14 @@ from mechanisms import DEFAULT_SUITE, PUBLISHABLE
 
 from dpatlas.core.ids import (InvalidDatasetName, InvalidReleaseId, validate_dataset_name,
                               validate_release_id)
+from dpatlas.core.errors import ReleaseRefused
 
 # PUBLISHABLE: the estimators a release may publish, derived from the registry (its DP
 # estimators whose noise sampler is safe to publish), so an evaluation-only one cannot slip in.
 PRIMARY = ("NoisyStats", "DPExpTheilSen")
 
 
-class ConfigError(ValueError):
+class ConfigError(ValueError, ReleaseRefused):
     """A configuration problem, with a message meant for the operator."""
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from dpatlas.core.errors import OperatorError, ReleaseRefused
+
 # Anchored with \A and \Z, and matched whole (fullmatch): ``$`` also matches before a trailing
 # newline, so ``latest\n`` passed, was charged and published into a folder ``latest\n``.
 MAX_RELEASE_ID_CHARS = 64
@@ -22,7 +24,7 @@ RESERVED_PREFIXES = ("feed.", "latest.", "index.", "collection.", "catalog.")
 RESERVED_SUFFIXES = (".json", ".atom", ".xml", ".html", ".tmp", ".lock", ".pmtiles")
 
 
-class InvalidReleaseId(ValueError):
+class InvalidReleaseId(ValueError, ReleaseRefused):
     """A release id that cannot be used; the message says why and what is allowed."""
 
 
@@ -46,7 +48,7 @@ def validate_release_id(value: object) -> str:
 MAX_REASON_CHARS = 500
 
 
-class InvalidReason(ValueError):
+class InvalidReason(ValueError, OperatorError):
     """A free-text reason (withdrawal, cap change) that cannot be stored and shown safely."""
 
 

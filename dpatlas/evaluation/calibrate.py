@@ -23,45 +23,10 @@ from mechanisms.batch import ols, sufficient_stats
 from mechanisms.noise import SeededRandomness
 from mechanisms.sufficient_stats import noisy_nvar, noisy_stats_release
 
-from dpatlas.core.config import SelectionConfig
 from dpatlas.core.files import now_utc
 from dpatlas.evaluation.synthetic_input import StateParams, batch_of, oi_like_state
 
-DEFAULT_THRESHOLDS = Path(__file__).with_name("defaults") / "thresholds.yaml"
 CALIBRATION_SEEDS = (101, 102, 103)
-
-
-def _calibration_file(sel: SelectionConfig) -> tuple[Path, dict]:
-    """The calibration file the config names, parsed (an empty file reads as {})."""
-    path = Path(sel.threshold_file)
-    if not path.is_file():
-        raise FileNotFoundError(f"selection.threshold_file not found: {path} "
-                                "(run `dpatlas calibrate --out FILE`)")
-    return path, yaml.safe_load(path.read_text()) or {}
-
-
-def resolve_threshold(sel: SelectionConfig) -> float | None:
-    """The threshold a config names, directly or through a calibration file."""
-    if sel.rule == "fixed":
-        return None
-    if sel.threshold is not None:
-        return float(sel.threshold)
-    path, data = _calibration_file(sel)
-    try:
-        return float(data["rules"][sel.rule]["threshold"])
-    except (KeyError, TypeError):
-        raise ValueError(f"{path} has no threshold for rule '{sel.rule}'") from None
-
-
-def resolve_schedule(sel: SelectionConfig):
-    """The banded rule's bands per ε, from the calibration file (``rules.banded``)."""
-    from dpatlas.release.selection import schedule_from
-
-    path, data = _calibration_file(sel)
-    try:
-        return schedule_from(data["rules"]["banded"])
-    except (KeyError, TypeError):
-        raise ValueError(f"{path} has no bands for rule 'banded'") from None
 
 
 def _bound_ratio(p25: np.ndarray, failed: np.ndarray, ols_p25, se25) -> np.ndarray:

@@ -48,13 +48,12 @@ import math
 import re
 import socket
 import sqlite3
-import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import pandas as pd
 import sqlalchemy as sa
@@ -65,12 +64,10 @@ from dpatlas.core.files import now_utc
 from dpatlas.core.ids import (InvalidDatasetName, InvalidReason, InvalidReleaseId,
                               validate_dataset_name, validate_reason, validate_release_id)
 
-if TYPE_CHECKING:  # the plan's type only: allocate imports the mechanisms
-    from dpatlas.release.allocate import BudgetPlan
-
-__all__ = ["LedgerError", "BudgetExceeded", "ReleaseBusy", "LeaseLost", "InvalidLedgerId",
-           "InvalidLedgerReason", "Charge", "Ledger", "Lease", "GUARANTEE_TYPES", "STATUSES",
-           "charges"]
+from dpatlas.ledger.charges import Charge
+from dpatlas.ledger.errors import (BudgetExceeded, CapBelowSpent, InvalidLedgerId,
+                                   InvalidLedgerReason, LeaseLost, LedgerError, ReleaseBusy)
+from dpatlas.ledger.leases import Lease
 
 log = logging.getLogger(__name__)
 
@@ -89,101 +86,6 @@ SET_CAP_COMMAND = ("dpatlas ledger set-cap --dataset {dataset} --epsilon E --del
 ENTRY_COLUMNS = ["release_id", "dataset", "status", "cell", "step", "guarantee_type",
                  "epsilon", "delta", "rho", "charged_at"]
 
-
-class LedgerError(RuntimeError):
-    """A ledger operation refused (unknown release, mismatched config, no cap, bad charge...)."""
-
-
-class InvalidLedgerId(LedgerError, InvalidReleaseId):
-    """A release id the ledger refuses (both a LedgerError and an ids.InvalidReleaseId)."""
-
-
-class InvalidLedgerReason(LedgerError, InvalidReason):
-    """A reason the ledger refuses (both a LedgerError and an ids.InvalidReason)."""
-
-
-class BudgetExceeded(LedgerError):
-    """The release's charges would take the dataset over its lifetime cap."""
-
-    def __init__(self, message: str, *, release_id: str, dataset: str,
-                 spent_epsilon: float, spent_delta: float, charge_epsilon: float,
-                 charge_delta: float, cap_epsilon: float, cap_delta: float):
-        super().__init__(message)
-        self.release_id = release_id
-        self.dataset = dataset
-        self.spent_epsilon = spent_epsilon
-        self.spent_delta = spent_delta
-        self.charge_epsilon = charge_epsilon
-        self.charge_delta = charge_delta
-        self.cap_epsilon = cap_epsilon
-        self.cap_delta = cap_delta
-        self.left_epsilon = max(cap_epsilon - spent_epsilon, 0.0)
-        self.left_delta = max(cap_delta - spent_delta, 0.0)
-
-
-class CapBelowSpent(LedgerError):
-    """A new cap below what the dataset has already spent (refused unless forced)."""
-
-
-class ReleaseBusy(LedgerError):
-    """Another process holds this release's lease (or the ledger's lock) now; try again later.
-
-    For a lease, ``holder`` is its owner and ``lease_expires`` its end (epoch seconds, by the
-    database's clock); both are None when the ledger's lock timed out instead."""
-
-    def __init__(self, message: str, *, holder: str | None = None,
-                 lease_expires: float | None = None):
-        super().__init__(message)
-        self.holder = holder
-        self.lease_expires = lease_expires
-
-
-class LeaseLost(LedgerError):
-    """This owner no longer holds the release's lease: another owner took it over after it
-    expired, or the release was failed or withdrawn meanwhile. Stop: do not publish."""
-
-
-@dataclass(frozen=True)
-class Charge:
-    cell: str  # demographic cell ("all" if none)
-    step: str  # budget step name, e.g. "primary: p25 and p75"
-    guarantee_type: str  # "pure" | "approx" | "zcdp" | "gdp"
-    epsilon: float  # the step's epsilon in (eps, delta) terms (for zcdp: its conversion)
-    delta: float
-    rho: float | None = None  # zCDP rho where the step has one
-
-
-
-def charges(budget: "BudgetPlan", cells: list[str]) -> list[Charge]:
-    """One charge per budget step and cell, each with its (ε, δ) and, where it has one, ρ.
-
-    A pure ε-DP step is charged (ε, 0) with ρ = ε²/2 (Bun & Steinke 2016, Prop. 1.4); a zCDP
-    step is charged its (ε, δ) conversion at the plan's ``conversion_delta`` (ibid., Prop.
-    1.3) and keeps its ρ; an (ε, δ) step is charged as it is.
-    """
-    from mechanisms.privacy import PROJECT_RELATION, ApproxDP, PureDP, ZCDP, to_approx
-
-    out = []
-    for cell in cells:
-        for step in budget.steps:
-            g = step.guarantee
-            # The caps bound a person's loss under replace-one neighbours: a step stated for
-            # another relation would be summed in other units (add-remove ε is half of it).
-            if g.relation is not PROJECT_RELATION:
-                raise ValueError(f"step {step.name}: {g.describe()} is stated for "
-                                 f"{g.relation.value} neighbours; the ledger charges "
-                                 f"{PROJECT_RELATION.value} guarantees only")
-            if isinstance(g, PureDP):
-                eps, delta, rho = g.epsilon, 0.0, g.epsilon ** 2 / 2
-            elif isinstance(g, ApproxDP):
-                eps, delta, rho = g.epsilon, g.delta, None
-            elif isinstance(g, ZCDP):
-                conv = to_approx(g, budget.conversion_delta)
-                eps, delta, rho = conv.epsilon, conv.delta, g.rho
-            else:
-                raise ValueError(f"step {step.name}: {g.describe()} cannot be charged")
-            out.append(Charge(cell, step.name, g.kind, eps, delta, rho))
-    return out
 
 # --- schema -------------------------------------------------------------------------------------
 
@@ -1244,63 +1146,3 @@ class Ledger:
             state = "live" if expires > now else "expired"
             return f"  (lease {state}: {display_text(holder)} until {_iso(expires)})"
         return ""
-
-
-class Lease:
-    """A release lease held for a ``with`` body (see :meth:`Ledger.leased`).
-
-    A daemon thread renews it every ``lease_seconds / 3``, so two renewals may fail before it
-    expires. :meth:`check` raises :class:`LeaseLost` when a renewal found it taken over, and
-    otherwise renews it once more synchronously, so that the step right after a successful
-    check has a whole lease period before anyone can take the release over."""
-
-    def __init__(self, ledger: Ledger, release_id: str, owner: str, lease_seconds: float):
-        self.ledger = ledger
-        self.release_id = release_id
-        self.owner = owner
-        self.lease_seconds = lease_seconds
-        self.renewals = 0  # successful renewals, for tests and logs
-        self.expires: float | None = None  # epoch seconds, database clock
-        self._lost: LeaseLost | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._renew_loop, daemon=True,
-                                        name=f"lease {release_id}")
-
-    def _renew(self) -> None:
-        self.expires = self.ledger.renew_lease(self.release_id, self.owner, self.lease_seconds)
-        self.renewals += 1
-
-    def start(self) -> None:
-        self._renew()  # not ours: LeaseLost now, before the body runs
-        self._thread.start()
-
-    def _renew_loop(self) -> None:
-        while not self._stop.wait(self.lease_seconds / 3):
-            try:
-                self._renew()
-            except LeaseLost as e:
-                self._lost = e
-                return
-            except Exception as e:  # the database unreachable for a moment: the next try may do
-                log.warning("renewing the lease of release %s failed: %s", self.release_id, e)
-
-    def check(self) -> None:
-        """Raise :class:`LeaseLost` unless this run still holds the lease (and renew it)."""
-        if self._lost is not None:
-            raise self._lost
-        try:
-            self._renew()
-        except LeaseLost as e:
-            self._lost = e
-            raise
-
-    def stop(self) -> None:
-        """Stop renewing and release the lease (it expires by itself if that fails)."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=self.ledger.lock_timeout + 5)
-        try:
-            self.ledger.release_lease(self.release_id, self.owner)
-        except LedgerError as e:
-            log.warning("releasing the lease of release %s failed (it will expire): %s",
-                        self.release_id, e)

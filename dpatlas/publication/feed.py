@@ -55,6 +55,7 @@ from dpatlas.core.files import now_utc
 from dpatlas.core.hashing import sha256_bytes, sha256_file
 from dpatlas.core.ids import InvalidReason, InvalidReleaseId, validate_reason, validate_release_id
 from dpatlas.publication.stac import COLLECTION_FILE as STAC_COLLECTION, ITEMS_DIR as STAC_ITEMS
+from dpatlas.core.errors import OperatorError
 
 FEED_VERSION = 1
 FEED_JSON = "feed.json"
@@ -72,7 +73,7 @@ STATUS_PUBLISHED = "published"
 STATUS_WITHDRAWN = "withdrawn"
 
 
-class FeedError(RuntimeError):
+class FeedError(RuntimeError, OperatorError):
     """The feed refused an operation (unusable id, unverified release, not in the feed...)."""
 
 

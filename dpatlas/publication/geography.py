@@ -32,6 +32,8 @@ import pyogrio
 import shapely
 from shapely.geometry import Polygon
 
+from dpatlas.core.errors import ReleaseRefused
+
 STATE_FIPS: dict[str, tuple[str, str]] = {
     "01": ("AL", "Alabama"), "02": ("AK", "Alaska"), "04": ("AZ", "Arizona"),
     "05": ("AR", "Arkansas"), "06": ("CA", "California"), "08": ("CO", "Colorado"),
@@ -57,7 +59,7 @@ CRS = "EPSG:4326"
 COLUMNS = ["geoid", "state", "county", "geometry"]
 
 
-class BoundaryError(ValueError):
+class BoundaryError(ValueError, ReleaseRefused):
     """Boundaries (a file or a list of GEOIDs) the pipeline cannot use; the message says why."""
 
 

@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from dpatlas.core.errors import OperatorError
+
 LAYER = "tracts"
 TILES_FILE = "tracts.pmtiles"
 MIN_ZOOM = 4
@@ -29,7 +31,7 @@ MAX_ZOOM = 12
 log = logging.getLogger(__name__)
 
 
-class TilesError(RuntimeError):
+class TilesError(RuntimeError, OperatorError):
     """Tiles could not be built; the message says what to do."""
 
 

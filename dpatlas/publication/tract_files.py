@@ -33,6 +33,7 @@ from dpatlas.publication.geography import (geojson_geometry, rfc7946_geometries,
                                            write_geojson_rfc7946)
 from dpatlas.core.hashing import sha256_file
 from dpatlas.core.ids import InvalidReleaseId, validate_release_id
+from dpatlas.core.errors import OperatorError
 
 CSV_FILE = "tracts.csv"
 CSV_SCHEMA_FILE = "tracts.schema.json"
@@ -48,7 +49,7 @@ PUBLISHED_DECIMALS = 4
 FOOTPRINT_TOLERANCE_DEGREES = 1e-3
 
 
-class PublishError(RuntimeError):
+class PublishError(RuntimeError, OperatorError):
     """Publishing refused or failed; the message says what to do."""
 
 

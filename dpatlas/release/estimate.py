@@ -23,13 +23,11 @@ from mechanisms.noise import Randomness
 
 from mechanisms import intervals as CI
 
+from dpatlas.core.columns import INTERVAL_COLUMNS, RESULT_COLUMNS
 from dpatlas.release.allocate import INTERVAL_STEP, BudgetPlan, interval_kind, suite_step
 from dpatlas.release.selection import (DP_BAND, PRIMARY_STEP, SELECTION_STEP, Selection,
                                        record_selection_spend, run_selected, select)
 
-RESULT_COLUMNS = ["geoid", "cell", "n", "mechanism", "status", "reason", "p25_raw", "p75_raw",
-                  "epsilon_spent", "delta_spent"]
-INTERVAL_COLUMNS = ["p25_lo", "p25_hi", "p75_lo", "p75_hi"]
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 from prefect.events import emit_event
 
+from dpatlas.core.errors import ReleaseRefused
 from dpatlas.release.outcome import ReleaseOutcome
 
 PUBLISHED = "dpatlas.release.published"
@@ -42,18 +43,7 @@ def emit_published(outcome: ReleaseOutcome) -> None:
 def _refusals() -> tuple[type[BaseException], ...]:
     """Errors by which the pipeline refuses a release by its rules (a bad config or input, the
     cap, a pre-charge check, a busy id): anything else is a failure."""
-    from dpatlas.core.config import ConfigError
-    from dpatlas.publication.geography import BoundaryError
-    from dpatlas.core.ids import InvalidReleaseId
-    from dpatlas.release.ingest import InputError
-    from dpatlas.ledger import LedgerError
-    from dpatlas.release.preflight import PreflightError
-    from dpatlas.release.run_state import ReleaseLocked
-    from dpatlas.release.validate import ValidationFailed
-    from dpatlas.release.validate import BoundaryCoverageError
-
-    return (ConfigError, BoundaryError, InvalidReleaseId, InputError, LedgerError,
-            PreflightError, ReleaseLocked, ValidationFailed, BoundaryCoverageError)
+    return (ReleaseRefused,)
 
 
 def emit_refused_or_failed(release_id: str, error: Optional[BaseException],

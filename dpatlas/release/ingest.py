@@ -50,11 +50,12 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from dpatlas.core.config import InputConfig
+from dpatlas.core.errors import ReleaseRefused
 
 _EXAMPLES = 5
 
 
-class InputError(ValueError):
+class InputError(ValueError, ReleaseRefused):
     """The input cannot be read as configured (missing file or column, wrong column type)."""
 
 

@@ -21,11 +21,12 @@ from dpatlas.release.contributions import require_person_unit
 from dpatlas.core.files import write_atomic
 from dpatlas.core.ids import validate_release_id
 from dpatlas.publication.tract_files import release_folder
+from dpatlas.core.errors import ReleaseRefused
 
 ROOT_MARKER = ".dpatlas-root.json"
 
 
-class PreflightError(RuntimeError):
+class PreflightError(RuntimeError, ReleaseRefused):
     """The release cannot run as configured; nothing was written or charged."""
 
 

@@ -13,12 +13,13 @@ from pathlib import Path
 
 from dpatlas.core.files import now_utc, write_json_atomic, write_parquet_atomic
 from dpatlas.release.ingest import InputError
+from dpatlas.core.errors import ReleaseRefused
 
 __all__ = ["InputChanged", "ReleaseLock", "ReleaseLocked", "check_same_input", "record_start",
            "write_parquet_atomic"]
 
 
-class ReleaseLocked(RuntimeError):
+class ReleaseLocked(RuntimeError, ReleaseRefused):
     """Another process is running this release id right now."""
 
 

@@ -26,14 +26,20 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from dpatlas.core.errors import ReleaseRefused
+
 if TYPE_CHECKING:  # Great Expectations is imported when something is validated, not before
     from data_contracts import ContractResult
 
 _EXAMPLES = 5
 
 
-class ValidationFailed(RuntimeError):
+class ValidationFailed(RuntimeError, ReleaseRefused):
     """The input breaks its contract under the configured policy; no noise has been drawn."""
+
+
+class BoundaryCoverageError(RuntimeError, ReleaseRefused):
+    """Tracts with data but no boundary: the release cannot be mapped."""
 
 
 @dataclass

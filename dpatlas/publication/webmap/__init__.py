@@ -24,6 +24,7 @@ from importlib import resources
 from pathlib import Path
 
 from dpatlas.core.files import write_bytes_atomic
+from dpatlas.core.errors import OperatorError
 
 ASSETS_DIR = "map"   # the root page's assets; a name dpatlas.core.ids reserves: never a release id
 PAGE = "index.html"
@@ -129,7 +130,7 @@ def _install(folder: Path, assets_dir: str, html: str) -> list[str]:
     return [PAGE, *written]
 
 
-class WebMapError(RuntimeError):
+class WebMapError(RuntimeError, OperatorError):
     """The web map could not be written; the message says what to do."""
 
 

@@ -1,0 +1,62 @@
+"""What the ledger records of a budget plan: one charge per step and cell."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+
+class ChargedStep(Protocol):
+    name: str
+    guarantee: object  # a mechanisms.privacy guarantee
+
+
+class ChargedPlan(Protocol):
+    """What :func:`charges` reads of a plan (dpatlas.release.allocate.BudgetPlan): stated here
+    so the ledger does not import the release stages that plan a budget."""
+
+    steps: Sequence[ChargedStep]
+    conversion_delta: float
+
+
+@dataclass(frozen=True)
+class Charge:
+    cell: str  # demographic cell ("all" if none)
+    step: str  # budget step name, e.g. "primary: p25 and p75"
+    guarantee_type: str  # "pure" | "approx" | "zcdp" | "gdp"
+    epsilon: float  # the step's epsilon in (eps, delta) terms (for zcdp: its conversion)
+    delta: float
+    rho: float | None = None  # zCDP rho where the step has one
+
+
+
+def charges(budget: ChargedPlan, cells: list[str]) -> list[Charge]:
+    """One charge per budget step and cell, each with its (ε, δ) and, where it has one, ρ.
+
+    A pure ε-DP step is charged (ε, 0) with ρ = ε²/2 (Bun & Steinke 2016, Prop. 1.4); a zCDP
+    step is charged its (ε, δ) conversion at the plan's ``conversion_delta`` (ibid., Prop.
+    1.3) and keeps its ρ; an (ε, δ) step is charged as it is.
+    """
+    from mechanisms.privacy import PROJECT_RELATION, ApproxDP, PureDP, ZCDP, to_approx
+
+    out = []
+    for cell in cells:
+        for step in budget.steps:
+            g = step.guarantee
+            # The caps bound a person's loss under replace-one neighbours: a step stated for
+            # another relation would be summed in other units (add-remove ε is half of it).
+            if g.relation is not PROJECT_RELATION:
+                raise ValueError(f"step {step.name}: {g.describe()} is stated for "
+                                 f"{g.relation.value} neighbours; the ledger charges "
+                                 f"{PROJECT_RELATION.value} guarantees only")
+            if isinstance(g, PureDP):
+                eps, delta, rho = g.epsilon, 0.0, g.epsilon ** 2 / 2
+            elif isinstance(g, ApproxDP):
+                eps, delta, rho = g.epsilon, g.delta, None
+            elif isinstance(g, ZCDP):
+                conv = to_approx(g, budget.conversion_delta)
+                eps, delta, rho = conv.epsilon, conv.delta, g.rho
+            else:
+                raise ValueError(f"step {step.name}: {g.describe()} cannot be charged")
+            out.append(Charge(cell, step.name, g.kind, eps, delta, rho))
+    return out
