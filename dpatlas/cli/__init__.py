@@ -1,8 +1,14 @@
 """The ``dpatlas`` command line: the typer app (commands.py), the demo (demo.py) and the
 command's own Prefect server (prefect_server.py).
 
-``dpatlas.cli:app`` stays the console script's entry point."""
+``dpatlas.cli:app`` stays the console script's entry point. The app is imported on first use
+(PEP 562), not with the package: ``python -m dpatlas.cli.commands`` would otherwise find its
+module imported twice (runpy warns on stderr)."""
 
-from dpatlas.cli.commands import app, main
 
-__all__ = ["app", "main"]
+def __getattr__(name: str):
+    if name in ("app", "main"):
+        from dpatlas.cli import commands
+
+        return getattr(commands, name)
+    raise AttributeError(f"module 'dpatlas.cli' has no attribute {name!r}")

@@ -1,0 +1,5 @@
+"""``python -m dpatlas.cli``: the ``dpatlas`` command."""
+
+from dpatlas.cli.commands import main
+
+main()
