@@ -17,9 +17,10 @@ CONTRACTS = 5
 def lint_imports(root: Path) -> subprocess.CompletedProcess:
     """lint-imports on the packages under ``root`` (they shadow the installed ones: the
     editable install's finder comes after the path, and the root is first on the path)."""
+    env = {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin",
+           "COLUMNS": "200"}  # wide: one line per contract in the report
     return subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=root, capture_output=True,
-                          text=True, timeout=300, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin",
-                                                       "COLUMNS": "200"})  # one line each
+                          text=True, timeout=300, env=env)
 
 
 def copy_of_the_code(dest: Path) -> Path:

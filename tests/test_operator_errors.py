@@ -31,7 +31,8 @@ REFUSALS = (ConfigError, BoundaryError, InvalidReleaseId, InputError, LedgerErro
 OTHER_OPERATOR_ERRORS = (FeedError, InvalidReason, ServerStartError, PublishError, TilesError,
                          WebMapError)
 BUILT_IN_BASES = {ConfigError: ValueError, BoundaryError: ValueError,
-                  InvalidReleaseId: ValueError, InputError: ValueError, InvalidReason: ValueError, LedgerError: RuntimeError,
+                  InvalidReleaseId: ValueError, InputError: ValueError,
+                  InvalidReason: ValueError, LedgerError: RuntimeError,
                   PreflightError: RuntimeError, ReleaseLocked: RuntimeError,
                   ValidationFailed: RuntimeError, BoundaryCoverageError: RuntimeError,
                   FeedError: RuntimeError, ServerStartError: RuntimeError,

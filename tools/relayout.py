@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 # Old module -> new module. A package moves with its files (dpatlas.webmap).
@@ -157,7 +158,7 @@ def _ensure_package(package: Path) -> None:
         return
     package.mkdir(parents=True, exist_ok=True)
     doc = PACKAGE_DOCS.get(".".join(package.parts), "")
-    init.write_text(f'"""{doc}"""\n' if doc else "")
+    init.write_text(textwrap.fill(f'"""{doc}"""', 100) + "\n" if doc else "")
     subprocess.run(["git", "add", str(init)], check=True)
 
 

@@ -1,1 +1,2 @@
-"""Shared by every layer: the config, ids, atomic files, hashes, column names and the operator-error base."""
+"""Shared by every layer: the config, ids, atomic files, hashes, column names and the operator-error
+base."""

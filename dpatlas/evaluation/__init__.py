@@ -1,1 +1,2 @@
-"""Research on synthetic input: calibration, evaluations, stress scenarios. Never imported by the release path."""
+"""Research on synthetic input: calibration, evaluations, stress scenarios. Never imported by the
+release path."""

@@ -1,1 +1,2 @@
-"""The published files and their homes: tract files, geography, tiles, web map, STAC, feed, withdrawal, serving."""
+"""The published files and their homes: tract files, geography, tiles, web map, STAC, feed,
+withdrawal, serving."""
