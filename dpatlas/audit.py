@@ -70,7 +70,8 @@ than against itself, and compares:
     its mechanism's DP failure, ``reason`` one of an enumerated set, interval values only on
     released rows and around the released value, each standard error recomputed from its
     interval as (hi − lo)/(2z) at ``intervals.level`` (z from the standard library's
-    NormalDist) and found rounded up by at most one unit of the 4th decimal, the per-tract-and-cell figures where spent,
+    NormalDist) and found rounded up by at most one unit of the 4th decimal,
+    the per-tract-and-cell figures where spent,
     and the manifest's counts;
 (f) formats: tracts.csv and tracts.geojson row for row, and the features of tracts.pmtiles
     (its lowest zoom) attribute for attribute, hold the values of tracts.parquet.
