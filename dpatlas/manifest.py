@@ -426,7 +426,13 @@ def build_manifest(cfg: ReleaseConfig, release_id: str, plan: BudgetPlan, table:
                 "intervals for each row's estimand (intervals.estimand: the line of the "
                 "tract's own records its mechanism estimates), covering the privacy noise "
                 "(mechanisms/intervals.py; post-processing of the primary release plus the "
-                "interval step's own noise)"} if plan.interval_epsilon else {}),
+                "interval step's own noise)",
+                "p25_se, p75_se":
+                "post-processing of the step 'interval: p25 and p75' (no budget of its own): "
+                "the interval-implied standard error (hi - lo)/(2z) of the published bounds, "
+                f"z the standard normal quantile at (1 + {plan.interval_level:g})/2, rounded "
+                f"up to {PUBLISHED_DECIMALS} decimals; not the standard deviation of the "
+                "estimate"} if plan.interval_epsilon else {}),
         },
         "intervals": ({"level": plan.interval_level, "epsilon": plan.interval_epsilon,
                        "estimand": dict(INTERVAL_ESTIMANDS),

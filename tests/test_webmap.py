@@ -320,6 +320,7 @@ def test_feed_page_draws_the_latest_release_with_legend_colours_popup_and_picker
         page.screenshot("feed-latest-popup.png")
         text = popup.inner_text()
         for expected in (geoid, "released", _js_number(latest["p25"]),
+                         f"{_js_number(latest['p25'])} ± {_js_number(latest['p25_se'])} [",
                          f"[{_js_number(latest['p25_lo'])}, {_js_number(latest['p25_hi'])}]",
                          str(latest["n"]), latest["mechanism"],
                          _js_number(latest["epsilon_spent"])):

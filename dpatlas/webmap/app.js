@@ -144,6 +144,9 @@
     const rows = [["Tract", p.geoid], ["Status", p.status + (p.reason ? ": " + p.reason : "")]];
     for (const v of ["p25", "p75"]) {
       let text = cell(p[v]);
+      // The interval-implied standard error (post-processing of the interval), as the
+      // Opportunity Atlas shows one beside each estimate; tiles omit it where it is null.
+      if (p[v + "_se"] !== undefined && p[v + "_se"] !== null) text += " ± " + p[v + "_se"];
       if (p[v + "_lo"] !== undefined && p[v + "_hi"] !== undefined) {
         text += " [" + p[v + "_lo"] + ", " + p[v + "_hi"] + "]";
       }
