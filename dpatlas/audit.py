@@ -7,7 +7,8 @@ vector tiles with its own PMTiles/MVT reader. It re-derives every privacy figure
 manifest from first principles, checks the manifest's structure against fixed rules rather
 than against itself, and compares:
 
-(s) schema: ``manifest_version`` is one this audit reads (2); every required field is there
+(s) schema: ``manifest_version`` is one this audit reads (2; 3 adds the standard errors);
+    every required field is there
     with its type (``min_n``, ``ledger_entry``, ``assumptions``, ``public_values``,
     ``public``...); ``release_id`` is a valid id and the folder's name (and the ledger entry's);
     ``started`` and ``published`` are dates, published not before started nor in the future;
@@ -1114,7 +1115,7 @@ def check_synthetic_table(folder: Path, m: dict) -> str:
 
 # ----------------------------------------------------------------------- schema (version 2)
 
-MANIFEST_VERSIONS = (2,)
+MANIFEST_VERSIONS = (2, 3)  # 3: the tract tables carry p25_se, p75_se with the intervals
 # Release ids (dpatlas/ids.py): 1-64 of A-Z a-z 0-9 . _ -, not a name the publish root uses.
 RELEASE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 RESERVED_IDS = frozenset({"latest", "feed", "index", "collection", "catalog", "tiles", "map",
@@ -1688,7 +1689,9 @@ def _standard_error_column_problems(m: dict, columns: list[str], intervals: bool
     """p25_se, p75_se: present exactly with the intervals, and declared in published_columns as
     post-processing of the interval step (they have no budget of their own)."""
     has = [c for c in SE_COLUMNS if c in columns]
-    if intervals and len(has) != len(SE_COLUMNS):
+    # Version 2 manifests predate the standard errors: their releases are audited as published.
+    required = m.get("manifest_version") != 2
+    if intervals and len(has) != len(SE_COLUMNS) and (required or has):
         return [f"interval columns without their standard errors {list(SE_COLUMNS)}"]
     if has and not intervals:
         return [f"standard errors {has} without the interval columns they are computed from"]

@@ -43,7 +43,7 @@ CONFIG_FILE = "config.json"
 REL_TOL = 1e-9  # relative tolerance for sums of floats that must agree
 
 # The manifest's schema version: dpatlas.audit checks the fields this version requires.
-MANIFEST_VERSION = 2
+MANIFEST_VERSION = 3  # 3: p25_se, p75_se beside the intervals (issue 18)
 
 # Columns whose values are published without noise: public under the replace-one relation
 # (status is a function of the public n and of DP outputs). Every other column is paid for by

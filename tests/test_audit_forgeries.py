@@ -261,6 +261,25 @@ def test_standard_errors_dropped_or_declared_a_budget_of_their_own(forged):
     assert "interval columns without their standard errors" in bad["columns"]
 
 
+def test_a_version_2_release_without_standard_errors_still_audits(forged):
+    """Releases published before the standard errors (manifest_version 2) are audited as they
+    were published; from version 3 on, the columns are required (the test above)."""
+    table = table_of(forged).drop(columns=list(SE_COLUMNS))
+    republish(forged, table)
+    m = manifest_of(forged)
+    m["manifest_version"] = 2
+    del m["published_columns"]["p25_se, p75_se"]
+    write_manifest(forged, m)
+    rehash_all(forged)
+    code, bad, lines = run_audit(forged)
+    assert "columns" not in bad and "table" not in bad, lines
+    m["manifest_version"] = 1
+    write_manifest(forged, m)
+    rehash_all(forged)
+    code, bad, lines = run_audit(forged)
+    assert code == 1 and "manifest_version 1 is not one this audit reads" in bad["schema"]
+
+
 def test_standard_errors_not_stated_as_post_processing(forged):
     m = manifest_of(forged)
     m["published_columns"]["p25_se, p75_se"] = "free"
@@ -452,7 +471,7 @@ def test_public_section_and_values_have_fixed_meanings(forged, change, expected)
     assert code == 1 and set(bad) == {"public"} and expected in bad["public"], lines
 
 
-@pytest.mark.parametrize("version", [None, 1, 3, "2", True])
+@pytest.mark.parametrize("version", [None, 1, 4, "3", True])
 def test_manifest_version_must_be_one_the_audit_reads(forged, version):
     m = manifest_of(forged)
     m["manifest_version"] = version
@@ -816,7 +835,7 @@ def test_cli_passes_the_anchors_and_allow_test(anchored):
 
 def test_manifest_states_what_is_public_and_rounds_times_to_the_day(anchored):
     m = manifest_of(anchored[0])
-    assert m["manifest_version"] == 2
+    assert m["manifest_version"] == 3
     assert m["public"]["columns"] == list(audit.PUBLIC_COLUMNS)
     assert sorted(m["public"]) == sorted(audit.PUBLIC_SECTION_KEYS)
     assert "n per tract and cell" in m["public"]["counts"]
