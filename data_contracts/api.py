@@ -45,6 +45,8 @@ from data_contracts._spec import (  # noqa: E402
     INPUT_SUITE,
     META_KEY,
     PUBLISHED_SUITE,
+    STANDARD_ERROR_MAX_AT_95,
+    STANDARD_ERROR_MAX_PARAMETER,
     suite_path,
 )
 
@@ -443,13 +445,15 @@ def validate_published(
     docs_dir: Path | None = None,
     release: ReleaseDocs | None = None,
     run_name: str | None = None,
+    standard_error_max: float = STANDARD_ERROR_MAX_AT_95,
 ) -> ContractResult:
     """Validate the published per-tract table against ``published_tracts``.
 
     With ``boundary_geoids``, every one of them must appear in ``df.geoid``; the number
-    of missing tracts is the failure's ``unexpected_count``.
+    of missing tracts is the failure's ``unexpected_count``. ``standard_error_max``: the
+    largest ``p25_se``/``p75_se`` at the release's interval level (default: level 0.95).
     """
-    parameters: dict[str, Any] = {}
+    parameters: dict[str, Any] = {STANDARD_ERROR_MAX_PARAMETER: float(standard_error_max)}
     if boundary_geoids is not None:
         if isinstance(boundary_geoids, str):
             raise TypeError("boundary_geoids must be a sequence of geoid strings, not a str")

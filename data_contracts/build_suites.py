@@ -45,6 +45,7 @@ from data_contracts._spec import (  # noqa: E402
     NUMERIC_TYPES,
     PUBLISHED_COLUMNS,
     PUBLISHED_SUITE,
+    STANDARD_ERROR_MAX_PARAMETER,
     STATE_GEOID_REGEX,
     STATUSES,
     SUITES_DIR,
@@ -237,6 +238,18 @@ def published_suite() -> gx.ExpectationSuite:
                 column_A=hi, column_B=lo, or_equal=True, ignore_row_if="either_value_is_missing",
                 meta={META_KEY: {"only_if_column": f"{p}_lo"}},
                 description=f"{lo} <= {hi}: the interval contains the released {p}"))
+        # Standard errors: post-processing of the interval, so exactly where it is.
+        col, only = f"{p}_se", {META_KEY: {"only_if_column": f"{p}_se"}}
+        suite.add_expectation(gxe.ExpectColumnValuesToBeBetween(
+            column=col, min_value=0.0, max_value={"$PARAMETER": STANDARD_ERROR_MAX_PARAMETER},
+            meta=only, description=f"{col} (interval-implied standard error) is in [0, 1/(2z)] "
+            "where not null (0.2552 at level 0.95)"))
+        suite.add_expectation(gxe.ExpectColumnValuesToNotBeNull(
+            column=col, row_condition=Column("status") == "released", meta=only,
+            description=f"{col} is present on released rows (they carry intervals)"))
+        suite.add_expectation(gxe.ExpectColumnValuesToBeNull(
+            column=col, row_condition=Column("status") != "released", meta=only,
+            description=f"{col} is null on rows that are not released"))
     suite.add_expectation(
         gxe.ExpectColumnDistinctValuesToContainSet(
             column="geoid",

@@ -55,8 +55,16 @@ GRID_POINTS + 1 grid points with weight exp(−ε_q·d/(2k)) at rank distance d 
 (k = n − 1), so the points at distance >= r weigh at most GRID_POINTS·exp(−ε_q·r/(2k)) times the
 best one and r = (2k/ε_q)·ln(4·GRID_POINTS/a) misses with probability at most a/4 per end, when
 a grid point lies at the target rank. That fails when the target rank falls in a run of tied
-predictions (in practice: many predictions clipped at −0.5 or 1.5, i.e. x in a narrow band):
-docs/uncertainty.md reports the measured effect.
+predictions: no grid point separates the run, the best point is d0 ranks from the target and
+the draw may land d0 + r ranks away. The long runs are the predictions clipped at −0.5 or 1.5
+(x in a narrow band: extrapolated pairwise lines), so the interval step first *spreads* them
+(``spread_clipped``): a prediction clipped at −0.5 becomes −0.5 + 0.4·u, one clipped at 1.5
+becomes 1.5 − 0.4·u, u in (0, 1) a public function of the pair's position in the tract's
+enumeration of all n(n−1)/2 pairs (a golden-ratio sequence: distinct, evenly spread). Every
+spread value stays below 0 (or above 1), so the values clipped to [0, 1], and with them the
+estimand's rank statistics, are unchanged, while the runs are gone; each value still depends on
+its own pair only (its position is public), so a record still moves at most k values and the
+guarantee is unchanged.
 
 The shifted targets need no change to ``mechanisms/median.py``: padding a tract's values with
 P = 2r public copies of ``lo`` (or ``hi``) moves the median's target rank m/2 of the original
@@ -281,8 +289,16 @@ def _noisy_stats_intervals(batch, released, eps, rand, level, meter) -> Interval
     nvar_lo, nvar_hi = _two_sided(nvar2_t, _scale(1.0 - 1.0 / n, eps / 2), _GAMMA_NVAR * a / 2)
     p_pub = _published_probability(floor - np.maximum(nvar_lo, 0.0), b_nvar)
     tail1 = 2 * (_GAMMA_NVAR * a / 4) * p_pub  # P(L1 > c1) must be this: no bound if 0
-    c1 = np.where(tail1 > 1e-300, b_nvar * -np.log(np.maximum(tail1, 1e-300)), np.inf)
-    nvar_lo = np.maximum(nvar_lo, nvar_t - c1)
+    # Where the interval's own draw does not already make the lower bound positive, the
+    # released draw's bound takes a tiny part of that share (so is wider): a failure of its
+    # bound is what makes an interval narrow where nvar is near 0 (a draw far in its tail,
+    # which a selection floor even picks out), and there those failures were most of the
+    # map's "reliable" intervals (issue 18: narrow x at ε = 8, small tracts at ε = 1). The
+    # two parts sum to tail1, so the level is kept.
+    tail_strict = tail1 * _STRICT_SHARE
+    c1 = _laplace_tail_bound(b_nvar, tail1 - tail_strict)
+    c1_strict = _laplace_tail_bound(b_nvar, tail_strict)
+    nvar_lo = np.maximum(nvar_lo, nvar_t - np.where(nvar_lo > 0, c1, c1_strict))
     nvar_hi = np.minimum(np.minimum(nvar_hi, nvar_t + c1), n / 4)  # n/4: ranks on [0, 1]
     known = (nvar_lo > 0) & (nvar_lo <= nvar_hi)
     safe_lo = np.where(known, nvar_lo, 1.0)
@@ -320,6 +336,14 @@ def _noisy_stats_intervals(batch, released, eps, rand, level, meter) -> Interval
 # Shares of the miss probability 1 − level spent on the bounds of the unknown statistics
 # (Bonferroni); the rest goes to the three Laplace noises the interval integrates over.
 _GAMMA_NVAR, _GAMMA_BETA, _GAMMA_XBAR = 0.1, 0.05, 0.05
+_STRICT_SHARE = 1e-3  # of the released nvar~ bound's tail, where the own draw alone is not > 0
+
+
+def _laplace_tail_bound(scale, tail):
+    """c = −scale·ln(tail), so P(L > c) = tail/2 <= tail for a Laplace L of ``scale``; inf
+    where tail is 0 (no bound)."""
+    tail = np.asarray(tail, dtype=float)
+    return np.where(tail > 1e-300, scale * -np.log(np.maximum(tail, 1e-300)), np.inf)
 _SCALE_SEPARATION = 1.02  # scales of a Laplace sum kept this far apart (rounded up: wider)
 
 
@@ -419,8 +443,12 @@ def _theil_sen_intervals(batch, released, eps, rand, level, meter) -> Intervals:
         usable = sub.n >= MIN_RECORDS
         # Slopes and midpoints of the pairs once for both x* (the floats of one prediction at
         # a time: mechanisms/pairs.py), and each x*'s values sorted once for both ends.
-        tract, zs = theil_sen_predictions(sub, all_pairs(sub), tuple(x for _, x in _PREDICTIONS),
+        pairs = all_pairs(sub)
+        tract, zs = theil_sen_predictions(sub, pairs, tuple(x for _, x in _PREDICTIONS),
                                           _TS_LO, _TS_HI)
+        position = np.flatnonzero(sub.x[pairs.i] != sub.x[pairs.j])  # the kept pairs' places
+        del pairs
+        zs = [spread_clipped(z, position) for z in zs]
         r = offset[chunk]
         draw = np.nonzero(usable & theil_sen_end_is_drawn(sub.n, r))[0]
         for (name, _), z in zip(_PREDICTIONS, zs):
@@ -440,6 +468,26 @@ def _theil_sen_intervals(batch, released, eps, rand, level, meter) -> Intervals:
         getattr(out, f"{name}_lo")[:] = lo
         getattr(out, f"{name}_hi")[:] = hi
     return out
+
+
+# The spread of clipped predictions: inside (−0.5, −0.1] and [1.1, 1.5), never reaching [0, 1].
+_SPREAD = 0.4
+_GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
+
+
+def spread_clipped(z: np.ndarray, position: np.ndarray) -> np.ndarray:
+    """The pairwise predictions with the runs at the clipping ends spread out (module docstring).
+
+    ``position`` is each value's pair index in the enumeration of all pairs of its chunk (public:
+    it depends on the tract sizes only). A value at _TS_LO moves up, one at _TS_HI down, by
+    _SPREAD·u with u = frac((position + 1)·φ), φ the golden ratio's fraction: values of distinct
+    pairs differ, and every moved value stays outside [0, 1], so clipping to [0, 1] gives what
+    it gave before.
+    """
+    u = np.modf((np.asarray(position, dtype=np.float64) + 1.0) * _GOLDEN)[0]
+    u = np.where(u > 0.0, u, 0.5)  # u = 0 would leave the value on the end
+    out = np.where(z <= _TS_LO, _TS_LO + _SPREAD * u, z)
+    return np.where(z >= _TS_HI, _TS_HI - _SPREAD * u, out)
 
 
 def _padded(seg: Segments, keep: np.ndarray, pad: np.ndarray, pad_value: float) -> Segments:

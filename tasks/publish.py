@@ -8,14 +8,14 @@ import geopandas as gpd
 import pandas as pd
 from prefect import get_run_logger, task
 
-from dpatlas.publication import feed as feed_files
-from dpatlas.release.allocate import BudgetPlan
-from dpatlas.core.config import ReleaseConfig, public_config
-from dpatlas.publication.feed import update_feed
-from dpatlas.release.manifest import build_manifest, input_commitment
-from dpatlas.publication.tract_files import (PublishError, assemble, release_folder, verify_release,
-                                             write_release)
-from dpatlas.release.outcome import format_counts
+from dpatlas import feed as feed_files
+from dpatlas.allocate import BudgetPlan
+from dpatlas.config import ReleaseConfig, public_config
+from dpatlas.feed import update_feed
+from dpatlas.manifest import build_manifest, input_commitment
+from dpatlas.publish import (PublishError, assemble, release_folder, standard_error_maximum,
+                             verify_release, write_release)
+from flows.outcome import format_counts
 
 from .common import RETRY_IO
 
@@ -41,9 +41,10 @@ def publish_release(cfg: ReleaseConfig, release_id: str, result_files: list[Path
     from data_contracts import ReleaseDocs, validate_published  # Great Expectations: lazily
 
     results = pd.concat([pd.read_parquet(p) for p in result_files], ignore_index=True)
-    table = assemble(results, boundaries)
+    table = assemble(results, boundaries, cfg.intervals.level)
     check = validate_published(pd.DataFrame(table.drop(columns="geometry")),
                                boundary_geoids=list(boundaries["geoid"]),
+                               standard_error_max=standard_error_maximum(cfg.intervals.level),
                                release=ReleaseDocs.in_folder(internal), run_name="published")
     if not check.success:
         raise PublishError("the release table breaks its output contract; nothing was "

@@ -29,8 +29,8 @@ from dpatlas.core.config import fingerprint
 from dpatlas.publication.geography import write_geojson_rfc7946
 from dpatlas.core.hashing import sha256_file
 from dpatlas.ledger import Ledger, charges
-from dpatlas.publication.tract_files import _FIELDS, INTERVAL_COLUMNS, write_csv_with_schema
-from dpatlas.publication.tiles import build_tiles
+from dpatlas.publish import _FIELDS, INTERVAL_COLUMNS, SE_COLUMNS, write_csv_with_schema
+from dpatlas.tiles import build_tiles
 
 from test_release_audit import RID, build_release, make_cfg, state  # noqa: F401 (fixture)
 from test_synthesize import published  # noqa: F401 (fixture)
@@ -104,7 +104,7 @@ def republish(folder: Path, table: gpd.GeoDataFrame) -> None:
     write_geojson_rfc7946(table, folder / "tracts.geojson")
     build_tiles(folder / "tracts.geojson", folder / "tracts.pmtiles")
     flat = pd.DataFrame(table.drop(columns="geometry"))
-    known = set(_FIELDS) | set(INTERVAL_COLUMNS)
+    known = set(_FIELDS) | set(INTERVAL_COLUMNS) | set(SE_COLUMNS)
     if all(c in known or c.endswith(("_p25", "_p75")) for c in flat.columns):
         write_csv_with_schema(flat, folder)
     else:  # a column publish would refuse: the forger writes the CSV alone
@@ -213,6 +213,81 @@ def test_interval_values_on_suppressed_rows(forged):
     code, bad, lines = run_audit(forged)
     assert code == 1 and set(bad) == {"table"}, lines
     assert "not released (nothing spent on an interval) carry interval values" in bad["table"]
+
+
+# --- 2b. a standard error that is not its interval's (issue 18, item 5) ---------------------------
+
+
+def test_the_untouched_release_publishes_standard_errors_the_audit_recomputes(anchored):
+    table = table_of(anchored[0])
+    released = table.status == "released"
+    assert table.loc[released, list(SE_COLUMNS)].notna().all().all()
+    assert table.loc[~released, list(SE_COLUMNS)].isna().all().all()
+    m = manifest_of(anchored[0])
+    assert "post-processing of the step 'interval: p25 and p75'" in \
+        m["published_columns"]["p25_se, p75_se"]
+    want = audit.interval_standard_error(table["p25_lo"], table["p25_hi"], 0.95)
+    assert np.allclose(table.loc[released, "p25_se"], want[released.to_numpy()], rtol=0,
+                       atol=1e-4)
+
+
+def test_a_standard_error_narrowed_in_every_format(forged):
+    """A forger shows one tract as more precise than its interval says: its p25_se halved,
+    in every file (parquet, CSV, GeoJSON, tiles), the manifest re-hashed."""
+    table = table_of(forged)
+    i = table.index[table.status == "released"][0]
+    table.loc[i, "p25_se"] = round(table.loc[i, "p25_se"] / 2, 4)
+    republish(forged, table)
+    code, bad, lines = run_audit(forged)
+    assert code == 1 and set(bad) == {"table"}, lines
+    assert "1 p25_se value(s) are not (p25_hi - p25_lo)/(2z) at level 0.95" in bad["table"]
+
+
+def test_a_standard_error_two_rounding_steps_above_its_interval(forged):
+    table = table_of(forged)
+    i = table.index[table.status == "released"][1]
+    table.loc[i, "p75_se"] = round(table.loc[i, "p75_se"] + 2e-4, 4)
+    republish(forged, table)
+    code, bad, lines = run_audit(forged)
+    assert code == 1 and set(bad) == {"table"}, lines
+    assert "1 p75_se value(s) are not (p75_hi - p75_lo)/(2z)" in bad["table"]
+
+
+def test_standard_errors_dropped_or_declared_a_budget_of_their_own(forged):
+    table = table_of(forged).drop(columns=list(SE_COLUMNS))
+    republish(forged, table)
+    code, bad, lines = run_audit(forged)
+    assert code == 1 and set(bad) == {"columns"}, lines
+    assert "interval columns without their standard errors" in bad["columns"]
+
+
+def test_a_version_2_release_without_standard_errors_still_audits(forged):
+    """Releases published before the standard errors (manifest_version 2) are audited as they
+    were published; from version 3 on, the columns are required (the test above)."""
+    table = table_of(forged).drop(columns=list(SE_COLUMNS))
+    republish(forged, table)
+    m = manifest_of(forged)
+    m["manifest_version"] = 2
+    del m["published_columns"]["p25_se, p75_se"]
+    write_manifest(forged, m)
+    rehash_all(forged)
+    code, bad, lines = run_audit(forged)
+    assert "columns" not in bad and "table" not in bad, lines
+    m["manifest_version"] = 1
+    write_manifest(forged, m)
+    rehash_all(forged)
+    code, bad, lines = run_audit(forged)
+    assert code == 1 and "manifest_version 1 is not one this audit reads" in bad["schema"]
+
+
+def test_standard_errors_not_stated_as_post_processing(forged):
+    m = manifest_of(forged)
+    m["published_columns"]["p25_se, p75_se"] = "free"
+    write_manifest(forged, m)
+    rehash_all(forged)
+    code, bad, lines = run_audit(forged)
+    assert code == 1 and set(bad) == {"columns"}, lines
+    assert "as post-processing of the step 'interval: p25 and p75'" in bad["columns"]
 
 
 # --- 3. min_n deleted, tracts suppressed by their value -----------------------------------------
@@ -396,7 +471,7 @@ def test_public_section_and_values_have_fixed_meanings(forged, change, expected)
     assert code == 1 and set(bad) == {"public"} and expected in bad["public"], lines
 
 
-@pytest.mark.parametrize("version", [None, 1, 3, "2", True])
+@pytest.mark.parametrize("version", [None, 1, 4, "3", True])
 def test_manifest_version_must_be_one_the_audit_reads(forged, version):
     m = manifest_of(forged)
     m["manifest_version"] = version
@@ -760,7 +835,7 @@ def test_cli_passes_the_anchors_and_allow_test(anchored):
 
 def test_manifest_states_what_is_public_and_rounds_times_to_the_day(anchored):
     m = manifest_of(anchored[0])
-    assert m["manifest_version"] == 2
+    assert m["manifest_version"] == 3
     assert m["public"]["columns"] == list(audit.PUBLIC_COLUMNS)
     assert sorted(m["public"]) == sorted(audit.PUBLIC_SECTION_KEYS)
     assert "n per tract and cell" in m["public"]["counts"]

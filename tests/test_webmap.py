@@ -40,6 +40,26 @@ COLOUR_TOLERANCE = 3          # per channel, 0-255: SwiftShader blends exactly, 
 # ------------------------------------------------------------------------- tests without one
 
 
+# The start of the text the map shows for each mechanism's estimand (app.js's ESTIMANDS).
+ESTIMAND_TEXT = {"NoisyStats": "the least-squares line of the tract's observed ranks",
+                 "DPExpTheilSen": "the Theil–Sen (median-type) line of the tract's observed "
+                                  "ranks"}
+
+
+def test_the_maps_estimand_texts_cover_every_mechanism_the_manifest_states():
+    """app.js names the estimand of every mechanism of mechanisms.intervals.ESTIMANDS that a
+    row's mechanism column can hold (a rule's row names the mechanism it chose), in the
+    manifest's sense."""
+    from mechanisms.intervals import ESTIMANDS, RULE
+
+    app = (Path(W.__file__).parent / "app.js").read_text()
+    block = app[app.index("const ESTIMANDS = {"):app.index("};", app.index("const ESTIMANDS"))]
+    for mechanism in set(ESTIMANDS) - {RULE}:
+        assert f"{mechanism}: \"{ESTIMAND_TEXT[mechanism]}" in block, mechanism
+    assert "least-squares" in ESTIMANDS["NoisyStats"]
+    assert "Theil-Sen" in ESTIMANDS["DPExpTheilSen"]
+
+
 def test_class_colours_follow_the_breaks_as_maplibre_step_does():
     assert len(W.CLASS_COLOURS) == len(W.BREAKS) + 1 == len(W.class_labels())
     assert W.class_colour(0.0) == W.CLASS_COLOURS[0]
@@ -306,6 +326,11 @@ def test_feed_page_draws_the_latest_release_with_legend_colours_popup_and_picker
         for text in ["< 0.20", "≥ 0.80", "suppressed", "failed",
                      f"low reliability: interval wider than {LOW_RELIABILITY_WIDTH:g}"]:
             assert text in legend
+        # ... and the line each mechanism's rows estimate (issue 18, item 1).
+        for text in ["What p25 estimates", f"NoisyStats rows: {ESTIMAND_TEXT['NoisyStats']}",
+                     f"DPExpTheilSen rows: {ESTIMAND_TEXT['DPExpTheilSen']}",
+                     "at parent rank 25"]:
+            assert text in legend, (text, legend)
 
         # A tract's pixel has the legend colour of its published p25.
         geoid, lon, lat = _target_tract(root / ids["latest"], root / ids["old"])
@@ -320,10 +345,14 @@ def test_feed_page_draws_the_latest_release_with_legend_colours_popup_and_picker
         page.screenshot("feed-latest-popup.png")
         text = popup.inner_text()
         for expected in (geoid, "released", _js_number(latest["p25"]),
+                         f"{_js_number(latest['p25'])} ± {_js_number(latest['p25_se'])} [",
                          f"[{_js_number(latest['p25_lo'])}, {_js_number(latest['p25_hi'])}]",
                          str(latest["n"]), latest["mechanism"],
-                         _js_number(latest["epsilon_spent"])):
+                         _js_number(latest["epsilon_spent"]),
+                         "Estimand", ESTIMAND_TEXT[latest["mechanism"]]):
             assert expected in text, (expected, text)
+        other = {"NoisyStats": "DPExpTheilSen", "DPExpTheilSen": "NoisyStats"}
+        assert ESTIMAND_TEXT[other[latest["mechanism"]]] not in text
         page.page.click(".maplibregl-popup-close-button")
 
         # The p75 switch recolours the same tract by its p75.
@@ -331,6 +360,8 @@ def test_feed_page_draws_the_latest_release_with_legend_colours_popup_and_picker
         page.idle()
         shot = page.screenshot("feed-latest-p75.png")
         _assert_colour(shot, xy, W.class_colour(latest["p75"]), f"tract {geoid} p75")
+        legend = page.page.inner_text("#legend")
+        assert "What p75 estimates" in legend and "at parent rank 75" in legend
         page.page.check("input[name=value][value=p25]")
         page.idle()
 

@@ -7,7 +7,8 @@ vector tiles with its own PMTiles/MVT reader. It re-derives every privacy figure
 manifest from first principles, checks the manifest's structure against fixed rules rather
 than against itself, and compares:
 
-(s) schema: ``manifest_version`` is one this audit reads (2); every required field is there
+(s) schema: ``manifest_version`` is one this audit reads (2; 3 adds the standard errors);
+    every required field is there
     with its type (``min_n``, ``ledger_entry``, ``assumptions``, ``public_values``,
     ``public``...); ``release_id`` is a valid id and the folder's name (and the ledger entry's);
     ``started`` and ``published`` are dates, published not before started nor in the future;
@@ -62,12 +63,16 @@ than against itself, and compares:
     that derivation, never the other way round;
 (u) columns: every column of the table is public (the fixed list) or paid for by its step
     (p25/p75 by the primary step, ``X_p25`` by ``suite: X``, the interval columns by the
-    interval step, whose ``intervals.epsilon`` must be the step's); nothing else may be
-    declared public;
+    interval step, whose ``intervals.epsilon`` must be the step's, and their standard errors
+    ``p25_se``/``p75_se``, present exactly with them, as post-processing of that step);
+    nothing else may be declared public;
 (e) table: tracts.parquet has only accounted-for columns, values exactly where released,
     nothing spent where suppressed, suppression exactly where n < min_n, ``failed`` only with
     its mechanism's DP failure, ``reason`` one of an enumerated set, interval values only on
-    released rows and around the released value, the per-tract-and-cell figures where spent,
+    released rows and around the released value, each standard error recomputed from its
+    interval as (hi − lo)/(2z) at ``intervals.level`` (z from the standard library's
+    NormalDist) and found rounded up by at most one unit of the 4th decimal,
+    the per-tract-and-cell figures where spent,
     and the manifest's counts;
 (f) formats: tracts.csv and tracts.geojson row for row, and the features of tracts.pmtiles
     (its lowest zoom) attribute for attribute, hold the values of tracts.parquet.
@@ -97,6 +102,7 @@ import hashlib
 import json
 import math
 import re
+import statistics
 import struct
 import sys
 import zlib
@@ -945,6 +951,7 @@ def check_table(folder: Path, m: dict) -> str:
         problems.append("suppressed rows name a mechanism")
     problems += _mechanism_and_reason_problems(df, m)
     problems += _interval_value_problems(df, released)
+    problems += _standard_error_problems(df, m)
     counts = m["counts"]
     by_status = {str(k): int(v) for k, v in status.value_counts().items()}
     by_mech = {str(k): int(v) for k, v in df["mechanism"].astype(str).value_counts().items()}
@@ -1007,7 +1014,7 @@ def _mechanism_and_reason_problems(df, m: dict) -> list[str]:
 
 
 def _interval_value_problems(df, released) -> list[str]:
-    cols = [c for c in INTERVAL_COLUMNS if c in df.columns]
+    cols = [c for c in (*INTERVAL_COLUMNS, *SE_COLUMNS) if c in df.columns]
     if not cols:
         return []
     problems = []
@@ -1025,6 +1032,42 @@ def _interval_value_problems(df, released) -> list[str]:
             if bad.any():
                 problems.append(f"{int(bad.sum())} {p} interval(s) do not hold the released "
                                 f"{p} inside [0, 1]")
+    return problems
+
+
+# Publish rounds released values to 4 decimals, standard errors up (dpatlas/publish.py): a
+# fixed rule here, not the manifest's word, so a forger cannot widen the tolerance.
+SE_ROUNDING_STEP = 1e-4
+
+
+def interval_standard_error(lo, hi, level: float):
+    """The interval-implied standard error (hi − lo)/(2z), z the standard normal quantile at
+    (1 + level)/2 (docs/uncertainty.md section 5)."""
+    z = statistics.NormalDist().inv_cdf((1.0 + level) / 2.0)
+    return (np.asarray(hi, dtype=float) - np.asarray(lo, dtype=float)) / (2.0 * z)
+
+
+def _standard_error_problems(df, m: dict) -> list[str]:
+    """Each published standard error is its own row's interval's, rounded up by less than one
+    step; NaN exactly where the interval is."""
+    pairs = [p for p in ("p25", "p75") if f"{p}_se" in df.columns
+             and {f"{p}_lo", f"{p}_hi"} <= set(df.columns)]
+    level = (m.get("intervals") or {}).get("level")
+    if not pairs or isinstance(level, bool) or not isinstance(level, (int, float)) \
+            or not 0 < level < 1:
+        return []  # columns without intervals or a level: the columns check reports it
+    problems, geoid = [], df["geoid"].astype(str).to_numpy()
+    for p in pairs:
+        want = interval_standard_error(df[f"{p}_lo"], df[f"{p}_hi"], float(level))
+        se = df[f"{p}_se"].astype(float).to_numpy()
+        has = ~np.isnan(want)
+        wrong = (has != ~np.isnan(se)) | (has & ~((se >= want - FLOAT_ATOL)
+                                                  & (se <= want + SE_ROUNDING_STEP + FLOAT_ATOL)))
+        if wrong.any():
+            i = int(np.argmax(wrong))
+            problems.append(f"{int(wrong.sum())} {p}_se value(s) are not ({p}_hi - {p}_lo)/(2z) "
+                            f"at level {level:g} rounded up to 4 decimals, e.g. {geoid[i]}: "
+                            f"{se[i]!r} for {want[i]!r}")
     return problems
 
 
@@ -1072,8 +1115,8 @@ def check_synthetic_table(folder: Path, m: dict) -> str:
 
 # ----------------------------------------------------------------------- schema (version 2)
 
-MANIFEST_VERSIONS = (2,)
-# Release ids (dpatlas/core/ids.py): 1-64 of A-Z a-z 0-9 . _ -, not a name the publish root uses.
+MANIFEST_VERSIONS = (2, 3)  # 3: the tract tables carry p25_se, p75_se with the intervals
+# Release ids (dpatlas/ids.py): 1-64 of A-Z a-z 0-9 . _ -, not a name the publish root uses.
 RELEASE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 RESERVED_IDS = frozenset({"latest", "feed", "index", "collection", "catalog", "tiles", "map",
                           "config", "manifest"})
@@ -1542,6 +1585,7 @@ SELECTION_STEP = "selection: noisy n*var(x)"
 PRIMARY_STEP = "primary: p25 and p75"
 INTERVAL_STEP = "interval: p25 and p75"
 INTERVAL_COLUMNS = ("p25_lo", "p25_hi", "p75_lo", "p75_hi")
+SE_COLUMNS = ("p25_se", "p75_se")  # post-processing of the interval step
 SPEND_COLUMNS = ("epsilon_spent", "delta_spent")
 PRIMARY_MECHANISMS = ("NoisyStats", "DPExpTheilSen")
 # `reason` may say only these: where nothing ran, the public n; where a mechanism failed, the
@@ -1567,7 +1611,7 @@ def column_payer(column: str, m: dict) -> str | None:
         return "public"
     if column in VALUE_COLUMNS:
         return PRIMARY_STEP
-    if column in INTERVAL_COLUMNS:
+    if column in INTERVAL_COLUMNS or column in SE_COLUMNS:
         return INTERVAL_STEP
     if column == "mechanism":
         return SELECTION_STEP if m["selection"]["rule"] == "dp" else "public (the rule and n)"
@@ -1618,6 +1662,7 @@ def _interval_problems(m: dict, columns: list[str], steps: dict) -> list[str]:
     if has_columns and len(has_columns) != len(INTERVAL_COLUMNS):
         problems.append(f"interval columns {has_columns} without the rest of "
                         f"{list(INTERVAL_COLUMNS)}")
+    problems += _standard_error_column_problems(m, columns, bool(has_columns))
     if not has_columns:
         problems.append("the interval step or section is there but no interval column is")
     if not isinstance(section, dict):
@@ -1637,6 +1682,26 @@ def _interval_problems(m: dict, columns: list[str], steps: dict) -> list[str]:
     level = section.get("level")
     if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
         problems.append(f"intervals.level {level!r} is not in (0, 1)")
+    return problems
+
+
+def _standard_error_column_problems(m: dict, columns: list[str], intervals: bool) -> list[str]:
+    """p25_se, p75_se: present exactly with the intervals, and declared in published_columns as
+    post-processing of the interval step (they have no budget of their own)."""
+    has = [c for c in SE_COLUMNS if c in columns]
+    # Version 2 manifests predate the standard errors: their releases are audited as published.
+    required = m.get("manifest_version") != 2
+    if intervals and len(has) != len(SE_COLUMNS) and (required or has):
+        return [f"interval columns without their standard errors {list(SE_COLUMNS)}"]
+    if has and not intervals:
+        return [f"standard errors {has} without the interval columns they are computed from"]
+    problems = []
+    for key, text in m["published_columns"].items():
+        declared = {c.strip() for c in str(key).split(",")}
+        if declared & set(has) and not (isinstance(text, str) and "post-processing" in text
+                                        and f"'{INTERVAL_STEP}'" in text):
+            problems.append(f"published_columns {key!r} must state them as post-processing of "
+                            f"the step '{INTERVAL_STEP}'")
     return problems
 
 

@@ -540,6 +540,8 @@ def evaluate(out: Path = typer.Option(Path("evaluation"), help="Output folder.")
              mechanism: list[str] = typer.Option([], help="Mechanisms (default: all DP + MOS)."),
              tracts: int = typer.Option(3108, help="Tracts in the synthetic state."),
              rule: bool = typer.Option(True, help="Add the calibrated dp selection rule as a row."),
+             scenario: list[str] = typer.Option([], help="Stress scenario(s) of dpatlas/stress.py,"
+                                                " or 'all' (default: the demo generator)."),
              ) -> None:
     """Rebuild the paper's comparison on an Illinois-sized synthetic state: table and plots."""
     from dpatlas.evaluation.evaluate import DEFAULT_MECHANISMS, evaluate as run, write_report
@@ -554,6 +556,9 @@ def evaluate(out: Path = typer.Option(Path("evaluation"), help="Output folder.")
     if rule:
         threshold = resolve_threshold(SelectionConfig(rule="dp", threshold_file=DEFAULT_THRESHOLDS))
         extra["SelectionRule(dp)"] = RuleEstimate(Rule("dp", threshold, 0.1))
+    if scenario:
+        _evaluate_scenarios(scenario, out, reps, seed, tuple(epsilon), mechs, tracts, extra)
+        return
     t0 = time.perf_counter()
     result = run(mechs, tuple(epsilon), reps, seed, StateParams(n_tracts=tracts),
                  progress=lambda msg: console.log(msg), extra_rows=extra)
@@ -567,6 +572,33 @@ def evaluate(out: Path = typer.Option(Path("evaluation"), help="Output folder.")
     thr = result.crossover.get("threshold")
     console.print(f"NoisyStats/DPExpTheilSen crossover in n*eps*var(x): "
                   f"{'not found' if thr is None else f'{thr:.3g}'}")
+    console.print(f"wrote {len(paths)} files to {out} in {time.perf_counter() - t0:.0f}s")
+
+
+def _evaluate_scenarios(names: list[str], out: Path, reps: int, seed: int, epsilons: tuple,
+                       mechs: tuple, tracts: int, extra: dict) -> None:
+    """``dpatlas evaluate --scenario``: one report per stress scenario, one summary of all."""
+    from .evaluate import SCENARIO_ESTIMAND, evaluate_scenario, scenario_summary, \
+        write_scenario_reports
+    from .stress import SCENARIOS
+
+    unknown = [s for s in names if s not in (*SCENARIOS, "all")]
+    if unknown:
+        _fail(f"unknown scenario(s) {unknown}; known: {', '.join(SCENARIOS)}, all")
+    t0 = time.perf_counter()
+    console.print(f"errors measured against {SCENARIO_ESTIMAND}", soft_wrap=True)
+    results = {name: evaluate_scenario(name, tracts, mechs, epsilons, reps, seed,
+                                       progress=lambda m, _s=name: console.log(f"{_s}: {m}"),
+                                       extra_rows=extra)
+               for name in (SCENARIOS if "all" in names else dict.fromkeys(names))}
+    paths = write_scenario_reports(results, out)
+    table = Table("scenario", "mechanism", "epsilon", "tracts", "share below SE",
+                  "median ratio", "failure rate")
+    for r in scenario_summary(results).itertuples():
+        table.add_row(r.scenario, r.mechanism, f"{r.epsilon:g}", str(r.tracts),
+                      f"{r.share_below_se:.3f}", f"{r.median_ratio:.3f}",
+                      f"{r.mean_failure_rate:.3f}")
+    console.print(table)
     console.print(f"wrote {len(paths)} files to {out} in {time.perf_counter() - t0:.0f}s")
 
 

@@ -57,11 +57,46 @@ def evaluate(mechanisms: Sequence[str] = DEFAULT_MECHANISMS, epsilons: Sequence[
     ``extra_rows``: name -> callable(batch, epsilon, reps, seed) returning a BatchEstimate-like
     object (p25, failed arrays of shape (reps, tracts)); used for selection rules.
     """
-    df = oi_like_state(seed, params)
-    batch = batch_of(df)
+    batch = batch_of(oi_like_state(seed, params))
+    truth = ols(sufficient_stats(batch)).p25
+    return _evaluate_on(batch, truth, mechanisms, epsilons, reps, seed, progress, extra_rows,
+                        {**params.as_dict(), "seed": seed, "reps": reps,
+                         "epsilons": list(epsilons)})
+
+
+# What a stress scenario's errors are measured against (dpatlas/stress.py's estimand).
+SCENARIO_ESTIMAND = ("the tract's own least-squares line (p25 of the line fitted on the "
+                     "tract's records, clipped to [0, 1]), for every row; DPExpTheilSen's rows "
+                     "estimate the Theil-Sen line, so their error includes its distance from "
+                     "the least-squares line")
+
+
+def evaluate_scenario(scenario: str, tracts: int, mechanisms: Sequence[str] = DEFAULT_MECHANISMS,
+                      epsilons: Sequence[float] = (1.0, 8.0), reps: int = 100, seed: int = 0,
+                      progress: Callable[[str], None] | None = None,
+                      extra_rows: dict[str, Callable] | None = None) -> EvaluationResult:
+    """As :func:`evaluate`, on a stress scenario of ``dpatlas/stress.py`` (the large tracts'
+    scenario with fewer tracts, as ``dpatlas evaluate-intervals`` draws it): each error is
+    measured against the scenario's estimand (``SCENARIO_ESTIMAND``)."""
+    from .interval_eval import scenario_tracts
+    from .stress import scenario_state
+
+    state = scenario_state(scenario, scenario_tracts(scenario, tracts), seed)
+    return _evaluate_on(state.batch, state.truth["p25"], mechanisms, epsilons, reps, seed,
+                        progress, extra_rows,
+                        {**state.params, "scenario": scenario, "estimand": SCENARIO_ESTIMAND,
+                         "reps": reps, "epsilons": list(epsilons)})
+
+
+def _evaluate_on(batch, truth_p25: np.ndarray, mechanisms: Sequence[str],
+                 epsilons: Sequence[float], reps: int, seed: int,
+                 progress: Callable[[str], None] | None, extra_rows: dict[str, Callable] | None,
+                 params: dict) -> EvaluationResult:
+    """Every mechanism's error against ``truth_p25`` on the usable tracts of ``batch``."""
     st = sufficient_stats(batch)
     fit = ols(st)
-    usable = fit.ok & (batch.n >= 3) & np.isfinite(fit.se25) & (fit.se25 > 0)
+    usable = (fit.ok & (batch.n >= 3) & np.isfinite(fit.se25) & (fit.se25 > 0)
+              & np.isfinite(truth_p25))
     var_x = np.where(batch.n > 0, st.nvar / np.maximum(batch.n, 1), np.nan)
     rows = []
     runners: dict[str, Callable] = {
@@ -73,7 +108,7 @@ def evaluate(mechanisms: Sequence[str] = DEFAULT_MECHANISMS, epsilons: Sequence[
         for i, (name, run) in enumerate(runners.items()):
             t0 = time.perf_counter()
             est = run(batch, eps, reps, seed * 1000 + i)
-            bound, ratio, fail = error_ratios(est, fit.p25, fit.se25)
+            bound, ratio, fail = error_ratios(est, truth_p25, fit.se25)
             secs = time.perf_counter() - t0
             if progress:
                 progress(f"eps={eps:g} {name}: {secs:.1f}s")
@@ -92,10 +127,7 @@ def evaluate(mechanisms: Sequence[str] = DEFAULT_MECHANISMS, epsilons: Sequence[
                     mean_failure_rate=("failure_rate", "mean"),
                     seconds=("seconds", "first"))
                .reset_index())
-    crossover = find_crossover(per_tract)
-    return EvaluationResult(per_tract, summary, crossover,
-                            {**params.as_dict(), "seed": seed, "reps": reps,
-                             "epsilons": list(epsilons)})
+    return EvaluationResult(per_tract, summary, find_crossover(per_tract), params)
 
 
 def find_crossover(per_tract: pd.DataFrame, a: str = "NoisyStats", b: str = "DPExpTheilSen",
@@ -169,7 +201,7 @@ def write_report(result: EvaluationResult, out: Path) -> list[Path]:
         ax.set_xlim(1e-2, 1e2)
         ax.set_xlabel("68% empirical error bound / OLS standard error of p25")
         ax.set_ylabel("share of tracts (ECDF)")
-        ax.set_title(f"Synthetic Illinois-like state, epsilon = {eps:g} per tract")
+        ax.set_title(f"{_state_title(result.params)}, epsilon = {eps:g} per tract")
         ax.legend(fontsize=7, loc="lower right")
         p = out / f"ecdf_eps{eps:g}.png"
         fig.tight_layout()
@@ -196,6 +228,39 @@ def write_report(result: EvaluationResult, out: Path) -> list[Path]:
         plt.close(fig)
         paths.append(p)
     return paths
+
+
+def _state_title(params: dict) -> str:
+    scenario = params.get("scenario")
+    return f"Stress scenario '{scenario}'" if scenario else "Synthetic Illinois-like state"
+
+
+def scenario_summary(results: dict[str, EvaluationResult]) -> pd.DataFrame:
+    """The scenarios' summaries in one table, the scenario as its first column."""
+    return pd.concat([r.summary.assign(scenario=name) for name, r in results.items()],
+                     ignore_index=True).pipe(lambda df: df[["scenario", *df.columns[:-1]]])
+
+
+def write_scenario_reports(results: dict[str, EvaluationResult], out: Path) -> list[Path]:
+    """Each scenario's report in ``out/<scenario>/`` (as :func:`write_report`), and all their
+    summaries in ``out/summary.csv`` and ``out/summary.md`` (headed by the estimand)."""
+    paths = []
+    for name, result in results.items():
+        paths += write_report(result, out / name)
+    table = scenario_summary(results)
+    table.to_csv(out / "summary.csv", index=False)
+    first = next(iter(results.values())).params
+    body = (table.to_markdown(index=False, floatfmt=".3f") if _has_tabulate()
+            else table.to_string(index=False))
+    (out / "summary.md").write_text(
+        "# dpatlas evaluate: stress scenarios\n\n"
+        f"Error of each row's p25 measured against {SCENARIO_ESTIMAND}. Per tract: the 68% "
+        "empirical error bound over runs (a failed run is an infinite error), over the OLS "
+        "standard error of p25; share_below_se and median_ratio over the usable tracts.\n\n"
+        f"reps {first['reps']}, seed {first['seed']}, tracts per scenario: "
+        + ", ".join(f"{n} {r.params['tracts']}" for n, r in results.items()) + "\n\n"
+        + body + "\n")
+    return paths + [out / "summary.csv", out / "summary.md"]
 
 
 def _has_tabulate() -> bool:

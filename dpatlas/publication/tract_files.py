@@ -28,12 +28,12 @@ import numpy as np
 import pandas as pd
 import shapely
 
-from dpatlas.core.columns import INTERVAL_COLUMNS, RESULT_COLUMNS
-from dpatlas.publication.geography import (geojson_geometry, rfc7946_geometries,
-                                           write_geojson_rfc7946)
-from dpatlas.core.hashing import sha256_file
-from dpatlas.core.ids import InvalidReleaseId, validate_release_id
-from dpatlas.core.errors import OperatorError
+from mechanisms import intervals as CI
+
+from .estimate import INTERVAL_COLUMNS, RESULT_COLUMNS
+from .geography import geojson_geometry, rfc7946_geometries, write_geojson_rfc7946
+from .hashing import sha256_file
+from .ids import InvalidReleaseId, validate_release_id
 
 CSV_FILE = "tracts.csv"
 CSV_SCHEMA_FILE = "tracts.schema.json"
@@ -45,6 +45,8 @@ TABLE_COLUMNS = ["geoid", "state", "county", "cell", "n", "mechanism", "status",
 # Released values are published to 4 decimals (a rank to 1/10,000: far below the noise at any
 # budget we publish, and it stops 17 digits of float noise passing for precision).
 PUBLISHED_DECIMALS = 4
+# The interval-implied standard errors (issue 18, item 5): post-processing of the intervals.
+SE_COLUMNS = ["p25_se", "p75_se"]
 # A footprint for catalogues (STAC): the union of the tracts, simplified to about 100 m.
 FOOTPRINT_TOLERANCE_DEGREES = 1e-3
 
@@ -53,8 +55,10 @@ class PublishError(RuntimeError, OperatorError):
     """Publishing refused or failed; the message says what to do."""
 
 
-def assemble(results: pd.DataFrame, boundaries: gpd.GeoDataFrame) -> gpd.GeoDataFrame:
-    """Every boundary tract, for every cell, with its status; geometry from the boundaries."""
+def assemble(results: pd.DataFrame, boundaries: gpd.GeoDataFrame,
+             interval_level: float = 0.95) -> gpd.GeoDataFrame:
+    """Every boundary tract, for every cell, with its status; geometry from the boundaries;
+    with intervals, their standard errors at ``interval_level`` (the config's intervals.level)."""
     cells = sorted(results["cell"].unique()) if len(results) else ["all"]
     grid = pd.MultiIndex.from_product([boundaries["geoid"], cells], names=["geoid", "cell"])
     table = results.set_index(["geoid", "cell"]).reindex(grid).reset_index()
@@ -69,7 +73,7 @@ def assemble(results: pd.DataFrame, boundaries: gpd.GeoDataFrame) -> gpd.GeoData
     table["state"] = table["geoid"].str[:2]
     table["county"] = table["geoid"].str[:5]
     extra = [c for c in results.columns if c not in RESULT_COLUMNS]
-    table = table[TABLE_COLUMNS + extra]
+    table = add_standard_errors(table[TABLE_COLUMNS + extra], interval_level)
     return gpd.GeoDataFrame(table, geometry=geo.loc[table["geoid"], "geometry"].to_numpy(),
                             crs=boundaries.crs)
 
@@ -108,6 +112,38 @@ def round_released_values(table: pd.DataFrame,
     return out
 
 
+def add_standard_errors(table: pd.DataFrame, level: float,
+                        decimals: int = PUBLISHED_DECIMALS) -> pd.DataFrame:
+    """The table with ``p25_se``, ``p75_se`` after its interval columns (unchanged without them).
+
+    Computed from the *published* (rounded) bounds by ``mechanisms.intervals.standard_errors``,
+    so anyone can recompute them from the files (``dpatlas audit`` does), then rounded up like
+    an upper bound: ``value ± z·se`` never spans less than the published interval. A function
+    of DP outputs only: post-processing of the interval step, no budget of its own.
+    """
+    if not all(c in table.columns for c in INTERVAL_COLUMNS):
+        return table
+    bounds = CI.Intervals(*(table[c].to_numpy(dtype=float) for c in INTERVAL_COLUMNS))
+    scale = 10.0 ** decimals
+    out = table.copy()
+    for column, se in CI.standard_errors(bounds, level).items():
+        out[column] = (np.ceil(se * scale) / scale).round(decimals) + 0.0
+    return out
+
+
+def standard_error_maximum(level: float, decimals: int = PUBLISHED_DECIMALS) -> float:
+    """The largest published standard error at ``level``: a [0, 1] interval's 1/(2z), rounded
+    up as the column is (0.2552 at 95%)."""
+    scale = 10.0 ** decimals
+    return float(np.round(np.ceil(_unit_interval_se(level) * scale) / scale, decimals))
+
+
+def _unit_interval_se(level: float) -> float:
+    """The standard error of a [0, 1] interval, 1/(2z), unrounded."""
+    whole = CI.Intervals(*(np.array([v]) for v in (0.0, 1.0, 0.0, 1.0)))
+    return float(CI.standard_errors(whole, level)["p25_se"][0])
+
+
 def rounding_statement(columns, decimals: int = PUBLISHED_DECIMALS) -> dict:
     """What the manifest says about the rounding of the published values (``rounding``)."""
     lower, upper = _bound_columns(columns)
@@ -115,11 +151,12 @@ def rounding_statement(columns, decimals: int = PUBLISHED_DECIMALS) -> dict:
     return {
         "decimals": decimals,
         "to_nearest": points + [c for c in ("p25", "p75") if c in columns],
-        "outwards": {"down": lower, "up": upper},
+        "outwards": {"down": lower, "up": upper + [c for c in SE_COLUMNS if c in columns]},
         "rule": (f"released values rounded to {decimals} decimals before p25/p75 are clipped to "
                  "[0, 1]: point values to nearest (numpy.round: ties of x·10^decimals to even), "
                  "interval bounds outwards so each published "
-                 "interval contains the computed one. Post-processing of the DP outputs: the "
+                 "interval contains the computed one, standard errors (computed from the "
+                 "rounded bounds) up. Post-processing of the DP outputs: the "
                  "guarantee is unchanged."),
         "geojson_coordinate_decimals": 7,
     }
@@ -405,8 +442,9 @@ def _write_files(staging: Path, table: gpd.GeoDataFrame, config: dict,
     write_geojson_rfc7946(table, staging / "tracts.geojson")
     tiles.build_tiles(staging / "tracts.geojson", staging / tiles.TILES_FILE)
     map_files = [tiles.TILES_FILE, *webmap.write_web_map(staging, release_id)]
-    write_csv_with_schema(pd.DataFrame(table.drop(columns="geometry")), staging)
     ci = config.get("intervals") or {}
+    write_csv_with_schema(pd.DataFrame(table.drop(columns="geometry")), staging,
+                          ci.get("level", 0.95))
     write_map(table, staging / "p25_map.png",
               f"Release {release_id}: p25 by tract ({int((table.status == 'released').sum())}"
               f" of {len(table)} released)",
@@ -456,7 +494,23 @@ _FIELDS: dict[str, tuple[str, str, dict]] = {
 _INTERVAL_TEXT = {"lo": "lower", "hi": "upper"}
 
 
-def _field(column: str, decimals: int) -> dict:
+def _standard_error_text(column: str, level: float, decimals: int) -> str:
+    value = column[:-len("_se")]
+    return (f"Standard error of {value} implied by its {level:.0%} interval: ({value}_hi - "
+            f"{value}_lo)/(2z), z the standard normal quantile at (1 + {level:g})/2 "
+            f"({_z(level):.4f}), so {value} ± z·{column} spans the interval's width (the "
+            "Opportunity Atlas's reading of a standard error). Not the standard deviation of "
+            "the estimate: the privacy noise is Laplace and the interval conservative. "
+            f"Post-processing of the interval (no budget of its own), rounded up to {decimals} "
+            f"decimals; empty unless released; at most {standard_error_maximum(level, decimals)}"
+            " (an interval of [0, 1])")
+
+
+def _z(level: float) -> float:
+    return 1.0 / (2.0 * _unit_interval_se(level))
+
+
+def _field(column: str, decimals: int, level: float = 0.95) -> dict:
     rounded = f"; rounded to {decimals} decimals"
     if column in _FIELDS:
         kind, text, constraints = _FIELDS[column]
@@ -468,6 +522,9 @@ def _field(column: str, decimals: int) -> dict:
         text = (f"{_INTERVAL_TEXT[side].capitalize()} bound of the confidence interval for "
                 f"{value} (DP), rounded {'down' if side == 'lo' else 'up'} to {decimals} "
                 "decimals; empty unless released. " + _ESTIMAND)
+    elif column in SE_COLUMNS:
+        kind, text = "number", _standard_error_text(column, level, decimals)
+        constraints = {"minimum": 0, "maximum": standard_error_maximum(level, decimals)}
     elif column.endswith(("_p25", "_p75")):
         name, value = column.rsplit("_", 1)
         kind, constraints = "number", {}
@@ -481,18 +538,20 @@ def _field(column: str, decimals: int) -> dict:
     return field
 
 
-def table_schema(columns, decimals: int = PUBLISHED_DECIMALS) -> dict:
-    """The Frictionless Table Schema of ``tracts.csv`` with these columns."""
+def table_schema(columns, decimals: int = PUBLISHED_DECIMALS, level: float = 0.95) -> dict:
+    """The Frictionless Table Schema of ``tracts.csv`` with these columns (``level``: the
+    intervals' level, which bounds the standard errors)."""
     return {
-        "fields": [_field(c, decimals) for c in columns],
+        "fields": [_field(c, decimals, level) for c in columns],
         "primaryKey": ["geoid", "cell"],
         "missingValues": [""],
     }
 
 
-def write_csv_with_schema(table: pd.DataFrame, folder: Path) -> tuple[Path, Path]:
+def write_csv_with_schema(table: pd.DataFrame, folder: Path,
+                          interval_level: float = 0.95) -> tuple[Path, Path]:
     """``tracts.csv`` and, beside it, its Table Schema ``tracts.schema.json``."""
-    schema = table_schema(list(table.columns))
+    schema = table_schema(list(table.columns), level=interval_level)
     csv_path, schema_path = Path(folder) / CSV_FILE, Path(folder) / CSV_SCHEMA_FILE
     table.to_csv(csv_path, index=False, na_rep="")
     schema_path.write_text(json.dumps(schema, indent=2) + "\n")

@@ -42,8 +42,8 @@ RANDOM_BITS_SEEDED = "seeded (test only, NOT FOR RELEASE)"
 CONFIG_FILE = "config.json"
 REL_TOL = 1e-9  # relative tolerance for sums of floats that must agree
 
-# The manifest's schema version: dpatlas.audit.checks checks the fields this version requires.
-MANIFEST_VERSION = 2
+# The manifest's schema version: dpatlas.audit checks the fields this version requires.
+MANIFEST_VERSION = 3  # 3: p25_se, p75_se beside the intervals (issue 18)
 
 # Columns whose values are published without noise: public under the replace-one relation
 # (status is a function of the public n and of DP outputs). Every other column is paid for by
@@ -426,7 +426,13 @@ def build_manifest(cfg: ReleaseConfig, release_id: str, plan: BudgetPlan, table:
                 "intervals for each row's estimand (intervals.estimand: the line of the "
                 "tract's own records its mechanism estimates), covering the privacy noise "
                 "(mechanisms/intervals.py; post-processing of the primary release plus the "
-                "interval step's own noise)"} if plan.interval_epsilon else {}),
+                "interval step's own noise)",
+                "p25_se, p75_se":
+                "post-processing of the step 'interval: p25 and p75' (no budget of its own): "
+                "the interval-implied standard error (hi - lo)/(2z) of the published bounds, "
+                f"z the standard normal quantile at (1 + {plan.interval_level:g})/2, rounded "
+                f"up to {PUBLISHED_DECIMALS} decimals; not the standard deviation of the "
+                "estimate"} if plan.interval_epsilon else {}),
         },
         "intervals": ({"level": plan.interval_level, "epsilon": plan.interval_epsilon,
                        "estimand": dict(INTERVAL_ESTIMANDS),

@@ -9,8 +9,17 @@
   const LAYER = "tracts";            // dpatlas.tiles.LAYER
   const SOURCE = "tracts";
   const HATCH = "low-reliability-hatch";
+  // The line each mechanism's published rows estimate (mechanisms.intervals.ESTIMANDS; the
+  // manifest's intervals.estimand), looked up by a row's mechanism column: the map reads
+  // neither the manifest nor STAC, and a rule's row names the mechanism it chose.
+  const ESTIMANDS = {
+    NoisyStats: "the least-squares line of the tract's observed ranks",
+    DPExpTheilSen: "the Theil–Sen (median-type) line of the tract's observed ranks, which "
+                   + "differs from the least-squares line when ranks are skewed or censored",
+  };
+  const OTHER_ESTIMAND = "see the manifest (intervals.estimand)";
   const state = { release: null, value: "p25", cell: null, lowWidth: null, level: null,
-                  legend: null, releases: [] };
+                  legend: null, releases: [], mechanisms: [] };
   // For tests and the curious: the map, the state, and the id of the release last drawn.
   const api = (window.dpatlas = { state: state, map: null, loaded: null });
 
@@ -132,6 +141,28 @@
                 + (state.level ? " (" + Math.round(state.level * 100) + "% interval)" : ""),
                 "hatch").dataset.status = "low-reliability";
     }
+    drawEstimands(box);
+  }
+
+  function estimandOf(mechanism) {
+    return ESTIMANDS[mechanism] || OTHER_ESTIMAND;
+  }
+
+  // Which line the shown value estimates, per mechanism of this release (all known ones when
+  // the tiles do not list the mechanisms).
+  function drawEstimands(box) {
+    const heading = document.createElement("h2");
+    heading.textContent = "What " + state.value + " estimates";
+    box.append(heading);
+    const parentRank = state.value === "p25" ? "25" : "75";
+    const names = state.mechanisms.length ? state.mechanisms : Object.keys(ESTIMANDS);
+    for (const name of names) {
+      const text = document.createElement("p");
+      text.className = "estimand";
+      text.dataset.mechanism = name;
+      text.textContent = name + " rows: " + estimandOf(name) + ", at parent rank " + parentRank;
+      box.append(text);
+    }
   }
 
   // -------------------------------------------------------------------------------- popup
@@ -144,12 +175,16 @@
     const rows = [["Tract", p.geoid], ["Status", p.status + (p.reason ? ": " + p.reason : "")]];
     for (const v of ["p25", "p75"]) {
       let text = cell(p[v]);
+      // The interval-implied standard error (post-processing of the interval), as the
+      // Opportunity Atlas shows one beside each estimate; tiles omit it where it is null.
+      if (p[v + "_se"] !== undefined && p[v + "_se"] !== null) text += " ± " + p[v + "_se"];
       if (p[v + "_lo"] !== undefined && p[v + "_hi"] !== undefined) {
         text += " [" + p[v + "_lo"] + ", " + p[v + "_hi"] + "]";
       }
       rows.push([v + (v === state.value ? " (shown)" : ""), text]);
     }
     rows.push(["n", cell(p.n)], ["Mechanism", cell(p.mechanism)],
+              ["Estimand", p.mechanism ? estimandOf(p.mechanism) : "not published"],
               ["Budget spent", "ε = " + cell(p.epsilon_spent) + ", δ = " + cell(p.delta_spent)]);
     if (p.cell !== undefined && p.cell !== "all") rows.splice(1, 0, ["Cell", p.cell]);
     const table = document.createElement("table");
@@ -201,11 +236,16 @@
     }
   }
 
-  function chooseCell(metadata) {
+  // The values of a string attribute of the tracts layer, from the tiles' tilestats.
+  function attributeValues(metadata, name) {
     const layers = (metadata && metadata.tilestats && metadata.tilestats.layers) || [];
     const layer = layers.find((l) => l.layer === LAYER) || {};
-    const attr = (layer.attributes || []).find((a) => a.attribute === "cell");
-    const cells = (attr && attr.values) || [];
+    const attr = (layer.attributes || []).find((a) => a.attribute === name);
+    return (attr && attr.values) || [];
+  }
+
+  function chooseCell(metadata) {
+    const cells = attributeValues(metadata, "cell");
     const select = $("cell");
     select.replaceChildren(...cells.map((c) => new Option(c, c)));
     $("cell-row").hidden = cells.length < 2;
@@ -227,6 +267,7 @@
       ? Number(intervals.low_reliability_width) : null;
     state.level = intervals.enabled ? intervals.level : null;
     state.cell = chooseCell(metadata);
+    state.mechanisms = attributeValues(metadata, "mechanism").map(String).sort();
     $("cell").value = state.cell;
     removeRelease(map);
     map.addSource(SOURCE, { type: "vector", url: "pmtiles://" + url });
