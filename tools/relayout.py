@@ -186,7 +186,7 @@ def move_files() -> None:
 # --- rewriting ----------------------------------------------------------------------------------
 
 _FROM = re.compile(r"^(?P<indent>[ \t]*)from[ \t]+(?P<module>\.*[\w.]*)[ \t]+import[ \t]+"
-                   r"(?P<names>\([^)]*\)|[^\n#]*?)(?P<comment>[ \t]*#[^\n]*)?$", re.M)
+                   r"(?P<names>\([^)]*\)|(?:[^\n#\\]|\\\n)*?)(?P<comment>[ \t]*#[^\n]*)?$", re.M)
 _DOTTED = re.compile(r"(?<![\w.])(?:dpatlas|flows|tasks)(?:\.\w+)+")
 _PATH = re.compile(r"(?<![\w/.-])((?:dpatlas|flows)(?:/\w+)+)(\.py\b|/)")
 
@@ -201,7 +201,7 @@ def _absolute(module: str, importer: str, is_package: bool) -> str:
 
 def _names(text: str) -> list[tuple[str, str | None]]:
     """``a, b as c`` -> [(a, None), (b, c)] (comments inside parentheses dropped)."""
-    text = re.sub(r"#[^\n]*", "", text.strip("()"))
+    text = re.sub(r"#[^\n]*", "", text.strip("()")).replace("\\\n", " ")
     out = []
     for item in filter(None, (t.strip() for t in text.replace("\n", " ").split(","))):
         name, _, alias = item.partition(" as ")
