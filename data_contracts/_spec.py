@@ -66,7 +66,7 @@ META_KEY = "dpatlas"
 #: The published standard errors (p25_se, p75_se: interval-implied, post-processing of the
 #: intervals) are at most a [0, 1] interval's 1/(2z), rounded up to 4 decimals: 0.2552 at the
 #: default level 0.95. The bound is a suite parameter, so a release at another level passes
-#: its own (dpatlas.publish.standard_error_maximum).
+#: its own (dpatlas.publication.tract_files.standard_error_maximum).
 STANDARD_ERROR_MAX_PARAMETER = "standard_error_max"
 STANDARD_ERROR_MAX_AT_95 = 0.2552
 

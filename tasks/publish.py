@@ -8,14 +8,14 @@ import geopandas as gpd
 import pandas as pd
 from prefect import get_run_logger, task
 
-from dpatlas import feed as feed_files
-from dpatlas.allocate import BudgetPlan
-from dpatlas.config import ReleaseConfig, public_config
-from dpatlas.feed import update_feed
-from dpatlas.manifest import build_manifest, input_commitment
-from dpatlas.publish import (PublishError, assemble, release_folder, standard_error_maximum,
-                             verify_release, write_release)
-from flows.outcome import format_counts
+from dpatlas.publication import feed as feed_files
+from dpatlas.release.allocate import BudgetPlan
+from dpatlas.core.config import ReleaseConfig, public_config
+from dpatlas.publication.feed import update_feed
+from dpatlas.release.manifest import build_manifest, input_commitment
+from dpatlas.publication.tract_files import (PublishError, assemble, release_folder,
+                                             standard_error_maximum, verify_release, write_release)
+from dpatlas.release.outcome import format_counts
 
 from .common import RETRY_IO
 

@@ -1,19 +1,19 @@
 """``dpatlas evaluate --scenario``: the paper's comparison on the stress scenarios of
-dpatlas/stress.py, each error measured against the scenario's estimand (issue 18, item 3)."""
+dpatlas/evaluation/stress.py, each error measured against the scenario's estimand (issue 18, item 3)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from dpatlas.evaluate import DEFAULT_MECHANISMS, evaluate_scenario
-from dpatlas.stress import SCENARIOS, scenario_state
+from dpatlas.evaluation.evaluate import DEFAULT_MECHANISMS, evaluate_scenario
+from dpatlas.evaluation.stress import SCENARIOS, scenario_state
 
 
 def test_a_tiny_stress_run_has_finite_errors_for_every_mechanism():
-    from dpatlas.calibrate import DEFAULT_THRESHOLDS, resolve_threshold
-    from dpatlas.config import SelectionConfig
-    from dpatlas.selection import Rule, RuleEstimate
+    from dpatlas.release.thresholds import DEFAULT_THRESHOLDS, resolve_threshold
+    from dpatlas.core.config import SelectionConfig
+    from dpatlas.release.selection import Rule, RuleEstimate
 
     threshold = resolve_threshold(SelectionConfig(rule="dp", threshold_file=DEFAULT_THRESHOLDS))
     rule = {"SelectionRule(dp)": RuleEstimate(Rule("dp", threshold, 0.1))}

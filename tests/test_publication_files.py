@@ -314,7 +314,7 @@ def test_standard_errors_in_every_file_are_the_interval_width_over_2z(release):
 def test_standard_errors_follow_the_interval_level(alabama):
     """At another level the bound and the values move with z: a [0, 1] interval at 90%
     publishes 1/(2 * 1.6449) rounded up, 0.3040, and the schema allows it."""
-    from dpatlas.publish import standard_error_maximum
+    from dpatlas.publication.tract_files import standard_error_maximum
 
     results = fake_results(alabama["geoid"], 3)
     results.loc[4, ["p25_lo", "p25_hi"]] = [0.0, 1.0]

@@ -1035,7 +1035,7 @@ def _interval_value_problems(df, released) -> list[str]:
     return problems
 
 
-# Publish rounds released values to 4 decimals, standard errors up (dpatlas/publish.py): a
+# Publish rounds released values to 4 decimals, standard errors up (dpatlas/publication/tract_files.py): a
 # fixed rule here, not the manifest's word, so a forger cannot widen the tolerance.
 SE_ROUNDING_STEP = 1e-4
 
@@ -1116,7 +1116,7 @@ def check_synthetic_table(folder: Path, m: dict) -> str:
 # ----------------------------------------------------------------------- schema (version 2)
 
 MANIFEST_VERSIONS = (2, 3)  # 3: the tract tables carry p25_se, p75_se with the intervals
-# Release ids (dpatlas/ids.py): 1-64 of A-Z a-z 0-9 . _ -, not a name the publish root uses.
+# Release ids (dpatlas/core/ids.py): 1-64 of A-Z a-z 0-9 . _ -, not a name the publish root uses.
 RELEASE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 RESERVED_IDS = frozenset({"latest", "feed", "index", "collection", "catalog", "tiles", "map",
                           "config", "manifest"})

@@ -540,7 +540,7 @@ def evaluate(out: Path = typer.Option(Path("evaluation"), help="Output folder.")
              mechanism: list[str] = typer.Option([], help="Mechanisms (default: all DP + MOS)."),
              tracts: int = typer.Option(3108, help="Tracts in the synthetic state."),
              rule: bool = typer.Option(True, help="Add the calibrated dp selection rule as a row."),
-             scenario: list[str] = typer.Option([], help="Stress scenario(s) of dpatlas/stress.py,"
+             scenario: list[str] = typer.Option([], help="Stress scenario(s) of dpatlas/evaluation/stress.py,"
                                                 " or 'all' (default: the demo generator)."),
              ) -> None:
     """Rebuild the paper's comparison on an Illinois-sized synthetic state: table and plots."""
@@ -578,9 +578,9 @@ def evaluate(out: Path = typer.Option(Path("evaluation"), help="Output folder.")
 def _evaluate_scenarios(names: list[str], out: Path, reps: int, seed: int, epsilons: tuple,
                        mechs: tuple, tracts: int, extra: dict) -> None:
     """``dpatlas evaluate --scenario``: one report per stress scenario, one summary of all."""
-    from .evaluate import SCENARIO_ESTIMAND, evaluate_scenario, scenario_summary, \
-        write_scenario_reports
-    from .stress import SCENARIOS
+    from dpatlas.evaluation.evaluate import (SCENARIO_ESTIMAND, evaluate_scenario, scenario_summary,
+                                             write_scenario_reports)
+    from dpatlas.evaluation.stress import SCENARIOS
 
     unknown = [s for s in names if s not in (*SCENARIOS, "all")]
     if unknown:

@@ -64,7 +64,7 @@ def evaluate(mechanisms: Sequence[str] = DEFAULT_MECHANISMS, epsilons: Sequence[
                          "epsilons": list(epsilons)})
 
 
-# What a stress scenario's errors are measured against (dpatlas/stress.py's estimand).
+# What a stress scenario's errors are measured against (dpatlas/evaluation/stress.py's estimand).
 SCENARIO_ESTIMAND = ("the tract's own least-squares line (p25 of the line fitted on the "
                      "tract's records, clipped to [0, 1]), for every row; DPExpTheilSen's rows "
                      "estimate the Theil-Sen line, so their error includes its distance from "
@@ -75,11 +75,11 @@ def evaluate_scenario(scenario: str, tracts: int, mechanisms: Sequence[str] = DE
                       epsilons: Sequence[float] = (1.0, 8.0), reps: int = 100, seed: int = 0,
                       progress: Callable[[str], None] | None = None,
                       extra_rows: dict[str, Callable] | None = None) -> EvaluationResult:
-    """As :func:`evaluate`, on a stress scenario of ``dpatlas/stress.py`` (the large tracts'
+    """As :func:`evaluate`, on a stress scenario of ``dpatlas/evaluation/stress.py`` (the large tracts'
     scenario with fewer tracts, as ``dpatlas evaluate-intervals`` draws it): each error is
     measured against the scenario's estimand (``SCENARIO_ESTIMAND``)."""
-    from .interval_eval import scenario_tracts
-    from .stress import scenario_state
+    from dpatlas.evaluation.interval_eval import scenario_tracts
+    from dpatlas.evaluation.stress import scenario_state
 
     state = scenario_state(scenario, scenario_tracts(scenario, tracts), seed)
     return _evaluate_on(state.batch, state.truth["p25"], mechanisms, epsilons, reps, seed,

@@ -42,7 +42,7 @@ RANDOM_BITS_SEEDED = "seeded (test only, NOT FOR RELEASE)"
 CONFIG_FILE = "config.json"
 REL_TOL = 1e-9  # relative tolerance for sums of floats that must agree
 
-# The manifest's schema version: dpatlas.audit checks the fields this version requires.
+# The manifest's schema version: dpatlas.audit.checks checks the fields this version requires.
 MANIFEST_VERSION = 3  # 3: p25_se, p75_se beside the intervals (issue 18)
 
 # Columns whose values are published without noise: public under the replace-one relation
