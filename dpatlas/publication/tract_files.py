@@ -30,10 +30,12 @@ import shapely
 
 from mechanisms import intervals as CI
 
-from .estimate import INTERVAL_COLUMNS, RESULT_COLUMNS
-from .geography import geojson_geometry, rfc7946_geometries, write_geojson_rfc7946
-from .hashing import sha256_file
-from .ids import InvalidReleaseId, validate_release_id
+from dpatlas.core.columns import INTERVAL_COLUMNS, RESULT_COLUMNS
+from dpatlas.publication.geography import (geojson_geometry, rfc7946_geometries,
+                                           write_geojson_rfc7946)
+from dpatlas.core.hashing import sha256_file
+from dpatlas.core.errors import OperatorError
+from dpatlas.core.ids import InvalidReleaseId, validate_release_id
 
 CSV_FILE = "tracts.csv"
 CSV_SCHEMA_FILE = "tracts.schema.json"
