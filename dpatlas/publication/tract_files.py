@@ -30,7 +30,7 @@ import shapely
 
 from mechanisms import intervals as CI
 
-from dpatlas.core.columns import INTERVAL_COLUMNS, RESULT_COLUMNS
+from dpatlas.core.columns import INTERVAL_COLUMNS, RESULT_COLUMNS, SE_COLUMNS
 from dpatlas.publication.geography import (geojson_geometry, rfc7946_geometries,
                                            write_geojson_rfc7946)
 from dpatlas.core.hashing import sha256_file
@@ -47,8 +47,6 @@ TABLE_COLUMNS = ["geoid", "state", "county", "cell", "n", "mechanism", "status",
 # Released values are published to 4 decimals (a rank to 1/10,000: far below the noise at any
 # budget we publish, and it stops 17 digits of float noise passing for precision).
 PUBLISHED_DECIMALS = 4
-# The interval-implied standard errors (issue 18, item 5): post-processing of the intervals.
-SE_COLUMNS = ["p25_se", "p75_se"]
 # A footprint for catalogues (STAC): the union of the tracts, simplified to about 100 m.
 FOOTPRINT_TOLERANCE_DEGREES = 1e-3
 
