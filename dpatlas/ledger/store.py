@@ -60,6 +60,8 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
 
+from mechanisms.accounting import within
+
 from dpatlas.core.files import now_utc
 from dpatlas.core.ids import (InvalidDatasetName, InvalidReason, InvalidReleaseId,
                               validate_dataset_name, validate_reason, validate_release_id)
@@ -73,7 +75,6 @@ log = logging.getLogger(__name__)
 
 GUARANTEE_TYPES = ("pure", "approx", "zcdp", "gdp")
 STATUSES = ("in_progress", "published", "failed", "withdrawn")
-REL_TOL = 1e-9  # relative tolerance of the cap check, for float sums
 CAP_MATCH_TOL = 1e-12  # relative tolerance when comparing a config's stated cap to the ledger's
 DEFAULT_LOCK_TIMEOUT = 30.0  # seconds to wait for another process's ledger transaction
 DEFAULT_LEASE_SECONDS = 60.0
@@ -208,7 +209,8 @@ def display_text(text) -> str:
 
 
 def _within(total: float, cap: float) -> bool:
-    return total <= cap + REL_TOL * abs(cap)
+    """The cap check, under the one tolerance policy (``mechanisms.accounting.REL_TOL``)."""
+    return bool(within(total, cap))
 
 
 def _finite(x, name: str, lo: float = 0.0, hi: float = math.inf) -> float:
