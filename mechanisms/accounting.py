@@ -3,8 +3,9 @@
 In the manner of dp-accounting's ``PrivacyAccountant``: :class:`Accountant` takes events
 (``compose(guarantee, count)``) and answers ``spent()`` and ``fits(guarantee, count, cap)``.
 The budget plan (``dpatlas.release.allocate``), the in-run privacy filter
-(``mechanisms.budget``), the ledger (``dpatlas.ledger``) and the manifest's checks all account
-through this module; the audit (``dpatlas.audit.checks``) keeps its own copy on purpose.
+(``mechanisms.budget``), the ledger (``dpatlas.ledger``: what a step is charged, the cap check,
+the lifetime spend, :func:`lifetime_epsilon`) and the manifest's checks all account through
+this module; the audit (``dpatlas.audit.checks``) keeps its own copy on purpose.
 
 Accounting state, against a cap (the rules of :func:`increment`): pure ε parts add as ε,
 (ε, δ) parts add as (ε, δ) (basic composition), concentrated parts (zCDP, GDP, and pure ε under
@@ -139,6 +140,19 @@ def charged_terms(g: Guarantee, conversion_delta: float) -> tuple[float, float, 
         conv = to_approx(g, conversion_delta)
         return conv.epsilon, conv.delta, rho_of(g)
     raise Refused(f"{g.describe()} cannot be charged")
+
+
+def lifetime_epsilon(summed_epsilon: float, other_epsilon: float, zcdp_rho: float,
+                     zcdp_delta: float) -> float:
+    """ε of a set of ledger charges (whose δ is summed): the tighter of two bounds on the same
+    total δ, ``summed_epsilon`` (every charge's ε added: basic composition) and the zCDP
+    charges' ρ summed and converted once at the sum of their δ (Bun & Steinke 2016, Lemma 2.3,
+    then :func:`privacy.to_approx`) plus ``other_epsilon``, the other charges' ε. Converting
+    each zCDP charge on its own and adding the ε over-counts: ε of a conversion grows like √ρ.
+    """
+    if zcdp_rho > 0 and 0 < zcdp_delta < 1:
+        return min(summed_epsilon, other_epsilon + to_approx(ZCDP(zcdp_rho), zcdp_delta).epsilon)
+    return summed_epsilon
 
 
 class Accountant:

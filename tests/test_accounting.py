@@ -205,3 +205,70 @@ def test_audit_exponential_mechanism_composition_matches_dp_accounting(k):
         k, tail_mass_truncation=0.0)
     assert worst.get_epsilon_for_delta(0.0) == pytest.approx(total.epsilon, rel=1e-3)
     assert total.epsilon >= worst.get_epsilon_for_delta(1e-6)
+
+
+# --- the ledger's lifetime total composes zCDP charges as ρ -----------------------------------
+
+
+def _zcdp_charges(rho: float, delta: float, cells: list[str]):
+    from dpatlas.ledger import Charge
+
+    eps = to_approx(ZCDP(rho), delta).epsilon  # what charges() stores for a zCDP step
+    return [Charge(cell, "suite: BinAgg", "zcdp", eps, delta, rho) for cell in cells]
+
+
+def test_ledger_lifetime_total_converts_the_summed_rho_once(tmp_path):
+    from dpatlas.ledger import Charge, Ledger
+
+    rho, delta = 0.01, 1e-7
+    per_step = to_approx(ZCDP(rho), delta).epsilon
+    once = to_approx(ZCDP(4 * rho), 4 * delta).epsilon
+    basic = 4 * per_step + 0.5
+    tight = once + 0.5
+    assert tight < basic - 0.5  # converting once is much tighter than adding 4 conversions
+    with Ledger(f"sqlite:///{tmp_path / 'ledger.db'}") as led:
+        # a cap between the two totals: only the composed total fits
+        led.set_cap("tracts", (tight + basic) / 2, 1e-5, reason="test")
+        led.begin_release("r1", "tracts", _zcdp_charges(rho, delta, ["all", "female"]), "c" * 64,
+                          "a")
+        led.begin_release("r2", "tracts", _zcdp_charges(rho, delta, ["all", "female"])
+                          + [Charge("all", "primary: p25 and p75", "pure", 0.5, 0.0, 0.125)],
+                          "c" * 64, "a")
+        s = led.spent("tracts")
+        assert s["epsilon"] == pytest.approx(tight, rel=1e-12)
+        assert s["delta"] == pytest.approx(4 * delta, rel=1e-12)
+        assert f"eps={tight:.10g}"[:12] in led.summary_text()
+        # the audit's own recomputation, from the same rows, agrees
+        rows = [{"kind": k, "e": e, "d": d, "rho": r} for k, e, d, r in
+                led.entries("tracts")[["guarantee_type", "epsilon", "delta", "rho"]]
+                .itertuples(index=False)]
+        rows = [{**x, "rho": None if x["rho"] != x["rho"] else x["rho"]} for x in rows]
+        assert audit.lifetime_spend(rows) == pytest.approx((tight, 4 * delta), rel=1e-9)
+        # a further release over the composed total is still refused
+        from dpatlas.ledger import BudgetExceeded
+
+        with pytest.raises(BudgetExceeded):
+            led.begin_release("r3", "tracts", [Charge("all", "x", "pure", basic, 0.0, None)],
+                              "c" * 64, "a")
+
+
+def test_ledger_lifetime_total_of_pure_charges_is_their_sum(tmp_path):
+    from dpatlas.ledger import Charge, Ledger
+
+    with Ledger(f"sqlite:///{tmp_path / 'ledger.db'}") as led:
+        led.set_cap("tracts", 2.0, 1e-5, reason="test")
+        led.begin_release("r1", "tracts", [Charge("all", "s", "pure", 0.75, 0.0, 0.28125)] * 2,
+                          "c" * 64, "a")
+        assert led.spent("tracts")["epsilon"] == 1.5
+    assert audit.lifetime_spend([{"kind": "pure", "e": 0.75, "d": 0.0, "rho": 0.28125}] * 2) \
+        == (1.5, 0.0)
+
+
+def test_privacy_maps_are_declared_in_one_module():
+    from mechanisms import privacy_maps
+    from mechanisms.binagg import PrivTreeLaplace
+
+    assert privacy_maps.MAPS["privtree-grid-laplace"] is PrivTreeLaplace
+    assert PrivTreeLaplace.__module__ == "mechanisms.privacy_maps"
+    src = open(privacy_maps.__file__.replace("privacy_maps", "binagg")).read()
+    assert "MAPS" not in src
