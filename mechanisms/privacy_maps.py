@@ -40,7 +40,7 @@ from typing import Any, ClassVar, Iterable, Mapping, Union
 import numpy as np
 
 from . import median
-from .noise import _SCALE_DENOMINATOR, LAPLACE_GRID_STEPS, _gauss_grid
+from .noise import _SCALE_DENOMINATOR, LAPLACE_GRID_STEPS, _gauss_grid, laplace_scale_num
 from .privacy import (PROJECT_RELATION, ZCDP, Guarantee, PureDP, Relation, as_dict,
                       convert_relation, sequential, with_relation)
 
@@ -77,9 +77,9 @@ def _check_dims(kind: str, dims: int, values: np.ndarray) -> None:
 
 
 def _laplace_scale_num(epsilon: float, dims: int) -> int:
-    """The scale numerator ``laplace_mechanism`` computes, by the same arithmetic:
-    ceil((N + d)/ε · 256)."""
-    return math.ceil((LAPLACE_GRID_STEPS + dims) / epsilon * _SCALE_DENOMINATOR)
+    """The scale numerator ``laplace_mechanism`` computes: ceil((N + d)/ε · 256), by its own
+    function (``noise.laplace_scale_num``)."""
+    return int(laplace_scale_num(epsilon, dims))
 
 
 @dataclass(frozen=True)
