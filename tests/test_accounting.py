@@ -272,3 +272,14 @@ def test_privacy_maps_are_declared_in_one_module():
     assert PrivTreeLaplace.__module__ == "mechanisms.privacy_maps"
     src = open(privacy_maps.__file__.replace("privacy_maps", "binagg")).read()
     assert "MAPS" not in src
+
+
+def test_one_copy_of_the_laplace_scale_formula():
+    from mechanisms.noise import LAPLACE_GRID_STEPS, laplace_scale, laplace_scale_num
+
+    for eps in (0.001, 0.3, 1.0 / 3, 7.0):
+        for d in (1, 3):
+            want = math.ceil((LAPLACE_GRID_STEPS + d) / eps * 256)  # the formula, by hand
+            assert int(laplace_scale_num(eps, d)) == want
+            assert GridLaplace.calibrate(eps, d).scale_num == want
+            assert laplace_scale(2.0, eps, d) == 2.0 / LAPLACE_GRID_STEPS * (want / 256)
