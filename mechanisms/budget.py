@@ -30,10 +30,8 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from .privacy import (GDP, ZCDP, ApproxDP, Guarantee, MixedRelations, NotDP, PureDP,
-                      convert_relation, to_approx)
-
-REL_TOL = 1e-12  # float slack on sums of equal shares; far below any real overspend
+from . import accounting
+from .privacy import Guarantee, MixedRelations, NotDP, convert_relation
 
 
 class BudgetOverrun(RuntimeError):
@@ -59,7 +57,8 @@ class StepMeter:
 
     def spend(self, labels: Iterable, guarantee: Guarantee, times: int = 1) -> None:
         """Record ``times`` draws of ``guarantee`` for each tract in ``labels``; refuse (raise
-        :class:`BudgetOverrun`, recording nothing) if any tract would go over its charge."""
+        :class:`BudgetOverrun`, recording nothing) if any tract would go over its charge
+        (the accounting and its tolerance are ``mechanisms.accounting``'s)."""
         idx = self._positions(labels)
         if idx.size == 0:
             return
@@ -106,67 +105,18 @@ class StepMeter:
 
     def _increment(self, g: Guarantee, times: int) -> tuple[float, float, float]:
         """(ε, δ, ρ) that ``times`` draws of ``g`` add, in the charge's accounting."""
-        c = self.charged
-        if isinstance(g, NotDP):
-            raise BudgetOverrun(f"step {self.step!r}: a non-private draw ({g.reason}) cannot "
-                                "be paid from a privacy budget")
-        if isinstance(c, PureDP):
-            if not isinstance(g, PureDP):
-                raise BudgetOverrun(f"step {self.step!r}: a {g.describe()} draw cannot be paid "
-                                    f"from the pure {c.describe()} charged")
-            return g.epsilon * times, 0.0, 0.0
-        if isinstance(c, (ZCDP, GDP)):
-            if isinstance(g, ApproxDP):
-                raise BudgetOverrun(f"step {self.step!r}: an (epsilon, delta) draw cannot be "
-                                    f"paid from the concentrated {c.describe()} charged")
-            return 0.0, 0.0, _rho(g) * times
-        # (ε, δ) charge: pure and (ε, δ) draws add linearly; concentrated draws add ρ, which
-        # is converted at the δ left over (basic composition of the two parts).
-        if isinstance(g, PureDP):
-            return g.epsilon * times, 0.0, 0.0
-        if isinstance(g, ApproxDP):
-            return g.epsilon * times, g.delta * times, 0.0
-        return 0.0, 0.0, _rho(g) * times
+        try:
+            return accounting.increment(g, times, self.charged)
+        except accounting.Refused as err:
+            raise BudgetOverrun(f"step {self.step!r}: {err}") from None
 
     def _fits(self, eps: np.ndarray, delta: np.ndarray, rho: np.ndarray) -> np.ndarray:
-        c = self.charged
-        slack = 1.0 + REL_TOL
-        if isinstance(c, PureDP):
-            return eps <= c.epsilon * slack
-        if isinstance(c, ZCDP):
-            return rho <= c.rho * slack
-        if isinstance(c, GDP):
-            return rho <= c.mu**2 / 2.0 * slack
-        ok = delta <= c.delta * slack
-        total = eps.copy()
-        conc = rho > 0
-        if conc.any():
-            # One conversion per distinct (δ used, ρ) pair: in a run they are all equal.
-            pairs = np.unique(np.stack([delta[conc], rho[conc]], axis=1), axis=0)
-            conv = {}
-            for d_used, r in pairs:
-                left = c.delta - d_used
-                conv[(d_used, r)] = (to_approx(ZCDP(float(r)), left).epsilon if left > 0
-                                     else np.inf)
-            total[conc] += [conv[(d, r)] for d, r in zip(delta[conc], rho[conc])]
-        return ok & (total <= c.epsilon * slack)
+        return accounting.fits(eps, delta, rho, self.charged)
 
     # -- reading ----------------------------------------------------------------------------
 
     def _as_guarantee(self, eps: float, delta: float, rho: float) -> Guarantee:
-        c = self.charged
-        rel = c.relation  # every spend was converted to it
-        if isinstance(c, PureDP):
-            return PureDP(float(eps), rel)
-        if isinstance(c, ZCDP):
-            return ZCDP(float(rho), rel)
-        if isinstance(c, GDP):
-            return GDP(float(np.sqrt(2.0 * rho)), rel)
-        if rho > 0:
-            left = c.delta - delta
-            conv = to_approx(ZCDP(float(rho)), left).epsilon if left > 0 else np.inf
-            return ApproxDP(float(eps + conv), float(c.delta), rel)
-        return ApproxDP(float(eps), float(delta), rel)
+        return accounting.as_guarantee(eps, delta, rho, self.charged)
 
     def spent(self, label) -> Guarantee:
         """What this step has spent for one tract, as the charged type."""
@@ -177,16 +127,6 @@ class StepMeter:
         """Every charged tract's spending in this step."""
         return {lab: self._as_guarantee(e, d, r)
                 for lab, e, d, r in zip(self._labels, self._eps, self._delta, self._rho)}
-
-
-def _rho(g: Guarantee) -> float:
-    if isinstance(g, ZCDP):
-        return g.rho
-    if isinstance(g, PureDP):
-        return g.epsilon**2 / 2.0  # Bun & Steinke 2016, Prop. 1.4
-    if isinstance(g, GDP):
-        return g.mu**2 / 2.0
-    raise TypeError(f"{g.describe()} has no zCDP bound")
 
 
 class NoMeter:

@@ -276,18 +276,25 @@ def laplace_mechanism(rand: Randomness, values: np.ndarray, l1_sensitivity: np.n
     values, d, sens, eps = _checked(values, l1_sensitivity, epsilon, "epsilon")
     unit = sens / LAPLACE_GRID_STEPS
     q = np.rint(values / unit[..., None]).astype(np.int64)
-    int_sens = LAPLACE_GRID_STEPS + d
-    # scale in grid units t = int_sens/ε, rounded up to a multiple of 1/256 (more noise, safe).
-    scale_num = np.ceil(int_sens / eps * _SCALE_DENOMINATOR).astype(np.uint64)
+    scale_num = laplace_scale_num(eps, d).astype(np.uint64)
     scale_num = np.broadcast_to(scale_num[..., None], values.shape)
     k = discrete_laplace(rand, scale_num.ravel(), _SCALE_DENOMINATOR).reshape(values.shape)
     return (q + k) * unit[..., None]
 
 
+def laplace_scale_num(epsilon, d: int) -> np.ndarray:
+    """The grid Laplace's scale numerator over ``_SCALE_DENOMINATOR``: the scale in grid units
+    t = (grid_steps + d)/ε (the integer L1 sensitivity of d rounded coordinates over ε),
+    rounded up to a multiple of 1/256 (more noise, safe). The one copy of the formula: the
+    sampler, :func:`laplace_scale` and the privacy map (``privacy_maps.GridLaplace``) use it."""
+    return np.ceil((LAPLACE_GRID_STEPS + d) / np.asarray(epsilon, dtype=np.float64)
+                   * _SCALE_DENOMINATOR)
+
+
 def laplace_scale(l1_sensitivity: float, epsilon: float, d: int = 1) -> float:
     """The actual Laplace scale used by :func:`laplace_mechanism` (for tests and docs)."""
     unit = l1_sensitivity / LAPLACE_GRID_STEPS
-    t = math.ceil((LAPLACE_GRID_STEPS + d) / epsilon * _SCALE_DENOMINATOR) / _SCALE_DENOMINATOR
+    t = int(laplace_scale_num(epsilon, d)) / _SCALE_DENOMINATOR
     return unit * t
 
 

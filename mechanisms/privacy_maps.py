@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
+from functools import lru_cache
 from typing import Any, ClassVar, Iterable, Mapping, Union
 
 import numpy as np
 
 from . import median
-from .noise import _SCALE_DENOMINATOR, LAPLACE_GRID_STEPS, _gauss_grid
+from .noise import _SCALE_DENOMINATOR, LAPLACE_GRID_STEPS, _gauss_grid, laplace_scale_num
 from .privacy import (PROJECT_RELATION, ZCDP, Guarantee, PureDP, Relation, as_dict,
                       convert_relation, sequential, with_relation)
 
@@ -76,9 +77,9 @@ def _check_dims(kind: str, dims: int, values: np.ndarray) -> None:
 
 
 def _laplace_scale_num(epsilon: float, dims: int) -> int:
-    """The scale numerator ``laplace_mechanism`` computes, by the same arithmetic:
-    ceil((N + d)/ε · 256)."""
-    return math.ceil((LAPLACE_GRID_STEPS + dims) / epsilon * _SCALE_DENOMINATOR)
+    """The scale numerator ``laplace_mechanism`` computes: ceil((N + d)/ε · 256), by its own
+    function (``noise.laplace_scale_num``)."""
+    return int(laplace_scale_num(epsilon, dims))
 
 
 @dataclass(frozen=True)
@@ -267,8 +268,168 @@ class StudentTSmooth:
         return PureDP((self.d + 1) * (self.beta + self.s / (2.0 * math.sqrt(self.d))))
 
 
-Noise = Union[GridLaplace, GridGaussian, ExpMedian, StudentTSmooth]
-MAPS: dict[str, type] = {c.kind: c for c in (GridLaplace, GridGaussian, ExpMedian, StudentTSmooth)}
+# ---------------------------------------------------------------------------------------------
+# PrivTree's privacy map (BinAgg's split decisions; the audit, dpatlas/audit/checks.py,
+# recomputes this kind with its own code)
+
+BRANCHING = 2  # PrivTree's fan-out: each split halves a bin
+
+
+def _log_survival(m: int, t: float) -> float:
+    """ln P(K > m) for K discrete Laplace, P(K = k) ∝ exp(−|k|/t)."""
+    log_p = -1.0 / t
+    log1p_p = math.log1p(math.exp(log_p))
+    if m >= 0:
+        return (m + 1) * log_p - log1p_p
+    return math.log1p(-math.exp(-m * log_p - log1p_p))  # 1 − p^|m|/(1 + p)
+
+
+# The band sum is evaluated until its remaining tail is provably below this share of the sum
+# (the tail bound is then added, so the result is an upper bound whatever the cut-off), or for
+# at most _MAX_BANDS bands (reached only for a bias far below t·ln 2: the bound stays valid).
+_TAIL_SHARE = 1e-16
+_MAX_BANDS = 200_000
+
+
+def privtree_add_remove_epsilon(grid_steps: int, t: float, bias: int) -> float:
+    """PrivTree's add/remove ε for discrete Laplace scale ``t`` units, ``grid_steps`` units per
+    record and ``bias`` units per level (docs/binagg.md, Lemma 3): an upper bound on
+    A = Σ_{j≥0} ρ(x_j), ρ(x) = ln S(θ − x) − ln S(θ − x + N), x_j the lowest lattice point of
+    the j-th band (θ − δ + jδ, θ + jδ], so θ − x_j = m_j = δ − 1 − jδ (θ cancels).
+
+    Once m_j + N < 0 the terms fall at least geometrically with ratio r = e^{−δ/t} (Lemma 4),
+    so the tail after term j is at most term_j·r/(1 − r); that bound is added where the loop
+    stops, which makes the result an upper bound for any ``bias`` ≥ 1 (not only δ ≥ t·ln 2).
+    """
+    if bias < 1 or grid_steps < 1 or not (math.isfinite(t) and t > 0):
+        raise ValueError("PrivTree needs grid_steps >= 1, bias >= 1 grid unit and a scale > 0")
+    ratio = math.exp(-bias / t)
+    tail_factor = ratio / -math.expm1(-bias / t)  # r/(1 − r)
+    total = 0.0
+    for j in range(_MAX_BANDS):
+        m = bias - 1 - j * bias
+        term = _log_survival(m, t) - _log_survival(m + grid_steps, t)
+        total += term
+        if m + grid_steps < 0 and term * tail_factor <= _TAIL_SHARE * total:
+            break
+    return total + term * tail_factor
+
+
+def privtree_replace_one_epsilon(grid_steps: int, t: float, bias: int) -> float:
+    """PrivTree's ε under replace-one (docs/binagg.md, Theorem 1): N/t + A.
+
+    Replacing record r by r' raises the counts on r'\'s path below the common ancestor (at
+    most A, the add/remove band sum) and lowers them on r's (split decisions only become less
+    likely; the one leaf of that path costs at most ln max_m F(m + N)/F(m) = N/t for the
+    discrete Laplace CDF F). Tighter than 2·A, the group-privacy bound.
+    """
+    return grid_steps / t + privtree_add_remove_epsilon(grid_steps, t, bias)
+
+
+@dataclass(frozen=True)
+class PrivTreeLaplace:
+    """PrivTree's split decisions with discrete Laplace noise on biased counts in grid units.
+
+    ``argument`` is the ε handed to ``laplace_mechanism`` (sensitivity 1, so the grid unit is
+    1/grid_steps and the scale is scale_num/scale_den units; checked on construction).
+    """
+
+    grid_steps: int
+    scale_num: int
+    scale_den: int
+    bias: int
+    branching: int
+    argument: float | None = field(default=None, compare=False)
+
+    kind: ClassVar[str] = "privtree-grid-laplace"
+    formula: ClassVar[str] = (
+        "epsilon = grid_steps/t + sum_{j>=0} [lnS(m_j) - lnS(m_j + grid_steps)], "
+        "m_j = bias - 1 - j*bias, t = scale_num/scale_den, S(m) = P(K > m) for K discrete "
+        "Laplace of scale t: S(m) = p^(m+1)/(1+p) if m >= 0 else 1 - p^(-m)/(1+p), "
+        "p = exp(-1/t); the tail after a term j with m_j + grid_steps < 0 is at most "
+        "term_j * r/(1-r), r = exp(-bias/t) (replace-one: the band sum for the path that "
+        "gains the record, grid_steps/t for the one leaf of the path that loses it; "
+        "docs/binagg.md, after Zhang, Xiao & Xie 2016 Thm 3.1)")
+
+    def __post_init__(self) -> None:
+        for f in ("grid_steps", "scale_num", "scale_den", "bias", "branching"):
+            _positive_int(f"privtree {f}", getattr(self, f))
+        if self.argument is not None and (
+                (self.grid_steps, self.scale_den) != (LAPLACE_GRID_STEPS, _SCALE_DENOMINATOR)
+                or self.scale_num != _laplace_scale_num(self.argument, 1)):
+            raise ValueError(f"privtree parameters {self.parameters()} are not what the "
+                             f"sampler draws for epsilon = {self.argument!r}")
+
+    @property
+    def scale(self) -> float:
+        """λ·N: the Laplace scale in grid units."""
+        return self.scale_num / self.scale_den
+
+    @staticmethod
+    def at(argument: float) -> "PrivTreeLaplace":
+        """The noise ``laplace_mechanism(..., 1.0, argument)`` draws, δ = ⌈t·ln 2⌉ units."""
+        num = _laplace_scale_num(argument, 1)
+        if num > MAX_SCALE_NUM:
+            raise ValueError("BinAgg: the PrivTree budget share is too small for the grid "
+                             "Laplace (scale numerator over 2**44); use a larger epsilon or "
+                             "w_bin")
+        t = num / _SCALE_DENOMINATOR
+        return PrivTreeLaplace(LAPLACE_GRID_STEPS, num, _SCALE_DENOMINATOR,
+                               math.ceil(t * math.log(BRANCHING)), BRANCHING, argument)
+
+    @staticmethod
+    def calibrate(epsilon_bin: float) -> "PrivTreeLaplace":
+        """The least noise whose derived map is ≤ ``epsilon_bin`` (replace-one)."""
+        return _calibrate_privtree(float(epsilon_bin))
+
+    def parameters(self) -> dict:
+        return {"grid_steps": self.grid_steps, "scale_num": self.scale_num,
+                "scale_den": self.scale_den, "bias": self.bias, "branching": self.branching}
+
+    def guarantee(self) -> PureDP:
+        """Replace-one ε of the split decisions (docs/binagg.md, Theorem 1)."""
+        return PureDP(privtree_replace_one_epsilon(self.grid_steps, self.scale, self.bias))
+
+    def corollary_epsilon(self) -> float:
+        """The paper's App. C corollary for the same λ (continuous Laplace), replace-one."""
+        k = self.branching
+        return 2.0 * (2 * k - 1) / (k - 1) * self.grid_steps / self.scale
+
+    def epsilon_for(self, values: np.ndarray) -> float:
+        if self.argument is None:
+            raise ValueError("this privtree map was rebuilt from published numbers: no draw")
+        if np.shape(values)[-1] != 1:
+            raise ValueError("PrivTree draws one coordinate per node")
+        return self.argument
+
+
+@lru_cache(maxsize=256)
+def _calibrate_privtree(epsilon_bin: float) -> PrivTreeLaplace:
+    if not (math.isfinite(epsilon_bin) and epsilon_bin > 0):
+        raise ValueError(f"BinAgg: the PrivTree budget must be > 0, got {epsilon_bin!r}")
+
+    def fits(arg: float) -> bool:
+        return PrivTreeLaplace.at(arg).guarantee().epsilon <= epsilon_bin
+
+    # Start near λ = 4/ε_bin records (the replace-one map is about 4N/t for δ = t·ln 2); the
+    # argument that gives scale t units is about (N + 1)/t. Bisect on the argument (noise
+    # falls as it rises); only arguments whose map fits are ever kept.
+    start = (LAPLACE_GRID_STEPS + 1) / (4.0 / epsilon_bin * LAPLACE_GRID_STEPS)
+    lo, hi = start / 4.0, start * 4.0
+    while not fits(lo):
+        lo /= 2.0
+    while fits(hi):
+        lo, hi = hi, hi * 2.0
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return PrivTreeLaplace.at(lo)
+
+
+Noise = Union[GridLaplace, GridGaussian, ExpMedian, StudentTSmooth, PrivTreeLaplace]
+# Every privacy map, declared here (no module registers one as a side effect of its import).
+MAPS: dict[str, type] = {c.kind: c for c in (GridLaplace, GridGaussian, ExpMedian, StudentTSmooth,
+                                             PrivTreeLaplace)}
 
 
 def privacy_map(mechanism: str, parameters: Mapping[str, Any],

@@ -81,7 +81,8 @@ External anchors, run only when given (otherwise a ``skip`` line says what was n
 ``--boundaries FILE`` (the boundary file whose sha256 the manifest states has every tract
 exactly once per cell in the table: no row deleted) and ``--ledger URL`` (the ledger charged
 this release id exactly what its steps cost, recorded this manifest's sha256 as published, and
-the dataset's spend is within its cap; SQLite or PostgreSQL, read only).
+the dataset's spend, zCDP charges composed as rho (:func:`lifetime_spend`), is within its
+cap; SQLite or PostgreSQL, read only).
 
 A synthetic-microdata folder (``dpatlas synthesize``, manifest ``kind: synthetic
 microdata``) gets the same files, mode, machine-path, relations, noise and totals checks, and
@@ -2159,13 +2160,13 @@ def _ledger_rows(url: str, release_id: str, dataset: str) -> tuple[dict | None, 
                 return [dict(r._mapping) for r in conn.execute(sa.text(sql), kw)]
             release = rows("SELECT release_id, dataset, status, manifest_sha256 FROM "
                            "ledger_releases WHERE release_id = :r", r=release_id)
-            charges = rows("SELECT cell, step, guarantee_type, epsilon, delta FROM "
+            charges = rows("SELECT cell, step, guarantee_type, epsilon, delta, rho FROM "
                            "ledger_charges WHERE release_id = :r ORDER BY seq", r=release_id)
             cap = rows("SELECT cap_epsilon, cap_delta FROM ledger_caps WHERE dataset = :d",
                        d=dataset)
-            spent = rows("SELECT COALESCE(SUM(c.epsilon), 0) AS e, COALESCE(SUM(c.delta), 0) "
-                         "AS d FROM ledger_charges c JOIN ledger_releases r ON r.release_id "
-                         "= c.release_id WHERE r.dataset = :d", d=dataset)
+            spent = rows("SELECT c.guarantee_type AS kind, c.epsilon AS e, c.delta AS d, "
+                         "c.rho AS rho FROM ledger_charges c JOIN ledger_releases r ON "
+                         "r.release_id = c.release_id WHERE r.dataset = :d", d=dataset)
     except sa.exc.SQLAlchemyError as err:
         raise AuditUnreadable(f"--ledger: cannot be read ({type(err).__name__}: "
                               f"{str(err).splitlines()[0][:200]})") from None
@@ -2173,7 +2174,35 @@ def _ledger_rows(url: str, release_id: str, dataset: str) -> tuple[dict | None, 
         engine.dispose()
     return (release[0] if release else None, charges,
             (cap[0]["cap_epsilon"], cap[0]["cap_delta"]) if cap else None,
-            (float(spent[0]["e"]), float(spent[0]["d"])))
+            lifetime_spend(spent))
+
+
+def lifetime_spend(charges: list[dict]) -> tuple[float, float]:
+    """A dataset's (ε, δ) over its ledger charges (dicts with kind, e, d, rho): δ summed; ε
+    summed (basic composition), or, when tighter, the zCDP charges' ρ summed and converted once
+    at the sum of their δ, plus the other charges' ε. Both bound the same total δ."""
+    eps = math.fsum(float(c["e"]) for c in charges)
+    delta = math.fsum(float(c["d"]) for c in charges)
+    zcdp = [c for c in charges if c["kind"] == "zcdp" and c["rho"] is not None]
+    rho = math.fsum(float(c["rho"]) for c in zcdp)
+    zcdp_delta = math.fsum(float(c["d"]) for c in zcdp)
+    if rho > 0 and 0 < zcdp_delta < 1:
+        others = math.fsum(float(c["e"]) for c in charges
+                           if not (c["kind"] == "zcdp" and c["rho"] is not None))
+        eps = min(eps, others + zcdp_to_epsilon(rho, zcdp_delta))
+    return eps, delta
+
+
+def _rho_problems(charges: list[dict], m: dict) -> list[str]:
+    """A zCDP charge's stored ρ is its step's (the lifetime spend composes these ρ)."""
+    steps = {s.get("step"): guarantee_from(s.get("guarantee")) for s in m["budget"]["steps"]}
+    off = [c for c in charges if c["guarantee_type"] == "zcdp"
+           and (c["step"] not in steps or steps[c["step"]].kind != "zcdp"
+                or c["rho"] is None or not close(float(c["rho"]), steps[c["step"]].rho))]
+    if not off:
+        return []
+    return [f"{len(off)} zCDP charge(s) whose rho is not their step's, e.g. "
+            f"{off[0]['cell']} / {off[0]['step']}: rho {off[0]['rho']!r}"]
 
 
 def check_ledger(folder: Path, m: dict, url: str) -> str:
@@ -2213,6 +2242,7 @@ def check_ledger(folder: Path, m: dict, url: str) -> str:
             problems.append(f"{len(off)} charge(s) differ from the steps' guarantees, e.g. "
                             f"{k}: ledger {got[k]}, recomputed ({expected[k][0]:.12g}, "
                             f"{expected[k][1]:.6g})")
+    problems += _rho_problems(charges, m)
     if cap is None:
         problems.append(f"dataset {dataset!r} has no cap in the ledger")
     else:

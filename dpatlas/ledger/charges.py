@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
+from mechanisms.accounting import charged_terms
+from mechanisms.privacy import PROJECT_RELATION, ApproxDP, PureDP, ZCDP
+
 
 class ChargedStep(Protocol):
     name: str
@@ -37,8 +40,6 @@ def charges(budget: ChargedPlan, cells: list[str]) -> list[Charge]:
     step is charged its (ε, δ) conversion at the plan's ``conversion_delta`` (ibid., Prop.
     1.3) and keeps its ρ; an (ε, δ) step is charged as it is.
     """
-    from mechanisms.privacy import PROJECT_RELATION, ApproxDP, PureDP, ZCDP, to_approx
-
     out = []
     for cell in cells:
         for step in budget.steps:
@@ -49,14 +50,8 @@ def charges(budget: ChargedPlan, cells: list[str]) -> list[Charge]:
                 raise ValueError(f"step {step.name}: {g.describe()} is stated for "
                                  f"{g.relation.value} neighbours; the ledger charges "
                                  f"{PROJECT_RELATION.value} guarantees only")
-            if isinstance(g, PureDP):
-                eps, delta, rho = g.epsilon, 0.0, g.epsilon ** 2 / 2
-            elif isinstance(g, ApproxDP):
-                eps, delta, rho = g.epsilon, g.delta, None
-            elif isinstance(g, ZCDP):
-                conv = to_approx(g, budget.conversion_delta)
-                eps, delta, rho = conv.epsilon, conv.delta, g.rho
-            else:
+            if not isinstance(g, (PureDP, ApproxDP, ZCDP)):
                 raise ValueError(f"step {step.name}: {g.describe()} cannot be charged")
+            eps, delta, rho = charged_terms(g, budget.conversion_delta)
             out.append(Charge(cell, step.name, g.kind, eps, delta, rho))
     return out

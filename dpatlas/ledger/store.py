@@ -11,10 +11,11 @@ Rules the ledger enforces:
   always with a reason, and every change is kept in ``ledger_cap_changes`` (time, old -> new,
   reason, actor). No release of a dataset without one; a config that states a cap must state
   the ledger's (``begin_release(..., expected_cap=...)``);
-- the spend of a dataset is the sum of epsilon and of delta over every charge of every release
-  of it, whatever the release's status: noise may have been drawn before a release failed or
-  was withdrawn, so spent budget is never refunded (summing is basic sequential composition,
-  Dwork & Roth 2014, Thm 3.16, which is conservative for every guarantee type charged here);
+- the spend of a dataset composes every charge of every release of it, whatever the release's
+  status: noise may have been drawn before a release failed or was withdrawn, so spent budget
+  is never refunded. δ is the sum of the charges' δ; ε is the sum of their ε (basic sequential
+  composition, Dwork & Roth 2014, Thm 3.16), or, when tighter, the zCDP charges' ρ summed and
+  converted once at the sum of their δ plus the other charges' ε (``Ledger._spent``);
 - :meth:`Ledger.begin_release` checks the cap and records the release with all its charges in
   one transaction, serialized per ledger (SQLite: ``BEGIN IMMEDIATE`` and a busy timeout) or per
   dataset (PostgreSQL: ``SELECT ... FOR UPDATE`` on the dataset's cap row), so two processes can
@@ -60,6 +61,8 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
 
+from mechanisms.accounting import lifetime_epsilon, within
+
 from dpatlas.core.files import now_utc
 from dpatlas.core.ids import (InvalidDatasetName, InvalidReason, InvalidReleaseId,
                               validate_dataset_name, validate_reason, validate_release_id)
@@ -73,7 +76,6 @@ log = logging.getLogger(__name__)
 
 GUARANTEE_TYPES = ("pure", "approx", "zcdp", "gdp")
 STATUSES = ("in_progress", "published", "failed", "withdrawn")
-REL_TOL = 1e-9  # relative tolerance of the cap check, for float sums
 CAP_MATCH_TOL = 1e-12  # relative tolerance when comparing a config's stated cap to the ledger's
 DEFAULT_LOCK_TIMEOUT = 30.0  # seconds to wait for another process's ledger transaction
 DEFAULT_LEASE_SECONDS = 60.0
@@ -207,8 +209,13 @@ def display_text(text) -> str:
                     if ord(c) < 0x10000 else f"\\U{ord(c):08x}") for c in s)
 
 
+def _is_zcdp(row: dict) -> bool:
+    return row["guarantee_type"] == "zcdp" and row["rho"] is not None
+
+
 def _within(total: float, cap: float) -> bool:
-    return total <= cap + REL_TOL * abs(cap)
+    """The cap check, under the one tolerance policy (``mechanisms.accounting.REL_TOL``)."""
+    return bool(within(total, cap))
 
 
 def _finite(x, name: str, lo: float = 0.0, hi: float = math.inf) -> float:
@@ -718,8 +725,9 @@ class Ledger:
                     f"`{SET_CAP_COMMAND.format(dataset=dataset)}`")
             self._check_expected_cap(dataset, cap, expected_cap)
             spent_eps, spent_delta, _ = self._spent(conn, dataset)
-            if not (_within(spent_eps + charge_eps, cap.cap_epsilon)
-                    and _within(spent_delta + charge_delta, cap.cap_delta)):
+            after_eps, after_delta, _ = self._spent(conn, dataset, rows)
+            if not (_within(after_eps, cap.cap_epsilon)
+                    and _within(after_delta, cap.cap_delta)):
                 left_eps = max(cap.cap_epsilon - spent_eps, 0.0)
                 left_delta = max(cap.cap_delta - spent_delta, 0.0)
                 raise BudgetExceeded(
@@ -998,16 +1006,38 @@ class Ledger:
     # reading
 
     @staticmethod
-    def _spent(conn: sa.Connection, dataset: str) -> tuple[float, float, int]:
+    def _spent(conn: sa.Connection, dataset: str,
+               adding: Iterable[dict] = ()) -> tuple[float, float, int]:
+        """The dataset's lifetime (ε, δ) (with the charge rows ``adding`` composed in, for a
+        release being charged) and its release count: δ summed; ε by the accountant's
+        ``lifetime_epsilon`` (zCDP charges' ρ summed and converted once where that is tighter
+        than adding every charge's ε)."""
         r, ch = releases_table.c, charges_table.c
-        eps, delta = conn.execute(
-            sa.select(sa.func.coalesce(sa.func.sum(ch.epsilon), 0.0),
-                      sa.func.coalesce(sa.func.sum(ch.delta), 0.0))
-            .select_from(charges_table.join(releases_table, ch.release_id == r.release_id))
-            .where(r.dataset == dataset)).one()
+        joined = charges_table.join(releases_table, ch.release_id == r.release_id)
+
+        def sums(*where):
+            return conn.execute(
+                sa.select(sa.func.coalesce(sa.func.sum(ch.epsilon), 0.0),
+                          sa.func.coalesce(sa.func.sum(ch.delta), 0.0),
+                          sa.func.coalesce(sa.func.sum(ch.rho), 0.0))
+                .select_from(joined).where(r.dataset == dataset, *where)).one()
+
+        adding = list(adding)
+        eps, delta, _ = sums()
+        eps = math.fsum([float(eps), *(x["epsilon"] for x in adding)])
+        delta = math.fsum([float(delta), *(x["delta"] for x in adding)])
+        concentrated = [x for x in adding if _is_zcdp(x)]
+        z_eps, z_delta, z_rho = sums(ch.guarantee_type == "zcdp", ch.rho.is_not(None))
+        z_delta = math.fsum([float(z_delta), *(x["delta"] for x in concentrated)])
+        z_rho = math.fsum([float(z_rho), *(x["rho"] for x in concentrated)])
+        if z_rho > 0:
+            o_eps, _, _ = sums(sa.or_(ch.guarantee_type != "zcdp", ch.rho.is_(None)))
+            others = math.fsum([float(o_eps), *(x["epsilon"] for x in adding
+                                                if not _is_zcdp(x))])
+            eps = lifetime_epsilon(eps, others, z_rho, z_delta)
         n = conn.execute(sa.select(sa.func.count()).select_from(releases_table)
                          .where(r.dataset == dataset)).scalar_one()
-        return float(eps), float(delta), int(n)
+        return eps, float(delta), int(n)
 
     def _has_ledger(self) -> bool:
         return {caps_table.name, releases_table.name, charges_table.name} <= self._tables
@@ -1091,6 +1121,8 @@ class Ledger:
                 .group_by(*cols).order_by(r.dataset, r.created_at, r.release_id)
             ).mappings().all()
             now = self._db_clock(conn)
+            lifetime = {ds: self._spent(conn, ds)[:2]
+                        for ds in set(caps) | {x["dataset"] for x in rels}}
         history = self.cap_changes()
         lines = [head]
         datasets = sorted(set(caps) | {x["dataset"] for x in rels})
@@ -1098,8 +1130,7 @@ class Ledger:
             lines.append(f"  no datasets yet (set a cap: `{SET_CAP_COMMAND.format(dataset='D')}`)")
         for ds in datasets:
             mine = [x for x in rels if x["dataset"] == ds]
-            eps = math.fsum(float(x["eps"]) for x in mine)
-            delta = math.fsum(float(x["delta"]) for x in mine)
+            eps, delta = lifetime[ds]  # zCDP charges composed as rho (see _spent)
             cap = caps.get(ds)
             lines.append(f"dataset {display_text(ds)}:")
             if cap is None:

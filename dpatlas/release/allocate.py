@@ -15,14 +15,14 @@ from typing import Mapping, Sequence
 
 import mechanisms as M
 from mechanisms import intervals as CI
-from mechanisms.privacy import (ApproxDP, GDP, Guarantee, NotDP, PureDP, ZCDP, as_dict,
-                                rho_for_approx, sequential, to_approx)
+from mechanisms.accounting import Accountant, agrees, charged_terms, within
+from mechanisms.privacy import (ApproxDP, GDP, Guarantee, NotDP, ZCDP, as_dict,
+                                rho_for_approx, to_approx)
 from mechanisms.privacy_maps import NoiseStep, compose
 
 from dpatlas.core.config import ReleaseConfig
 from dpatlas.release.selection import Rule, worst_alternative
 
-REL_TOL = 1e-12  # float slack when comparing a step's guarantee with its recomputation
 
 
 INTERVAL_STEP = "interval: p25 and p75"
@@ -118,11 +118,11 @@ def _check_alternatives(step: Step) -> None:
             raise ValueError(f"budget step {step.name!r}: alternative {label} composes to "
                              f"{g.describe()}, not a {step.guarantee.kind} guarantee")
         m = _measure(g)
-        if any(a > b * (1 + REL_TOL) for a, b in zip(m, target)):
+        if not all(within(a, b) for a, b in zip(m, target)):
             raise ValueError(f"budget step {step.name!r}: alternative {label} composes to "
                              f"{g.describe()}, over the step's {step.guarantee.describe()}")
         found.append(m)
-    if not any(all(math.isclose(a, b, rel_tol=REL_TOL) for a, b in zip(m, target))
+    if not any(all(agrees(a, b) for a, b in zip(m, target))
                for m in found):
         raise ValueError(f"budget step {step.name!r}: no alternative composes to the step's "
                          f"{step.guarantee.describe()} (the guarantee must be derived from "
@@ -152,7 +152,14 @@ class BudgetPlan:
     interval_level: float = 0.95
 
     def per_tract(self) -> Guarantee:
-        return sequential([s.guarantee for s in self.steps], delta=self.conversion_delta or None)
+        return self._accountant(1).spent()
+
+    def _accountant(self, n_cells: int) -> Accountant:
+        """Every step of every cell composed (cells may share people: sequential)."""
+        acc = Accountant(conversion_delta=self.conversion_delta * n_cells or None)
+        for s in self.steps:
+            acc.compose(s.guarantee, n_cells)
+        return acc
 
     def charged(self) -> tuple[float, float]:
         """The (ε, δ) the ledger charges one tract and cell: the steps' figures summed (pure
@@ -160,16 +167,12 @@ class BudgetPlan:
         sequential composition)."""
         eps, dlt = [], []
         for s in self.steps:
-            g = s.guarantee
-            if isinstance(g, (ZCDP, GDP)):
-                g = to_approx(g, self.conversion_delta)
-            if isinstance(g, PureDP):
-                eps.append(g.epsilon)
-            elif isinstance(g, ApproxDP):
-                eps.append(g.epsilon)
-                dlt.append(g.delta)
-            else:
-                raise ValueError(f"budget step {s.name!r}: {g.describe()} cannot be charged")
+            try:
+                e, d, _ = charged_terms(s.guarantee, self.conversion_delta)
+            except ValueError as err:
+                raise ValueError(f"budget step {s.name!r}: {err}") from None
+            eps.append(e)
+            dlt.append(d)
         return math.fsum(eps), math.fsum(dlt)
 
     def step(self, name: str) -> Step:
@@ -184,15 +187,17 @@ class BudgetPlan:
         if any(isinstance(g, NotDP) for g in parts):
             raise ValueError("a non-private step cannot be part of a release")
         has_approx = any(isinstance(g, ApproxDP) for g in parts)
-        combined = sequential(parts, delta=self.conversion_delta * n_cells or None)
+        combined = self._accountant(n_cells).spent()
         if isinstance(combined, ZCDP):
             approx = to_approx(combined, self.delta_per_tract * n_cells)
         else:
             approx = to_approx(combined, max(getattr(combined, "delta", 0.0), 1e-300))
         rho = None
         if not has_approx:
-            rho = sequential([g if isinstance(g, ZCDP) else M.privacy.to_zcdp(g)
-                              for g in parts]).rho
+            as_rho = Accountant()
+            for g in parts:
+                as_rho.compose(M.privacy.to_zcdp(g))
+            rho = as_rho.spent().rho
         return {"epsilon": approx.epsilon, "delta": approx.delta, "rho": rho,
                 "rho_note": None if rho is not None else
                 "no zCDP bound: a step has only an (epsilon, delta) guarantee",

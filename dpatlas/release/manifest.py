@@ -20,6 +20,7 @@ from typing import Any, Iterator
 import pandas as pd
 
 import mechanisms as M
+from mechanisms.accounting import agrees, within
 from mechanisms.intervals import ESTIMANDS as INTERVAL_ESTIMANDS
 from mechanisms.privacy import (CONVERSION_TEXT, GROUP_PRIVACY_RULES, PROJECT_RELATION,
                                 MixedRelations, Relation, as_dict, convert_relation)
@@ -40,7 +41,6 @@ COMPOSITION = {
 RANDOM_BITS_OS = "os.urandom"
 RANDOM_BITS_SEEDED = "seeded (test only, NOT FOR RELEASE)"
 CONFIG_FILE = "config.json"
-REL_TOL = 1e-9  # relative tolerance for sums of floats that must agree
 
 # The manifest's schema version: dpatlas.audit.checks checks the fields this version requires.
 MANIFEST_VERSION = 3  # 3: p25_se, p75_se beside the intervals (issue 18)
@@ -231,7 +231,7 @@ def check_relations(plan: BudgetPlan, neighbouring: str) -> None:
 
 
 def _close(a: float, b: float) -> bool:
-    return math.isclose(a, b, rel_tol=REL_TOL, abs_tol=1e-300)
+    return agrees(a, b)  # the one tolerance policy (mechanisms.accounting.REL_TOL)
 
 
 def check_budget_consistent(budget: dict, totals: dict, n_cells: int,
@@ -241,10 +241,10 @@ def check_budget_consistent(budget: dict, totals: dict, n_cells: int,
     charges. A disagreement is a bug, and nothing is published."""
     eps, delta = budget["epsilon_per_tract_and_cell"], budget["delta_per_tract_and_cell"]
     problems = []
-    if eps > budget["epsilon_available"] * (1 + REL_TOL):
+    if not within(eps, budget["epsilon_available"]):
         problems.append(f"epsilon spent {eps:.17g} is over the available "
                         f"{budget['epsilon_available']:.17g}")
-    if delta > budget["delta_available"] * (1 + REL_TOL):
+    if not within(delta, budget["delta_available"]):
         problems.append(f"delta spent {delta:.6g} is over the available "
                         f"{budget['delta_available']:.6g}")
     if not _close(totals["delta"], delta * n_cells):

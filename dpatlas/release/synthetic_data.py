@@ -43,6 +43,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import mechanisms as M
+from mechanisms.accounting import within
 from mechanisms.binagg import binagg_synthetic
 from mechanisms.noise import Randomness, default_randomness
 from mechanisms.privacy import ZCDP, as_dict, rho_for_approx, sequential, to_approx
@@ -152,7 +153,7 @@ def _calibrate(epsilon: float, delta: float, hyper: dict) -> tuple[float, Step, 
     except ValueError as err:
         raise SynthesizeError(f"--epsilon {epsilon:g}: {err}") from None
     charged = to_approx(g, delta).epsilon
-    if charged > epsilon * (1 + 1e-9):
+    if not within(charged, epsilon):
         raise SynthesizeError(f"BinAgg's calibration costs epsilon {charged:.6g} > "
                               f"{epsilon:g}; report this as a bug")
     step = Step(STEP, ESTIMATOR, param, 0.0, g, ((ESTIMATOR, tuple(steps)),))
@@ -258,7 +259,7 @@ def _check_ledger(cfg: ReleaseConfig, synthetic_id: str, charge: tuple[float, fl
                               "ledger: set one with `dpatlas ledger set-cap`")
     eps, delta = charge
     short = [name for name, need, key in (("epsilon", eps, "epsilon"), ("delta", delta, "delta"))
-             if spent[key] + need > spent[f"cap_{key}"] * (1 + 1e-9)]
+             if not within(spent[key] + need, spent[f"cap_{key}"])]
     if short:
         # Say which one is short: with a cap delta of 0 a smaller --epsilon cannot help.
         fix = {("epsilon",): "use a smaller --epsilon or raise the cap's epsilon",
