@@ -472,18 +472,24 @@ def test_default_suite_has_no_opted_out_estimator_and_at_most_one_zcdp():
 # --- memory ------------------------------------------------------------------------------
 
 
-def _measured_peak(name, n):
+def _measured_peak(name, n, tries: int = 3):
+    """The estimator's peak traced allocation: the least of a few runs, because tracemalloc
+    also counts what other threads of the test process allocate meanwhile (once, under xdist,
+    DPGDzCDP measured 287 kB against its 105 kB bound, and within it when run alone)."""
     x, y = line_tract(n, seed=3)
     batch = TractBatch.single(x, y)
     M.estimate_batch(name, batch, 1.0, seed=1)  # warm caches
-    gc.collect()
-    tracemalloc.start()
-    try:
-        base = tracemalloc.get_traced_memory()[0]
-        M.estimate_batch(name, batch, 1.0, seed=1)
-        return tracemalloc.get_traced_memory()[1] - base
-    finally:
-        tracemalloc.stop()
+    peaks = []
+    for _ in range(tries):
+        gc.collect()
+        tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            M.estimate_batch(name, batch, 1.0, seed=1)
+            peaks.append(tracemalloc.get_traced_memory()[1] - base)
+        finally:
+            tracemalloc.stop()
+    return min(peaks)
 
 
 @pytest.mark.parametrize("name", list(M.REGISTRY))
