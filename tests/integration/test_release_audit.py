@@ -615,10 +615,10 @@ def test_kill_9_while_staging_leaves_nothing_in_the_public_tree(release, tmp_pat
     child = subprocess.Popen([sys.executable, "-c", KILLED_CHILD, str(job)],
                              cwd=REPO)
     try:
-        deadline = time.monotonic() + 120
+        # No deadline: the child either reaches the staging step (it then stalls there) or
+        # exits; a hang is the run's timeout, not a race against this machine's speed.
         while not marker.exists():
             assert child.poll() is None, "the child exited before staging"
-            assert time.monotonic() < deadline, "the child never reached the staging step"
             time.sleep(0.05)
         os.kill(child.pid, signal.SIGKILL)
         child.wait(timeout=30)
