@@ -1,12 +1,10 @@
 """Prefect-free unit tests of the release's plain stages: allocate, selection, estimate, and
-the ledger's charges. None of them needs a Prefect server (checked: importing them does not
-import Prefect)."""
+the ledger's charges. None of them needs a Prefect server (checked in a fresh interpreter:
+importing them does not import Prefect, tests/integration/test_prefect_free_stages.py)."""
 
 from __future__ import annotations
 
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +23,6 @@ from mechanisms.noise import SeededRandomness
 from mechanisms.privacy import PureDP, to_approx
 
 from tests.support.inputs import line_tract
-from tests.support.paths import REPO
 
 
 def config(**over) -> object:
@@ -35,14 +32,6 @@ def config(**over) -> object:
             "publish": {"root": "releases"}}
     base.update(over)
     return parse_config(base, base=Path("/tmp"))
-
-
-def test_plain_stages_do_not_import_prefect():
-    code = ("import sys, dpatlas.release.allocate, dpatlas.release.selection, dpatlas.release.estimate, "
-            "dpatlas.ledger, dpatlas.core.files, dpatlas.release.outcome; print('prefect' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, cwd=REPO)
-    assert out.stdout.strip() == "False"
 
 
 # --- allocate -------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ Each audit draws the mechanism's output many times on D and on a neighbour D', c
 99.9%-confidence lower bound on ε (tests/support/empirical_audit.py), and checks it against
 the claim. The same audit, run on a deliberately broken variant, must exceed the claim: that
 shows it can fail. BinAgg's audits (PrivTree's decisions, one bin's count) are in
-tests/unit/mechanisms/test_binagg.py.
+tests/integration/mechanisms/test_binagg.py.
 """
 
 import contextlib
