@@ -129,6 +129,7 @@ def test_leased_renews_while_the_run_lives_and_releases_at_the_end(ledger, url):
             # one per lease_s / 3: at least five lease lengths), however slow the machine, and
             # another host finds the release busy at every look meanwhile.
             while lease.renewals < 16 or busy < 10:
+                assert lease._thread.is_alive(), "the renewals stopped while the run lived"
                 with pytest.raises(ReleaseBusy):
                     other.begin_release(RID, DS, charges(), CFG, "host-b")
                 busy += 1
