@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test test-slow evaluate bench clean browser
+.PHONY: demo test test-fast test-slow evaluate bench clean browser
 
 $(STAMP): requirements.lock pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,11 @@ browser:
 
 test: $(STAMP) browser
 	$(BIN)/python -m pytest -n 2 -q
+
+# The unit tier (tests/unit: pure functions and mechanisms; no Prefect, database, subprocess or
+# browser), for development: under a minute. `make test` runs every tier.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -n 2 -q tests/unit
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -q -m slow

@@ -43,8 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))  # tests/prefect_server.py: a loopback Prefect server
+sys.path.insert(0, str(ROOT))  # and tests/support/prefect_server.py: a loopback Prefect server
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # the release and workers inherit it
@@ -462,7 +461,7 @@ def main() -> None:
           f"{country['records']:,} records (generated in {country['generated_seconds']} s; "
           f"ready in {time.perf_counter() - t0:.0f} s)", flush=True)
 
-    from prefect_server import prefect_server
+    from tests.support.prefect_server import prefect_server
 
     if args.max_parameter_size is not None:
         # A chunk is a GEOID range now (O(chunks) parameters); the option is kept to try the

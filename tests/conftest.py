@@ -1,4 +1,6 @@
-import numpy as np
+"""Fixtures shared by every tier (tests/unit, tests/integration, tests/system). Helpers are
+plain modules in tests/support/, imported by name (``from tests.support.inputs import ...``)."""
+
 import pytest
 
 from mechanisms.noise import SeededRandomness
@@ -7,53 +9,3 @@ from mechanisms.noise import SeededRandomness
 @pytest.fixture
 def rand():
     return SeededRandomness(20261121)
-
-
-def line_tract(n: int, seed: int = 0, slope: float = 0.4, noise: float = 0.15):
-    rng = np.random.default_rng(seed)
-    x = np.round(rng.uniform(0, 1, n), 2)
-    y = np.clip(0.3 + slope * x + rng.normal(0, noise, n), 0, 1)
-    return x, y
-
-
-TEST_CAP = (10.0, 1e-5)
-
-
-def write_config(path, base: dict, **over) -> "Path":
-    """Write a release config: ``base`` with top-level sections updated (dicts merged) by ``over``.
-
-    Test defaults, unless the test says otherwise: the synthetic data's ``person_id`` column is
-    named (so one record per person is checked), the publish root is a test root (seeded noise
-    is allowed only there), and the ledger has a lifetime cap (the config's stated cap, else
-    TEST_CAP), set the way an operator does, with a reason.
-    """
-    import copy
-
-    import yaml
-
-    cfg = copy.deepcopy(base)
-    for key, value in over.items():
-        cfg[key] = {**cfg.get(key, {}), **value} if isinstance(value, dict) else value
-    inp = cfg.setdefault("input", {})
-    if not cfg.get("privacy", {}).get("assume_one_record_per_person"):
-        inp.setdefault("columns", {}).setdefault("person_id", "person_id")
-    cfg.setdefault("publish", {}).setdefault("mode", "test")
-    path.write_text(yaml.safe_dump(cfg))
-    set_test_cap(path)
-    return path
-
-
-def set_test_cap(config_path) -> None:
-    """Give the config's ledger dataset a lifetime cap if it has none (test set-up)."""
-    from dpatlas.core.config import load_config
-    from dpatlas.ledger import Ledger
-
-    cfg = load_config(config_path)
-    ledger = Ledger(cfg.ledger.url)
-    try:
-        if ledger.cap(cfg.ledger.dataset) is None:
-            eps = cfg.ledger.cap_epsilon if cfg.ledger.cap_epsilon is not None else TEST_CAP[0]
-            delta = cfg.ledger.cap_delta if cfg.ledger.cap_delta is not None else TEST_CAP[1]
-            ledger.set_cap(cfg.ledger.dataset, eps, delta, reason="test set-up")
-    finally:
-        ledger.close()

@@ -76,8 +76,8 @@ OLD_PACKAGES = ("dpatlas.webmap",)
 # Files written for the new layout, where ``dpatlas.cli`` or ``dpatlas.audit`` names the new
 # package (the same name as an old module): never rewritten.
 NEW_LAYOUT_FILES = {"dpatlas/cli/__init__.py", "dpatlas/cli/__main__.py",
-                    "dpatlas/audit/__init__.py", "tests/test_operator_errors.py",
-                    "tests/test_layers.py", "tools/import_graph.py"}
+                    "dpatlas/audit/__init__.py", "tests/integration/test_operator_errors.py",
+                    "tests/integration/test_layers.py", "tools/import_graph.py"}
 
 # Moved as a file, but imported as before: the package re-exports its public names.
 FILE_ONLY_MOVES = {"dpatlas.ledger": "dpatlas.ledger.store"}

@@ -1,0 +1,64 @@
+"""The package's layers, enforced: the import-linter contracts of .importlinter hold, and they
+can fail (a forbidden import added to a copy of the code breaks them)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from tests.support.paths import REPO
+
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")  # the venv's
+PACKAGES = ("dpatlas", "flows", "tasks", "deploy", "mechanisms", "data_contracts")
+CONTRACTS = 5
+
+
+def lint_imports(root: Path) -> subprocess.CompletedProcess:
+    """lint-imports on the packages under ``root`` (they shadow the installed ones: the
+    editable install's finder comes after the path, and the root is first on the path)."""
+    env = {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin",
+           "COLUMNS": "200"}  # wide: one line per contract in the report
+    return subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=root, capture_output=True,
+                          text=True, timeout=300, env=env)
+
+
+def copy_of_the_code(dest: Path) -> Path:
+    for package in PACKAGES:
+        shutil.copytree(REPO / package, dest / package,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.js", "*.css", "*.html"))
+    shutil.copy(REPO / ".importlinter", dest / ".importlinter")
+    return dest
+
+
+def add_import(module_file: Path, statement: str) -> None:
+    module_file.write_text(module_file.read_text() + f"\n{statement}\n")
+
+
+def test_every_contract_is_kept():
+    run = lint_imports(REPO)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert f"Contracts: {CONTRACTS} kept, 0 broken." in run.stdout
+
+
+def test_a_forbidden_import_breaks_its_contract(tmp_path):
+    code = copy_of_the_code(tmp_path)
+    unchanged = lint_imports(code)
+    assert unchanged.returncode == 0, unchanged.stdout + unchanged.stderr  # the copy is checked
+    assert f"Contracts: {CONTRACTS} kept, 0 broken." in unchanged.stdout
+
+    add_import(code / "dpatlas" / "release" / "allocate.py",
+               "import dpatlas.evaluation.synthetic_input  # research code on the release path")
+    add_import(code / "mechanisms" / "noise.py", "import dpatlas.core.files")
+    run = lint_imports(code)
+    assert run.returncode == 1, run.stdout + run.stderr
+    # the evaluation contract and the layers (release above evaluation), the acyclic one (an
+    # edge both ways between release and evaluation), and mechanisms's own
+    assert f"Contracts: {CONTRACTS - 4} kept, 4 broken." in run.stdout
+    assert "The release path never imports the evaluation (research on synthetic input) BROKEN" \
+        in run.stdout
+    assert "mechanisms imports nothing of ours BROKEN" in run.stdout
+    assert "The audit imports nothing of ours (not even mechanisms: an auditor trusts none of " \
+        "it) KEPT" in run.stdout  # a contract the added imports do not touch
+    assert "dpatlas.release.allocate -> dpatlas.evaluation.synthetic_input" in run.stdout
+    assert "mechanisms.noise -> dpatlas.core.files" in run.stdout

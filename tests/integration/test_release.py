@@ -1,0 +1,402 @@
+"""The release flow end to end on a small synthetic state, and its documented bad-input outcomes."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+
+import geopandas as gpd
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+
+from prefect.testing.utilities import prefect_test_harness  # noqa: E402
+
+from dpatlas.core.config import ConfigError, parse_config  # noqa: E402
+from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic  # noqa: E402
+from dpatlas.release.validate import ValidationFailed  # noqa: E402
+from mechanisms import noise  # noqa: E402
+from mechanisms.privacy import PureDP, ZCDP, ApproxDP, sequential, to_approx  # noqa: E402
+from dpatlas.release.validate import BoundaryCoverageError  # noqa: E402
+
+from tests.support.inputs import write_config  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def prefect_server():
+    with prefect_test_harness(server_startup_timeout=180):
+        yield
+
+
+@pytest.fixture(scope="session")
+def small_state(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("state")
+    write_synthetic(out, ["17"], seed=5, params=StateParams(n_tracts=150, counties=6))
+    return out
+
+
+def make_config(tmp: Path, data: Path, **over) -> Path:
+    cfg = {
+        "input": {"path": str(data / "microdata")},
+        "boundaries": {"path": str(data / "tracts.parquet")},
+        "privacy": {"epsilon_per_tract": 1.0},
+        "selection": {"rule": "dp", "threshold": 3.0},
+        "publish": {"root": str(tmp / "releases"), "internal_root": str(tmp / "internal")},
+        "partition_tracts": 60,
+    }
+    return write_config(tmp / "config.yaml", cfg, **over)
+
+
+def run(config: Path, release_id: str = "r1", seed: int | None = 7) -> Path:
+    from flows.release import release
+
+    return Path(release(str(config), release_id, seed))
+
+
+def copy_input(small_state: Path, tmp: Path) -> Path:
+    dst = tmp / "data"
+    shutil.copytree(small_state, dst)
+    return dst
+
+
+def part_file(data: Path) -> Path:
+    return data / "microdata" / "state=17" / "part-0.parquet"
+
+
+class NoiseWatch:
+    """Counts draws of random bits: 'no noise drawn' is checked, not assumed."""
+
+    def __init__(self, monkeypatch):
+        self.calls = 0
+        for cls in (noise.OSRandomness, noise.SeededRandomness):
+            original = cls.words
+
+            def counted(obj, n, _orig=original):
+                self.calls += 1
+                return _orig(obj, n)
+
+            monkeypatch.setattr(cls, "words", counted)
+
+
+# --- the happy path ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def published(small_state, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("release")
+    folder = run(make_config(tmp, small_state, profile={"name": "full-suite"}))
+    return tmp, folder
+
+
+def test_release_publishes_map_ready_files(published, small_state):
+    tmp, folder = published
+    names = {p.name for p in folder.iterdir()}
+    assert names >= {"config.json", "manifest.json", "p25_map.png", "tracts.csv",
+                     "tracts.geojson", "tracts.parquet"}
+    listed = json.loads((folder / "manifest.json").read_text())["files"]
+    assert names == set(listed) | {"manifest.json"}  # nothing published unlisted
+    gdf = gpd.read_parquet(folder / "tracts.parquet")
+    geo = gpd.read_file(folder / "tracts.geojson")
+    csv = pd.read_csv(folder / "tracts.csv", dtype={"geoid": str, "state": str, "county": str})
+    boundaries = gpd.read_parquet(small_state / "tracts.parquet")
+    assert geo.crs.to_epsg() == 4326 and gdf.crs.to_epsg() == 4326
+    assert len(gdf) == len(geo) == len(csv) == len(boundaries)
+    assert set(gdf["geoid"]) == set(boundaries["GEOID"])  # every boundary tract has a row
+    assert set(gdf["status"]) <= {"released", "suppressed", "failed"}
+    released = gdf[gdf.status == "released"]
+    assert len(released) > 0.9 * len(gdf)
+    assert released[["p25", "p75"]].notna().all().all()
+    assert ((released.p25 >= 0) & (released.p25 <= 1)).all()
+    assert np.allclose(released.p25, released.p25_raw.clip(0, 1))
+    assert gdf.loc[gdf.status != "released", ["p25", "p75"]].isna().all().all()
+    assert (gdf.loc[gdf.n < 2, "status"] == "suppressed").all()
+
+
+def test_manifest_totals_recompute_and_hashes_match(published):
+    tmp, folder = published
+    m = json.loads((folder / "manifest.json").read_text())
+    for key in ("release_id", "published", "code_version", "config_sha256", "input_commitment",
+                "privacy_unit", "neighbouring_relation", "budget", "composition",
+                "total_per_person", "counts", "noise_sampler", "ledger_entry", "files"):
+        assert key in m, key
+    # The input is committed to under a key kept internal, never hashed in the clear: the
+    # plain sha256 of the microdata is a non-DP function of it (issue 17 review).
+    assert "input_sha256" not in m
+    internal = tmp / "internal" / folder.name  # make_config's internal root
+    key = (internal / "input_commitment.key").read_bytes()
+    assert len(key) == 32 and (internal / "input_commitment.key").stat().st_mode & 0o077 == 0
+    plain = json.loads((internal / "state.json").read_text())["input_sha256"] \
+        if (internal / "state.json").exists() else None
+    if plain is not None:
+        want = hmac.new(key, plain.encode(), hashlib.sha256).hexdigest()
+        assert m["input_commitment"] == {"scheme": "hmac-sha256", "value": want,
+                                         "key": m["input_commitment"]["key"]}
+    assert plain is None or plain not in json.dumps(m)
+    # an auditor's recomputation from the per-step entries
+    parts = []
+    for step in m["budget"]["steps"]:
+        g = step["guarantee"]
+        parts.append({"pure": lambda: PureDP(g["epsilon"]), "zcdp": lambda: ZCDP(g["rho"]),
+                      "approx": lambda: ApproxDP(g["epsilon"], g["delta"])}[g["type"]]())
+    total = sequential(parts, delta=m["budget"]["conversion_delta"] or None)
+    total = to_approx(total, max(getattr(total, "delta", 0.0), 1e-300))
+    assert total.epsilon == pytest.approx(m["total_per_person"]["epsilon"], rel=1e-9)
+    assert total.delta == pytest.approx(m["total_per_person"]["delta"], rel=1e-9)
+    assert total.epsilon <= m["budget"]["epsilon_per_tract_and_cell"] * (1 + 1e-9)
+    assert total.delta <= m["budget"]["delta_per_tract_and_cell"] * (1 + 1e-9)
+    # every published file is hashed
+    from dpatlas.publication.tract_files import sha256_file
+    for name, info in m["files"].items():
+        assert sha256_file(folder / name) == info["sha256"]
+    # counts agree with the table
+    gdf = gpd.read_parquet(folder / "tracts.parquet")
+    assert m["counts"]["by_status"] == gdf["status"].value_counts().to_dict()
+    # charged budget: exactly the per-tract total where estimated, zero where suppressed
+    est = gdf[gdf.status != "suppressed"]
+    assert np.allclose(est.epsilon_spent, m["budget"]["epsilon_per_tract_and_cell"])
+    assert (gdf.loc[gdf.status == "suppressed", "epsilon_spent"] == 0).all()
+
+
+def test_no_published_column_is_unaccounted_for(published):
+    tmp, folder = published
+    m = json.loads((folder / "manifest.json").read_text())
+    accounted = {c.strip() for key in m["published_columns"] for c in key.split(",")}
+    columns = set(pd.read_csv(folder / "tracts.csv", nrows=1).columns) | {"geometry"}
+    assert columns <= accounted, columns - accounted
+    suite_steps = {s["estimator"] for s in m["budget"]["steps"] if s["estimator"]}
+    suite_cols = {c.rsplit("_", 1)[0] for c in columns if c.endswith(("_p25", "_p75"))
+                  and not c.startswith(("p25", "p75"))}
+    assert suite_cols == suite_steps  # each suite column is paid for by its own step
+    # validation results are internal: nothing of them in the published folder
+    assert "validation" not in m and not (folder / "validation.json").exists()
+    assert (tmp / "internal" / "r1" / "validation.json").exists()
+    # one Data Docs site per release, listing the partition's and the output's validations
+    docs = tmp / "internal" / "r1" / "data_docs"
+    assert (docs / "index.html").exists()
+    assert sorted(p.name for p in docs.iterdir() if p.is_dir()) == ["expectations", "static",
+                                                                     "validations"]
+    runs = {p.name for p in (docs / "validations").glob("*/*")}
+    assert runs == {"input-17", "published"}
+
+
+def test_same_seed_same_numbers_and_rerun_of_published_id_is_a_noop(small_state, tmp_path,
+                                                                       published):
+    _, first = published
+    before = (first / "manifest.json").read_bytes()
+    rerun = run(make_config(published[0], small_state, profile={"name": "full-suite"}))
+    assert rerun == first and (first / "manifest.json").read_bytes() == before
+    again = run(make_config(tmp_path, small_state, profile={"name": "full-suite"}))
+    a = pd.read_csv(first / "tracts.csv")
+    b = pd.read_csv(again / "tracts.csv")
+    pd.testing.assert_frame_equal(a, b)
+
+
+# --- bad inputs --------------------------------------------------------------------------------
+
+
+def test_out_of_bound_ranks_stop_before_noise(small_state, tmp_path, monkeypatch):
+    data = copy_input(small_state, tmp_path)
+    df = pd.read_parquet(part_file(data))
+    df.loc[[3, 10, 11], "parent_rank"] = 1.7
+    df.to_parquet(part_file(data), index=False)
+    watch = NoiseWatch(monkeypatch)
+    with pytest.raises(ValidationFailed) as err:
+        run(make_config(tmp_path, data))
+    msg = str(err.value)
+    assert "expect_column_values_to_be_between" in msg and "3 row(s)" in msg
+    assert watch.calls == 0  # no noise drawn
+    assert not (tmp_path / "releases").exists()  # publish root untouched
+    quarantine = tmp_path / "internal" / "r1" / "quarantine" / "input-17.parquet"
+    assert str(quarantine) in msg
+    assert sorted(pd.read_parquet(quarantine)["row"]) == [3, 10, 11]
+    # the raw input is never modified
+    assert (pd.read_parquet(part_file(data)).loc[[3, 10, 11], "parent_rank"] == 1.7).all()
+
+
+def test_clip_and_drop_policies(small_state, tmp_path):
+    data = copy_input(small_state, tmp_path)
+    df = pd.read_parquet(part_file(data))
+    df.loc[[0, 1], "child_rank"] = -0.2
+    df.to_parquet(part_file(data), index=False)
+    clipped = run(make_config(tmp_path, data, validation={"policy": "clip"}), "clip")
+    assert (clipped / "tracts.parquet").exists()
+    dropped = run(make_config(tmp_path, data, validation={"policy": "drop"}), "drop")
+    q = pd.read_parquet(tmp_path / "internal" / "drop" / "quarantine" / "input-17.parquet")
+    assert sorted(q["row"]) == [0, 1]
+    n_total = gpd.read_parquet(dropped / "tracts.parquet")["n"].sum()
+    assert n_total == len(df) - 2
+
+
+def test_bad_geoids_fail(small_state, tmp_path, monkeypatch):
+    data = copy_input(small_state, tmp_path)
+    df = pd.read_parquet(part_file(data))
+    df["geoid"] = df["geoid"].astype(str)
+    df.loc[5, "geoid"] = "0300100010"  # 10 digits, and state 03 does not exist
+    df.to_parquet(part_file(data), index=False)
+    watch = NoiseWatch(monkeypatch)
+    with pytest.raises(ValidationFailed, match="geoid"):
+        run(make_config(tmp_path, data))
+    assert watch.calls == 0
+
+
+def test_missing_column_is_named(small_state, tmp_path):
+    from dpatlas.release.ingest import InputError
+
+    data = copy_input(small_state, tmp_path)
+    df = pd.read_parquet(part_file(data)).drop(columns="child_rank")
+    df.to_parquet(part_file(data), index=False)
+    with pytest.raises(InputError, match="child_rank"):
+        run(make_config(tmp_path, data))
+
+
+def test_boundary_file_lacking_tracts_stops_before_noise(small_state, tmp_path, monkeypatch):
+    data = copy_input(small_state, tmp_path)
+    b = gpd.read_parquet(data / "tracts.parquet")
+    b.iloc[5:].to_parquet(data / "tracts.parquet")
+    watch = NoiseWatch(monkeypatch)
+    with pytest.raises(BoundaryCoverageError, match="5 tract"):
+        run(make_config(tmp_path, data))
+    assert watch.calls == 0
+    assert not (tmp_path / "releases").exists()
+
+
+def test_empty_tracts_are_listed_as_suppressed(small_state, tmp_path):
+    data = copy_input(small_state, tmp_path)
+    df = pd.read_parquet(part_file(data))
+    empty = sorted(df["geoid"].astype(str).unique())[:4]
+    df[~df["geoid"].astype(str).isin(empty)].to_parquet(part_file(data), index=False)
+    folder = run(make_config(tmp_path, data))
+    gdf = gpd.read_parquet(folder / "tracts.parquet").set_index("geoid")
+    assert (gdf.loc[empty, "status"] == "suppressed").all()
+    assert (gdf.loc[empty, "reason"] == "no records").all()
+    assert (gdf.loc[empty, "n"] == 0).all()
+
+
+def test_percentile_csv_input(small_state, tmp_path):
+    df = pd.read_parquet(part_file(small_state))
+    df = df.rename(columns={"geoid": "tract", "parent_rank": "par", "child_rank": "kid"})
+    df[["par", "kid"]] *= 100
+    df.to_csv(tmp_path / "in.csv", index=False)
+    cfg = make_config(tmp_path, small_state,
+                      input={"path": str(tmp_path / "in.csv"), "format": "csv",
+                             "rank_scale": "percentile",
+                             "columns": {"geoid": "tract", "parent_rank": "par",
+                                         "child_rank": "kid"}})
+    folder = run(cfg)
+    gdf = gpd.read_parquet(folder / "tracts.parquet")
+    assert gdf["n"].sum() == len(df)
+
+
+def test_invalid_config_names_the_key():
+    with pytest.raises(ConfigError) as err:
+        parse_config({"input": {"path": "x"}, "boundaries": {"path": "y"},
+                      "selection": {"rule": "magic", "threshold": 1},
+                      "privacy": {"epsilon_per_tract": 0, "epsilonn": 1}})
+    msg = str(err.value)
+    assert "selection.rule" in msg and "'dp', 'public', 'fixed' or 'banded'" in msg
+    assert "privacy.epsilon_per_tract" in msg and "greater than 0" in msg
+    assert "privacy.epsilonn: unknown key" in msg
+
+
+def test_example_config_validates(tmp_path):
+    from dpatlas.core.config import EXAMPLE
+
+    cfg = parse_config(yaml.safe_load(EXAMPLE))
+    assert cfg.validation.policy == "fail" and cfg.selection.rule == "dp"
+
+
+def test_released_tracts_carry_confidence_intervals(published):
+    """Every released tract has p25/p75 intervals at the configured level that contain the
+    published value; other rows have none; the output contract checks the same, and the
+    interval's budget is a named step of the plan and the manifest."""
+    from data_contracts import validate_published
+
+    tmp, folder = published
+    gdf = gpd.read_parquet(folder / "tracts.parquet")
+    released = gdf[gdf.status == "released"]
+    for p in ("p25", "p75"):
+        lo, hi = released[f"{p}_lo"], released[f"{p}_hi"]
+        assert lo.notna().all() and hi.notna().all()
+        assert ((0 <= lo) & (lo <= released[p]) & (released[p] <= hi) & (hi <= 1)).all()
+        assert gdf.loc[gdf.status != "released", [f"{p}_lo", f"{p}_hi"]].isna().all().all()
+    m = json.loads((folder / "manifest.json").read_text())
+    steps = {s["step"]: s for s in m["budget"]["steps"]}
+    assert "interval: p25 and p75" in steps
+    assert m["intervals"]["level"] == 0.95 and m["intervals"]["epsilon"] > 0
+    assert set(steps["interval: p25 and p75"]["noise"]["alternatives"]) == {"NoisyStats",
+                                                                           "DPExpTheilSen"}
+    # the contract catches an interval that does not contain its value
+    table = pd.DataFrame(gdf.drop(columns="geometry"))
+    assert validate_published(table).success
+    bad = table.copy()
+    i = bad.index[bad.status == "released"][0]
+    bad.loc[i, "p25_lo"] = min(1.0, bad.loc[i, "p25"] + 0.01) if bad.loc[i, "p25"] < 1 else 0.5
+    bad.loc[i, "p25_hi"] = bad.loc[i, "p25_lo"]
+    assert not validate_published(bad).success
+
+
+def test_released_tracts_carry_standard_errors_paid_by_the_interval_step(published):
+    """Issue 18 item 5 through the flow: p25_se/p75_se where the interval is, (hi - lo)/(2z)
+    rounded up, accounted for as post-processing of the interval step, checked by the
+    output contract."""
+    from statistics import NormalDist
+
+    tmp, folder = published
+    gdf = gpd.read_parquet(folder / "tracts.parquet")
+    z = NormalDist().inv_cdf(0.975)
+    for p in ("p25", "p75"):
+        want = (gdf[f"{p}_hi"] - gdf[f"{p}_lo"]) / (2 * z)
+        se = gdf[f"{p}_se"]
+        assert (se.notna() == (gdf.status == "released")).all()
+        assert ((se >= want - 1e-12) & (se <= want + 1e-4))[se.notna()].all()
+    m = json.loads((folder / "manifest.json").read_text())
+    assert m["published_columns"]["p25_se, p75_se"].startswith(
+        "post-processing of the step 'interval: p25 and p75'")
+    assert "p25_se" in m["rounding"]["outwards"]["up"]
+    assert m["output_contract"] == {"suite": "published_tracts", "success": True}
+
+
+def test_three_state_release_has_one_data_docs_site(tmp_path):
+    """Great Expectations as its users expect: one file-backed context and one Data Docs
+    site per release, whatever the number of partitions; each partition's check and the
+    output check are runs of their Checkpoints, listed in that site."""
+    data = tmp_path / "data"
+    write_synthetic(data, ["17", "18", "19"], seed=9, params=StateParams(n_tracts=30, counties=2))
+    folder = run(make_config(tmp_path, data), "three")
+    assert (folder / "manifest.json").is_file()
+    internal = tmp_path / "internal" / "three"
+    docs = internal / "data_docs"
+    assert [p.relative_to(internal) for p in internal.rglob("index.html")] == \
+        [Path("data_docs/index.html")]
+    runs = sorted(p.name for p in (docs / "validations").glob("*/*"))
+    assert runs == ["input-17", "input-18", "input-19", "published"]
+    index = (docs / "index.html").read_text()
+    assert all(name in index for name in runs)
+    import yaml as _yaml
+
+    gx_config = _yaml.safe_load((internal / "gx" / "gx" / "great_expectations.yml").read_text())
+    assert list(gx_config["data_docs_sites"]) == ["dpatlas_contracts"]
+    checkpoints = sorted(p.stem for p in (internal / "gx" / "gx" / "checkpoints").iterdir())
+    assert checkpoints == ["input_microdata", "published_tracts"]
+
+
+def test_estimand_is_stated_in_the_manifest_and_the_schema(published):
+    """Issue 18: each mechanism's rows state which line of the tract they estimate."""
+    tmp, folder = published
+    m = json.loads((folder / "manifest.json").read_text())
+    estimand = m["intervals"]["estimand"]
+    assert "least-squares" in estimand["NoisyStats"]
+    assert "Theil-Sen" in estimand["DPExpTheilSen"] and "skewed" in estimand["DPExpTheilSen"]
+    schema = json.loads((folder / "tracts.schema.json").read_text())
+    text = {f["name"]: f.get("description", "") for f in schema["fields"]}
+    for column in ("p25", "p75", "p25_lo", "p25_hi", "p75_lo", "p75_hi"):
+        assert "least-squares" in text[column] and "Theil-Sen" in text[column], column

@@ -1,0 +1,1 @@
+"""Helpers for the tests: plain modules, imported as ``tests.support.<name>``."""

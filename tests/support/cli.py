@@ -1,0 +1,52 @@
+"""The ``dpatlas`` command, driven the two ways the tests need.
+
+In-process (typer's CliRunner on ``dpatlas.cli.commands.app``) where the exit code and the
+message are the whole story: an argument or config error, a refusal before any charge. In a
+subprocess where the process boundary is what is tested: a signal, a crash point, the
+interpreter's own exit code or traceback, a run against a real Prefect server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import traceback
+
+from typer.testing import CliRunner
+
+import flows.release  # noqa: F401  (Prefect sets up its logging now, not inside a CliRunner
+from dpatlas.cli.commands import app  # whose captured streams are closed when it returns)
+
+# The subprocess's environment: no Prefect server inherited (a release starts its own).
+ENV = {**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+       "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180", "COLUMNS": "200"}
+ENV.pop("PREFECT_API_URL", None)
+
+# In-process: a command refused before its Prefect server is needed must not need one; a dead
+# URL proves it (a command that did reach Prefect fails on it).
+NO_SERVER = {"PREFECT_API_URL": "http://127.0.0.1:9/api", "COLUMNS": "200"}
+
+
+def run_subprocess(*args, cwd=None, env=None) -> subprocess.CompletedProcess:
+    """``python -m dpatlas.cli.commands ARGS`` in a child process."""
+    return subprocess.run([sys.executable, "-m", "dpatlas.cli.commands", *map(str, args)],
+                          capture_output=True, text=True, env=env or ENV, cwd=cwd, timeout=600)
+
+
+def invoke(*args, env=None):
+    """The command in this process; typer's Result (exit_code, output, exception)."""
+    return CliRunner().invoke(app, [str(a) for a in args], env=env or NO_SERVER)
+
+
+def run_in_process(*args, cwd=None, env=None) -> subprocess.CompletedProcess:
+    """The command in this process, answered like :func:`run_subprocess` (returncode, stdout,
+    stderr), so one assertion reads the same for both. An exception that escaped the command
+    is written to stderr as its traceback, as the interpreter would."""
+    with contextlib.chdir(cwd) if cwd is not None else contextlib.nullcontext():
+        res = invoke(*args, env=env)
+    stderr = res.stderr
+    if res.exception is not None and not isinstance(res.exception, SystemExit):
+        stderr += "".join(traceback.format_exception(res.exception))
+    return subprocess.CompletedProcess(list(args), res.exit_code, res.stdout, stderr)

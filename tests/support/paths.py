@@ -1,0 +1,5 @@
+"""Where the checkout is, for tests that read its files or run its scripts."""
+
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]  # tests/support/paths.py -> the checkout

@@ -1,0 +1,230 @@
+"""Operations: crash recovery (SIGKILL at several points), reruns, concurrency, the budget cap,
+and the Dask runner, each through the real command line in subprocesses."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
+from tests.support.inputs import write_config
+from tests.support.prefect_server import prefect_server
+
+pytestmark = pytest.mark.slow
+
+CRASH_POINTS = ["after-ledger-charge", "after-select-input-17-1", "after-estimate-input-17-0",
+                "after-publish", "after-ledger-complete"]
+
+
+@pytest.fixture(scope="module")
+def api_url(tmp_path_factory):
+    with prefect_server(tmp_path_factory.mktemp("prefect")) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def state(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("state")
+    write_synthetic(out, ["17"], seed=9, params=StateParams(n_tracts=60, counties=3))
+    return out
+
+
+def config(tmp: Path, data: Path, **over) -> Path:
+    cfg = {"input": {"path": str(data / "microdata")},
+           "boundaries": {"path": str(data / "tracts.parquet")},
+           "selection": {"rule": "dp", "threshold": 3.0},
+           "publish": {"root": str(tmp / "releases")},
+           "ledger": {"url": f"sqlite:///{tmp / 'ledger.db'}", "dataset": "il",
+                      "cap_epsilon": 10.0},
+           "partition_tracts": 20}
+    return write_config(tmp / "config.yaml", cfg, **over)
+
+
+def cli(api_url: str, *args, crash: str | None = None, wait: bool = True):
+    env = {**os.environ, "PREFECT_API_URL": api_url, "COLUMNS": "200",
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env.pop("DPATLAS_CRASH_AT", None)
+    if crash:
+        env["DPATLAS_CRASH_AT"] = crash
+    proc = subprocess.Popen([sys.executable, "-m", "dpatlas.cli.commands", *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if not wait:
+        return proc
+    out, _ = proc.communicate(timeout=600)
+    return proc.returncode, out
+
+
+def ledger_rows(tmp: Path) -> pd.DataFrame:
+    from dpatlas.ledger import Ledger
+
+    return Ledger(f"sqlite:///{tmp / 'ledger.db'}").entries("il")
+
+
+def digest(folder: Path) -> dict:
+    """What must match between a resumed and an uninterrupted run: the published data files
+    and the manifest without its timestamps."""
+    out = {f: hashlib.sha256((folder / f).read_bytes()).hexdigest()
+           for f in ("tracts.parquet", "tracts.csv", "tracts.geojson")}
+    m = json.loads((folder / "manifest.json").read_text())
+    # times, and what depends on where the test's temporary folder is
+    for key in ("started", "published", "files", "config_sha256", "boundaries"):
+        m.pop(key)
+    # keyed by a random per-release secret, so two releases of the same input differ here
+    commitment = m.pop("input_commitment")
+    assert commitment["scheme"] == "hmac-sha256" and len(commitment["value"]) == 64
+    m["files_sha"] = {f: v["sha256"] for f, v in
+                      json.loads((folder / "manifest.json").read_text())["files"].items()
+                      if f != "p25_map.png"}
+    out["manifest"] = m
+    return out
+
+
+@pytest.fixture(scope="module")
+def baseline(api_url, state, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("baseline")
+    rc, out = cli(api_url, "release", "-c", str(config(tmp, state)), "--release-id", "r",
+                  "--noise-seed", "11")
+    assert rc == 0, out
+    return tmp, digest(tmp / "releases" / "r"), ledger_rows(tmp)
+
+
+@pytest.mark.parametrize("point", CRASH_POINTS)
+def test_crash_then_resume_matches_uninterrupted(api_url, state, baseline, tmp_path, point):
+    cfg = config(tmp_path, state)
+    rc, out = cli(api_url, "release", "-c", str(cfg), "--release-id", "r", "--noise-seed", "11",
+                  crash=point)
+    assert rc == -9, out  # killed by SIGKILL at the crash point
+    internal = tmp_path / "releases-internal" / "r"
+    persisted = {p: p.stat().st_mtime_ns for p in internal.rglob("*.parquet")
+                 if p.parent.name in ("selection", "results")}
+    rc, out = cli(api_url, "release", "-c", str(cfg), "--release-id", "r", "--noise-seed", "11")
+    assert rc == 0, out
+    # draws persisted before the crash were reused, not drawn again
+    for path, mtime in persisted.items():
+        assert path.stat().st_mtime_ns == mtime, path
+    _, expected, expected_ledger = baseline
+    assert digest(tmp_path / "releases" / "r") == expected
+    rows = ledger_rows(tmp_path)
+    cols = ["release_id", "cell", "step", "guarantee_type", "epsilon", "delta"]
+    pd.testing.assert_frame_equal(rows[cols].reset_index(drop=True),
+                                  expected_ledger[cols].reset_index(drop=True))
+    assert set(rows["status"]) == {"published"}
+    feed = json.loads((tmp_path / "releases" / "feed.json").read_text())
+    assert feed["latest"] == "r"
+
+
+def test_rerun_is_a_noop_and_new_id_is_charged(api_url, state, tmp_path):
+    cfg = config(tmp_path, state)
+    assert cli(api_url, "release", "-c", str(cfg), "--release-id", "a")[0] == 0
+    manifest = (tmp_path / "releases" / "a" / "manifest.json").read_bytes()
+    n_rows = len(ledger_rows(tmp_path))
+    rc, out = cli(api_url, "release", "-c", str(cfg), "--release-id", "a")
+    assert rc == 0 and "already published" in out
+    assert (tmp_path / "releases" / "a" / "manifest.json").read_bytes() == manifest
+    assert len(ledger_rows(tmp_path)) == n_rows  # nothing charged
+    assert cli(api_url, "release", "-c", str(cfg), "--release-id", "b")[0] == 0
+    rows = ledger_rows(tmp_path)
+    assert len(rows) == 2 * n_rows  # a fresh draw is a new id and is charged again
+    rc, out = cli(api_url, "ledger", "show", "-c", str(cfg))
+    assert rc == 0 and "a" in out and "b" in out
+
+
+def test_cap_refuses_before_any_noise(api_url, state, tmp_path):
+    cfg = config(tmp_path, state, ledger={"cap_epsilon": 1.5})
+    assert cli(api_url, "release", "-c", str(cfg), "--release-id", "first")[0] == 0
+    rc, out = cli(api_url, "release", "-c", str(cfg), "--release-id", "second")
+    assert rc == 2, out
+    assert "already spent" in out and "left" in out
+    assert not (tmp_path / "releases" / "second").exists()
+    assert not (tmp_path / "releases-internal" / "second" / "selection").exists()  # no noise
+    assert set(ledger_rows(tmp_path)["release_id"]) == {"first"}
+
+
+def test_subflow_parameters_over_the_servers_limit_are_refused_before_the_charge(
+        api_url, state, tmp_path):
+    """The server refuses a flow run whose parameters exceed its limit; found at the subflow
+    call, that was after the charge (a national release). The flow measures them first."""
+    cfg = config(tmp_path, state, partition_tracts=1)  # 60 chunks: a few KiB of parameters
+    env = {"PREFECT_SERVER_API_MAX_PARAMETER_SIZE": "2000"}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        rc, out = cli(api_url, "release", "-c", str(cfg), "--release-id", "big")
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    assert rc == 2, out
+    assert "over the Prefect server's limit of 2,000" in out and "nothing was charged" in out
+    assert "Traceback" not in out
+    assert ledger_rows(tmp_path).empty
+    assert not (tmp_path / "releases-internal" / "big" / "selection").exists()  # no noise
+
+
+def test_two_operators_same_release(api_url, state, tmp_path):
+    cfg = config(tmp_path, state)
+    procs = [cli(api_url, "release", "-c", str(cfg), "--release-id", "same", wait=False)
+             for _ in range(2)]
+    results = [(p.wait(timeout=600), p.stdout.read()) for p in procs]
+    codes = sorted(rc for rc, _ in results)
+    assert codes in ([0, 0], [0, 2]), results
+    for rc, out in results:
+        if rc == 2:
+            assert "being run by" in out or "busy" in out.lower(), out
+    rows = ledger_rows(tmp_path)
+    assert len(rows) == len(rows.drop_duplicates(["release_id", "cell", "step"]))  # charged once
+    assert set(rows["release_id"]) == {"same"}
+
+
+def test_dask_runner_matches_local(api_url, state, tmp_path):
+    local = tmp_path / "local"
+    dask = tmp_path / "dask"
+    local.mkdir()
+    dask.mkdir()
+    rc, out = cli(api_url, "release", "-c", str(config(local, state)), "--release-id", "x",
+                  "--noise-seed", "5")
+    assert rc == 0, out
+    rc, out = cli(api_url, "release", "-c", str(config(dask, state, runner="dask",
+                                                       dask_workers=2)),
+                  "--release-id", "x", "--noise-seed", "5")
+    assert rc == 0, out
+    a = pd.read_csv(local / "releases" / "x" / "tracts.csv")
+    b = pd.read_csv(dask / "releases" / "x" / "tracts.csv")
+    pd.testing.assert_frame_equal(a, b)
+
+
+def test_two_hosts_one_ledger_one_release(api_url, state, tmp_path):
+    """Two processes with their own lock folders (as two hosts would have) and one ledger: the
+    ledger's lease lets exactly one of them work the release; the id is charged once and
+    published once."""
+    shared = {"publish": {"root": str(tmp_path / "releases")},
+              "ledger": {"url": f"sqlite:///{tmp_path / 'ledger.db'}", "dataset": "il"}}
+    cfgs = []
+    for host in ("host-a", "host-b"):
+        (tmp_path / host).mkdir()
+        cfgs.append(config(tmp_path / host, state, publish={
+            **shared["publish"], "internal_root": str(tmp_path / host / "internal")},
+            ledger=shared["ledger"]))
+    procs = [cli(api_url, "release", "-c", str(c), "--release-id", "one", wait=False)
+             for c in cfgs]
+    results = [(p.wait(timeout=600), p.stdout.read()) for p in procs]
+    codes = sorted(rc for rc, _ in results)
+    assert codes in ([0, 0], [0, 2]), results
+    for rc, out in results:
+        if rc == 2:
+            assert "lease" in out.lower() or "busy" in out.lower(), out
+        elif "already published" not in out:
+            assert "published" in out, out
+    rows = ledger_rows(tmp_path)
+    assert len(rows) == len(rows.drop_duplicates(["release_id", "cell", "step"]))
+    assert set(rows["status"]) == {"published"}
+    # exactly one host did the work: only its scratch folder holds estimates
+    worked = [h for h in ("host-a", "host-b")
+              if list((tmp_path / h / "internal" / "one").glob("results/*.parquet"))]
+    assert len(worked) == 1, worked

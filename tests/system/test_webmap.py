@@ -1,0 +1,421 @@
+"""The web map (dpatlas.publication.webmap) in a real browser: headless Chromium (Debian's ``chromium``)
+driven by Playwright against releases published by the project's own functions, served by
+``dpatlas.publication.serve``.
+
+Chromium is required: without it the browser tests FAIL with how to install it (they are not
+skipped, so CI cannot pass without having run them). They take ~20 s, so they are also marked
+``slow`` (CI's second stage). On a machine without Chromium, deselect them with
+``-m 'not browser'`` (see docs/webmap.md).
+
+Screenshots are kept in tests/artifacts/webmap/ (ignored by git).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dpatlas.publication import feed as F
+from dpatlas.publication import tract_files as P
+from dpatlas.publication import tiles as T
+from dpatlas.publication import webmap as W
+from dpatlas.publication.geography import synth_boundaries
+from dpatlas.publication.serve import serve_in_thread
+from dpatlas.evaluation.synthetic_input import tract_geoids
+from dpatlas.publication.webmap import screenshot as B
+from dpatlas.publication.webmap import vendor
+from tests.support.paths import REPO
+
+ARTIFACTS = REPO / "tests" / "artifacts" / "webmap"
+LOW_RELIABILITY_WIDTH = 0.5
+COLOUR_TOLERANCE = 3          # per channel, 0-255: SwiftShader blends exactly, allow rounding
+
+
+# ------------------------------------------------------------------------- tests without one
+
+
+# The start of the text the map shows for each mechanism's estimand (app.js's ESTIMANDS).
+ESTIMAND_TEXT = {"NoisyStats": "the least-squares line of the tract's observed ranks",
+                 "DPExpTheilSen": "the Theil–Sen (median-type) line of the tract's observed "
+                                  "ranks"}
+
+
+def test_the_maps_estimand_texts_cover_every_mechanism_the_manifest_states():
+    """app.js names the estimand of every mechanism of mechanisms.intervals.ESTIMANDS that a
+    row's mechanism column can hold (a rule's row names the mechanism it chose), in the
+    manifest's sense."""
+    from mechanisms.intervals import ESTIMANDS, RULE
+
+    app = (Path(W.__file__).parent / "app.js").read_text()
+    block = app[app.index("const ESTIMANDS = {"):app.index("};", app.index("const ESTIMANDS"))]
+    for mechanism in set(ESTIMANDS) - {RULE}:
+        assert f"{mechanism}: \"{ESTIMAND_TEXT[mechanism]}" in block, mechanism
+    assert "least-squares" in ESTIMANDS["NoisyStats"]
+    assert "Theil-Sen" in ESTIMANDS["DPExpTheilSen"]
+
+
+def test_class_colours_follow_the_breaks_as_maplibre_step_does():
+    assert len(W.CLASS_COLOURS) == len(W.BREAKS) + 1 == len(W.class_labels())
+    assert W.class_colour(0.0) == W.CLASS_COLOURS[0]
+    assert W.class_colour(0.1999) == W.CLASS_COLOURS[0]
+    assert W.class_colour(0.2) == W.CLASS_COLOURS[1]             # a break opens its class
+    assert W.class_colour(0.7999) == W.CLASS_COLOURS[6]
+    assert W.class_colour(0.8) == W.class_colour(1.0) == W.CLASS_COLOURS[7]
+    colours = [*W.CLASS_COLOURS, *W.STATUS_COLOURS.values(), W.LOW_RELIABILITY_HATCH]
+    assert len(set(colours)) == len(colours)                     # legend entries distinct
+    assert W.class_labels()[0] == "< 0.20" and W.class_labels()[-1] == "≥ 0.80"
+
+
+def test_pages_use_relative_urls_only_and_the_vendored_files_match_their_pins(tmp_path):
+    vendor.check()
+    release = tmp_path / "r1"
+    release.mkdir()
+    written = W.write_web_map(release, "r1")
+    assert written[0] == "index.html" and "maplibre-gl.js" in written
+    assert all("/" not in name and (release / name).is_file() for name in written)
+    html = (release / "index.html").read_text()
+    config = json.loads(re.search(r'id="dpatlas-config"[^>]*>(.*?)</script>', html).group(1))
+    assert config == {"feed": "../feed.json", "releaseBase": "../", "release": "r1",
+                      "assets": ""}
+    urls = re.findall(r'(?:src|href)="([^"]+)"', html)
+    assert urls and all(not re.match(r"^(https?:)?//", u) for u in urls), urls
+    assert "http" not in (release / "app.js").read_text()
+    legend = json.loads((release / "legend.json").read_text())
+    assert [c["colour"] for c in legend["classes"]] == list(W.CLASS_COLOURS)
+
+
+def test_feed_page_is_idempotent_and_refuses_a_file_in_its_place(tmp_path):
+    first = W.write_feed_map(tmp_path)
+    stamp = {n: (tmp_path / n).stat().st_mtime_ns for n in first}
+    assert first[0] == "index.html" and f"{W.ASSETS_DIR}/app.js" in first
+    assert W.write_feed_map(tmp_path) == first
+    assert {n: (tmp_path / n).stat().st_mtime_ns for n in first} == stamp
+    assert not [p for p in tmp_path.rglob(".*tmp*")]
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / W.ASSETS_DIR).write_text("not a folder")
+    with pytest.raises(W.WebMapError, match="is not a folder"):
+        W.write_feed_map(other)
+
+
+def test_the_root_pages_names_can_never_be_release_ids():
+    from dpatlas.core.ids import InvalidReleaseId, validate_release_id
+
+    for name in (W.PAGE, W.ASSETS_DIR):
+        with pytest.raises(InvalidReleaseId):
+            validate_release_id(name)
+
+
+def test_vendor_check_names_a_changed_file(tmp_path):
+    for name in vendor.expected_files():
+        shutil.copy(vendor.VENDOR_DIR / name, tmp_path / name)
+    vendor.check(tmp_path)
+    (tmp_path / "pmtiles.js").write_text("tampered")
+    with pytest.raises(vendor.VendorError, match="pmtiles.js sha256 differs"):
+        vendor.check(tmp_path)
+
+
+# ------------------------------------------------------------------------------ the releases
+
+
+def _results(geoids: np.ndarray, seed: int) -> pd.DataFrame:
+    """Estimator output for a release: mostly released values, some suppressed and failed
+    tracts, intervals of varied widths (some low reliability)."""
+    rng = np.random.default_rng(seed)
+    n = len(geoids)
+    status = np.array(["released"] * n, dtype=object)
+    status[rng.choice(n, 6, replace=False)] = "suppressed"
+    status[np.flatnonzero(status == "released")[rng.choice(n - 6, 3, replace=False)]] = "failed"
+    released = status == "released"
+    p25, p75 = rng.uniform(0.05, 0.95, n), rng.uniform(0.05, 0.95, n)
+    half = rng.uniform(0.02, 0.4, n)
+    frame = pd.DataFrame({
+        "geoid": geoids, "cell": "all", "n": rng.integers(20, 400, n),
+        "mechanism": rng.choice(["NoisyStats", "DPExpTheilSen"], n), "status": status,
+        "reason": np.where(status == "suppressed", "n < min_n",
+                           np.where(status == "failed", "no valid estimate", "")),
+        "p25_raw": p25, "p75_raw": p75,
+        "epsilon_spent": np.where(status == "suppressed", 0.0, 0.9999998614530536),
+        "delta_spent": np.where(status == "suppressed", 0.0, 1e-6),
+        "p25_lo": np.clip(p25 - half, 0, 1), "p25_hi": np.clip(p25 + half, 0, 1),
+        "p75_lo": np.clip(p75 - half, 0, 1), "p75_hi": np.clip(p75 + half, 0, 1)})
+    frame.loc[status == "suppressed", "n"] = 1
+    frame.loc[~released, ["p25_raw", "p75_raw", "p25_lo", "p25_hi", "p75_lo", "p75_hi"]] = np.nan
+    return frame
+
+
+def _publish(root: Path, release_id: str, published: datetime, seed: int,
+             boundaries) -> Path:
+    """A release made as the pipeline makes one (publish.assemble, write_release, the feed),
+    then its tiles and page (until publish.write_release builds them itself)."""
+    table = P.assemble(_results(boundaries["geoid"].to_numpy(), seed), boundaries)
+    manifest = {"release_id": release_id, "published": published.isoformat()}
+    config = {"intervals": {"enabled": True, "level": 0.95,
+                            "low_reliability_width": LOW_RELIABILITY_WIDTH, "share": 0.25}}
+    folder = P.write_release(table, manifest, root, release_id, config=config)
+    if not (folder / T.TILES_FILE).exists():
+        T.build_tiles(folder / "tracts.geojson", folder / T.TILES_FILE)
+    if not (folder / W.PAGE).exists():
+        W.write_web_map(folder, release_id)
+    F.update_feed(root, release_id)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def publish_root(tmp_path_factory) -> dict:
+    """Three releases of one 150-tract state: old, withdrawn, latest; and the feed's page."""
+    root = tmp_path_factory.mktemp("publish") / "releases"
+    root.mkdir()
+    geoids, _ = tract_geoids("17", 150, 6)
+    boundaries = synth_boundaries(geoids, seed=0)
+    t0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+    ids = {"old": "20261101T000000Z-old", "withdrawn": "20261102T000000Z-wdn",
+           "latest": "20261103T000000Z-new"}
+    for day, (key, rid) in enumerate(ids.items()):
+        _publish(root, rid, t0 + timedelta(days=day), seed=100 + day, boundaries=boundaries)
+    F.withdraw(root, ids["withdrawn"], "test: a withdrawn release")
+    W.write_feed_map(root)
+    return {"root": root, "ids": ids}
+
+
+def _published(folder: Path):
+    import geopandas as gpd
+
+    return gpd.read_file(folder / "tracts.geojson").set_index("geoid")
+
+
+def _target_tract(*folders: Path) -> tuple[str, float, float]:
+    """A tract released in every one of ``folders`` and nowhere low reliability (so no hatch
+    crosses it), the largest such (its pixels are far from any edge): its GEOID and a point
+    inside it."""
+    tables = [_published(f) for f in folders]
+    ok = pd.Series(True, index=tables[0].index)
+    for t in tables:
+        ok &= t["status"] == "released"
+        for v in ("p25", "p75"):
+            ok &= (t[f"{v}_hi"] - t[f"{v}_lo"]) <= LOW_RELIABILITY_WIDTH
+    candidates = tables[0][ok]
+    assert len(candidates), "no tract is released and reliable in every release"
+    geoid = candidates.to_crs("EPSG:6933").area.idxmax()
+    point = candidates.loc[geoid, "geometry"].representative_point()
+    return geoid, point.x, point.y
+
+
+# ------------------------------------------------------------------------------ the browser
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless system Chromium; a missing browser FAILS the test, with how to install it."""
+    try:
+        with B.sync_playwright() as playwright:
+            launched = B.launch_chromium(playwright)
+            yield launched
+            launched.close()
+    except B.BrowserMissing as err:
+        pytest.fail(f"{err}; or run the other tests with -m 'not browser'", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def server(publish_root):
+    httpd, base = serve_in_thread(publish_root["root"])
+    yield base
+    httpd.shutdown()
+    httpd.server_close()
+
+
+class Page:
+    """A page with its console errors, uncaught exceptions and tile responses recorded."""
+
+    def __init__(self, browser):
+        self.context = browser.new_context(viewport=B.VIEWPORT, device_scale_factor=1)
+        self.page = self.context.new_page()
+        self.errors: list[str] = []
+        self.tile_statuses: list[int] = []
+        self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        self.page.on("pageerror", lambda e: self.errors.append(f"uncaught: {e}"))
+        self.page.on("requestfailed", lambda r: self.errors.append(f"failed: {r.url}"))
+        self.page.on("response", self._response)
+
+    def _response(self, response):
+        if response.url.endswith(".pmtiles"):
+            self.tile_statuses.append(response.status)
+        elif response.status >= 400:
+            self.errors.append(f"HTTP {response.status}: {response.url}")
+
+    def open(self, url: str, release: str) -> None:
+        self.page.goto(url)
+        self.wait_loaded(release)
+
+    def wait_loaded(self, release: str) -> None:
+        self.page.wait_for_function("id => window.dpatlas && window.dpatlas.loaded === id",
+                                    arg=release, timeout=60_000)
+
+    def idle(self) -> None:
+        self.page.evaluate("""() => new Promise(resolve => {
+            const map = window.dpatlas.map; map.once('idle', () => resolve(true));
+            map.triggerRepaint(); })""")
+
+    def pixel_of(self, lon: float, lat: float) -> tuple[int, int]:
+        """Where a point is drawn, in page pixels: map.project plus the canvas's offset."""
+        xy = self.page.evaluate("""([lon, lat]) => {
+            const map = window.dpatlas.map, p = map.project([lon, lat]);
+            const box = map.getCanvas().getBoundingClientRect();
+            return [Math.round(box.left + p.x), Math.round(box.top + p.y)]; }""", [lon, lat])
+        return int(xy[0]), int(xy[1])
+
+    def screenshot(self, name: str) -> Path:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        path = ARTIFACTS / name
+        self.page.screenshot(path=str(path))
+        return path
+
+    def close(self):
+        self.context.close()
+
+
+def _rgb_at(png: Path, xy: tuple[int, int]) -> tuple[int, int, int]:
+    from PIL import Image
+
+    with Image.open(png) as image:
+        return image.convert("RGB").getpixel(xy)
+
+
+def _hex_rgb(colour: str) -> tuple[int, int, int]:
+    return tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5))
+
+
+def _assert_colour(png: Path, xy, expected_hex: str, what: str) -> None:
+    got, want = _rgb_at(png, xy), _hex_rgb(expected_hex)
+    assert max(abs(a - b) for a, b in zip(got, want)) <= COLOUR_TOLERANCE, \
+        f"{what}: pixel {xy} of {png.name} is {got}, the legend colour is {want} {expected_hex}"
+
+
+def _js_number(value: float) -> str:
+    """How the page prints a number: JavaScript's String(n) (shortest round trip, like
+    Python's repr, but integers without ".0")."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_feed_page_draws_the_latest_release_with_legend_colours_popup_and_picker(
+        browser, server, publish_root):
+    ids, root = publish_root["ids"], publish_root["root"]
+    page = Page(browser)
+    try:
+        page.open(server, ids["latest"])
+        assert page.tile_statuses and set(page.tile_statuses) == {206}, page.tile_statuses
+
+        # The picker lists every release of the feed; the withdrawn one is marked.
+        options = page.page.eval_on_selector_all(
+            "#release option", "os => os.map(o => [o.value, o.textContent, "
+                               "o.dataset.withdrawn || ''])")
+        assert [o[0] for o in options] == [ids["latest"], ids["withdrawn"], ids["old"]]
+        assert options[0][1].endswith("(latest)")
+        assert options[1][1].endswith("(withdrawn)") and options[1][2] == "true"
+        assert "(withdrawn)" not in options[0][1] + options[2][1]
+        # The legend shows the classes, suppressed, failed and low reliability.
+        legend = page.page.inner_text("#legend")
+        for text in ["< 0.20", "≥ 0.80", "suppressed", "failed",
+                     f"low reliability: interval wider than {LOW_RELIABILITY_WIDTH:g}"]:
+            assert text in legend
+        # ... and the line each mechanism's rows estimate (issue 18, item 1).
+        for text in ["What p25 estimates", f"NoisyStats rows: {ESTIMAND_TEXT['NoisyStats']}",
+                     f"DPExpTheilSen rows: {ESTIMAND_TEXT['DPExpTheilSen']}",
+                     "at parent rank 25"]:
+            assert text in legend, (text, legend)
+
+        # A tract's pixel has the legend colour of its published p25.
+        geoid, lon, lat = _target_tract(root / ids["latest"], root / ids["old"])
+        latest = _published(root / ids["latest"]).loc[geoid]
+        xy = page.pixel_of(lon, lat)
+        shot = page.screenshot("feed-latest-p25.png")
+        _assert_colour(shot, xy, W.class_colour(latest["p25"]), f"tract {geoid} p25")
+
+        # Clicking it shows its published values.
+        page.page.mouse.click(*xy)
+        popup = page.page.wait_for_selector(".maplibregl-popup-content", timeout=10_000)
+        page.screenshot("feed-latest-popup.png")
+        text = popup.inner_text()
+        for expected in (geoid, "released", _js_number(latest["p25"]),
+                         f"{_js_number(latest['p25'])} ± {_js_number(latest['p25_se'])} [",
+                         f"[{_js_number(latest['p25_lo'])}, {_js_number(latest['p25_hi'])}]",
+                         str(latest["n"]), latest["mechanism"],
+                         _js_number(latest["epsilon_spent"]),
+                         "Estimand", ESTIMAND_TEXT[latest["mechanism"]]):
+            assert expected in text, (expected, text)
+        other = {"NoisyStats": "DPExpTheilSen", "DPExpTheilSen": "NoisyStats"}
+        assert ESTIMAND_TEXT[other[latest["mechanism"]]] not in text
+        page.page.click(".maplibregl-popup-close-button")
+
+        # The p75 switch recolours the same tract by its p75.
+        page.page.check("input[name=value][value=p75]")
+        page.idle()
+        shot = page.screenshot("feed-latest-p75.png")
+        _assert_colour(shot, xy, W.class_colour(latest["p75"]), f"tract {geoid} p75")
+        legend = page.page.inner_text("#legend")
+        assert "What p75 estimates" in legend and "at parent rank 75" in legend
+        page.page.check("input[name=value][value=p25]")
+        page.idle()
+
+        # Switching releases redraws the map from the other release's tiles.
+        before = page.screenshot("feed-before-switch.png").read_bytes()
+        page.page.select_option("#release", ids["old"])
+        page.wait_loaded(ids["old"])
+        after_png = page.screenshot("feed-old-p25.png")
+        assert after_png.read_bytes() != before
+        old = _published(root / ids["old"]).loc[geoid]
+        _assert_colour(after_png, page.pixel_of(lon, lat), W.class_colour(old["p25"]),
+                       f"tract {geoid} p25 in {ids['old']}")
+        assert page.page.is_hidden("#withdrawn")
+        assert any(u.endswith(f"{ids['old']}/tracts.pmtiles") for u in _tile_urls(page))
+
+        # A withdrawn release can be looked at, with the withdrawal shown.
+        page.page.select_option("#release", ids["withdrawn"])
+        page.wait_loaded(ids["withdrawn"])
+        banner = page.page.inner_text("#withdrawn")
+        assert "withdrawn" in banner and "test: a withdrawn release" in banner
+        page.screenshot("feed-withdrawn.png")
+        assert page.errors == []
+        assert set(page.tile_statuses) == {206}
+    finally:
+        page.close()
+
+
+def _tile_urls(page: Page) -> list[str]:
+    return page.page.evaluate(
+        "() => performance.getEntriesByType('resource').map(e => e.name)"
+        ".filter(u => u.endsWith('.pmtiles'))")
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_release_page_opens_its_own_release(browser, server, publish_root):
+    ids, root = publish_root["ids"], publish_root["root"]
+    page = Page(browser)
+    try:
+        page.open(f"{server}{ids['old']}/", ids["old"])
+        assert page.page.input_value("#release") == ids["old"]
+        geoid, lon, lat = _target_tract(root / ids["old"])
+        shot = page.screenshot("release-old-p25.png")
+        _assert_colour(shot, page.pixel_of(lon, lat),
+                       W.class_colour(_published(root / ids["old"]).loc[geoid, "p25"]),
+                       f"tract {geoid}")
+        assert set(_tile_urls(page)) == {f"{server}{ids['old']}/tracts.pmtiles"}
+        assert page.errors == [] and set(page.tile_statuses) == {206}
+    finally:
+        page.close()
+
+
+def test_missing_chromium_is_an_actionable_error(monkeypatch, tmp_path):
+    monkeypatch.setattr(B, "CHROMIUM", tmp_path / "no-chromium")
+    with pytest.raises(B.BrowserMissing, match=r"apt-get install -y chromium"):
+        B.launch_chromium(playwright=None)
