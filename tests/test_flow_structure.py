@@ -53,11 +53,57 @@ def make_config(tmp: Path, data: Path, **over) -> Path:
     return write_config(tmp / "config.yaml", cfg, **over)
 
 
+def flow_task_runs(state) -> list:
+    """The task runs of the flow run that ended in ``state`` (the Prefect server's record)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    flow_run_id = state.state_details.flow_run_id
+    with get_client(sync_client=True) as client:
+        return client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+
+
+def failed_preflight(state) -> list:
+    return [t for t in flow_task_runs(state)
+            if t.name.startswith("preflight") and t.state.is_failed()]
+
+
+@pytest.mark.parametrize("over, seed, refusal, stage", [
+    ({"publish": {"mode": "public"}}, 3, "a noise seed makes the noise repeatable",
+     "before-writing"),
+    ({"publish": {"min_n": 100000}}, 3, "every tract has fewer than publish.min_n",
+     "before-charge"),
+])
+def test_a_refusal_is_a_failed_preflight_task_run_with_its_message(small_state, tmp_path,
+                                                                    over, seed, refusal, stage):
+    from dpatlas.ledger import Ledger
+    from dpatlas.release.preflight import PreflightError
+    from flows.release import release
+
+    config = make_config(tmp_path, small_state, **over)
+    state = release(str(config), "r1", seed, return_state=True)
+    assert state.is_failed()
+    error = state.result(raise_on_failure=False)
+    assert isinstance(error, PreflightError) and refusal in str(error)  # the flow still refuses
+    runs = failed_preflight(state)
+    assert [t.name for t in runs] == [f"preflight-{stage}"]
+    assert refusal in runs[0].state.message
+    assert Ledger(f"sqlite:///{tmp_path / 'ledger.db'}").release("r1") is None  # not charged
+    assert not (tmp_path / "releases" / "r1").exists()  # nothing published
+    if stage == "before-writing":  # nothing written at all, not even the internal folder
+        assert not (tmp_path / "internal").exists()
+
+
 def test_a_seeded_release_is_byte_identical_to_the_one_before_the_restructuring(small_state,
                                                                                tmp_path):
     from flows.release import release
 
-    folder = Path(release(str(make_config(tmp_path, small_state)), "r1", 11).folder)
+    state = release(str(make_config(tmp_path, small_state)), "r1", 11, return_state=True)
+    folder = Path(state.result().folder)
     got = {name: hashlib.sha256((folder / name).read_bytes()).hexdigest()
            for name in SEEDED_RELEASE_SHA256}
     assert got == SEEDED_RELEASE_SHA256
+    preflight = [t for t in flow_task_runs(state) if t.name.startswith("preflight")]
+    assert sorted(t.name for t in preflight if t.state.is_completed()) == [
+        "preflight-before-charge", "preflight-before-writing"]
