@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
-from prefect import flow
+from prefect import flow, unmapped
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
@@ -77,17 +77,19 @@ def chunk_task_runner(cfg: ReleaseConfig):
 @flow(name="dpatlas-select-estimate", persist_result=False)
 def select_and_estimate(chunks: list[Chunk], budget, min_n: int, internal: str,
                         noise_seed: Optional[int] = None) -> list[Path]:
-    """Selection then estimation for every chunk, as futures on the flow's task runner."""
+    """Selection then estimation for every chunk: each stage fans out over the chunks with
+    ``.map`` on the flow's task runner. Chunk k's seed depends on k alone, so the noise each
+    chunk draws does not depend on the order in which the chunks run."""
     internal = Path(internal)
-    selections = [select_chunk.submit(c, budget, min_n,
-                                      internal / "selection" / f"{c.name}.parquet",
-                                      _seed(noise_seed, 1, k))
-                  for k, c in enumerate(chunks)]
-    estimates = [estimate_chunk.submit(c, sel, budget, min_n,
-                                       internal / "results" / f"{c.name}.parquet",
-                                       _seed(noise_seed, 2, k))
-                 for k, (c, sel) in enumerate(zip(chunks, selections))]
-    return [Path(f.result()) for f in estimates]
+    selections = select_chunk.map(
+        chunks, unmapped(budget), unmapped(min_n),
+        [internal / "selection" / f"{c.name}.parquet" for c in chunks],
+        [_seed(noise_seed, 1, k) for k in range(len(chunks))])
+    estimates = estimate_chunk.map(
+        chunks, selections, unmapped(budget), unmapped(min_n),
+        [internal / "results" / f"{c.name}.parquet" for c in chunks],
+        [_seed(noise_seed, 2, k) for k in range(len(chunks))])
+    return [Path(p) for p in estimates.result()]
 
 
 @flow(name="dpatlas-release", flow_run_name=release_run_name, log_prints=True,
