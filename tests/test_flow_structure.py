@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -107,3 +108,44 @@ def test_a_seeded_release_is_byte_identical_to_the_one_before_the_restructuring(
     preflight = [t for t in flow_task_runs(state) if t.name.startswith("preflight")]
     assert sorted(t.name for t in preflight if t.state.is_completed()) == [
         "preflight-before-charge", "preflight-before-writing"]
+
+
+def test_crash_points_read_no_environment_and_call_the_injected_fault_hook(monkeypatch):
+    from dpatlas.release import crash
+
+    monkeypatch.setenv("DPATLAS_CRASH_AT", "after-publish")  # what used to kill the process
+    crash.crashpoint("after-publish")  # still alive: production code reads no variable
+    seen = []
+    monkeypatch.setattr(crash, "fault_hook", seen.append)
+    crash.crashpoint("after-publish")
+    assert seen == ["after-publish"]
+
+
+def test_the_release_path_reads_no_environment_variable():
+    """Faults and clocks are injected by tests; the release path's behaviour is its config's."""
+    root = Path(__file__).resolve().parents[1]
+    sources = [p for d in ("flows", "tasks", "dpatlas/release", "dpatlas/ledger")
+               for p in sorted((root / d).rglob("*.py"))]
+    assert len(sources) > 20
+    readers = [str(p.relative_to(root)) for p in sources
+               if re.search(r"\bos\.environ\b|\bgetenv\(|\benviron\[", p.read_text())]
+    assert readers == []
+
+
+def test_a_lease_expires_by_the_injected_clock_not_by_waiting(tmp_path):
+    from dpatlas.ledger import Charge, Ledger
+
+    now = [1_000_000.0]
+    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}", clock=lambda: now[0])
+    try:
+        ledger.set_cap("il", 10.0, 1e-5, reason="test set-up")
+        charge = [Charge("all", "step", "pure", 0.5, 0.0)]
+        ledger.begin_release("r1", "il", charge, "c" * 64, "host-a", lease_seconds=30)
+        assert ledger.release("r1")["lease_expires"] == 1_000_030.0
+        assert ledger.check_lease("r1", "host-a") == 30.0
+        now[0] += 31
+        assert ledger.check_lease("r1", "host-a") == -1.0
+        assert ledger.begin_release("r1", "il", charge, "c" * 64, "host-b",
+                                    lease_seconds=30) == "resume"
+    finally:
+        ledger.close()

@@ -50,10 +50,10 @@ def config(tmp: Path, data: Path, **over) -> Path:
 def cli(api_url: str, *args, crash: str | None = None, wait: bool = True):
     env = {**os.environ, "PREFECT_API_URL": api_url, "COLUMNS": "200",
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    env.pop("DPATLAS_CRASH_AT", None)
-    if crash:
-        env["DPATLAS_CRASH_AT"] = crash
-    proc = subprocess.Popen([sys.executable, "-m", "dpatlas.cli.commands", *args], env=env,
+    # a crash is injected by tests/crash_at.py, which runs the command line with a fault hook
+    command = ([str(Path(__file__).with_name("crash_at.py")), crash] if crash
+               else ["-m", "dpatlas.cli.commands"])
+    proc = subprocess.Popen([sys.executable, *command, *args], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if not wait:
         return proc

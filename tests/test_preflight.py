@@ -197,9 +197,10 @@ def _children(pid: int) -> set[int]:
 def test_killed_release_leaves_no_prefect_server_and_nothing_public_half_written(tmp_path, data):
     cfg = config(tmp_path, data)
     before = _children(os.getpid())
-    env = {**ENV, "DPATLAS_CRASH_AT": "after-ledger-charge"}
-    res = dpatlas("release", "-c", str(cfg), "--release-id", "r1", "--noise-seed", "1",
-                  env=env)
+    res = subprocess.run([sys.executable, str(Path(__file__).with_name("crash_at.py")),
+                          "after-ledger-charge", "release", "-c", str(cfg), "--release-id", "r1",
+                          "--noise-seed", "1"], capture_output=True, text=True, env=ENV,
+                         timeout=600)
     assert res.returncode == -9, res.stdout + res.stderr  # SIGKILL: no cleanup code ran
     import time
 
