@@ -12,7 +12,6 @@ release id reruns as a no-op.
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import socket
@@ -20,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
-from prefect import flow
+from prefect import flow, unmapped
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
@@ -29,13 +28,13 @@ from dpatlas.release.crash import crashpoint
 from dpatlas.release.estimate import Chunk
 from dpatlas.core.ids import validate_release_id
 from dpatlas.ledger import LeaseLost, Ledger, ReleaseBusy, charges
-from dpatlas.release.preflight import (PreflightError, check_before_writing, check_feasible,
-                                       mark_root)
+from dpatlas.release.preflight import mark_root
 from dpatlas.release.run_state import InputChanged, ReleaseLock
 from tasks.allocate import allocate_budget
 from tasks.estimate import estimate_chunk, select_chunk
 from tasks.ingest import ingest_partition, list_partitions
 from tasks.ledger import LEASE_SECONDS, charge_release, complete_release, release_status
+from tasks.preflight import preflight
 from tasks.publish import publish_release, show_in_feed
 from tasks.report import report_release
 from tasks.state import open_release
@@ -78,17 +77,19 @@ def chunk_task_runner(cfg: ReleaseConfig):
 @flow(name="dpatlas-select-estimate", persist_result=False)
 def select_and_estimate(chunks: list[Chunk], budget, min_n: int, internal: str,
                         noise_seed: Optional[int] = None) -> list[Path]:
-    """Selection then estimation for every chunk, as futures on the flow's task runner."""
+    """Selection then estimation for every chunk: each stage fans out over the chunks with
+    ``.map`` on the flow's task runner. Chunk k's seed depends on k alone, so the noise each
+    chunk draws does not depend on the order in which the chunks run."""
     internal = Path(internal)
-    selections = [select_chunk.submit(c, budget, min_n,
-                                      internal / "selection" / f"{c.name}.parquet",
-                                      _seed(noise_seed, 1, k))
-                  for k, c in enumerate(chunks)]
-    estimates = [estimate_chunk.submit(c, sel, budget, min_n,
-                                       internal / "results" / f"{c.name}.parquet",
-                                       _seed(noise_seed, 2, k))
-                 for k, (c, sel) in enumerate(zip(chunks, selections))]
-    return [Path(f.result()) for f in estimates]
+    selections = select_chunk.map(
+        chunks, unmapped(budget), unmapped(min_n),
+        [internal / "selection" / f"{c.name}.parquet" for c in chunks],
+        [_seed(noise_seed, 1, k) for k in range(len(chunks))])
+    estimates = estimate_chunk.map(
+        chunks, selections, unmapped(budget), unmapped(min_n),
+        [internal / "results" / f"{c.name}.parquet" for c in chunks],
+        [_seed(noise_seed, 2, k) for k in range(len(chunks))])
+    return [Path(p) for p in estimates.result()]
 
 
 @flow(name="dpatlas-release", flow_run_name=release_run_name, log_prints=True,
@@ -103,7 +104,7 @@ def release(config_path: str, release_id: Optional[str] = None,
     """
     cfg = load_config(Path(config_path))
     rid = validate_release_id(release_id or cfg.release_id or new_release_id())
-    check_before_writing(cfg, rid, noise_seed)  # before anything is written
+    preflight(cfg, rid, noise_seed)  # before anything is written
     root, internal = cfg.publish.root, cfg.publish.internal / rid
     # The lease owner is this host and internal folder: the local lock below makes it unique
     # on this host, so a crashed run resumes at once here, while another host (another
@@ -137,10 +138,10 @@ def release(config_path: str, release_id: Optional[str] = None,
         # 3. Allocate the budget; check the release can complete; charge the ledger (refused
         # over the cap) and take the release's lease, before any noise.
         budget = allocate_budget(cfg)
-        check_feasible(cfg, budget, sizes)
         stage_parameters = {"chunks": chunks, "budget": budget, "min_n": cfg.publish.min_n,
                             "internal": str(internal), "noise_seed": noise_seed}
-        check_subflow_parameters(select_and_estimate, stage_parameters)
+        preflight(cfg, rid, noise_seed, stage="before-charge", budget=budget, sizes=sizes,
+                  subflow=select_and_estimate, subflow_parameters=stage_parameters)
         cells = sorted(sizes["cell"].unique())
         charge_release(cfg.ledger, rid, budget, cells, start.config_sha256, owner)
         with Ledger(cfg.ledger.url).leased(rid, owner, LEASE_SECONDS) as lease:
@@ -210,26 +211,6 @@ def _already_published(cfg: ReleaseConfig, rid: str) -> ReleaseOutcome:
     root = cfg.publish.root
     show_in_feed(root, rid, only_if_incomplete=True)  # completes an update a crash interrupted
     return report_release(cfg.ledger, root / rid, "already_published")
-
-
-def check_subflow_parameters(subflow, parameters: dict) -> None:
-    """Refuse, before the charge, a subflow call whose parameters the Prefect server would
-    refuse (``server.api.max_parameter_size``, measured as the server measures it: compact
-    JSON of the flow's own serialisation). Found after the charge, it would fail the run with
-    the budget spent; a national release is the case (docs/national.md)."""
-    from prefect.settings import get_current_settings
-
-    limit = get_current_settings().server.api.max_parameter_size
-    if limit <= 0:
-        return
-    size = len(json.dumps(subflow.serialize_parameters(parameters),
-                          separators=(",", ":")).encode())
-    if size > limit:
-        raise PreflightError(
-            f"the {subflow.name} subflow's parameters are {size:,} bytes as JSON, over the "
-            f"Prefect server's limit of {limit:,} (PREFECT_SERVER_API_MAX_PARAMETER_SIZE; "
-            f"{len(parameters.get('chunks', ()))} chunks): raise partition_tracts or the "
-            "server's limit; nothing was charged")
 
 
 def _noise_source(noise_seed: Optional[int]) -> str:

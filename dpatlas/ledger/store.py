@@ -364,10 +364,15 @@ class Ledger:
     """
 
     def __init__(self, url: str, *, create: bool = True,
-                 lock_timeout: float = DEFAULT_LOCK_TIMEOUT):
+                 lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+                 clock: Callable[[], float] | None = None):
         self.read_only = not create
         self.lock_timeout = float(lock_timeout)
-        self._pause_after_check = 0.0  # tests only: hold the lock this long before writing
+        # The lease clock (epoch seconds): the database's unless a test injects one.
+        self._clock = clock
+        # Called while the charge holds the cap's lock, between the cap check and the insert:
+        # nothing in production; a test injects a pause here to race two charges.
+        self.after_cap_check: Callable[[], None] | None = None
         self._url = self._parse_url(url)
         self._backend = self._url.get_backend_name()
         if self._backend not in SUPPORTED_BACKENDS:
@@ -567,7 +572,10 @@ class Ledger:
                           f"({self._describe(last)})") from None
 
     def _db_clock(self, conn: sa.Connection) -> float:
-        """Now, in epoch seconds, by the database's clock (see the module doc)."""
+        """Now, in epoch seconds, by the database's clock (see the module doc), or by the
+        clock the ledger was given."""
+        if self._clock is not None:
+            return float(self._clock())
         return float(conn.execute(sa.text(f"SELECT {_DB_CLOCK[self._backend]}")).scalar_one())
 
     def _release_select(self):
@@ -740,8 +748,8 @@ class Ledger:
                     spent_delta=spent_delta, charge_epsilon=charge_eps,
                     charge_delta=charge_delta, cap_epsilon=cap.cap_epsilon,
                     cap_delta=cap.cap_delta)
-            if self._pause_after_check:
-                time.sleep(self._pause_after_check)
+            if self.after_cap_check is not None:
+                self.after_cap_check()
             stamp = _now()
             conn.execute(releases_table.insert().values(
                 release_id=release_id, dataset=dataset, status="in_progress", owner=owner,

@@ -169,3 +169,23 @@ def check_feasible(cfg: ReleaseConfig, plan, sizes: pd.DataFrame) -> None:
                 f"{cfg.limits.memory_gib:g} ({int(over.sum())} tract(s) over); nothing was "
                 "charged. Raise the limit on a larger machine, or choose a rule that gives "
                 "such tracts NoisyStats (selection.rule: public with a threshold below their n)")
+
+
+def check_subflow_parameters(subflow, parameters: dict) -> None:
+    """Refuse, before the charge, a subflow call whose parameters the Prefect server would
+    refuse (``server.api.max_parameter_size``, measured as the server measures it: compact
+    JSON of the flow's own serialisation). Found after the charge, it would fail the run with
+    the budget spent; a national release is the case (docs/national.md)."""
+    from prefect.settings import get_current_settings
+
+    limit = get_current_settings().server.api.max_parameter_size
+    if limit <= 0:
+        return
+    size = len(json.dumps(subflow.serialize_parameters(parameters),
+                          separators=(",", ":")).encode())
+    if size > limit:
+        raise PreflightError(
+            f"the {subflow.name} subflow's parameters are {size:,} bytes as JSON, over the "
+            f"Prefect server's limit of {limit:,} (PREFECT_SERVER_API_MAX_PARAMETER_SIZE; "
+            f"{len(parameters.get('chunks', ()))} chunks): raise partition_tracts or the "
+            "server's limit; nothing was charged")

@@ -30,6 +30,28 @@ def db_now(led: Ledger) -> float:
         return led._db_clock(conn)
 
 
+class FakeClock:
+    """A lease clock the test advances instead of sleeping until a lease expires."""
+
+    def __init__(self, now: float):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clocked(ledger, url):
+    """The test's ledger with an injected lease clock, starting at the database's now."""
+    clock = FakeClock(db_now(ledger))
+    led = Ledger(url, clock=clock)
+    yield led, clock
+    led.close()
+
+
 def lease_of(led: Ledger, rid: str = RID) -> tuple[str | None, float | None]:
     row = led.release(rid)
     return row["lease_owner"], row["lease_expires"]
@@ -69,9 +91,10 @@ def test_lease_is_taken_renewed_and_released(ledger):
     assert len(ledger.entries()) == 2  # charged once
 
 
-def test_expired_lease_is_taken_over_and_the_old_holder_is_told(ledger):
+def test_expired_lease_is_taken_over_and_the_old_holder_is_told(clocked):
+    ledger, clock = clocked
     ledger.begin_release(RID, DS, charges(), CFG, "host-a", lease_seconds=0.5)
-    time.sleep(0.8)
+    clock.advance(0.8)
     # Expiry alone loses nothing: no one took it, so it is still a's (it may renew).
     assert ledger.check_lease(RID, "host-a") < 0
     assert ledger.begin_release(RID, DS, charges(), CFG, "host-b", lease_seconds=30) == "resume"
@@ -89,9 +112,10 @@ def test_expired_lease_is_taken_over_and_the_old_holder_is_told(ledger):
     assert ledger.release(RID)["attempts"] == 2 and len(ledger.entries()) == 2
 
 
-def test_an_expired_lease_no_one_took_still_completes(ledger):
+def test_an_expired_lease_no_one_took_still_completes(clocked):
+    ledger, clock = clocked
     ledger.begin_release(RID, DS, charges(), CFG, "host-a", lease_seconds=0.3)
-    time.sleep(0.5)
+    clock.advance(0.5)
     ledger.complete_release(RID, "m", "host-a")  # takeover, not expiry, is what loses it
     assert ledger.release(RID)["status"] == "published"
     assert ledger.begin_release(RID, DS, charges(), CFG, "host-b") == "published"

@@ -12,6 +12,7 @@ import multiprocessing as mp
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -222,7 +223,7 @@ def test_lock_held_too_long_raises_release_busy(ledger, url):
 def _race_worker(url, release_id, eps, barrier, results):
     """Runs in a spawned process: begin one release as soon as the other process is ready."""
     led = Ledger(url)
-    led._pause_after_check = 0.4  # hold the lock between the check and the insert
+    led.after_cap_check = lambda: time.sleep(0.4)  # hold the lock between check and insert
     try:
         led.spent(DS)  # connect first, so both start the race at the same moment
         barrier.wait(timeout=60)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,9 +13,10 @@ import yaml
 
 from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
 
-from tests.support.cli import ENV, run_subprocess
+from tests.support.cli import ENV
 from tests.support.cli import run_in_process as dpatlas  # refusals: exit codes and messages
 from tests.support.inputs import write_config
+from tests.support.paths import CRASH_AT
 
 
 @pytest.fixture(scope="module")
@@ -190,9 +192,10 @@ def _children(pid: int) -> set[int]:
 def test_killed_release_leaves_no_prefect_server_and_nothing_public_half_written(tmp_path, data):
     cfg = config(tmp_path, data)
     before = _children(os.getpid())
-    env = {**ENV, "DPATLAS_CRASH_AT": "after-ledger-charge"}
-    res = run_subprocess("release", "-c", str(cfg), "--release-id", "r1", "--noise-seed", "1",
-                         env=env)
+    res = subprocess.run([sys.executable, str(CRASH_AT),
+                          "after-ledger-charge", "release", "-c", str(cfg), "--release-id", "r1",
+                          "--noise-seed", "1"], capture_output=True, text=True, env=ENV,
+                         timeout=600)
     assert res.returncode == -9, res.stdout + res.stderr  # SIGKILL: no cleanup code ran
     import select
 

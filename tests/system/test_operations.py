@@ -15,6 +15,7 @@ import pytest
 
 from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
 from tests.support.inputs import write_config
+from tests.support.paths import CRASH_AT
 from tests.support.prefect_server import prefect_server
 
 pytestmark = pytest.mark.slow
@@ -50,10 +51,10 @@ def config(tmp: Path, data: Path, **over) -> Path:
 def cli(api_url: str, *args, crash: str | None = None, wait: bool = True):
     env = {**os.environ, "PREFECT_API_URL": api_url, "COLUMNS": "200",
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    env.pop("DPATLAS_CRASH_AT", None)
-    if crash:
-        env["DPATLAS_CRASH_AT"] = crash
-    proc = subprocess.Popen([sys.executable, "-m", "dpatlas.cli.commands", *args], env=env,
+    # a crash is injected by tests/support/crash_at.py: the command line with a fault hook
+    command = ([str(CRASH_AT), crash] if crash
+               else ["-m", "dpatlas.cli.commands"])
+    proc = subprocess.Popen([sys.executable, *command, *args], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if not wait:
         return proc

@@ -1,0 +1,151 @@
+"""The release flow's structure (issue 19, item 4): pre-charge refusals are one `preflight`
+task run, visible in Prefect; chunks fan out with `.map` without changing a seeded release's
+bytes; faults are injected by tests, never read from the environment by production code."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+
+from prefect.testing.utilities import prefect_test_harness  # noqa: E402
+
+from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic  # noqa: E402
+
+from tests.support.inputs import write_config  # noqa: E402
+
+# sha256 of the data files of the seeded release below, recorded on the code before the flow
+# was restructured (commit a65d230): seeded noise, one draw per chunk and stage, so any change
+# in which draw feeds which tract, or in their order, changes these bytes.
+SEEDED_RELEASE_SHA256 = {
+    "tracts.csv": "5c1343a215d08482d93ba37b61db101cf35824ab76d2d9ae4b7de1ead0aee25b",
+    "tracts.geojson": "eca1c3f05cb2b6a7936836276dc6ca66e3f19a05c2f69cca0cceaad451f686f0",
+    "tracts.parquet": "0031ddf4a5ef9ec28df790e8abea606afc2f4ed4183501f133da3747eafe658b",
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def prefect_server():
+    with prefect_test_harness(server_startup_timeout=180):
+        yield
+
+
+@pytest.fixture(scope="module")
+def small_state(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("state")
+    write_synthetic(out, ["17"], seed=5, params=StateParams(n_tracts=90, counties=3))
+    return out
+
+
+def make_config(tmp: Path, data: Path, **over) -> Path:
+    cfg = {"input": {"path": str(data / "microdata")},
+           "boundaries": {"path": str(data / "tracts.parquet")},
+           "privacy": {"epsilon_per_tract": 1.0},
+           "selection": {"rule": "dp", "threshold": 3.0},
+           "publish": {"root": str(tmp / "releases"), "internal_root": str(tmp / "internal")},
+           "ledger": {"url": f"sqlite:///{tmp / 'ledger.db'}", "dataset": "il"},
+           "partition_tracts": 30}
+    return write_config(tmp / "config.yaml", cfg, **over)
+
+
+def flow_task_runs(state) -> list:
+    """The task runs of the flow run that ended in ``state`` (the Prefect server's record)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    flow_run_id = state.state_details.flow_run_id
+    with get_client(sync_client=True) as client:
+        return client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+
+
+def failed_preflight(state) -> list:
+    return [t for t in flow_task_runs(state)
+            if t.name.startswith("preflight") and t.state.is_failed()]
+
+
+@pytest.mark.parametrize("over, seed, refusal, stage", [
+    ({"publish": {"mode": "public"}}, 3, "a noise seed makes the noise repeatable",
+     "before-writing"),
+    ({"publish": {"min_n": 100000}}, 3, "every tract has fewer than publish.min_n",
+     "before-charge"),
+])
+def test_a_refusal_is_a_failed_preflight_task_run_with_its_message(small_state, tmp_path,
+                                                                    over, seed, refusal, stage):
+    from dpatlas.ledger import Ledger
+    from dpatlas.release.preflight import PreflightError
+    from flows.release import release
+
+    config = make_config(tmp_path, small_state, **over)
+    state = release(str(config), "r1", seed, return_state=True)
+    assert state.is_failed()
+    error = state.result(raise_on_failure=False)
+    assert isinstance(error, PreflightError) and refusal in str(error)  # the flow still refuses
+    runs = failed_preflight(state)
+    assert [t.name for t in runs] == [f"preflight-{stage}"]
+    assert refusal in runs[0].state.message
+    assert Ledger(f"sqlite:///{tmp_path / 'ledger.db'}").release("r1") is None  # not charged
+    assert not (tmp_path / "releases" / "r1").exists()  # nothing published
+    if stage == "before-writing":  # nothing written at all, not even the internal folder
+        assert not (tmp_path / "internal").exists()
+
+
+def test_a_seeded_release_is_byte_identical_to_the_one_before_the_restructuring(small_state,
+                                                                               tmp_path):
+    from flows.release import release
+
+    state = release(str(make_config(tmp_path, small_state)), "r1", 11, return_state=True)
+    folder = Path(state.result().folder)
+    got = {name: hashlib.sha256((folder / name).read_bytes()).hexdigest()
+           for name in SEEDED_RELEASE_SHA256}
+    assert got == SEEDED_RELEASE_SHA256
+    preflight = [t for t in flow_task_runs(state) if t.name.startswith("preflight")]
+    assert sorted(t.name for t in preflight if t.state.is_completed()) == [
+        "preflight-before-charge", "preflight-before-writing"]
+
+
+def test_crash_points_read_no_environment_and_call_the_injected_fault_hook(monkeypatch):
+    from dpatlas.release import crash
+
+    monkeypatch.setenv("DPATLAS_CRASH_AT", "after-publish")  # what used to kill the process
+    crash.crashpoint("after-publish")  # still alive: production code reads no variable
+    seen = []
+    monkeypatch.setattr(crash, "fault_hook", seen.append)
+    crash.crashpoint("after-publish")
+    assert seen == ["after-publish"]
+
+
+def test_the_release_path_reads_no_environment_variable():
+    """Faults and clocks are injected by tests; the release path's behaviour is its config's."""
+    root = Path(__file__).resolve().parents[1]
+    sources = [p for d in ("flows", "tasks", "dpatlas/release", "dpatlas/ledger")
+               for p in sorted((root / d).rglob("*.py"))]
+    assert len(sources) > 20
+    readers = [str(p.relative_to(root)) for p in sources
+               if re.search(r"\bos\.environ\b|\bgetenv\(|\benviron\[", p.read_text())]
+    assert readers == []
+
+
+def test_a_lease_expires_by_the_injected_clock_not_by_waiting(tmp_path):
+    from dpatlas.ledger import Charge, Ledger
+
+    now = [1_000_000.0]
+    ledger = Ledger(f"sqlite:///{tmp_path / 'ledger.db'}", clock=lambda: now[0])
+    try:
+        ledger.set_cap("il", 10.0, 1e-5, reason="test set-up")
+        charge = [Charge("all", "step", "pure", 0.5, 0.0)]
+        ledger.begin_release("r1", "il", charge, "c" * 64, "host-a", lease_seconds=30)
+        assert ledger.release("r1")["lease_expires"] == 1_000_030.0
+        assert ledger.check_lease("r1", "host-a") == 30.0
+        now[0] += 31
+        assert ledger.check_lease("r1", "host-a") == -1.0
+        assert ledger.begin_release("r1", "il", charge, "c" * 64, "host-b",
+                                    lease_seconds=30) == "resume"
+    finally:
+        ledger.close()
