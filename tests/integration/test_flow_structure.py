@@ -19,6 +19,7 @@ from prefect.testing.utilities import prefect_test_harness  # noqa: E402
 from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic  # noqa: E402
 
 from tests.support.inputs import write_config  # noqa: E402
+from tests.support.paths import REPO  # noqa: E402
 
 # sha256 of the data files of the seeded release below, recorded on the code before the flow
 # was restructured (commit a65d230): seeded noise, one draw per chunk and stage, so any change
@@ -123,7 +124,7 @@ def test_crash_points_read_no_environment_and_call_the_injected_fault_hook(monke
 
 def test_the_release_path_reads_no_environment_variable():
     """Faults and clocks are injected by tests; the release path's behaviour is its config's."""
-    root = Path(__file__).resolve().parents[1]
+    root = REPO
     sources = [p for d in ("flows", "tasks", "dpatlas/release", "dpatlas/ledger")
                for p in sorted((root / d).rglob("*.py"))]
     assert len(sources) > 20
