@@ -55,20 +55,37 @@ def make_config(tmp: Path, data: Path, **over) -> Path:
     return write_config(tmp / "config.yaml", cfg, **over)
 
 
-def flow_task_runs(state) -> list:
-    """The task runs of the flow run that ended in ``state`` (the Prefect server's record)."""
+def flow_task_runs(state, ready=lambda runs: True, looks: int = 600) -> list:
+    """The task runs of the flow run that ended in ``state`` (the Prefect server's record).
+
+    Prefect records task-run states from events, after the flow has returned: the client's
+    events are drained, then the record is read until ``ready`` holds (a readiness wait, not
+    an assertion; at most ``looks`` reads, 0.2 s apart)."""
+    import time
+
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from prefect.events.worker import EventsWorker
 
+    EventsWorker.drain_all()
     flow_run_id = state.state_details.flow_run_id
     with get_client(sync_client=True) as client:
-        return client.read_task_runs(
-            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+        for _ in range(looks):
+            runs = client.read_task_runs(
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id])))
+            if ready(runs):
+                break
+            time.sleep(0.2)
+    return runs
+
+
+def _preflight(runs, final) -> list:
+    return [t for t in runs if t.name.startswith("preflight") and final(t.state)]
 
 
 def failed_preflight(state) -> list:
-    return [t for t in flow_task_runs(state)
-            if t.name.startswith("preflight") and t.state.is_failed()]
+    runs = flow_task_runs(state, ready=lambda runs: _preflight(runs, lambda s: s.is_failed()))
+    return _preflight(runs, lambda s: s.is_failed())
 
 
 @pytest.mark.parametrize("over, seed, refusal, stage", [
@@ -106,7 +123,9 @@ def test_a_seeded_release_is_byte_identical_to_the_one_before_the_restructuring(
     got = {name: hashlib.sha256((folder / name).read_bytes()).hexdigest()
            for name in SEEDED_RELEASE_SHA256}
     assert got == SEEDED_RELEASE_SHA256
-    preflight = [t for t in flow_task_runs(state) if t.name.startswith("preflight")]
+    preflight = _preflight(flow_task_runs(
+        state, ready=lambda runs: len(_preflight(runs, lambda s: s.is_completed())) == 2),
+        lambda s: True)
     assert sorted(t.name for t in preflight if t.state.is_completed()) == [
         "preflight-before-charge", "preflight-before-writing"]
 
