@@ -16,7 +16,7 @@ from . import sufficient_stats, theil_sen, gradient_descent, mos  # noqa: F401, 
 from . import binagg, free_lunch  # noqa: F401, I001
 from . import ddssp, adassp, modulated  # noqa: F401, I001
 from .batch import TractBatch
-from .budget import NO_METER, BudgetOverrun, PrivacyFilter
+from .privacy_filter import NO_METER, BudgetOverrun, PrivacyFilter
 from .noise import OSRandomness, SeededRandomness
 from .privacy import (GDP, PROJECT_RELATION, ZCDP, ApproxDP, MixedRelations, NotDP, PureDP,
                       Relation, convert_relation, parallel, sequential)

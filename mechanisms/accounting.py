@@ -3,7 +3,7 @@
 In the manner of dp-accounting's ``PrivacyAccountant``: :class:`Accountant` takes events
 (``compose(guarantee, count)``) and answers ``spent()`` and ``fits(guarantee, count, cap)``.
 The budget plan (``dpatlas.release.allocate``), the in-run privacy filter
-(``mechanisms.budget``), the ledger (``dpatlas.ledger``: what a step is charged, the cap check,
+(``mechanisms.privacy_filter``), the ledger (``dpatlas.ledger``: what a step is charged, the cap check,
 the lifetime spend, :func:`lifetime_epsilon`) and the manifest's checks all account through
 this module; the audit (``dpatlas.audit.checks``) keeps its own copy on purpose.
 

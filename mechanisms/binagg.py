@@ -71,7 +71,7 @@ import pandas as pd
 from scipy import stats
 
 from .batch import X_HIGH, X_LOW, TractBatch
-from .budget import NO_METER
+from .privacy_filter import NO_METER
 from .noise import Randomness, gaussian_mechanism, laplace_mechanism
 # PrivTree's map and its ε functions are declared with the other maps; named here too, as
 # BinAgg's (tests and callers import them from mechanisms.binagg).

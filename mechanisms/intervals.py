@@ -93,7 +93,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .batch import X_HIGH, X_LOW, TractBatch, sufficient_stats
-from .budget import NO_METER
+from .privacy_filter import NO_METER
 from .median import GRID_POINTS, Segments, exp_median
 from .noise import Randomness, laplace_mechanism, laplace_scale
 from .pairs import all_pairs, chunk_tracts, theil_sen_predictions

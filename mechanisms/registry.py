@@ -8,7 +8,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .batch import TractBatch
-from .budget import NO_METER, NoMeter, StepMeter
+from .privacy_filter import NO_METER, NoMeter, StepMeter
 from .noise import Randomness, default_randomness
 from .privacy import PROJECT_RELATION, Guarantee, relation_of
 from .privacy_maps import NoiseStep, compose
@@ -188,7 +188,7 @@ def estimate_batch(name: str, batch: TractBatch, epsilon: float, delta: float | 
     Noise comes from ``rand``, else from a seeded source if ``seed`` is given (tests,
     evaluation), else from the operating system's CSPRNG. ``reps`` repeats the noisy part
     (for evaluation) and adds a leading axis to every array. ``meter`` (release path) is
-    spent from before every draw (``mechanisms/budget.py``); ``publishable_only`` refuses an
+    spent from before every draw (``mechanisms/privacy_filter.py``); ``publishable_only`` refuses an
     estimator that is for evaluation only.
     """
     est = get(name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .batch import X_HIGH, X_LOW, TractBatch, ols, sufficient_stats
-from .budget import NO_METER
+from .privacy_filter import NO_METER
 from .noise import Randomness, laplace_mechanism
 from .privacy import NotDP
 from .privacy_maps import GridLaplace, NoiseStep

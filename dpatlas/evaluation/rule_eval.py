@@ -45,7 +45,7 @@ import pandas as pd
 
 import mechanisms as M
 from mechanisms.batch import TractBatch, ols, sufficient_stats
-from mechanisms.budget import NO_METER
+from mechanisms.privacy_filter import NO_METER
 from mechanisms.noise import Randomness, SeededRandomness
 from mechanisms.privacy import (ApproxDP, Guarantee, NotDP, PureDP, parallel, sequential,
                                 to_approx)

@@ -3,7 +3,7 @@
 ``select_partition`` draws the selection noise (dp rule) and returns the choice as a table;
 the flow persists it before ``estimate_partition`` runs the chosen mechanism and the suite.
 
-Both build a :class:`~mechanisms.budget.PrivacyFilter` per cell from the plan's charged
+Both build a :class:`~mechanisms.privacy_filter.PrivacyFilter` per cell from the plan's charged
 steps for the tracts they draw for, and hand each mechanism the meter of its step: a draw
 that would spend more than the ledger charged raises ``BudgetOverrun`` before it happens.
 """
@@ -18,7 +18,7 @@ import pandas as pd
 
 import mechanisms as M
 from mechanisms.batch import TractBatch
-from mechanisms.budget import NO_METER, PrivacyFilter
+from mechanisms.privacy_filter import NO_METER, PrivacyFilter
 from mechanisms.noise import Randomness
 
 from mechanisms import intervals as CI

@@ -29,7 +29,7 @@ import numpy as np
 
 import mechanisms as M
 from mechanisms.batch import TractBatch
-from mechanisms.budget import NO_METER
+from mechanisms.privacy_filter import NO_METER
 from mechanisms.noise import Randomness
 from mechanisms.privacy import PROJECT_RELATION, Guarantee, parallel, sequential
 from mechanisms.privacy_maps import NoiseStep, compose

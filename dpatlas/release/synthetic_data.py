@@ -324,7 +324,7 @@ def _chunks(df: pd.DataFrame, min_n: int, size: int):
 def _draw(plan: SyntheticPlan, rand: Randomness, parquet: pq.ParquetWriter, csv_path: Path,
           progress: Optional[Progress]) -> dict:
     """Stream every staged partition through BinAgg; each chunk's draws spend first from a
-    privacy filter holding the charged guarantee (mechanisms/budget.py)."""
+    privacy filter holding the charged guarantee (mechanisms/privacy_filter.py)."""
     rows = tracts = 0
     first_csv = True
     for k, path in enumerate(plan.staged):

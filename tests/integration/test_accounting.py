@@ -15,7 +15,7 @@ from dpatlas.ledger import store
 from dpatlas.release import allocate
 from mechanisms import accounting
 from mechanisms.accounting import REL_TOL, Accountant, Refused, within
-from mechanisms.budget import BudgetOverrun, PrivacyFilter
+from mechanisms.privacy_filter import BudgetOverrun, PrivacyFilter
 from mechanisms.privacy import (GDP, ZCDP, ApproxDP, MixedRelations, PureDP, Relation,
                                 to_approx)
 from mechanisms.privacy_maps import ExpMedian, GridGaussian, GridLaplace
@@ -124,11 +124,11 @@ def test_a_real_overspend_of_one_part_in_a_million_is_refused_everywhere():
 
 
 def test_the_plan_filter_ledger_and_manifest_share_the_one_tolerance():
-    import mechanisms.budget as budget
+    import mechanisms.privacy_filter as privacy_filter
     from dpatlas.release import manifest
 
     assert REL_TOL == 1e-9
-    assert not hasattr(budget, "REL_TOL") and not hasattr(allocate, "REL_TOL")
+    assert not hasattr(privacy_filter, "REL_TOL") and not hasattr(allocate, "REL_TOL")
     assert not hasattr(store, "REL_TOL") and not hasattr(manifest, "REL_TOL")
     assert allocate.within is accounting.within and manifest.within is accounting.within
     # 1e-10 relative over passes, 1e-8 is refused: the same line for every caller

@@ -11,7 +11,7 @@ from scipy import optimize, stats
 import mechanisms as M
 from mechanisms import ddssp  # registers DDSSP until mechanisms/__init__.py imports it
 from mechanisms.batch import TractBatch, ols, sufficient_stats
-from mechanisms.budget import BudgetOverrun, PrivacyFilter
+from mechanisms.privacy_filter import BudgetOverrun, PrivacyFilter
 from mechanisms.ddssp import (COUNT_SENSITIVITY, STEP_NAMES, X_MARGINAL, XY_MARGINAL,
                               Y_MARGINAL, bin_index, estimate_tables, measure_marginals,
                               measurement_rhos, regression_from_tables, two_way_counts)

@@ -18,7 +18,7 @@ import mechanisms as M
 from dpatlas.evaluation import rule_eval as R
 from dpatlas.evaluation.evaluate import error_ratios
 from mechanisms.batch import TractBatch, sufficient_stats
-from mechanisms.budget import BudgetOverrun, PrivacyFilter
+from mechanisms.privacy_filter import BudgetOverrun, PrivacyFilter
 from mechanisms.free_lunch import free_lunch_steps
 from mechanisms.noise import SeededRandomness, laplace_scale
 from mechanisms.privacy import ApproxDP, PureDP, parallel, sequential, to_approx

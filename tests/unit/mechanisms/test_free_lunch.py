@@ -15,7 +15,7 @@ import pytest
 import mechanisms as M
 from mechanisms import free_lunch as FL
 from mechanisms.batch import TractBatch, ols, sufficient_stats
-from mechanisms.budget import BudgetOverrun, PrivacyFilter
+from mechanisms.privacy_filter import BudgetOverrun, PrivacyFilter
 from mechanisms.noise import SeededRandomness
 from mechanisms.privacy import PureDP, Relation, convert_relation
 from mechanisms.privacy_maps import compose

@@ -249,7 +249,7 @@ def test_a_dp_band_draw_not_recorded_again_would_be_caught(tmp_path, monkeypatch
     """Without recording the selection's draw in the estimate stage, a tract of the dp band
     would show less spent than its branch composes to: the test above would fail. Here: the
     record is what makes a second selection-sized draw overrun."""
-    from mechanisms.budget import BudgetOverrun, PrivacyFilter
+    from mechanisms.privacy_filter import BudgetOverrun, PrivacyFilter
 
     cfg = banded_config(write_schedule(tmp_path))
     budget = plan(cfg, resolve_threshold(cfg.selection))

@@ -14,7 +14,7 @@ from dpatlas.core.config import parse_config
 from dpatlas.release.estimate import estimate_partition, select_partition
 from dpatlas.release.selection import PRIMARY_STEP, SELECTION_STEP
 from mechanisms import sufficient_stats, theil_sen
-from mechanisms.budget import NO_METER, BudgetOverrun, PrivacyFilter
+from mechanisms.privacy_filter import NO_METER, BudgetOverrun, PrivacyFilter
 from mechanisms.noise import SeededRandomness
 from mechanisms.privacy import ZCDP, ApproxDP, PureDP, rho_for_approx, to_approx
 from mechanisms.privacy_maps import GridGaussian, GridLaplace, compose
