@@ -1,6 +1,6 @@
 """Data contracts of the dpatlas pipeline, as Great Expectations suites.
 
-Suites live as GX ExpectationSuite JSON in ``data_contracts/suites/``:
+Suites live as GX ExpectationSuite JSON in ``data_contracts/expectation_suites/``:
 
 * ``input_microdata.json``  -- per-person input (geoid, x, y, optional person_id);
 * ``published_tracts.json`` -- the published per-(tract, cell) table.

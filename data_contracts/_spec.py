@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-SUITES_DIR = Path(__file__).resolve().parent / "suites"
+SUITES_DIR = Path(__file__).resolve().parent / "expectation_suites"
 
 INPUT_SUITE = "input_microdata"
 PUBLISHED_SUITE = "published_tracts"

@@ -1,4 +1,4 @@
-"""Run the data-contract suites (``data_contracts/suites/*.json``) against pandas frames.
+"""Run the data-contract suites (``data_contracts/expectation_suites/*.json``) against pandas frames.
 
 Every call builds its own in-memory GX Data Context, loads the suite from its JSON
 file, and validates in (at most) two passes:

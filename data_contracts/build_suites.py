@@ -1,7 +1,7 @@
 """Definitions of the pipeline's data contracts, and the script that writes them.
 
 Run ``python -m data_contracts.build_suites`` to (re)write the Great Expectations
-suites under ``data_contracts/suites/``.  The JSON files are what the pipeline loads
+suites under ``data_contracts/expectation_suites/``.  The JSON files are what the pipeline loads
 at run time (see :mod:`data_contracts.api`); this module is only the source they
 are generated from.  The output is deterministic, so rerunning the script on an
 unchanged tree rewrites byte-identical files (a test checks this).
@@ -271,7 +271,7 @@ def serialise(suite: gx.ExpectationSuite) -> str:
 
 
 def build(out_dir: Path | None = None) -> list[Path]:
-    """Write every suite as ``<out_dir>/<name>.json`` (default: ``data_contracts/suites``)."""
+    """Write every suite as ``<out_dir>/<name>.json`` (default: ``data_contracts/expectation_suites``)."""
     from data_contracts._context import quiet_context
 
     # GX 1.x: ExpectationSuite.add_expectation needs a current Data Context.

@@ -1,4 +1,4 @@
-"""Data contracts (Great Expectations suites in data_contracts/suites)."""
+"""Data contracts (Great Expectations suites in data_contracts/expectation_suites)."""
 
 from __future__ import annotations
 
