@@ -91,6 +91,18 @@ class OLS(_StatsEstimator):
                         "se75": np.broadcast_to(fit.se75, p25.shape).copy()})
 
 
+def noisy_stats_split(epsilon: float, nvar_drawn: bool = False) -> tuple[float, float, float]:
+    """NoisyStats' budget per statistic, (ε_nvar, ε_ncov, ε_intercept): thirds of ``epsilon``;
+    where a selection already drew nvar (``nvar_drawn``: the dp rule reuses its noisy nvar,
+    paid by the selection), ε_nvar is 0 and ``epsilon`` (the rest) halves between ncov and the
+    intercept. The one place the split is decided: the mechanism, the rule's alternatives,
+    the interval step and the evaluations read it here."""
+    if nvar_drawn:
+        return 0.0, epsilon / 2, epsilon / 2
+    third = epsilon / 3.0
+    return third, third, third
+
+
 @register
 class NoisyStats(_StatsEstimator):
     """Pure ε-DP: Laplace noise on nvar and ncov (ε/3 each), then on the intercept (ε/3).
@@ -107,8 +119,8 @@ class NoisyStats(_StatsEstimator):
     sampler = _LAPLACE
 
     def _noise_steps(self, epsilon, delta, hp):
-        third = epsilon / 3.0
-        return [nvar_step(third), ncov_step(third), intercept_step(third)]
+        eps_nvar, eps_ncov, eps_intercept = noisy_stats_split(epsilon)
+        return [nvar_step(eps_nvar), ncov_step(eps_ncov), intercept_step(eps_intercept)]
 
     def _run(self, batch, budget, rand, reps, hp, meter):
         return _noisy_stats(batch, budget.step("nvar"), budget.step("ncov"),

@@ -27,7 +27,7 @@ import mechanisms as M
 from mechanisms.batch import X_HIGH, X_LOW, ols, sufficient_stats
 from mechanisms.intervals import Released, intervals
 from mechanisms.noise import SeededRandomness
-from mechanisms.sufficient_stats import noisy_stats_release
+from mechanisms.sufficient_stats import noisy_stats_release, noisy_stats_split
 
 from dpatlas.release.selection import Rule, run_selected, select
 
@@ -36,11 +36,11 @@ MECHANISMS = ("NoisyStats", "DPExpTheilSen", "rule")
 
 def released_by(mechanism: str, batch, eps: float, rand, reps: int, threshold: float):
     if mechanism == "NoisyStats":
-        third = eps / 3
-        out = noisy_stats_release(batch, third, third, third, rand, reps)
+        eps_nvar, eps_ncov, eps_intercept = noisy_stats_split(eps)
+        out = noisy_stats_release(batch, eps_nvar, eps_ncov, eps_intercept, rand, reps)
         p25 = np.where(out.failed, np.nan, out.p25)
         p75 = np.where(out.failed, np.nan, out.p75)
-        return Released(p25, p75, out.extras["noisy_nvar"], third, third, third)
+        return Released(p25, p75, out.extras["noisy_nvar"], eps_nvar, eps_ncov, eps_intercept)
     if mechanism == "DPExpTheilSen":
         out = M.estimate_batch("DPExpTheilSen", batch, eps, rand=rand, reps=reps)
         return Released(out.p25, out.p75)

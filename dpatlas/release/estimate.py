@@ -22,6 +22,7 @@ from mechanisms.privacy_filter import NO_METER, PrivacyFilter
 from mechanisms.noise import Randomness
 
 from mechanisms import intervals as CI
+from mechanisms.sufficient_stats import noisy_stats_split
 
 from dpatlas.core.columns import INTERVAL_COLUMNS, RESULT_COLUMNS
 from dpatlas.release.allocate import INTERVAL_STEP, BudgetPlan, interval_kind, suite_step
@@ -114,10 +115,11 @@ def _intervals(plan: BudgetPlan, sub: TractBatch, sel: Selection, res, rand: Ran
 def _interval_group(plan: BudgetPlan, sub: TractBatch, res, tracts: np.ndarray, drawn: bool,
                     rand: Randomness, meter) -> CI.Intervals:
     eps_sel, eps_rest = plan.rule.budgets(plan.primary_epsilon)
-    if drawn:  # NoisyStats reused the selection's nvar; the rest split in two
-        eps_nvar, eps_ncov, eps_intercept = eps_sel, eps_rest / 2, eps_rest / 2
-    else:  # NoisyStats with the whole primary budget, its own thirds
-        eps_nvar = eps_ncov = eps_intercept = plan.primary_epsilon / 3
+    if drawn:  # NoisyStats reused the selection's nvar (drawn at eps_sel); the rest split
+        _, eps_ncov, eps_intercept = noisy_stats_split(eps_rest, nvar_drawn=True)
+        eps_nvar = eps_sel
+    else:  # NoisyStats with the whole primary budget, its own split
+        eps_nvar, eps_ncov, eps_intercept = noisy_stats_split(plan.primary_epsilon)
     # The dp selection publishes NoisyStats only where ε·nvar~ >= threshold: the interval of a
     # tract that drew it conditions on that (public) event.
     floor = plan.rule.threshold / plan.primary_epsilon if drawn else 0.0

@@ -35,7 +35,7 @@ from mechanisms.privacy import PROJECT_RELATION, Guarantee, parallel, sequential
 from mechanisms.privacy_maps import NoiseStep, compose
 from mechanisms.registry import Meter
 from mechanisms.sufficient_stats import (intercept_step, ncov_step, noisy_nvar,
-                                         noisy_stats_release, nvar_step)
+                                         noisy_stats_release, noisy_stats_split, nvar_step)
 
 NOISY_STATS, EXP_THEIL_SEN = "NoisyStats", "DPExpTheilSen"
 SELECTION_STEP = "selection: noisy n*var(x)"
@@ -51,6 +51,12 @@ Bands = tuple[tuple[float, str], ...]  # (upper bound on n, exclusive; choice), 
 Schedule = tuple[tuple[float, Bands], ...]  # (calibration ε, its bands), increasing ε
 
 Alternatives = dict[str, list[NoiseStep]]
+
+
+def _reusing_nvar_steps(rest: float) -> list[NoiseStep]:
+    """NoisyStats' steps after a selection drew its nvar: ncov and the intercept, from the rest."""
+    _, eps_ncov, eps_intercept = noisy_stats_split(rest, nvar_drawn=True)
+    return [ncov_step(eps_ncov), intercept_step(eps_intercept)]
 
 
 def worst_alternative(alternatives: Alternatives) -> Guarantee:
@@ -137,7 +143,7 @@ class Rule:
             return [(SELECTION_STEP, eps_sel, {SELECTION_LABEL: [nvar_step(eps_sel)]}),
                     (PRIMARY_STEP, rest, {
                         # NoisyStats reuses the selection's noisy nvar (paid once, above).
-                        NOISY_STATS: [ncov_step(rest / 2), intercept_step(rest / 2)],
+                        NOISY_STATS: _reusing_nvar_steps(rest),
                         EXP_THEIL_SEN: M.get(EXP_THEIL_SEN).noise_steps(rest)})]
         if self.kind == "banded":
             return [(PRIMARY_STEP, epsilon, self._banded_alternatives(epsilon))]
@@ -153,8 +159,7 @@ class Rule:
         alts: Alternatives = {name: M.get(name).noise_steps(epsilon)
                               for name in (NOISY_STATS, EXP_THEIL_SEN) if name in choices}
         if DP_BAND in choices:
-            alts[SELECTED_NOISY_STATS] = [nvar_step(eps_sel), ncov_step(rest / 2),
-                                          intercept_step(rest / 2)]
+            alts[SELECTED_NOISY_STATS] = [nvar_step(eps_sel)] + _reusing_nvar_steps(rest)
             alts[SELECTED_EXP_THEIL_SEN] = ([nvar_step(eps_sel)]
                                             + M.get(EXP_THEIL_SEN).noise_steps(rest))
         return alts
@@ -294,8 +299,8 @@ def _branches(batch, rule: Rule, sel: Selection, rand: Randomness, reps: int, me
                                                     publishable_only=publishable_only)
 
     def reusing_nvar(sub, tracts):
-        rest = sel.epsilon_rest
-        return noisy_stats_release(sub, 0.0, rest / 2, rest / 2, rand, reps,
+        _, eps_ncov, eps_intercept = noisy_stats_split(sel.epsilon_rest, nvar_drawn=True)
+        return noisy_stats_release(sub, 0.0, eps_ncov, eps_intercept, rand, reps,
                                    nvar_released=sel.noisy_nvar[:, tracts], meter=meter)
 
     if rule.kind == "banded":
