@@ -80,7 +80,10 @@ def flow_task_runs(state, ready=lambda runs: True, looks: int = 600) -> list:
 
 
 def _preflight(runs, final) -> list:
-    return [t for t in runs if t.name.startswith("preflight") and final(t.state)]
+    """The preflight task runs whose recorded state (None until the server has one) passes
+    ``final``."""
+    return [t for t in runs if t.name.startswith("preflight") and t.state is not None
+            and final(t.state)]
 
 
 def failed_preflight(state) -> list:
