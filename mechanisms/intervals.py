@@ -32,7 +32,9 @@ The interval step draws two more statistics with grid Laplace noise (exact discr
 
 From them and the release, Bonferroni bounds that fail with probability at most a share of
 1 − level each: nvar (from both draws; given publication, L1 > −nvar, an event of probability
->= 1/2, so any tail of L1 at most doubles), |β̂| <= (|s̃|·nvar~ + c2)/nvar_lo (|L2| <= c2) and
+>= 1/2, so any tail of L1 at most doubles; where the own draw alone does not bound nvar above
+0, the bound from nvar~ takes 1/1000 of its share, so that its rare failures do not make narrow
+intervals where nothing else would), |β̂| <= (|s̃|·nvar~ + c2)/nvar_lo (|L2| <= c2) and
 <= sqrt(n/(4·nvar_lo)), and x̄ (within [0, 1] and within what nvar allows, nvar <= n·x̄(1 − x̄)).
 The three noises are then integrated at their largest scales over those bounds: the quantile
 of a sum of independent Laplace variables has a closed-form tail (``laplace_sum_quantile``),
@@ -337,6 +339,7 @@ def _noisy_stats_intervals(batch, released, eps, rand, level, meter) -> Interval
 # (Bonferroni); the rest goes to the three Laplace noises the interval integrates over.
 _GAMMA_NVAR, _GAMMA_BETA, _GAMMA_XBAR = 0.1, 0.05, 0.05
 _STRICT_SHARE = 1e-3  # of the released nvar~ bound's tail, where the own draw alone is not > 0
+_SCALE_SEPARATION = 1.02  # scales of a Laplace sum kept this far apart (rounded up: wider)
 
 
 def _laplace_tail_bound(scale, tail):
@@ -344,7 +347,6 @@ def _laplace_tail_bound(scale, tail):
     where tail is 0 (no bound)."""
     tail = np.asarray(tail, dtype=float)
     return np.where(tail > 1e-300, scale * -np.log(np.maximum(tail, 1e-300)), np.inf)
-_SCALE_SEPARATION = 1.02  # scales of a Laplace sum kept this far apart (rounded up: wider)
 
 
 def _published_probability(gap, scale):
