@@ -2219,10 +2219,18 @@ def check_levels(folder: Path, m: dict) -> str:
             problems.append(str(err))
         except Exception as err:  # noqa: BLE001 - any reader error is a finding
             problems.append(f"level {level}: its files cannot be read: {err}")
-    cfg_levels = _config(folder).get("levels") or ["tract"]
+    cfg = _config(folder)
+    cfg_levels = cfg.get("levels") or ["tract"]
     if sorted(cfg_levels) != sorted(["tract", *levels]):
         problems.append(f"config.json levels {cfg_levels} != the manifest's tract + "
                         f"{sorted(levels)}")
+    shares = cfg.get("level_shares") or {}
+    available = float(m["budget"]["epsilon_available"])
+    for level, sec in levels.items():
+        if level in shares and not close(float(shares[level]) * available,
+                                         float(sec.get("epsilon", math.nan))):
+            problems.append(f"level {level}: epsilon {sec.get('epsilon')!r} is not config's "
+                            f"level_shares.{level} {shares[level]!r} x {available!r}")
     if problems:
         raise Mismatch("; ".join(problems))
     if not levels:

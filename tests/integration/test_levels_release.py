@@ -196,3 +196,12 @@ def test_a_county_n_that_is_not_its_tracts_fails(forged):
     write_rehashed(forged, manifest_of(forged))
     code, bad = run_audit(forged)
     assert code == 1 and "sum of its tracts' n" in bad["levels"]
+
+
+def test_a_level_budget_that_is_not_the_configs_share_fails(forged):
+    config = json.loads((forged / "config.json").read_text())
+    config["level_shares"] = {"tract": 0.9, "county": 0.05, "state": 0.05}
+    (forged / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+    write_rehashed(forged, manifest_of(forged))
+    code, bad = run_audit(forged)
+    assert code == 1 and "level_shares.county" in bad["levels"]
