@@ -95,8 +95,20 @@ def level_table_schema(columns: list[str], level: str, interval_level: float = 0
               "cell (public: the sum of its tracts' n)",
               "constraints": {"required": True, "minimum": 0}},
     }
-    return {"fields": [special.get(c) or _field(c, decimals, interval_level) for c in columns],
+    return {"fields": [special.get(c) or _unit_field(c, level, decimals, interval_level)
+                       for c in columns],
             "primaryKey": ["geoid", "cell"], "missingValues": [""]}
+
+
+def _unit_field(column: str, level: str, decimals: int, interval_level: float) -> dict:
+    """The tract table's field, its description speaking of the level's unit."""
+    field = _field(column, decimals, interval_level)
+    text = field["description"]
+    for tract_words, unit_words in (("the tract's", f"the {level}'s"),
+                                    ("this tract", f"this {level}"),
+                                    ("the tract was", f"the {level} was")):
+        text = text.replace(tract_words, unit_words)
+    return {**field, "description": text}
 
 
 def write_level_files(table: gpd.GeoDataFrame, folder: Path, level: str,

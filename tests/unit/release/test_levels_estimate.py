@@ -108,3 +108,16 @@ def test_units_below_min_n_are_suppressed_with_nothing_spent():
     released = res[res["status"] == "released"]
     assert (released["epsilon_spent"] == p.charged()[0]).all()
     assert len(res[res["level"] == "county"]) == N_COUNTIES + 1
+
+
+def test_each_cell_gets_its_own_units():
+    df = synthetic_state()
+    df["cell"] = np.where(np.arange(len(df)) % 2 == 0, "a", "b")
+    p = plan(parse_config({**BASE, "levels": ["tract", "county", "state"]}), 3.0)
+    res = estimate_levels(df, p, default_randomness(3), min_n=2)
+    for level, units in (("county", N_COUNTIES), ("state", 1)):
+        rows = res[res["level"] == level]
+        assert sorted(rows["cell"].unique()) == ["a", "b"]
+        assert len(rows) == 2 * units
+        n = df.groupby([df["geoid"].str[:5 if level == "county" else 2], "cell"]).size()
+        assert rows.set_index(["geoid", "cell"])["n"].sort_index().tolist() == n.tolist()
