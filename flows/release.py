@@ -26,6 +26,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from dpatlas.core.config import ReleaseConfig, load_config
 from dpatlas.release.crash import crashpoint
 from dpatlas.release.estimate import Chunk
+from dpatlas.release.levels import states_of
 from dpatlas.core.ids import validate_release_id
 from dpatlas.ledger import LeaseLost, Ledger, ReleaseBusy, charges
 from dpatlas.release.preflight import mark_root
@@ -33,6 +34,7 @@ from dpatlas.release.run_state import InputChanged, ReleaseLock
 from tasks.allocate import allocate_budget
 from tasks.estimate import estimate_chunk, select_chunk
 from tasks.ingest import ingest_partition, list_partitions
+from tasks.levels import estimate_state_levels
 from tasks.ledger import LEASE_SECONDS, charge_release, complete_release, release_status
 from tasks.preflight import preflight
 from tasks.publish import publish_release, show_in_feed
@@ -150,6 +152,8 @@ def release(config_path: str, release_id: Optional[str] = None,
             # 4-5. Select a mechanism per tract, then estimate, chunk by chunk.
             stage = select_and_estimate.with_options(task_runner=chunk_task_runner(cfg))
             results = stage(**stage_parameters)
+            level_results = _estimate_levels(staged, sizes, budget, cfg.publish.min_n,
+                                             internal, noise_seed)
 
             # 6. Publish the map-ready files and the manifest (atomically, under the lease),
             # complete the ledger entry, then show the release in the feed.
@@ -157,13 +161,28 @@ def release(config_path: str, release_id: Optional[str] = None,
             folder = publish_release(cfg, rid, results, boundaries, budget, start.input_sha256,
                                      _noise_source(noise_seed), start.started, internal,
                                      _ledger_entry(cfg, rid, budget, cells),
-                                     _input_facts(cfg, contributions), lease.check)
+                                     _input_facts(cfg, contributions), lease.check,
+                                     level_results)
             crashpoint("after-publish")
             lease.check()
             complete_release(cfg.ledger, rid, folder, owner)
             crashpoint("after-ledger-complete")
         show_in_feed(root, rid)
         return report_release(cfg.ledger, folder, "published")
+
+
+def _estimate_levels(staged: list[Path], sizes, budget, min_n: int, internal: Path,
+                     noise_seed: Optional[int]) -> list[Path]:
+    """County and state estimates, one task per state (none unless the plan has levels).
+    State k's seed depends on k alone, as a chunk's does."""
+    if not budget.levels:
+        return []
+    states = states_of(sizes["geoid"])
+    futures = estimate_state_levels.map(
+        unmapped(staged), states, unmapped(budget), unmapped(min_n),
+        [internal / "levels" / f"state-{s}.parquet" for s in states],
+        [_seed(noise_seed, 3, k) for k in range(len(states))])
+    return [Path(p) for p in futures.result()]
 
 
 def _open_release_or_refuse(cfg: ReleaseConfig, rid: str, internal: Path, owner: str):

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -13,6 +14,7 @@ from dpatlas.release.allocate import BudgetPlan
 from dpatlas.core.config import ReleaseConfig, public_config
 from dpatlas.publication.feed import update_feed
 from dpatlas.release.manifest import build_manifest, input_commitment
+from dpatlas.publication.level_files import assemble_level, write_all_levels
 from dpatlas.publication.tract_files import (PublishError, assemble, release_folder,
                                              standard_error_maximum, verify_release, write_release)
 from dpatlas.release.outcome import format_counts
@@ -25,12 +27,14 @@ def publish_release(cfg: ReleaseConfig, release_id: str, result_files: list[Path
                     boundaries: gpd.GeoDataFrame, budget: BudgetPlan, input_sha256: str,
                     random_source: str, started: str, internal: Path,
                     ledger_entry: dict, input_facts: dict,
-                    check_lease: Optional[Callable[[], None]] = None) -> Path:
+                    check_lease: Optional[Callable[[], None]] = None,
+                    level_files: Optional[list[Path]] = None) -> Path:
     """Assemble, check against the output contract, and publish the release atomically.
 
     ``internal``: the release's internal folder (the files are staged there, outside the
     public tree). ``input_facts``: see :func:`dpatlas.release.manifest.assumptions`. ``check_lease``:
     the ledger lease's check, called right before the release becomes visible.
+    ``level_files``: the county and state estimates (with levels beyond the tract).
     """
     final = release_folder(cfg.publish.root, release_id)  # refuses a symlink or a file there
     if final is not None:
@@ -49,16 +53,30 @@ def publish_release(cfg: ReleaseConfig, release_id: str, result_files: list[Path
     if not check.success:
         raise PublishError("the release table breaks its output contract; nothing was "
                            f"published:\n{check.summary()}")
+    levels = assemble_levels(level_files or [], boundaries, budget, table, cfg.intervals.level)
     manifest = build_manifest(cfg, release_id, budget, table,
                               input_commitment(input_sha256, internal), random_source,
-                              started, input_facts, ledger_entry)
+                              started, input_facts, ledger_entry, levels)
     manifest["output_contract"] = {"suite": check.suite, "success": True}
     folder = write_release(table, manifest, cfg.publish.root, release_id,
                            config=public_config(cfg), internal_dir=internal,
-                           check_lease=check_lease)
+                           check_lease=check_lease,
+                           more_files=partial(write_all_levels, levels,
+                                              interval_level=cfg.intervals.level))
     get_run_logger().info("published release %s at %s (%s)", release_id, folder,
                           format_counts(manifest["counts"]["by_status"]))
     return folder
+
+
+def assemble_levels(level_files: list[Path], boundaries: gpd.GeoDataFrame, budget: BudgetPlan,
+                    table: pd.DataFrame, interval_level: float) -> dict:
+    """Each level's table (county, state), over the tract table's cells."""
+    if not budget.levels:
+        return {}
+    results = pd.concat([pd.read_parquet(p) for p in level_files], ignore_index=True)
+    cells = sorted(str(c) for c in table["cell"].unique())
+    return {lp.level: assemble_level(results, boundaries, lp.level, cells, interval_level)
+            for lp in budget.levels}
 
 
 @task(name="feed", **RETRY_IO)

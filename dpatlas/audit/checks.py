@@ -76,6 +76,13 @@ than against itself, and compares:
     and the manifest's counts;
 (f) formats: tracts.csv and tracts.geojson row for row, and the features of tracts.pmtiles
     (its lowest zoom) attribute for attribute, hold the values of tracts.parquet.
+(l) levels: a release with county or state levels (manifest ``levels``) has each level's
+    budget steps ("level county: NoisyStats", "level county: interval") in the budget, so in
+    the per-person total (d) recomposes, with the epsilons the level states; counties.* and
+    states.* listed in ``files``; every column public or paid by the level's own steps; the
+    table rules of (e) (values where released, suppression by n < min_n, spend, reasons,
+    intervals, standard errors); n per unit the sum of its tracts' n; the CSV and GeoJSON
+    holding the parquet's values; and no level file without its level.
 
 External anchors, run only when given (otherwise a ``skip`` line says what was not checked):
 ``--boundaries FILE`` (the boundary file whose sha256 the manifest states has every tract
@@ -1882,17 +1889,19 @@ def _same_value(a, b, *, missing_is_empty: bool = False) -> bool:
     return str(a) == str(b) and type(a) is type(b)
 
 
-def _table_rows(folder: Path) -> tuple[list[str], dict[tuple[str, str], dict]]:
-    table = pq.read_table(folder / "tracts.parquet")
+def _table_rows(folder: Path, stem: str = "tracts"
+                ) -> tuple[list[str], dict[tuple[str, str], dict]]:
+    table = pq.read_table(folder / f"{stem}.parquet")
     columns = [c for c in table.column_names if c != "geometry"]
     rows = table.select(columns).to_pylist()
     return columns, {(r["geoid"], r["cell"]): r for r in rows}
 
 
-def _csv_rows(folder: Path, columns: list[str], kinds: dict) -> tuple[list[str], list[dict]]:
+def _csv_rows(folder: Path, columns: list[str], kinds: dict,
+              stem: str = "tracts") -> tuple[list[str], list[dict]]:
     import csv
 
-    with open(folder / "tracts.csv", newline="") as fh:
+    with open(folder / f"{stem}.csv", newline="") as fh:
         reader = csv.reader(fh)
         header = next(reader, [])
         rows = []
@@ -1912,11 +1921,11 @@ def _csv_rows(folder: Path, columns: list[str], kinds: dict) -> tuple[list[str],
     return header, rows
 
 
-def _kinds(folder: Path) -> dict[str, str]:
+def _kinds(folder: Path, stem: str = "tracts") -> dict[str, str]:
     import pyarrow as pa
 
     kinds = {}
-    for f in pq.read_schema(folder / "tracts.parquet"):
+    for f in pq.read_schema(folder / f"{stem}.parquet"):
         kinds[f.name] = ("integer" if pa.types.is_integer(f.type) else "number"
                          if pa.types.is_floating(f.type) else "string")
     return kinds
@@ -1924,7 +1933,7 @@ def _kinds(folder: Path) -> dict[str, str]:
 
 def _compare(fmt: str, rows: list[dict], table: dict, columns: list[str], *,
              exact_columns: bool, missing_is_empty: bool = False,
-             complete: bool = True) -> list[str]:
+             complete: bool = True, reference: str = "tracts.parquet") -> list[str]:
     problems, seen, differing = [], set(), {}
     for row in rows:
         key = (row.get("geoid"), row.get("cell"))
@@ -1948,7 +1957,7 @@ def _compare(fmt: str, rows: list[dict], table: dict, columns: list[str], *,
             if not _same_value(ref[c], got, missing_is_empty=missing_is_empty):
                 differing.setdefault(c, []).append(key[0])
     for c, geoids in differing.items():
-        problems.append(f"{fmt}: {c} differs from tracts.parquet in {len(geoids)} row(s), "
+        problems.append(f"{fmt}: {c} differs from {reference} in {len(geoids)} row(s), "
                         f"e.g. {geoids[0]}")
     if complete and len(seen) != len(table):
         problems.append(f"{fmt} has {len(seen)} of the table's {len(table)} rows")
@@ -2002,6 +2011,233 @@ def check_formats(folder: Path, m: dict) -> str:
     return (f"tracts.csv and tracts.geojson hold the values of tracts.parquet ({len(table):,} "
             f"rows, {len(columns)} columns), and so do the {n_shown:,} rows tracts.pmtiles "
             f"shows at its lowest zoom ({n_tiles} tile(s))")
+
+
+# ------------------------------------------------- levels: county and state tables (issue 20)
+#
+# A county is the tract GEOID's first 5 digits, a state its first 2; each level publishes
+# NoisyStats on its units' pooled records, paid by budget steps of its own that compose
+# sequentially with the tract's (a person is in one tract, one county and one state): the
+# totals check recomposes every step of the budget, so a level step is in the per-person total
+# exactly when it is in budget.steps, which this check requires of every level's steps.
+
+LEVEL_DIGITS = {"county": 5, "state": 2}
+LEVEL_STEMS = {"county": "counties", "state": "states"}
+LEVEL_MECHANISM = "NoisyStats"
+LEVEL_PUBLIC_COLUMNS = ("geoid", "level", "state", "county", "cell", "n", "status", "geometry")
+
+
+def level_step_names(level: str) -> tuple[str, str]:
+    """(estimate step, interval step) of a level, as the pipeline names them."""
+    return f"level {level}: {LEVEL_MECHANISM}", f"level {level}: interval"
+
+
+def level_column_payer(column: str, level: str) -> str | None:
+    estimate, interval = level_step_names(level)
+    if column in LEVEL_PUBLIC_COLUMNS and (column != "county" or level == "county"):
+        return "public"
+    if column in VALUE_COLUMNS:
+        return estimate
+    if column in INTERVAL_COLUMNS or column in SE_COLUMNS:
+        return interval
+    if column in ("mechanism", "reason") or column in SPEND_COLUMNS:
+        return "public (the level's one mechanism, the public n and its DP failure)"
+    return None
+
+
+def _level_file_names(level: str) -> list[str]:
+    stem = LEVEL_STEMS[level]
+    return [f"{stem}.parquet", f"{stem}.geojson", f"{stem}.csv", f"{stem}.schema.json"]
+
+
+def _tract_n_by_unit(folder: Path, digits: int) -> dict[tuple[str, str], int]:
+    """n per (unit, cell) summed over the tracts of tracts.parquet (public values)."""
+    t = pq.read_table(folder / "tracts.parquet", columns=["geoid", "cell", "n"]).to_pydict()
+    out: dict[tuple[str, str], int] = {}
+    for geoid, cell, n in zip(t["geoid"], t["cell"], t["n"]):
+        key = (str(geoid)[:digits], str(cell))
+        out[key] = out.get(key, 0) + int(n)
+    return out
+
+
+def _level_step_problems(level: str, sec: dict, steps: dict, m: dict) -> list[str]:
+    """The level's steps are the pipeline's, all in the budget (hence in the totals), each
+    drawing NoisyStats noise, with the epsilons the section states."""
+    estimate, interval = level_step_names(level)
+    with_interval = bool(sec.get("interval_epsilon"))
+    want = [estimate] + ([interval] if with_interval else [])
+    problems = []
+    if list(sec.get("steps") or ()) != want:
+        problems.append(f"level {level}: steps {sec.get('steps')!r}, expected {want}")
+    for name, key in ((estimate, "estimate_epsilon"), (interval, "interval_epsilon")):
+        if name not in want:
+            continue
+        step = steps.get(name)
+        if step is None:
+            problems.append(f"level {level}: its step {name!r} is not in the budget (so not "
+                            "in the per-person total): its values are paid by nothing")
+            continue
+        alts = sorted(((step.get("noise") or {}).get("alternatives") or {}))
+        if alts != [LEVEL_MECHANISM]:
+            problems.append(f"level {level}: step {name!r} draws {alts}, not "
+                            f"{LEVEL_MECHANISM}'s noise")
+        g, param = guarantee_from(step.get("guarantee")), step.get("epsilon_param")
+        if not (_is_number(param) and close(float(param), float(sec.get(key, math.nan)))):
+            problems.append(f"level {level}: {key} {sec.get(key)!r} is not its step's "
+                            f"epsilon_param {param!r}")
+        elif g.kind != "pure" or g.epsilon > float(param) * (1 + REL_TOL):
+            problems.append(f"level {level}: step {name!r} spends {g.text()}, over its "
+                            f"{key} {param!r}")
+    spent = math.fsum(float(sec.get(k) or 0.0) for k in ("estimate_epsilon", "interval_epsilon"))
+    if not close(spent, float(sec.get("epsilon", math.nan))):
+        problems.append(f"level {level}: epsilon {sec.get('epsilon')!r} is not its steps' "
+                        f"{spent:.12g}")
+    return problems
+
+
+def _level_table_problems(folder: Path, level: str, sec: dict, steps: dict,
+                          m: dict) -> list[str]:
+    stem, digits = LEVEL_STEMS[level], LEVEL_DIGITS[level]
+    df = pq.read_table(folder / f"{stem}.parquet").to_pandas()
+    problems = []
+    for column in df.columns:
+        payer = level_column_payer(column, level)
+        if payer is None:
+            problems.append(f"{stem}.parquet: column {column!r} is paid for by no step")
+        elif not payer.startswith("public") and payer not in (sec.get("steps") or ()):
+            problems.append(f"{stem}.parquet: column {column!r} needs the step {payer!r}, "
+                            f"which level {level} does not have")
+    declared = {c.strip() for key in (sec.get("published_columns") or {})
+                for c in str(key).split(",") if c.strip()}
+    if set(df.columns) - declared:
+        problems.append(f"{stem}.parquet: columns not in levels.{level}.published_columns: "
+                        f"{sorted(set(df.columns) - declared)}")
+    missing = sorted({"geoid", "level", "cell", "n", "mechanism", "status", "reason",
+                      *SPEND_COLUMNS, *VALUE_COLUMNS} - set(df.columns))
+    if missing:
+        return problems + [f"{stem}.parquet: columns missing: {missing}"]
+    geoid = df["geoid"].astype(str)
+    if not geoid.str.fullmatch(f"[0-9]{{{digits}}}").all():
+        problems.append(f"{stem}.parquet: GEOIDs not of {digits} digits")
+    if not (df["level"].astype(str) == level).all():
+        problems.append(f"{stem}.parquet: level is not {level!r} in every row")
+    status = df["status"].astype(str)
+    released, suppressed = status == "released", status == "suppressed"
+    values = df[list(VALUE_COLUMNS)]
+    if values[released].isna().any().any() or values[~released].notna().any().any():
+        problems.append(f"{stem}.parquet: p25/p75 values are not exactly where released")
+    for c in ("p25", "p75"):
+        r = df.loc[released]
+        if not np.allclose(r[c], r[f"{c}_raw"].clip(0.0, 1.0), rtol=0, atol=0):
+            problems.append(f"{stem}.parquet: {c} is not {c}_raw clipped to [0, 1]")
+    small = df["n"].astype(int) < int(m["min_n"])
+    if (small != suppressed).any():
+        problems.append(f"{stem}.parquet: suppression is not 'n < min_n = {m['min_n']}' in "
+                        f"{int((small != suppressed).sum())} row(s)")
+    mech = df["mechanism"].astype(str)
+    if ((mech != LEVEL_MECHANISM) & ~suppressed).any() or (mech[suppressed] != "none").any():
+        problems.append(f"{stem}.parquet: mechanism is not {LEVEL_MECHANISM} where a unit ran "
+                        "and none where suppressed")
+    for col in SPEND_COLUMNS:
+        figure = float(m["budget"][f"{col.split('_')[0]}_per_tract_and_cell"])
+        spent = df[col].astype(float)
+        if (spent[suppressed] != 0).any() or (~np.isclose(spent[~suppressed], figure,
+                                                          rtol=REL_TOL, atol=0)).any():
+            problems.append(f"{stem}.parquet: {col} is not 0 where suppressed and the "
+                            f"manifest's {figure:.12g} elsewhere")
+    # The reasons as for tracts (no selection rule at a level: its mechanism is fixed).
+    problems += [f"{stem}.parquet: {p}"
+                 for p in _mechanism_and_reason_problems(df, {**m, "selection": {}})]
+    problems += [f"{stem}.parquet: {p}" for p in _interval_value_problems(df, released)]
+    problems += [f"{stem}.parquet: {p}" for p in _standard_error_problems(df, m)]
+    has_ci = [c for c in INTERVAL_COLUMNS if c in df.columns]
+    if bool(has_ci) != bool(sec.get("interval_epsilon")):
+        problems.append(f"{stem}.parquet: interval columns {has_ci} but interval_epsilon "
+                        f"{sec.get('interval_epsilon')!r}")
+    n_by_unit = _tract_n_by_unit(folder, digits)
+    got = {(g, str(c)): int(n) for g, c, n in zip(geoid, df["cell"], df["n"])}
+    if got != {k: got.get(k, 0) for k in set(got) | set(n_by_unit)} or any(
+            n_by_unit.get(k, 0) != v for k, v in got.items()):
+        problems.append(f"{stem}.parquet: n per unit and cell is not the sum of its tracts' "
+                        "n in tracts.parquet, or a unit is missing")
+    counts = sec.get("counts") or {}
+    by_status = {str(k): int(v) for k, v in status.value_counts().items()}
+    if counts.get("by_status") != by_status or counts.get("rows") != len(df):
+        problems.append(f"{stem}.parquet: counts {by_status} ({len(df)} rows) != "
+                        f"levels.{level}.counts")
+    return problems
+
+
+def _level_format_problems(folder: Path, level: str) -> list[str]:
+    stem = LEVEL_STEMS[level]
+    columns, table = _table_rows(folder, stem)
+    kinds = _kinds(folder, stem)
+    header, rows = _csv_rows(folder, columns, kinds, stem)
+    if header != columns:
+        return [f"{stem}.csv has columns {header}, the table {columns}"]
+    problems = _compare(f"{stem}.csv", rows, table, columns, exact_columns=True,
+                        missing_is_empty=True, reference=f"{stem}.parquet")
+    features = _json_object(folder / f"{stem}.geojson", f"{stem}.geojson", Mismatch,
+                            MAX_GEOJSON_BYTES).get("features")
+    problems += _compare(f"{stem}.geojson", [f.get("properties") or {} for f in features or ()],
+                         table, columns, exact_columns=True, reference=f"{stem}.parquet")
+    return problems
+
+
+def check_levels(folder: Path, m: dict) -> str:
+    """County and state tables: every level's steps are in the budget (so in the per-person
+    total the totals check recomposes), its files listed and hashed, every column public or
+    paid by its own step, values, suppression, spend, intervals and standard errors as for
+    tracts, n the sum of its tracts' n, and its CSV and GeoJSON hold its table's values. No
+    level file may be published without a level."""
+    levels = m.get("levels") or {}
+    if not isinstance(levels, dict):
+        raise Mismatch(f"levels {levels!r} is not a mapping")
+    steps = {s.get("step"): s for s in m["budget"]["steps"]}
+    files = set(m.get("files") or {})
+    problems = []
+    unknown = sorted(set(levels) - set(LEVEL_DIGITS))
+    if unknown:
+        problems.append(f"unknown levels {unknown}; known: {sorted(LEVEL_DIGITS)}")
+    for level in LEVEL_DIGITS:
+        names = _level_file_names(level)
+        if level not in levels:
+            stray = sorted(files & set(names))
+            if stray:
+                problems.append(f"{stray} published without a {level} level (paid by no step)")
+            continue
+        sec = levels[level]
+        problems += _level_step_problems(level, sec, steps, m)
+        absent = [f for f in names if f not in files]
+        if absent:
+            problems.append(f"level {level}: files {absent} are not listed in files")
+            continue
+        try:
+            problems += _level_table_problems(folder, level, sec, steps, m)
+            problems += _level_format_problems(folder, level)
+        except Mismatch as err:
+            problems.append(str(err))
+        except Exception as err:  # noqa: BLE001 - any reader error is a finding
+            problems.append(f"level {level}: its files cannot be read: {err}")
+    cfg = _config(folder)
+    cfg_levels = cfg.get("levels") or ["tract"]
+    if sorted(cfg_levels) != sorted(["tract", *levels]):
+        problems.append(f"config.json levels {cfg_levels} != the manifest's tract + "
+                        f"{sorted(levels)}")
+    shares = cfg.get("level_shares") or {}
+    available = float(m["budget"]["epsilon_available"])
+    for level, sec in levels.items():
+        if level in shares and not close(float(shares[level]) * available,
+                                         float(sec.get("epsilon", math.nan))):
+            problems.append(f"level {level}: epsilon {sec.get('epsilon')!r} is not config's "
+                            f"level_shares.{level} {shares[level]!r} x {available!r}")
+    if problems:
+        raise Mismatch("; ".join(problems))
+    if not levels:
+        return "tracts only: no county or state level, no level file"
+    return (f"{', '.join(sorted(levels))}: steps in the per-person total, every column paid "
+            "or public, values, suppression, spend, intervals and n agree; CSV and GeoJSON "
+            "hold the tables' values")
 
 
 # ----------------------------------------------------- external anchors: boundaries, ledger
@@ -2274,8 +2510,9 @@ CHECKS: list[tuple[str, Callable[[Path, dict], str]]] = [
     ("columns", check_columns),
     ("table", check_table),
     ("formats", check_formats),
+    ("levels", check_levels),
 ]
-RELEASE_ONLY = ("public", "config", "columns", "table", "formats")
+RELEASE_ONLY = ("public", "config", "columns", "table", "formats", "levels")
 SYNTHETIC_CHECKS[:] = [(name, fn) for name, fn in CHECKS if name not in RELEASE_ONLY]
 SYNTHETIC_CHECKS.append(("synthetic rows", check_synthetic_table))
 # Checks against something outside the folder, run only when given (ANCHORS: the option).

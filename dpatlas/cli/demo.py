@@ -45,6 +45,8 @@ def release_config(data: Path, publish_root: Path, *, profile: str = "primary",
         "profile": {"name": profile},
         "validation": {"policy": "fail"},
         "publish": {"root": str(publish_root.resolve())},
+        # counties and states beside the tracts (issue 20), at the default split
+        "levels": ["tract", "county", "state"],
         **extra,
     }
 

@@ -26,6 +26,14 @@ from dpatlas.core.errors import ReleaseRefused
 # estimators whose noise sampler is safe to publish), so an evaluation-only one cannot slip in.
 PRIMARY = ("NoisyStats", "DPExpTheilSen")
 
+# Geography levels a release may publish; a person is in one unit of each (issue 20, item 1).
+LEVELS = ("tract", "county", "state")
+# The default split of epsilon_per_tract across the levels a release publishes (provisional:
+# the small-area evaluation recommends the final one). Levels a config leaves out drop out and
+# the rest are scaled to sum to 1; [tract] alone keeps the whole budget.
+DEFAULT_LEVEL_SHARES = {"tract": 0.8, "county": 0.15, "state": 0.05}
+LEVEL_SHARE_TOLERANCE = 1e-9
+
 
 class ConfigError(ValueError, ReleaseRefused):
     """A configuration problem, with a message meant for the operator."""
@@ -189,6 +197,51 @@ class ReleaseConfig(_Strict):
     dask_address: Optional[str] = None  # runner dask: a scheduler address; none = local cluster
     dask_workers: int = Field(2, ge=1, le=256)
     limits: LimitsConfig = LimitsConfig()
+    # The geography levels published, and the split of epsilon_per_tract across them (levels
+    # compose sequentially: each person is in one tract, one county and one state).
+    levels: tuple[Literal["tract", "county", "state"], ...] = ("tract",)
+    level_shares: Optional[dict[str, float]] = None
+
+    @field_validator("level_shares", mode="before")
+    @classmethod
+    def _no_bool_shares(cls, value):
+        if isinstance(value, dict) and any(isinstance(v, bool) for v in value.values()):
+            raise ValueError("each share must be a number, not true/false")
+        return value
+
+    @model_validator(mode="after")
+    def _levels_valid(self):
+        if "tract" not in self.levels:
+            raise ValueError("levels: must include tract (counties and states are published "
+                             "beside the tracts)")
+        if len(set(self.levels)) != len(self.levels):
+            raise ValueError(f"levels: {list(self.levels)} names a level twice")
+        if self.level_shares is None:
+            return self
+        shares = self.level_shares
+        unknown = sorted(set(shares) - set(LEVELS))
+        if unknown:
+            raise ValueError(f"level_shares: unknown level(s) {unknown}; allowed: "
+                             f"{', '.join(LEVELS)}")
+        if set(shares) != set(self.levels):
+            raise ValueError(f"level_shares: give a share for exactly the levels "
+                             f"{list(self.levels)} (got {sorted(shares)})")
+        bad = {k: v for k, v in shares.items() if not 0 < v <= 1}
+        if bad:
+            raise ValueError(f"level_shares: each share must be a number in (0, 1]; got {bad}")
+        if abs(sum(shares.values()) - 1.0) > LEVEL_SHARE_TOLERANCE:
+            raise ValueError(f"level_shares: the shares must sum to 1 (they sum to "
+                             f"{sum(shares.values()):.12g})")
+        return self
+
+    def shares(self) -> dict[str, float]:
+        """The share of epsilon_per_tract each published level spends, in ``levels`` order."""
+        if self.level_shares is not None:
+            return {level: float(self.level_shares[level]) for level in self.levels}
+        if self.levels == ("tract",):
+            return {"tract": 1.0}
+        total = sum(DEFAULT_LEVEL_SHARES[level] for level in self.levels)
+        return {level: DEFAULT_LEVEL_SHARES[level] / total for level in self.levels}
 
     @field_validator("release_id")
     @classmethod
@@ -275,6 +328,7 @@ def fingerprint(cfg: ReleaseConfig) -> str:
     """
     data = cfg.model_dump(mode="json", exclude={"runner", "dask_address", "dask_workers"})
     data["publish"].pop("internal_root", None)
+    _drop_default_levels(cfg, data)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
@@ -301,7 +355,16 @@ def public_config(cfg: ReleaseConfig) -> dict:
     data["publish"].pop("internal_root", None)
     data["ledger"]["url"] = f"{ledger_backend(cfg.ledger.url)}: (withheld)"
     data.pop("dask_address", None)
+    _drop_default_levels(cfg, data)
     return data
+
+
+def _drop_default_levels(cfg: ReleaseConfig, data: dict) -> None:
+    """A config that publishes tracts only dumps as it did before levels existed, so its
+    fingerprint and config.json are unchanged (a release resumes under the same hash)."""
+    if cfg.levels == ("tract",) and cfg.level_shares is None:
+        data.pop("levels", None)
+        data.pop("level_shares", None)
 
 
 EXAMPLE = """\
@@ -386,4 +449,8 @@ dask_workers: 2               # workers of the local cluster
 
 limits:
   memory_gib: 4.0             # a tract whose mechanism needs more memory is refused up front
+
+levels: [tract]               # geography levels published: tract, county, state (tract always)
+# level_shares: {tract: 0.8, county: 0.15, state: 0.05}   # split of epsilon_per_tract across
+                              # the levels (default: these, scaled to the levels given)
 """

@@ -637,9 +637,12 @@ def _move_into_place(staging: Path, final: Path, root: Path, release_id: str) ->
 
 def write_release(table: gpd.GeoDataFrame, manifest: dict, root: Path, release_id: str, *,
                   config: dict, internal_dir: Optional[Path] = None,
-                  check_lease: Optional[Callable[[], None]] = None) -> Path:
+                  check_lease: Optional[Callable[[], None]] = None,
+                  more_files: Optional[Callable[[Path], list[str]]] = None) -> Path:
     """Write the files and ``config`` (as config.json) into a staging folder outside the
     publish tree, hash them into the manifest, then rename the folder to ``<root>/<id>``.
+    ``more_files``: writes further files into the staging folder (the county and state
+    files) and returns their names, which the manifest lists and hashes with the rest.
 
     ``internal_dir``: the release's internal folder (staging goes there when it shares the
     root's file system). ``check_lease``: called right before the rename; it raises when this
@@ -657,7 +660,8 @@ def write_release(table: gpd.GeoDataFrame, manifest: dict, root: Path, release_i
     staging = staging_folder(root, internal_dir, release_id)
     staging.mkdir()
     try:
-        files = [*PUBLISHED_FILES, *_write_files(staging, table, config, release_id)]
+        files = [*PUBLISHED_FILES, *_write_files(staging, table, config, release_id),
+                 *(more_files(staging) if more_files is not None else [])]
         manifest = {**manifest,
                     "rounding": rounding_statement(list(table.columns)),
                     "extent": footprint(table),

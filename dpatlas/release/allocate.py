@@ -4,7 +4,11 @@ Composition, stated in the manifest:
 - steps of one tract and cell run on the same people: sequential composition;
 - tracts of one cell hold disjoint people: parallel composition (the per-tract guarantee is the
   per-person guarantee for that cell);
-- cells may share people: sequential composition across cells (conservative).
+- cells may share people: sequential composition across cells (conservative);
+- geography levels (tract, county, state) hold the same people: each level's steps compose
+  sequentially with the tract's (a person is in one tract, one county and one state), while
+  the units of one level hold disjoint people (parallel). So the per-tract-and-cell guarantee
+  is the per-person guarantee of every level together.
 """
 
 from __future__ import annotations
@@ -36,6 +40,37 @@ def interval_kind(rule: Rule) -> str:
 def suite_step(name: str) -> str:
     """The budget step of suite estimator ``name``."""
     return f"suite: {name}"
+
+
+# A county or state publishes NoisyStats on its pooled records (its n is large, where
+# NoisyStats is the better mechanism) with the interval method the tracts use for it.
+LEVEL_MECHANISM = "NoisyStats"
+
+
+def level_estimate_step(level: str) -> str:
+    """The budget step paying a level's p25/p75, e.g. "level county: NoisyStats"."""
+    return f"level {level}: {LEVEL_MECHANISM}"
+
+
+def level_interval_step(level: str) -> str:
+    """The budget step paying a level's intervals, e.g. "level county: interval"."""
+    return f"level {level}: interval"
+
+
+@dataclass(frozen=True)
+class LevelPlan:
+    """The budget of one level above the tract (county or state) per unit and cell: its
+    share of epsilon_per_tract, split into the estimate and (with intervals) the interval."""
+
+    level: str
+    epsilon: float
+    estimate_epsilon: float
+    interval_epsilon: float  # 0: no intervals
+
+    @property
+    def steps(self) -> tuple[str, ...]:
+        return ((level_estimate_step(self.level),)
+                + ((level_interval_step(self.level),) if self.interval_epsilon else ()))
 
 
 @dataclass(frozen=True)
@@ -150,6 +185,14 @@ class BudgetPlan:
     conversion_delta: float = 0.0  # δ spent converting concentrated steps to (ε, δ)
     interval_epsilon: float = 0.0  # the interval step's budget (0: no intervals)
     interval_level: float = 0.95
+    levels: tuple[LevelPlan, ...] = ()  # counties, states: steps of their own in ``steps``
+
+    def level(self, name: str) -> LevelPlan:
+        for lp in self.levels:
+            if lp.level == name:
+                return lp
+        raise KeyError(f"no level {name!r} in the plan; levels: "
+                       f"{[lp.level for lp in self.levels]}")
 
     def per_tract(self) -> Guarantee:
         return self._accountant(1).spent()
@@ -204,8 +247,34 @@ class BudgetPlan:
                 "guarantee": as_dict(combined), "cells": n_cells}
 
 
+def _level_steps(cfg: ReleaseConfig) -> tuple[list[Step], tuple[LevelPlan, ...]]:
+    """The steps and budgets of the levels above the tract, in config order."""
+    shares, steps, levels = cfg.shares(), [], []
+    for level in cfg.levels:
+        if level == "tract":
+            continue
+        eps = shares[level] * cfg.privacy.epsilon_per_tract
+        ci_eps = cfg.intervals.share * eps if cfg.intervals.enabled else 0.0
+        est_eps = eps - ci_eps
+        est = M.get(LEVEL_MECHANISM)
+        steps.append(_step(level_estimate_step(level), None, est_eps, 0.0,
+                           {LEVEL_MECHANISM: est.noise_steps(est_eps, None, **est.defaults)}))
+        if ci_eps:
+            steps.append(_step(level_interval_step(level), None, ci_eps, 0.0,
+                               {LEVEL_MECHANISM: CI.interval_noise_steps(LEVEL_MECHANISM,
+                                                                         ci_eps)}))
+        levels.append(LevelPlan(level, eps, est_eps, ci_eps))
+    return steps, tuple(levels)
+
+
 def plan(cfg: ReleaseConfig, threshold: float | None) -> BudgetPlan:
-    eps, delta = cfg.privacy.epsilon_per_tract, cfg.privacy.delta
+    delta = cfg.privacy.delta
+    # The tracts' share of the per-person budget (all of it unless counties or states are
+    # published); the levels' steps below take the rest.
+    eps = cfg.privacy.epsilon_per_tract
+    tract_share = cfg.shares()["tract"]
+    if tract_share != 1.0:
+        eps = tract_share * eps
     sel = cfg.selection
     schedule = ()
     if sel.rule == "banded":
@@ -251,5 +320,7 @@ def plan(cfg: ReleaseConfig, threshold: float | None) -> BudgetPlan:
         steps.append(_step(suite_step(name), name, e, d,
                            {name: est.noise_steps(e, d or None, **est.defaults)}, g))
         handed.append(SuiteShare(name, e, d))
-    return BudgetPlan(eps, delta, rule, primary_eps, tuple(handed), tuple(steps), conversion,
-                      interval_eps, cfg.intervals.level)
+    level_steps, levels = _level_steps(cfg)
+    return BudgetPlan(cfg.privacy.epsilon_per_tract, delta, rule, primary_eps, tuple(handed),
+                      tuple(steps + level_steps), conversion, interval_eps,
+                      cfg.intervals.level, levels)

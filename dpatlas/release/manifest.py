@@ -25,7 +25,10 @@ from mechanisms.intervals import ESTIMANDS as INTERVAL_ESTIMANDS
 from mechanisms.privacy import (CONVERSION_TEXT, GROUP_PRIVACY_RULES, PROJECT_RELATION,
                                 MixedRelations, Relation, as_dict, convert_relation)
 
-from dpatlas.release.allocate import BudgetPlan
+from dpatlas.publication.level_files import (GEOID_DIGITS, level_files,
+                                             level_published_columns)
+from dpatlas.release.allocate import (LEVEL_MECHANISM, BudgetPlan, level_estimate_step,
+                                      level_interval_step)
 from dpatlas.core.config import ReleaseConfig, fingerprint, ledger_backend
 from dpatlas.core.hashing import sha256_file
 from dpatlas.core.files import now_utc, write_atomic
@@ -37,6 +40,10 @@ COMPOSITION = {
     "across_cells": "sequential: cells may share people",
     "across_releases": "sequential: tracked by the budget ledger",
 }
+
+ACROSS_LEVELS = ("sequential: each person is in one tract, one county and one state, so the "
+                 "level steps (levels.<level>.steps) add to the tract's; units of one level "
+                 "hold disjoint people (parallel)")
 
 RANDOM_BITS_OS = "os.urandom"
 RANDOM_BITS_SEEDED = "seeded (test only, NOT FOR RELEASE)"
@@ -347,9 +354,34 @@ def selection_section(rule, primary_epsilon: float) -> dict:
     return out
 
 
+def levels_section(plan: BudgetPlan, level_tables: dict) -> dict:
+    """The manifest's ``levels``: per level above the tract, its files, budget steps (with
+    their share of the per-person budget), what pays each column, and its counts."""
+    out = {}
+    for lp in plan.levels:
+        table = level_tables[lp.level]
+        ci_step = level_interval_step(lp.level) if lp.interval_epsilon else None
+        out[lp.level] = {
+            "unit": f"the tract GEOID's first {GEOID_DIGITS[lp.level]} digits",
+            "geoid_digits": GEOID_DIGITS[lp.level],
+            "files": level_files(lp.level),
+            "mechanism": LEVEL_MECHANISM,
+            "steps": list(lp.steps),
+            "epsilon": lp.epsilon,
+            "estimate_epsilon": lp.estimate_epsilon,
+            "interval_epsilon": lp.interval_epsilon,
+            "published_columns": level_published_columns(
+                lp.level, level_estimate_step(lp.level), ci_step, plan.interval_level),
+            "counts": {"units": int(table["geoid"].nunique()), "rows": int(len(table)),
+                       "by_status": {k: int(v)
+                                     for k, v in table["status"].value_counts().items()}},
+        }
+    return out
+
+
 def build_manifest(cfg: ReleaseConfig, release_id: str, plan: BudgetPlan, table: pd.DataFrame,
                    input_commitment: dict, random_source: str, started: str, input_facts: dict,
-                   ledger_entry: dict | None = None) -> dict:
+                   ledger_entry: dict | None = None, level_tables: dict | None = None) -> dict:
     """The public manifest of a release (``files`` is added by ``publish.write_release``).
 
     ``ledger_entry``: the flow's entry (sums of the ledger's charges); only its public keys are
@@ -447,6 +479,9 @@ def build_manifest(cfg: ReleaseConfig, release_id: str, plan: BudgetPlan, table:
         "noise_sampler": sampler_description(plan, random_source),
         "ledger_entry": entry,
     }
+    if plan.levels:
+        manifest["composition"] = {**COMPOSITION, "across_levels": ACROSS_LEVELS}
+        manifest["levels"] = levels_section(plan, level_tables or {})
     leaked = machine_paths(manifest, _local_paths(cfg))
     if leaked:
         raise PublishError(f"the manifest would publish a machine path (a bug; nothing was "

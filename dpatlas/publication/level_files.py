@@ -1,0 +1,153 @@
+"""County and state files of a release (issue 20, item 1): ``counties.*`` and ``states.*``
+beside ``tracts.*``, with the tract table's columns for a unit of the level (GEOID of 5 or 2
+digits, a ``level`` column), in the same formats: GeoParquet, RFC 7946 GeoJSON, and CSV with
+its Frictionless Table Schema. Their geometry is the tract boundaries dissolved by unit.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import geopandas as gpd
+import numpy as np
+import pandas as pd
+
+from dpatlas.core.columns import INTERVAL_COLUMNS, SE_COLUMNS
+from dpatlas.publication.geography import write_geojson_rfc7946
+from dpatlas.publication.tract_files import (PUBLISHED_DECIMALS, _field, add_standard_errors,
+                                             round_released_values)
+# Digits of the tract GEOID that name a unit of each level above the tract.
+GEOID_DIGITS = {"county": 5, "state": 2}
+FILE_STEMS = {"county": "counties", "state": "states"}
+UNIT_TEXT = {"county": "County: state and county FIPS code (the tract GEOIDs' first 5 "
+                       "characters)",
+             "state": "State FIPS code (the tract GEOIDs' first 2 characters)"}
+
+
+def unit_of(geoids, level: str) -> np.ndarray:
+    """The unit of each tract GEOID at ``level`` (its first 5 or 2 digits)."""
+    return np.asarray(pd.Series(geoids, dtype=str).str[:GEOID_DIGITS[level]])
+
+
+def level_files(level: str) -> list[str]:
+    """The files of ``level``: GeoParquet, GeoJSON, CSV and the CSV's Table Schema."""
+    stem = FILE_STEMS[level]
+    return [f"{stem}.parquet", f"{stem}.geojson", f"{stem}.csv", f"{stem}.schema.json"]
+
+
+def level_columns(level: str, extra: list[str]) -> list[str]:
+    where = ["state", "county"] if level == "county" else ["state"]
+    return (["geoid", "level", *where, "cell", "n", "mechanism", "status", "reason", "p25",
+             "p75", "p25_raw", "p75_raw", "epsilon_spent", "delta_spent"] + extra)
+
+
+def dissolved_units(boundaries: gpd.GeoDataFrame, level: str) -> gpd.GeoSeries:
+    """The geometry of every unit of ``level``: its tracts' boundaries dissolved, by unit."""
+    units = boundaries[["geoid", "geometry"]].assign(unit=unit_of(boundaries["geoid"], level))
+    merged = units.drop(columns="geoid").dissolve(by="unit", method="coverage")
+    bad = ~merged.geometry.is_valid
+    if bad.any():  # tracts that are not a clean coverage: the general union
+        merged.loc[bad, "geometry"] = (units[units["unit"].isin(merged.index[bad])]
+                                       .drop(columns="geoid").dissolve(by="unit")
+                                       .geometry)
+    return merged.geometry
+
+
+def assemble_level(results: pd.DataFrame, boundaries: gpd.GeoDataFrame, level: str,
+                   cells: list[str], interval_level: float = 0.95) -> gpd.GeoDataFrame:
+    """Every unit of ``level`` in the boundaries, for every cell, with its status (a unit
+    without records is suppressed, nothing spent), rounded as the tracts are."""
+    geometry = dissolved_units(boundaries, level)
+    mine = results[results["level"] == level].drop(columns="level")
+    grid = pd.MultiIndex.from_product([geometry.index, cells], names=["geoid", "cell"])
+    table = mine.set_index(["geoid", "cell"]).reindex(grid).reset_index()
+    missing = table["status"].isna()
+    table.loc[missing, ["mechanism", "status", "reason"]] = ["none", "suppressed", "no records"]
+    table.loc[missing, ["n", "epsilon_spent", "delta_spent"]] = 0
+    table["n"] = table["n"].astype(np.int64)
+    table["level"] = level
+    table = round_released_values(table)
+    table["p25"] = table["p25_raw"].clip(0.0, 1.0)
+    table["p75"] = table["p75_raw"].clip(0.0, 1.0)
+    table["state"] = table["geoid"].str[:2]
+    if level == "county":
+        table["county"] = table["geoid"]
+    extra = [c for c in INTERVAL_COLUMNS if c in table.columns]
+    table = add_standard_errors(table[level_columns(level, extra)], interval_level)
+    return gpd.GeoDataFrame(table, geometry=geometry.loc[table["geoid"]].to_numpy(),
+                            crs=boundaries.crs)
+
+
+def level_table_schema(columns: list[str], level: str, interval_level: float = 0.95,
+                       decimals: int = PUBLISHED_DECIMALS) -> dict:
+    """The Table Schema of a level's CSV: the tract table's fields, a unit GEOID, ``level``."""
+    digits = GEOID_DIGITS[level]
+    special = {
+        "geoid": {"name": "geoid", "type": "string", "description": UNIT_TEXT[level] + "; text, "
+                  "leading zeros kept",
+                  "constraints": {"required": True, "pattern": f"^[0-9]{{{digits}}}$",
+                                  "minLength": digits, "maxLength": digits}},
+        "level": {"name": "level", "type": "string",
+                  "description": "Geography level of the row (public)",
+                  "constraints": {"required": True, "enum": [level]}},
+        "n": {"name": "n", "type": "integer", "description": f"Records in the {level} and "
+              "cell (public: the sum of its tracts' n)",
+              "constraints": {"required": True, "minimum": 0}},
+    }
+    return {"fields": [special.get(c) or _unit_field(c, level, decimals, interval_level)
+                       for c in columns],
+            "primaryKey": ["geoid", "cell"], "missingValues": [""]}
+
+
+def _unit_field(column: str, level: str, decimals: int, interval_level: float) -> dict:
+    """The tract table's field, its description speaking of the level's unit."""
+    field = _field(column, decimals, interval_level)
+    text = field["description"]
+    for tract_words, unit_words in (("the tract's", f"the {level}'s"),
+                                    ("this tract", f"this {level}"),
+                                    ("the tract was", f"the {level} was")):
+        text = text.replace(tract_words, unit_words)
+    return {**field, "description": text}
+
+
+def write_level_files(table: gpd.GeoDataFrame, folder: Path, level: str,
+                      interval_level: float = 0.95) -> list[str]:
+    """The four files of ``level`` in ``folder``; their names."""
+    parquet, geojson, csv, schema = level_files(level)
+    folder = Path(folder)
+    table.to_parquet(folder / parquet, index=False)
+    write_geojson_rfc7946(table, folder / geojson)
+    plain = pd.DataFrame(table.drop(columns="geometry"))
+    plain.to_csv(folder / csv, index=False, na_rep="")
+    (folder / schema).write_text(json.dumps(
+        level_table_schema(list(plain.columns), level, interval_level), indent=2) + "\n")
+    return level_files(level)
+
+
+def level_published_columns(level: str, estimate_step: str, interval_step: str | None,
+                            interval_level: float) -> dict:
+    """What pays for each column of a level's table (manifest ``levels.<level>``)."""
+    out = {
+        "geoid, level, state" + (", county" if level == "county" else "")
+        + ", cell, n, status, geometry": "public",
+        "p25, p75": "display values: p25_raw, p75_raw clipped to [0, 1] (post-processing)",
+        "p25_raw, p75_raw": f"the step '{estimate_step}' (NoisyStats on the {level}'s pooled "
+                            f"records), rounded to {PUBLISHED_DECIMALS} decimals",
+        "mechanism, reason": "NoisyStats where it ran; reason a function of the public n and "
+                             "the DP outputs (failure: noisy nvar <= 0)",
+        "epsilon_spent, delta_spent": "the budget charged per person and cell",
+    }
+    if interval_step:
+        out[", ".join(INTERVAL_COLUMNS)] = (
+            f"the step '{interval_step}': {interval_level:.0%} confidence intervals for the "
+            f"{level}'s least-squares line, covering the privacy noise (mechanisms/intervals.py)")
+        out[", ".join(SE_COLUMNS)] = (f"post-processing of the step '{interval_step}' (no "
+                                     "budget of its own): (hi - lo)/(2z) rounded up")
+    return out
+
+
+def write_all_levels(level_tables: dict, folder: Path, interval_level: float = 0.95) -> list[str]:
+    """Every level's files in ``folder`` (``level_tables``: level -> table); their names."""
+    return [name for level, table in level_tables.items()
+            for name in write_level_files(table, folder, level, interval_level)]

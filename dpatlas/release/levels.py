@@ -1,0 +1,108 @@
+"""County and state estimates (issue 20, item 1): NoisyStats on the records pooled per unit.
+
+A county is the GEOID's first 5 digits, a state its first 2. Each (unit, cell) with at least
+``min_n`` records runs NoisyStats with its level's estimate budget and, with intervals, the
+interval method the tracts use for NoisyStats with its level's interval budget; the others are
+suppressed by the public n, as tracts are. Units of one level hold disjoint people (parallel
+composition); each level's steps compose sequentially with the tract's (allocate.py).
+
+Memory: the estimators take records, not running sums (NoisyStats centres its statistics in
+two passes and rounds them to its grid), so one state's records are read at a time (filtered
+from the staged partitions by GEOID range) and its counties and the state itself are estimated
+from them: a run holds at most one state's records, as a per-state partition does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import mechanisms as M
+from mechanisms import intervals as CI
+from mechanisms.batch import TractBatch
+from mechanisms.noise import Randomness
+from mechanisms.privacy_filter import PrivacyFilter
+from mechanisms.sufficient_stats import noisy_stats_split
+
+from dpatlas.core.columns import INTERVAL_COLUMNS
+from dpatlas.publication.level_files import unit_of
+from dpatlas.release.allocate import (LEVEL_MECHANISM, BudgetPlan, LevelPlan,
+                                      level_estimate_step, level_interval_step)
+
+LEVEL_RESULT_COLUMNS = ["geoid", "level", "cell", "n", "mechanism", "status", "reason",
+                        "p25_raw", "p75_raw", "epsilon_spent", "delta_spent"]
+
+
+def states_of(geoids) -> list[str]:
+    return sorted(set(unit_of(geoids, "state")))
+
+
+def read_state(staged: list[Path], state: str) -> pd.DataFrame:
+    """The staged records of one state, from every partition (filtered while reading)."""
+    lo, hi = state + "0" * 9, state + "9" * 9
+    frames = [pd.read_parquet(p, columns=["geoid", "cell", "x", "y"],
+                              filters=[("geoid", ">=", lo), ("geoid", "<=", hi)])
+              for p in staged]
+    return pd.concat(frames, ignore_index=True)
+
+
+def estimate_levels(df: pd.DataFrame, plan: BudgetPlan, rand: Randomness,
+                    min_n: int) -> pd.DataFrame:
+    """One row per (unit, cell) with records, for every level of ``plan`` (in plan order)."""
+    frames = [estimate_level(df, plan, lp, rand, min_n) for lp in plan.levels]
+    cols = LEVEL_RESULT_COLUMNS + (INTERVAL_COLUMNS if any(lp.interval_epsilon
+                                                           for lp in plan.levels) else [])
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)
+
+
+def estimate_level(df: pd.DataFrame, plan: BudgetPlan, lp: LevelPlan, rand: Randomness,
+                   min_n: int) -> pd.DataFrame:
+    eps_charged, delta_charged = plan.charged()
+    frames = []
+    for cell, grp in df.groupby("cell", sort=True):
+        batch = TractBatch.from_labels(unit_of(grp["geoid"].to_numpy(), lp.level),
+                                       grp["x"].to_numpy(), grp["y"].to_numpy())
+        out = pd.DataFrame({"geoid": batch.labels.astype(str), "level": lp.level,
+                            "cell": str(cell), "n": batch.n, "mechanism": "none",
+                            "status": "suppressed", "reason": f"fewer than {min_n} records",
+                            "p25_raw": np.nan, "p75_raw": np.nan, "epsilon_spent": 0.0,
+                            "delta_spent": 0.0})
+        for col in INTERVAL_COLUMNS if lp.interval_epsilon else []:
+            out[col] = np.nan
+        eligible = np.nonzero(batch.n >= min_n)[0]
+        if eligible.size:
+            sub = batch.subset(eligible)
+            est, ci = _estimate_units(sub, plan, lp, rand)
+            out.loc[eligible, "mechanism"] = LEVEL_MECHANISM
+            out.loc[eligible, "status"] = np.where(est.failed, "failed", "released")
+            out.loc[eligible, "reason"] = np.where(est.failed, est.reason, "")
+            out.loc[eligible, "p25_raw"] = est.p25
+            out.loc[eligible, "p75_raw"] = est.p75
+            out.loc[eligible, "epsilon_spent"] = eps_charged
+            out.loc[eligible, "delta_spent"] = delta_charged
+            if ci is not None:
+                for col in INTERVAL_COLUMNS:
+                    out.loc[eligible, col] = getattr(ci, col)[0]
+        frames.append(out)
+    return pd.concat(frames, ignore_index=True)
+
+
+def _estimate_units(sub: TractBatch, plan: BudgetPlan, lp: LevelPlan, rand: Randomness):
+    """NoisyStats on each unit's pooled records, metered against the level's own steps, and
+    the interval of what it released (post-processing plus the interval step's noise)."""
+    steps = {name: plan.step(name).guarantee for name in lp.steps}
+    budget = PrivacyFilter(steps, sub.labels)
+    est = M.estimate_batch(LEVEL_MECHANISM, sub, lp.estimate_epsilon, rand=rand,
+                           meter=budget.meter(level_estimate_step(lp.level)),
+                           publishable_only=True)
+    if not lp.interval_epsilon:
+        return est, None
+    eps_nvar, eps_ncov, eps_intercept = noisy_stats_split(lp.estimate_epsilon)
+    released = CI.Released(est.p25[None, :], est.p75[None, :],
+                           noisy_nvar=np.asarray(est.extras["noisy_nvar"])[None, :],
+                           eps_nvar=eps_nvar, eps_ncov=eps_ncov, eps_intercept=eps_intercept)
+    ci = CI.intervals(LEVEL_MECHANISM, sub, released, lp.interval_epsilon, rand,
+                      plan.interval_level, meter=budget.meter(level_interval_step(lp.level)))
+    return est, ci

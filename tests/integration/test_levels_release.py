@@ -1,0 +1,207 @@
+"""A seeded release with county and state levels (issue 20, item 1), through the flow: the
+three levels' files, declared in the manifest, STAC and the feed, and audited; forgeries of a
+level (a county value without a paying step, a level step dropped from the total) fail."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+from pathlib import Path
+
+import geopandas as gpd
+import pandas as pd
+import pytest
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+
+from prefect.testing.utilities import prefect_test_harness  # noqa: E402
+
+from dpatlas.audit import checks as audit  # noqa: E402
+from dpatlas.core.hashing import sha256_file  # noqa: E402
+from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic  # noqa: E402
+from dpatlas.publication.tract_files import read_csv_with_schema  # noqa: E402
+
+from tests.support.inputs import write_config  # noqa: E402
+
+LEVELS = ["tract", "county", "state"]
+
+
+@pytest.fixture(scope="module")
+def released(tmp_path_factory) -> Path:
+    """A seeded release of a 90-tract, 3-county state with all three levels."""
+    tmp = tmp_path_factory.mktemp("levels")
+    write_synthetic(tmp / "data", ["17"], seed=5, params=StateParams(n_tracts=90, counties=3))
+    cfg = {"input": {"path": str(tmp / "data" / "microdata")},
+           "boundaries": {"path": str(tmp / "data" / "tracts.parquet")},
+           "privacy": {"epsilon_per_tract": 1.0},
+           "selection": {"rule": "dp", "threshold": 3.0},
+           "publish": {"root": str(tmp / "releases"), "internal_root": str(tmp / "internal")},
+           "ledger": {"url": f"sqlite:///{tmp / 'ledger.db'}", "dataset": "il"},
+           "partition_tracts": 30, "levels": LEVELS}
+    with prefect_test_harness(server_startup_timeout=180):
+        from flows.release import release
+
+        outcome = release(str(write_config(tmp / "config.yaml", cfg)), "r1", 11)
+    assert outcome.status == "published"
+    return Path(outcome.folder)
+
+
+def run_audit(folder: Path) -> tuple[int, dict[str, str]]:
+    out = io.StringIO()
+    code = audit.main(folder, out, allow_test=True)
+    bad = {ln[6:].split(":", 1)[0]: ln.split(": ", 1)[1]
+           for ln in out.getvalue().splitlines() if ln.startswith("FAIL  ")}
+    return code, bad
+
+
+def manifest_of(folder: Path) -> dict:
+    return json.loads((folder / "manifest.json").read_text())
+
+
+def write_rehashed(folder: Path, m: dict) -> None:
+    for name in m["files"]:
+        m["files"][name] = {"sha256": sha256_file(folder / name),
+                            "bytes": (folder / name).stat().st_size}
+    (folder / "manifest.json").write_text(json.dumps(m, indent=2))
+
+
+def restate_totals(m: dict) -> None:
+    """The budget's figures recomputed from the (pure) steps left, as a forger would."""
+    budget = m["budget"]
+    eps = sum(s["guarantee"]["epsilon"] for s in budget["steps"])
+    budget["epsilon_per_tract_and_cell"] = eps
+    budget["per_tract_and_cell"] = {**budget["per_tract_and_cell"], "epsilon": eps}
+    m["total_per_person"].update(epsilon=eps, rho=sum(s["guarantee"]["epsilon"] ** 2 / 2
+                                                      for s in budget["steps"]))
+    m["total_per_person"]["guarantee"] = {**m["total_per_person"]["guarantee"],
+                                          "epsilon": eps}
+    m["ledger_entry"].update(charges=len(budget["steps"]), epsilon=eps)
+
+
+@pytest.fixture
+def forged(released, tmp_path) -> Path:
+    dst = tmp_path / "r1"
+    shutil.copytree(released, dst)
+    return dst
+
+
+def test_the_release_publishes_three_levels_and_passes_the_audit(released):
+    m = manifest_of(released)
+    for stem, level, digits in (("counties", "county", 5), ("states", "state", 2)):
+        for suffix in ("parquet", "geojson", "csv", "schema.json"):
+            assert f"{stem}.{suffix}" in m["files"]
+        table = gpd.read_parquet(released / f"{stem}.parquet")  # GeoParquet
+        assert table.crs is not None and table.geometry.notna().all()
+        assert (table["geoid"].str.len() == digits).all() and (table["level"] == level).all()
+        assert {"p25", "p75", "p25_lo", "p25_hi", "p25_se", "p75_se", "status"} <= set(
+            table.columns)
+        csv = read_csv_with_schema(released / f"{stem}.csv", released / f"{stem}.schema.json")
+        assert list(csv["geoid"]) == list(table["geoid"])
+        doc = json.loads((released / f"{stem}.geojson").read_text())
+        assert "crs" not in doc and len(doc["features"]) == len(table)  # RFC 7946
+        section = m["levels"][level]
+        assert section["steps"] == [f"level {level}: NoisyStats", f"level {level}: interval"]
+        steps = {s["step"] for s in m["budget"]["steps"]}
+        assert set(section["steps"]) <= steps
+    tracts = pd.read_parquet(released / "tracts.parquet")
+    counties = gpd.read_parquet(released / "counties.parquet")
+    assert sorted(counties["geoid"]) == sorted(tracts["geoid"].str[:5].unique())
+    assert counties.set_index("geoid")["n"].to_dict() == tracts.groupby(
+        tracts["geoid"].str[:5])["n"].sum().to_dict()
+    # dissolved: a county's area is its tracts' area
+    tract_geo = gpd.read_parquet(released / "tracts.parquet").to_crs(5070)
+    by_county = tract_geo.groupby(tract_geo["geoid"].str[:5]).geometry.apply(
+        lambda g: g.area.sum())
+    assert counties.to_crs(5070).set_index("geoid").area.to_dict() == pytest.approx(
+        by_county.to_dict(), rel=1e-6)
+    # the per-person total composes every level's steps
+    assert m["budget"]["epsilon_per_tract_and_cell"] == pytest.approx(1.0, rel=1e-6)
+    assert "across_levels" in m["composition"]
+    code, bad = run_audit(released)
+    assert bad == {} and code == 0  # every check passed (a seeded release, allowed as a test)
+
+
+def test_the_stac_item_and_feed_list_the_level_files(released):
+    root = released.parent
+    feed = json.loads((root / "feed.json").read_text())
+    entry = next(r for r in feed["releases"] if r["release_id"] == "r1")
+    item = json.loads((root / "catalog" / "r1.json").read_text())
+    for name in ("counties.parquet", "counties.geojson", "states.csv", "states.schema.json"):
+        assert name in entry["files"]
+        assert item["assets"][name]["href"] == f"../r1/{name}"
+    assert item["assets"]["counties.geojson"]["title"] == "Counties (GeoJSON, RFC 7946)"
+
+
+def test_a_county_value_without_a_paying_step_fails(forged):
+    m = manifest_of(forged)
+    # the careful forger: no county level, its steps gone, the totals restated, files rehashed
+    del m["levels"]["county"]
+    m["budget"]["steps"] = [s for s in m["budget"]["steps"]
+                            if not s["step"].startswith("level county")]
+    restate_totals(m)
+    write_rehashed(forged, m)
+    code, bad = run_audit(forged)
+    assert code == 1 and "levels" in bad
+    assert "counties.parquet" in bad["levels"] and "paid by no step" in bad["levels"]
+
+
+def test_a_level_step_dropped_from_the_budget_fails(forged):
+    m = manifest_of(forged)
+    m["budget"]["steps"] = [s for s in m["budget"]["steps"]
+                            if s["step"] != "level state: NoisyStats"]
+    restate_totals(m)
+    write_rehashed(forged, m)
+    code, bad = run_audit(forged)
+    assert code == 1 and "not in the budget" in bad["levels"]
+
+
+def test_a_total_that_leaves_out_the_level_steps_fails(forged):
+    m = manifest_of(forged)
+    level_eps = sum(s["guarantee"]["epsilon"] for s in m["budget"]["steps"]
+                    if s["step"].startswith("level "))
+    for key in ("epsilon_per_tract_and_cell",):
+        m["budget"][key] -= level_eps
+    m["budget"]["per_tract_and_cell"]["epsilon"] -= level_eps
+    m["total_per_person"]["epsilon"] -= level_eps
+    m["total_per_person"]["guarantee"]["epsilon"] -= level_eps
+    write_rehashed(forged, m)
+    code, bad = run_audit(forged)
+    assert code == 1 and "totals" in bad and "recomposed" in bad["totals"]
+
+
+def test_a_county_value_changed_in_the_parquet_only_fails(forged):
+    table = gpd.read_parquet(forged / "counties.parquet")
+    released = table.index[table["status"] == "released"][0]
+    table.loc[released, ["p25", "p25_raw"]] = 0.9
+    table.to_parquet(forged / "counties.parquet", index=False)
+    write_rehashed(forged, manifest_of(forged))
+    code, bad = run_audit(forged)
+    assert code == 1 and "counties.csv: p25 differs" in bad["levels"]
+
+
+def test_a_county_n_that_is_not_its_tracts_fails(forged):
+    for suffix in ("parquet", "csv"):
+        path = forged / f"counties.{suffix}"
+        if suffix == "parquet":
+            table = gpd.read_parquet(path)
+            table.loc[0, "n"] += 1
+            table.to_parquet(path, index=False)
+        else:
+            flat = pd.read_csv(path, dtype={"geoid": str, "state": str, "county": str})
+            flat.loc[0, "n"] += 1
+            flat.to_csv(path, index=False, na_rep="")
+    write_rehashed(forged, manifest_of(forged))
+    code, bad = run_audit(forged)
+    assert code == 1 and "sum of its tracts' n" in bad["levels"]
+
+
+def test_a_level_budget_that_is_not_the_configs_share_fails(forged):
+    config = json.loads((forged / "config.json").read_text())
+    config["level_shares"] = {"tract": 0.9, "county": 0.05, "state": 0.05}
+    (forged / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+    write_rehashed(forged, manifest_of(forged))
+    code, bad = run_audit(forged)
+    assert code == 1 and "level_shares.county" in bad["levels"]
