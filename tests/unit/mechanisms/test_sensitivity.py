@@ -8,11 +8,13 @@ import numpy as np
 import pytest
 
 import mechanisms as M
+from mechanisms import intervals as CI
 from mechanisms import median, noise
 from mechanisms.batch import TractBatch
 from mechanisms.privacy import Relation
 from mechanisms.registry import REGISTRY
 from mechanisms.sensitivity import NORMS, Sensitivity, constant
+from mechanisms.sufficient_stats import noisy_stats_release
 
 from tests.support.inputs import line_tract
 
@@ -64,13 +66,15 @@ class SensitivitySpy:
 
     def draws(self):
         """Each draw as (its norms, the sensitivity it was scaled to, the Sensitivity whose
-        value() was read last before it, that value), in order."""
+        value() was read last since the previous draw, that value), in order: a draw that
+        read no Sensitivity of its own gets (None, None)."""
         out, last = [], None
         for event in self.events:
             if event[0] == "value":
                 last = event[1:]
             else:
                 out.append((event[1], event[2]) + (last or (None, None)))
+                last = None
         return out
 
 
@@ -114,6 +118,13 @@ def test_each_draw_is_scaled_to_its_steps_sensitivity(name, monkeypatch):
     if not draws:  # the non-private baselines draw nothing
         assert not est.private and est.sampler == "none", name
         return
+    used = _checked_draws(name, draws, N)
+    if est.private:  # every draw is one of its steps', and every step is drawn
+        _assert_exactly_the_steps(name, used, steps)
+
+
+def _checked_draws(name, draws, n):
+    """The Sensitivity of each draw, after checking the draw was scaled to its number."""
     used = []
     for norms, drawn, sensitivity, value in draws:
         # the number drawn with is the one the Sensitivity just gave, of the sampler's norm
@@ -122,12 +133,33 @@ def test_each_draw_is_scaled_to_its_steps_sensitivity(name, monkeypatch):
         assert _same_numbers(drawn, value), (name, sensitivity.formula, drawn, value)
         # and, where it reads only the public n (or nothing), recomputed here from n
         if set(sensitivity.inputs) <= {"n"}:
-            public = {"n": np.array([N])} if sensitivity.inputs else {}
+            public = {"n": np.array([n])} if sensitivity.inputs else {}
             assert _same_numbers(drawn, sensitivity.value(**public)), (name, drawn)
         used.append(sensitivity)
-    if est.private:  # every draw is one of its steps', and every step is drawn
-        assert all(s in [step.sensitivity for step in steps] for s in used), name
-        assert all(step.sensitivity in used for step in steps), name
+    return used
+
+
+def _assert_exactly_the_steps(name, used, steps):
+    assert all(s in [step.sensitivity for step in steps] for s in used), name
+    assert all(step.sensitivity in used for step in steps), name
+
+
+@pytest.mark.parametrize("mechanism", [CI.NOISY_STATS, CI.EXP_THEIL_SEN])
+def test_each_interval_draw_is_scaled_to_its_steps_sensitivity(mechanism, monkeypatch):
+    n, eps = 100, 8.0  # large enough that the Theil-Sen ends are drawn (2r < n(n - 1)/2)
+    x, y = line_tract(n, seed=3)
+    batch, rand = TractBatch.single(x, y), noise.SeededRandomness(5)
+    if mechanism == CI.NOISY_STATS:
+        third = eps / 3
+        out = noisy_stats_release(batch, third, third, third, rand, 1)
+        released = CI.Released(out.p25, out.p75, out.extras["noisy_nvar"], third, third, third)
+    else:
+        out = M.estimate_batch("DPExpTheilSen", batch, eps, rand=rand, reps=1)
+        released = CI.Released(out.p25, out.p75)
+    spy = SensitivitySpy(monkeypatch)
+    CI.intervals(mechanism, batch, released, eps, rand)
+    used = _checked_draws(mechanism, spy.draws(), n)
+    _assert_exactly_the_steps(mechanism, used, CI.interval_noise_steps(mechanism, eps))
 
 
 def test_a_changed_sensitivity_changes_the_draw(monkeypatch):
