@@ -27,6 +27,7 @@ from dpatlas.evaluation.synthetic_input import StateParams, batch_of, oi_like_st
 from mechanisms import median, theil_sen
 from mechanisms.noise import OSRandomness, SeededRandomness, discrete_laplace, laplace_mechanism
 from mechanisms.pairs import all_pairs, k_matchings
+from mechanisms.privacy_maps import GridLaplace
 
 
 def pair_count(name: str, batch) -> int:
@@ -148,7 +149,7 @@ def main() -> None:
     discrete_laplace(OSRandomness(), np.full(n, 256 * 4097), 256)
     t_exact = time.perf_counter() - t0
     t0 = time.perf_counter()
-    laplace_mechanism(OSRandomness(), np.zeros((n, 1)), 1.0, 1.0)
+    laplace_mechanism(OSRandomness(), np.zeros((n, 1)), 1.0, GridLaplace.calibrate(1.0))
     t_mech = time.perf_counter() - t0
     t0 = time.perf_counter()
     np.random.default_rng().laplace(0.0, 1.0, n)

@@ -61,20 +61,35 @@ from .noise import Randomness, gaussian_mechanism
 from .privacy import rho_for_approx, to_approx
 from .privacy_maps import GridGaussian, NoiseStep, compose
 from .registry import MIN_RECORDS, Estimator, Meter, Outcome, blank, register
+from .sensitivity import constant
 
 LAMBDA_MIN = "min eigenvalue of X'X"
 GRAM = "X'X"
 MOMENT = "X'y"
 STEP_NAMES = (LAMBDA_MIN, GRAM, MOMENT)
 FEATURES = 2  # d: the features (1, x)
-SENSITIVITY = {LAMBDA_MIN: 1.0, GRAM: math.sqrt(2.0), MOMENT: math.sqrt(2.0)}
-DIMS = {LAMBDA_MIN: 1, GRAM: 2, MOMENT: 2}
-_SENSITIVITY_TEXT = {
-    LAMBDA_MIN: "1 (replace-one, n public, features (1, x) with x in [0, 1]: Courant-Fischer, "
-                "see mechanisms/adassp.py)",
-    GRAM: "sqrt(2) (L2 of (sum x, sum x^2), replace-one, x in [0, 1]; n is public, not noised)",
-    MOMENT: "sqrt(2) (L2 of (sum y, sum x*y), replace-one, x and y in [0, 1])",
+# The three releases' sensitivities, derived in the module docstring.
+STEP_SENSITIVITY = {
+    LAMBDA_MIN: constant(
+        1.0, "L2", "1",
+        "1 (replace-one, n public, features (1, x) with x in [0, 1]: Courant-Fischer, see "
+        "mechanisms/adassp.py)",
+        "replacing one row u = (1, x) moves the smallest eigenvalue of X'X by at most 1, by "
+        "Courant-Fischer with its eigenvector's coordinates of opposite signs (module "
+        "docstring; Wang 2018, AdaSSP, for add/remove)"),
+    GRAM: constant(
+        math.sqrt(2.0), "L2", "sqrt(2)",
+        "sqrt(2) (L2 of (sum x, sum x^2), replace-one, x in [0, 1]; n is public, not noised)",
+        "replacing x_a by x_b moves (sum x, sum x^2) by d(1, s), d = x_b - x_a, s = x_b + x_a, "
+        "of squared norm at most 2 for x in [0, 1] (module docstring)"),
+    MOMENT: constant(
+        math.sqrt(2.0), "L2", "sqrt(2)",
+        "sqrt(2) (L2 of (sum y, sum x*y), replace-one, x and y in [0, 1])",
+        "each of sum y and sum xy moves by at most 1 when one record on [0, 1]^2 is replaced "
+        "(module docstring)"),
 }
+SENSITIVITY = {name: s.value() for name, s in STEP_SENSITIVITY.items()}
+DIMS = {LAMBDA_MIN: 1, GRAM: 2, MOMENT: 2}
 DEFAULTS = {"fail_prob": 0.05, "default_delta": 1e-6}
 # Peak memory of one _run, reps = 1: the tract subset's copy, sufficient_stats' centred
 # deviations, their products and tract_sum's cumulative sums: tracemalloc measured 66-78 bytes
@@ -114,14 +129,14 @@ def adassp_steps(epsilon: float, delta: float | None, hp: dict) -> list[NoiseSte
             raise ValueError(f"AdaSSP: epsilon = {epsilon:g} leaves rho = {rho_each:.3g} for "
                              f"the {name} release, too little for the grid Gaussian; use a "
                              "larger epsilon") from None
-        steps.append(NoiseStep(name, noise, _SENSITIVITY_TEXT[name]))
+        steps.append(NoiseStep(name, noise, STEP_SENSITIVITY[name]))
     return steps
 
 
 def noise_sd(step: NoiseStep) -> float:
     """Standard deviation (parameter) of the step's noise per coordinate, in data units:
     sensitivity · √sigma2 / grid_steps (the grid unit is sensitivity/grid_steps)."""
-    return SENSITIVITY[step.name] * math.sqrt(step.noise.sigma2) / step.noise.grid_steps
+    return step.sensitivity.value() * math.sqrt(step.noise.sigma2) / step.noise.grid_steps
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,9 +176,9 @@ def release(step: NoiseStep, labels: np.ndarray, values: np.ndarray, rand: Rando
     """Spend ``step``'s map for ``labels``, then release ``values`` (tracts, dims), ``reps``
     times, with the step's grid Gaussian: (reps, tracts, dims)."""
     values = np.broadcast_to(values, (reps,) + values.shape)
-    rho = step.noise.rho_for(values)  # checks the coordinate count against the calibration
     meter.spend(labels, step.guarantee, reps)
-    return gaussian_mechanism(rand, values, SENSITIVITY[step.name], rho)
+    # The sampler checks the coordinate count against the calibration.
+    return gaussian_mechanism(rand, values, step.sensitivity.value(), step.noise)
 
 
 @dataclass(frozen=True)

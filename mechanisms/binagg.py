@@ -79,6 +79,7 @@ from .privacy_maps import (BRANCHING, GridGaussian, NoiseStep, PrivTreeLaplace, 
                            privtree_add_remove_epsilon, privtree_replace_one_epsilon)
 from .registry import (MIN_RECORDS, Estimator, Meter, Outcome, RunBudget, blank, get,
                        register)
+from .sensitivity import Sensitivity, constant
 
 PRIVTREE = "privtree bins"
 COUNTS = "bin counts"
@@ -131,18 +132,47 @@ def _check_hp(hp: dict) -> None:
         raise ValueError(f"BinAgg: theta must be a finite number, got {th!r}")
 
 
+def bin_upper_edge(bin_hi):
+    """U_k: the sensitivity of a bin's sum of x is its (released, public) upper edge."""
+    return bin_hi
+
+
+_TWO_BINS = "; replace-one changes 2 bins (repeat = 2)"
+SENSITIVITIES = {
+    PRIVTREE: constant(
+        1.0, "L1", "1 record",
+        "1 record = grid_steps units of a node's count; replace-one: one path gains a record, "
+        "one loses it (docs/binagg.md, Theorem 1)",
+        "a record adds 1 to the count of each node on its root-to-leaf path; replacing it "
+        "raises the counts on one path and lowers them on another (docs/binagg.md, Theorem 1, "
+        "after Zhang, Xiao & Xie 2016)"),
+    COUNTS: constant(
+        1.0, "L2", "1 per bin",
+        "1 per bin (L2, a record is in one bin); replace-one changes 2 bins",
+        "a record is counted in exactly one bin, so a bin's count moves by at most 1" + _TWO_BINS
+        + " (the paper's Alg. 1; docs/binagg.md)"),
+    SUMS_X: Sensitivity(
+        "L2", "U_k",
+        "U_k = the bin's upper edge, per bin (x confined to [L_k, U_k]); replace-one changes 2 "
+        "bins",
+        "a record in bin k has x in [L_k, U_k] with L_k >= 0, so the bin's sum of x moves by at "
+        "most U_k, the released (public) upper edge" + _TWO_BINS
+        + " (the paper's Alg. 1; docs/binagg.md)", bin_upper_edge, ("bin_hi",)),
+    SUMS_Y: constant(
+        1.0, "L2", "B_y = 1 per bin",
+        "B_y = 1 per bin (y on [0, 1]); replace-one changes 2 bins",
+        "a record's y lies in [0, 1], so a bin's sum of y moves by at most B_y = 1" + _TWO_BINS
+        + " (the paper's Alg. 1; docs/binagg.md)"),
+}
+
+
 def binagg_steps(epsilon: float, hp: dict) -> list[NoiseStep]:
     """The four calibrated steps of a run with budget ρ = ε²/2 split by the μ weights."""
     _check_hp(hp)
     rho = epsilon**2 / 2.0
     share = _shares(hp)
     steps = [NoiseStep(PRIVTREE, PrivTreeLaplace.calibrate(math.sqrt(2.0 * rho * share[PRIVTREE])),
-                       "1 record = grid_steps units of a node's count; replace-one: one path "
-                       "gains a record, one loses it (docs/binagg.md, Theorem 1)")]
-    sens = {COUNTS: "1 per bin (L2, a record is in one bin); replace-one changes 2 bins",
-            SUMS_X: "U_k = the bin's upper edge, per bin (x confined to [L_k, U_k]); "
-                    "replace-one changes 2 bins",
-            SUMS_Y: "B_y = 1 per bin (y on [0, 1]); replace-one changes 2 bins"}
+                       SENSITIVITIES[PRIVTREE])]
     for name in (COUNTS, SUMS_X, SUMS_Y):
         rho_row = rho * share[name] / 2.0
         try:
@@ -151,7 +181,7 @@ def binagg_steps(epsilon: float, hp: dict) -> list[NoiseStep]:
             raise ValueError(f"BinAgg: epsilon = {epsilon:g} leaves rho = {rho_row:.3g} per bin "
                              f"for {name}, too little for the grid Gaussian ({err}); use a "
                              "larger epsilon") from None
-        steps.append(NoiseStep(name, noise, sens[name], repeat=2))
+        steps.append(NoiseStep(name, noise, SENSITIVITIES[name], repeat=2))
     return steps
 
 
@@ -234,7 +264,7 @@ def privtree_bins(batch: TractBatch, records: _SortedRecords, tracts: np.ndarray
         # sampler's rounding to its 1/N grid returns this very integer.
         biased = np.maximum(count * n_units - depth * noise.bias, floor_u)
         values = (biased / n_units)[:, None]
-        noisy = laplace_mechanism(rand, values, 1.0, noise.epsilon_for(values))[:, 0]
+        noisy = laplace_mechanism(rand, values, step.sensitivity.value(), noise)[:, 0]
         split = np.rint(noisy * n_units) > theta_u
         keep = ~split
         leaves.append((rep[keep], tract[keep], lo_code[keep], lo_code[keep] + width))
@@ -256,7 +286,8 @@ class BinSummary:
 
     ``count`` is the rounded noisy count c̃_k (post-processing of ``noisy_count``); ``var_x``
     and ``var_y`` the variances of the Gaussian noise on s̃_k and t̃_k (public: bin edge and
-    calibration). ``rho_x``/``rho_y``/``grid`` are kept for Algorithm 3's spread.
+    calibration). ``noise_x``/``noise_y`` (the sums' calibrated noise) are kept for Algorithm
+    3's spread.
     """
 
     labels: np.ndarray
@@ -272,8 +303,8 @@ class BinSummary:
     sum_y: np.ndarray
     var_x: np.ndarray
     var_y: np.ndarray
-    rho_x: float
-    rho_y: float
+    noise_x: GridGaussian
+    noise_y: GridGaussian
 
     @property
     def group(self) -> np.ndarray:
@@ -296,9 +327,9 @@ def release_bin_stats(batch: TractBatch, records: _SortedRecords, bins: Bins,
     noisy_count = np.zeros(bins.rep.size)
     if bins.rep.size:
         values = (b - a).astype(float)[:, None]
-        rho = cnt_step.noise.rho_for(values)
         meter.spend(labels, cnt_step.guarantee, cnt_step.repeat * reps)
-        noisy_count = gaussian_mechanism(rand, values, 1.0, rho)[:, 0]
+        noisy_count = gaussian_mechanism(rand, values, cnt_step.sensitivity.value(),
+                                         cnt_step.noise)[:, 0]
     count = np.rint(noisy_count).astype(np.int64)
     kept = count >= min_count
     a, b, hi = a[kept], b[kept], bins.hi[kept]
@@ -307,15 +338,17 @@ def release_bin_stats(batch: TractBatch, records: _SortedRecords, bins: Bins,
         kept_labels = batch.labels[np.unique(bins.tract[kept])]
         sx = (records.cum_x[b] - records.cum_x[a])[:, None]
         meter.spend(kept_labels, x_step.guarantee, x_step.repeat * reps)
-        sum_x = gaussian_mechanism(rand, sx, hi, x_step.noise.rho_for(sx))[:, 0]
+        sum_x = gaussian_mechanism(rand, sx, x_step.sensitivity.value(bin_hi=hi),
+                                   x_step.noise)[:, 0]
         sy = (records.cum_y[b] - records.cum_y[a])[:, None]
         meter.spend(kept_labels, y_step.guarantee, y_step.repeat * reps)
-        sum_y = gaussian_mechanism(rand, sy, 1.0, y_step.noise.rho_for(sy))[:, 0]
+        sum_y = gaussian_mechanism(rand, sy, y_step.sensitivity.value(), y_step.noise)[:, 0]
     return BinSummary(batch.labels, reps, batch.n_tracts, bins.rep[kept], bins.tract[kept],
                       bins.lo[kept], hi, noisy_count[kept], count[kept], sum_x, sum_y,
-                      _gauss_variance(x_step.noise, hi),
-                      _gauss_variance(y_step.noise, np.ones(hi.size)),
-                      x_step.noise.argument, y_step.noise.argument)
+                      _gauss_variance(x_step.noise, x_step.sensitivity.value(bin_hi=hi)),
+                      _gauss_variance(y_step.noise,
+                                      np.full(hi.size, y_step.sensitivity.value())),
+                      x_step.noise, y_step.noise)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -399,21 +432,20 @@ def synthesize(summary: BinSummary, rand: Randomness) -> pd.DataFrame:
     first = np.r_[0, np.flatnonzero(np.diff(summary.tract)) + 1]
     bin_no = np.arange(c.size) - np.repeat(first, np.diff(np.r_[first, c.size]))
 
-    def spread(var_sum: np.ndarray, rho: float, total: np.ndarray) -> np.ndarray:
+    def spread(var_sum: np.ndarray, noise: GridGaussian, total: np.ndarray) -> np.ndarray:
         if rows.size == 0:
             return np.zeros(0)
-        noise = GridGaussian.calibrate(rho, 1)
         # gaussian_mechanism's sd for sensitivity Δ is Δ·σ/steps: choose Δ for sd √(c̃·var).
         sens = np.sqrt(c * var_sum)[rows] * noise.grid_steps / math.sqrt(noise.sigma2)
-        xi = gaussian_mechanism(rand, np.zeros((rows.size, 1)), sens, rho)[:, 0]
+        xi = gaussian_mechanism(rand, np.zeros((rows.size, 1)), sens, noise)[:, 0]
         xi_bar = np.bincount(rows, weights=xi, minlength=c.size) / c
         return (total / c)[rows] + (xi - xi_bar[rows]) / c[rows]
 
     return pd.DataFrame({"tract": summary.labels[summary.tract[rows]],
                          "bin": bin_no[rows].astype(np.int64),
                          "bin_lo": summary.lo[rows], "bin_hi": summary.hi[rows],
-                         "x": spread(summary.var_x, summary.rho_x, summary.sum_x),
-                         "y": spread(summary.var_y, summary.rho_y, summary.sum_y)})
+                         "x": spread(summary.var_x, summary.noise_x, summary.sum_x),
+                         "y": spread(summary.var_y, summary.noise_y, summary.sum_y)})
 
 
 # ---------------------------------------------------------------------------------------------

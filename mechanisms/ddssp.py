@@ -64,15 +64,19 @@ from .noise import Randomness, gaussian_mechanism
 from .privacy import rho_for_approx, to_approx
 from .privacy_maps import GridGaussian, NoiseStep, compose
 from .registry import MIN_RECORDS, Estimator, Meter, Outcome, blank, register
+from .sensitivity import constant
 
 X_MARGINAL = "x marginal"
 Y_MARGINAL = "y marginal"
 XY_MARGINAL = "xy marginal"
 STEP_NAMES = (X_MARGINAL, Y_MARGINAL, XY_MARGINAL)
 # Replace-one moves one record's unit of count from one cell to another: L2 norm √2.
-COUNT_SENSITIVITY = math.sqrt(2.0)
-_SENSITIVITY_TEXT = ("sqrt(2) (L2, replace-one: one record leaves one cell of the marginal "
-                     "and joins another)")
+MARGINAL_SENSITIVITY = constant(
+    math.sqrt(2.0), "L2", "sqrt(2)",
+    "sqrt(2) (L2, replace-one: one record leaves one cell of the marginal and joins another)",
+    "replacing one record lowers one cell of a histogram by 1 and raises another by 1 (or "
+    "leaves it unchanged): L2 distance at most sqrt(2) (the module docstring)")
+COUNT_SENSITIVITY = MARGINAL_SENSITIVITY.value()
 DEFAULTS: dict[str, Any] = {
     # Tuned on a synthetic 400-tract state (seed 1, never released data), docs/ddssp.md:
     "bins": 4,  # per axis: the two-way table has bins² cells
@@ -139,13 +143,13 @@ def ddssp_steps(epsilon: float, delta: float | None, hp: dict) -> list[NoiseStep
             raise ValueError(f"DDSSP: epsilon = {epsilon:g} leaves rho = {rho_i:.3g} for the "
                              f"{name}, too little for the grid Gaussian; use a larger epsilon "
                              "or a larger share for it") from None
-        steps.append(NoiseStep(name, noise, _SENSITIVITY_TEXT))
+        steps.append(NoiseStep(name, noise, MARGINAL_SENSITIVITY))
     return steps
 
 
 def noise_sd(step: NoiseStep) -> float:
     """Standard deviation parameter of one cell's noise, in counts: √2 · σ/grid_steps."""
-    return COUNT_SENSITIVITY * math.sqrt(step.noise.sigma2) / step.noise.grid_steps
+    return step.sensitivity.value() * math.sqrt(step.noise.sigma2) / step.noise.grid_steps
 
 
 # ---------------------------------------------------------------------------------------------
@@ -184,7 +188,8 @@ def measure_marginals(batch: TractBatch, tracts: np.ndarray, steps: dict[str, No
     """Release the three marginals of each tract in ``tracts`` with the steps' noise.
 
     Each draw first spends its step's map for those tracts (``meter.spend``), then draws with
-    exactly that step's ρ (``rho_for`` checks the coordinate count against the calibration).
+    exactly that step's calibrated noise and sensitivity (the sampler checks the coordinate
+    count against the calibration).
     """
     counts = two_way_counts(batch, tracts, bins).astype(np.float64)
     queries = {X_MARGINAL: counts.sum(axis=2), Y_MARGINAL: counts.sum(axis=1),
@@ -194,9 +199,8 @@ def measure_marginals(batch: TractBatch, tracts: np.ndarray, steps: dict[str, No
     for name in STEP_NAMES:
         step = steps[name]
         values = np.broadcast_to(queries[name], (reps,) + queries[name].shape)
-        rho = step.noise.rho_for(values)
         meter.spend(labels, step.guarantee, reps)
-        out[name] = gaussian_mechanism(rand, values, COUNT_SENSITIVITY, rho)
+        out[name] = gaussian_mechanism(rand, values, step.sensitivity.value(), step.noise)
     return NoisyMarginals(tracts, out[X_MARGINAL], out[Y_MARGINAL],
                           out[XY_MARGINAL].reshape(reps, tracts.size, bins, bins),
                           {name: noise_sd(steps[name]) for name in STEP_NAMES})

@@ -63,6 +63,7 @@ from .noise import LAPLACE_GRID_STEPS, Randomness, laplace_mechanism
 from .privacy import PROJECT_RELATION, Guarantee, Relation
 from .privacy_maps import GridLaplace, NoiseStep, compose
 from .registry import Estimator, Meter, Outcome, blank, register
+from .sensitivity import constant
 
 NAME = "FreeLunchSSP"
 X_STEP = "x simplex (x^2, x(1-x), 1-x)"
@@ -70,8 +71,13 @@ XY_STEP = "xy simplex (xy, (1-x)y, x(1-y), (1-x)(1-y))"
 # A replace-one change is two add-remove changes (remove, then add): the group size of the
 # conversion from the steps' relation to the ledger's.
 GROUP_SIZE = 2
-_SENSITIVITY = ("1 (L1, add-remove: each record adds or removes a vector of nonnegative "
-                "coordinates summing to 1; ranks on [0, 1])")
+SIMPLEX_SENSITIVITY = constant(
+    1.0, "L1", "1",
+    "1 (L1, add-remove: each record adds or removes a vector of nonnegative coordinates "
+    "summing to 1; ranks on [0, 1])",
+    "for x, y in [0, 1] each of u(x) and v(x, y) has nonnegative coordinates summing to 1, so "
+    "adding or removing one record moves a simplex sum by exactly 1 in L1 (the module "
+    "docstring, after the DP-RSS paper's simplex transformation)", Relation.ADD_REMOVE)
 _DEFAULTS = {"x_share": 0.5, "min_noisy_n": 2.0}
 _SAMPLER = ("grid Laplace: exact discrete Laplace (CKS 2020) on a 1/4096-sensitivity grid, "
             "one vector draw per simplex")
@@ -136,10 +142,9 @@ def free_lunch_steps(epsilon: float, hp: dict) -> list[NoiseStep]:
     terms, split ``x_share`` : 1 − ``x_share`` between the x and xy simplices."""
     share, _ = _hyper(hp)
     eps_ar = epsilon / GROUP_SIZE
-    return [NoiseStep(X_STEP, GridLaplace.calibrate(share * eps_ar, 3), _SENSITIVITY,
-                      relation=Relation.ADD_REMOVE),
-            NoiseStep(XY_STEP, GridLaplace.calibrate((1.0 - share) * eps_ar, 4), _SENSITIVITY,
-                      relation=Relation.ADD_REMOVE)]
+    return [NoiseStep(X_STEP, GridLaplace.calibrate(share * eps_ar, 3), SIMPLEX_SENSITIVITY),
+            NoiseStep(XY_STEP, GridLaplace.calibrate((1.0 - share) * eps_ar, 4),
+                      SIMPLEX_SENSITIVITY)]
 
 
 def discrete_laplace_variance(scale: float) -> float:
@@ -178,9 +183,8 @@ def release_simplex_sums(batch: TractBatch, step: NoiseStep, sums: np.ndarray,
     """Spend ``step``'s map for every tract, then release ``sums`` (tracts, d) with its noise:
     (reps, tracts, d). L1 add-remove sensitivity 1, whatever the tract's n."""
     values = np.broadcast_to(sums, (reps,) + sums.shape)
-    eps = step.noise.epsilon_for(values)
     meter.spend(batch.labels, step.guarantee, reps)  # converted to the charge's relation
-    return laplace_mechanism(rand, values, 1.0, eps)
+    return laplace_mechanism(rand, values, step.sensitivity.value(), step.noise)
 
 
 def estimate_statistics(noisy_x: np.ndarray, noisy_xy: np.ndarray,

@@ -29,6 +29,7 @@ from .noise import gaussian_mechanism, laplace_mechanism
 from .privacy import rho_for_approx, to_approx
 from .privacy_maps import GridGaussian, GridLaplace, NoiseStep, compose
 from .registry import Estimator, Outcome, blank, register
+from .sensitivity import Sensitivity
 
 _DEFAULTS = {"steps": 80, "tau": 1.0}
 # Peak memory of one _run with reps = 1: tracemalloc measured 111 bytes per record at n = 1600
@@ -51,6 +52,36 @@ def clipped_gradient_sum(batch, theta: np.ndarray, tau: float) -> np.ndarray:
     resid = 2.0 * (yhat - y)  # (reps, records)
     grad = np.clip(resid[:, None, :] * feat[None, :, :], -tau, tau)  # (reps, 2, records)
     return np.moveaxis(batch.tract_sum(grad), 1, 2)
+
+
+def clipped_sum_l1(tau):
+    return 4.0 * float(tau)
+
+
+def clipped_sum_l2(tau):
+    return 2.0 * math.sqrt(2.0) * float(tau)
+
+
+_CLIPPED = ("one record's clipped gradient lies in [-tau, tau]^2, so replacing it moves the "
+            "tract's sum by at most 2 tau per coordinate")
+
+
+def l1_sensitivity(tau: float) -> Sensitivity:
+    """4τ: the L1 sensitivity of the clipped gradient sum (τ a public hyperparameter)."""
+    return Sensitivity("L1", "4*tau",
+                       f"4*tau = {4 * tau:g} (L1, replace-one: each record's gradient is "
+                       "clipped to [-tau, tau]^2)",
+                       _CLIPPED + ": L1 distance 4 tau (module docstring)", clipped_sum_l1,
+                       fixed=(("tau", tau),))
+
+
+def l2_sensitivity(tau: float) -> Sensitivity:
+    """2√2·τ: the L2 sensitivity of the clipped gradient sum."""
+    return Sensitivity("L2", "2*sqrt(2)*tau",
+                       f"2*sqrt(2)*tau = {2 * math.sqrt(2) * tau:g} (L2, replace-one: each "
+                       "record's gradient is clipped to [-tau, tau]^2)",
+                       _CLIPPED + ": L2 distance 2 sqrt(2) tau (module docstring)",
+                       clipped_sum_l2, fixed=(("tau", tau),))
 
 
 def _steps_and_tau(name: str, hp: dict) -> tuple[int, float]:
@@ -111,14 +142,12 @@ class DPGDPure(_GradientDescent):
 
     def _gradient_step(self, epsilon, delta, hp):
         steps, tau = _steps_and_tau(self.name, hp)
-        return NoiseStep(STEP, GridLaplace.calibrate(epsilon / steps, 2),
-                         f"4*tau = {4 * tau:g} (L1, replace-one: each record's gradient is "
-                         "clipped to [-tau, tau]^2)", repeat=steps)
+        return NoiseStep(STEP, GridLaplace.calibrate(epsilon / steps, 2), l1_sensitivity(tau),
+                         repeat=steps)
 
     def _noisy_sum(self, rand, grad_sum, epsilon, delta, hp, step=None):
         step = step or self._gradient_step(epsilon, delta, hp)
-        return laplace_mechanism(rand, grad_sum, 4.0 * float(hp["tau"]),
-                                 step.noise.epsilon_for(grad_sum))
+        return laplace_mechanism(rand, grad_sum, step.sensitivity.value(), step.noise)
 
 
 @register
@@ -139,14 +168,11 @@ class DPGDzCDP(_GradientDescent):
             raise ValueError(f"{self.name}: epsilon = {epsilon:g} over {steps} steps leaves "
                              f"rho = {rho_step:.3g} per step, too little for the grid Gaussian "
                              f"({err}); use fewer steps or a larger epsilon") from None
-        return NoiseStep(STEP, noise,
-                         f"2*sqrt(2)*tau = {2 * math.sqrt(2) * tau:g} (L2, replace-one: each "
-                         "record's gradient is clipped to [-tau, tau]^2)", repeat=steps)
+        return NoiseStep(STEP, noise, l2_sensitivity(tau), repeat=steps)
 
     def _noisy_sum(self, rand, grad_sum, epsilon, delta, hp, step=None):
         step = step or self._gradient_step(epsilon, delta, hp)
-        return gaussian_mechanism(rand, grad_sum, 2.0 * math.sqrt(2.0) * float(hp["tau"]),
-                                  step.noise.rho_for(grad_sum))
+        return gaussian_mechanism(rand, grad_sum, step.sensitivity.value(), step.noise)
 
 
 @register

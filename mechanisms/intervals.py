@@ -101,7 +101,9 @@ from .noise import Randomness, laplace_mechanism, laplace_scale
 from .pairs import all_pairs, chunk_tracts, theil_sen_predictions
 from .privacy_maps import ExpMedian, GridLaplace, NoiseStep, compose
 from .registry import MIN_RECORDS, Meter
-from .theil_sen import MAX_PAIRS_PER_CHUNK
+from .sensitivity import Sensitivity
+from .sufficient_stats import one_minus_one_over_n, one_over_n
+from .theil_sen import MAX_PAIRS_PER_CHUNK, pairs_per_record
 
 NOISY_STATS, EXP_THEIL_SEN, RULE = "NoisyStats", "DPExpTheilSen", "rule"
 # What each mechanism's published p25/p75 and interval estimate (issue 18; the module
@@ -172,18 +174,35 @@ def _check_mechanism(mechanism: str) -> None:
         raise ValueError(f"intervals exist for {', '.join(MECHANISMS)}; got {mechanism!r}")
 
 
+XBAR_SENSITIVITY = Sensitivity(
+    "L1", "1/n", "1/n (L1, replace-one, parent ranks on [0, 1])",
+    "the mean of n values in [0, 1] moves by at most 1/n when one is replaced", one_over_n,
+    ("n",))
+SECOND_NVAR_SENSITIVITY = Sensitivity(
+    "L1", "1 - 1/n",
+    "1 - 1/n (L1, replace-one, parent ranks on [0, 1]): a second draw of n var(x)",
+    "n var(x) = sum x^2 - (sum x)^2/n: replacing one x in [0, 1] moves it by at most 1 - 1/n "
+    "(the paper's App. C.1); the same query as the selection's nvar, drawn again",
+    one_minus_one_over_n, ("n",))
+QUANTILE_UTILITY_SENSITIVITY = Sensitivity(
+    "utility", "n - 1",
+    "utility sensitivity k = n - 1 (pairwise predictions one record is in; padding with "
+    "public values lo/hi shifts the target rank and changes nothing else)",
+    "one record is in n - 1 pairwise predictions, each moving the rank utility by at most 1; "
+    "the public padding is the same on neighbouring datasets (mechanisms/median.py, "
+    "exp_median; McSherry & Talwar 2007, Thm 6)", pairs_per_record, ("n",))
+
+
 def _noisy_stats_steps(eps: float) -> list[NoiseStep]:
     return [NoiseStep("interval: mean of x", GridLaplace.calibrate(eps / 2, 1),
-                      "1/n (L1, replace-one, parent ranks on [0, 1])"),
+                      XBAR_SENSITIVITY),
             NoiseStep("interval: nvar", GridLaplace.calibrate(eps / 2, 1),
-                      "1 - 1/n (L1, replace-one, parent ranks on [0, 1]): a second draw of "
-                      "n var(x)")]
+                      SECOND_NVAR_SENSITIVITY)]
 
 
 def _theil_sen_steps(eps: float) -> list[NoiseStep]:
-    sens = ("utility sensitivity k = n - 1 (pairwise predictions one record is in; padding with "
-            "public values lo/hi shifts the target rank and changes nothing else)")
-    return [NoiseStep(f"interval: {name} {end}", ExpMedian.calibrate(eps / 4), sens)
+    return [NoiseStep(f"interval: {name} {end}", ExpMedian.calibrate(eps / 4),
+                      QUANTILE_UTILITY_SENSITIVITY)
             for name, _ in _PREDICTIONS for end in ("lower", "upper")]
 
 
@@ -271,10 +290,10 @@ def _noisy_stats_intervals(batch, released, eps, rand, level, meter) -> Interval
     x_step, nvar_step_ = _noisy_stats_steps(eps)
     meter.spend(labels, x_step.guarantee, reps)
     xbar_t = laplace_mechanism(rand, np.broadcast_to(st.xbar[idx], (reps, idx.size))[..., None],
-                               1.0 / n, x_step.noise.epsilon_for(np.zeros(1)))[..., 0]
+                               x_step.sensitivity.value(n=n), x_step.noise)[..., 0]
     meter.spend(labels, nvar_step_.guarantee, reps)
     nvar2_t = laplace_mechanism(rand, np.broadcast_to(st.nvar[idx], (reps, idx.size))[..., None],
-                                1.0 - 1.0 / n, nvar_step_.noise.epsilon_for(np.zeros(1)))[..., 0]
+                                nvar_step_.sensitivity.value(n=n), nvar_step_.noise)[..., 0]
     # Everything below is post-processing of DP releases and public scales.
     p25, p75 = released.p25[:, idx], released.p75[:, idx]
     slope = (p75 - p25) / (X_HIGH - X_LOW)
@@ -461,7 +480,8 @@ def _theil_sen_intervals(batch, released, eps, rand, level, meter) -> Intervals:
                 vals = np.full((reps, sub.n_tracts), trivial)
                 if draw.size:
                     padded = _padded(seg, draw, 2 * r[draw], pad_value)
-                    vals[:, draw] = exp_median(padded, eps_q, np.maximum(sub.n[draw] - 1, 1),
+                    vals[:, draw] = exp_median(padded, eps_q,
+                                               step.sensitivity.value(n=sub.n[draw]),
                                                _TS_LO, _TS_HI, rand, reps)
                 getattr(out, f"{name}_{'lo' if end == 'lower' else 'hi'}")[:, chunk] = vals
     for name, _ in _PREDICTIONS:

@@ -51,6 +51,7 @@ from .noise import Randomness, gaussian_mechanism
 from .privacy import NotDP, rho_for_approx
 from .privacy_maps import GridGaussian
 from .registry import MIN_RECORDS, Estimator, Outcome, blank, register
+from .sensitivity import Sensitivity
 
 FEATURES = 2  # u = (1, x)
 MODULATION_DIRECTION = np.array([0.0, 1.0])  # v: the x coordinate
@@ -71,6 +72,10 @@ _FIXED_BYTES = 64 * 1024
 
 # ---------------------------------------------------------------------------------------------
 # Hyperparameters and the client's noise
+
+
+def lipschitz_constant(alpha, amplitude, frequency):
+    return abs(1.0 - alpha) + amplitude * frequency
 
 
 @dataclass(frozen=True)
@@ -102,7 +107,20 @@ class Protocol:
     @property
     def lipschitz(self) -> float:
         """L = |1 − α| + λω (Lemma 3.1): the L2 sensitivity of g for |x − x'| ≤ 1."""
-        return abs(1.0 - self.alpha) + self.amplitude * self.frequency
+        return lipschitz_constant(self.alpha, self.amplitude, self.frequency)
+
+
+def client_sensitivity(protocol: Protocol) -> Sensitivity:
+    """L = |1 − α| + λω, the L2 sensitivity of a client's g in its x (public α, λ, ω)."""
+    return Sensitivity(
+        "L2", "|1 - alpha| + amplitude*frequency",
+        f"|1 - alpha| + amplitude*frequency = {protocol.lipschitz:g} (L2, one client's x "
+        "replaced, |x - x'| <= 1; y is sent in the clear: NOT DP for a person's (x, y))",
+        "g = (1 - alpha) u + amplitude cos(frequency <u, v> + phase) v is L-Lipschitz in u "
+        "with L = |1 - alpha| + amplitude * frequency, and |u - u'| = |x - x'| <= 1 "
+        "(Vepakomma et al., Lemma 3.1)", lipschitz_constant, (),
+        (("alpha", protocol.alpha), ("amplitude", protocol.amplitude),
+         ("frequency", protocol.frequency)))
 
 
 def _delta(delta: float | None, hp: dict) -> float:
@@ -142,7 +160,7 @@ def client_messages(x: np.ndarray, protocol: Protocol, noise: GridGaussian, rand
     g = (1.0 - protocol.alpha) * u[None, :, :] + (
         protocol.amplitude * np.cos(protocol.frequency * (u @ MODULATION_DIRECTION)[None, :]
                                     + phase))[..., None] * MODULATION_DIRECTION
-    return gaussian_mechanism(rand, g, protocol.lipschitz, noise.rho_for(g))
+    return gaussian_mechanism(rand, g, client_sensitivity(protocol).value(), noise)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,9 @@ import numpy as np
 from .batch import X_HIGH, X_LOW, sufficient_stats
 from .noise import laplace_mechanism
 from .privacy import NotDP
+from .privacy_maps import GridLaplace
 from .registry import Estimator, Outcome, blank, register
+from .sensitivity import Sensitivity
 
 
 # Peak memory of one _run, reps = 1: tracemalloc measured 43 bytes per record at n = 1600 (the
@@ -27,6 +29,18 @@ from .registry import Estimator, Outcome, blank, register
 # terms are grid² floats per tract. Rounded up (tests/test_privacy_maps.py re-measures).
 _BYTES_PER_RECORD = 160
 _FIXED_BYTES = 64 * 1024
+
+
+def mos_over_n(mos, n):
+    return mos / n
+
+
+# Not a worst-case sensitivity: MOS is read off the data without noise (module docstring).
+OBSERVED_SENSITIVITY = Sensitivity(
+    "L1", "MOS/n", "MOS/n (L1, observed on the data: NOT a worst-case sensitivity)",
+    "MOS = the largest n_t x the local sensitivity of the OLS prediction to adding one grid "
+    "point, over the state's eligible tracts, computed without noise: no DP guarantee "
+    "(Chetty & Friedman 2019)", mos_over_n, ("mos", "n"))
 
 
 @register
@@ -83,5 +97,7 @@ class MOS(Estimator):
             values = np.broadcast_to(pred[:, 0], (reps, idx.size))[..., None]
             # No privacy map exists for this draw: a real meter refuses it (never published).
             meter.spend(batch.labels[idx], self.guarantee(epsilon), reps)
-            out[:, idx] = laplace_mechanism(rand, values, mos / n[idx], epsilon / 2.0)[..., 0]
+            out[:, idx] = laplace_mechanism(
+                rand, values, OBSERVED_SENSITIVITY.value(mos=mos, n=n[idx]),
+                GridLaplace.calibrate(epsilon / 2.0, 1))[..., 0]
         return Outcome(p25, p75, failed, reason)

@@ -25,6 +25,11 @@ sensitivity ``k`` is ``k²/(2σ²)``-zCDP (Thm 4). We set ``t`` (rounded *up* to
 and ``σ²`` (rounded *up* to an integer) so the guarantee is at least the one asked for. The price
 is noise larger by a factor ``1 + d/N`` (0.02% for Laplace with d = 1).
 
+The integer parameters (grid steps, ``t`` as scale_num/scale_den, ``σ²``) are calibrated from the
+budget once, in ``mechanisms/privacy_maps.py`` (``GridLaplace``, ``GridGaussian``, with the
+functions below); the samplers take that calibrated object and draw with its numbers, so the
+numbers the privacy map reads are the numbers drawn with. No ε or ρ reaches a sampler.
+
 Random bits come from a :class:`Randomness`: :class:`OSRandomness` (``os.urandom``, the kernel
 CSPRNG) in production, :class:`SeededRandomness` (PCG64) in tests and evaluation, where runs must
 be repeatable. The samplers consume bits identically from either.
@@ -250,35 +255,50 @@ def discrete_gaussian(rand: Randomness, sigma2: np.ndarray) -> np.ndarray:
 # Grid ("snapped") mechanisms on float queries
 
 
-def _checked(values, sensitivity, budget, budget_name: str):
-    """(values, d, sensitivity, budget) with the last two broadcast to values' leading shape."""
+def _checked(values, sensitivity, noise, kind: str, needs: tuple[str, ...]):
+    """(values, sensitivity broadcast to values' leading shape, the noise's integer parameters
+    by name), after checking that ``noise`` was calibrated for values' coordinate count."""
     values = np.asarray(values, dtype=np.float64)
-    lead = values.shape[:-1]
-    sens = np.broadcast_to(np.asarray(sensitivity, dtype=np.float64), lead)
-    budget = np.broadcast_to(np.asarray(budget, dtype=np.float64), lead)
+    missing = [name for name in needs if not hasattr(noise, name)]
+    if missing:
+        raise ValueError(f"the {kind} sampler draws with calibrated noise (attributes "
+                         f"{', '.join(needs)}); got {noise!r}")
+    params = {name: int(getattr(noise, name)) for name in needs}
+    if values.shape[-1] != params["dims"]:
+        raise ValueError(f"{kind} noise calibrated for {params['dims']} coordinate(s) would "
+                         f"draw {values.shape[-1]}: the guarantee would not be that of the "
+                         "noise drawn")
+    sens = np.broadcast_to(np.asarray(sensitivity, dtype=np.float64), values.shape[:-1])
     if np.any(~np.isfinite(values)):
         raise ValueError("a noise mechanism got a non-finite value")
-    if np.any(sens <= 0) or np.any(budget <= 0):
-        raise ValueError(f"sensitivity and {budget_name} must be > 0")
-    return values, values.shape[-1], sens, budget
+    if np.any(sens <= 0) or min(params.values()) < 1:
+        raise ValueError("sensitivity and the noise parameters must be > 0")
+    return values, sens, params
+
+
+_LAPLACE_PARAMETERS = ("grid_steps", "dims", "scale_num", "scale_den")
+_GAUSSIAN_PARAMETERS = ("grid_steps", "dims", "sigma2")
 
 
 def laplace_mechanism(rand: Randomness, values: np.ndarray, l1_sensitivity: np.ndarray,
-                      epsilon: float | np.ndarray) -> np.ndarray:
-    """ε-DP release of ``values`` (shape (..., d)): each row has L1 sensitivity ``l1_sensitivity``.
+                      noise) -> np.ndarray:
+    """Release of ``values`` (shape (..., d)), each row of L1 sensitivity ``l1_sensitivity``,
+    with the calibrated grid Laplace ``noise`` (``privacy_maps.GridLaplace`` or
+    ``PrivTreeLaplace``: its integer ``grid_steps``, ``dims``, ``scale_num``, ``scale_den``).
 
-    ``l1_sensitivity`` broadcasts against ``values.shape[:-1]``; so does ``epsilon``.
-    Returns grid values; the noise scale is ``Δ/ε · (1 + d/4096)`` (see module docstring).
+    The query is rounded to units of sensitivity/grid_steps and discrete Laplace noise of scale
+    scale_num/scale_den units is added: the very numbers the privacy map reads. ``noise.dims``
+    must be d. ``l1_sensitivity`` broadcasts against ``values.shape[:-1]``.
     """
     values = np.asarray(values, dtype=np.float64)
     if values.ndim == 0:
-        return laplace_mechanism(rand, values[None], l1_sensitivity, epsilon)[0]
-    values, d, sens, eps = _checked(values, l1_sensitivity, epsilon, "epsilon")
-    unit = sens / LAPLACE_GRID_STEPS
+        return laplace_mechanism(rand, values[None], l1_sensitivity, noise)[0]
+    values, sens, p = _checked(values, l1_sensitivity, noise, "grid Laplace",
+                               _LAPLACE_PARAMETERS)
+    unit = sens / p["grid_steps"]
     q = np.rint(values / unit[..., None]).astype(np.int64)
-    scale_num = laplace_scale_num(eps, d).astype(np.uint64)
-    scale_num = np.broadcast_to(scale_num[..., None], values.shape)
-    k = discrete_laplace(rand, scale_num.ravel(), _SCALE_DENOMINATOR).reshape(values.shape)
+    scale_num = np.full(values.size, p["scale_num"], dtype=np.uint64)
+    k = discrete_laplace(rand, scale_num, p["scale_den"]).reshape(values.shape)
     return (q + k) * unit[..., None]
 
 
@@ -286,13 +306,15 @@ def laplace_scale_num(epsilon, d: int) -> np.ndarray:
     """The grid Laplace's scale numerator over ``_SCALE_DENOMINATOR``: the scale in grid units
     t = (grid_steps + d)/ε (the integer L1 sensitivity of d rounded coordinates over ε),
     rounded up to a multiple of 1/256 (more noise, safe). The one copy of the formula: the
-    sampler, :func:`laplace_scale` and the privacy map (``privacy_maps.GridLaplace``) use it."""
+    calibration (``privacy_maps.GridLaplace``, whose numbers the sampler draws with) and
+    :func:`laplace_scale` use it."""
     return np.ceil((LAPLACE_GRID_STEPS + d) / np.asarray(epsilon, dtype=np.float64)
                    * _SCALE_DENOMINATOR)
 
 
 def laplace_scale(l1_sensitivity: float, epsilon: float, d: int = 1) -> float:
-    """The actual Laplace scale used by :func:`laplace_mechanism` (for tests and docs)."""
+    """The Laplace scale :func:`laplace_mechanism` draws with for the noise calibrated to
+    ``epsilon`` (``privacy_maps.GridLaplace.calibrate``): for tests, docs and public scales."""
     unit = l1_sensitivity / LAPLACE_GRID_STEPS
     t = int(laplace_scale_num(epsilon, d)) / _SCALE_DENOMINATOR
     return unit * t
@@ -315,18 +337,22 @@ def _gauss_grid(rho: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def gaussian_mechanism(rand: Randomness, values: np.ndarray, l2_sensitivity: np.ndarray,
-                       rho: float | np.ndarray) -> np.ndarray:
-    """ρ-zCDP release of ``values`` (shape (..., d)) with L2 sensitivity ``l2_sensitivity`` per row."""
-    values, d, sens, rho = _checked(values, l2_sensitivity, rho, "rho")
-    steps, sigma2 = _gauss_grid(rho, d)
-    unit = sens / steps
+                       noise) -> np.ndarray:
+    """Release of ``values`` (shape (..., d)), each row of L2 sensitivity ``l2_sensitivity``,
+    with the calibrated grid Gaussian ``noise`` (``privacy_maps.GridGaussian``: its integer
+    ``grid_steps``, ``dims``, ``sigma2``): rounded to units of sensitivity/grid_steps, plus
+    discrete Gaussian noise of variance parameter sigma2 units. ``noise.dims`` must be d."""
+    values, sens, p = _checked(values, l2_sensitivity, noise, "grid Gaussian",
+                               _GAUSSIAN_PARAMETERS)
+    unit = sens / p["grid_steps"]
     q = np.rint(values / unit[..., None]).astype(np.int64)
-    sigma2 = np.broadcast_to(sigma2[..., None], values.shape)
-    k = discrete_gaussian(rand, sigma2.ravel()).reshape(values.shape)
+    sigma2 = np.full(values.size, p["sigma2"], dtype=np.uint64)
+    k = discrete_gaussian(rand, sigma2).reshape(values.shape)
     return (q + k) * unit[..., None]
 
 
 def gaussian_sigma(l2_sensitivity: float, rho: float, d: int = 1) -> float:
-    """The actual standard deviation parameter used by :func:`gaussian_mechanism`."""
+    """The standard deviation parameter :func:`gaussian_mechanism` draws with for the noise
+    calibrated to ``rho`` (``privacy_maps.GridGaussian.calibrate``)."""
     steps, sigma2 = _gauss_grid(np.asarray(rho, dtype=np.float64), d)
     return float(l2_sensitivity / steps * math.sqrt(float(sigma2)))

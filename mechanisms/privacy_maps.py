@@ -8,8 +8,10 @@ add-remove): the step's sensitivity is computed for that relation, so a map take
 calibrated noise parameters to a typed guarantee stated for it. An
 estimator lists, as :class:`NoiseStep` values, the noise it will draw for a budget; its
 guarantee is the sequential composition of the maps of those steps, and it draws with exactly
-those parameters (each calibration is checked against the sampler's own arithmetic in
-``mechanisms/noise.py``). Nothing is declared beside the mechanism.
+those parameters (the samplers in ``mechanisms/noise.py`` take the calibrated object and read
+its numbers). Each step carries its :class:`~mechanisms.sensitivity.Sensitivity`: the number a
+draw scales the noise to, with its formula and derivation. Nothing is declared beside the
+mechanism.
 
 The four maps, in the numbers a manifest lists (an auditor recomputes them without the code):
 
@@ -33,7 +35,7 @@ The four maps, in the numbers a manifest lists (an auditor recomputes them witho
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from functools import lru_cache
 from typing import Any, ClassVar, Iterable, Mapping, Union
 
@@ -43,6 +45,7 @@ from . import median
 from .noise import _SCALE_DENOMINATOR, LAPLACE_GRID_STEPS, _gauss_grid, laplace_scale_num
 from .privacy import (PROJECT_RELATION, ZCDP, Guarantee, PureDP, Relation, as_dict,
                       convert_relation, sequential, with_relation)
+from .sensitivity import Sensitivity
 
 # The exact geometric sampler behind discrete_laplace takes scale numerators up to 2**44
 # (mechanisms/noise.py: products of the scale and small counters stay inside 64 bits). A
@@ -65,13 +68,6 @@ def _positive_int(name: str, value: Any) -> int:
     return int(value)
 
 
-def _check_dims(kind: str, dims: int, values: np.ndarray) -> None:
-    got = np.shape(values)[-1] if np.ndim(values) else 1
-    if got != dims:
-        raise ValueError(f"{kind} calibrated for {dims} coordinate(s) would draw {got}: the "
-                         "guarantee would not be that of the noise drawn")
-
-
 # ---------------------------------------------------------------------------------------------
 # Calibrated noise, one class per primitive
 
@@ -86,16 +82,14 @@ def _laplace_scale_num(epsilon: float, dims: int) -> int:
 class GridLaplace:
     """Discrete Laplace of scale scale_num/scale_den grid units on a 1/grid_steps grid.
 
-    ``argument`` is the ε handed to :func:`mechanisms.noise.laplace_mechanism`, which recomputes
-    these parameters from it (checked on construction); None when rebuilt from published
-    numbers (then it maps, but cannot draw).
+    :func:`mechanisms.noise.laplace_mechanism` draws with exactly these numbers (it takes this
+    object), on ``dims`` coordinates.
     """
 
     grid_steps: int
     dims: int
     scale_num: int
     scale_den: int
-    argument: float | None = field(default=None, compare=False)
 
     kind: ClassVar[str] = "grid-laplace"
     formula: ClassVar[str] = "epsilon = (grid_steps + dims) * scale_den / scale_num"
@@ -103,22 +97,18 @@ class GridLaplace:
     def __post_init__(self) -> None:
         for f in ("grid_steps", "dims", "scale_num", "scale_den"):
             _positive_int(f"grid-laplace {f}", getattr(self, f))
-        if self.argument is not None and (
-                (self.grid_steps, self.scale_den) != (LAPLACE_GRID_STEPS, _SCALE_DENOMINATOR)
-                or self.scale_num != _laplace_scale_num(self.argument, self.dims)):
-            raise ValueError(f"grid-laplace parameters {self.parameters()} are not what the "
-                             f"sampler draws for epsilon = {self.argument!r}")
 
     @staticmethod
     def calibrate(epsilon: float, dims: int = 1) -> "GridLaplace":
-        """The noise ``laplace_mechanism(..., epsilon)`` draws on ``dims`` coordinates."""
+        """The grid Laplace on ``dims`` coordinates whose map is at most ``epsilon``: scale
+        numerator ceil((N + dims)/ε · 256) over 256 (``noise.laplace_scale_num``)."""
         eps = _positive_finite("epsilon", epsilon)
         dims = _positive_int("dims", dims)
         num = _laplace_scale_num(eps, dims)
         if num > MAX_SCALE_NUM:
             raise ValueError(f"epsilon = {eps:.3g} is too small for the grid Laplace (scale "
                              "numerator over 2**44); use a larger budget")
-        return GridLaplace(LAPLACE_GRID_STEPS, dims, num, _SCALE_DENOMINATOR, eps)
+        return GridLaplace(LAPLACE_GRID_STEPS, dims, num, _SCALE_DENOMINATOR)
 
     def parameters(self) -> dict:
         return {"grid_steps": self.grid_steps, "dims": self.dims, "scale_num": self.scale_num,
@@ -127,26 +117,18 @@ class GridLaplace:
     def guarantee(self) -> PureDP:
         return PureDP((self.grid_steps + self.dims) * self.scale_den / self.scale_num)
 
-    def epsilon_for(self, values: np.ndarray) -> float:
-        """The ε to hand to ``laplace_mechanism`` for ``values`` (checks the coordinate count)."""
-        if self.argument is None:
-            raise ValueError("this grid-laplace was rebuilt from published numbers: no draw")
-        _check_dims(self.kind, self.dims, values)
-        return self.argument
-
 
 @dataclass(frozen=True)
 class GridGaussian:
     """Discrete Gaussian of variance parameter sigma2 grid units on a 1/grid_steps grid.
 
-    ``argument`` is the ρ handed to :func:`mechanisms.noise.gaussian_mechanism`, which
-    recomputes these parameters from it with ``_gauss_grid`` (checked on construction).
+    :func:`mechanisms.noise.gaussian_mechanism` draws with exactly these numbers (it takes this
+    object), on ``dims`` coordinates.
     """
 
     grid_steps: int
     dims: int
     sigma2: int
-    argument: float | None = field(default=None, compare=False)
 
     kind: ClassVar[str] = "grid-gaussian"
     formula: ClassVar[str] = "rho = (grid_steps + sqrt(dims))**2 / (2 * sigma2)"
@@ -154,18 +136,15 @@ class GridGaussian:
     def __post_init__(self) -> None:
         for f in ("grid_steps", "dims", "sigma2"):
             _positive_int(f"grid-gaussian {f}", getattr(self, f))
-        if self.argument is not None and (self.grid_steps, self.sigma2) != _gauss_params(
-                self.argument, self.dims):
-            raise ValueError(f"grid-gaussian parameters {self.parameters()} are not what the "
-                             f"sampler draws for rho = {self.argument!r}")
 
     @staticmethod
     def calibrate(rho: float, dims: int = 1) -> "GridGaussian":
-        """The noise ``gaussian_mechanism(..., rho)`` draws on ``dims`` coordinates."""
+        """The grid Gaussian on ``dims`` coordinates whose map is at most ``rho``
+        (``noise._gauss_grid``: about 4096 grid units per standard deviation)."""
         rho = _positive_finite("rho", rho)
         dims = _positive_int("dims", dims)
         steps, sigma2 = _gauss_params(rho, dims)
-        return GridGaussian(steps, dims, sigma2, rho)
+        return GridGaussian(steps, dims, sigma2)
 
     def parameters(self) -> dict:
         return {"grid_steps": self.grid_steps, "dims": self.dims, "sigma2": self.sigma2}
@@ -173,16 +152,9 @@ class GridGaussian:
     def guarantee(self) -> ZCDP:
         return ZCDP((self.grid_steps + math.sqrt(self.dims)) ** 2 / (2.0 * self.sigma2))
 
-    def rho_for(self, values: np.ndarray) -> float:
-        """The ρ to hand to ``gaussian_mechanism`` for ``values`` (checks the coordinate count)."""
-        if self.argument is None:
-            raise ValueError("this grid-gaussian was rebuilt from published numbers: no draw")
-        _check_dims(self.kind, self.dims, values)
-        return self.argument
-
 
 def _gauss_params(rho: float, dims: int) -> tuple[int, int]:
-    """(grid steps, σ²) as ``gaussian_mechanism`` computes them (its own ``_gauss_grid``)."""
+    """(grid steps, σ²) for ``rho`` on ``dims`` coordinates (``noise._gauss_grid``)."""
     steps, sigma2 = _gauss_grid(np.asarray(rho, dtype=np.float64), dims)
     return int(steps), int(sigma2)
 
@@ -330,8 +302,8 @@ def privtree_replace_one_epsilon(grid_steps: int, t: float, bias: int) -> float:
 class PrivTreeLaplace:
     """PrivTree's split decisions with discrete Laplace noise on biased counts in grid units.
 
-    ``argument`` is the ε handed to ``laplace_mechanism`` (sensitivity 1, so the grid unit is
-    1/grid_steps and the scale is scale_num/scale_den units; checked on construction).
+    ``laplace_mechanism`` draws with these numbers (sensitivity 1 record, so the grid unit is
+    1/grid_steps record and the scale is scale_num/scale_den units), one coordinate per node.
     """
 
     grid_steps: int
@@ -339,8 +311,8 @@ class PrivTreeLaplace:
     scale_den: int
     bias: int
     branching: int
-    argument: float | None = field(default=None, compare=False)
 
+    dims: ClassVar[int] = 1  # one noisy count per node
     kind: ClassVar[str] = "privtree-grid-laplace"
     formula: ClassVar[str] = (
         "epsilon = grid_steps/t + sum_{j>=0} [lnS(m_j) - lnS(m_j + grid_steps)], "
@@ -354,11 +326,6 @@ class PrivTreeLaplace:
     def __post_init__(self) -> None:
         for f in ("grid_steps", "scale_num", "scale_den", "bias", "branching"):
             _positive_int(f"privtree {f}", getattr(self, f))
-        if self.argument is not None and (
-                (self.grid_steps, self.scale_den) != (LAPLACE_GRID_STEPS, _SCALE_DENOMINATOR)
-                or self.scale_num != _laplace_scale_num(self.argument, 1)):
-            raise ValueError(f"privtree parameters {self.parameters()} are not what the "
-                             f"sampler draws for epsilon = {self.argument!r}")
 
     @property
     def scale(self) -> float:
@@ -367,7 +334,8 @@ class PrivTreeLaplace:
 
     @staticmethod
     def at(argument: float) -> "PrivTreeLaplace":
-        """The noise ``laplace_mechanism(..., 1.0, argument)`` draws, δ = ⌈t·ln 2⌉ units."""
+        """The grid Laplace a plain ``GridLaplace.calibrate(argument)`` would draw (scale t
+        units), with the bias δ = ⌈t·ln 2⌉ units: the calibration's search variable."""
         num = _laplace_scale_num(argument, 1)
         if num > MAX_SCALE_NUM:
             raise ValueError("BinAgg: the PrivTree budget share is too small for the grid "
@@ -375,7 +343,7 @@ class PrivTreeLaplace:
                              "w_bin")
         t = num / _SCALE_DENOMINATOR
         return PrivTreeLaplace(LAPLACE_GRID_STEPS, num, _SCALE_DENOMINATOR,
-                               math.ceil(t * math.log(BRANCHING)), BRANCHING, argument)
+                               math.ceil(t * math.log(BRANCHING)), BRANCHING)
 
     @staticmethod
     def calibrate(epsilon_bin: float) -> "PrivTreeLaplace":
@@ -394,13 +362,6 @@ class PrivTreeLaplace:
         """The paper's App. C corollary for the same λ (continuous Laplace), replace-one."""
         k = self.branching
         return 2.0 * (2 * k - 1) / (k - 1) * self.grid_steps / self.scale
-
-    def epsilon_for(self, values: np.ndarray) -> float:
-        if self.argument is None:
-            raise ValueError("this privtree map was rebuilt from published numbers: no draw")
-        if np.shape(values)[-1] != 1:
-            raise ValueError("PrivTree draws one coordinate per node")
-        return self.argument
 
 
 @lru_cache(maxsize=256)
@@ -440,7 +401,7 @@ def privacy_map(mechanism: str, parameters: Mapping[str, Any],
         cls = MAPS[mechanism]
     except KeyError:
         raise ValueError(f"unknown mechanism {mechanism!r}; known: {', '.join(MAPS)}") from None
-    want = {f.name for f in fields(cls)} - {"argument"}
+    want = {f.name for f in fields(cls)}
     if set(parameters) != want:
         raise ValueError(f"{mechanism} needs parameters {sorted(want)}, got {sorted(parameters)}")
     return with_relation(cls(**parameters).guarantee(), Relation.parse(relation))
@@ -455,21 +416,26 @@ class NoiseStep:
     """One noisy release of an estimator: what is drawn, on what sensitivity, how many times.
 
     ``guarantee`` is the map of ONE draw (per tract: tracts hold disjoint people), stated for
-    ``relation``, the neighbouring relation ``sensitivity`` was computed for; the step costs
-    ``repeat`` draws in sequence (e.g. T gradient steps).
+    ``relation``, the neighbouring relation ``sensitivity`` was derived for; the step costs
+    ``repeat`` draws in sequence (e.g. T gradient steps). A draw reads its sensitivity's
+    number from ``sensitivity.value(...)``.
     """
 
     name: str
     noise: Noise
-    sensitivity: str
+    sensitivity: Sensitivity
     repeat: int = 1
-    relation: Relation = PROJECT_RELATION
 
     def __post_init__(self) -> None:
         _positive_int(f"noise step {self.name!r} repeat", self.repeat)
-        if not isinstance(self.relation, Relation):
-            raise ValueError(f"noise step {self.name!r}: relation must be a Relation, got "
-                             f"{self.relation!r}")
+        if not isinstance(self.sensitivity, Sensitivity):
+            raise ValueError(f"noise step {self.name!r}: sensitivity must be a Sensitivity "
+                             f"(a number with its derivation), got {self.sensitivity!r}")
+
+    @property
+    def relation(self) -> Relation:
+        """The neighbouring relation the step's sensitivity was derived for."""
+        return self.sensitivity.relation
 
     @property
     def mechanism(self) -> str:
@@ -489,7 +455,9 @@ class NoiseStep:
         return sequential([self.guarantee] * self.repeat)
 
     def as_dict(self) -> dict:
-        return {"name": self.name, "mechanism": self.mechanism, "sensitivity": self.sensitivity,
+        return {"name": self.name, "mechanism": self.mechanism,
+                "sensitivity": self.sensitivity.statement,
+                "sensitivity_derivation": self.sensitivity.derivation,
                 "relation": self.relation.value, "parameters": self.parameters,
                 "repeat": self.repeat, "guarantee": as_dict(self.guarantee),
                 "formula": self.noise.formula}
@@ -513,11 +481,14 @@ def compose(steps: Iterable[NoiseStep], relation: Relation | None = None) -> Gua
 
 def from_dict(d: Mapping[str, Any]) -> NoiseStep:
     """A step rebuilt from its ``as_dict()`` form; its guarantee is recomputed, not read.
-    A step without ``relation`` (written before relations were typed) is replace-one."""
+    A step without ``relation`` (written before relations were typed) is replace-one; its
+    sensitivity is the published text (and derivation, where the manifest has one): it states,
+    it gives no number."""
     cls = MAPS.get(d["mechanism"])
     if cls is None:
         raise ValueError(f"unknown mechanism {d['mechanism']!r}")
     privacy_map(d["mechanism"], d["parameters"])  # validates the parameter names
     relation = Relation.parse(d.get("relation", PROJECT_RELATION.value))
-    return NoiseStep(d["name"], cls(**d["parameters"]), d["sensitivity"], int(d["repeat"]),
-                     relation)
+    sensitivity = Sensitivity.published(d["sensitivity"], d.get("sensitivity_derivation", ""),
+                                        relation)
+    return NoiseStep(d["name"], cls(**d["parameters"]), sensitivity, int(d["repeat"]))

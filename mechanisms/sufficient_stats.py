@@ -10,6 +10,7 @@ from .noise import Randomness, laplace_mechanism
 from .privacy import NotDP
 from .privacy_maps import GridLaplace, NoiseStep
 from .registry import Estimator, Meter, Outcome, blank, register
+from .sensitivity import Sensitivity
 
 _LAPLACE = "grid Laplace: exact discrete Laplace (CKS 2020) on a 1/4096-sensitivity grid"
 
@@ -26,41 +27,73 @@ def _usable(batch: TractBatch) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------
+# The sensitivities of the noisy statistics (replace-one, records on [0, 1]², n public)
+
+
+def one_minus_one_over_n(n):
+    return 1.0 - 1.0 / n
+
+
+def one_over_n(n):
+    return 1.0 / n
+
+
+def intercept_sensitivity(n, noisy_slope):
+    return (1.0 + np.abs(noisy_slope)) / n
+
+
+NVAR_SENSITIVITY = Sensitivity(
+    "L1", "1 - 1/n", "1 - 1/n (L1, replace-one, parent ranks on [0, 1])",
+    "n var(x) = sum x^2 - (sum x)^2/n: replacing one x in [0, 1] moves it by at most 1 - 1/n "
+    "(the paper's App. C.1)", one_minus_one_over_n, ("n",))
+NCOV_SENSITIVITY = Sensitivity(
+    "L1", "1 - 1/n", "1 - 1/n (L1, replace-one, ranks on [0, 1])",
+    "n cov(x, y) = sum xy - (sum x)(sum y)/n: replacing one record with both ranks in [0, 1] "
+    "moves it by at most 1 - 1/n (the paper's App. C.1)", one_minus_one_over_n, ("n",))
+INTERCEPT_SENSITIVITY = Sensitivity(
+    "L1", "(1 + |noisy slope|)/n",
+    "(1 + |noisy slope|)/n given the released noisy slope (L1, replace-one, ranks on [0, 1])",
+    "given the released (DP) slope s, ybar - s*xbar moves by at most 1/n through ybar and "
+    "|s|/n through xbar when one record on [0, 1]^2 is replaced (the paper's App. C.1)",
+    intercept_sensitivity, ("n", "noisy_slope"))
+YBAR_SENSITIVITY = Sensitivity(
+    "L1", "1/n", "1/n (L1, replace-one, child ranks on [0, 1])",
+    "the mean of n values in [0, 1] moves by at most 1/n when one is replaced",
+    one_over_n, ("n",))
+
+
+# ---------------------------------------------------------------------------------------------
 # The noisy statistics as calibrated steps (also used by the selection rule and the plan)
 
 
 def nvar_step(epsilon: float) -> NoiseStep:
     """Laplace on ``nvar = Σ(x − x̄)²``: sensitivity 1 − 1/n (the paper's App. C.1)."""
-    return NoiseStep("nvar", GridLaplace.calibrate(epsilon, 1),
-                     "1 - 1/n (L1, replace-one, parent ranks on [0, 1])")
+    return NoiseStep("nvar", GridLaplace.calibrate(epsilon, 1), NVAR_SENSITIVITY)
 
 
 def ncov_step(epsilon: float) -> NoiseStep:
     """Laplace on ``ncov = Σ(x − x̄)(y − ȳ)``: sensitivity 1 − 1/n (the paper's App. C.1)."""
-    return NoiseStep("ncov", GridLaplace.calibrate(epsilon, 1),
-                     "1 - 1/n (L1, replace-one, ranks on [0, 1])")
+    return NoiseStep("ncov", GridLaplace.calibrate(epsilon, 1), NCOV_SENSITIVITY)
 
 
 def intercept_step(epsilon: float) -> NoiseStep:
     """Laplace on ``ȳ − s̃·x̄`` given the released slope s̃: sensitivity (1 + |s̃|)/n."""
-    return NoiseStep("intercept", GridLaplace.calibrate(epsilon, 1),
-                     "(1 + |noisy slope|)/n given the released noisy slope (L1, replace-one, "
-                     "ranks on [0, 1])")
+    return NoiseStep("intercept", GridLaplace.calibrate(epsilon, 1), INTERCEPT_SENSITIVITY)
 
 
 def ybar_step(epsilon: float) -> NoiseStep:
     """Laplace on ``ȳ``: sensitivity 1/n."""
-    return NoiseStep("mean of y", GridLaplace.calibrate(epsilon, 1),
-                     "1/n (L1, replace-one, child ranks on [0, 1])")
+    return NoiseStep("mean of y", GridLaplace.calibrate(epsilon, 1), YBAR_SENSITIVITY)
 
 
 def _draw_scalar(rand: Randomness, step: NoiseStep, labels: np.ndarray, values: np.ndarray,
-                 sensitivity: np.ndarray, reps: int, meter: Meter) -> np.ndarray:
-    """Spend ``step`` for ``labels``, then release ``values`` (reps, tracts) with its noise."""
+                 reps: int, meter: Meter, **public) -> np.ndarray:
+    """Spend ``step`` for ``labels``, then release ``values`` (reps, tracts) with its noise,
+    scaled to its sensitivity at the ``public`` inputs (n, the released slope)."""
     values = values[..., None]
-    eps = step.noise.epsilon_for(values)
+    sensitivity = step.sensitivity.value(**public)
     meter.spend(labels, step.guarantee, reps)
-    return laplace_mechanism(rand, values, sensitivity, eps)[..., 0]
+    return laplace_mechanism(rand, values, sensitivity, step.noise)[..., 0]
 
 
 class _StatsEstimator(Estimator):
@@ -143,8 +176,8 @@ def _draw_nvar(batch: TractBatch, step: NoiseStep, rand: Randomness, reps: int,
     if idx.size:
         st = sufficient_stats(batch)
         values = np.broadcast_to(st.nvar[idx], (reps, idx.size))
-        out[:, idx] = _draw_scalar(rand, step, batch.labels[idx], values,
-                                   1.0 - 1.0 / st.n[idx], reps, meter)
+        out[:, idx] = _draw_scalar(rand, step, batch.labels[idx], values, reps, meter,
+                                   n=st.n[idx])
     return out
 
 
@@ -178,12 +211,12 @@ def _noisy_stats(batch: TractBatch, nvar: NoiseStep | None, ncov: NoiseStep,
     n = st.n[idx].astype(np.float64)
     labels = batch.labels[idx]
     ncov_t = _draw_scalar(rand, ncov, labels, np.broadcast_to(st.ncov[idx], (reps, idx.size)),
-                          1.0 - 1.0 / n, reps, meter)
+                          reps, meter, n=n)
     nvar_t = nvar_released[:, idx]
     ok = nvar_t > 0
     slope = np.where(ok, ncov_t / np.where(ok, nvar_t, 1.0), 0.0)
     centre = st.ybar[idx] - slope * st.xbar[idx]
-    icpt = _draw_scalar(rand, intercept, labels, centre, (1.0 + np.abs(slope)) / n, reps, meter)
+    icpt = _draw_scalar(rand, intercept, labels, centre, reps, meter, n=n, noisy_slope=slope)
     p25[:, idx] = np.where(ok, slope * X_LOW + icpt, np.nan)
     p75[:, idx] = np.where(ok, slope * X_HIGH + icpt, np.nan)
     failed[:, idx] = ~ok
@@ -209,8 +242,8 @@ class NoisyIntercept(_StatsEstimator):
         if idx.size:
             st = sufficient_stats(batch)
             ybar = np.broadcast_to(st.ybar[idx], (reps, idx.size))
-            noisy = _draw_scalar(rand, budget.step("mean of y"), batch.labels[idx], ybar,
-                                 1.0 / st.n[idx], reps, meter)
+            noisy = _draw_scalar(rand, budget.step("mean of y"), batch.labels[idx], ybar, reps,
+                                 meter, n=st.n[idx])
             p25[:, idx] = noisy
             p75[:, idx] = noisy
         return Outcome(p25, p75, failed, reason)

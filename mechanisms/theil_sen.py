@@ -16,6 +16,7 @@ from .pairs import all_pairs, chunk_tracts, k_matchings, theil_sen_predictions
 from .privacy import NotDP
 from .privacy_maps import ExpMedian, NoiseStep, StudentTSmooth
 from .registry import Estimator, Outcome, blank, register
+from .sensitivity import Sensitivity
 
 # Pairs per chunk: bounds memory at about 0.5 GB (BYTES_PER_PAIR each) whatever the number of
 # tracts; a single tract with more pairs is its own chunk.
@@ -35,6 +36,61 @@ BYTES_PER_PAIR = 128
 BYTES_PER_RECORD = 256
 _FIXED_BYTES = 256 * 1024
 _MEDIANS = (("p25 median", X_LOW), ("p75 median", X_HIGH))
+
+
+# ---------------------------------------------------------------------------------------------
+# Sensitivities: how many pairwise predictions one record is in (public: n and k)
+
+
+def pairs_per_record(n):
+    """k = n − 1 (at least 1): the pairs one record is in when all pairs are used."""
+    return np.maximum(n - 1, 1)
+
+
+def matched_pairs_per_record(n, k):
+    """min(k, n − 1): the pairs one record is in over k perfect matchings."""
+    return np.minimum(np.full(np.shape(n), k), np.maximum(n - 1, 1))
+
+
+_EXP_SENSITIVITY = ("utility sensitivity k = the most pairwise predictions one record is in "
+                    "({k}) (replace-one; predictions clipped to [lo, hi])")
+_EXP_DERIVATION = ("replacing one record changes at most the k pairwise predictions it is in, "
+                   "each moving the rank utility by at most 1, so the utility moves by at most "
+                   "k (mechanisms/median.py, exp_median; McSherry & Talwar 2007, Thm 6)")
+
+
+def exp_utility_sensitivity(k_text: str, matchings: int | None = None) -> Sensitivity:
+    """The exponential-mechanism median's utility sensitivity k, for all pairs
+    (``matchings`` None) or ``matchings`` random perfect matchings."""
+    statement = _EXP_SENSITIVITY.format(k=k_text)
+    if matchings is None:
+        return Sensitivity("utility", "n - 1", statement, _EXP_DERIVATION, pairs_per_record,
+                           ("n",))
+    return Sensitivity("utility", "min(k, n - 1)", statement, _EXP_DERIVATION,
+                       matched_pairs_per_record, ("n",), (("k", int(matchings)),))
+
+
+SMOOTH_SENSITIVITY = Sensitivity(
+    "values moved", "n - 1",
+    "beta-smooth upper bound S_beta on the local sensitivity of the median of the pairwise "
+    "predictions when one record changes k = n - 1 of them (replace-one; predictions clipped "
+    "to [lo, hi]); noise S_beta/s * T_d",
+    "one record is in n - 1 of the pairwise predictions, so replacing it moves at most k = n - 1 "
+    "of the median's values; S_beta bounds the local sensitivity under k moved values "
+    "(Nissim, Raskhodnikova & Smith 2007, Prop. 3.4; the paper's Appendix E)",
+    pairs_per_record, ("n",))
+
+
+def _utility_k(step: NoiseStep | None, n: np.ndarray, pairs_k: np.ndarray) -> np.ndarray:
+    """k per tract for a draw: the step's sensitivity at the public n, checked against the
+    pairs actually formed (a record in more pairs would void the derivation)."""
+    if step is None:
+        return pairs_k
+    k = step.sensitivity.value(n=n)
+    if not np.array_equal(k, pairs_k):
+        raise ValueError(f"{step.name}: the pairs formed put a record in up to {pairs_k} pairs, "
+                         f"the sensitivity was derived for {k}")
+    return k
 
 
 class _TheilSenBase(Estimator):
@@ -78,8 +134,9 @@ class _TheilSenBase(Estimator):
                 del pairs  # the index arrays are the largest thing held; free them early
                 for (name, _), z, out in zip(_MEDIANS, zs, (p25, p75)):
                     seg = Segments.build(tract, z, sub.n_tracts)
-                    vals, fail = self._median(seg, k, steps[name], sub.labels, rand,
-                                              rows.size, hp, meter)
+                    vals, fail = self._median(seg, _utility_k(steps[name], sub.n, k),
+                                              steps[name], sub.labels, rand, rows.size, hp,
+                                              meter)
                     out[np.ix_(rows, chunk)] = vals
                     failed[np.ix_(rows, chunk)] |= fail
         reason[failed] = "no pairs with distinct x"
@@ -116,10 +173,6 @@ class TheilSen(_TheilSenBase):
         return np.broadcast_to(med, (reps, med.size)), np.broadcast_to(seg.m == 0, (reps, med.size))
 
 
-_EXP_SENSITIVITY = ("utility sensitivity k = the most pairwise predictions one record is in "
-                    "({k}) (replace-one; predictions clipped to [lo, hi])")
-
-
 class _ExpBase(_TheilSenBase):
     """Exponential-mechanism median of the pairwise predictions: ε/2 per prediction."""
 
@@ -129,7 +182,8 @@ class _ExpBase(_TheilSenBase):
 
     def _noise_steps(self, epsilon, delta, hp):
         self._bounds(self.name, hp)
-        sens = _EXP_SENSITIVITY.format(k=self.k_text)
+        sens = exp_utility_sensitivity(self.k_text,
+                                       int(hp["k"]) if self.pairing == "matchings" else None)
         return [NoiseStep(name, ExpMedian.calibrate(epsilon / 2.0), sens) for name, _ in _MEDIANS]
 
     def _median(self, seg, k, step, labels, rand, reps, hp, meter):
@@ -224,11 +278,8 @@ class DPSSTheilSen(_TheilSenBase):
 
     def _noise_steps(self, epsilon, delta, hp):
         self._bounds(self.name, hp)
-        sens = ("beta-smooth upper bound S_beta on the local sensitivity of the median of the "
-                "pairwise predictions when one record changes k = n - 1 of them (replace-one; "
-                "predictions clipped to [lo, hi]); noise S_beta/s * T_d")
         return [NoiseStep(name, StudentTSmooth.calibrate(epsilon / 2.0, float(hp["d"]),
-                                                         hp["beta_share"]), sens)
+                                                         hp["beta_share"]), SMOOTH_SENSITIVITY)
                 for name, _ in _MEDIANS]
 
     def _median(self, seg, k, step, labels, rand, reps, hp, meter):

@@ -10,6 +10,7 @@ likelihood ratio), so the bound computed on the fresh sample stays valid.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import numpy as np
 from scipy import stats
@@ -80,15 +81,23 @@ def audit_sample(sample, seed: int = 0, delta: float = 0.0, discrete: bool = Fal
     return epsilon_lower_bound(main[0], main[1], pilot[0], pilot[1], delta=delta, edges=edges)
 
 
+def budget_scaled_noise(noise, factor: float):
+    """The calibrated noise with its budget multiplied by ``factor``: the grid Laplace's scale
+    (ε ∝ 1/t) or the grid Gaussian's variance (ρ ∝ 1/σ²) divided by it."""
+    name = "scale_num" if hasattr(noise, "scale_num") else "sigma2"
+    return dataclasses.replace(noise, **{name: max(1, round(getattr(noise, name) / factor))})
+
+
 @contextlib.contextmanager
 def budget_scaled(module, sampler: str, factor: float):
-    """Broken variant for audits: ``module.<sampler>(rand, values, sensitivity, budget)`` runs
-    with its budget multiplied by ``factor`` (e.g. 2 × ε for Laplace, 4 × ρ for Gaussian: half
-    the noise), so an audit can show it catches a mechanism weaker than claimed."""
+    """Broken variant for audits: ``module.<sampler>(rand, values, sensitivity, noise)`` runs
+    with its noise's budget multiplied by ``factor`` (e.g. 2 × ε for Laplace, 4 × ρ for
+    Gaussian: half the noise), so an audit can show it catches a mechanism weaker than
+    claimed."""
     original = getattr(module, sampler)
 
-    def broken(rand, values, sens, budget):
-        return original(rand, values, sens, np.asarray(budget) * factor)
+    def broken(rand, values, sens, noise):
+        return original(rand, values, sens, budget_scaled_noise(noise, factor))
 
     setattr(module, sampler, broken)
     try:

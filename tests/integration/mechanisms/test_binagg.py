@@ -16,7 +16,7 @@ from mechanisms.batch import X_HIGH, X_LOW, TractBatch
 from mechanisms.binagg import (COUNTS, PRIVTREE, SUMS_X, SUMS_Y, Bins, PrivTreeLaplace,
                                _SortedRecords, binagg_synthetic, privtree_add_remove_epsilon,
                                privtree_bins, privtree_replace_one_epsilon, release_bin_stats)
-from mechanisms.noise import SeededRandomness, laplace_scale
+from mechanisms.noise import LAPLACE_GRID_STEPS, SeededRandomness
 from mechanisms.privacy import ZCDP, PureDP, to_approx, to_zcdp
 from mechanisms.privacy_maps import NoiseStep, compose, from_dict, privacy_map
 
@@ -228,8 +228,9 @@ def test_privtree_map_by_hand():
     cal = PrivTreeLaplace.calibrate(0.4)
     t, n = cal.scale, cal.grid_steps
     assert cal.bias == math.ceil(t * math.log(2))
-    # The sampler draws the scale the map uses (laplace_mechanism, sensitivity 1 record).
-    assert laplace_scale(1.0, cal.argument, 1) * n == pytest.approx(t, rel=1e-12)
+    # The sampler draws the scale the map uses: laplace_mechanism takes this object (its
+    # numbers: tests/unit/mechanisms/test_privacy_maps.py), on the sampler's own grid.
+    assert (n, cal.scale_den) == (LAPLACE_GRID_STEPS, 256) and t == cal.scale_num / 256
     eps = cal.guarantee().epsilon
     assert eps <= 0.4 and eps >= 0.4 * (1 - LOOSE)
     # Replace-one is N/t (the losing path's leaf) plus the band sum, whose j = 0 term is N/t
@@ -245,8 +246,6 @@ def test_privtree_map_by_hand():
     total = sum(math.log(surv(cal.bias - 1 - j * cal.bias))
                 - math.log(surv(cal.bias - 1 - j * cal.bias + n)) for j in range(400))
     assert eps == pytest.approx(n / t + total, rel=1e-9)
-    with pytest.raises(ValueError, match="not what the sampler draws"):
-        PrivTreeLaplace(n, cal.scale_num - 1, cal.scale_den, cal.bias, 2, cal.argument)
     d = M.get("BinAgg").noise_steps(1.0)[0].as_dict()
     assert d["mechanism"] == "privtree-grid-laplace" and "grid_steps/t + sum" in d["formula"]
 
@@ -256,7 +255,9 @@ def test_privtree_map_is_registered_and_rebuilt_from_its_numbers():
     d = step.as_dict()
     assert privacy_map(d["mechanism"], d["parameters"]) == step.guarantee
     again = from_dict(d)
-    assert again.guarantee == step.guarantee and again.noise.argument is None
+    assert again.guarantee == step.guarantee and again.noise == step.noise
+    with pytest.raises(ValueError, match="no number"):  # rebuilt from text: it maps, no draw
+        again.sensitivity.value()
     with pytest.raises(ValueError, match="needs parameters"):
         privacy_map("privtree-grid-laplace", {**d["parameters"], "extra": 1})
     with pytest.raises(ValueError, match="bias must be an integer"):
@@ -394,9 +395,9 @@ def test_runs_draw_exactly_their_noise_steps(monkeypatch):
     for attr in ("laplace_mechanism", "gaussian_mechanism"):
         original = getattr(binagg, attr)
 
-        def wrapped(rand, values, sens, budget, _original=original, _attr=attr):
-            calls.append((_attr, float(budget), np.shape(values)[-1]))
-            return _original(rand, values, sens, budget)
+        def wrapped(rand, values, sens, noise, _original=original, _attr=attr):
+            calls.append((_attr, noise, np.shape(values)[-1]))
+            return _original(rand, values, sens, noise)
 
         monkeypatch.setattr(binagg, attr, wrapped)
     eps = 3.0
@@ -405,8 +406,8 @@ def test_runs_draw_exactly_their_noise_steps(monkeypatch):
     M.estimate_batch("BinAgg", TractBatch.single(x, y), eps, seed=1)
     lap = [c for c in calls if c[0] == "laplace_mechanism"]
     gau = [c for c in calls if c[0] == "gaussian_mechanism"]
-    assert lap and all(c[1:] == (steps[0].noise.argument, 1) for c in lap)
-    assert gau == [("gaussian_mechanism", s.noise.argument, 1) for s in steps[1:]]
+    assert lap and all(c[1:] == (steps[0].noise, 1) for c in lap)
+    assert gau == [("gaussian_mechanism", s.noise, 1) for s in steps[1:]]
 
 
 def test_meter_is_spent_before_each_draw_and_refuses_an_overrun():
@@ -516,7 +517,8 @@ PRIVTREE_DATA = [[0.05, 0.05, 0.05, 0.55], [0.05, 0.05, 0.55, 0.55]]
 
 
 def _privtree_step():
-    return NoiseStep(PRIVTREE, PrivTreeLaplace.calibrate(PRIVTREE_CLAIM), "audit")
+    return NoiseStep(PRIVTREE, PrivTreeLaplace.calibrate(PRIVTREE_CLAIM),
+                     binagg.SENSITIVITIES[PRIVTREE])
 
 
 def privtree_sample(i, reps, seed):

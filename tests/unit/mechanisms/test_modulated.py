@@ -129,9 +129,9 @@ def test_client_noise_is_the_papers_section_4_calibration():
 def recorded_draws(calls):
     original = modulated.gaussian_mechanism
 
-    def wrapped(rand, values, sens, rho):
-        calls.append((float(rho), np.shape(values), float(sens)))
-        return original(rand, values, sens, rho)
+    def wrapped(rand, values, sens, noise):
+        calls.append((noise, np.shape(values), float(sens)))
+        return original(rand, values, sens, noise)
 
     modulated.gaussian_mechanism = wrapped
     try:
@@ -148,7 +148,7 @@ def test_a_run_draws_one_calibrated_message_per_record_and_rep():
         M.estimate_batch(NAME, batch, 2.0, seed=1, reps=3)
     noise = client_noise(2.0, 1e-6, PROTOCOL)
     # the tract of one record draws nothing; 42 records × 3 reps, 2 coordinates each
-    assert calls == [(noise.argument, (3, 42, 2), PROTOCOL.lipschitz)]
+    assert calls == [(noise, (3, 42, 2), PROTOCOL.lipschitz)]
 
 
 # --- 3. NOT DP: labelled, refused by a real meter and by the release path ------------------

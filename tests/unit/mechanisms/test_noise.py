@@ -9,6 +9,7 @@ from scipy import stats
 from mechanisms.noise import (OSRandomness, SeededRandomness, bernoulli_exp, discrete_gaussian,
                               discrete_laplace, gaussian_mechanism, gaussian_sigma,
                               laplace_mechanism, laplace_scale)
+from mechanisms.privacy_maps import GridGaussian, GridLaplace
 
 
 def chi2_pvalue(samples: np.ndarray, support: np.ndarray, pmf: np.ndarray) -> float:
@@ -73,7 +74,7 @@ def test_discrete_gaussian_pmf(rand, sigma2):
 
 def test_laplace_mechanism_scale_grid_and_unbiased(rand):
     values = np.full((100000, 1), 0.123456789)
-    out = laplace_mechanism(rand, values, 0.5, 2.0)[:, 0]
+    out = laplace_mechanism(rand, values, 0.5, GridLaplace.calibrate(2.0))[:, 0]
     b = laplace_scale(0.5, 2.0)
     assert b == pytest.approx(0.25 * (1 + 1 / 4096), rel=1e-3)  # Δ/ε inflated by (N+1)/N
     unit = 0.5 / 4096
@@ -85,7 +86,7 @@ def test_laplace_mechanism_scale_grid_and_unbiased(rand):
 
 
 def test_gaussian_mechanism_variance(rand):
-    out = gaussian_mechanism(rand, np.zeros((60000, 2)), 2.0, 0.05)
+    out = gaussian_mechanism(rand, np.zeros((60000, 2)), 2.0, GridGaussian.calibrate(0.05, 2))
     sigma = gaussian_sigma(2.0, 0.05, d=2)
     assert sigma >= 2.0 / math.sqrt(2 * 0.05)  # never less noise than the target
     assert sigma == pytest.approx(2.0 / math.sqrt(0.1), rel=0.01)
@@ -93,8 +94,8 @@ def test_gaussian_mechanism_variance(rand):
 
 
 def test_tiny_rho_is_refused(rand):
-    with pytest.raises(ValueError, match="too small"):
-        gaussian_mechanism(rand, np.zeros((1, 1)), 1.0, 1e-9)
+    with pytest.raises(ValueError, match="too small"):  # by the calibration the sampler takes
+        GridGaussian.calibrate(1e-9, 1)
 
 
 def test_sources():
@@ -108,8 +109,10 @@ def test_sources():
 
 def test_bad_inputs(rand):
     with pytest.raises(ValueError):
-        laplace_mechanism(rand, np.array([[np.nan]]), 1.0, 1.0)
+        laplace_mechanism(rand, np.array([[np.nan]]), 1.0, GridLaplace.calibrate(1.0))
     with pytest.raises(ValueError):
-        laplace_mechanism(rand, np.array([[0.0]]), 1.0, 0.0)
+        laplace_mechanism(rand, np.array([[0.0]]), 0.0, GridLaplace.calibrate(1.0))
+    with pytest.raises(ValueError, match="calibrated noise"):  # a bare ε reaches no sampler
+        laplace_mechanism(rand, np.array([[0.0]]), 1.0, 1.0)
     with pytest.raises(ValueError):
         rand.below(np.array([0]))

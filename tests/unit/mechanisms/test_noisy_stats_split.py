@@ -3,6 +3,7 @@
 import pytest
 
 import mechanisms as M
+from mechanisms.privacy_maps import GridLaplace
 from mechanisms.sufficient_stats import noisy_stats_split
 
 
@@ -16,7 +17,7 @@ def test_the_mechanism_and_the_rule_read_the_split():
     from dpatlas.release.selection import Rule
 
     steps = M.get("NoisyStats").noise_steps(1.5)
-    assert [s.noise.argument for s in steps] == list(noisy_stats_split(1.5))
+    assert [s.noise for s in steps] == [GridLaplace.calibrate(e) for e in noisy_stats_split(1.5)]
     _, (_, rest, alts) = Rule("dp", threshold=3.0).noise(2.0)
-    assert [s.noise.argument for s in alts["NoisyStats"]] == list(
-        noisy_stats_split(rest, nvar_drawn=True)[1:])
+    assert [s.noise for s in alts["NoisyStats"]] == [
+        GridLaplace.calibrate(e) for e in noisy_stats_split(rest, nvar_drawn=True)[1:]]

@@ -21,6 +21,7 @@ from mechanisms.batch import TractBatch
 from mechanisms.noise import LAPLACE_GRID_STEPS, gaussian_sigma, laplace_scale
 from mechanisms.privacy import (PROJECT_RELATION, ZCDP, MixedRelations, NotDP, PureDP,
                                 Relation, rho_for_approx, to_approx, to_zcdp)
+from mechanisms.sensitivity import Sensitivity
 from mechanisms.privacy_maps import (MAPS, ExpMedian, GridGaussian, GridLaplace, NoiseStep,
                                      StudentTSmooth, compose, from_dict, privacy_map)
 
@@ -199,12 +200,17 @@ def test_maps_from_published_numbers():
     assert {s.mechanism for s in steps} == set(MAPS)
     for step in steps:
         d = step.as_dict()
-        assert set(d) == {"name", "mechanism", "sensitivity", "relation", "parameters",
-                          "repeat", "guarantee", "formula"}
+        assert set(d) == {"name", "mechanism", "sensitivity", "sensitivity_derivation",
+                          "relation", "parameters", "repeat", "guarantee", "formula"}
+        assert d["sensitivity"] == step.sensitivity.statement
+        assert d["sensitivity_derivation"] == step.sensitivity.derivation != ""
         assert d["relation"] == "replace-one" == d["guarantee"]["relation"]
         assert d["mechanism"] in MAPS
         again = from_dict(d)
         assert again.guarantee == step.guarantee == privacy_map(d["mechanism"], d["parameters"])
+        assert again.sensitivity.statement == d["sensitivity"]
+        with pytest.raises(ValueError, match="no number"):  # published text states, no number
+            again.sensitivity.value(n=10)
         assert d["guarantee"]["type"] == step.guarantee.kind
     with pytest.raises(ValueError, match="unknown mechanism"):
         privacy_map("float-laplace", {})
@@ -227,7 +233,9 @@ def test_noise_steps_carry_their_relation_to_the_manifest_and_back():
               if k != "relation"}
     assert from_dict(legacy).relation is Relation.REPLACE_ONE  # manifests before issue 9
     with pytest.raises(ValueError, match="relation must be a Relation"):
-        NoiseStep("x", GridLaplace.calibrate(1.0), "1", relation="add-remove")
+        Sensitivity("L1", "1", "1", "a count", relation="add-remove")
+    with pytest.raises(ValueError, match="must be a Sensitivity"):
+        NoiseStep("x", GridLaplace.calibrate(1.0), "1")
 
 
 def test_compose_refuses_mixed_steps_unless_told_the_relation():
@@ -251,15 +259,53 @@ def test_laplace_budgets_the_sampler_cannot_draw_are_refused_at_calibration():
         GridLaplace.calibrate(smallest / 2)
 
 
-def test_a_calibration_that_is_not_the_samplers_is_refused():
-    cal = GridLaplace.calibrate(0.3)
-    with pytest.raises(ValueError, match="not what the sampler draws"):
-        GridLaplace(cal.grid_steps, cal.dims, cal.scale_num - 1, cal.scale_den, 0.3)
-    g = GridGaussian.calibrate(0.1, 2)
-    with pytest.raises(ValueError, match="not what the sampler draws"):
-        GridGaussian(g.grid_steps, g.dims, g.sigma2 - 1, 0.1)
-    with pytest.raises(ValueError, match="coordinate"):
-        cal.epsilon_for(np.zeros((3, 2)))  # calibrated for 1 coordinate, asked to draw 2
+def _drawn_parameters(monkeypatch, sampler, noise_object, dims):
+    """What ``sampler`` hands the exact discrete sampler when it draws with ``noise_object``."""
+    seen = {}
+    real_laplace, real_gaussian = noise.discrete_laplace, noise.discrete_gaussian
+
+    def laplace(rand, scale_num, scale_den):
+        seen.update(scale_num=set(np.asarray(scale_num).tolist()), scale_den=scale_den)
+        return real_laplace(rand, scale_num, scale_den)
+
+    def gaussian(rand, sigma2):
+        seen.update(sigma2=set(np.asarray(sigma2).tolist()))
+        return real_gaussian(rand, sigma2)
+
+    monkeypatch.setattr(noise, "discrete_laplace", laplace)
+    monkeypatch.setattr(noise, "discrete_gaussian", gaussian)
+    values = np.full((3, dims), 0.25)
+    out = sampler(noise.SeededRandomness(1), values, 0.5, noise_object)
+    unit = 0.5 / noise_object.grid_steps  # the grid is the object's: sensitivity/grid_steps
+    assert np.allclose(out / unit, np.rint(out / unit), rtol=0, atol=1e-6)
+    return seen
+
+
+def test_the_sampler_draws_with_the_calibrated_objects_own_numbers(monkeypatch):
+    # Numbers no budget calibrates to: the sampler can only have read them off the object.
+    odd = GridLaplace(1000, 2, 12345, 7)
+    assert _drawn_parameters(monkeypatch, noise.laplace_mechanism, odd, 2) == {
+        "scale_num": {12345}, "scale_den": 7}
+    tree = PrivTreeLaplace(LAPLACE_GRID_STEPS, 99991, 256, 5, 2)
+    assert _drawn_parameters(monkeypatch, noise.laplace_mechanism, tree, 1) == {
+        "scale_num": {99991}, "scale_den": 256}
+    g = GridGaussian(777, 3, 654321)
+    # (the discrete Gaussian's own rejection sampler draws discrete Laplace noise too)
+    assert _drawn_parameters(monkeypatch, noise.gaussian_mechanism, g, 3)["sigma2"] == {654321}
+
+
+@pytest.mark.parametrize("sampler, calibrated", [
+    (noise.laplace_mechanism, GridLaplace.calibrate(0.3, 1)),
+    (noise.laplace_mechanism, PrivTreeLaplace.calibrate(0.3)),
+    (noise.gaussian_mechanism, GridGaussian.calibrate(0.1, 2))])
+def test_a_sampler_refuses_noise_calibrated_for_another_coordinate_count(sampler, calibrated):
+    rand = noise.SeededRandomness(1)
+    sampler(rand, np.zeros((3, calibrated.dims)), 1.0, calibrated)  # the right count draws
+    for dims in (calibrated.dims + 1, calibrated.dims + 2):
+        with pytest.raises(ValueError, match=f"calibrated for {calibrated.dims} coordinate"):
+            sampler(rand, np.zeros((3, dims)), 1.0, calibrated)
+    with pytest.raises(ValueError, match="calibrated noise"):  # nor does a bare budget draw
+        sampler(rand, np.zeros((3, calibrated.dims)), 1.0, 0.3)
 
 
 # --- the samplers draw exactly the calibrated noise -----------------------------------------
@@ -267,6 +313,13 @@ def test_a_calibration_that_is_not_the_samplers_is_refused():
 
 @pytest.mark.parametrize("eps", [0.01, 0.7, 8.0])
 def test_sampler_scales_agree_with_noise_steps(eps):
+    # The public scales (noise.laplace_scale, gaussian_sigma: the intervals' bootstrap reads
+    # them) are those of the calibrated noise the sampler draws with.
+    for dims in (1, 2, 4):
+        lap = GridLaplace.calibrate(eps, dims)
+        assert laplace_scale(LAPLACE_GRID_STEPS, eps, dims) == lap.scale_num / lap.scale_den
+        gau = GridGaussian.calibrate(eps / 10, dims)
+        assert gaussian_sigma(gau.grid_steps, eps / 10, dims) == math.sqrt(gau.sigma2)
     for name in _private():
         delta = 1e-6 if M.get(name).needs_delta else None
         try:
@@ -275,29 +328,26 @@ def test_sampler_scales_agree_with_noise_steps(eps):
             continue  # infeasible (covered above)
         for step in steps:
             n = step.noise
-            if isinstance(n, GridLaplace):
-                assert laplace_scale(LAPLACE_GRID_STEPS, n.argument, n.dims) \
-                    == n.scale_num / n.scale_den
+            if isinstance(n, (GridLaplace, PrivTreeLaplace)):
+                # the sampler's own grid and denominator (laplace_scale's, the public scales')
+                assert (n.grid_steps, n.scale_den) == (LAPLACE_GRID_STEPS, 256)
             elif isinstance(n, GridGaussian):
-                assert gaussian_sigma(n.grid_steps, n.argument, n.dims) == math.sqrt(n.sigma2)
+                assert n.grid_steps >= 4 and 1 <= n.sigma2 <= 2**28
             elif isinstance(n, ExpMedian):
                 assert median.exp_median_rate(n.argument) == n.rate
                 assert n.rate_den == median.EXP_RATE_DENOMINATOR
-            elif isinstance(n, PrivTreeLaplace):
-                assert laplace_scale(LAPLACE_GRID_STEPS, n.argument, 1) \
-                    == n.scale_num / n.scale_den
             else:
                 assert isinstance(n, StudentTSmooth)
 
 
 def _laplace_call(a):
-    return ("grid-laplace",
-            GridLaplace.calibrate(a["epsilon"], np.shape(a["values"])[-1]).parameters())
+    assert a["noise"].dims == np.shape(a["values"])[-1]
+    return (a["noise"].kind, a["noise"].parameters())
 
 
 def _gaussian_call(a):
-    return ("grid-gaussian",
-            GridGaussian.calibrate(a["rho"], np.shape(a["values"])[-1]).parameters())
+    assert a["noise"].dims == np.shape(a["values"])[-1]
+    return (a["noise"].kind, a["noise"].parameters())
 
 
 def _exp_median_call(a):
