@@ -37,10 +37,12 @@ from data_contracts.api import (  # noqa: E402
     load_suite,
     validate_input,
     validate_published,
+    validate_published_level,
 )
 from data_contracts._spec import (  # noqa: E402
     INPUT_SUITE,
     MECHANISMS,
+    PUBLISHED_LEVEL_SUITES,
     PUBLISHED_SUITE,
     STATE_FIPS,
     STATUSES,
@@ -54,6 +56,7 @@ __all__ = [
     "ReleaseDocs",
     "INPUT_SUITE",
     "MECHANISMS",
+    "PUBLISHED_LEVEL_SUITES",
     "PUBLISHED_SUITE",
     "STATE_FIPS",
     "STATUSES",
@@ -61,4 +64,5 @@ __all__ = [
     "load_suite",
     "validate_input",
     "validate_published",
+    "validate_published_level",
 ]

@@ -8,6 +8,9 @@ SUITES_DIR = Path(__file__).resolve().parent / "expectation_suites"
 
 INPUT_SUITE = "input_microdata"
 PUBLISHED_SUITE = "published_tracts"
+#: The county and state tables of a release with levels (issue 20): the tract contract's
+#: rules for a unit of the level, its GEOID of 5 or 2 digits, and a ``level`` column.
+PUBLISHED_LEVEL_SUITES = {"county": "published_counties", "state": "published_states"}
 
 #: The 50 states, DC (11) and Puerto Rico (72).
 STATE_FIPS: tuple[str, ...] = (
@@ -25,6 +28,8 @@ assert len(STATE_FIPS) == 52 and len(set(STATE_FIPS)) == 52
 GEOID_REGEX = r"^[0-9]{11}\Z"
 # Non-capturing group: with a capturing one pandas warns on every str.contains call.
 STATE_GEOID_REGEX = "^(?:" + "|".join(STATE_FIPS) + r")[0-9]{9}\Z"
+COUNTY_UNIT_REGEX = "^(?:" + "|".join(STATE_FIPS) + r")[0-9]{3}\Z"
+STATE_UNIT_REGEX = "^(?:" + "|".join(STATE_FIPS) + r")\Z"
 
 STATUSES: tuple[str, ...] = ("released", "suppressed", "failed")
 MECHANISMS: tuple[str, ...] = (
@@ -60,6 +65,12 @@ PUBLISHED_COLUMNS = (
     "geoid", "state", "county", "cell", "n", "mechanism", "status", "reason",
     "p25", "p75", "p25_raw", "p75_raw", "epsilon_spent", "delta_spent",
 )  # fmt: skip
+
+#: A level table's columns: the tract table's, with ``level`` and without ``county`` for states.
+LEVEL_COLUMNS = {
+    "county": ("level", *PUBLISHED_COLUMNS),
+    "state": ("level", *(c for c in PUBLISHED_COLUMNS if c != "county")),
+}
 
 META_KEY = "dpatlas"
 

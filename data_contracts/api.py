@@ -44,6 +44,7 @@ from data_contracts._context import DOCS_SITE, quiet_context, release_context  #
 from data_contracts._spec import (  # noqa: E402
     INPUT_SUITE,
     META_KEY,
+    PUBLISHED_LEVEL_SUITES,
     PUBLISHED_SUITE,
     STANDARD_ERROR_MAX_AT_95,
     STANDARD_ERROR_MAX_PARAMETER,
@@ -462,6 +463,28 @@ def validate_published(
         PUBLISHED_SUITE, df, Path(docs_dir) if docs_dir is not None else None, parameters,
         release, run_name,
     )
+
+
+def validate_published_level(
+    df: pd.DataFrame,
+    level: str,
+    boundary_units: Sequence[str] | None = None,
+    release: ReleaseDocs | None = None,
+    run_name: str | None = None,
+    standard_error_max: float = STANDARD_ERROR_MAX_AT_95,
+) -> ContractResult:
+    """Validate a release's county or state table against ``published_counties`` or
+    ``published_states``. With ``boundary_units`` (the units the tract boundaries make up),
+    every one of them must appear in ``df.geoid``."""
+    if level not in PUBLISHED_LEVEL_SUITES:
+        raise ValueError(f"no published contract for level {level!r}; known: "
+                         f"{', '.join(PUBLISHED_LEVEL_SUITES)}")
+    parameters: dict[str, Any] = {STANDARD_ERROR_MAX_PARAMETER: float(standard_error_max)}
+    if boundary_units is not None:
+        if isinstance(boundary_units, str):
+            raise TypeError("boundary_units must be a sequence of unit codes, not a str")
+        parameters["boundary_geoids"] = sorted({str(g) for g in boundary_units})
+    return _validate(PUBLISHED_LEVEL_SUITES[level], df, None, parameters, release, run_name)
 
 
 def suite_json(name: str) -> dict:

@@ -43,10 +43,14 @@ from data_contracts._spec import (  # noqa: E402
     MECHANISMS,
     META_KEY,
     NUMERIC_TYPES,
+    COUNTY_UNIT_REGEX,
+    LEVEL_COLUMNS,
     PUBLISHED_COLUMNS,
+    PUBLISHED_LEVEL_SUITES,
     PUBLISHED_SUITE,
     STANDARD_ERROR_MAX_PARAMETER,
     STATE_GEOID_REGEX,
+    STATE_UNIT_REGEX,
     STATUSES,
     SUITES_DIR,
 )
@@ -113,16 +117,50 @@ def input_suite() -> gx.ExpectationSuite:
     return suite
 
 
+# What a published table's unit is, per level: (geoid regex, its description, the boundary
+# check's description).
+_UNITS = {
+    "tract": (STATE_GEOID_REGEX,
+              "geoid is an 11-digit tract code starting with a valid state FIPS code",
+              "every tract of the boundary file is in the table "
+              "(checked only when boundary geoids are given)"),
+    "county": (COUNTY_UNIT_REGEX,
+               "geoid is a 5-digit county code starting with a valid state FIPS code",
+               "every county of the boundary file is in the table "
+               "(checked only when boundary geoids are given)"),
+    "state": (STATE_UNIT_REGEX, "geoid is a valid 2-digit state FIPS code",
+              "every state of the boundary file is in the table "
+              "(checked only when boundary geoids are given)"),
+}
+
+
 def published_suite() -> gx.ExpectationSuite:
     """Contract for the published per-tract table."""
+    return _published(PUBLISHED_SUITE, "tract", PUBLISHED_COLUMNS)
+
+
+def published_level_suite(level: str) -> gx.ExpectationSuite:
+    """Contract for a release's county or state table: the tract table's rules for a unit of
+    the level, and every row's ``level`` is that level."""
+    suite = _published(PUBLISHED_LEVEL_SUITES[level], level, LEVEL_COLUMNS[level])
+    suite.add_expectation(
+        gxe.ExpectColumnValuesToBeInSet(
+            column="level", value_set=[level], description=f"every row is a {level}"
+        )
+    )
+    return suite
+
+
+def _published(name: str, level: str, columns) -> gx.ExpectationSuite:
+    geoid_regex, geoid_text, boundary_text = _UNITS[level]
     suite = gx.ExpectationSuite(
-        name=PUBLISHED_SUITE,
+        name=name,
         meta={
             "dpatlas_contract": "published table: one row per (geoid, cell) with DP "
             "statistics p25/p75 (clipped to [0, 1]) released only where status == released",
         },
     )
-    for col in PUBLISHED_COLUMNS:
+    for col in columns:
         suite.add_expectation(
             gxe.ExpectColumnToExist(column=col, description=f"column {col} is present")
         )
@@ -132,8 +170,8 @@ def published_suite() -> gx.ExpectationSuite:
     suite.add_expectation(
         gxe.ExpectColumnValuesToMatchRegex(
             column="geoid",
-            regex=STATE_GEOID_REGEX,
-            description="geoid is an 11-digit tract code starting with a valid state FIPS code",
+            regex=geoid_regex,
+            description=geoid_text,
         )
     )
     suite.add_expectation(
@@ -254,15 +292,16 @@ def published_suite() -> gx.ExpectationSuite:
         gxe.ExpectColumnDistinctValuesToContainSet(
             column="geoid",
             value_set={"$PARAMETER": "boundary_geoids"},
-            description="every tract of the boundary file is in the table "
-            "(checked only when boundary geoids are given)",
+            description=boundary_text,
             meta={META_KEY: {"only_if_parameter": "boundary_geoids"}},
         )
     )
     return suite
 
 
-SUITE_BUILDERS = {INPUT_SUITE: input_suite, PUBLISHED_SUITE: published_suite}
+SUITE_BUILDERS = {INPUT_SUITE: input_suite, PUBLISHED_SUITE: published_suite,
+                  **{name: (lambda level=level: published_level_suite(level))
+                     for level, name in PUBLISHED_LEVEL_SUITES.items()}}
 
 
 def serialise(suite: gx.ExpectationSuite) -> str:

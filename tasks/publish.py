@@ -14,7 +14,7 @@ from dpatlas.release.allocate import BudgetPlan
 from dpatlas.core.config import ReleaseConfig, public_config
 from dpatlas.publication.feed import update_feed
 from dpatlas.release.manifest import build_manifest, input_commitment
-from dpatlas.publication.level_files import assemble_level, write_all_levels
+from dpatlas.publication.level_files import assemble_level, unit_of, write_all_levels
 from dpatlas.publication.tract_files import (PublishError, assemble, release_folder,
                                              standard_error_maximum, verify_release, write_release)
 from dpatlas.release.outcome import format_counts
@@ -54,10 +54,16 @@ def publish_release(cfg: ReleaseConfig, release_id: str, result_files: list[Path
         raise PublishError("the release table breaks its output contract; nothing was "
                            f"published:\n{check.summary()}")
     levels = assemble_levels(level_files or [], boundaries, budget, table, cfg.intervals.level)
+    contracts = {"tract": check.suite}
+    for level, level_table in levels.items():
+        contracts[level] = _check_level_contract(level, level_table, boundaries, cfg, internal)
     manifest = build_manifest(cfg, release_id, budget, table,
                               input_commitment(input_sha256, internal), random_source,
                               started, input_facts, ledger_entry, levels)
     manifest["output_contract"] = {"suite": check.suite, "success": True}
+    if levels:
+        manifest["output_contract"]["level_suites"] = {k: v for k, v in contracts.items()
+                                                       if k != "tract"}
     folder = write_release(table, manifest, cfg.publish.root, release_id,
                            config=public_config(cfg), internal_dir=internal,
                            check_lease=check_lease,
@@ -66,6 +72,22 @@ def publish_release(cfg: ReleaseConfig, release_id: str, result_files: list[Path
     get_run_logger().info("published release %s at %s (%s)", release_id, folder,
                           format_counts(manifest["counts"]["by_status"]))
     return folder
+
+
+def _check_level_contract(level: str, table: pd.DataFrame, boundaries: gpd.GeoDataFrame,
+                          cfg: ReleaseConfig, internal: Path) -> str:
+    """A county or state table against its output contract (PublishError if broken)."""
+    from data_contracts import ReleaseDocs, validate_published_level
+
+    check = validate_published_level(
+        pd.DataFrame(table.drop(columns="geometry")), level,
+        boundary_units=list(unit_of(boundaries["geoid"], level)),
+        standard_error_max=standard_error_maximum(cfg.intervals.level),
+        release=ReleaseDocs.in_folder(internal), run_name=f"published-{level}")
+    if not check.success:
+        raise PublishError(f"the {level} table breaks its output contract; nothing was "
+                           f"published:\n{check.summary()}")
+    return check.suite
 
 
 def assemble_levels(level_files: list[Path], boundaries: gpd.GeoDataFrame, budget: BudgetPlan,

@@ -18,6 +18,7 @@ from great_expectations.core.expectation_suite import ExpectationSuiteSchema
 
 from data_contracts import (
     INPUT_SUITE,
+    PUBLISHED_LEVEL_SUITES,
     PUBLISHED_SUITE,
     STATE_FIPS,
     SUITES_DIR,
@@ -26,6 +27,7 @@ from data_contracts import (
     load_suite,
     validate_input,
     validate_published,
+    validate_published_level,
 )
 from tests.support.paths import REPO
 
@@ -104,7 +106,8 @@ def flagged(res: ContractResult) -> list[int]:
 # ----------------------------------------------------------------------------- suites
 
 
-@pytest.mark.parametrize("name", [INPUT_SUITE, PUBLISHED_SUITE])
+@pytest.mark.parametrize("name", [INPUT_SUITE, PUBLISHED_SUITE,
+                                  *PUBLISHED_LEVEL_SUITES.values()])
 def test_suite_files_load_as_gx_suites(name):
     path = SUITES_DIR / f"{name}.json"
     raw = json.loads(path.read_text())
@@ -128,7 +131,7 @@ def test_build_suites_regenerates_identical_files(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == ""
-    for name in (INPUT_SUITE, PUBLISHED_SUITE):
+    for name in (INPUT_SUITE, PUBLISHED_SUITE, *PUBLISHED_LEVEL_SUITES.values()):
         assert (tmp_path / f"{name}.json").read_bytes() == (SUITES_DIR / f"{name}.json").read_bytes()
 
 
@@ -431,3 +434,67 @@ def test_data_docs_written(published, tmp_path):
 
     res_in = validate_input(make_input(50), docs_dir=tmp_path / "docs_in")
     assert res_in.success and res_in.docs_index.is_file()
+
+
+# ----------------------------------------------------------------------------- levels
+
+
+def make_level(tracts: pd.DataFrame, level: str) -> pd.DataFrame:
+    """A county or state table shaped like dpatlas.publication.level_files writes it, one row
+    per unit and cell of the tract table (values from its first tract in the unit)."""
+    digits = {"county": 5, "state": 2}[level]
+    table = (tracts.assign(geoid=tracts["geoid"].str[:digits])
+             .drop_duplicates(["geoid", "cell"]).reset_index(drop=True))
+    table.insert(1, "level", level)
+    if level == "county":
+        table["county"] = table["geoid"]
+    else:
+        table = table.drop(columns="county")
+    return table
+
+
+@pytest.mark.parametrize("level", ["county", "state"])
+def test_a_good_level_table_passes_its_own_contract(published, level):
+    tracts, geoids = published
+    table = make_level(tracts, level)
+    digits = {"county": 5, "state": 2}[level]
+    res = validate_published_level(table, level, boundary_units=[g[:digits] for g in geoids])
+    assert res.success, res.summary()
+    assert res.suite == PUBLISHED_LEVEL_SUITES[level]
+
+
+@pytest.mark.parametrize("level", ["county", "state"])
+def test_a_level_table_with_a_tract_geoid_or_another_level_fails(published, level):
+    tracts, geoids = published
+    table = make_level(tracts, level)
+    table.loc[0, "geoid"] = geoids[0]  # an 11-digit tract code in a county/state table
+    table.loc[3, "level"] = "tract"
+    res = validate_published_level(table, level)
+    failed = {(f.expectation, f.column) for f in res.failures}
+    assert failed == {("expect_column_values_to_match_regex", "geoid"),
+                      ("expect_column_values_to_be_in_set", "level")}, res.summary()
+    assert flagged(res) == [0, 3]
+
+
+def test_a_level_table_missing_a_unit_of_the_boundaries_fails(published):
+    tracts, geoids = published
+    table = make_level(tracts, "county")
+    gone = table["geoid"].iloc[0]
+    res = validate_published_level(table[table["geoid"] != gone], "county",
+                                   boundary_units=[g[:5] for g in geoids])
+    f = only_failure(res)
+    assert (f.expectation, f.column, f.unexpected_count) == (
+        "expect_column_distinct_values_to_contain_set", "geoid", 1)
+
+
+def test_the_tract_contract_refuses_a_county_table(published):
+    tracts, _ = published
+    res = validate_published(make_level(tracts, "county"))
+    assert not res.success
+    assert ("expect_column_values_to_match_regex", "geoid") in {
+        (f.expectation, f.column) for f in res.failures}
+
+
+def test_an_unknown_level_is_refused(published):
+    with pytest.raises(ValueError, match="no published contract for level 'tract'"):
+        validate_published_level(published[0], "tract")
