@@ -5,9 +5,9 @@ select → estimate (chunks of tracts, on the configured task runner) → publis
 
 Selection needs the budget plan (the dp rule spends part of each tract's budget), so
 allocation runs before selection. The ledger is charged before any noise is drawn, and every
-chunk's selection draw and estimates are persisted before the next stage reads them, so a
-release that crashed resumes without drawing fresh noise for work already drawn; a completed
-release id reruns as a no-op.
+chunk's selection draw and estimates are persisted and recorded in the release's draw log
+(dpatlas.release.draws) before the next stage reads them, so a release that crashed resumes
+without drawing fresh noise for work already drawn; a completed release id reruns as a no-op.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from dpatlas.core.config import ReleaseConfig, load_config
 from dpatlas.release.crash import crashpoint
+from dpatlas.release.draws import STAGE_FOLDERS, DrawLog
 from dpatlas.release.estimate import Chunk
 from dpatlas.release.levels import states_of
 from dpatlas.core.ids import validate_release_id
@@ -83,14 +84,19 @@ def select_and_estimate(chunks: list[Chunk], budget, min_n: int, internal: str,
     ``.map`` on the flow's task runner. Chunk k's seed depends on k alone, so the noise each
     chunk draws does not depend on the order in which the chunks run."""
     internal = Path(internal)
+    draws = unmapped(DrawLog(internal))  # each draw made once: reused on resume, never redrawn
     selections = select_chunk.map(
         chunks, unmapped(budget), unmapped(min_n),
-        [internal / "selection" / f"{c.name}.parquet" for c in chunks],
+        [internal / STAGE_FOLDERS["select"] / f"{c.name}.parquet" for c in chunks], draws,
         [_seed(noise_seed, 1, k) for k in range(len(chunks))])
     estimates = estimate_chunk.map(
         chunks, selections, unmapped(budget), unmapped(min_n),
-        [internal / "results" / f"{c.name}.parquet" for c in chunks],
+        [internal / STAGE_FOLDERS["estimate"] / f"{c.name}.parquet" for c in chunks], draws,
         [_seed(noise_seed, 2, k) for k in range(len(chunks))])
+    estimates.wait()
+    # A failed selection's own error (e.g. a tampered draw) first: the estimate that needed it
+    # never ran, so its future holds no error worth showing.
+    selections.result()
     return [Path(p) for p in estimates.result()]
 
 

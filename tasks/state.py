@@ -3,11 +3,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from prefect import task
+from prefect import get_run_logger, task
 
 from dpatlas.core.config import ReleaseConfig, fingerprint
+from dpatlas.release.draws import DrawLog
 from dpatlas.release.ingest import input_fingerprint
-from dpatlas.release.run_state import check_same_input, record_start
 
 from .common import TASK_OPTIONS
 
@@ -24,7 +24,9 @@ class ReleaseStart:
 
 @task(name="open-release", **TASK_OPTIONS)
 def open_release(cfg: ReleaseConfig, internal: Path) -> ReleaseStart:
-    """Record (or, on resume, check) the release's input and config fingerprints and start."""
+    """Begin the release's draw log (the internal folder is named after the release id) or,
+    on resume, check its config and input against the log's header."""
     config_sha, input_sha = fingerprint(cfg), input_fingerprint(cfg.input)
-    check_same_input(internal, input_sha, config_sha)
-    return ReleaseStart(record_start(internal), config_sha, input_sha)
+    header = DrawLog.open(internal, internal.name, config_sha, input_sha,
+                          say=get_run_logger().warning)
+    return ReleaseStart(header["started"], config_sha, input_sha)

@@ -1,22 +1,21 @@
-"""A release's durable state in its internal folder: lock, input fingerprint, persisted stages.
+"""A release's run state in its internal folder: the lock that keeps a second run of the same
+id out, and the refusal of a resume whose input or config changed.
 
-Every stage output is written to a temporary name and renamed into place, so a file that
-exists is complete: a resumed release reuses it instead of redrawing its noise.
+What a resumed release reuses is decided by its draw log alone (dpatlas.release.draws), which
+also holds the fingerprints and start time that ``state.json`` held before.
 """
 
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 from pathlib import Path
 
-from dpatlas.core.files import now_utc, write_json_atomic, write_parquet_atomic
+from dpatlas.core.files import write_parquet_atomic
 from dpatlas.release.ingest import InputError
 from dpatlas.core.errors import ReleaseRefused
 
-__all__ = ["InputChanged", "ReleaseLock", "ReleaseLocked", "check_same_input", "record_start",
-           "write_parquet_atomic"]
+__all__ = ["InputChanged", "ReleaseLock", "ReleaseLocked", "write_parquet_atomic"]
 
 
 class ReleaseLocked(RuntimeError, ReleaseRefused):
@@ -65,31 +64,3 @@ class ReleaseLock:
         if self._fh:
             fcntl.flock(self._fh, fcntl.LOCK_UN)
             self._fh.close()
-
-
-def check_same_input(internal: Path, input_sha256: str, config_sha256: str) -> None:
-    """A resumed release must see the same input and config as when it began
-    (:class:`InputChanged` otherwise)."""
-    state = internal / "state.json"
-    now = {"input_sha256": input_sha256, "config_sha256": config_sha256}
-    if state.exists():
-        before = json.loads(state.read_text())
-        changed = [k.split("_")[0] for k in now if before.get(k) != now[k]]
-        if changed:
-            what = " and ".join(changed)
-            raise InputChanged(f"the {what} changed since release {internal.name} began; "
-                               f"resume needs the same {what}: restore the original {what} to "
-                               "resume it, or start a new release id", changed)
-        return
-    write_json_atomic(state, now)
-
-
-def record_start(internal: Path) -> str:
-    """When this release first began (UTC), recorded in its ``state.json`` by the first run
-    and kept by every resumed one, so the manifest states the original start."""
-    state = internal / "state.json"
-    data = json.loads(state.read_text()) if state.exists() else {}
-    if "started" not in data:
-        data["started"] = now_utc()
-        write_json_atomic(state, data)
-    return data["started"]

@@ -18,6 +18,7 @@ from dpatlas.publication.tiles import TilesError
 from dpatlas.publication.tract_files import PublishError
 from dpatlas.publication.webmap import WebMapError
 from dpatlas.release.contributions import ContributionError
+from dpatlas.release.draws import PersistedDrawChanged
 from dpatlas.release.events import _refusals
 from dpatlas.release.ingest import InputError
 from dpatlas.release.preflight import PreflightError
@@ -29,7 +30,7 @@ REFUSALS = (ConfigError, BoundaryError, InvalidReleaseId, InputError, LedgerErro
             PreflightError, ReleaseLocked, ValidationFailed, BoundaryCoverageError)
 # The rest of the command line's list (dpatlas/cli.py on main): operator errors, not refusals.
 OTHER_OPERATOR_ERRORS = (FeedError, InvalidReason, ServerStartError, PublishError, TilesError,
-                         WebMapError)
+                         WebMapError, PersistedDrawChanged)
 BUILT_IN_BASES = {ConfigError: ValueError, BoundaryError: ValueError,
                   InvalidReleaseId: ValueError, InputError: ValueError,
                   InvalidReason: ValueError, LedgerError: RuntimeError,
@@ -37,7 +38,7 @@ BUILT_IN_BASES = {ConfigError: ValueError, BoundaryError: ValueError,
                   ValidationFailed: RuntimeError, BoundaryCoverageError: RuntimeError,
                   FeedError: RuntimeError, ServerStartError: RuntimeError,
                   PublishError: RuntimeError, TilesError: RuntimeError,
-                  WebMapError: RuntimeError}
+                  WebMapError: RuntimeError, PersistedDrawChanged: RuntimeError}
 
 
 @pytest.mark.parametrize("cls", REFUSALS, ids=lambda c: c.__name__)

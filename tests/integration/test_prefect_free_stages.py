@@ -9,7 +9,8 @@ from tests.support.paths import REPO
 
 def test_plain_stages_do_not_import_prefect():
     code = ("import sys, dpatlas.release.allocate, dpatlas.release.selection, dpatlas.release.estimate, "
-            "dpatlas.ledger, dpatlas.core.files, dpatlas.release.outcome; print('prefect' in sys.modules)")
+            "dpatlas.ledger, dpatlas.core.files, dpatlas.release.outcome, dpatlas.release.draws; "
+            "print('prefect' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=REPO)
     assert out.stdout.strip() == "False"

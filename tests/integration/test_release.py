@@ -134,8 +134,8 @@ def test_manifest_totals_recompute_and_hashes_match(published):
     internal = tmp / "internal" / folder.name  # make_config's internal root
     key = (internal / "input_commitment.key").read_bytes()
     assert len(key) == 32 and (internal / "input_commitment.key").stat().st_mode & 0o077 == 0
-    plain = json.loads((internal / "state.json").read_text())["input_sha256"] \
-        if (internal / "state.json").exists() else None
+    plain = json.loads((internal / "draws.jsonl").read_text().splitlines()[0])["input_sha256"] \
+        if (internal / "draws.jsonl").exists() else None
     if plain is not None:
         want = hmac.new(key, plain.encode(), hashlib.sha256).hexdigest()
         assert m["input_commitment"] == {"scheme": "hmac-sha256", "value": want,

@@ -1,0 +1,235 @@
+"""Draw once: the one checkpoint a release resumes from, ``draws.jsonl`` in its internal folder.
+
+The log is append-only. Its first line is the header: the release id, the sha256 of its config
+and of its input, and when the release first began (the manifest states that start). Every
+later line records one completed noise draw: its stage (``select``, ``estimate``), its chunk,
+the file it was persisted to (relative to the internal folder) with that file's sha256, its
+noise source, and when.
+
+The rule behind the order: a draw nothing has read yet may be drawn again (noise that no one
+has seen leaks nothing); a draw that anything downstream may have read (a later stage's input,
+a published file) is never replaced. So each draw is, in this order (:func:`draw_once`):
+
+1. drawn, written under a temporary name and renamed into place (``dpatlas.core.files``);
+2. recorded: one line appended in one ``write``, then fsync'd;
+3. only then handed downstream: the tasks pass on the path :func:`draw_once` returns, so a
+   later stage reads only recorded draws.
+
+What a resume finds after a crash at each point (tests/unit/release/test_draws.py):
+
+- before 1 completes: no file (at most a stray temporary one): the draw is made afresh;
+- between 1 and 2 (crash point ``before-record-<stage>-<chunk>``): a file the log does not
+  record, which nothing has read: it is drawn again, over that file, and the log says so;
+- during 2: a torn last line (no newline): it is reported and cut off when the log is opened,
+  and the draw is made again as above;
+- after 2: the recorded draw is reused when its file still has the recorded sha256. A
+  recorded file that is missing or differs (tampering, disk loss) stops the release with
+  :class:`PersistedDrawChanged`, naming the file: it is never drawn again, since what was
+  drawn may already have been read downstream.
+
+The header replaces the previous version's ``state.json``: a resume whose config or input
+differs is refused with :class:`~dpatlas.release.run_state.InputChanged`. A release begun by
+that version (``state.json`` and no log) is migrated when it resumes: its header is taken from
+``state.json``, and its persisted selections and estimates, complete by their atomic rename
+and perhaps already read, are recorded as draws with their present sha256.
+
+The chunks of one run draw in parallel (threads, or Dask worker processes), so an append holds
+an exclusive ``flock`` on the log; other runs of the release are kept out by the ReleaseLock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Callable, Optional
+
+from dpatlas.core.errors import OperatorError
+from dpatlas.core.files import now_utc, write_bytes_atomic, write_parquet_atomic
+from dpatlas.core.hashing import sha256_file
+from dpatlas.release.crash import crashpoint
+from dpatlas.release.run_state import InputChanged
+
+__all__ = ["DRAWS_FILE", "DrawLog", "PersistedDrawChanged", "draw_once", "noise_source"]
+
+DRAWS_FILE = "draws.jsonl"
+LEGACY_STATE_FILE = "state.json"  # the run state of the version before the log
+# Where each stage persists its draws (flows/release.py), for migrating a legacy release.
+STAGE_FOLDERS = {"select": "selection", "estimate": "results"}
+
+Say = Callable[[str], None]
+_log = logging.getLogger(__name__)
+
+
+class PersistedDrawChanged(RuntimeError, OperatorError):
+    """A recorded noise draw's file is missing or differs from what was recorded (tampering or
+    disk loss), or the log itself is damaged. Never redrawn: it may have been read downstream."""
+
+
+def noise_source(seed: Optional[int]) -> str:
+    """How a draw's noise was made, as the log records it."""
+    return "os.urandom" if seed is None else f"seeded {seed} (test only)"
+
+
+class DrawLog:
+    """The draws of one release, in ``<internal>/draws.jsonl``."""
+
+    def __init__(self, internal: Path):
+        self.internal = Path(internal)
+        self.path = self.internal / DRAWS_FILE
+
+    # -- opening: the header ------------------------------------------------------------
+
+    @classmethod
+    def open(cls, internal: Path, release_id: str, config_sha256: str, input_sha256: str,
+             clock: Callable[[], str] = now_utc, say: Say = _log.warning) -> dict:
+        """Begin the log, or check a resumed one against this run's config and input (raises
+        InputChanged); returns its header. Migrates a legacy ``state.json`` release first."""
+        log = cls(internal)
+        legacy = log.internal / LEGACY_STATE_FILE
+        if log.path.exists():
+            legacy.unlink(missing_ok=True)  # left by a migration a crash interrupted
+            log._cut_torn_tail(say)
+            header = log.header()
+        elif legacy.exists():
+            header = log._migrate(legacy, release_id, clock, say)
+        else:
+            header = log._begin(release_id, config_sha256, input_sha256, clock())
+        log._check_same(header, config_sha256, input_sha256)
+        return header
+
+    def _begin(self, release_id: str, config_sha256: str, input_sha256: str, started: str,
+               draws: tuple[dict, ...] = ()) -> dict:
+        header = {"release_id": release_id, "config_sha256": config_sha256,
+                  "input_sha256": input_sha256, "started": started}
+        text = "".join(json.dumps(line, sort_keys=True) + "\n" for line in (header, *draws))
+        write_bytes_atomic(self.path, text.encode())  # the header appears whole or not at all
+        return header
+
+    def _check_same(self, header: dict, config_sha256: str, input_sha256: str) -> None:
+        now = {"input": input_sha256, "config": config_sha256}
+        changed = [k for k in now if header.get(f"{k}_sha256") != now[k]]
+        if changed:
+            what = " and ".join(changed)
+            raise InputChanged(f"the {what} changed since release {self.internal.name} began; "
+                               f"resume needs the same {what}: restore the original {what} to "
+                               "resume it, or start a new release id", changed)
+
+    def _migrate(self, legacy: Path, release_id: str, clock: Callable[[], str],
+                 say: Say) -> dict:
+        """A release begun by the version with ``state.json``: the same header, and its
+        persisted draws (which that version may already have read) recorded as they are."""
+        state = json.loads(legacy.read_text())
+        draws = tuple(self._line(stage, file.stem, file, "unknown (recorded by migration)",
+                                 clock())
+                      for stage, folder in STAGE_FOLDERS.items()
+                      for file in sorted((self.internal / folder).glob("*.parquet")))
+        header = self._begin(release_id, state["config_sha256"], state["input_sha256"],
+                             state.get("started") or clock(), draws)
+        legacy.unlink()
+        say(f"release {release_id}: migrated {LEGACY_STATE_FILE} to {DRAWS_FILE} "
+            f"({len(draws)} persisted draw(s) recorded as they are)")
+        return header
+
+    def _cut_torn_tail(self, say: Say) -> None:
+        """A crash while appending leaves a last line without its newline: that draw was never
+        recorded (so never read); cut it off so the next append starts a line of its own."""
+        data = self.path.read_bytes()
+        if data.endswith(b"\n") or not data:
+            return
+        keep = data.rfind(b"\n") + 1
+        with open(self.path, "r+b") as fh:
+            fh.truncate(keep)
+            os.fsync(fh.fileno())
+        say(f"{self.path}: ignored a torn last line (an append a crash interrupted; its draw "
+            f"was never recorded, so nothing read it): {data[keep:][:120]!r}")
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def lines(self) -> list[dict]:
+        """Every complete line, the header first; a torn last line is left out."""
+        text = self.path.read_text()
+        rows = text.split("\n")
+        if rows[-1]:  # no newline after it: torn by a crash (cut off by open)
+            _log.warning("%s: ignoring a torn last line", self.path)
+        out = []
+        for number, row in enumerate(rows[:-1], start=1):
+            try:
+                out.append(json.loads(row))
+            except json.JSONDecodeError:
+                raise PersistedDrawChanged(
+                    f"{self.path} line {number} is not a record: the log of noise draws was "
+                    "edited or damaged; restore it from a backup to resume, or start a new "
+                    "release id") from None
+        if not out:
+            raise PersistedDrawChanged(f"{self.path} has no header: restore it from a backup "
+                                       "to resume, or start a new release id")
+        return out
+
+    def header(self) -> dict:
+        return self.lines()[0]
+
+    def draws(self) -> dict[tuple[str, str], dict]:
+        """The recorded draws by (stage, chunk)."""
+        return {(d["stage"], d["chunk"]): d for d in self.lines()[1:]}
+
+    def reuse(self, stage: str, chunk: str) -> Optional[Path]:
+        """The persisted file of this recorded draw, checked against its recorded sha256; None
+        if the draw is not recorded. A recorded file missing or changed is refused."""
+        draw = self.draws().get((stage, chunk))
+        if draw is None:
+            return None
+        path = self.internal / draw["path"]
+        if not path.exists():
+            raise PersistedDrawChanged(self._changed(draw, path, "is missing"))
+        if sha256_file(path) != draw["sha256"]:
+            raise PersistedDrawChanged(self._changed(draw, path, "differs from the one recorded "
+                                                                  f"(sha256 {draw['sha256']})"))
+        return path
+
+    def _changed(self, draw: dict, path: Path, how: str) -> str:
+        return (f"the persisted {draw['stage']} draw of {draw['chunk']}, {path}, {how}: a "
+                "recorded noise draw may already have been read downstream, so it is never "
+                f"drawn again; restore {path.name} from a backup and run again to resume, or "
+                f"start a new release id (the budget charged for {self.internal.name} stays "
+                "spent)")
+
+    # -- recording -------------------------------------------------------------------------
+
+    def record(self, stage: str, chunk: str, path: Path, noise: str,
+               clock: Callable[[], str] = now_utc) -> None:
+        """Append the line of a draw whose file is in place (one write, fsync'd, under a lock)."""
+        line = json.dumps(self._line(stage, chunk, path, noise, clock()), sort_keys=True) + "\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.write(fd, line.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _line(self, stage: str, chunk: str, path: Path, noise: str, time: str) -> dict:
+        return {"stage": stage, "chunk": chunk, "noise": noise, "recorded": time,
+                "path": str(Path(path).relative_to(self.internal)),
+                "sha256": sha256_file(path)}
+
+
+def draw_once(log: DrawLog, stage: str, chunk: str, out: Path, draw: Callable[[], object],
+              noise: str, say: Say = _log.info) -> tuple[Path, object]:
+    """The recorded draw of (stage, chunk): reused if recorded, else drawn by ``draw()`` (a
+    data frame), persisted to ``out`` and recorded. Returns its path, and the frame when it was
+    drawn now (None when reused)."""
+    reused = log.reuse(stage, chunk)
+    if reused is not None:
+        say(f"{chunk}: reusing the recorded {stage} draw (no new noise)")
+        return reused, None
+    if out.exists():
+        say(f"{chunk}: {out.name} was persisted but never recorded (a crash came between), so "
+            "nothing has read it: drawing it again")
+    frame = draw()
+    write_parquet_atomic(frame, out)
+    crashpoint(f"before-record-{stage}-{chunk}")
+    log.record(stage, chunk, out, noise)
+    return out, frame

@@ -1,0 +1,178 @@
+"""The release flow resumes from its draw log alone (issue 19, item 4: one "draw once"
+checkpoint; dpatlas/release/draws.py): a crash between a draw and its record, a tampered
+recorded draw, and a release begun by the version with ``state.json``. The release is the
+seeded one of test_flow_structure.py, so a resumed run must publish its recorded bytes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+
+from prefect.testing.utilities import prefect_test_harness  # noqa: E402
+
+from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic  # noqa: E402
+from dpatlas.release import crash  # noqa: E402
+from dpatlas.release.draws import DRAWS_FILE, DrawLog  # noqa: E402
+
+from tests.integration.test_flow_structure import (SEEDED_RELEASE_SHA256,  # noqa: E402
+                                                   make_config)
+
+ALL_DRAWS = {(stage, f"input-17-{k}") for stage in ("select", "estimate") for k in range(3)}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def prefect_server():
+    with prefect_test_harness(server_startup_timeout=180):
+        yield
+
+
+@pytest.fixture(scope="module")
+def small_state(tmp_path_factory) -> Path:  # the data of test_flow_structure's seeded release
+    out = tmp_path_factory.mktemp("state")
+    write_synthetic(out, ["17"], seed=5, params=StateParams(n_tracts=90, counties=3))
+    return out
+
+
+class Crash(Exception):
+    pass
+
+
+@pytest.fixture
+def draws_made(monkeypatch) -> list:
+    """Every noise draw the release's tasks make, as (stage, chunk)."""
+    import tasks.estimate as stage_tasks
+
+    made, real = [], stage_tasks.draw_once
+
+    def counted(log, stage, chunk, out, draw, *args, **kwargs):
+        def counting_draw():
+            made.append((stage, chunk))
+            return draw()
+        return real(log, stage, chunk, out, counting_draw, *args, **kwargs)
+
+    monkeypatch.setattr(stage_tasks, "draw_once", counted)
+    return made
+
+
+def crash_at(monkeypatch, point: str) -> None:
+    def hook(name: str) -> None:
+        if name == point:
+            raise Crash(name)
+    monkeypatch.setattr(crash, "fault_hook", hook)
+
+
+def release(config: Path):
+    from flows.release import release as run
+
+    return run(str(config), "r1", 11)
+
+
+def published_sha256(outcome) -> dict:
+    folder = Path(outcome.folder)
+    return {name: hashlib.sha256((folder / name).read_bytes()).hexdigest()
+            for name in SEEDED_RELEASE_SHA256}
+
+
+def recorded_files(internal: Path) -> dict:
+    return {key: (internal / line["path"]).read_bytes()
+            for key, line in DrawLog(internal).draws().items()}
+
+
+def test_a_crash_between_a_draw_and_its_record_redraws_only_that_unseen_draw(
+        small_state, tmp_path, monkeypatch, draws_made):
+    config, internal = make_config(tmp_path, small_state), tmp_path / "internal" / "r1"
+    crash_at(monkeypatch, "before-record-select-input-17-1")
+    with pytest.raises(Crash):
+        release(config)
+    monkeypatch.setattr(crash, "fault_hook", None)
+    unseen = internal / "selection" / "input-17-1.parquet"
+    assert unseen.exists()  # persisted, never recorded: nothing downstream read it
+    before = recorded_files(internal)
+    assert ("select", "input-17-1") not in before
+    assert ("estimate", "input-17-1") not in before  # its estimate never ran
+    first_run = Counter(draws_made)
+    draws_made.clear()
+
+    outcome = release(config)
+    assert outcome.status == "published"
+    # on resume only what the log did not record was drawn, each once: the recorded draws
+    # were reused, the unseen selection of input-17-1 drawn again
+    assert sorted(draws_made) == sorted(ALL_DRAWS - set(before))
+    assert ("select", "input-17-1") in draws_made and first_run[("select", "input-17-1")] == 1
+    after = recorded_files(internal)
+    assert all(after[key] == data for key, data in before.items())  # not replaced
+    assert set(after) == ALL_DRAWS
+    assert len((internal / DRAWS_FILE).read_text().splitlines()) == 1 + len(ALL_DRAWS)
+    assert published_sha256(outcome) == SEEDED_RELEASE_SHA256  # as if never interrupted
+
+
+def test_a_tampered_recorded_draw_stops_the_resume_and_restoring_it_resumes(
+        small_state, tmp_path, monkeypatch, draws_made):
+    from dpatlas.cli.commands import _operator_errors
+    from dpatlas.ledger import Ledger
+    from dpatlas.release.draws import PersistedDrawChanged
+
+    config, internal = make_config(tmp_path, small_state), tmp_path / "internal" / "r1"
+    crash_at(monkeypatch, "after-estimate-input-17-0")
+    with pytest.raises(Crash):
+        release(config)
+    monkeypatch.setattr(crash, "fault_hook", None)
+    selection = internal / "selection" / "input-17-0.parquet"
+    original = selection.read_bytes()
+    pd.read_parquet(selection).iloc[1:].to_parquet(selection, index=False)  # a tract dropped
+    tampered = selection.read_bytes()
+    assert tampered != original
+    draws_made.clear()
+
+    with pytest.raises(PersistedDrawChanged) as err:
+        release(config)
+    assert isinstance(err.value, _operator_errors())  # the command line: its message, exit 2
+    assert str(selection) in str(err.value) and "never drawn again" in str(err.value)
+    assert ("select", "input-17-0") not in draws_made  # not silently redrawn
+    assert selection.read_bytes() == tampered  # nor overwritten
+    assert not (tmp_path / "releases" / "r1").exists()  # nothing published from it
+    assert Ledger(f"sqlite:///{tmp_path / 'ledger.db'}").release("r1")["status"] == "in_progress"
+
+    selection.write_bytes(original)  # the way out: restore the recorded draw, run again
+    draws_made.clear()
+    outcome = release(config)
+    assert outcome.status == "published"
+    assert ("select", "input-17-0") not in draws_made
+    assert ("estimate", "input-17-0") not in draws_made
+    assert published_sha256(outcome) == SEEDED_RELEASE_SHA256
+
+
+def test_a_release_begun_with_state_json_resumes_without_drawing_again(
+        small_state, tmp_path, monkeypatch, draws_made):
+    config, internal = make_config(tmp_path, small_state), tmp_path / "internal" / "r1"
+    crash_at(monkeypatch, "after-estimate-input-17-0")
+    with pytest.raises(Crash):
+        release(config)
+    monkeypatch.setattr(crash, "fault_hook", None)
+    # what the previous version left: state.json, and the draws as files, with no log
+    log = internal / DRAWS_FILE
+    header = json.loads(log.read_text().splitlines()[0])
+    before = recorded_files(internal)
+    (internal / "state.json").write_text(json.dumps(
+        {k: header[k] for k in ("input_sha256", "config_sha256", "started")}))
+    log.unlink()
+    draws_made.clear()
+
+    outcome = release(config)
+    assert outcome.status == "published"
+    assert not set(draws_made) & set(before)  # every persisted draw reused
+    assert sorted(draws_made) == sorted(ALL_DRAWS - set(before))
+    assert not (internal / "state.json").exists()
+    assert json.loads(log.read_text().splitlines()[0]) == header  # migrated as it began
+    manifest = json.loads((Path(outcome.folder) / "manifest.json").read_text())
+    assert manifest["started"] == header["started"][:10]  # the original start, to the day
+    assert published_sha256(outcome) == SEEDED_RELEASE_SHA256
