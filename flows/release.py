@@ -186,8 +186,8 @@ def _estimate_levels(staged: list[Path], sizes, budget, min_n: int, internal: Pa
     states = states_of(sizes["geoid"])
     futures = estimate_state_levels.map(
         unmapped(staged), states, unmapped(budget), unmapped(min_n),
-        [internal / "levels" / f"state-{s}.parquet" for s in states],
-        [_seed(noise_seed, 3, k) for k in range(len(states))])
+        [internal / STAGE_FOLDERS["levels"] / f"state-{s}.parquet" for s in states],
+        unmapped(DrawLog(internal)), [_seed(noise_seed, 3, k) for k in range(len(states))])
     return [Path(p) for p in futures.result()]
 
 

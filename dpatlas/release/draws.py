@@ -57,7 +57,7 @@ __all__ = ["DRAWS_FILE", "DrawLog", "PersistedDrawChanged", "draw_once", "noise_
 DRAWS_FILE = "draws.jsonl"
 LEGACY_STATE_FILE = "state.json"  # the run state of the version before the log
 # Where each stage persists its draws (flows/release.py), for migrating a legacy release.
-STAGE_FOLDERS = {"select": "selection", "estimate": "results"}
+STAGE_FOLDERS = {"select": "selection", "estimate": "results", "levels": "levels"}
 
 Say = Callable[[str], None]
 _log = logging.getLogger(__name__)

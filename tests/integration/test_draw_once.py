@@ -49,17 +49,18 @@ class Crash(Exception):
 @pytest.fixture
 def draws_made(monkeypatch) -> list:
     """Every noise draw the release's tasks make, as (stage, chunk)."""
-    import tasks.estimate as stage_tasks
+    import tasks.estimate
+    import tasks.levels
 
-    made, real = [], stage_tasks.draw_once
+    made = []
+    for stage_tasks in (tasks.estimate, tasks.levels):
+        def counted(log, stage, chunk, out, draw, *args, real=stage_tasks.draw_once, **kwargs):
+            def counting_draw():
+                made.append((stage, chunk))
+                return draw()
+            return real(log, stage, chunk, out, counting_draw, *args, **kwargs)
 
-    def counted(log, stage, chunk, out, draw, *args, **kwargs):
-        def counting_draw():
-            made.append((stage, chunk))
-            return draw()
-        return real(log, stage, chunk, out, counting_draw, *args, **kwargs)
-
-    monkeypatch.setattr(stage_tasks, "draw_once", counted)
+        monkeypatch.setattr(stage_tasks, "draw_once", counted)
     return made
 
 
@@ -176,3 +177,31 @@ def test_a_release_begun_with_state_json_resumes_without_drawing_again(
     manifest = json.loads((Path(outcome.folder) / "manifest.json").read_text())
     assert manifest["started"] == header["started"][:10]  # the original start, to the day
     assert published_sha256(outcome) == SEEDED_RELEASE_SHA256
+
+
+def test_the_county_and_state_draw_is_recorded_once_and_reused_on_resume(
+        small_state, tmp_path, monkeypatch, draws_made):
+    config = make_config(tmp_path, small_state, levels=["tract", "county", "state"])
+    internal = tmp_path / "internal" / "r1"
+    crash_at(monkeypatch, "after-estimate-levels-17")
+    with pytest.raises(Crash):
+        release(config)
+    monkeypatch.setattr(crash, "fault_hook", None)
+    assert draws_made.count(("levels", "state-17")) == 1
+    before = recorded_files(internal)
+    assert ("levels", "state-17") in before
+    draws_made.clear()
+
+    outcome = release(config)
+    assert outcome.status == "published"
+    assert draws_made == []  # every draw, the levels' included, was recorded before the crash
+    assert recorded_files(internal) == before
+    counties = pd.read_parquet(Path(outcome.folder) / "counties.parquet")
+    drawn = pd.read_parquet(internal / "levels" / "state-17.parquet")
+    released = counties[counties["status"] == "released"]
+    assert len(released) > 0
+    # the published county values are the recorded draw's, rounded
+    merged = released.merge(drawn[drawn["level"] == "county"], on=["geoid", "cell"],
+                            suffixes=("", "_drawn"))
+    assert len(merged) == len(released)
+    assert (merged["p25_raw"] - merged["p25_raw_drawn"]).abs().max() < 1e-3
