@@ -71,6 +71,14 @@ def crash_at(monkeypatch, point: str) -> None:
     monkeypatch.setattr(crash, "fault_hook", hook)
 
 
+def crashed_release(monkeypatch, config: Path, point: str) -> None:
+    """Run the release until it crashes at ``point``; later runs go on uninterrupted."""
+    crash_at(monkeypatch, point)
+    with pytest.raises(Crash):
+        release(config)
+    monkeypatch.setattr(crash, "fault_hook", None)
+
+
 def release(config: Path):
     from flows.release import release as run
 
@@ -91,10 +99,7 @@ def recorded_files(internal: Path) -> dict:
 def test_a_crash_between_a_draw_and_its_record_redraws_only_that_unseen_draw(
         small_state, tmp_path, monkeypatch, draws_made):
     config, internal = make_config(tmp_path, small_state), tmp_path / "internal" / "r1"
-    crash_at(monkeypatch, "before-record-select-input-17-1")
-    with pytest.raises(Crash):
-        release(config)
-    monkeypatch.setattr(crash, "fault_hook", None)
+    crashed_release(monkeypatch, config, "before-record-select-input-17-1")
     unseen = internal / "selection" / "input-17-1.parquet"
     assert unseen.exists()  # persisted, never recorded: nothing downstream read it
     before = recorded_files(internal)
@@ -123,10 +128,7 @@ def test_a_tampered_recorded_draw_stops_the_resume_and_restoring_it_resumes(
     from dpatlas.release.draws import PersistedDrawChanged
 
     config, internal = make_config(tmp_path, small_state), tmp_path / "internal" / "r1"
-    crash_at(monkeypatch, "after-estimate-input-17-0")
-    with pytest.raises(Crash):
-        release(config)
-    monkeypatch.setattr(crash, "fault_hook", None)
+    crashed_release(monkeypatch, config, "after-estimate-input-17-0")
     selection = internal / "selection" / "input-17-0.parquet"
     original = selection.read_bytes()
     pd.read_parquet(selection).iloc[1:].to_parquet(selection, index=False)  # a tract dropped
@@ -155,10 +157,7 @@ def test_a_tampered_recorded_draw_stops_the_resume_and_restoring_it_resumes(
 def test_a_release_begun_with_state_json_resumes_without_drawing_again(
         small_state, tmp_path, monkeypatch, draws_made):
     config, internal = make_config(tmp_path, small_state), tmp_path / "internal" / "r1"
-    crash_at(monkeypatch, "after-estimate-input-17-0")
-    with pytest.raises(Crash):
-        release(config)
-    monkeypatch.setattr(crash, "fault_hook", None)
+    crashed_release(monkeypatch, config, "after-estimate-input-17-0")
     # what the previous version left: state.json, and the draws as files, with no log
     log = internal / DRAWS_FILE
     header = json.loads(log.read_text().splitlines()[0])
@@ -183,10 +182,7 @@ def test_the_county_and_state_draw_is_recorded_once_and_reused_on_resume(
         small_state, tmp_path, monkeypatch, draws_made):
     config = make_config(tmp_path, small_state, levels=["tract", "county", "state"])
     internal = tmp_path / "internal" / "r1"
-    crash_at(monkeypatch, "after-estimate-levels-17")
-    with pytest.raises(Crash):
-        release(config)
-    monkeypatch.setattr(crash, "fault_hook", None)
+    crashed_release(monkeypatch, config, "after-estimate-levels-17")
     assert draws_made.count(("levels", "state-17")) == 1
     before = recorded_files(internal)
     assert ("levels", "state-17") in before
