@@ -278,7 +278,7 @@ def write_figure(state: SyntheticState, table: pd.DataFrame, path: Path) -> Path
                  label="p25 (expected child rank at parent rank 25)")
     fig.suptitle(f"Synthetic state, seed {state.seed}, ε = 1 per person (all levels)")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    fig.savefig(path, dpi=72, bbox_inches="tight")  # ~250 kB: it is kept in docs/
     plt.close(fig)
     return path
 

@@ -2,29 +2,32 @@
 
 ``fit_model(tracts, counties, states, boundaries)`` reads the published columns only:
 per tract its GEOID, public n, status, mechanism and direct p25/p75; per county and state
-their published p25/p75 and standard errors; the tract boundaries for positions. It adds
-``p25_model``, ``p25_model_lo``, ``p25_model_hi``, ``p25_model_se`` (and the same for p75): a
-Fay–Herriot EBLUP (``fay_herriot``) whose covariates are public or DP values:
+their published p25/p75 (and the state's standard errors); the tract boundaries for
+positions. It adds ``p25_model``, ``p25_model_lo``, ``p25_model_hi``, ``p25_model_se`` (and
+the same for p75): a Fay–Herriot EBLUP (``fay_herriot``) of each quantity whose covariates are
+DP or public values (docs/small-area.md):
 
-- kernel means of the neighbours' directs (the tract itself excluded, so its own noise never
-  enters its covariate), at two bandwidths (``BANDWIDTHS_KM``);
-- the county's published estimate (when a county file is given), and the state's when the
-  release has more than one state (one state's is the intercept);
+- Gaussian-kernel means of the neighbours' directs of the quantity and of the midpoint
+  (p25 + p75)/2, at two bandwidths (``BANDWIDTHS_KM``), the tract itself left out so that its
+  own noise never enters its covariates. The midpoint's noise is far smaller than either
+  end's (NoisyStats' slope noise cancels near x = 0.5; Theil–Sen's two draws average) and its
+  truth follows p25's closely;
+- the county's published p25/p75 and midpoint (when a county table is given), and the
+  state's when the release has more than one state (one state's is the intercept).
+
+Robustness. Directs are winsorised symmetrically about the state's median (the clip to
+[0, 1] is one-sided: p25's median is near 0.4, so the clip at 0 bites first and biases the
+mean upwards). Their bias by mechanism and size (the dp rule publishes NoisyStats where its
+noisy nvar came out large, which flattens the slope) is estimated against the county
+estimates (NoisyStats on thousands of people, no selection) per size bin and removed, and the
+estimates of each state are benchmarked to the state's published value (n-weighted mean).
 
 Sampling variances. At ε = 1 the published interval is [0, 1] for most tracts, so its SE
-(0.255) says nothing about the tract; the noise depends on n and on the mechanism (published).
-The variances are a *generalised variance function* fitted to the published directs:
-the mean squared residual of the directs about the covariates, per mechanism and size bin,
-is τ + a_m·n^(−b_m); the n-free part τ (what no sample size removes: the model's own error)
-is left to the Fay–Herriot fit, and D_i = a_m·n_i^(−b_m). Directs are winsorised
-symmetrically about the state's median before anything (the clip to [0, 1] is one-sided near
-the middle of the range, and the raw values of small tracts are heavy-tailed).
-
-Benchmarking. The directs are biased (the selection rule publishes NoisyStats where its noisy
-nvar came out large, which flattens the slope; clipping); the county and state estimates are
-not (NoisyStats on thousands of people, no selection). The EBLUPs of each state are shifted
-so that their n-weighted mean equals the state's published estimate (as SAIPE benchmarks
-counties to states); the state estimate's variance is added to the MSE.
+(0.255) says nothing about the tract. The variances are a *generalised variance function*
+fitted to the published directs: the mean squared residual about the covariates, per
+mechanism and size bin, is τ + a_m·n^(−b_m); D_i = a_m·n_i^(−b_m) is fed to the model and τ
+(the part no sample size removes) is left to its variance σ². The split is not identified
+by one release (docs/small-area.md, "Limits"): the intervals are only as good as σ̂².
 
 Tracts without a direct (suppressed, failed) get the synthetic estimate with its MSE.
 """
@@ -38,7 +41,9 @@ from scipy import optimize, spatial
 from dpatlas.small_area import fay_herriot as fh
 
 QUANTITIES = ("p25", "p75")
-BANDWIDTHS_KM = (8.0, 25.0)   # chosen on the calibration seeds 101-103 (docs/small-area.md)
+# Kernel bandwidths: about one and three tracts apart in an Illinois-sized state; 5/15 and
+# 12/40 km scored the same on the calibration seeds 101-103 (docs/small-area.md).
+BANDWIDTHS_KM = (8.0, 25.0)
 LEVEL = 0.95
 _Z = 1.959963984540054
 _KM_PER_DEGREE = 111.2
