@@ -48,6 +48,7 @@ LEVEL = 0.95
 _Z = 1.959963984540054
 _KM_PER_DEGREE = 111.2
 _SIZE_BINS = 10
+MIN_RELEASED = 50  # fewer directs cannot fit a variance function and a regression
 _MIN_GROUP = 60  # tracts a mechanism needs for a variance function of its own
 
 
@@ -156,12 +157,16 @@ def _design(tracts, quantity, y, mid, precision, xy, counties,
         cols.append(np.where(np.isfinite(s), s, fallback))
         names.append("state estimate")
     X = np.column_stack(cols)
-    # a tract with no neighbour in reach: the wider smoother, else the mean of the column
-    for k in range(X.shape[1]):
-        bad = ~np.isfinite(X[:, k])
-        if bad.any():
-            X[bad, k] = np.nanmean(X[:, k])
-    return X, names
+    # a tract with no neighbour in reach: the column's mean; a column that is empty or
+    # constant (one county) adds nothing to the intercept and is dropped
+    keep = [0]
+    for k in range(1, X.shape[1]):
+        finite = np.isfinite(X[:, k])
+        if finite.sum() < 2 or np.ptp(X[finite, k]) == 0:
+            continue
+        X[~finite, k] = X[finite, k].mean()
+        keep.append(k)
+    return X[:, keep], [names[k] for k in keep]
 
 
 def _benchmark(tracts, estimate, mse, states, quantity):
@@ -262,6 +267,12 @@ def fit_model(tracts: pd.DataFrame, counties: pd.DataFrame | None = None,
     """
     out = tracts.copy()
     out["geoid"] = out["geoid"].astype(str)
+    if "cell" in out.columns and out["cell"].nunique() > 1:
+        raise ValueError("fit_model takes one cell's tracts: fit each cell's table separately")
+    released = int((out["status"].astype(str) == "released").sum())
+    if released < MIN_RELEASED:
+        raise ValueError(f"the model needs at least {MIN_RELEASED} tracts with a direct "
+                         f"estimate to fit its variances, got {released}")
     if boundaries is None:
         raise ValueError("fit_model needs the tract boundaries (neighbours come from them)")
     pos = tract_positions(boundaries).reindex(out["geoid"])

@@ -115,3 +115,21 @@ def test_winsorised_is_symmetric_about_the_median_inside_the_range():
     v = np.array([-3.0, 0.1, 0.3, 0.3, 0.4, 2.0])
     w = winsorised(v)  # median 0.3: window [0, 0.6]
     assert w.min() == 0.0 and w.max() == pytest.approx(0.6)
+
+
+def test_fit_model_takes_one_cell_and_enough_directs():
+    tracts, counties, states, boundaries, _ = published_like(4, side=12)
+    two_cells = pd.concat([tracts, tracts.assign(cell="female")], ignore_index=True)
+    with pytest.raises(ValueError, match="one cell"):
+        fit_model(two_cells, counties, states, boundaries)
+    few = tracts.assign(status=np.where(np.arange(len(tracts)) < 40, "released", "suppressed"))
+    with pytest.raises(ValueError, match="at least 50 tracts with a direct estimate to fit its variances, got 40"):
+        fit_model(few, counties, states, boundaries)
+
+
+def test_a_single_county_adds_no_collinear_covariate():
+    tracts, counties, states, boundaries, truth25 = published_like(5, side=12)
+    one = tracts.assign(geoid="17001" + tracts["geoid"].str[5:])
+    county = counties.iloc[:1].assign(geoid="17001")
+    out = fit_model(one, county, states, boundaries.assign(geoid=one["geoid"]))
+    assert out["p25_model"].notna().all() and (out["p25_model_se"] > 0).all()
