@@ -1,0 +1,292 @@
+"""Model-based tract estimates from published values alone (issue 20, item 2).
+
+``fit_model(tracts, counties, states, boundaries)`` reads the published columns only:
+per tract its GEOID, public n, status, mechanism and direct p25/p75; per county and state
+their published p25/p75 (and the state's standard errors); the tract boundaries for
+positions. It adds ``p25_model``, ``p25_model_lo``, ``p25_model_hi``, ``p25_model_se`` (and
+the same for p75): a Fay–Herriot EBLUP (``fay_herriot``) of each quantity whose covariates are
+DP or public values (docs/small-area.md):
+
+- Gaussian-kernel means of the neighbours' directs of the quantity and of the midpoint
+  (p25 + p75)/2, at two bandwidths (``BANDWIDTHS_KM``), the tract itself left out so that its
+  own noise never enters its covariates. The midpoint's noise is far smaller than either
+  end's (NoisyStats' slope noise cancels near x = 0.5; Theil–Sen's two draws average) and its
+  truth follows p25's closely;
+- the county's published p25/p75 and midpoint (when a county table is given), and the
+  state's when the release has more than one state (one state's is the intercept).
+
+Robustness. Directs are winsorised symmetrically about the state's median (the clip to
+[0, 1] is one-sided: p25's median is near 0.4, so the clip at 0 bites first and biases the
+mean upwards). Their bias by mechanism and size (the dp rule publishes NoisyStats where its
+noisy nvar came out large, which flattens the slope) is estimated against the county
+estimates (NoisyStats on thousands of people, no selection) per size bin and removed, and the
+estimates of each state are benchmarked to the state's published value (n-weighted mean).
+
+Sampling variances. At ε = 1 the published interval is [0, 1] for most tracts, so its SE
+(0.255) says nothing about the tract. The variances are a *generalised variance function*
+fitted to the published directs: the mean squared residual about the covariates, per
+mechanism and size bin, is τ + a_m·n^(−b_m); D_i = a_m·n_i^(−b_m) is fed to the model and τ
+(the part no sample size removes) is left to its variance σ². The split is not identified
+by one release (docs/small-area.md, "Limits"): the intervals are only as good as σ̂².
+
+Tracts without a direct (suppressed, failed) get the synthetic estimate with its MSE.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy import optimize, spatial
+
+from dpatlas.small_area import fay_herriot as fh
+
+QUANTITIES = ("p25", "p75")
+# Kernel bandwidths: about one and three tracts apart in an Illinois-sized state; 5/15 and
+# 12/40 km scored the same on the calibration seeds 101-103 (docs/small-area.md).
+BANDWIDTHS_KM = (8.0, 25.0)
+LEVEL = 0.95
+_Z = 1.959963984540054
+_KM_PER_DEGREE = 111.2
+_SIZE_BINS = 10
+MIN_RELEASED = 50  # fewer directs cannot fit a variance function and a regression
+_MIN_GROUP = 60  # tracts a mechanism needs for a variance function of its own
+
+
+def model_columns(quantity: str) -> list[str]:
+    return [f"{quantity}_model", f"{quantity}_model_lo", f"{quantity}_model_hi",
+            f"{quantity}_model_se"]
+
+
+def tract_positions(boundaries) -> pd.DataFrame:
+    """(x, y) in km of each tract's representative point, indexed by GEOID: an
+    equirectangular projection about the mean latitude (a few % off within a state)."""
+    pts = boundaries.geometry.representative_point()
+    lon, lat = pts.x.to_numpy(), pts.y.to_numpy()
+    x = lon * _KM_PER_DEGREE * np.cos(np.radians(lat.mean()))
+    return pd.DataFrame({"x": x, "y": lat * _KM_PER_DEGREE},
+                        index=pd.Index(boundaries["geoid"].astype(str), name="geoid"))
+
+
+def kernel_mean(xy: np.ndarray, values: np.ndarray, weights: np.ndarray,
+                bandwidth_km: float) -> np.ndarray:
+    """Per point, the Gaussian-kernel weighted mean of the *other* points' values (NaN values
+    and zero weights skipped), within 3 bandwidths; NaN where no other point is in reach."""
+    tree = spatial.cKDTree(xy)
+    pairs = tree.query_pairs(3 * bandwidth_km, output_type="ndarray")
+    i = np.concatenate([pairs[:, 0], pairs[:, 1]])
+    j = np.concatenate([pairs[:, 1], pairs[:, 0]])
+    ok = np.isfinite(values[j]) & (weights[j] > 0)
+    i, j = i[ok], j[ok]
+    d2 = np.sum((xy[i] - xy[j]) ** 2, axis=1)
+    w = np.exp(-0.5 * d2 / bandwidth_km ** 2) * weights[j]
+    num = np.bincount(i, w * values[j], minlength=len(xy))
+    den = np.bincount(i, w, minlength=len(xy))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / den, np.nan)
+
+
+def winsorised(values: np.ndarray, lo: float = 0.0, hi: float = 1.0) -> np.ndarray:
+    """Clipped symmetrically about the median m of the finite values, to [m − h, m + h] with
+    h = min(m − lo, hi − m): the widest window inside [lo, hi] that treats both tails alike."""
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return values
+    m = float(np.median(finite))
+    h = min(m - lo, hi - m)
+    return np.clip(values, m - h, m + h)
+
+
+def variance_function(resid2: np.ndarray, n: np.ndarray, group: np.ndarray):
+    """Fit mean(resid²) = τ + a_g·n^(−b_g) over size bins per group; returns (τ, {g: (a, b)}).
+
+    τ, the part no sample size removes, is left to the Fay–Herriot fit (the model's own error);
+    D = a_g·n^(−b_g) is the directs' sampling variance."""
+    rows = []
+    groups = sorted(set(group))
+    for k, g in enumerate(groups):
+        sel = group == g
+        edges = np.unique(np.quantile(n[sel], np.linspace(0, 1, _SIZE_BINS + 1)))
+        bins = np.clip(np.searchsorted(edges, n[sel], side="right") - 1, 0, len(edges) - 2)
+        for b in np.unique(bins):
+            m = bins == b
+            rows.append((k, float(np.mean(n[sel][m])), float(np.mean(resid2[sel][m])), m.sum()))
+    gk, nb, r2, cnt = (np.array(c, dtype=float) for c in zip(*rows))
+    gk = gk.astype(int)
+
+    def predicted(theta):
+        return np.exp(theta[0]) + np.exp(theta[1::2])[gk] * nb ** (-theta[2::2][gk])
+
+    def residuals(theta):  # relative errors, each bin weighted by its count
+        return np.sqrt(cnt) * (predicted(theta) / r2 - 1.0)
+
+    start = [np.log(np.min(r2) / 2)] + [v for _ in groups for v in (np.log(np.max(r2)), 0.5)]
+    lower = [-30] + [v for _ in groups for v in (-30, 0.0)]
+    upper = [5] + [v for _ in groups for v in (10, 3.0)]
+    sol = optimize.least_squares(residuals, start, bounds=(lower, upper))
+    return float(np.exp(sol.x[0])), {g: (float(np.exp(sol.x[1 + 2 * k])), float(sol.x[2 + 2 * k]))
+                                     for k, g in enumerate(groups)}
+
+
+def _groups(tracts: pd.DataFrame, has: np.ndarray) -> np.ndarray:
+    """The variance group of each tract: its mechanism if enough tracts share it, else 'all'."""
+    mech = (tracts["mechanism"].astype(str).to_numpy() if "mechanism" in tracts
+            else np.full(len(tracts), "all"))
+    counts = pd.Series(mech[has]).value_counts()
+    small = [m for m, c in counts.items() if c < _MIN_GROUP]
+    return np.where(np.isin(mech, small), "all", mech)
+
+
+def _design(tracts, quantity, y, mid, precision, xy, counties,
+            states) -> tuple[np.ndarray, list]:
+    """The covariates: the neighbours' directs of ``quantity`` and of the midpoint (kernel
+    means without the tract itself), the county's estimates, the state's (several states)."""
+    cols, names = [np.ones(len(tracts))], ["intercept"]
+    for values, label in ((y, quantity), (mid, "mid")):
+        for h in BANDWIDTHS_KM:
+            cols.append(kernel_mean(xy, values, precision, h))
+            names.append(f"neighbours' {label}, {h:g} km")
+    fallback = cols[-1]
+    if counties is not None:
+        for col in (quantity, "mid"):
+            c = (tracts["geoid"].str[:5].map(counties.set_index("geoid")[col])
+                 .to_numpy(dtype=float))
+            cols.append(np.where(np.isfinite(c), c, fallback))
+            names.append(f"county {col}")
+    if states is not None and tracts["geoid"].str[:2].nunique() > 1:
+        s = tracts["geoid"].str[:2].map(states.set_index("geoid")[quantity]).to_numpy(float)
+        cols.append(np.where(np.isfinite(s), s, fallback))
+        names.append("state estimate")
+    X = np.column_stack(cols)
+    # a tract with no neighbour in reach: the column's mean; a column that is empty or
+    # constant (one county) adds nothing to the intercept and is dropped
+    keep = [0]
+    for k in range(1, X.shape[1]):
+        finite = np.isfinite(X[:, k])
+        if finite.sum() < 2 or np.ptp(X[finite, k]) == 0:
+            continue
+        X[~finite, k] = X[finite, k].mean()
+        keep.append(k)
+    return X[:, keep], [names[k] for k in keep]
+
+
+def _benchmark(tracts, estimate, mse, states, quantity):
+    """Shift each state's estimates so their n-weighted mean is the state's published value."""
+    if states is None:
+        return estimate, mse
+    st = states.set_index("geoid")
+    code = tracts["geoid"].str[:2].to_numpy()
+    n = tracts["n"].to_numpy(dtype=float)
+    estimate, mse = estimate.copy(), mse.copy()
+    for s in np.unique(code):
+        if s not in st.index or not np.isfinite(st.loc[s, quantity]):
+            continue
+        sel = (code == s) & (n > 0)
+        shift = st.loc[s, quantity] - np.average(estimate[sel], weights=n[sel])
+        estimate[code == s] += shift
+        se = st.loc[s, f"{quantity}_se"] if f"{quantity}_se" in st.columns else 0.0
+        mse[code == s] += float(se) ** 2 if np.isfinite(se) else 0.0
+    return estimate, mse
+
+
+def fit_quantity(tracts: pd.DataFrame, quantity: str, xy: np.ndarray, counties, states):
+    """(estimate, se, details) of one quantity for every tract."""
+    has = (tracts["status"].astype(str).to_numpy() == "released") & \
+        np.isfinite(tracts[quantity].to_numpy(dtype=float))
+    y = np.where(has, winsorised(tracts[quantity].to_numpy(dtype=float)), np.nan)
+    mid = np.where(has, winsorised(tracts["mid"].to_numpy(dtype=float)), np.nan)
+    n = np.maximum(tracts["n"].to_numpy(dtype=float), 1.0)
+    group = _groups(tracts, has)
+    bins = _size_bins(n, group, has)
+    y = y - _direct_bias(tracts, quantity, y, bins, has, counties, states)
+    # first pass: equal weights, to find the variance function; second: weights 1/D
+    X, names = _design(tracts, quantity, y, mid, np.ones(len(y)), xy, counties, states)
+    D = _variances(y, X, n, group, has)
+    X, names = _design(tracts, quantity, y, mid, 1.0 / D, xy, counties, states)
+    D = _variances(y, X, n, group, has)
+    fitted = fh.fit(y[has], X[has], D[has])
+    estimate, mse = fh.eblup(fitted, X, np.where(has, y, np.nan), np.where(has, D, np.inf))
+    estimate, mse = _benchmark(tracts, estimate, mse, states, quantity)
+    return estimate, np.sqrt(mse), {"covariates": names, "beta": fitted.beta.tolist(),
+                                    "sigma2": fitted.sigma2}
+
+
+def _size_bins(n: np.ndarray, group: np.ndarray, has: np.ndarray) -> np.ndarray:
+    """A label per tract: its variance group and its size decile within the group."""
+    out = np.full(len(n), "", dtype=object)
+    for g in np.unique(group):
+        sel = group == g
+        if not (sel & has).any():
+            out[sel] = f"{g}/none"
+            continue
+        edges = np.unique(np.quantile(n[sel & has], np.linspace(0, 1, _SIZE_BINS + 1)))
+        k = np.clip(np.searchsorted(edges, n[sel], side="right") - 1, 0, max(len(edges) - 2, 0))
+        out[sel] = [f"{g}/{v}" for v in k]
+    return out
+
+
+def _direct_bias(tracts, quantity, y, bins, has, counties, states) -> np.ndarray:
+    """Per tract, the mean of (direct − its county's estimate) over its size bin: the bias the
+    directs share by mechanism and size (the level estimates have no selection and thousands
+    of people, so they anchor the level; tract effects average out over a bin). Zero without
+    a county or state table."""
+    anchor = None
+    for table, digits in ((counties, 5), (states, 2)):
+        if table is not None:
+            anchor = (tracts["geoid"].str[:digits].map(table.set_index("geoid")[quantity])
+                      .to_numpy(dtype=float))
+            break
+    if anchor is None:
+        return np.zeros(len(y))
+    diff = pd.Series(np.where(has & np.isfinite(anchor), y - anchor, np.nan))
+    return diff.groupby(bins).transform("mean").fillna(0.0).to_numpy()
+
+
+def _variances(y, X, n, group, has) -> np.ndarray:
+    beta, *_ = np.linalg.lstsq(X[has], y[has], rcond=None)
+    resid2 = (y - X @ beta) ** 2
+    _, params = variance_function(resid2[has], n[has], group[has])
+    return np.array([params[g][0] * v ** (-params[g][1]) if g in params
+                     else np.nan for g, v in zip(group, n)])
+
+
+def _with_mid(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with ``mid`` = (p25 + p75)/2 (GEOIDs as strings)."""
+    out = table.copy()
+    out["geoid"] = out["geoid"].astype(str)
+    out["mid"] = (out["p25"] + out["p75"]) / 2
+    return out
+
+
+def fit_model(tracts: pd.DataFrame, counties: pd.DataFrame | None = None,
+              states: pd.DataFrame | None = None, boundaries=None) -> pd.DataFrame:
+    """``tracts`` with the model columns of p25 and p75 added (``model_columns``).
+
+    ``tracts``: the published tract table (geoid, n, status, mechanism, p25, p75; one cell);
+    ``counties``/``states``: the published level tables (geoid of 5/2 digits, p25, p75,
+    p25_se, p75_se) or None; ``boundaries``: the published tract geometries (geoid, geometry).
+    """
+    out = tracts.copy()
+    out["geoid"] = out["geoid"].astype(str)
+    if "cell" in out.columns and out["cell"].nunique() > 1:
+        raise ValueError("fit_model takes one cell's tracts: fit each cell's table separately")
+    released = int((out["status"].astype(str) == "released").sum())
+    if released < MIN_RELEASED:
+        raise ValueError(f"the model needs at least {MIN_RELEASED} tracts with a direct "
+                         f"estimate to fit its variances, got {released}")
+    if boundaries is None:
+        raise ValueError("fit_model needs the tract boundaries (neighbours come from them)")
+    pos = tract_positions(boundaries).reindex(out["geoid"])
+    if pos.isna().any().any():
+        raise ValueError("some tracts have no boundary: "
+                         f"{list(out['geoid'][pos['x'].isna().to_numpy()][:5])}")
+    xy = pos[["x", "y"]].to_numpy()
+    derived = [_with_mid(t) if t is not None else None for t in (out, counties, states)]
+    for q in QUANTITIES:
+        est, se, _ = fit_quantity(derived[0], q, xy, derived[1], derived[2])
+        est = np.clip(est, 0.0, 1.0)
+        model, lo, hi, model_se = model_columns(q)
+        out[model] = est
+        out[lo] = np.clip(est - _Z * se, 0.0, 1.0)
+        out[hi] = np.clip(est + _Z * se, 0.0, 1.0)
+        out[model_se] = se
+    return out

@@ -1,0 +1,59 @@
+"""``dpatlas evaluate-small-area``: the emulated release, the model on its published columns,
+the report; and (slow) the issue's targets on a report seed."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dpatlas.evaluation import small_area_eval as E
+from tests.support.cli import invoke
+
+
+def test_quick_run_writes_its_table_figure_and_targets(tmp_path):
+    out = tmp_path / "sae"
+    res = invoke("evaluate-small-area", "--quick", "--out", out)
+    assert res.exit_code == 0, res.output
+    assert "targets at epsilon 1, split 0.7/0.2/0.1" in res.output
+    rows = pd.read_csv(out / "rows.csv")
+    assert len(rows) == 1 and rows.loc[0, "seed"] == 201 and rows.loc[0, "epsilon"] == 1.0
+    # the model borrows strength: far closer to the truth than the directs
+    assert rows.loc[0, "p25 model RMSE"] < 0.5 * rows.loc[0, "p25 direct RMSE"]
+    md = (out / "summary.md").read_text()
+    assert "| p25 model RMSE |" in md and "| met |" in md
+    assert (out / "p25_maps.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bad_split_is_refused_before_any_work(tmp_path):
+    res = invoke("evaluate-small-area", "--quick", "--split", "0.5/0.2/0.1", "--out", tmp_path)
+    assert res.exit_code == 2 and "summing to 1" in res.output
+    assert not (tmp_path / "rows.csv").exists()
+
+
+def test_emulated_frames_hold_the_published_columns_only():
+    state = E.synthetic_state(201, tracts=150)
+    tracts = E.tract_release(state, 0.7, 1)
+    counties = E.level_release(state, 5, 0.2, 2)
+    assert list(tracts.columns) == E.TRACT_COLUMNS
+    assert list(counties.columns) == E.LEVEL_COLUMNS
+    assert counties["geoid"].str.len().eq(5).all() and len(counties) == 5
+    assert tracts["p25"].dropna().between(0, 1).all()
+    released = counties["status"] == "released"
+    assert (counties.loc[released, "p25_lo"] <= counties.loc[released, "p25"]).all()
+
+
+def test_report_seeds_are_not_the_calibration_seeds_nor_the_demos():
+    assert not set(E.REPORT_SEEDS) & set(E.CALIBRATION_SEEDS)
+    assert 0 not in E.REPORT_SEEDS + E.CALIBRATION_SEEDS  # the demo's seed
+
+
+@pytest.mark.slow
+def test_targets_on_a_report_seed_at_epsilon_1():
+    """The issue's targets that the report meets, on one report seed, default split."""
+    rows, _ = E.evaluate_small_area(seeds=(201,), epsilons=(1.0,),
+                                    splits={E.DEFAULT_SPLIT: E.SPLITS[E.DEFAULT_SPLIT]})
+    r = rows.iloc[0]
+    assert r["coverage"] >= 0.94
+    assert r["coverage, worst size quintile"] >= 0.90
+    assert min(r["coverage, lowest decile"], r["coverage, highest decile"]) >= 0.85
+    assert r["p25 model RMSE"] < r["p25 state-mean RMSE"] < r["p25 direct RMSE"]
+    assert r["p25 model corr"] > 0.6 and r["p25 model corr, two releases"] > 0.6
