@@ -648,7 +648,11 @@ def test_levels_by_zoom_the_level_switch_and_the_model_direct_switch(
             assert _estimate_text(county, "p25") in text, text
         state = states.loc["17"]
         assert _estimate_text(state, "p25") in text, text
-        assert "Shown: counties (chosen)" in page.page.inner_text("#legend")
+        assert "the least-squares line of the county's pooled observed ranks" in text
+        legend = page.page.inner_text("#legend")
+        assert "Shown: counties (chosen)" in legend and "Counties without a value" in legend
+        assert "NoisyStats rows: the least-squares line of the county's pooled" in legend
+        assert "DPExpTheilSen rows" not in legend
 
         # Back to "by zoom": tracts again at z9.
         page.page.check("input[name=level][value=auto]")

@@ -229,8 +229,11 @@
     return note;
   }
 
-  function estimandOf(mechanism) {
-    return ESTIMANDS[mechanism] || OTHER_ESTIMAND;
+  // A county's or state's row estimates the line of its pooled records.
+  function estimandOf(mechanism, level) {
+    const text = ESTIMANDS[mechanism] || OTHER_ESTIMAND;
+    return level && level !== "tract" ? text.replace("the tract's", "the " + level + "'s pooled")
+      : text;
   }
 
   // Which line the shown value estimates, per mechanism of this release (all known ones when
@@ -240,12 +243,15 @@
     heading.textContent = "What " + state.value + " estimates";
     box.append(heading);
     const parentRank = state.value === "p25" ? "25" : "75";
-    const names = state.mechanisms.length ? state.mechanisms : Object.keys(ESTIMANDS);
+    // Counties and states are NoisyStats on their pooled records (release/levels.py).
+    const names = state.shownLevel !== "tract" ? ["NoisyStats"]
+      : (state.mechanisms.length ? state.mechanisms : Object.keys(ESTIMANDS));
     for (const name of names) {
       const text = document.createElement("p");
       text.className = "estimand";
       text.dataset.mechanism = name;
-      text.textContent = name + " rows: " + estimandOf(name) + ", at parent rank " + parentRank;
+      text.textContent = name + " rows: " + estimandOf(name, state.shownLevel) + ", at parent rank "
+        + parentRank;
       box.append(text);
     }
   }
@@ -307,7 +313,7 @@
                   ["Status", p.status + (p.reason ? ": " + p.reason : "")]];
     rows.push(...valueRows(p, level), ...unitRows(p, level, units || {}));
     rows.push(["n", cell(p.n)], ["Mechanism", cell(p.mechanism)],
-              ["Estimand", p.mechanism ? estimandOf(p.mechanism) : "not published"],
+              ["Estimand", p.mechanism ? estimandOf(p.mechanism, level) : "not published"],
               ["Budget spent", "ε = " + cell(p.epsilon_spent) + ", δ = " + cell(p.delta_spent)]);
     if (p.cell !== undefined && p.cell !== "all") rows.splice(1, 0, ["Cell", p.cell]);
     const table = document.createElement("table");
