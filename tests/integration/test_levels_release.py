@@ -1,6 +1,7 @@
 """A seeded release with county and state levels (issue 20, item 1), through the flow: the
 three levels' files, declared in the manifest, STAC and the feed, and audited; forgeries of a
-level (a county value without a paying step, a level step dropped from the total) fail."""
+level (a county value without a paying step, a level step dropped from the total, county
+tiles that differ from the table) fail."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from prefect.testing.utilities import prefect_test_harness  # noqa: E402
 from dpatlas.audit import checks as audit  # noqa: E402
 from dpatlas.core.hashing import sha256_file  # noqa: E402
 from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic  # noqa: E402
+from dpatlas.publication.tiles import build_level_tiles, read_metadata  # noqa: E402
 from dpatlas.publication.tract_files import read_csv_with_schema  # noqa: E402
 
 from tests.support.inputs import write_config  # noqa: E402
@@ -91,8 +93,11 @@ def forged(released, tmp_path) -> Path:
 def test_the_release_publishes_three_levels_and_passes_the_audit(released):
     m = manifest_of(released)
     for stem, level, digits in (("counties", "county", 5), ("states", "state", 2)):
-        for suffix in ("parquet", "geojson", "csv", "schema.json"):
+        for suffix in ("parquet", "geojson", "csv", "schema.json", "pmtiles"):
             assert f"{stem}.{suffix}" in m["files"]
+        # the web map's layer of the level, from z0 (issue 20, item 4)
+        (layer,) = read_metadata(released / f"{stem}.pmtiles")["vector_layers"]
+        assert (layer["id"], layer["minzoom"]) == (stem, 0)
         table = gpd.read_parquet(released / f"{stem}.parquet")  # GeoParquet
         assert table.crs is not None and table.geometry.notna().all()
         assert (table["geoid"].str.len() == digits).all() and (table["level"] == level).all()
@@ -129,10 +134,13 @@ def test_the_stac_item_and_feed_list_the_level_files(released):
     feed = json.loads((root / "feed.json").read_text())
     entry = next(r for r in feed["releases"] if r["release_id"] == "r1")
     item = json.loads((root / "catalog" / "r1.json").read_text())
-    for name in ("counties.parquet", "counties.geojson", "states.csv", "states.schema.json"):
+    for name in ("counties.parquet", "counties.geojson", "states.csv", "states.schema.json",
+                 "counties.pmtiles", "states.pmtiles"):
         assert name in entry["files"]
         assert item["assets"][name]["href"] == f"../r1/{name}"
     assert item["assets"]["counties.geojson"]["title"] == "Counties (GeoJSON, RFC 7946)"
+    assert item["assets"]["states.pmtiles"]["roles"] == ["data", "tiles"]
+    assert item["assets"]["states.pmtiles"]["type"] == "application/vnd.pmtiles"
 
 
 def test_a_county_value_without_a_paying_step_fails(forged):
@@ -180,6 +188,22 @@ def test_a_county_value_changed_in_the_parquet_only_fails(forged):
     write_rehashed(forged, manifest_of(forged))
     code, bad = run_audit(forged)
     assert code == 1 and "counties.csv: p25 differs" in bad["levels"]
+
+
+def test_county_tiles_that_differ_from_the_table_fail(forged):
+    """The map's county colours are the published values: tiles rebuilt from a GeoJSON with
+    one county's p25 changed (and rehashed) fail the audit, naming the tiles."""
+    doc = json.loads((forged / "counties.geojson").read_text())
+    props = next(f["properties"] for f in doc["features"]
+                 if f["properties"]["status"] == "released")
+    props["p25"] = 0.0 if props["p25"] > 0.5 else 1.0
+    changed = forged.parent / "changed" / "counties.geojson"
+    changed.parent.mkdir()
+    changed.write_text(json.dumps(doc))
+    build_level_tiles(changed, forged, "county")
+    write_rehashed(forged, manifest_of(forged))
+    code, bad = run_audit(forged)
+    assert code == 1 and "counties.pmtiles: p25 differs" in bad["levels"], bad
 
 
 def test_a_county_n_that_is_not_its_tracts_fails(forged):

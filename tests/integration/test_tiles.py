@@ -98,6 +98,65 @@ def test_every_tract_keeps_its_values_at_min_and_max_zoom(built, tracts_geojson,
         assert seen[geoid] == expected
 
 
+@pytest.fixture(scope="module")
+def counties_geojson(tracts_geojson, tmp_path_factory) -> tuple[Path, dict]:
+    """The fixture's tracts dissolved into their 4 counties, as level_files writes a level,
+    and a tiny county."""
+    from dpatlas.publication.level_files import dissolved_units
+
+    import geopandas as gpd
+    from shapely.geometry import shape
+
+    _, by_geoid = tracts_geojson
+    tracts = gpd.GeoDataFrame({"geoid": list(by_geoid)},
+                              geometry=[shape(f["geometry"]) for f in by_geoid.values()],
+                              crs="EPSG:4326")
+    features = []
+    for i, (geoid, geom) in enumerate(dissolved_units(tracts, "county").items()):
+        props = {"geoid": geoid, "level": "county", "state": geoid[:2], "county": geoid,
+                 "cell": "all", "n": 1000 + i, "status": "released", "p25": 0.3 + i / 10,
+                 "p25_lo": 0.25 + i / 10}
+        features.append({"type": "Feature", "properties": props,
+                         "geometry": json.loads(json.dumps(geom.__geo_interface__))})
+    # An independent city: a county 2 km across, a hundredth of a pixel at z0.
+    west, south = tracts.total_bounds[0] - 0.5, tracts.total_bounds[1]
+    city = [[west, south], [west + 0.02, south], [west + 0.02, south + 0.02],
+            [west, south + 0.02], [west, south]]
+    features.append({"type": "Feature", "geometry": {"type": "Polygon", "coordinates": [city]},
+                     "properties": {"geoid": "17510", "level": "county", "state": "17",
+                                    "county": "17510", "cell": "all", "n": 99,
+                                    "status": "released", "p25": 0.77}})
+    path = tmp_path_factory.mktemp("counties") / "counties.geojson"
+    path.write_text(json.dumps({"type": "FeatureCollection", "features": features}))
+    return path, {f["properties"]["geoid"]: f for f in features}
+
+
+def test_level_archives_have_their_layer_and_every_unit_from_z0(counties_geojson):
+    """counties.pmtiles: layer "counties" from z0 (a zoomed-out map is never blank), each
+    county whole with its attributes at z0 (no tiny-polygon squares) and at its max zoom."""
+    from shapely.geometry import shape
+
+    path, by_geoid = counties_geojson
+    assert T.build_level_tiles(path, path.parent, "county") == "counties.pmtiles"
+    archive = path.parent / "counties.pmtiles"
+    (layer,) = T.read_metadata(archive)["vector_layers"]
+    spec = T.LEVEL_TILES["county"]
+    assert (layer["id"], layer["minzoom"], layer["maxzoom"]) == ("counties", 0, spec.max_zoom)
+    assert T.LEVEL_TILES["state"].min_zoom == 0 and T.LEVEL_TILES["state"].layer == "states"
+    for zoom in (0, spec.max_zoom):
+        for geoid, feature in by_geoid.items():
+            point = shape(feature["geometry"]).representative_point()
+            x, y = _lonlat_to_tile(point.x, point.y, zoom)
+            found = {f["properties"]["geoid"]: f["properties"]
+                     for f in T.decode_tile(archive, zoom, x, y)["features"][0]["features"]}
+            assert found.get(geoid) == feature["properties"], (zoom, geoid, found.get(geoid))
+    assert len(by_geoid) == 5
+    # The tract layer keeps tippecanoe's default there (it starts at z4, as before).
+    assert "--no-tiny-polygon-reduction" not in T.tippecanoe_arguments(path, archive)
+    assert "--no-tiny-polygon-reduction" in T.tippecanoe_arguments(path, archive,
+                                                                   layer="counties")
+
+
 def test_build_replaces_an_old_archive_and_leaves_no_partial(tracts_geojson, tmp_path):
     out = tmp_path / T.TILES_FILE
     out.write_bytes(b"old")

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from dpatlas.core.hashing import sha256_file
 from dpatlas.publication import feed as F
 from dpatlas.publication import tract_files as P
 from dpatlas.publication import tiles as T
@@ -185,10 +186,102 @@ def publish_root(tmp_path_factory) -> dict:
     return {"root": root, "ids": ids}
 
 
-def _published(folder: Path):
+def _published(folder: Path, stem: str = "tracts"):
     import geopandas as gpd
 
-    return gpd.read_file(folder / "tracts.geojson").set_index("geoid")
+    return gpd.read_file(folder / f"{stem}.geojson").set_index("geoid")
+
+
+# ------------------------------------------------ a release with levels and model-based values
+
+LEVELS = ["tract", "county", "state"]
+MODEL_SHIFT = 0.35   # model = direct + 0.35 (mod 1): another colour class for most tracts
+
+
+def _level_results(geoids: np.ndarray, seed: int) -> pd.DataFrame:
+    """County and state estimator output (as release/levels.py writes it), one county
+    suppressed."""
+    from dpatlas.publication.level_files import unit_of
+
+    frames = []
+    for level in ("county", "state"):
+        units = np.unique(unit_of(geoids, level))
+        frames.append(_unit_results(units, seed).assign(level=level))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _unit_results(units: np.ndarray, seed: int) -> pd.DataFrame:
+    """Released values with narrow intervals, the first of several units suppressed."""
+    rng = np.random.default_rng(seed)
+    n = len(units)
+    p25, p75 = rng.uniform(0.1, 0.9, n), rng.uniform(0.1, 0.9, n)
+    status = np.where((np.arange(n) == 0) & (n > 1), "suppressed", "released")
+    frame = pd.DataFrame({
+        "geoid": units, "cell": "all", "n": rng.integers(500, 5000, n),
+        "mechanism": "NoisyStats", "status": status,
+        "reason": np.where(status == "suppressed", "n < min_n", ""),
+        "p25_raw": p25, "p75_raw": p75,
+        "epsilon_spent": np.where(status == "suppressed", 0.0, 0.15),
+        "delta_spent": np.where(status == "suppressed", 0.0, 1e-6),
+        "p25_lo": p25 - 0.03, "p25_hi": p25 + 0.03, "p75_lo": p75 - 0.03, "p75_hi": p75 + 0.03})
+    frame.loc[status == "suppressed", ["p25_raw", "p75_raw", "p25_lo", "p25_hi", "p75_lo",
+                                       "p75_hi"]] = np.nan
+    return frame
+
+
+def _add_model_columns(folder: Path) -> None:
+    """Give the tracts model-based values (what a small-area model will add as
+    post-processing: p25_model, p75_model with _lo, _hi, _se) in tracts.geojson, then rebuild
+    tracts.pmtiles from it, as publish builds it, and restate their hashes in the manifest
+    (the feed checks them). Only the map's files carry them: this release is for the browser
+    only."""
+    path = folder / "tracts.geojson"
+    doc = json.loads(path.read_text())
+    for feature in doc["features"]:
+        props = feature["properties"]
+        for v in ("p25", "p75"):
+            if props.get(v) is None:
+                continue
+            model = round((props[v] + MODEL_SHIFT) % 1.0, 4)
+            props.update({f"{v}_model": model, f"{v}_model_lo": round(max(model - 0.05, 0), 4),
+                          f"{v}_model_hi": round(min(model + 0.05, 1), 4),
+                          f"{v}_model_se": 0.0256})
+    path.write_text(json.dumps(doc))
+    T.build_tiles(path, folder / T.TILES_FILE)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    for name in ("tracts.geojson", T.TILES_FILE):
+        manifest["files"][name] = {"sha256": sha256_file(folder / name),
+                                   "bytes": (folder / name).stat().st_size}
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=2))
+
+
+@pytest.fixture(scope="module")
+def levels_root(tmp_path_factory) -> dict:
+    """One release of a 150-tract, 6-county state with county and state levels (published by
+    write_release with the level files, as tasks/publish.py does) and model-based tract
+    values."""
+    from functools import partial
+
+    from dpatlas.publication.level_files import assemble_level, write_all_levels
+
+    root = tmp_path_factory.mktemp("publish-levels") / "releases"
+    root.mkdir()
+    geoids, _ = tract_geoids("17", 150, 6)
+    boundaries = synth_boundaries(geoids, seed=0)
+    rid = "20261104T000000Z-lvl"
+    table = P.assemble(_results(boundaries["geoid"].to_numpy(), 200), boundaries)
+    results = _level_results(boundaries["geoid"].to_numpy(), 201)
+    levels = {level: assemble_level(results, boundaries, level, ["all"])
+              for level in ("county", "state")}
+    config = {"intervals": {"enabled": True, "level": 0.95,
+                            "low_reliability_width": LOW_RELIABILITY_WIDTH, "share": 0.25},
+              "levels": LEVELS}
+    folder = P.write_release(table, {"release_id": rid, "published": "2026-11-04"}, root,
+                             rid, config=config, more_files=partial(write_all_levels, levels))
+    _add_model_columns(folder)
+    F.update_feed(root, rid)
+    W.write_feed_map(root)
+    return {"root": root, "id": rid, "folder": folder}
 
 
 def _target_tract(*folders: Path) -> tuple[str, float, float]:
@@ -410,6 +503,9 @@ def test_release_page_opens_its_own_release(browser, server, publish_root):
                        W.class_colour(_published(root / ids["old"]).loc[geoid, "p25"]),
                        f"tract {geoid}")
         assert set(_tile_urls(page)) == {f"{server}{ids['old']}/tracts.pmtiles"}
+        # A release without levels or model values shows no level or estimate switch.
+        assert page.page.is_hidden("#level-switch") and page.page.is_hidden("#estimate-switch")
+        assert page.page.evaluate("() => window.dpatlas.state.shownLevel") == "tract"
         assert page.errors == [] and set(page.tile_statuses) == {206}
     finally:
         page.close()
@@ -419,3 +515,152 @@ def test_missing_chromium_is_an_actionable_error(monkeypatch, tmp_path):
     monkeypatch.setattr(B, "CHROMIUM", tmp_path / "no-chromium")
     with pytest.raises(B.BrowserMissing, match=r"apt-get install -y chromium"):
         B.launch_chromium(playwright=None)
+
+
+# ------------------------------------------------------- levels and the direct/model switch
+
+
+@pytest.fixture(scope="module")
+def levels_server(levels_root):
+    httpd, base = serve_in_thread(levels_root["root"])
+    yield base
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def _unit_colour(row) -> str:
+    """The colour a unit is drawn in (direct value): its class, or its status's colour."""
+    return W.class_colour(row["p25"]) if row["status"] == "released" \
+        else W.STATUS_COLOURS[row["status"]]
+
+
+def _estimate_text(row, name: str) -> str:
+    """How the popup prints a value with its SE and interval."""
+    return (f"{_js_number(row[name])} ± {_js_number(row[name + '_se'])} "
+            f"[{_js_number(row[name + '_lo'])}, {_js_number(row[name + '_hi'])}]")
+
+
+def _model_target(folder: Path) -> tuple[str, float, float]:
+    """The largest tract released, reliable (direct and model), whose model-based p25 is in
+    another colour class than its direct p25 (so the switch must change its pixel)."""
+    t = _published(folder)
+    ok = (t["status"] == "released") & t["p25_model"].notna()
+    for v in ("p25", "p75", "p25_model", "p75_model"):
+        ok &= (t[f"{v}_hi"] - t[f"{v}_lo"]) <= LOW_RELIABILITY_WIDTH
+    ok &= t["p25"].map(W.class_colour) != t["p25_model"].map(W.class_colour)
+    candidates = t[ok]
+    assert len(candidates), "no tract whose model value changes its class"
+    geoid = candidates.to_crs("EPSG:6933").area.idxmax()
+    point = candidates.loc[geoid, "geometry"].representative_point()
+    return geoid, point.x, point.y
+
+
+def _shown_level(page: Page) -> str:
+    return page.page.evaluate("() => window.dpatlas.state.shownLevel")
+
+
+def _rendered_geoids(page: Page, layer: str) -> set[str]:
+    return set(page.page.evaluate(
+        "layer => window.dpatlas.map.queryRenderedFeatures({layers: [layer]})"
+        ".map(f => f.properties.geoid)", layer))
+
+
+def _jump(page: Page, **camera) -> None:
+    page.page.evaluate("camera => window.dpatlas.map.jumpTo(camera)", camera)
+    page.idle()
+
+
+def _popup_text(page: Page, xy) -> str:
+    page.page.mouse.click(*xy)
+    popup = page.page.wait_for_selector(".maplibregl-popup-content", timeout=10_000)
+    text = popup.inner_text()
+    page.page.click(".maplibregl-popup-close-button")
+    return text
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_levels_by_zoom_the_level_switch_and_the_model_direct_switch(
+        browser, levels_server, levels_root):
+    rid, folder = levels_root["id"], levels_root["folder"]
+    states, counties = _published(folder, "states"), _published(folder, "counties")
+    geoid, lon, lat = _model_target(folder)
+    tract = _published(folder).loc[geoid]
+    county = counties.loc[geoid[:5]]
+    page = Page(browser)
+    try:
+        page.open(levels_server, rid)
+        assert page.page.is_visible("#level-switch") and page.page.is_visible("#estimate-switch")
+        assert page.page.is_checked("input[name=level][value=auto]")
+        assert page.page.is_checked("input[name=estimate][value=model]")   # the default
+        # By zoom: the state fitted on the screen (z5-z8) shows its counties.
+        zoom = page.page.evaluate("() => window.dpatlas.map.getZoom()")
+        assert 5 <= zoom < 8, zoom
+        assert _shown_level(page) == "county"
+        assert _rendered_geoids(page, "counties-fill") == set(counties.index)
+        assert "Shown: counties (by zoom" in page.page.inner_text("#legend")
+
+        # Zoomed out, the state layer is drawn (tracts start at z4, and are hidden anyway).
+        _jump(page, zoom=3)
+        assert _shown_level(page) == "state"
+        assert _rendered_geoids(page, "states-fill") == {"17"}
+        assert _rendered_geoids(page, "counties-fill") == set()
+        point = states.loc["17", "geometry"].representative_point()
+        shot = page.screenshot("levels-z3-states.png")
+        _assert_colour(shot, page.pixel_of(point.x, point.y), _unit_colour(states.loc["17"]),
+                       "state 17 at z3")
+
+        # Zoomed in, tracts, coloured by the model-based value (the default).
+        _jump(page, center=[lon, lat], zoom=9)
+        assert _shown_level(page) == "tract"
+        xy = page.pixel_of(lon, lat)
+        shot = page.screenshot("levels-z9-tract-model.png")
+        _assert_colour(shot, xy, W.class_colour(tract["p25_model"]), f"tract {geoid} model")
+        assert "p25, model-based" in page.page.inner_text("#legend")
+        text = _popup_text(page, xy)
+        for expected in (geoid, "p25 model-based (shown)", _estimate_text(tract, "p25_model"),
+                         "p25 direct", _estimate_text(tract, "p25"),
+                         _estimate_text(tract, "p75_model"), _estimate_text(tract, "p75"),
+                         f"county {geoid[:5]} (p25)", f"state 17 (p25)"):
+            assert expected in text, (expected, text)
+        if county["status"] == "released":
+            assert _estimate_text(county, "p25") in text, text
+
+        # The switch to the direct value recolours the tract.
+        page.page.check("input[name=estimate][value=direct]")
+        page.idle()
+        shot = page.screenshot("levels-z9-tract-direct.png")
+        _assert_colour(shot, xy, W.class_colour(tract["p25"]), f"tract {geoid} direct")
+        assert "p25, direct" in page.page.inner_text("#legend")
+        assert "p25 direct (shown)" in _popup_text(page, xy)
+
+        # The level switch fixes counties at any zoom; a county's popup has its own estimate.
+        page.page.check("input[name=level][value=county]")
+        page.idle()
+        assert _shown_level(page) == "county"
+        assert geoid[:5] in _rendered_geoids(page, "counties-fill")
+        assert _rendered_geoids(page, "tracts-fill") == set()
+        shot = page.screenshot("levels-z9-county-fixed.png")
+        _assert_colour(shot, xy, _unit_colour(county), f"county {geoid[:5]}")
+        text = _popup_text(page, xy)
+        assert "County" in text and geoid[:5] in text and "state 17 (p25)" in text
+        if county["status"] == "released":
+            assert _estimate_text(county, "p25") in text, text
+        state = states.loc["17"]
+        assert _estimate_text(state, "p25") in text, text
+        assert "the least-squares line of the county's pooled observed ranks" in text
+        legend = page.page.inner_text("#legend")
+        assert "Shown: counties (chosen)" in legend and "Counties without a value" in legend
+        assert "NoisyStats rows: the least-squares line of the county's pooled" in legend
+        assert "DPExpTheilSen rows" not in legend
+
+        # Back to "by zoom": tracts again at z9.
+        page.page.check("input[name=level][value=auto]")
+        page.idle()
+        assert _shown_level(page) == "tract"
+        assert page.errors == []
+        assert set(page.tile_statuses) == {206}
+        urls = {u.rsplit("/", 1)[1] for u in _tile_urls(page)}
+        assert urls == {"tracts.pmtiles", "counties.pmtiles", "states.pmtiles"}, urls
+    finally:
+        page.close()

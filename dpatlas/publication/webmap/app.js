@@ -1,13 +1,22 @@
-// dpatlas web map: a choropleth of one release's published p25 or p75 per census tract, read
-// from the release's PMTiles archive with HTTP range requests. Every URL is relative to the
+// dpatlas web map: a choropleth of one release's published p25 or p75 per census tract (and,
+// when the release publishes them, per county and state), read from the release's PMTiles
+// archives with HTTP range requests. Every URL is relative to the
 // page, so it works from any static host that serves ranges, and offline (no CDN, no basemap).
 // Colours and classes come from legend.json, written by dpatlas/webmap/__init__.py.
 (function () {
   "use strict";
 
   const config = JSON.parse(document.getElementById("dpatlas-config").textContent);
-  const LAYER = "tracts";            // dpatlas.tiles.LAYER
-  const SOURCE = "tracts";
+  // Each geography level's archive and layer (dpatlas.publication.tiles LAYER, LEVEL_TILES).
+  const LEVELS = {
+    tract: { file: "tracts.pmtiles", layer: "tracts", noun: "Tract", plural: "Tracts" },
+    county: { file: "counties.pmtiles", layer: "counties", noun: "County", plural: "Counties" },
+    state: { file: "states.pmtiles", layer: "states", noun: "State", plural: "States" },
+  };
+  const LAYER = LEVELS.tract.layer;
+  // The level shown by zoom unless the switch fixes one: states below z5 (several states on
+  // a screen), counties below z8, tracts from z8 (an urban tract is a few pixels wide there).
+  const ZOOM_LEVELS = [[5, "state"], [8, "county"]];
   const HATCH = "low-reliability-hatch";
   // The line each mechanism's published rows estimate (mechanisms.intervals.ESTIMANDS; the
   // manifest's intervals.estimand), looked up by a row's mechanism column: the map reads
@@ -18,8 +27,13 @@
                    + "differs from the least-squares line when ranks are skewed or censored",
   };
   const OTHER_ESTIMAND = "see the manifest (intervals.estimand)";
+  // level: the intervals' confidence level; levels: the geography levels of the release;
+  // fixedLevel: the level the switch fixes (null: by zoom); shownLevel: the one drawn;
+  // estimate: "model" or "direct" (tracts only, when the tiles carry p25_model).
   const state = { release: null, value: "p25", cell: null, lowWidth: null, level: null,
-                  legend: null, releases: [], mechanisms: [] };
+                  legend: null, releases: [], mechanisms: [], levels: ["tract"],
+                  fixedLevel: null, shownLevel: "tract", hasModel: false, estimate: "direct",
+                  unitTables: {} };
   // For tests and the curious: the map, the state, and the id of the release last drawn.
   const api = (window.dpatlas = { state: state, map: null, loaded: null });
 
@@ -50,10 +64,23 @@
 
   // ---------------------------------------------------------------- styling from the legend
 
-  function fillColour() {
-    const lg = state.legend;
-    const steps = ["step", ["to-number", ["get", state.value], 0], lg.classes[0].colour];
+  // The property a level's colour shows: the model-based value for tracts when chosen (the
+  // model is fitted to tracts; counties and states show their direct estimates).
+  function shownProperty(level) {
+    return level === "tract" && state.estimate === "model" ? state.value + "_model" : state.value;
+  }
+
+  function fillColour(level) {
+    const lg = state.legend, property = shownProperty(level);
+    const steps = ["step", ["to-number", ["get", property], 0], lg.classes[0].colour];
     lg.breaks.forEach((b, i) => steps.push(b, lg.classes[i + 1].colour));
+    if (property !== state.value) {
+      // A model value may exist where the direct one was not published; without one the
+      // unit shows its status's colour.
+      return ["case", ["has", property], steps,
+              ["match", ["get", "status"], "failed", lg.status.failed.colour,
+               lg.status.suppressed.colour]];
+    }
     return ["match", ["get", "status"],
             "suppressed", lg.status.suppressed.colour,
             "failed", lg.status.failed.colour,
@@ -67,9 +94,11 @@
   // Low reliability: released, with an interval for the shown value wider than the release's
   // intervals.low_reliability_width (as p25_map.png hatches it). "has" comes first so a tract
   // without bounds is never evaluated.
-  function hatchFilter() {
-    const lo = state.value + "_lo", hi = state.value + "_hi";
-    return ["all", cellFilter(), ["==", ["get", "status"], "released"],
+  function hatchFilter(level) {
+    const property = shownProperty(level);
+    const lo = property + "_lo", hi = property + "_hi";
+    const released = property === state.value ? ["==", ["get", "status"], "released"] : true;
+    return ["all", cellFilter(), released,
             ["has", lo], ["has", hi],
             [">", ["-", ["get", hi], ["get", lo]], state.lowWidth]];
   }
@@ -87,25 +116,57 @@
     return { width: size, height: size, data: data };
   }
 
-  function addLayers(map) {
-    map.addLayer({ id: "tracts-fill", type: "fill", source: SOURCE, "source-layer": LAYER,
-                   filter: cellFilter(),
-                   paint: { "fill-color": fillColour(), "fill-opacity": 1,
+  // Layer ids of a level: "tracts-fill", "counties-hatch", ... (the source is the layer name).
+  const layerId = (level, kind) => LEVELS[level].layer + "-" + kind;
+
+  function addLayers(map, level, url) {
+    const source = LEVELS[level].layer, visibility = level === state.shownLevel ? "visible" : "none";
+    map.addSource(source, { type: "vector", url: "pmtiles://" + url });
+    const common = { source: source, "source-layer": source, layout: { visibility: visibility } };
+    map.addLayer({ id: layerId(level, "fill"), type: "fill", ...common, filter: cellFilter(),
+                   paint: { "fill-color": fillColour(level), "fill-opacity": 1,
                             "fill-antialias": false } });
     if (state.lowWidth !== null) {
-      map.addLayer({ id: "tracts-hatch", type: "fill", source: SOURCE, "source-layer": LAYER,
-                     filter: hatchFilter(), paint: { "fill-pattern": HATCH } });
+      map.addLayer({ id: layerId(level, "hatch"), type: "fill", ...common,
+                     filter: hatchFilter(level), paint: { "fill-pattern": HATCH } });
     }
-    map.addLayer({ id: "tracts-line", type: "line", source: SOURCE, "source-layer": LAYER,
-                   filter: cellFilter(),
-                   paint: { "line-color": "#ffffff", "line-width": 0.4, "line-opacity": 0.7 } });
+    map.addLayer({ id: layerId(level, "line"), type: "line", ...common, filter: cellFilter(),
+                   paint: { "line-color": "#ffffff", "line-width": level === "tract" ? 0.4 : 0.8,
+                            "line-opacity": 0.7 } });
   }
 
   function removeRelease(map) {
-    for (const id of ["tracts-line", "tracts-hatch", "tracts-fill"]) {
-      if (map.getLayer(id)) map.removeLayer(id);
+    for (const level of Object.keys(LEVELS)) {
+      for (const kind of ["line", "hatch", "fill"]) {
+        if (map.getLayer(layerId(level, kind))) map.removeLayer(layerId(level, kind));
+      }
+      if (map.getSource(LEVELS[level].layer)) map.removeSource(LEVELS[level].layer);
     }
-    if (map.getSource(SOURCE)) map.removeSource(SOURCE);
+  }
+
+  // The level to draw: the one the switch fixes, else the zoom's among the release's levels.
+  function levelToShow(zoom) {
+    if (state.fixedLevel && state.levels.includes(state.fixedLevel)) return state.fixedLevel;
+    for (const [below, level] of ZOOM_LEVELS) {
+      if (zoom < below && state.levels.includes(level)) return level;
+    }
+    return "tract";
+  }
+
+  function showLevel(map) {
+    const level = levelToShow(map.getZoom());
+    if (level === state.shownLevel && map.getLayer(layerId(level, "fill"))
+        && map.getLayoutProperty(layerId(level, "fill"), "visibility") === "visible") return;
+    state.shownLevel = level;
+    for (const other of state.levels) {
+      for (const kind of ["fill", "hatch", "line"]) {
+        if (map.getLayer(layerId(other, kind))) {
+          map.setLayoutProperty(layerId(other, kind), "visibility",
+                                other === level ? "visible" : "none");
+        }
+      }
+    }
+    drawLegend();
   }
 
   // ------------------------------------------------------------------------------- legend
@@ -127,11 +188,14 @@
     const lg = state.legend, box = $("legend");
     box.replaceChildren();
     const title = document.createElement("h2");
-    title.textContent = state.value + " (published value)";
+    const shownModel = shownProperty(state.shownLevel) !== state.value;
+    const kind = !state.hasModel ? "" : (shownModel ? ", model-based" : ", direct");
+    title.textContent = state.value + kind + " (published value)";
     box.append(title);
+    if (state.levels.length > 1 || state.hasModel) box.append(levelNote());
     lg.classes.forEach((c) => swatchRow(box, c.colour, c.label).dataset.colour = c.colour);
     const other = document.createElement("h2");
-    other.textContent = "Tracts without a value";
+    other.textContent = LEVELS[state.shownLevel].plural + " without a value";
     box.append(other);
     for (const status of ["suppressed", "failed"]) {
       swatchRow(box, lg.status[status].colour, lg.status[status].label).dataset.status = status;
@@ -144,8 +208,32 @@
     drawEstimands(box);
   }
 
-  function estimandOf(mechanism) {
-    return ESTIMANDS[mechanism] || OTHER_ESTIMAND;
+  // Which level is drawn and why, and which estimate: the legend says which is which.
+  function levelNote() {
+    const note = document.createElement("p");
+    note.id = "level-note";
+    note.className = "estimand";
+    const level = state.shownLevel, plural = LEVELS[level].plural.toLowerCase();
+    let text = "Shown: " + plural + (state.fixedLevel ? " (chosen)" : " (by zoom: states below "
+      + "z5, counties below z8, tracts from z8, among the release's levels)") + ". ";
+    if (level !== "tract") {
+      text += "Each " + level + "'s own direct DP estimate, from its pooled records.";
+    } else if (state.estimate === "model") {
+      text += "Model-based: a small-area model fitted to the published values only "
+        + "(post-processing); it borrows strength from neighbours and counties, so it is "
+        + "steadier than the direct value but shrinks unusual tracts.";
+    } else {
+      text += "Direct: each tract's own DP estimate.";
+    }
+    note.textContent = text;
+    return note;
+  }
+
+  // A county's or state's row estimates the line of its pooled records.
+  function estimandOf(mechanism, level) {
+    const text = ESTIMANDS[mechanism] || OTHER_ESTIMAND;
+    return level && level !== "tract" ? text.replace("the tract's", "the " + level + "'s pooled")
+      : text;
   }
 
   // Which line the shown value estimates, per mechanism of this release (all known ones when
@@ -155,12 +243,15 @@
     heading.textContent = "What " + state.value + " estimates";
     box.append(heading);
     const parentRank = state.value === "p25" ? "25" : "75";
-    const names = state.mechanisms.length ? state.mechanisms : Object.keys(ESTIMANDS);
+    // Counties and states are NoisyStats on their pooled records (release/levels.py).
+    const names = state.shownLevel !== "tract" ? ["NoisyStats"]
+      : (state.mechanisms.length ? state.mechanisms : Object.keys(ESTIMANDS));
     for (const name of names) {
       const text = document.createElement("p");
       text.className = "estimand";
       text.dataset.mechanism = name;
-      text.textContent = name + " rows: " + estimandOf(name) + ", at parent rank " + parentRank;
+      text.textContent = name + " rows: " + estimandOf(name, state.shownLevel) + ", at parent rank "
+        + parentRank;
       box.append(text);
     }
   }
@@ -171,24 +262,63 @@
     return text === undefined || text === null || text === "" ? "not published" : String(text);
   }
 
-  function popupTable(p) {
-    const rows = [["Tract", p.geoid], ["Status", p.status + (p.reason ? ": " + p.reason : "")]];
-    for (const v of ["p25", "p75"]) {
-      let text = cell(p[v]);
-      // The interval-implied standard error (post-processing of the interval), as the
-      // Opportunity Atlas shows one beside each estimate; tiles omit it where it is null.
-      if (p[v + "_se"] !== undefined && p[v + "_se"] !== null) text += " ± " + p[v + "_se"];
-      if (p[v + "_lo"] !== undefined && p[v + "_hi"] !== undefined) {
-        text += " [" + p[v + "_lo"] + ", " + p[v + "_hi"] + "]";
-      }
-      rows.push([v + (v === state.value ? " (shown)" : ""), text]);
+  // A value with its standard error and interval: "0.41 ± 0.02 [0.38, 0.44]".
+  function estimateText(p, name) {
+    let text = cell(p[name]);
+    // The interval-implied standard error (post-processing of the interval), as the
+    // Opportunity Atlas shows one beside each estimate; tiles omit it where it is null.
+    const present = (k) => p[k] !== undefined && p[k] !== null && p[k] !== "";
+    if (present(name + "_se")) text += " ± " + p[name + "_se"];
+    if (present(name + "_lo") && present(name + "_hi")) {
+      text += " [" + p[name + "_lo"] + ", " + p[name + "_hi"] + "]";
     }
+    return text;
+  }
+
+  // Rows for p25 and p75 of a unit; a tract with model values gets both, each marked.
+  function valueRows(p, level) {
+    const rows = [], model = level === "tract" && state.hasModel;
+    for (const v of ["p25", "p75"]) {
+      const shown = v === state.value ? " (shown)" : "";
+      if (model) {
+        rows.push([v + " model-based" + (state.estimate === "model" ? shown : ""),
+                   estimateText(p, v + "_model")]);
+        rows.push([v + " direct" + (state.estimate === "direct" ? shown : ""),
+                   estimateText(p, v)]);
+      } else {
+        rows.push([v + shown, estimateText(p, v)]);
+      }
+    }
+    return rows;
+  }
+
+  // The estimates of the units above (a tract's county and state, a county's state) for the
+  // shown value, each the level's own direct estimate, from the level's CSV.
+  function unitRows(p, level, units) {
+    const rows = [];
+    for (const above of ["county", "state"]) {
+      const table = units[above];
+      if (!table || above === level || level === "state") continue;
+      const geoid = above === "county" ? p.county : p.state;
+      const row = table.get(geoid + "|" + (p.cell === undefined ? "all" : p.cell));
+      const text = row ? estimateText(row, state.value) + (row.status === "released" ? ""
+        : " (" + row.status + ")") : "not published";
+      rows.push([above + " " + geoid + " (" + state.value + ")", text]);
+    }
+    return rows;
+  }
+
+  function popupTable(p, level, units) {
+    const rows = [[LEVELS[level].noun, p.geoid],
+                  ["Status", p.status + (p.reason ? ": " + p.reason : "")]];
+    rows.push(...valueRows(p, level), ...unitRows(p, level, units || {}));
     rows.push(["n", cell(p.n)], ["Mechanism", cell(p.mechanism)],
-              ["Estimand", p.mechanism ? estimandOf(p.mechanism) : "not published"],
+              ["Estimand", p.mechanism ? estimandOf(p.mechanism, level) : "not published"],
               ["Budget spent", "ε = " + cell(p.epsilon_spent) + ", δ = " + cell(p.delta_spent)]);
     if (p.cell !== undefined && p.cell !== "all") rows.splice(1, 0, ["Cell", p.cell]);
     const table = document.createElement("table");
     table.className = "tract-popup";
+    table.dataset.level = level;
     for (const [k, v] of rows) {
       const tr = table.insertRow();
       const th = document.createElement("th");
@@ -236,6 +366,57 @@
     }
   }
 
+  // A level's CSV (counties.csv, states.csv) as a map "geoid|cell" -> row, numbers as the
+  // tiles show them; RFC 4180 (quoted fields may hold commas, quotes and newlines).
+  function parseCsv(text) {
+    const records = [];
+    let row = [], field = "", quoted = false;
+    for (let i = 0; i < text.length; i++) {
+      const c = text[i];
+      if (quoted) {
+        if (c === '"' && text[i + 1] === '"') { field += '"'; i++; }
+        else if (c === '"') quoted = false;
+        else field += c;
+      } else if (c === '"') quoted = true;
+      else if (c === ",") { row.push(field); field = ""; }
+      else if (c === "\n" || c === "\r") {
+        if (c === "\r" && text[i + 1] === "\n") i++;
+        row.push(field); records.push(row); row = []; field = "";
+      } else field += c;
+    }
+    if (field !== "" || row.length) { row.push(field); records.push(row); }
+    return records;
+  }
+
+  async function unitTable(id, level) {
+    const response = await fetch(releaseUrl(id, LEVELS[level].layer + ".csv"));
+    if (!response.ok) throw new Error(LEVELS[level].layer + ".csv: HTTP " + response.status);
+    const text = await response.text();
+    const [header, ...rows] = parseCsv(text);
+    const table = new Map();
+    for (const values of rows) {
+      const row = {};
+      header.forEach((name, i) => {
+        const v = values[i];
+        row[name] = v !== "" && name !== "geoid" && !isNaN(Number(v)) ? Number(v) : v;
+      });
+      table.set(row.geoid + "|" + row.cell, row);
+    }
+    return table;
+  }
+
+  // The county and state tables of the open release, fetched once, when a popup needs them.
+  async function unitTables() {
+    const id = state.release, out = {};
+    for (const level of ["county", "state"]) {
+      if (!state.levels.includes(level)) continue;
+      const key = id + "|" + level;
+      if (!state.unitTables[key]) state.unitTables[key] = unitTable(id, level);
+      out[level] = await state.unitTables[key].catch(() => null);
+    }
+    return out;
+  }
+
   // The values of a string attribute of the tracts layer, from the tiles' tilestats.
   function attributeValues(metadata, name) {
     const layers = (metadata && metadata.tilestats && metadata.tilestats.layers) || [];
@@ -269,15 +450,25 @@
     state.cell = chooseCell(metadata);
     state.mechanisms = attributeValues(metadata, "mechanism").map(String).sort();
     $("cell").value = state.cell;
+    // The levels the release published (config.json's levels; absent: tracts only).
+    const published = (releaseConfig && releaseConfig.levels) || ["tract"];
+    state.levels = ["tract", "county", "state"].filter((l) => published.includes(l));
+    chooseLevelSwitch();
+    state.hasModel = tractFields(metadata).includes("p25_model");
+    chooseEstimateSwitch();
     removeRelease(map);
-    map.addSource(SOURCE, { type: "vector", url: "pmtiles://" + url });
-    addLayers(map);
+    map.fitBounds([[header.minLon, header.minLat], [header.maxLon, header.maxLat]],
+                  { padding: 20, animate: false });
+    state.shownLevel = levelToShow(map.getZoom());
+    for (const level of state.levels) {
+      const levelUrl = level === "tract" ? url : releaseUrl(id, LEVELS[level].file);
+      if (level !== "tract") protocol.add(new pmtiles.PMTiles(levelUrl));
+      addLayers(map, level, levelUrl);
+    }
     drawLegend();
     $("manifest-link").href = releaseUrl(id, "manifest.json");
     $("release").value = id;
     showWithdrawal(id);
-    map.fitBounds([[header.minLon, header.minLat], [header.maxLon, header.maxLat]],
-                  { padding: 20, animate: false });
     map.once("idle", () => {
       if (state.release !== id) return;
       api.loaded = id;
@@ -285,11 +476,42 @@
     });
   }
 
+  // The attribute names of the tracts layer (tippecanoe's vector_layers fields).
+  function tractFields(metadata) {
+    const layers = (metadata && metadata.vector_layers) || [];
+    const layer = layers.find((l) => l.id === LAYER) || {};
+    return Object.keys(layer.fields || {});
+  }
+
+  // The level switch shows only when the release has levels beyond the tract.
+  function chooseLevelSwitch() {
+    $("level-switch").hidden = state.levels.length < 2;
+    for (const radio of document.querySelectorAll("input[name=level]")) {
+      radio.disabled = radio.value !== "auto" && !state.levels.includes(radio.value);
+      radio.checked = radio.value === (state.fixedLevel || "auto");
+    }
+  }
+
+  // The model/direct switch shows only when the tract tiles carry model-based values; the
+  // model-based value is the default then.
+  function chooseEstimateSwitch() {
+    $("estimate-switch").hidden = !state.hasModel;
+    if (!state.hasModel) state.estimate = "direct";
+    else if (!$("estimate-switch").dataset.touched) state.estimate = "model";
+    for (const radio of document.querySelectorAll("input[name=estimate]")) {
+      radio.checked = radio.value === state.estimate;
+    }
+  }
+
   function restyle(map) {
-    if (!map.getLayer("tracts-fill")) return;
-    map.setPaintProperty("tracts-fill", "fill-color", fillColour());
-    for (const id of ["tracts-fill", "tracts-line"]) map.setFilter(id, cellFilter());
-    if (map.getLayer("tracts-hatch")) map.setFilter("tracts-hatch", hatchFilter());
+    for (const level of state.levels) {
+      if (!map.getLayer(layerId(level, "fill"))) continue;
+      map.setPaintProperty(layerId(level, "fill"), "fill-color", fillColour(level));
+      for (const kind of ["fill", "line"]) map.setFilter(layerId(level, kind), cellFilter());
+      if (map.getLayer(layerId(level, "hatch"))) {
+        map.setFilter(layerId(level, "hatch"), hatchFilter(level));
+      }
+    }
     drawLegend();
   }
 
@@ -330,14 +552,20 @@
     await new Promise((resolve) => map.on("load", resolve));
     map.addImage(HATCH, hatchImage(state.legend.low_reliability.colour));
 
-    map.on("click", "tracts-fill", (e) => {
-      const feature = e.features && e.features[0];
-      if (!feature) return;
-      new maplibregl.Popup({ maxWidth: "380px" }).setLngLat(e.lngLat)
-        .setDOMContent(popupTable(feature.properties)).addTo(map);
-    });
-    map.on("mouseenter", "tracts-fill", () => { map.getCanvas().style.cursor = "pointer"; });
-    map.on("mouseleave", "tracts-fill", () => { map.getCanvas().style.cursor = ""; });
+    for (const level of Object.keys(LEVELS)) {
+      const fill = layerId(level, "fill");
+      map.on("click", fill, (e) => {
+        const feature = e.features && e.features[0];
+        if (!feature) return;
+        unitTables().then((units) => {
+          new maplibregl.Popup({ maxWidth: "400px" }).setLngLat(e.lngLat)
+            .setDOMContent(popupTable(feature.properties, level, units)).addTo(map);
+        }).catch((err) => showError(String(err)));
+      });
+      map.on("mouseenter", fill, () => { map.getCanvas().style.cursor = "pointer"; });
+      map.on("mouseleave", fill, () => { map.getCanvas().style.cursor = ""; });
+    }
+    map.on("zoom", () => showLevel(map));
 
     $("release").addEventListener("change", (e) => {
       history.replaceState(null, "", "#release=" + encodeURIComponent(e.target.value));
@@ -347,6 +575,20 @@
       radio.addEventListener("change", (e) => { state.value = e.target.value; restyle(map); });
     }
     $("cell").addEventListener("change", (e) => { state.cell = e.target.value; restyle(map); });
+    for (const radio of document.querySelectorAll("input[name=level]")) {
+      radio.addEventListener("change", (e) => {
+        state.fixedLevel = e.target.value === "auto" ? null : e.target.value;
+        showLevel(map);
+        drawLegend();
+      });
+    }
+    for (const radio of document.querySelectorAll("input[name=estimate]")) {
+      radio.addEventListener("change", (e) => {
+        state.estimate = e.target.value;
+        $("estimate-switch").dataset.touched = "true";
+        restyle(map);
+      });
+    }
     await loadRelease(map, first);
   }
 
