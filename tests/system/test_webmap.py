@@ -442,7 +442,8 @@ def test_feed_page_draws_the_latest_release_with_legend_colours_popup_and_picker
                          f"{_js_number(latest['p25'])} ± {_js_number(latest['p25_se'])} [",
                          f"[{_js_number(latest['p25_lo'])}, {_js_number(latest['p25_hi'])}]",
                          str(latest["n"]), latest["mechanism"],
-                         _js_number(latest["epsilon_spent"]),
+                         # the budget to 6 significant digits (0.99999986... shows as 1)
+                         "ε = " + _js_number(float(format(latest["epsilon_spent"], ".6g"))) + ",",
                          "Estimand", ESTIMAND_TEXT[latest["mechanism"]]):
             assert expected in text, (expected, text)
         other = {"NoisyStats": "DPExpTheilSen", "DPExpTheilSen": "NoisyStats"}

@@ -262,6 +262,13 @@
     return text === undefined || text === null || text === "" ? "not published" : String(text);
   }
 
+  // A budget to 6 significant digits: the levels' shares sum in floating point (0.7 + 0.2 +
+  // 0.1 is 0.9999999999999999), which the popup would otherwise show as "0.99999999".
+  function budgetText(value) {
+    if (value === undefined || value === null || value === "") return cell(value);
+    return String(parseFloat(Number(value).toPrecision(6)));
+  }
+
   // A value with its standard error and interval: "0.41 ± 0.02 [0.38, 0.44]".
   function estimateText(p, name) {
     let text = cell(p[name]);
@@ -314,7 +321,8 @@
     rows.push(...valueRows(p, level), ...unitRows(p, level, units || {}));
     rows.push(["n", cell(p.n)], ["Mechanism", cell(p.mechanism)],
               ["Estimand", p.mechanism ? estimandOf(p.mechanism, level) : "not published"],
-              ["Budget spent", "ε = " + cell(p.epsilon_spent) + ", δ = " + cell(p.delta_spent)]);
+              ["Budget spent", "ε = " + budgetText(p.epsilon_spent) + ", δ = " +
+               budgetText(p.delta_spent)]);
     if (p.cell !== undefined && p.cell !== "all") rows.splice(1, 0, ["Cell", p.cell]);
     const table = document.createElement("table");
     table.className = "tract-popup";
