@@ -2,10 +2,11 @@
 
 An auditor needs the release folder and nothing of this project's code: this module imports
 only the standard library, numpy, pyarrow (with pandas), dp-accounting (for the zCDP → (ε, δ)
-conversion the manifest states it used) and, for ``--ledger`` only, SQLAlchemy. It reads the
-vector tiles with its own PMTiles/MVT reader. It re-derives every privacy figure of the
-manifest from first principles, checks the manifest's structure against fixed rules rather
-than against itself, and compares:
+conversion the manifest states it used), for ``--ledger`` only, SQLAlchemy, and for the
+``small_area`` check only geopandas and ``dpatlas.small_area`` (which imports nothing of
+ours). It reads the vector tiles with its own PMTiles/MVT reader. It re-derives every
+privacy figure of the manifest from first principles, checks the manifest's structure
+against fixed rules rather than against itself, and compares:
 
 (s) schema: ``manifest_version`` is one this audit reads (2; 3 adds the standard errors);
     every required field is there

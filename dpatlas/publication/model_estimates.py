@@ -19,8 +19,8 @@ METHOD = ("Fay–Herriot area-level model (EBLUP) of each tract's direct p25 and
           "function of the published directs (by mechanism and public n), σ² by the adjusted "
           "residual likelihood (Li & Lahiri 2010), the directs' bias by mechanism and size "
           "removed against the county estimates, each state's estimates benchmarked to its "
-          "published value; 95% intervals estimate ± 1.96·√MSE (Prasad–Rao with Datta–Lahiri's "
-          "term) clipped to [0, 1]; tracts without a direct get the synthetic estimate")
+          "published value; 95% intervals estimate ± 1.96·√MSE (Prasad–Rao with "
+          "Datta–Lahiri's term) clipped to [0, 1]; tracts without a direct get the synthetic estimate")
 COVARIATES = ("Gaussian-kernel means (8 and 25 km, the tract itself left out, weighted by "
               "1/D) of the neighbours' directs of the quantity and of the midpoint "
               "(p25 + p75)/2; the county's published p25/p75 and midpoint; positions from the "
