@@ -325,3 +325,29 @@ def test_a_model_value_moved_towards_the_truth_fails(released, forged):
     write_rehashed(forged, manifest_of(forged))
     code, bad = run_audit(forged)
     assert code == 1 and "p25_model differs from the re-fit" in bad["small_area"]
+
+
+def test_a_state_with_too_few_directs_gets_empty_model_columns_the_contract_accepts(released):
+    """The release's model stage on the published tables with all but 40 of the state's
+    directs suppressed: no fit, empty model columns, the reason in the fits; the output
+    contract (GX suite) takes the empty columns, and rejects a model value outside its
+    interval."""
+    from data_contracts import validate_published
+    from dpatlas.publication.model_estimates import add_model_estimates
+
+    tracts = gpd.read_parquet(released / "tracts.parquet").drop(columns=MODEL)
+    levels = {"county": gpd.read_parquet(released / "counties.parquet"),
+              "state": gpd.read_parquet(released / "states.parquet")}
+    hidden = tracts.index[tracts["status"] == "released"][40:]
+    tracts.loc[hidden, "status"] = "suppressed"
+    table, [fit] = add_model_estimates(tracts, levels)
+    assert not fit["fitted"] and "40 tract(s) with a direct estimate" in fit["reason"]
+    assert table[MODEL].isna().all().all() and list(table.columns)[-1] == "geometry"
+    plain = pd.DataFrame(table.drop(columns="geometry"))
+    checked = plain.drop(columns=[c for c in plain.columns if c.endswith(("_lo", "_hi", "_se"))
+                                  and not c.endswith(("_model_lo", "_model_hi", "_model_se"))])
+    checked.loc[hidden, ["p25", "p75", "p25_raw", "p75_raw"]] = None
+    assert validate_published(checked).success
+    checked.loc[0, ["p25_model", "p25_model_lo", "p25_model_hi"]] = [0.9, 0.1, 0.2]
+    broken = validate_published(checked)
+    assert not broken.success and "p25_model_hi" in broken.summary()
