@@ -2281,7 +2281,10 @@ MODEL_COLUMNS = tuple(f"{q}_model{end}" for q in ("p25", "p75")
                       for end in ("", "_lo", "_hi", "_se"))
 MODEL_PAYER = "post-processing (small_area)"
 MODEL_ROUNDING_STEP = 1e-4  # the release rounds the model columns to 4 decimals
-MODEL_FIT_RTOL = 1e-6       # the re-fit's sigma2 and beta against the manifest's
+# The re-fit's sigma2 and beta against the manifest's: loose, because σ² is found by a bounded
+# optimiser (log σ² to 1e-6) whose path may differ on another machine's floating point; the
+# values themselves are held to one rounding step.
+MODEL_FIT_RTOL = 1e-3
 
 
 def _model_differences(published, refit) -> list[str]:

@@ -351,3 +351,11 @@ def test_a_state_with_too_few_directs_gets_empty_model_columns_the_contract_acce
     checked.loc[0, ["p25_model", "p25_model_lo", "p25_model_hi"]] = [0.9, 0.1, 0.2]
     broken = validate_published(checked)
     assert not broken.success and "p25_model_hi" in broken.summary()
+
+
+def test_a_fit_stated_with_another_sigma2_fails(forged):
+    m = manifest_of(forged)
+    m["small_area"]["fits"][0]["p25"]["sigma2"] *= 2
+    write_rehashed(forged, m)
+    code, bad = run_audit(forged)
+    assert code == 1 and "are not the re-fit's" in bad["small_area"]
