@@ -136,7 +136,28 @@ _UNITS = {
 
 def published_suite() -> gx.ExpectationSuite:
     """Contract for the published per-tract table."""
-    return _published(PUBLISHED_SUITE, "tract", PUBLISHED_COLUMNS)
+    suite = _published(PUBLISHED_SUITE, "tract", PUBLISHED_COLUMNS)
+    _model_expectations(suite)
+    return suite
+
+
+def _model_expectations(suite: gx.ExpectationSuite) -> None:
+    """The small-area model's columns, in releases that publish them (kept only when the
+    columns exist): in [0, 1] (the SE at least 0), each interval around its estimate."""
+    for p in ("p25", "p75"):
+        value, lo, hi, se = (f"{p}_model", f"{p}_model_lo", f"{p}_model_hi", f"{p}_model_se")
+        only = {META_KEY: {"only_if_column": value}}
+        for col in (value, lo, hi):
+            suite.add_expectation(gxe.ExpectColumnValuesToBeBetween(
+                column=col, min_value=0.0, max_value=1.0, meta=only,
+                description=f"{col} (model-based) is in [0, 1] where not null"))
+        suite.add_expectation(gxe.ExpectColumnValuesToBeBetween(
+            column=se, min_value=0.0, meta=only,
+            description=f"{se} (the model's root mean squared error) is >= 0 where not null"))
+        for a, b in ((lo, value), (value, hi)):
+            suite.add_expectation(gxe.ExpectColumnPairValuesAToBeGreaterThanB(
+                column_A=b, column_B=a, or_equal=True, ignore_row_if="either_value_is_missing",
+                meta=only, description=f"{a} <= {b}: the model interval contains {value}"))
 
 
 def published_level_suite(level: str) -> gx.ExpectationSuite:

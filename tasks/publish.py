@@ -14,6 +14,7 @@ from dpatlas.release.allocate import BudgetPlan
 from dpatlas.core.config import ReleaseConfig, public_config
 from dpatlas.publication.feed import update_feed
 from dpatlas.release.manifest import build_manifest, input_commitment
+from dpatlas.publication.model_estimates import add_model_estimates
 from dpatlas.publication.level_files import assemble_level, unit_of, write_all_levels
 from dpatlas.publication.tract_files import (PublishError, assemble, release_folder,
                                              standard_error_maximum, verify_release, write_release)
@@ -46,6 +47,10 @@ def publish_release(cfg: ReleaseConfig, release_id: str, result_files: list[Path
 
     results = pd.concat([pd.read_parquet(p) for p in result_files], ignore_index=True)
     table = assemble(results, boundaries, cfg.intervals.level)
+    levels = assemble_levels(level_files or [], boundaries, budget, table, cfg.intervals.level)
+    model_fits = None
+    if cfg.small_area.model:  # post-processing of the tables as published (no budget)
+        table, model_fits = add_model_estimates(table, levels, get_run_logger())
     check = validate_published(pd.DataFrame(table.drop(columns="geometry")),
                                boundary_geoids=list(boundaries["geoid"]),
                                standard_error_max=standard_error_maximum(cfg.intervals.level),
@@ -53,13 +58,12 @@ def publish_release(cfg: ReleaseConfig, release_id: str, result_files: list[Path
     if not check.success:
         raise PublishError("the release table breaks its output contract; nothing was "
                            f"published:\n{check.summary()}")
-    levels = assemble_levels(level_files or [], boundaries, budget, table, cfg.intervals.level)
     contracts = {"tract": check.suite}
     for level, level_table in levels.items():
         contracts[level] = _check_level_contract(level, level_table, boundaries, cfg, internal)
     manifest = build_manifest(cfg, release_id, budget, table,
                               input_commitment(input_sha256, internal), random_source,
-                              started, input_facts, ledger_entry, levels)
+                              started, input_facts, ledger_entry, levels, model_fits)
     manifest["output_contract"] = {"suite": check.suite, "success": True}
     if levels:
         manifest["output_contract"]["level_suites"] = {k: v for k, v in contracts.items()

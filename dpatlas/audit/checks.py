@@ -2,10 +2,11 @@
 
 An auditor needs the release folder and nothing of this project's code: this module imports
 only the standard library, numpy, pyarrow (with pandas), dp-accounting (for the zCDP → (ε, δ)
-conversion the manifest states it used) and, for ``--ledger`` only, SQLAlchemy. It reads the
-vector tiles with its own PMTiles/MVT reader. It re-derives every privacy figure of the
-manifest from first principles, checks the manifest's structure against fixed rules rather
-than against itself, and compares:
+conversion the manifest states it used), for ``--ledger`` only, SQLAlchemy, and for the
+``small_area`` check only geopandas and ``dpatlas.small_area`` (which imports nothing of
+ours). It reads the vector tiles with its own PMTiles/MVT reader. It re-derives every
+privacy figure of the manifest from first principles, checks the manifest's structure
+against fixed rules rather than against itself, and compares:
 
 (s) schema: ``manifest_version`` is one this audit reads (2; 3 adds the standard errors);
     every required field is there
@@ -84,6 +85,13 @@ than against itself, and compares:
     intervals, standard errors); n per unit the sum of its tracts' n; the CSV and GeoJSON
     (and the level's vector tiles ``counties.pmtiles``/``states.pmtiles``, when listed, at
     their lowest zoom) holding the parquet's values; and no level file without its level.
+(m) small_area: model-based tract columns (``p25_model``, ``_lo``, ``_hi``, ``_se``, and p75's)
+    are there exactly with the manifest's ``small_area`` section and are declared
+    post-processing (no budget step); the model is re-fitted from the published files alone
+    (tracts.parquet with its geometry, counties.parquet, states.parquet) by
+    ``dpatlas.small_area`` (the one package of ours the audit imports; it imports nothing of
+    ours, and this check alone reads geometry, with geopandas), and every published model
+    value must be within one rounding step of the re-fit, with the fits' σ² and β as stated.
 
 External anchors, run only when given (otherwise a ``skip`` line says what was not checked):
 ``--boundaries FILE`` (the boundary file whose sha256 the manifest states has every tract
@@ -1618,6 +1626,8 @@ def column_payer(column: str, m: dict) -> str | None:
     from paid or public values; None if nothing does."""
     if column in PUBLIC_COLUMNS:
         return "public"
+    if column in MODEL_COLUMNS:
+        return MODEL_PAYER
     if column in VALUE_COLUMNS:
         return PRIMARY_STEP
     if column in INTERVAL_COLUMNS or column in SE_COLUMNS:
@@ -1646,7 +1656,7 @@ def check_columns(folder: Path, m: dict) -> str:
         if payer is None:
             problems.append(f"{column!r} is paid for by no step (only {', '.join(PUBLIC_COLUMNS)} "
                             "may be public)")
-        elif not payer.startswith("public") and payer not in steps:
+        elif not payer.startswith(("public", MODEL_PAYER)) and payer not in steps:
             problems.append(f"{column!r} needs the budget step {payer!r}, which the budget "
                             "does not have")
     for key, text in m["published_columns"].items():
@@ -1657,9 +1667,31 @@ def check_columns(folder: Path, m: dict) -> str:
                 problems.append(f"published_columns declares {extra} public; only "
                                 f"{', '.join(PUBLIC_COLUMNS)} may be")
     problems += _interval_problems(m, columns, steps)
+    problems += _model_column_problems(m, columns)
     if problems:
         raise Mismatch("; ".join(problems))
     return f"{len(columns)} columns, each public or paid for by its budget step"
+
+
+def _model_column_problems(m: dict, columns: list[str]) -> list[str]:
+    """The model columns: all or none, exactly with the ``small_area`` section, declared in
+    published_columns as post-processing (they have no budget step of their own)."""
+    has = [c for c in MODEL_COLUMNS if c in columns]
+    if not has:
+        return ["a small_area section without the model columns"] if m.get("small_area") else []
+    problems = []
+    if len(has) != len(MODEL_COLUMNS):
+        problems.append(f"model columns {has} without the rest of {list(MODEL_COLUMNS)}")
+    if not isinstance(m.get("small_area"), dict):
+        problems.append("model columns without the manifest's small_area section")
+    declared = {c.strip(): text for key, text in m["published_columns"].items()
+                for c in str(key).split(",")}
+    for column in has:
+        text = declared.get(column)
+        if not (isinstance(text, str) and "post-processing" in text):
+            problems.append(f"{column!r} is not declared in published_columns as "
+                            "post-processing of published columns")
+    return problems
 
 
 def _interval_problems(m: dict, columns: list[str], steps: dict) -> list[str]:
@@ -2259,6 +2291,101 @@ def check_levels(folder: Path, m: dict) -> str:
             "(and tiles, where published) hold the tables' values")
 
 
+# ------------------------------------------ small_area: model-based tract estimates (issue 20)
+#
+# Post-processing of published values: the auditor re-fits the model from the published files
+# with dpatlas.small_area (numpy, pandas and scipy; it imports nothing of ours) and compares.
+
+MODEL_COLUMNS = tuple(f"{q}_model{end}" for q in ("p25", "p75")
+                      for end in ("", "_lo", "_hi", "_se"))
+MODEL_PAYER = "post-processing (small_area)"
+MODEL_ROUNDING_STEP = 1e-4  # the release rounds the model columns to 4 decimals
+# The re-fit's sigma2 and beta against the manifest's: loose, because σ² is found by a bounded
+# optimiser (log σ² to 1e-6) whose path may differ on another machine's floating point; the
+# values themselves are held to one rounding step.
+MODEL_FIT_RTOL = 1e-3
+
+
+def _model_differences(published, refit) -> list[str]:
+    problems = []
+    for c in MODEL_COLUMNS:
+        a, b = published[c].to_numpy(dtype=float), refit[c].to_numpy(dtype=float)
+        nan_a, nan_b = np.isnan(a), np.isnan(b)
+        off = (nan_a != nan_b) | (~nan_a & ~nan_b & (np.abs(np.where(nan_a, 0, a) - np.where(
+            nan_b, 0, b)) > MODEL_ROUNDING_STEP * (1 + 1e-6)))
+        if off.any():
+            k = int(np.argmax(off))
+            problems.append(f"{c} differs from the re-fit by more than one rounding step in "
+                            f"{int(off.sum())} row(s), e.g. geoid {published['geoid'].iloc[k]}"
+                            f" cell {published['cell'].iloc[k]}: {a[k]!r} published, "
+                            f"{b[k]!r} re-fitted")
+    return problems
+
+
+def _fit_problems(stated, refit: list[dict]) -> list[str]:
+    if not isinstance(stated, list) or len(stated) != len(refit):
+        return [f"small_area.fits lists {len(stated) if isinstance(stated, list) else stated!r}"
+                f" fit(s), the re-fit has {len(refit)} (one per cell and state)"]
+    problems = []
+    for s, r in zip(stated, refit):
+        where = f"cell {r['cell']} state {r['state']}"
+        if not isinstance(s, dict) or any(s.get(k) != r[k] for k in
+                                          ("cell", "state", "tracts", "directs", "fitted")):
+            problems.append(f"small_area.fits: the fit of {where} is not stated as re-fitted")
+            continue
+        for q in ("p25", "p75") if r["fitted"] else ():
+            got, want = s.get(q) or {}, r[q]
+            beta = got.get("beta")
+            if not (_is_number(got.get("sigma2")) and isinstance(beta, list)
+                    and len(beta) == len(want["beta"]) and all(_is_number(b) for b in beta)
+                    and np.allclose([got["sigma2"], *beta], [want["sigma2"], *want["beta"]],
+                                    rtol=MODEL_FIT_RTOL, atol=1e-12)):
+                problems.append(f"small_area.fits: {where} {q}: sigma2/beta {got.get('sigma2')!r}"
+                                f"/{beta!r} are not the re-fit's {want['sigma2']!r}/"
+                                f"{want['beta']!r}")
+    return problems
+
+
+def check_small_area(folder: Path, m: dict) -> str:
+    """Model-based columns re-fitted from the published files: tracts.parquet (with its
+    geometry), counties.parquet and states.parquet; each value within one rounding step."""
+    try:
+        columns = pq.read_schema(folder / "tracts.parquet").names
+    except Exception as err:  # noqa: BLE001 - any reader error is a finding
+        raise Mismatch(f"tracts.parquet cannot be read: {err}") from None
+    section = m.get("small_area")
+    has = [c for c in MODEL_COLUMNS if c in columns]
+    if not has and not section:
+        return "no model-based columns"
+    if not has or not isinstance(section, dict) or len(has) != len(MODEL_COLUMNS):
+        raise Mismatch(f"model columns {has} and the manifest's small_area section "
+                       f"{'present' if section else 'absent'} do not go together")
+    if not (_config(folder).get("small_area") or {}).get("model"):
+        raise Mismatch("model columns, but config.json does not ask for the model "
+                       "(small_area.model)")
+    import geopandas
+    import pandas as pd
+
+    from dpatlas.small_area.published import fit_published
+
+    levels = m.get("levels") or {}
+    try:
+        tracts = geopandas.read_parquet(folder / "tracts.parquet")
+        tables = [pd.read_parquet(folder / f"{LEVEL_STEMS[lv]}.parquet") if lv in levels
+                  else None for lv in ("county", "state")]
+        refit, fits = fit_published(tracts, *tables)
+    except Exception as err:  # noqa: BLE001 - a model that cannot be re-fitted is a finding
+        raise Mismatch(f"the model cannot be re-fitted from the published files: "
+                       f"{type(err).__name__} {err}") from None
+    problems = _model_differences(tracts, refit) + _fit_problems(section.get("fits"), fits)
+    if problems:
+        raise Mismatch("; ".join(problems))
+    fitted = sum(f["fitted"] for f in fits)
+    return (f"re-fitted from tracts.parquet, counties.parquet and states.parquet: {fitted} of "
+            f"{len(fits)} cell-state fit(s); every model value within one rounding step of "
+            "the published one")
+
+
 # ----------------------------------------------------- external anchors: boundaries, ledger
 
 
@@ -2530,8 +2657,9 @@ CHECKS: list[tuple[str, Callable[[Path, dict], str]]] = [
     ("table", check_table),
     ("formats", check_formats),
     ("levels", check_levels),
+    ("small_area", check_small_area),
 ]
-RELEASE_ONLY = ("public", "config", "columns", "table", "formats", "levels")
+RELEASE_ONLY = ("public", "config", "columns", "table", "formats", "levels", "small_area")
 SYNTHETIC_CHECKS[:] = [(name, fn) for name, fn in CHECKS if name not in RELEASE_ONLY]
 SYNTHETIC_CHECKS.append(("synthetic rows", check_synthetic_table))
 # Checks against something outside the folder, run only when given (ANCHORS: the option).

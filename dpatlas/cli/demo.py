@@ -47,6 +47,8 @@ def release_config(data: Path, publish_root: Path, *, profile: str = "primary",
         "publish": {"root": str(publish_root.resolve())},
         # counties and states beside the tracts (issue 20), at the default split
         "levels": ["tract", "county", "state"],
+        # model-based tract estimates from the published tables (docs/small-area.md)
+        "small_area": {"model": True},
         **extra,
     }
 

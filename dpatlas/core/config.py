@@ -183,6 +183,12 @@ class LimitsConfig(_Strict):
     memory_gib: float = Field(4.0, gt=0, le=1024)
 
 
+class SmallAreaConfig(_Strict):
+    # Model-based tract estimates (p25_model, p75_model with intervals and SE): post-processing
+    # of the published tract, county and state tables (docs/small-area.md), no budget.
+    model: bool = False
+
+
 class ReleaseConfig(_Strict):
     release_id: Optional[str] = None
     input: InputConfig
@@ -204,6 +210,7 @@ class ReleaseConfig(_Strict):
     # compose sequentially: each person is in one tract, one county and one state).
     levels: tuple[Literal["tract", "county", "state"], ...] = ("tract",)
     level_shares: Optional[dict[str, float]] = None
+    small_area: SmallAreaConfig = SmallAreaConfig()
 
     @field_validator("level_shares", mode="before")
     @classmethod
@@ -219,6 +226,12 @@ class ReleaseConfig(_Strict):
                              "beside the tracts)")
         if len(set(self.levels)) != len(self.levels):
             raise ValueError(f"levels: {list(self.levels)} names a level twice")
+        if self.small_area.model and not {"county", "state"} <= set(self.levels):
+            # fit_model removes the directs' bias against the county estimates and benchmarks
+            # to the state's; without them it would publish biased values, unevaluated.
+            raise ValueError("small_area.model needs the county and state levels (levels: "
+                             "[tract, county, state]): the model removes the tract directs' "
+                             "bias against the county estimates and benchmarks to the state's")
         if self.level_shares is None:
             return self
         shares = self.level_shares
@@ -370,6 +383,8 @@ def _drop_default_levels(cfg: ReleaseConfig, data: dict) -> None:
     if cfg.levels == ("tract",) and cfg.level_shares is None:
         data.pop("levels", None)
         data.pop("level_shares", None)
+    if not cfg.small_area.model:  # likewise a release without the model (the default)
+        data.pop("small_area", None)
 
 
 EXAMPLE = """\
@@ -458,4 +473,7 @@ limits:
 levels: [tract]               # geography levels published: tract, county, state (tract always)
 # level_shares: {tract: 0.7, county: 0.2, state: 0.1}  # split of epsilon_per_tract across
                               # the levels (default: these, scaled to the levels given)
+small_area:
+  model: false                # true: publish model-based tract estimates (p25_model...;
+                              # post-processing, no budget; needs levels county and state)
 """

@@ -148,10 +148,14 @@ def rounding_statement(columns, decimals: int = PUBLISHED_DECIMALS) -> dict:
     """What the manifest says about the rounding of the published values (``rounding``)."""
     lower, upper = _bound_columns(columns)
     points = _point_columns(columns)
+    model = [c for c in columns if c in _MODEL_TEXT]  # rounded by the small-area stage
     return {
         "decimals": decimals,
-        "to_nearest": points + [c for c in ("p25", "p75") if c in columns],
-        "outwards": {"down": lower, "up": upper + [c for c in SE_COLUMNS if c in columns]},
+        "to_nearest": points + [c for c in ("p25", "p75") if c in columns]
+        + [c for c in model if c.endswith("_model")],
+        "outwards": {"down": lower + [c for c in model if c.endswith("_lo")],
+                     "up": upper + [c for c in SE_COLUMNS if c in columns]
+                     + [c for c in model if c.endswith(("_hi", "_se"))]},
         "rule": (f"released values rounded to {decimals} decimals before p25/p75 are clipped to "
                  "[0, 1]: point values to nearest (numpy.round: ties of x·10^decimals to even), "
                  "interval bounds outwards so each published "
@@ -492,6 +496,19 @@ _FIELDS: dict[str, tuple[str, str, dict]] = {
                     {"required": True, "minimum": 0, "maximum": 1}),
 }
 _INTERVAL_TEXT = {"lo": "lower", "hi": "upper"}
+# The small-area model's columns (dpatlas/publication/model_estimates.py).
+_MODEL = ("model-based (Fay–Herriot) estimate from published values only; shrinks towards "
+          "neighbours and the county; see docs/small-area.md")
+_MODEL_TEXT = {
+    **{f"{q}_model": f"{q}: {_MODEL}. Rounded to {{decimals}} decimals; empty where the "
+       "model was not fitted (manifest small_area.fits)" for q in ("p25", "p75")},
+    **{f"{q}_model_{end}": f"{word.capitalize()} bound of the 95% interval of {q}_model: "
+       f"{_MODEL}. Rounded {way} to {{decimals}} decimals"
+       for q in ("p25", "p75")
+       for end, word, way in (("lo", "lower", "down"), ("hi", "upper", "up"))},
+    **{f"{q}_model_se": f"Root mean squared error of {q}_model: {_MODEL}. Rounded up to "
+       "{decimals} decimals" for q in ("p25", "p75")},
+}
 
 
 def _standard_error_text(column: str, level: float, decimals: int) -> str:
@@ -525,6 +542,9 @@ def _field(column: str, decimals: int, level: float = 0.95) -> dict:
     elif column in SE_COLUMNS:
         kind, text = "number", _standard_error_text(column, level, decimals)
         constraints = {"minimum": 0, "maximum": standard_error_maximum(level, decimals)}
+    elif column in _MODEL_TEXT:
+        kind, text = "number", _MODEL_TEXT[column].format(decimals=decimals)
+        constraints = {"minimum": 0} if column.endswith("_se") else dict(_RANK)
     elif column.endswith(("_p25", "_p75")):
         name, value = column.rsplit("_", 1)
         kind, constraints = "number", {}

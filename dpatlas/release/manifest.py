@@ -25,6 +25,7 @@ from mechanisms.intervals import ESTIMANDS as INTERVAL_ESTIMANDS
 from mechanisms.privacy import (CONVERSION_TEXT, GROUP_PRIVACY_RULES, PROJECT_RELATION,
                                 MixedRelations, Relation, as_dict, convert_relation)
 
+from dpatlas.publication.model_estimates import model_published_columns, small_area_section
 from dpatlas.publication.level_files import (GEOID_DIGITS, level_files,
                                              level_published_columns)
 from dpatlas.release.allocate import (LEVEL_MECHANISM, BudgetPlan, level_estimate_step,
@@ -381,11 +382,13 @@ def levels_section(plan: BudgetPlan, level_tables: dict) -> dict:
 
 def build_manifest(cfg: ReleaseConfig, release_id: str, plan: BudgetPlan, table: pd.DataFrame,
                    input_commitment: dict, random_source: str, started: str, input_facts: dict,
-                   ledger_entry: dict | None = None, level_tables: dict | None = None) -> dict:
+                   ledger_entry: dict | None = None, level_tables: dict | None = None,
+                   model_fits: list[dict] | None = None) -> dict:
     """The public manifest of a release (``files`` is added by ``publish.write_release``).
 
     ``ledger_entry``: the flow's entry (sums of the ledger's charges); only its public keys are
-    kept and its sums are checked against the plan.
+    kept and its sums are checked against the plan. ``model_fits``: the small-area model's
+    fits when the release publishes it (section ``small_area``; post-processing, no budget).
     """
     # Validation reports (rows quarantined, clipped) are NOT differentially private: they stay
     # in the internal folder and never enter this public manifest.
@@ -465,6 +468,7 @@ def build_manifest(cfg: ReleaseConfig, release_id: str, plan: BudgetPlan, table:
                 f"z the standard normal quantile at (1 + {plan.interval_level:g})/2, rounded "
                 f"up to {PUBLISHED_DECIMALS} decimals; not the standard deviation of the "
                 "estimate"} if plan.interval_epsilon else {}),
+            **(model_published_columns() if model_fits is not None else {}),
         },
         "intervals": ({"level": plan.interval_level, "epsilon": plan.interval_epsilon,
                        "estimand": dict(INTERVAL_ESTIMANDS),
@@ -482,6 +486,8 @@ def build_manifest(cfg: ReleaseConfig, release_id: str, plan: BudgetPlan, table:
     if plan.levels:
         manifest["composition"] = {**COMPOSITION, "across_levels": ACROSS_LEVELS}
         manifest["levels"] = levels_section(plan, level_tables or {})
+    if model_fits is not None:
+        manifest["small_area"] = small_area_section(model_fits)
     leaked = machine_paths(manifest, _local_paths(cfg))
     if leaked:
         raise PublishError(f"the manifest would publish a machine path (a bug; nothing was "

@@ -281,8 +281,9 @@ def fit_model(tracts: pd.DataFrame, counties: pd.DataFrame | None = None,
                          f"{list(out['geoid'][pos['x'].isna().to_numpy()][:5])}")
     xy = pos[["x", "y"]].to_numpy()
     derived = [_with_mid(t) if t is not None else None for t in (out, counties, states)]
+    out.attrs["fits"] = {}  # per quantity: covariates, β and σ² (the release's manifest)
     for q in QUANTITIES:
-        est, se, _ = fit_quantity(derived[0], q, xy, derived[1], derived[2])
+        est, se, out.attrs["fits"][q] = fit_quantity(derived[0], q, xy, derived[1], derived[2])
         est = np.clip(est, 0.0, 1.0)
         model, lo, hi, model_se = model_columns(q)
         out[model] = est

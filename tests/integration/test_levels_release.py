@@ -33,7 +33,8 @@ LEVELS = ["tract", "county", "state"]
 
 @pytest.fixture(scope="module")
 def released(tmp_path_factory) -> Path:
-    """A seeded release of a 90-tract, 3-county state with all three levels."""
+    """A seeded release of a 90-tract, 3-county state with all three levels and the
+    small-area model."""
     tmp = tmp_path_factory.mktemp("levels")
     write_synthetic(tmp / "data", ["17"], seed=5, params=StateParams(n_tracts=90, counties=3))
     cfg = {"input": {"path": str(tmp / "data" / "microdata")},
@@ -42,7 +43,7 @@ def released(tmp_path_factory) -> Path:
            "selection": {"rule": "dp", "threshold": 3.0},
            "publish": {"root": str(tmp / "releases"), "internal_root": str(tmp / "internal")},
            "ledger": {"url": f"sqlite:///{tmp / 'ledger.db'}", "dataset": "il"},
-           "partition_tracts": 30, "levels": LEVELS}
+           "partition_tracts": 30, "levels": LEVELS, "small_area": {"model": True}}
     with prefect_test_harness(server_startup_timeout=180):
         from flows.release import release
 
@@ -229,3 +230,156 @@ def test_a_level_budget_that_is_not_the_configs_share_fails(forged):
     write_rehashed(forged, manifest_of(forged))
     code, bad = run_audit(forged)
     assert code == 1 and "level_shares.county" in bad["levels"]
+
+
+# --------------------------------------------- the small-area model (issue 20, item 2)
+
+MODEL = ["p25_model", "p25_model_lo", "p25_model_hi", "p25_model_se",
+         "p75_model", "p75_model_lo", "p75_model_hi", "p75_model_se"]
+
+
+def refit_from_files(folder: Path) -> pd.DataFrame:
+    """The model re-fitted from the published files alone (what dpatlas audit does)."""
+    from dpatlas.small_area.published import fit_published
+
+    values, _ = fit_published(gpd.read_parquet(folder / "tracts.parquet"),
+                              pd.read_parquet(folder / "counties.parquet"),
+                              pd.read_parquet(folder / "states.parquet"))
+    return values
+
+
+def test_the_release_publishes_model_columns_the_audit_refits(released):
+    m = manifest_of(released)
+    tracts = gpd.read_parquet(released / "tracts.parquet")
+    assert set(MODEL) <= set(tracts.columns) and tracts[MODEL].notna().all().all()
+    # rounded like the other published values: 4 decimals, intervals around the estimate
+    assert (tracts[MODEL] * 1e4 - (tracts[MODEL] * 1e4).round()).abs().max().max() < 1e-6
+    for q in ("p25", "p75"):
+        assert (tracts[f"{q}_model_lo"] <= tracts[f"{q}_model"]).all()
+        assert (tracts[f"{q}_model"] <= tracts[f"{q}_model_hi"]).all()
+    csv = read_csv_with_schema(released / "tracts.csv", released / "tracts.schema.json")
+    assert csv[MODEL].to_numpy() == pytest.approx(tracts[MODEL].to_numpy())
+    fields = {f["name"]: f for f in json.loads(
+        (released / "tracts.schema.json").read_text())["fields"]}
+    assert "model-based (Fay–Herriot) estimate from published values only" in fields[
+        "p25_model"]["description"]
+    doc = json.loads((released / "tracts.geojson").read_text())
+    assert set(MODEL) <= set(doc["features"][0]["properties"])
+    section = m["small_area"]
+    assert section["columns"] == MODEL and "post-processing" in section["budget"]
+    [fit] = section["fits"]  # one cell, one state
+    assert fit["fitted"] and fit["cell"] == "all" and fit["state"] == "17"
+    assert fit["p25"]["sigma2"] > 0 and len(fit["p25"]["beta"]) == len(fit["p25"]["covariates"])
+    assert any("epsilon 8" in text for text in section["limits"])
+    assert "post-processing" in m["published_columns"][", ".join(MODEL)]
+    assert not any("model" in s["step"] for s in m["budget"]["steps"])  # no budget
+    assert set(MODEL) <= set(m["rounding"]["to_nearest"] + m["rounding"]["outwards"]["down"]
+                             + m["rounding"]["outwards"]["up"])
+    # the proof that the model's inputs are the published columns: re-fitted from the
+    # published files alone it gives the published numbers (within one rounding step)
+    refit = refit_from_files(released)
+    assert (refit[MODEL] - tracts[MODEL]).abs().max().max() <= 1e-4 + 1e-12
+    code, bad = run_audit(released)
+    assert code == 0 and bad == {}
+
+
+def test_the_model_reads_only_its_published_input_columns(released):
+    """Scrambling every other column (raw values, intervals, the model's own columns) leaves
+    the re-fit unchanged; changing a published direct changes it."""
+    from dpatlas.small_area.published import fit_published
+
+    tracts = gpd.read_parquet(released / "tracts.parquet")
+    levels = [pd.read_parquet(released / f"{s}.parquet") for s in ("counties", "states")]
+    base, _ = fit_published(tracts, *levels)
+    scrambled = tracts.copy()
+    for c in ["p25_raw", "p75_raw", "p25_lo", "p25_hi", "p75_lo", "p75_hi", "p25_se",
+              "p75_se", "epsilon_spent", *MODEL]:
+        scrambled[c] = 0.5
+    again, _ = fit_published(scrambled, *levels)
+    pd.testing.assert_frame_equal(again, base)
+    moved = tracts.copy()
+    k = moved.index[moved["status"] == "released"][0]
+    moved.loc[k, "p25"] = 1.0 - moved.loc[k, "p25"]
+    changed, _ = fit_published(moved, *levels)
+    assert abs(changed.loc[k, "p25_model"] - base.loc[k, "p25_model"]) > 1e-4
+
+
+def test_a_model_value_changed_in_the_parquet_fails(forged):
+    table = gpd.read_parquet(forged / "tracts.parquet")
+    table.loc[0, "p25_model"] = round(1.0 - table.loc[0, "p25_model"], 4)
+    table.to_parquet(forged / "tracts.parquet", index=False)
+    write_rehashed(forged, manifest_of(forged))
+    code, bad = run_audit(forged)
+    assert code == 1 and "p25_model differs from the re-fit" in bad["small_area"]
+
+
+def test_model_columns_not_declared_as_post_processing_fail(forged):
+    m = manifest_of(forged)
+    m["published_columns"][", ".join(MODEL)] = "the step 'model' (its own budget)"
+    del m["small_area"]
+    write_rehashed(forged, m)
+    code, bad = run_audit(forged)
+    assert code == 1
+    assert "not declared in published_columns as post-processing" in bad["columns"]
+    assert "small_area section absent" in bad["small_area"]
+
+
+def test_a_model_value_moved_towards_the_truth_fails(released, forged):
+    """A model value computed from something not published (here the tract's own records:
+    their least-squares p25, the truth the model estimates), in the Parquet, CSV and GeoJSON,
+    the manifest rehashed: the re-fit from the published files tells."""
+    import numpy as np
+
+    micro = pd.read_parquet(released.parent.parent / "data" / "microdata")
+    tracts = gpd.read_parquet(forged / "tracts.parquet")
+    released_rows = tracts.index[tracts["status"] == "released"]
+    k = released_rows[0]
+    mine = micro[micro["geoid"].astype(str) == tracts.loc[k, "geoid"]]
+    slope, intercept = np.polyfit(mine["parent_rank"], mine["child_rank"], 1)
+    truth = float(np.clip(intercept + 0.25 * slope, 0, 1))
+    assert abs(truth - tracts.loc[k, "p25_model"]) > 2e-4
+    tracts.loc[k, "p25_model"] = round(truth, 4)
+    tracts.to_parquet(forged / "tracts.parquet", index=False)
+    flat = pd.read_csv(forged / "tracts.csv", dtype=str, keep_default_na=False)
+    flat.loc[k, "p25_model"] = repr(round(truth, 4))
+    flat.to_csv(forged / "tracts.csv", index=False)
+    doc = json.loads((forged / "tracts.geojson").read_text())
+    doc["features"][k]["properties"]["p25_model"] = round(truth, 4)
+    (forged / "tracts.geojson").write_text(json.dumps(doc))
+    write_rehashed(forged, manifest_of(forged))
+    code, bad = run_audit(forged)
+    assert code == 1 and "p25_model differs from the re-fit" in bad["small_area"]
+
+
+def test_a_state_with_too_few_directs_gets_empty_model_columns_the_contract_accepts(released):
+    """The release's model stage on the published tables with all but 40 of the state's
+    directs suppressed: no fit, empty model columns, the reason in the fits; the output
+    contract (GX suite) takes the empty columns, and rejects a model value outside its
+    interval."""
+    from data_contracts import validate_published
+    from dpatlas.publication.model_estimates import add_model_estimates
+
+    tracts = gpd.read_parquet(released / "tracts.parquet").drop(columns=MODEL)
+    levels = {"county": gpd.read_parquet(released / "counties.parquet"),
+              "state": gpd.read_parquet(released / "states.parquet")}
+    hidden = tracts.index[tracts["status"] == "released"][40:]
+    tracts.loc[hidden, "status"] = "suppressed"
+    table, [fit] = add_model_estimates(tracts, levels)
+    assert not fit["fitted"] and "40 tract(s) with a direct estimate" in fit["reason"]
+    assert table[MODEL].isna().all().all() and list(table.columns)[-1] == "geometry"
+    plain = pd.DataFrame(table.drop(columns="geometry"))
+    checked = plain.drop(columns=[c for c in plain.columns if c.endswith(("_lo", "_hi", "_se"))
+                                  and not c.endswith(("_model_lo", "_model_hi", "_model_se"))])
+    checked.loc[hidden, ["p25", "p75", "p25_raw", "p75_raw"]] = None
+    assert validate_published(checked).success
+    checked.loc[0, ["p25_model", "p25_model_lo", "p25_model_hi"]] = [0.9, 0.1, 0.2]
+    broken = validate_published(checked)
+    assert not broken.success and "p25_model_hi" in broken.summary()
+
+
+def test_a_fit_stated_with_another_sigma2_fails(forged):
+    m = manifest_of(forged)
+    m["small_area"]["fits"][0]["p25"]["sigma2"] *= 2
+    write_rehashed(forged, m)
+    code, bad = run_audit(forged)
+    assert code == 1 and "are not the re-fit's" in bad["small_area"]

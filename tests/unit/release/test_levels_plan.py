@@ -98,3 +98,21 @@ def test_default_levels_leave_the_config_fingerprint_as_before():
     with_levels = cfg(levels=["tract", "county"])
     assert public_config(with_levels)["levels"] == ["tract", "county"]
     assert fingerprint(c) != fingerprint(with_levels)
+
+
+@pytest.mark.parametrize("levels", [["tract"], ["tract", "county"], ["tract", "state"]])
+def test_the_model_without_county_and_state_levels_is_refused(levels):
+    with pytest.raises(ConfigError) as err:
+        cfg(levels=levels, small_area={"model": True})
+    assert "small_area.model needs the county and state levels" in str(err.value)
+
+
+def test_the_model_is_off_by_default_and_leaves_the_config_as_before():
+    from dpatlas.core.config import fingerprint, public_config
+
+    three = ["tract", "county", "state"]
+    off, on = cfg(levels=three), cfg(levels=three, small_area={"model": True})
+    assert not off.small_area.model and "small_area" not in public_config(off)
+    assert fingerprint(off) == fingerprint(cfg(levels=three, small_area={"model": False}))
+    assert public_config(on)["small_area"] == {"model": True}
+    assert fingerprint(on) != fingerprint(off)
