@@ -23,11 +23,13 @@ estimates (NoisyStats on thousands of people, no selection) per size bin and rem
 estimates of each state are benchmarked to the state's published value (n-weighted mean).
 
 Sampling variances. At ε = 1 the published interval is [0, 1] for most tracts, so its SE
-(0.255) says nothing about the tract. The variances are a *generalised variance function*
+(0.255) says nothing about the tract. The variances are *generalised variance functions*
 fitted to the published directs: the mean squared residual about the covariates, per
-mechanism and size bin, is τ + a_m·n^(−b_m); D_i = a_m·n_i^(−b_m) is fed to the model and τ
-(the part no sample size removes) is left to its variance σ². The split is not identified
-by one release (docs/small-area.md, "Limits"): the intervals are only as good as σ̂².
+mechanism and size bin, is D_i + σ², split by the shape of D in n (docs/small-area.md,
+"Which variance"). The intervals use the mechanisms' rates, τ + min(a_m/n² + c_m/n, cap_m)
+(``variance_function``), which leave τ to σ²; the point estimate shrinks with a free power
+law τ + a_m·n^(−b_m) (``power_law_variance_function``), whose σ̂² is smaller, and its MSE is
+that estimator's own under the rate-shaped D and the larger σ̂² (``fay_herriot.mse_of_weights``).
 
 Tracts without a direct (suppressed, failed) get the synthetic estimate with its MSE.
 """
