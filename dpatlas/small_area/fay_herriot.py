@@ -84,6 +84,25 @@ def fit(y, X, D, adjusted: bool = True) -> FayHerriotFit:
     return FayHerriotFit(beta, cov, sigma2, float(2.0 / np.sum(w ** 2)), len(y))
 
 
+def synthetic_variance(fitted: FayHerriotFit, X) -> np.ndarray:
+    """g2's core per area: x_i'(X'V⁻¹X)⁻¹x_i, the variance of the synthetic estimate x_i'β̂."""
+    X = np.asarray(X, dtype=float)
+    return np.einsum("ij,jk,ik->i", X, fitted.beta_cov, X)
+
+
+def mse_of_weights(gamma, D, g2, sigma2: float, sigma2_var: float) -> np.ndarray:
+    """MSE of θ̂_i = γ_i·y_i + (1 − γ_i)·x_i'β̂ for *given* weights γ_i when the area effects
+    have variance ``sigma2``: γ²·D + (1 − γ)²·(σ² + g2) + 2·g3, g3 = D²/(σ² + D)³·V(σ̂²).
+
+    With γ_i = σ²/(σ² + D_i) it is Prasad–Rao's g1 + g2 + 2·g3; with weights from another σ̂²
+    (or other D) it is the MSE of the estimator actually used, so an estimate can shrink with
+    one variance split and be bounded with a more conservative one. An area without a direct
+    has γ = 0 and D = 0: σ² + g2."""
+    gamma, D, g2 = (np.asarray(a, dtype=float) for a in (gamma, D, g2))
+    g3 = np.where(D > 0, D ** 2 / (sigma2 + D) ** 3, 0.0) * sigma2_var
+    return gamma ** 2 * D + (1 - gamma) ** 2 * (sigma2 + g2) + 2 * g3
+
+
 def eblup(fitted: FayHerriotFit, X, y=None, D=None) -> tuple[np.ndarray, np.ndarray]:
     """EBLUP and its Prasad–Rao MSE for areas with covariates ``X``; ``y``, ``D`` their
     directs and sampling variances, NaN/inf where an area has none (then: the synthetic)."""

@@ -23,11 +23,13 @@ estimates (NoisyStats on thousands of people, no selection) per size bin and rem
 estimates of each state are benchmarked to the state's published value (n-weighted mean).
 
 Sampling variances. At ε = 1 the published interval is [0, 1] for most tracts, so its SE
-(0.255) says nothing about the tract. The variances are a *generalised variance function*
+(0.255) says nothing about the tract. The variances are *generalised variance functions*
 fitted to the published directs: the mean squared residual about the covariates, per
-mechanism and size bin, is τ + a_m·n^(−b_m); D_i = a_m·n_i^(−b_m) is fed to the model and τ
-(the part no sample size removes) is left to its variance σ². The split is not identified
-by one release (docs/small-area.md, "Limits"): the intervals are only as good as σ̂².
+mechanism and size bin, is D_i + σ², split by the shape of D in n (docs/small-area.md,
+"Which variance"). The intervals use the mechanisms' rates, τ + min(a_m/n² + c_m/n, cap_m)
+(``variance_function``), which leave τ to σ²; the point estimate shrinks with a free power
+law τ + a_m·n^(−b_m) (``power_law_variance_function``), whose σ̂² is smaller, and its MSE is
+that estimator's own under the rate-shaped D and the larger σ̂² (``fay_herriot.mse_of_weights``).
 
 Tracts without a direct (suppressed, failed) get the synthetic estimate with its MSE.
 """
@@ -97,10 +99,54 @@ def winsorised(values: np.ndarray, lo: float = 0.0, hi: float = 1.0) -> np.ndarr
 
 
 def variance_function(resid2: np.ndarray, n: np.ndarray, group: np.ndarray):
+    """Fit mean(resid²) = τ + min(a_g/n² + c_g/n, cap_g) over size bins per group; returns
+    (τ, {g: (a, c, cap)}).
+
+    The two terms are the mechanisms' known rates in n: the DP noise on a tract's line falls
+    as 1/(ε·n) (NoisyStats' Laplace noise on the slope is divided by nvar ≈ n/12; Theil–Sen's
+    rank offset spans a 1/n share of the slopes), so its variance as 1/n², and the sampling
+    error's variance as 1/n. τ, the part no sample size removes, is the model's own error and
+    is separated from them by these shapes. cap_g is the largest bin mean: the winsorised
+    directs of the smallest tracts cannot vary more than their window allows."""
+    rows = []
+    groups = sorted(set(group))
+    for k, g in enumerate(groups):
+        sel = group == g
+        edges = np.unique(np.quantile(n[sel], np.linspace(0, 1, _SIZE_BINS + 1)))
+        bins = np.clip(np.searchsorted(edges, n[sel], side="right") - 1, 0, len(edges) - 2)
+        for b in np.unique(bins):
+            m = bins == b
+            rows.append((k, float(np.mean(n[sel][m])), float(np.mean(resid2[sel][m])), m.sum()))
+    gk, nb, r2, cnt = (np.array(c, dtype=float) for c in zip(*rows))
+    gk = gk.astype(int)
+    caps = np.array([r2[gk == k].max() for k in range(len(groups))])
+
+    def predicted(theta):
+        a, c = np.exp(theta[1::2])[gk], np.exp(theta[2::2])[gk]
+        return np.exp(theta[0]) + np.minimum(a / nb ** 2 + c / nb, caps[gk])
+
+    def residuals(theta):  # relative errors, each bin weighted by its count
+        return np.sqrt(cnt) * (predicted(theta) / r2 - 1.0)
+
+    # start: each term alone explaining half of its group's smallest (1/n²) or largest (1/n)
+    # bins, τ a quarter of the smallest bin mean
+    start = [np.log(np.min(r2) / 4)]
+    for k in range(len(groups)):
+        g = gk == k
+        start += [np.log(np.max(r2[g] * nb[g] ** 2) / 2), np.log(np.min(r2[g] * nb[g]) / 2)]
+    sol = optimize.least_squares(residuals, start, bounds=(-30, 12))
+    return float(np.exp(sol.x[0])), {
+        g: (float(np.exp(sol.x[1 + 2 * k])), float(np.exp(sol.x[2 + 2 * k])), float(caps[k]))
+        for k, g in enumerate(groups)}
+
+
+def power_law_variance_function(resid2: np.ndarray, n: np.ndarray, group: np.ndarray):
     """Fit mean(resid²) = τ + a_g·n^(−b_g) over size bins per group; returns (τ, {g: (a, b)}).
 
-    τ, the part no sample size removes, is left to the Fay–Herriot fit (the model's own error);
-    D = a_g·n^(−b_g) is the directs' sampling variance."""
+    A free exponent follows the winsorised directs' variance well where it flattens (small
+    tracts at small budgets) but can mimic τ, so D = a_g·n^(−b_g) may take what is the
+    model's own error: the EBLUP's weights use it (the better point estimate on the
+    calibration seeds), its intervals do not (``variance_function``)."""
     rows = []
     groups = sorted(set(group))
     for k, g in enumerate(groups):
@@ -125,6 +171,19 @@ def variance_function(resid2: np.ndarray, n: np.ndarray, group: np.ndarray):
     sol = optimize.least_squares(residuals, start, bounds=(lower, upper))
     return float(np.exp(sol.x[0])), {g: (float(np.exp(sol.x[1 + 2 * k])), float(sol.x[2 + 2 * k]))
                                      for k, g in enumerate(groups)}
+
+
+
+def power_law_variance(params: tuple, n: np.ndarray) -> np.ndarray:
+    """D = a·n^(−b) for one variance group's (a, b)."""
+    a, b = params
+    return a * n ** (-b)
+
+
+def sampling_variance(params: tuple, n: np.ndarray) -> np.ndarray:
+    """D = min(a/n² + c/n, cap) for one variance group's (a, c, cap)."""
+    a, c, cap = params
+    return np.minimum(a / n ** 2 + c / n, cap)
 
 
 def _groups(tracts: pd.DataFrame, has: np.ndarray) -> np.ndarray:
@@ -202,12 +261,24 @@ def fit_quantity(tracts: pd.DataFrame, quantity: str, xy: np.ndarray, counties, 
     X, names = _design(tracts, quantity, y, mid, np.ones(len(y)), xy, counties, states)
     D = _variances(y, X, n, group, has)
     X, names = _design(tracts, quantity, y, mid, 1.0 / D, xy, counties, states)
-    D = _variances(y, X, n, group, has)
-    fitted = fh.fit(y[has], X[has], D[has])
-    estimate, mse = fh.eblup(fitted, X, np.where(has, y, np.nan), np.where(has, D, np.inf))
+    d_error = _variances(y, X, n, group, has)
+    # Two variance functions of the same residuals (docs/small-area.md, "Which variance"):
+    # the point estimate shrinks with the power law's σ̂² (the better estimate on the
+    # calibration seeds); its MSE is that estimator's own, under the rate-shaped D and the
+    # larger of the two σ̂² (the power law leaves too little to σ² at large budgets).
+    d_shrink = _variances(y, X, n, group, has, power_law_variance_function,
+                          power_law_variance)
+    point = fh.fit(y[has], X[has], d_shrink[has])
+    error = fh.fit(y[has], X[has], d_error[has])
+    y_has = np.where(has, y, np.nan)
+    estimate, _ = fh.eblup(point, X, y_has, np.where(has, d_shrink, np.inf))
+    gamma = np.where(has, point.sigma2 / (point.sigma2 + np.where(has, d_shrink, 1.0)), 0.0)
+    sigma2 = max(point.sigma2, error.sigma2)
+    mse = fh.mse_of_weights(gamma, np.where(has, d_error, 0.0), fh.synthetic_variance(point, X),
+                            sigma2, error.sigma2_var)
     estimate, mse = _benchmark(tracts, estimate, mse, states, quantity)
-    return estimate, np.sqrt(mse), {"covariates": names, "beta": fitted.beta.tolist(),
-                                    "sigma2": fitted.sigma2}
+    return estimate, np.sqrt(mse), {"covariates": names, "beta": point.beta.tolist(),
+                                    "sigma2_shrink": point.sigma2, "sigma2_error": sigma2}
 
 
 def _size_bins(n: np.ndarray, group: np.ndarray, has: np.ndarray) -> np.ndarray:
@@ -241,12 +312,18 @@ def _direct_bias(tracts, quantity, y, bins, has, counties, states) -> np.ndarray
     return diff.groupby(bins).transform("mean").fillna(0.0).to_numpy()
 
 
-def _variances(y, X, n, group, has) -> np.ndarray:
+def _variances(y, X, n, group, has, fit_function=None, evaluate=None) -> np.ndarray:
+    """D per tract from a variance function (default: the rate-shaped one) fitted to the
+    squared residuals of the directs about their least-squares fit on ``X``."""
+    fit_function = variance_function if fit_function is None else fit_function
+    evaluate = sampling_variance if evaluate is None else evaluate
     beta, *_ = np.linalg.lstsq(X[has], y[has], rcond=None)
     resid2 = (y - X @ beta) ** 2
-    _, params = variance_function(resid2[has], n[has], group[has])
-    return np.array([params[g][0] * v ** (-params[g][1]) if g in params
-                     else np.nan for g, v in zip(group, n)])
+    _, params = fit_function(resid2[has], n[has], group[has])
+    D = np.full(len(n), np.nan)
+    for g, p in params.items():
+        D[group == g] = evaluate(p, n[group == g])
+    return D
 
 
 def _with_mid(table: pd.DataFrame) -> pd.DataFrame:

@@ -57,3 +57,33 @@ def test_targets_on_a_report_seed_at_epsilon_1():
     assert min(r["coverage, lowest decile"], r["coverage, highest decile"]) >= 0.85
     assert r["p25 model RMSE"] < r["p25 state-mean RMSE"] < r["p25 direct RMSE"]
     assert r["p25 model corr"] > 0.6 and r["p25 model corr, two releases"] > 0.6
+
+
+@pytest.mark.slow
+def test_interval_coverage_targets_on_a_report_seed_at_epsilon_8():
+    """The intervals' targets hold at a large budget too, where D no longer hides σ²."""
+    rows, _ = E.evaluate_small_area(seeds=(201,), epsilons=(8.0,),
+                                    splits={E.DEFAULT_SPLIT: E.SPLITS[E.DEFAULT_SPLIT]})
+    r = rows.iloc[0]
+    assert r["coverage"] >= 0.94
+    assert r["coverage, worst size quintile"] >= 0.90
+    assert min(r["coverage, lowest decile"], r["coverage, highest decile"]) >= 0.85
+
+
+def test_summary_checks_the_coverage_targets_at_every_budget():
+    rows = pd.DataFrame([{"seed": 201, "epsilon": eps, "split": E.DEFAULT_SPLIT,
+                          **{m: 0.5 for m in E.TARGETS}} for eps in (1.0, 8.0)])
+    rows.loc[1, "coverage"] = 0.95
+    check = E.target_check(E.summarise(rows), E.DEFAULT_SPLIT, 8.0, E.COVERAGE_TARGETS)
+    assert list(check["metric"]) == list(E.COVERAGE_TARGETS)
+    assert check.set_index("metric").loc["coverage", "met"] == "yes"
+    assert check.set_index("metric").loc["coverage, lowest decile", "met"] == "no"
+
+
+def test_synthetic_state_takes_other_generator_parameters():
+    from dpatlas.evaluation.synthetic_input import StateParams
+    params = StateParams(spatial_share=0.3, county_share=0.3, length_scale_km=20.0)
+    state = E.synthetic_state(201, tracts=90, params=params)
+    assert len(state.truth) == 90 and state.records["geoid"].str[:5].nunique() == 3
+    default = E.synthetic_state(201, tracts=90)
+    assert not np.allclose(state.truth["p25"], default.truth["p25"])
