@@ -30,11 +30,12 @@ LIMITS = [
     "synthetic report seeds 201-205) the model p25 is 0.053 too high in the lowest decile of "
     "the true value and 0.048 too low in the highest (docs/small-area.md); the direct "
     "estimates (p25, p75 with their intervals) stay beside the model columns.",
-    "Coverage of the 95% model intervals measured at epsilon 1: 0.972 overall, 0.958 in the "
-    "worst size quintile, 0.924 and 0.902 in the lowest and highest deciles of the truth.",
-    "At epsilon 8 the intervals undercover: 0.65 overall, 0.43-0.45 in the extreme deciles "
-    "(the model's own variance sigma2 is not identified by one release); read them at "
-    "epsilon-1-like budgets only.",
+    "Coverage of the 95% model intervals, means over synthetic report seeds 201-205 "
+    "(docs/small-area.md): at epsilon 1, 0.981 overall, 0.965 in the worst size quintile, "
+    "0.949 and 0.931 in the lowest and highest deciles of the truth; at epsilon 8, 0.949 "
+    "overall, 0.940, 0.883 and 0.872. Single seeds fall lower in the extreme deciles (0.77 "
+    "at epsilon 8 on one seed; 0.74 overall on one seed of a generator variant it was not "
+    "tuned on).",
     "Bandwidths are tuned for tracts of Illinois-like size; the direct-bias correction and "
     "the benchmark assume the county and state estimates are unbiased for their tracts' mean.",
 ]
