@@ -2336,9 +2336,12 @@ def _fit_problems(stated, refit: list[dict]) -> list[str]:
         for q in ("p25", "p75") if r["fitted"] else ():
             got, want = s.get(q) or {}, r[q]
             beta = got.get("beta")
-            if not (_is_number(got.get("sigma2")) and isinstance(beta, list)
+            # sigma2_interval: stated since the intervals use their own σ² (absent before)
+            variances = [k for k in ("sigma2", "sigma2_interval") if k in want]
+            if not (all(_is_number(got.get(k)) for k in variances) and isinstance(beta, list)
                     and len(beta) == len(want["beta"]) and all(_is_number(b) for b in beta)
-                    and np.allclose([got["sigma2"], *beta], [want["sigma2"], *want["beta"]],
+                    and np.allclose([*(got[k] for k in variances), *beta],
+                                    [*(want[k] for k in variances), *want["beta"]],
                                     rtol=MODEL_FIT_RTOL, atol=1e-12)):
                 problems.append(f"small_area.fits: {where} {q}: sigma2/beta {got.get('sigma2')!r}"
                                 f"/{beta!r} are not the re-fit's {want['sigma2']!r}/"

@@ -76,10 +76,13 @@ def fit_published(tracts, counties=None, states=None) -> tuple[pd.DataFrame, lis
 
 
 def _plain(details: dict) -> dict:
-    """A fit's covariates, β and σ² as plain JSON values."""
+    """A fit's covariates, β and σ² as plain JSON values: ``sigma2``, the model's own variance
+    the point estimate shrinks with; ``sigma2_interval``, the (never smaller) one its
+    intervals are computed with (docs/small-area.md, "Which variance")."""
     return {"covariates": [str(n) for n in details["covariates"]],
             "beta": [float(b) for b in details["beta"]],
-            "sigma2": float(details["sigma2"])}
+            "sigma2": float(details["sigma2_shrink"]),
+            "sigma2_interval": float(details["sigma2_error"])}
 
 
 def round_model(values: pd.DataFrame, decimals: int) -> pd.DataFrame:

@@ -377,9 +377,11 @@ def test_a_state_with_too_few_directs_gets_empty_model_columns_the_contract_acce
     assert not broken.success and "p25_model_hi" in broken.summary()
 
 
-def test_a_fit_stated_with_another_sigma2_fails(forged):
+@pytest.mark.parametrize("variance", ["sigma2", "sigma2_interval"])
+def test_a_fit_stated_with_another_sigma2_fails(forged, variance):
     m = manifest_of(forged)
-    m["small_area"]["fits"][0]["p25"]["sigma2"] *= 2
+    assert m["small_area"]["fits"][0]["p25"][variance] > 0
+    m["small_area"]["fits"][0]["p25"][variance] *= 2
     write_rehashed(forged, m)
     code, bad = run_audit(forged)
     assert code == 1 and "are not the re-fit's" in bad["small_area"]
