@@ -19,6 +19,7 @@ from dpatlas.publication.level_files import assemble_level, unit_of, write_all_l
 from dpatlas.publication.tract_files import (PublishError, assemble, release_folder,
                                              standard_error_maximum, verify_release, write_release)
 from dpatlas.release.outcome import format_counts
+from dpatlas.release.validate import seal_release_docs
 
 from .common import RETRY_IO
 
@@ -61,6 +62,7 @@ def publish_release(cfg: ReleaseConfig, release_id: str, result_files: list[Path
     contracts = {"tract": check.suite}
     for level, level_table in levels.items():
         contracts[level] = _check_level_contract(level, level_table, boundaries, cfg, internal)
+    seal_release_docs(ReleaseDocs.in_folder(internal))  # the output checks' Data Docs
     manifest = build_manifest(cfg, release_id, budget, table,
                               input_commitment(input_sha256, internal), random_source,
                               started, input_facts, ledger_entry, levels, model_fits)

@@ -20,7 +20,8 @@ def validate_partition(df: pd.DataFrame, policy: str, key: str, internal: Path
                        ) -> tuple[Path, dict]:
     """Apply the input contract; stage the clean rows for the later stages."""
     clean, report = apply_policy(df, policy, key, internal)
-    staged = write_parquet_atomic(clean, internal / "staged" / f"input-{key}.parquet")
+    staged = write_parquet_atomic(clean, internal / "staged" / f"input-{key}.parquet",
+                                  private=True)
     get_run_logger().info("partition %s: %d rows valid, %d quarantined, %d clipped, %d dropped",
                           key, report.rows_out, report.quarantined, report.clipped,
                           report.dropped)
@@ -64,7 +65,7 @@ def record_validation(internal: Path, reports: list[dict], contributions: dict |
     """What validation did (internal, not DP): ``validation.json`` in the internal folder."""
     return write_json_atomic(internal / "validation.json",
                              {"partitions": reports, "contributions": contributions},
-                             indent=2, default=str)
+                             private=True, indent=2, default=str)
 
 
 @task(name="plan-chunks", **TASK_OPTIONS)

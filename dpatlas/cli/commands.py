@@ -379,6 +379,56 @@ def withdraw(release_id: str,
 
 
 @app.command()
+def purge(config: Path = typer.Option(..., "--config", "-c", help="Release configuration."),
+          older_than: Optional[int] = typer.Option(
+              None, "--older-than", metavar="DAYS", help="Purge releases published at least "
+              "DAYS days ago (default: the config's publish.internal_retention_days)."),
+          dry_run: bool = typer.Option(False, "--dry-run", help="List, remove nothing."),
+          ) -> None:
+    """Remove the person-level internal files (staged input, quarantined rows) of releases the
+    ledger lists as published or withdrawn, after the retention; unfinished ones are kept."""
+    from dpatlas.ledger import Ledger
+    from dpatlas.release.retention import plan_purge
+    from dpatlas.release.retention import purge as remove
+
+    cfg = _config_or_fail(config)
+    days = cfg.publish.internal_retention_days if older_than is None else older_than
+    if days is not None and days < 0:
+        _fail(f"--older-than {days}: give 0 or more days")
+    if days is None:
+        console.print("publish.internal_retention_days is null: internal files are kept "
+                      "forever; nothing removed (give --older-than DAYS to purge)")
+        return
+    with _guard():
+        items = plan_purge(cfg.publish.internal, Ledger(cfg.ledger.url, create=False), days)
+        if not dry_run:
+            remove(items)
+    _print_purge(items, days, dry_run)
+
+
+def _print_purge(items, days: int, dry_run: bool) -> None:
+    """A table on a terminal, tab-separated lines otherwise; then the total."""
+    head = ("release", "status", "age (days)", "files", "bytes", "action")
+    rows = [(i.release_id, i.status, "" if i.age_days is None else f"{i.age_days:.1f}",
+             str(len(i.files)), str(i.size),
+             ("would remove" if dry_run else "removed") if i.removed
+             else f"kept: {i.kept_because}") for i in items]
+    if console.is_terminal:
+        table = Table(*head)
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+    else:
+        for row in (head, *rows):
+            typer.echo("\t".join(row))
+    gone = [i for i in items if i.removed]
+    verb = "would remove" if dry_run else "removed"
+    typer.echo(f"{verb} {sum(len(i.files) for i in gone)} file(s), "
+               f"{sum(i.size for i in gone)} bytes, of {len(gone)} release(s) published at "
+               f"least {days} day(s) ago; kept {len(items) - len(gone)} release(s)")
+
+
+@app.command()
 def audit(folder: Path = typer.Argument(..., help="A published release folder."),
           ledger: Optional[str] = typer.Option(None, "--ledger", help="The ledger's URL: "
                                                "checks the charge, the published manifest and "

@@ -149,6 +149,10 @@ class PublishConfig(_Strict):
     # public: a real release (noise from the OS CSPRNG only). test: a test root, the only kind
     # that accepts repeatable (seeded) noise; its manifests and feed say NOT FOR RELEASE.
     mode: Literal["public", "test"] = "public"
+    # Days a published (or withdrawn) release keeps its person-level internal files (the
+    # staged copies of the confidential input, the quarantined rows) before `dpatlas purge`
+    # removes them; null keeps them forever. Unfinished releases are never purged.
+    internal_retention_days: Optional[int] = Field(30, ge=0)
 
     @property
     def internal(self) -> Path:
@@ -346,6 +350,7 @@ def fingerprint(cfg: ReleaseConfig) -> str:
     """
     data = cfg.model_dump(mode="json", exclude={"runner", "dask_address", "dask_workers"})
     data["publish"].pop("internal_root", None)
+    data["publish"].pop("internal_retention_days", None)  # housekeeping, not the release
     _drop_default_levels(cfg, data)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
@@ -371,6 +376,7 @@ def public_config(cfg: ReleaseConfig) -> dict:
         data["selection"]["threshold_file"] = Path(cfg.selection.threshold_file).name
     data["publish"].pop("root", None)
     data["publish"].pop("internal_root", None)
+    data["publish"].pop("internal_retention_days", None)
     data["ledger"]["url"] = f"{ledger_backend(cfg.ledger.url)}: (withheld)"
     data.pop("dask_address", None)
     _drop_default_levels(cfg, data)
@@ -450,6 +456,7 @@ publish:
   internal_root: null         # validation reports, quarantine; default: <root>-internal
   min_n: 2                    # tracts with fewer records are suppressed
   mode: public                # public | test (a test root: the only kind that takes seeded noise)
+  internal_retention_days: 30  # `dpatlas purge` removes published releases' staged input after; null: never
 
 partition_tracts: 2000        # tracts per partition (one task run per partition and stage)
 

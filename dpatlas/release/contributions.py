@@ -181,7 +181,7 @@ def _rewrite_without(path: Path, rows: np.ndarray) -> int:
     frame = pd.read_parquet(path)
     keep = ~frame["row"].isin(rows).to_numpy()
     # Readers see the old file or the new one, never half of one.
-    write_parquet_atomic(frame[keep].reset_index(drop=True), path)
+    write_parquet_atomic(frame[keep].reset_index(drop=True), path, private=True)
     return int((~keep).sum())
 
 
@@ -232,10 +232,10 @@ def check_contributions(staged: list[Path], policy: str, internal: Path) -> dict
     persons = int(repeats["_pid"].nunique())
     report.update(persons_repeated=persons, records_of_repeated=len(repeats))
     quarantine = internal / "quarantine" / QUARANTINE_NAME
-    quarantine.parent.mkdir(parents=True, exist_ok=True)
     shown = repeats.assign(staged_file=[staged[i].name for i in repeats["_file"]])
     if policy == "fail":
-        shown.drop(columns=["_pid", "_cell", "_file"]).to_parquet(quarantine, index=False)
+        write_parquet_atomic(shown.drop(columns=["_pid", "_cell", "_file"]), quarantine,
+                             private=True)
         states = sorted({str(g)[:2] for g in repeats["geoid"]})
         raise ContributionError(
             f"{persons:,} person(s) have more than one record in a cell ({len(repeats):,} "
@@ -245,8 +245,8 @@ def check_contributions(staged: list[Path], policy: str, internal: Path) -> dict
             "validation.contributions: bound to keep one record per person and cell.")
 
     kept = _keep_smallest_geoid_then_row(repeats)
-    shown.assign(kept=kept).drop(columns=["_pid", "_cell", "_file"]).to_parquet(
-        quarantine, index=False)
+    write_parquet_atomic(shown.assign(kept=kept).drop(columns=["_pid", "_cell", "_file"]),
+                         quarantine, private=True)
     removed = repeats[~kept]
     rewritten = []
     for index, rows in removed.groupby("_file")["row"]:

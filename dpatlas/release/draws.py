@@ -105,7 +105,7 @@ class DrawLog:
         header = {"release_id": release_id, "config_sha256": config_sha256,
                   "input_sha256": input_sha256, "started": started}
         text = "".join(json.dumps(line, sort_keys=True) + "\n" for line in (header, *draws))
-        write_bytes_atomic(self.path, text.encode())  # the header appears whole or not at all
+        write_bytes_atomic(self.path, text.encode(), private=True)  # the header appears whole or not at all
         return header
 
     def _check_same(self, header: dict, config_sha256: str, input_sha256: str) -> None:
@@ -229,7 +229,7 @@ def draw_once(log: DrawLog, stage: str, chunk: str, out: Path, draw: Callable[[]
         say(f"{chunk}: {out.name} was persisted but never recorded (a crash came between), so "
             "nothing has read it: drawing it again")
     frame = draw()
-    write_parquet_atomic(frame, out)
+    write_parquet_atomic(frame, out, private=True)
     crashpoint(f"before-record-{stage}-{chunk}")
     log.record(stage, chunk, out, noise)
     return out, frame

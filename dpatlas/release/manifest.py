@@ -327,7 +327,8 @@ def input_commitment(input_sha256: str, internal: Path) -> dict:
     """
     key_file = Path(internal) / INPUT_COMMITMENT_KEY
     if not key_file.exists():
-        write_atomic(key_file, lambda tmp: _write_private(tmp, secrets.token_bytes(32)))
+        write_atomic(key_file, lambda tmp: _write_private(tmp, secrets.token_bytes(32)),
+                     private=True)
     key = key_file.read_bytes()
     if len(key) != 32:
         raise ValueError(f"{key_file}: the input commitment key must hold 32 bytes")

@@ -11,7 +11,7 @@ import fcntl
 import os
 from pathlib import Path
 
-from dpatlas.core.files import write_parquet_atomic
+from dpatlas.core.files import open_private, private_folder, write_parquet_atomic
 from dpatlas.release.ingest import InputError
 from dpatlas.core.errors import ReleaseRefused
 
@@ -39,13 +39,14 @@ class ReleaseLock:
     """An exclusive, non-blocking lock on one release id (one machine; the ledger guards more)."""
 
     def __init__(self, internal: Path, release_id: str):
-        internal.mkdir(parents=True, exist_ok=True)
+        private_folder(internal)  # 0700: it will hold the confidential input's staged copies
         self.path = internal / ".lock"
         self.release_id = release_id
         self._fh = None
 
     def __enter__(self) -> "ReleaseLock":
-        self._fh = open(self.path, "a+")
+        self._fh = os.fdopen(open_private(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND),
+                             "a+")
         try:
             fcntl.flock(self._fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -209,7 +209,8 @@ def _staged_input(cfg: ReleaseConfig, source_id: str) -> tuple[Path, ...]:
     if not staged or not (folder / "validation.json").is_file():
         raise SynthesizeError(
             f"release {source_id} has no validated staged input in {folder} (it is kept by the "
-            "release run): synthesize from a release made on this machine with this config")
+            "release run until `dpatlas purge` removes it): synthesize from a release made on "
+            "this machine with this config, not yet purged")
     return staged
 
 

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from dpatlas.core.errors import ReleaseRefused
+from dpatlas.core.files import seal_private, write_parquet_atomic
 
 if TYPE_CHECKING:  # Great Expectations is imported when something is validated, not before
     from data_contracts import ContractResult
@@ -129,6 +130,13 @@ def _failure_message(df: pd.DataFrame, policy: str, partition: str, failures: li
     return "\n".join(lines)
 
 
+def seal_release_docs(docs) -> None:
+    """Great Expectations writes its project and Data Docs with the umask's modes; they quote
+    input values (unexpected rows), so they are narrowed to the internal folder's 0700 / 0600."""
+    seal_private(docs.project_dir)
+    seal_private(docs.docs_dir)
+
+
 def apply_policy(df: pd.DataFrame, policy: str, partition: str, internal: Path
                  ) -> tuple[pd.DataFrame, PartitionReport]:
     """Validate one partition against the input contract and apply ``policy``.
@@ -146,14 +154,14 @@ def apply_policy(df: pd.DataFrame, policy: str, partition: str, internal: Path
         out_of_bounds = ((df["x"] < 0) | (df["x"] > 1) | (df["y"] < 0) | (df["y"] > 1))
         clipped = int(out_of_bounds.sum())
         df = df.assign(x=df["x"].clip(0.0, 1.0), y=df["y"].clip(0.0, 1.0))
-    result = validate_input(_contract_frame(df), release=ReleaseDocs.in_folder(internal),
-                            run_name=f"input-{partition}")
+    docs = ReleaseDocs.in_folder(internal)
+    result = validate_input(_contract_frame(df), release=docs, run_name=f"input-{partition}")
+    seal_release_docs(docs)
     failures = _failures(result)
     bad = np.asarray(result.bad_rows, dtype=bool)
     qfile = None
     if bad.any():
-        quarantine.parent.mkdir(parents=True, exist_ok=True)
-        df[bad].to_parquet(quarantine, index=False)
+        write_parquet_atomic(df[bad], quarantine, private=True)
         qfile = quarantine
     report = PartitionReport(partition=partition, policy=policy, rows_in=len(df),
                              rows_out=len(df), clipped=clipped, dropped=0,

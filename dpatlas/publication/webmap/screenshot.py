@@ -39,8 +39,8 @@ def sync_playwright():
     try:
         from playwright.sync_api import sync_playwright as start
     except ImportError:
-        raise BrowserMissing("the playwright package is not installed: run `.venv/bin/pip "
-                             "install -r requirements.lock`") from None
+        raise BrowserMissing("the playwright package is not installed (it is in the test "
+                             "extra): run `.venv/bin/pip install -r requirements.lock`") from None
     return start()
 
 
