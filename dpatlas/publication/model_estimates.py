@@ -11,11 +11,13 @@ from __future__ import annotations
 import geopandas as gpd
 
 from dpatlas.small_area.published import (LEVEL_INPUTS, MODEL_COLUMNS, TRACT_INPUTS,
-                                          fit_published, round_model)
+                                          fit_published, noise_from_steps, round_model)
 from dpatlas.publication.tract_files import PUBLISHED_DECIMALS
 
 METHOD = ("Fay–Herriot area-level model (EBLUP) of each tract's direct p25 and p75 "
-          "(dpatlas.small_area.fit_model): sampling variances from a generalised variance "
+          "(dpatlas.small_area.fit_model): the estimate shrinks with sampling variances known "
+          "from the public plan (the tract mechanisms' epsilon in budget.steps, by mechanism "
+          "and public n: k/(epsilon·n)^2 + c/n), its intervals use a generalised variance "
           "function of the published directs (by mechanism and public n), σ² by the adjusted "
           "residual likelihood (Li & Lahiri 2010), the directs' bias by mechanism and size "
           "removed against the county estimates, each state's estimates benchmarked to its "
@@ -41,11 +43,14 @@ LIMITS = [
 ]
 
 
-def add_model_estimates(table: gpd.GeoDataFrame, level_tables: dict,
-                        log=None) -> tuple[gpd.GeoDataFrame, list[dict]]:
+def add_model_estimates(table: gpd.GeoDataFrame, level_tables: dict, log=None,
+                        steps: list[dict] | None = None) -> tuple[gpd.GeoDataFrame, list[dict]]:
     """``table`` with the model columns (before its geometry), and the fits per cell and state
-    (``dpatlas.small_area.published.fit_published``). ``log``: a logger, one line per fit."""
-    values, fits = fit_published(table, level_tables.get("county"), level_tables.get("state"))
+    (``dpatlas.small_area.published.fit_published``). ``log``: a logger, one line per fit.
+    ``steps``: the plan's budget steps as the manifest prints them (``Step.as_dict``): the
+    tract mechanisms' ε makes their directs' noise variance known (``noise_from_steps``)."""
+    values, fits = fit_published(table, level_tables.get("county"), level_tables.get("state"),
+                                 noise_from_steps(steps))
     values = round_model(values, PUBLISHED_DECIMALS)
     plain = table.drop(columns="geometry")
     for column in MODEL_COLUMNS:
