@@ -29,15 +29,17 @@ COVARIATES = ("Gaussian-kernel means (8 and 25 km, the tract itself left out, we
               "published tract geometry (representative points)")
 LIMITS = [
     "Shrinkage: unusual tracts look ordinary. At epsilon 1 per person (split 0.7/0.27/0.03, "
-    "synthetic report seeds 201-205) the model p25 is 0.053 too high in the lowest decile of "
-    "the true value and 0.050 too low in the highest (docs/small-area.md); the direct "
+    "synthetic report seeds 201-205) the model p25 is 0.052 too high in the lowest decile of "
+    "the true value and 0.049 too low in the highest (docs/small-area.md); the direct "
     "estimates (p25, p75 with their intervals) stay beside the model columns.",
     "Coverage of the 95% model intervals, means over synthetic report seeds 201-205 "
-    "(docs/small-area.md): at epsilon 1, 0.986 overall, 0.967 in the worst size quintile, "
-    "0.972 and 0.951 in the lowest and highest deciles of the truth; at epsilon 8, 0.954 "
-    "overall, 0.947, 0.896 and 0.870. Single seeds fall lower in the extreme deciles at "
-    "epsilon 8 (0.74 on one seed; 0.74 overall on one seed of a generator variant it was "
-    "not tuned on).",
+    "(docs/small-area.md): at epsilon 1, 0.993 overall, 0.989 in the worst size quintile, "
+    "0.979 and 0.967 in the lowest and highest deciles of the truth; at epsilon 8, 0.967 "
+    "overall, 0.951, 0.949 and 0.915 (0.88 the lowest single seed's decile).",
+    "The directs' noise variance the estimate shrinks with is a rate in public n and the "
+    "plan's epsilon calibrated on synthetic states (docs/small-area.md, Known noise); on "
+    "data unlike them it can be off, and the intervals then rest on the variance fitted to "
+    "the directs.",
     "Bandwidths are tuned for tracts of Illinois-like size; the direct-bias correction and "
     "the benchmark assume the county and state estimates are unbiased for their tracts' mean.",
 ]
