@@ -30,6 +30,9 @@ mechanism and size bin, is D_i + σ², split by the shape of D in n (docs/small-
 (``variance_function``), which leave τ to σ²; the point estimate shrinks with a free power
 law τ + a_m·n^(−b_m) (``power_law_variance_function``), whose σ̂² is smaller, and its MSE is
 that estimator's own under the rate-shaped D and the larger σ̂² (``fay_herriot.mse_of_weights``).
+Given the release's plan (``noise``: the ε each mechanism ran with, public), the point
+estimate shrinks instead with D known from it (``known_noise``): k_m/(ε_m·n)² + c_m/n, so that
+σ̂² is not split from a D fitted to the same residuals.
 
 Tracts without a direct (suppressed, failed) get the synthetic estimate with its MSE.
 """
