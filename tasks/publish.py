@@ -51,7 +51,8 @@ def publish_release(cfg: ReleaseConfig, release_id: str, result_files: list[Path
     levels = assemble_levels(level_files or [], boundaries, budget, table, cfg.intervals.level)
     model_fits = None
     if cfg.small_area.model:  # post-processing of the tables as published (no budget)
-        table, model_fits = add_model_estimates(table, levels, get_run_logger())
+        table, model_fits = add_model_estimates(table, levels, get_run_logger(),
+                                                [s.as_dict() for s in budget.steps])
     check = validate_published(pd.DataFrame(table.drop(columns="geometry")),
                                boundary_geoids=list(boundaries["geoid"]),
                                standard_error_max=standard_error_maximum(cfg.intervals.level),

@@ -2369,14 +2369,15 @@ def check_small_area(folder: Path, m: dict) -> str:
     import geopandas
     import pandas as pd
 
-    from dpatlas.small_area.published import fit_published
+    from dpatlas.small_area.published import fit_published, noise_from_steps
 
     levels = m.get("levels") or {}
     try:
         tracts = geopandas.read_parquet(folder / "tracts.parquet")
         tables = [pd.read_parquet(folder / f"{LEVEL_STEMS[lv]}.parquet") if lv in levels
                   else None for lv in ("county", "state")]
-        refit, fits = fit_published(tracts, *tables)
+        refit, fits = fit_published(tracts, *tables,
+                                    noise_from_steps((m.get("budget") or {}).get("steps")))
     except Exception as err:  # noqa: BLE001 - a model that cannot be re-fitted is a finding
         raise Mismatch(f"the model cannot be re-fitted from the published files: "
                        f"{type(err).__name__} {err}") from None

@@ -35,6 +35,7 @@ from dpatlas.release.allocate import plan
 from dpatlas.release.estimate import estimate_partition, select_partition
 from dpatlas.release.thresholds import DEFAULT_THRESHOLDS, resolve_threshold
 from dpatlas.small_area import fit_model
+from dpatlas.small_area.published import noise_from_steps
 
 # What a release publishes per tract and per county/state (the model reads nothing else).
 TRACT_COLUMNS = ["geoid", "n", "mechanism", "status", "p25", "p75", "p25_raw", "p75_raw",
@@ -80,14 +81,19 @@ def synthetic_state(seed: int, tracts: int | None = None,
     return SyntheticState(df, truth, county_truth, boundaries, seed)
 
 
-def tract_release(state: SyntheticState, epsilon: float, noise_seed: int) -> pd.DataFrame:
-    """The tract table a release at ``epsilon`` per tract publishes (the demo's config)."""
+def tract_plan(epsilon: float):
+    """The ``BudgetPlan`` of a release at ``epsilon`` per tract (the demo's config)."""
     cfg = parse_config({"input": {"path": "in.parquet"}, "boundaries": {"path": "b.parquet"},
                         "privacy": {"epsilon_per_tract": epsilon, "delta": 1e-6},
                         "selection": {"rule": "dp", "threshold_file": str(DEFAULT_THRESHOLDS)},
                         "intervals": {"share": INTERVAL_SHARE, "level": LEVEL},
                         "publish": {"min_n": MIN_N}}, base=Path("."))
-    budget = plan(cfg, resolve_threshold(cfg.selection))
+    return plan(cfg, resolve_threshold(cfg.selection))
+
+
+def tract_release(state: SyntheticState, epsilon: float, noise_seed: int) -> pd.DataFrame:
+    """The tract table a release at ``epsilon`` per tract publishes (the demo's config)."""
+    budget = tract_plan(epsilon)
     r = state.records
     df = pd.DataFrame({"geoid": r["geoid"], "cell": "all", "x": r["parent_rank"],
                        "y": r["child_rank"]})
@@ -202,7 +208,9 @@ def release_with_model(state: SyntheticState, epsilon: float, split: tuple, copy
                                                               "c"))
     states = level_release(state, 2, shares[2], _noise_seed(state.seed, epsilon, split, copy,
                                                             "s"))
-    return fit_model(tracts, counties, states, state.boundaries), counties, states
+    # the model reads the plan as a release's manifest prints it (public)
+    noise = noise_from_steps([s.as_dict() for s in tract_plan(shares[0]).steps])
+    return fit_model(tracts, counties, states, state.boundaries, noise=noise), counties, states
 
 
 def evaluate_small_area(seeds: Sequence[int] = REPORT_SEEDS,

@@ -11,11 +11,13 @@ from __future__ import annotations
 import geopandas as gpd
 
 from dpatlas.small_area.published import (LEVEL_INPUTS, MODEL_COLUMNS, TRACT_INPUTS,
-                                          fit_published, round_model)
+                                          fit_published, noise_from_steps, round_model)
 from dpatlas.publication.tract_files import PUBLISHED_DECIMALS
 
 METHOD = ("Fay–Herriot area-level model (EBLUP) of each tract's direct p25 and p75 "
-          "(dpatlas.small_area.fit_model): sampling variances from a generalised variance "
+          "(dpatlas.small_area.fit_model): the estimate shrinks with sampling variances known "
+          "from the public plan (the tract mechanisms' epsilon in budget.steps, by mechanism "
+          "and public n: k/(epsilon·n)^2 + c/n), its intervals use a generalised variance "
           "function of the published directs (by mechanism and public n), σ² by the adjusted "
           "residual likelihood (Li & Lahiri 2010), the directs' bias by mechanism and size "
           "removed against the county estimates, each state's estimates benchmarked to its "
@@ -27,25 +29,30 @@ COVARIATES = ("Gaussian-kernel means (8 and 25 km, the tract itself left out, we
               "published tract geometry (representative points)")
 LIMITS = [
     "Shrinkage: unusual tracts look ordinary. At epsilon 1 per person (split 0.7/0.27/0.03, "
-    "synthetic report seeds 201-205) the model p25 is 0.053 too high in the lowest decile of "
-    "the true value and 0.050 too low in the highest (docs/small-area.md); the direct "
+    "synthetic report seeds 201-205) the model p25 is 0.052 too high in the lowest decile of "
+    "the true value and 0.049 too low in the highest (docs/small-area.md); the direct "
     "estimates (p25, p75 with their intervals) stay beside the model columns.",
     "Coverage of the 95% model intervals, means over synthetic report seeds 201-205 "
-    "(docs/small-area.md): at epsilon 1, 0.986 overall, 0.967 in the worst size quintile, "
-    "0.972 and 0.951 in the lowest and highest deciles of the truth; at epsilon 8, 0.954 "
-    "overall, 0.947, 0.896 and 0.870. Single seeds fall lower in the extreme deciles at "
-    "epsilon 8 (0.74 on one seed; 0.74 overall on one seed of a generator variant it was "
-    "not tuned on).",
+    "(docs/small-area.md): at epsilon 1, 0.993 overall, 0.989 in the worst size quintile, "
+    "0.979 and 0.967 in the lowest and highest deciles of the truth; at epsilon 8, 0.967 "
+    "overall, 0.951, 0.949 and 0.915 (0.88 the lowest single seed's decile).",
+    "The directs' noise variance the estimate shrinks with is a rate in public n and the "
+    "plan's epsilon calibrated on synthetic states (docs/small-area.md, Known noise); on "
+    "data unlike them it can be off, and the intervals then rest on the variance fitted to "
+    "the directs.",
     "Bandwidths are tuned for tracts of Illinois-like size; the direct-bias correction and "
     "the benchmark assume the county and state estimates are unbiased for their tracts' mean.",
 ]
 
 
-def add_model_estimates(table: gpd.GeoDataFrame, level_tables: dict,
-                        log=None) -> tuple[gpd.GeoDataFrame, list[dict]]:
+def add_model_estimates(table: gpd.GeoDataFrame, level_tables: dict, log=None,
+                        steps: list[dict] | None = None) -> tuple[gpd.GeoDataFrame, list[dict]]:
     """``table`` with the model columns (before its geometry), and the fits per cell and state
-    (``dpatlas.small_area.published.fit_published``). ``log``: a logger, one line per fit."""
-    values, fits = fit_published(table, level_tables.get("county"), level_tables.get("state"))
+    (``dpatlas.small_area.published.fit_published``). ``log``: a logger, one line per fit.
+    ``steps``: the plan's budget steps as the manifest prints them (``Step.as_dict``): the
+    tract mechanisms' ε makes their directs' noise variance known (``noise_from_steps``)."""
+    values, fits = fit_published(table, level_tables.get("county"), level_tables.get("state"),
+                                 noise_from_steps(steps))
     values = round_model(values, PUBLISHED_DECIMALS)
     plain = table.drop(columns="geometry")
     for column in MODEL_COLUMNS:

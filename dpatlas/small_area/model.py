@@ -30,6 +30,9 @@ mechanism and size bin, is D_i + σ², split by the shape of D in n (docs/small-
 (``variance_function``), which leave τ to σ²; the point estimate shrinks with a free power
 law τ + a_m·n^(−b_m) (``power_law_variance_function``), whose σ̂² is smaller, and its MSE is
 that estimator's own under the rate-shaped D and the larger σ̂² (``fay_herriot.mse_of_weights``).
+Given the release's plan (``noise``: the ε each mechanism ran with, public), the point
+estimate shrinks instead with D known from it (``known_noise``): k_m/(ε_m·n)² + c_m/n, so that
+σ̂² is not split from a D fitted to the same residuals.
 
 Tracts without a direct (suppressed, failed) get the synthetic estimate with its MSE.
 """
@@ -52,6 +55,20 @@ _KM_PER_DEGREE = 111.2
 _SIZE_BINS = 10
 MIN_RELEASED = 50  # fewer directs cannot fit a variance function and a regression
 _MIN_GROUP = 60  # tracts a mechanism needs for a variance function of its own
+# The DP noise variance of a mechanism's direct p25/p75 is about k_m/(ε_m·n)², ε_m the budget
+# the mechanism ran with (public: the release's plan) and n the tract's public size. k_m was
+# fitted on the calibration seeds 101-103 only, as a function of n and ε alone (never of a
+# release's data): mean (direct − truth)² by size bin at ε = 1 and 8 (docs/small-area.md,
+# "Known noise"). NoisyStats' is small because the dp rule runs it only where the noisy nvar
+# is large; DPExpTheilSen's saturates at small n (the cap of ``variance_function``).
+NOISE_COEFFICIENTS = {"NoisyStats": 16.0, "DPExpTheilSen": 400.0}
+# The 1/n coefficient c_m at the two calibration budgets ε_m (0.4725 and 3.78: the mechanisms'
+# share of ε = 1 and 8 per person at split 0.7/0.27/0.03), fitted as above after removing
+# each size decile's mean error (as ``_direct_bias`` does). The ε = 8 values are half that
+# fit's (0.8, 0.3): with them σ̂² came out ≈ 1e-4 at ε = 8 and over-shrank; halved, the
+# calibration seeds' ε = 8 coverage was better in every column (docs/small-area.md).
+CALIBRATION_EPSILONS = (0.4725, 3.78)
+SAMPLING_COEFFICIENTS = {"NoisyStats": (1.5, 0.4), "DPExpTheilSen": (2.5, 0.15)}
 
 
 def model_columns(quantity: str) -> list[str]:
@@ -98,7 +115,8 @@ def winsorised(values: np.ndarray, lo: float = 0.0, hi: float = 1.0) -> np.ndarr
     return np.clip(values, m - h, m + h)
 
 
-def variance_function(resid2: np.ndarray, n: np.ndarray, group: np.ndarray):
+def variance_function(resid2: np.ndarray, n: np.ndarray, group: np.ndarray,
+                      known: dict | None = None):
     """Fit mean(resid²) = τ + min(a_g/n² + c_g/n, cap_g) over size bins per group; returns
     (τ, {g: (a, c, cap)}).
 
@@ -107,7 +125,11 @@ def variance_function(resid2: np.ndarray, n: np.ndarray, group: np.ndarray):
     rank offset spans a 1/n share of the slopes), so its variance as 1/n², and the sampling
     error's variance as 1/n. τ, the part no sample size removes, is the model's own error and
     is separated from them by these shapes. cap_g is the largest bin mean: the winsorised
-    directs of the smallest tracts cannot vary more than their window allows."""
+    directs of the smallest tracts cannot vary more than their window allows.
+
+    ``known``: {group: (a, c)} for groups whose coefficients are known from the release's
+    plan (``known_noise``); only cap and τ are fitted for them."""
+    known = {} if known is None else known
     rows = []
     groups = sorted(set(group))
     for k, g in enumerate(groups):
@@ -120,9 +142,17 @@ def variance_function(resid2: np.ndarray, n: np.ndarray, group: np.ndarray):
     gk, nb, r2, cnt = (np.array(c, dtype=float) for c in zip(*rows))
     gk = gk.astype(int)
     caps = np.array([r2[gk == k].max() for k in range(len(groups))])
+    fixed = np.array([known[g][0] if g in known else np.nan for g in groups], dtype=float)
+    fixed_c = np.array([known[g][1] if g in known else np.nan for g in groups], dtype=float)
+
+    def coefficients(theta):
+        return np.where(np.isfinite(fixed), fixed, np.exp(theta[1::2]))
+
+    def c_coefficients(theta):
+        return np.where(np.isfinite(fixed_c), fixed_c, np.exp(theta[2::2]))
 
     def predicted(theta):
-        a, c = np.exp(theta[1::2])[gk], np.exp(theta[2::2])[gk]
+        a, c = coefficients(theta)[gk], c_coefficients(theta)[gk]
         return np.exp(theta[0]) + np.minimum(a / nb ** 2 + c / nb, caps[gk])
 
     def residuals(theta):  # relative errors, each bin weighted by its count
@@ -135,8 +165,9 @@ def variance_function(resid2: np.ndarray, n: np.ndarray, group: np.ndarray):
         g = gk == k
         start += [np.log(np.max(r2[g] * nb[g] ** 2) / 2), np.log(np.min(r2[g] * nb[g]) / 2)]
     sol = optimize.least_squares(residuals, start, bounds=(-30, 12))
+    a, c = coefficients(sol.x), c_coefficients(sol.x)
     return float(np.exp(sol.x[0])), {
-        g: (float(np.exp(sol.x[1 + 2 * k])), float(np.exp(sol.x[2 + 2 * k])), float(caps[k]))
+        g: (float(a[k]), float(c[k]), float(caps[k]))
         for k, g in enumerate(groups)}
 
 
@@ -247,7 +278,28 @@ def _benchmark(tracts, estimate, mse, states, quantity):
     return estimate, mse
 
 
-def fit_quantity(tracts: pd.DataFrame, quantity: str, xy: np.ndarray, counties, states):
+def known_noise(noise: dict | None) -> dict:
+    """{mechanism: (a, c)}: the 1/n² and 1/n coefficients of its directs' variance at the
+    budget it ran with, from ``noise`` = {mechanism: ε_m} (public: the release's plan).
+
+    a = k_m/ε_m² (``NOISE_COEFFICIENTS``); c, the 1/n term (sampling error, and the part of
+    the selection's bias that a size bin's mean does not remove), from
+    ``SAMPLING_COEFFICIENTS``, interpolated on log ε between the two calibration budgets and
+    held constant beyond them."""
+    out = {}
+    lo, hi = np.log(CALIBRATION_EPSILONS)
+    for m, eps in (noise or {}).items():
+        if m not in NOISE_COEFFICIENTS or not eps or float(eps) <= 0:
+            continue
+        t = float(np.clip((np.log(float(eps)) - lo) / (hi - lo), 0.0, 1.0))
+        c_lo, c_hi = SAMPLING_COEFFICIENTS[m]
+        out[m] = (NOISE_COEFFICIENTS[m] / float(eps) ** 2,
+                  float(np.exp((1 - t) * np.log(c_lo) + t * np.log(c_hi))))
+    return out
+
+
+def fit_quantity(tracts: pd.DataFrame, quantity: str, xy: np.ndarray, counties, states,
+                 noise: dict | None = None):
     """(estimate, se, details) of one quantity for every tract."""
     has = (tracts["status"].astype(str).to_numpy() == "released") & \
         np.isfinite(tracts[quantity].to_numpy(dtype=float))
@@ -259,17 +311,23 @@ def fit_quantity(tracts: pd.DataFrame, quantity: str, xy: np.ndarray, counties, 
     y = y - _direct_bias(tracts, quantity, y, bins, has, counties, states)
     # first pass: equal weights, to find the variance function; second: weights 1/D
     X, names = _design(tracts, quantity, y, mid, np.ones(len(y)), xy, counties, states)
+    known = known_noise(noise)
     D = _variances(y, X, n, group, has)
     X, names = _design(tracts, quantity, y, mid, 1.0 / D, xy, counties, states)
     d_error = _variances(y, X, n, group, has)
-    # Two variance functions of the same residuals (docs/small-area.md, "Which variance"):
-    # the point estimate shrinks with the power law's σ̂² (the better estimate on the
-    # calibration seeds); its MSE is that estimator's own, under the rate-shaped D and the
-    # larger of the two σ̂² (the power law leaves too little to σ² at large budgets).
-    d_shrink = _variances(y, X, n, group, has, power_law_variance_function,
-                          power_law_variance)
-    point = fh.fit(y[has], X[has], d_shrink[has])
+    # Two variance splits (docs/small-area.md, "Which variance"): the point estimate shrinks
+    # with D known from the plan (``noise``; without it, a power law fitted to the
+    # residuals); its MSE is that estimator's own, under the rate-shaped D fitted to the
+    # residuals and the larger of the two σ̂².
     error = fh.fit(y[has], X[has], d_error[has])
+    if known:
+        # D from the plan (docs/small-area.md, "Known noise"): σ̂² is then what REML finds
+        # beyond a D that was not fitted to these residuals
+        d_shrink = _variances(y, X, n, group, has, known=known)
+    else:
+        d_shrink = _variances(y, X, n, group, has, power_law_variance_function,
+                              power_law_variance)
+    point = fh.fit(y[has], X[has], d_shrink[has])
     y_has = np.where(has, y, np.nan)
     estimate, _ = fh.eblup(point, X, y_has, np.where(has, d_shrink, np.inf))
     gamma = np.where(has, point.sigma2 / (point.sigma2 + np.where(has, d_shrink, 1.0)), 0.0)
@@ -312,14 +370,16 @@ def _direct_bias(tracts, quantity, y, bins, has, counties, states) -> np.ndarray
     return diff.groupby(bins).transform("mean").fillna(0.0).to_numpy()
 
 
-def _variances(y, X, n, group, has, fit_function=None, evaluate=None) -> np.ndarray:
+def _variances(y, X, n, group, has, fit_function=None, evaluate=None,
+               known: dict | None = None) -> np.ndarray:
     """D per tract from a variance function (default: the rate-shaped one) fitted to the
     squared residuals of the directs about their least-squares fit on ``X``."""
     fit_function = variance_function if fit_function is None else fit_function
     evaluate = sampling_variance if evaluate is None else evaluate
     beta, *_ = np.linalg.lstsq(X[has], y[has], rcond=None)
     resid2 = (y - X @ beta) ** 2
-    _, params = fit_function(resid2[has], n[has], group[has])
+    extra = {"known": known} if known else {}
+    _, params = fit_function(resid2[has], n[has], group[has], **extra)
     D = np.full(len(n), np.nan)
     for g, p in params.items():
         D[group == g] = evaluate(p, n[group == g])
@@ -335,7 +395,8 @@ def _with_mid(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def fit_model(tracts: pd.DataFrame, counties: pd.DataFrame | None = None,
-              states: pd.DataFrame | None = None, boundaries=None) -> pd.DataFrame:
+              states: pd.DataFrame | None = None, boundaries=None,
+              noise: dict | None = None) -> pd.DataFrame:
     """``tracts`` with the model columns of p25 and p75 added (``model_columns``).
 
     ``tracts``: the published tract table (geoid, n, status, mechanism, p25, p75; one cell);
@@ -360,7 +421,8 @@ def fit_model(tracts: pd.DataFrame, counties: pd.DataFrame | None = None,
     derived = [_with_mid(t) if t is not None else None for t in (out, counties, states)]
     out.attrs["fits"] = {}  # per quantity: covariates, β and σ² (the release's manifest)
     for q in QUANTITIES:
-        est, se, out.attrs["fits"][q] = fit_quantity(derived[0], q, xy, derived[1], derived[2])
+        est, se, out.attrs["fits"][q] = fit_quantity(derived[0], q, xy, derived[1], derived[2],
+                                                     noise)
         est = np.clip(est, 0.0, 1.0)
         model, lo, hi, model_se = model_columns(q)
         out[model] = est

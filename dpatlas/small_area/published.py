@@ -17,12 +17,28 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dpatlas.small_area.model import MIN_RELEASED, QUANTITIES, fit_model, model_columns
+from dpatlas.small_area.model import (MIN_RELEASED, NOISE_COEFFICIENTS, QUANTITIES, fit_model,
+                                      model_columns)
 
 TRACT_INPUTS = ("geoid", "cell", "n", "status", "mechanism", "p25", "p75", "geometry")
 LEVEL_INPUTS = ("geoid", "cell", "p25", "p75", "p25_se", "p75_se")
 MODEL_COLUMNS = tuple(c for q in QUANTITIES for c in model_columns(q))
 WGS84 = "EPSG:4326"
+# The tract budget step whose ε the mechanisms' noise is calibrated with (the manifest's
+# budget.steps; dpatlas.release.selection.PRIMARY_STEP, spelled out so this package imports
+# nothing of ours; tests/unit/small_area/test_known_noise.py checks the two agree).
+PRIMARY_STEP = "primary: p25 and p75"
+
+
+def noise_from_steps(steps) -> dict | None:
+    """{mechanism: ε} the tract mechanisms ran with, from a release plan's budget steps as the
+    manifest prints them (``budget.steps``: ``step``, ``epsilon_param``): public, so the model
+    can take its directs' DP noise variance as known (``model.known_noise``). None when the
+    plan has no primary step."""
+    for step in steps or []:
+        if step.get("step") == PRIMARY_STEP and step.get("epsilon_param"):
+            return {m: float(step["epsilon_param"]) for m in NOISE_COEFFICIENTS}
+    return None
 
 
 def _inputs(table, columns) -> pd.DataFrame | None:
@@ -37,11 +53,13 @@ def _of_cell(table: pd.DataFrame | None, cell: str) -> pd.DataFrame | None:
     return table[table["cell"].astype(str) == cell].drop(columns="cell").reset_index(drop=True)
 
 
-def fit_published(tracts, counties=None, states=None) -> tuple[pd.DataFrame, list[dict]]:
+def fit_published(tracts, counties=None, states=None,
+                  noise: dict | None = None) -> tuple[pd.DataFrame, list[dict]]:
     """(the model columns, one row per row of ``tracts`` in its order; the fits).
 
     ``tracts``: the published tract table with its geometry (a GeoDataFrame); ``counties``,
-    ``states``: the published level tables (or None). Each fit is ``{"cell", "state",
+    ``states``: the published level tables (or None); ``noise``: {mechanism: ε} from the
+    release's plan (``noise_from_steps``), or None. Each fit is ``{"cell", "state",
     "tracts", "directs", "fitted"}`` plus, when fitted, per quantity ``{"covariates",
     "beta", "sigma2"}``, else ``reason``. The values are unrounded.
     """
@@ -68,7 +86,7 @@ def fit_published(tracts, counties=None, states=None) -> tuple[pd.DataFrame, lis
                 continue
             fitted = fit_model(part.drop(columns=["cell", "geometry"]),
                                *(_of_cell(lv, c) for lv in levels),
-                               boundaries=part[["geoid", "geometry"]])
+                               boundaries=part[["geoid", "geometry"]], noise=noise)
             out.loc[rows, list(MODEL_COLUMNS)] = fitted[list(MODEL_COLUMNS)].to_numpy()
             fits.append({**fit, "fitted": True,
                          **{q: _plain(fitted.attrs["fits"][q]) for q in QUANTITIES}})

@@ -239,12 +239,14 @@ MODEL = ["p25_model", "p25_model_lo", "p25_model_hi", "p25_model_se",
 
 
 def refit_from_files(folder: Path) -> pd.DataFrame:
-    """The model re-fitted from the published files alone (what dpatlas audit does)."""
-    from dpatlas.small_area.published import fit_published
+    """The model re-fitted from the published files alone (what dpatlas audit does): the
+    tables, and the plan's budget steps in the manifest (the directs' known noise)."""
+    from dpatlas.small_area.published import fit_published, noise_from_steps
 
     values, _ = fit_published(gpd.read_parquet(folder / "tracts.parquet"),
                               pd.read_parquet(folder / "counties.parquet"),
-                              pd.read_parquet(folder / "states.parquet"))
+                              pd.read_parquet(folder / "states.parquet"),
+                              noise_from_steps(manifest_of(folder)["budget"]["steps"]))
     return values
 
 
