@@ -2,6 +2,7 @@
 meter, the Private-PGM (mbi) estimation, the regression from a table, both calls, accuracy at
 a large budget, failures, and an empirical audit that catches broken variants."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -393,5 +394,7 @@ def test_audit_catches_half_the_noise():
 def test_audit_catches_the_add_remove_sensitivity(monkeypatch):
     """The realistic bug: the paper's add/remove sensitivity 1 used under replace-one."""
     claim = _claim()
-    monkeypatch.setattr(ddssp, "COUNT_SENSITIVITY", 1.0)
+    # the steps read their Sensitivity when built: the draws scale the noise to its number
+    add_remove = dataclasses.replace(ddssp.MARGINAL_SENSITIVITY, fixed=(("number", 1.0),))
+    monkeypatch.setattr(ddssp, "MARGINAL_SENSITIVITY", add_remove)
     assert audit_sample(xy_sample, delta=AUDIT_DELTA) > claim

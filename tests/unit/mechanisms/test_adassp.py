@@ -3,6 +3,7 @@ against its calibration, the derived (ε, δ) guarantee, the meter, empirical au
 half the noise or a halved sensitivity, both calls, failures, and accuracy against OLS."""
 
 import contextlib
+import dataclasses
 import math
 
 import numpy as np
@@ -261,7 +262,8 @@ AUDIT_DATA = [(_ZEROS, _ZEROS), (_MOVED, _MOVED)]
 
 
 def _audit_step(name):
-    return NoiseStep(name, GridGaussian.calibrate(AUDIT_RHO, adassp.DIMS[name]), "audit")
+    return NoiseStep(name, GridGaussian.calibrate(AUDIT_RHO, adassp.DIMS[name]),
+                     adassp.STEP_SENSITIVITY[name])
 
 
 def _release_sample(name):
@@ -294,7 +296,8 @@ def test_audit_release(name):
 def test_audit_catches_a_halved_lambda_min_sensitivity(monkeypatch):
     # Wang's add/remove bound is 2; the derivation here says 1. Had it said 1/2, the noise
     # would be half what the neighbours need, and the audit sees it.
-    monkeypatch.setitem(adassp.SENSITIVITY, LAMBDA_MIN, 0.5)
+    halved = dataclasses.replace(adassp.STEP_SENSITIVITY[LAMBDA_MIN], fixed=(("number", 0.5),))
+    monkeypatch.setitem(adassp.STEP_SENSITIVITY, LAMBDA_MIN, halved)
     lb = audit_sample(_release_sample(LAMBDA_MIN), delta=AUDIT_DELTA)
     assert lb > _claim(), lb
 
