@@ -115,6 +115,22 @@ def winsorised(values: np.ndarray, lo: float = 0.0, hi: float = 1.0) -> np.ndarr
     return np.clip(values, m - h, m + h)
 
 
+def _size_bin_means(resid2: np.ndarray, n: np.ndarray, group: np.ndarray):
+    """Per group, its tracts in size bins (quantiles of n): (the sorted groups, each bin's group
+    index, mean n, mean squared residual, count). What both variance functions are fitted to."""
+    rows = []
+    groups = sorted(set(group))
+    for k, g in enumerate(groups):
+        sel = group == g
+        edges = np.unique(np.quantile(n[sel], np.linspace(0, 1, _SIZE_BINS + 1)))
+        bins = np.clip(np.searchsorted(edges, n[sel], side="right") - 1, 0, len(edges) - 2)
+        for b in np.unique(bins):
+            m = bins == b
+            rows.append((k, float(np.mean(n[sel][m])), float(np.mean(resid2[sel][m])), m.sum()))
+    gk, nb, r2, cnt = (np.array(c, dtype=float) for c in zip(*rows))
+    return groups, gk.astype(int), nb, r2, cnt
+
+
 def variance_function(resid2: np.ndarray, n: np.ndarray, group: np.ndarray,
                       known: dict | None = None):
     """Fit mean(resid²) = τ + min(a_g/n² + c_g/n, cap_g) over size bins per group; returns
@@ -130,17 +146,7 @@ def variance_function(resid2: np.ndarray, n: np.ndarray, group: np.ndarray,
     ``known``: {group: (a, c)} for groups whose coefficients are known from the release's
     plan (``known_noise``); only cap and τ are fitted for them."""
     known = {} if known is None else known
-    rows = []
-    groups = sorted(set(group))
-    for k, g in enumerate(groups):
-        sel = group == g
-        edges = np.unique(np.quantile(n[sel], np.linspace(0, 1, _SIZE_BINS + 1)))
-        bins = np.clip(np.searchsorted(edges, n[sel], side="right") - 1, 0, len(edges) - 2)
-        for b in np.unique(bins):
-            m = bins == b
-            rows.append((k, float(np.mean(n[sel][m])), float(np.mean(resid2[sel][m])), m.sum()))
-    gk, nb, r2, cnt = (np.array(c, dtype=float) for c in zip(*rows))
-    gk = gk.astype(int)
+    groups, gk, nb, r2, cnt = _size_bin_means(resid2, n, group)
     caps = np.array([r2[gk == k].max() for k in range(len(groups))])
     fixed = np.array([known[g][0] if g in known else np.nan for g in groups], dtype=float)
     fixed_c = np.array([known[g][1] if g in known else np.nan for g in groups], dtype=float)
@@ -178,17 +184,7 @@ def power_law_variance_function(resid2: np.ndarray, n: np.ndarray, group: np.nda
     tracts at small budgets) but can mimic τ, so D = a_g·n^(−b_g) may take what is the
     model's own error: the EBLUP's weights use it (the better point estimate on the
     calibration seeds), its intervals do not (``variance_function``)."""
-    rows = []
-    groups = sorted(set(group))
-    for k, g in enumerate(groups):
-        sel = group == g
-        edges = np.unique(np.quantile(n[sel], np.linspace(0, 1, _SIZE_BINS + 1)))
-        bins = np.clip(np.searchsorted(edges, n[sel], side="right") - 1, 0, len(edges) - 2)
-        for b in np.unique(bins):
-            m = bins == b
-            rows.append((k, float(np.mean(n[sel][m])), float(np.mean(resid2[sel][m])), m.sum()))
-    gk, nb, r2, cnt = (np.array(c, dtype=float) for c in zip(*rows))
-    gk = gk.astype(int)
+    groups, gk, nb, r2, cnt = _size_bin_means(resid2, n, group)
 
     def predicted(theta):
         return np.exp(theta[0]) + np.exp(theta[1::2])[gk] * nb ** (-theta[2::2][gk])
