@@ -233,13 +233,18 @@ def interval_guarantee(mechanism: str, epsilon_interval: float):
 
 def intervals(mechanism: str, batch: TractBatch, released: Released, epsilon_interval: float,
               rand: Randomness, level: float = 0.95, reps: int = 1, *,
-              meter: Meter | None = None) -> Intervals:
+              meter: Meter | None = None, nvar_from_both_draws: bool = False) -> Intervals:
     """``level`` confidence intervals of p25 and p75 per tract, arrays (reps, tracts).
 
     ``released`` is what ``mechanism`` published (same reps); ``meter`` is spent before every
-    draw with that draw's privacy map.
+    draw with that draw's privacy map. ``nvar_from_both_draws`` (NoisyStats released with no
+    selection floor only; the county and state levels use it): the lower bound on nvar comes
+    from the two noisy nvar draws averaged, see ``_combined_nvar_lower``.
     """
     _check_mechanism(mechanism)
+    if nvar_from_both_draws and (mechanism != NOISY_STATS or released.nvar_floor > 0):
+        raise ValueError("nvar_from_both_draws needs NoisyStats released without a selection "
+                         f"floor (got {mechanism}, floor {released.nvar_floor})")
     eps = _check_epsilon(epsilon_interval)
     if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0.5 <= level < 1:
         raise ValueError(f"level must lie in [0.5, 1), got {level!r}")
@@ -252,7 +257,8 @@ def intervals(mechanism: str, batch: TractBatch, released: Released, epsilon_int
                              f"expected (reps, tracts) = {shape}")
     meter = NO_METER if meter is None else meter
     if mechanism == NOISY_STATS:
-        return _noisy_stats_intervals(batch, released, eps, rand, level, meter)
+        return _noisy_stats_intervals(batch, released, eps, rand, level, meter,
+                                      nvar_from_both_draws)
     if mechanism == EXP_THEIL_SEN:
         return _theil_sen_intervals(batch, released, eps, rand, level, meter)
     return _rule_intervals(batch, released, eps, rand, level, meter)
@@ -274,7 +280,8 @@ def _empty(shape) -> Intervals:
 # NoisyStats: parametric bootstrap
 
 
-def _noisy_stats_intervals(batch, released, eps, rand, level, meter) -> Intervals:
+def _noisy_stats_intervals(batch, released, eps, rand, level, meter,
+                           nvar_from_both_draws: bool = False) -> Intervals:
     for f in ("noisy_nvar", "eps_nvar", "eps_ncov", "eps_intercept"):
         if getattr(released, f) is None:
             raise ValueError(f"NoisyStats intervals need released.{f} (the noisy nvar and the "
@@ -319,8 +326,14 @@ def _noisy_stats_intervals(batch, released, eps, rand, level, meter) -> Interval
     tail_strict = tail1 * _STRICT_SHARE
     c1 = _laplace_tail_bound(b_nvar, tail1 - tail_strict)
     c1_strict = _laplace_tail_bound(b_nvar, tail_strict)
-    nvar_lo = np.maximum(nvar_lo, nvar_t - np.where(nvar_lo > 0, c1, c1_strict))
-    nvar_hi = np.minimum(np.minimum(nvar_hi, nvar_t + c1), n / 4)  # n/4: ranks on [0, 1]
+    if nvar_from_both_draws:
+        own_scale = _scale(1.0 - 1.0 / n, eps / 2)
+        nvar_lo = np.maximum(nvar_lo, _combined_nvar_lower(nvar_t, b_nvar, nvar2_t, own_scale,
+                                                           _GAMMA_NVAR * a / 2 * p_pub))
+    else:
+        nvar_lo = np.maximum(nvar_lo, nvar_t - np.where(nvar_lo > 0, c1, c1_strict))
+        nvar_hi = np.minimum(nvar_hi, nvar_t + c1)
+    nvar_hi = np.minimum(nvar_hi, n / 4)  # n/4: ranks on [0, 1]
     known = (nvar_lo > 0) & (nvar_lo <= nvar_hi)
     safe_lo = np.where(known, nvar_lo, 1.0)
     # |β̂| = |s̃·nvar~ − L2|/nvar with |L2| <= c2, and <= sqrt(nvar_y/nvar) <= sqrt(n/(4 nvar))
@@ -352,6 +365,31 @@ def _noisy_stats_intervals(batch, released, eps, rand, level, meter) -> Interval
         getattr(out, f"{name}_lo")[:, idx] = lo
         getattr(out, f"{name}_hi")[:, idx] = hi
     return out
+
+
+def _combined_nvar_lower(nvar_t, b_released, nvar2_t, b_own, tail):
+    """A lower bound on nvar from both noisy draws, for units published with no floor.
+
+    The inverse-variance average w·nvar~ + (1 − w)·nvar2~ (w = b_own²/(b_released² + b_own²))
+    is nvar + w·L1 + (1 − w)·L2 with independent Laplace L1, L2 of public scales; its bound
+    fails with probability ``tail`` for the unconditional law, and ``tail`` carries the factor
+    p_pub (the chance of publication at the own draw's lower bound, >= 1/2 with no floor), so
+    given publication it fails with probability <= tail/p_pub: the share γ·(1 − level)/2 the
+    released draw's two sides had. The lower bound alone: nvar's upper bound keeps the own
+    draw's.
+
+    Conditional coverage (issue 18): where the true nvar is near 0, a published nvar~ is
+    overstated and the average with it too; so the bound is used only where the own draw,
+    which is independent of publication, passes a lax gate (nvar2~ > b_own·ln 20: probability
+    <= 1/40 at nvar = 0). A narrow interval from an overstated nvar~ then needs both events,
+    as the single-draw scheme's strict share makes it need a far tail.
+    """
+    w = b_own ** 2 / (b_released ** 2 + b_own ** 2)
+    average = w * nvar_t + (1.0 - w) * nvar2_t
+    scales = np.broadcast_arrays(w * b_released, (1.0 - w) * b_own, tail)[:2]
+    c = laplace_sum_quantile(scales, 1.0 - tail)
+    gate = nvar2_t > b_own * math.log(20.0)
+    return np.where(gate & (tail > 1e-300), average - c, -np.inf)
 
 
 # Shares of the miss probability 1 − level spent on the bounds of the unknown statistics

@@ -29,13 +29,14 @@ PRIMARY = ("NoisyStats", "DPExpTheilSen")
 # Geography levels a release may publish; a person is in one unit of each (issue 20, item 1).
 LEVELS = ("tract", "county", "state")
 # The default split of epsilon_per_tract across the levels a release publishes, chosen by
-# `dpatlas evaluate-small-area` (docs/small-area.md): of the splits scored on the calibration
-# seeds, 0.7/0.27/0.03 was better than 0.7/0.2/0.1 on every measure but the p25 RMSE (equal
-# on the report seeds), and only it brings two releases' model p25 to a correlation >= 0.7;
-# the state is so large that 0.03 of the budget estimates it to about 0.002.
+# `dpatlas evaluate-small-area` (docs/small-area.md) on the calibration seeds: 0.7/0.27/0.03
+# was better than 0.7/0.2/0.1 on every measure but the p25 RMSE, and only it brought two
+# releases' model p25 to a correlation >= 0.7; 0.66/0.31/0.03 then kept the model's p25 RMSE
+# (0.0430 both) and brought the county p25's median error from 0.022 to 0.018 (the target is
+# 0.02); the state is so large that 0.03 of the budget estimates it to about 0.002.
 # Levels a config leaves out drop out and the rest are scaled to sum to 1; [tract] alone
 # keeps the whole budget.
-DEFAULT_LEVEL_SHARES = {"tract": 0.7, "county": 0.27, "state": 0.03}
+DEFAULT_LEVEL_SHARES = {"tract": 0.66, "county": 0.31, "state": 0.03}
 LEVEL_SHARE_TOLERANCE = 1e-9
 
 
@@ -479,7 +480,7 @@ limits:
   memory_gib: 4.0             # a tract whose mechanism needs more memory is refused up front
 
 levels: [tract]               # geography levels published: tract, county, state (tract always)
-# level_shares: {tract: 0.7, county: 0.27, state: 0.03}  # split of epsilon_per_tract across
+# level_shares: {tract: 0.66, county: 0.31, state: 0.03}  # split of epsilon_per_tract across
                               # the levels (default: these, scaled to the levels given)
 small_area:
   model: false                # true: publish model-based tract estimates (p25_model...;

@@ -144,7 +144,8 @@ def level_published_columns(level: str, estimate_step: str, interval_step: str |
     if interval_step:
         out[", ".join(INTERVAL_COLUMNS)] = (
             f"the step '{interval_step}': {interval_level:.0%} confidence intervals for the "
-            f"{level}'s least-squares line, covering the privacy noise (mechanisms/intervals.py)")
+            f"{level}'s least-squares line, covering the privacy noise (mechanisms/intervals.py; "
+            "nvar bounded from both noisy nvar draws, the estimate's and the interval's)")
         out[", ".join(SE_COLUMNS)] = (f"post-processing of the step '{interval_step}' (no "
                                      "budget of its own): (hi - lo)/(2z) rounded up")
     return out

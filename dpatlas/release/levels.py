@@ -103,6 +103,9 @@ def _estimate_units(sub: TractBatch, plan: BudgetPlan, lp: LevelPlan, rand: Rand
     released = CI.Released(est.p25[None, :], est.p75[None, :],
                            noisy_nvar=np.asarray(est.extras["noisy_nvar"])[None, :],
                            eps_nvar=eps_nvar, eps_ncov=eps_ncov, eps_intercept=eps_intercept)
+    # counties and states hold thousands of records and are published with no selection
+    # floor: their nvar bound averages both noisy nvar draws (mechanisms/intervals.py)
     ci = CI.intervals(LEVEL_MECHANISM, sub, released, lp.interval_epsilon, rand,
-                      plan.interval_level, meter=budget.meter(level_interval_step(lp.level)))
+                      plan.interval_level, meter=budget.meter(level_interval_step(lp.level)),
+                      nvar_from_both_draws=True)
     return est, ci

@@ -13,7 +13,7 @@ def test_quick_run_writes_its_table_figure_and_targets(tmp_path):
     out = tmp_path / "sae"
     res = invoke("evaluate-small-area", "--quick", "--out", out)
     assert res.exit_code == 0, res.output
-    assert "targets at epsilon 1, split 0.7/0.27/0.03" in res.output
+    assert "targets at epsilon 1, split 0.66/0.31/0.03" in res.output
     rows = pd.read_csv(out / "rows.csv")
     assert len(rows) == 1 and rows.loc[0, "seed"] == 201 and rows.loc[0, "epsilon"] == 1.0
     # the model borrows strength: far closer to the truth than the directs
