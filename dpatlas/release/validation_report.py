@@ -116,6 +116,12 @@ def _e(value) -> str:
     return html.escape(str(value), quote=True)
 
 
+def _code(name) -> str:
+    """An identifier in code type that may wrap after its underscores (a long suite name
+    would otherwise widen its column past the page)."""
+    return "<code>" + _e(name).replace("_", "_<wbr>") + "</code>"
+
+
 def _document(title: str, body: Iterable[str]) -> str:
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
@@ -146,7 +152,7 @@ def _failing_list(run: dict) -> str:
     if not failing:
         return "none"
     items = "".join(
-        f"<li><code>{_e(e['expectation'])}</code>{_on(e)}"
+        f"<li>{_code(e['expectation'])}{_on(e)}"
         + (f": {e['unexpected_count']:,} value(s)" if e.get("unexpected_count") else "")
         + "</li>" for e in failing)
     return f"<ul>{items}</ul>"
@@ -158,7 +164,7 @@ def _index_page(release: str, runs: list[dict]) -> str:
         f'<tr class="run" data-run="{_e(r["run_name"])}" data-success="{_flag(r["success"])}">'
         f'<td><a href="{RUNS_DIR}/{_e(r["run_id"])}.html">{_e(r["run_name"])}</a></td>'
         f'<td class="when">{_e(r["checked_at"][:19].replace("T", " "))} UTC</td>'
-        f"<td><code>{_e(r['suite'])}</code></td><td>{_e(r['asset'])}</td>"
+        f"<td>{_code(r['suite'])}</td><td>{_e(r['asset'])}</td>"
         f"<td>{_outcome(r['success'])}</td>"
         f'<td class="count">{r["met"]} of {r["evaluated"]}</td>'
         f"<td>{_failing_list(r)}</td></tr>" for r in runs]

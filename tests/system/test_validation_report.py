@@ -1,6 +1,6 @@
 """Issue 21 item 2: the validation report of a real release, in a real browser, offline.
 
-A small two-state release is run by the release flow (one input row of state 18 breaks the
+A small two-state release with county and state tables is run by the release flow (one input row of state 18 breaks the
 contract and is dropped under policy ``drop``, so one run fails); its report
 (``<internal>/validation_report/index.html``) is opened from ``file://`` in headless Chromium
 (Debian's ``chromium``, as tests/system/test_webmap.py). Every request the pages make is
@@ -56,6 +56,7 @@ def release(tmp_path_factory) -> dict:
         "selection": {"rule": "dp", "threshold": 3.0},
         "validation": {"policy": "drop"},
         "publish": {"root": str(tmp / "releases"), "internal_root": str(tmp / "internal")},
+        "levels": ["tract", "county", "state"],  # so the county and state tables are checked
     })
     from flows.release import release as release_flow
 
@@ -119,7 +120,7 @@ def test_the_report_lists_every_run_and_opens_one_without_leaving_the_machine(br
     runs_made = len(release["stored"])
     inputs = sorted(f"input-{p['partition']}" for p in release["partitions"])
     assert inputs == ["input-17", "input-18"]
-    assert runs_made >= len(inputs) + 1  # the input checks and at least the tract table's
+    assert runs_made == len(inputs) + 3  # the input checks and the three tables' checks
 
     page = OfflinePage(browser)
     try:
@@ -128,7 +129,8 @@ def test_the_report_lists_every_run_and_opens_one_without_leaving_the_machine(br
         assert rows.count() == runs_made
         names = [rows.nth(i).get_attribute("data-run") for i in range(rows.count())]
         assert sorted(n for n in names if n.startswith("input-")) == inputs
-        assert "published" in names
+        assert sorted(n for n in names if n.startswith("published")) == \
+            ["published", "published-county", "published-state"]
         outcomes = dict(zip(names, (rows.nth(i).get_attribute("data-success")
                                     for i in range(rows.count()))))
         assert outcomes.pop("input-18") == "false"  # the broken rank
