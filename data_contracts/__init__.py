@@ -15,6 +15,7 @@ definitions) and loaded from the JSON at run time.  API::
     res.docs_index                         # Path to Data Docs index.html
     docs = ReleaseDocs.in_folder(internal)  # one file-backed context + Data Docs site per release
     validate_input(df, release=docs, run_name="input-17")   # a Checkpoint run, added to the site
+    res.outcomes                           # every expectation, met or not (the offline report)
 
 ``person_id`` non-nullness is part of the input suite but only applied when the frame
 has a ``person_id`` column (records per person are counted across all partitions by
@@ -33,6 +34,7 @@ from data_contracts.api import (  # noqa: E402
     ContractError,
     ContractResult,
     Failure,
+    Outcome,
     ReleaseDocs,
     load_suite,
     validate_input,
@@ -53,6 +55,7 @@ __all__ = [
     "ContractError",
     "ContractResult",
     "Failure",
+    "Outcome",
     "ReleaseDocs",
     "INPUT_SUITE",
     "MECHANISMS",

@@ -104,6 +104,21 @@ class Failure:
     details: str
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """One expectation of a run, met or not, in plain values (what a report shows).
+
+    ``unexpected_count``: GX's count of offending values where the expectation counts them
+    (row-level expectations), else None; ``details`` is the :class:`Failure`'s for a failed
+    expectation, the expectation's description (and observed value) for a met one."""
+
+    expectation: str
+    column: str | None
+    success: bool
+    unexpected_count: int | None
+    details: str
+
+
 @dataclass
 class ContractResult:
     suite: str
@@ -112,6 +127,8 @@ class ContractResult:
     bad_rows: np.ndarray  # bool, one per row of the validated frame
     docs_index: Path | None = None
     validation_result: Any = field(default=None, repr=False)  # GX's first-pass result
+    outcomes: list[Outcome] = field(default_factory=list)  # every expectation, suite order
+    stored_suite: str | None = None  # the suite's name in the release's GX project
 
     @property
     def n_bad_rows(self) -> int:
@@ -275,6 +292,21 @@ def _failure(r: Any) -> Failure:
     return Failure(config.type, column, 0, desc + extra)
 
 
+def _outcome(r: Any) -> Outcome:
+    config = r.expectation_config
+    if not r.success:
+        failure = _failure(r)
+        return Outcome(failure.expectation, failure.column, False,
+                       failure.unexpected_count, failure.details)
+    result = r.result or {}
+    count = result.get("unexpected_count")
+    observed = result.get("observed_value")
+    details = (config.description or config.type) + (
+        f"; observed {_short(observed)}" if observed is not None else "")
+    return Outcome(config.type, _column_of(dict(config.kwargs)), True,
+                   None if count is None else int(count), details)
+
+
 def _get_or_add(get: Callable[[], Any], add: Callable[[], Any]) -> Any:
     """GX stores raise (DataContextError, KeyError or LookupError) for a missing name."""
     try:
@@ -378,10 +410,9 @@ def _validate(
 
     # GX does not keep suite order in its results; report failures in suite order.
     order = {e.id: i for i, e in enumerate(suite.expectations)}
-    failed = sorted(
-        (r for r in first.results if not r.success),
-        key=lambda r: order.get(r.expectation_config.id, len(order)),
-    )
+    in_order = sorted(first.results,
+                      key=lambda r: order.get(r.expectation_config.id, len(order)))
+    failed = [r for r in in_order if not r.success]
     failures = [_failure(r) for r in failed]
     bad_rows = np.zeros(len(frame), dtype=bool)
 
@@ -417,6 +448,8 @@ def _validate(
         bad_rows=bad_rows,
         docs_index=docs_index,
         validation_result=first,
+        outcomes=[_outcome(r) for r in in_order],
+        stored_suite=suite.name,
     )
 
 

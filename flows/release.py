@@ -132,7 +132,8 @@ def release(config_path: str, release_id: Optional[str] = None,
         reports, staged = [], []
         for part in list_partitions(cfg.input):
             path, report = validate_partition(ingest_partition(cfg.input, part.key),
-                                              cfg.validation.policy, part.key, internal)
+                                              cfg.validation.policy, part.key, internal,
+                                              str(cfg.input.path))
             reports.append(report)
             staged.append(Path(path))
         check_change_limit(reports, cfg.validation.max_changed_share)

@@ -20,6 +20,7 @@ from dpatlas.publication.tract_files import (PublishError, assemble, release_fol
                                              standard_error_maximum, verify_release, write_release)
 from dpatlas.release.outcome import format_counts
 from dpatlas.release.validate import seal_release_docs
+from dpatlas.release.validation_report import record_run
 
 from .common import RETRY_IO
 
@@ -57,6 +58,8 @@ def publish_release(cfg: ReleaseConfig, release_id: str, result_files: list[Path
                                boundary_geoids=list(boundaries["geoid"]),
                                standard_error_max=standard_error_maximum(cfg.intervals.level),
                                release=ReleaseDocs.in_folder(internal), run_name="published")
+    record_run(internal, "published", "the release's tract table, as it would be published",
+               check)
     if not check.success:
         raise PublishError("the release table breaks its output contract; nothing was "
                            f"published:\n{check.summary()}")
@@ -91,6 +94,8 @@ def _check_level_contract(level: str, table: pd.DataFrame, boundaries: gpd.GeoDa
         boundary_units=list(unit_of(boundaries["geoid"], level)),
         standard_error_max=standard_error_maximum(cfg.intervals.level),
         release=ReleaseDocs.in_folder(internal), run_name=f"published-{level}")
+    record_run(internal, f"published-{level}",
+               f"the release's {level} table, as it would be published", check)
     if not check.success:
         raise PublishError(f"the {level} table breaks its output contract; nothing was "
                            f"published:\n{check.summary()}")

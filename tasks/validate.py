@@ -16,10 +16,11 @@ from .common import RETRY_IO, TASK_OPTIONS
 
 
 @task(name="validate", task_run_name="validate-{key}", **RETRY_IO)
-def validate_partition(df: pd.DataFrame, policy: str, key: str, internal: Path
-                       ) -> tuple[Path, dict]:
-    """Apply the input contract; stage the clean rows for the later stages."""
-    clean, report = apply_policy(df, policy, key, internal)
+def validate_partition(df: pd.DataFrame, policy: str, key: str, internal: Path,
+                       source: str | None = None) -> tuple[Path, dict]:
+    """Apply the input contract; stage the clean rows for the later stages. ``source``: the
+    input file or folder, which the validation report names."""
+    clean, report = apply_policy(df, policy, key, internal, source)
     staged = write_parquet_atomic(clean, internal / "staged" / f"input-{key}.parquet",
                                   private=True)
     get_run_logger().info("partition %s: %d rows valid, %d quarantined, %d clipped, %d dropped",

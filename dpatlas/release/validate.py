@@ -19,6 +19,7 @@ appear in two states, so that is decided once, across all partitions, by
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,6 +29,7 @@ import pandas as pd
 
 from dpatlas.core.errors import ReleaseRefused
 from dpatlas.core.files import seal_private, write_parquet_atomic
+from dpatlas.release.validation_report import record_run
 
 if TYPE_CHECKING:  # Great Expectations is imported when something is validated, not before
     from data_contracts import ContractResult
@@ -137,12 +139,21 @@ def seal_release_docs(docs) -> None:
     seal_private(docs.docs_dir)
 
 
-def apply_policy(df: pd.DataFrame, policy: str, partition: str, internal: Path
-                 ) -> tuple[pd.DataFrame, PartitionReport]:
+def input_asset(partition: str, source: str | None = None) -> str:
+    """The data asset an input check validated, as its report names it."""
+    what = (f"input partition {partition} (state {partition})"
+            if re.fullmatch(r"[0-9]{2}", partition) else f"input partition {partition}")
+    return f"{what} of {source}" if source else what
+
+
+def apply_policy(df: pd.DataFrame, policy: str, partition: str, internal: Path,
+                 source: str | None = None) -> tuple[pd.DataFrame, PartitionReport]:
     """Validate one partition against the input contract and apply ``policy``.
 
     The validation is a run named ``input-<partition>`` of the release's input Checkpoint:
-    every partition's report is in the release's one Data Docs site (``internal/data_docs``).
+    every partition's report is in the release's one Data Docs site (``internal/data_docs``)
+    and in its offline report (``internal/validation_report``, which names ``source``, the
+    input file or folder, as the data asset); ``docs_index`` is the offline report's index.
     """
     from data_contracts import ReleaseDocs, validate_input
 
@@ -157,6 +168,8 @@ def apply_policy(df: pd.DataFrame, policy: str, partition: str, internal: Path
     docs = ReleaseDocs.in_folder(internal)
     result = validate_input(_contract_frame(df), release=docs, run_name=f"input-{partition}")
     seal_release_docs(docs)
+    report_index = record_run(internal, f"input-{partition}", input_asset(partition, source),
+                              result)
     failures = _failures(result)
     bad = np.asarray(result.bad_rows, dtype=bool)
     qfile = None
@@ -167,11 +180,11 @@ def apply_policy(df: pd.DataFrame, policy: str, partition: str, internal: Path
                              rows_out=len(df), clipped=clipped, dropped=0,
                              quarantined=int(bad.sum()), quarantine_file=qfile,
                              largest_rank=largest, failures=failures,
-                             docs_index=result.docs_index)
+                             docs_index=report_index)
     droppable = policy == "drop" and bad.any() and all(map(_is_row_level, failures))
     if not result.success and not droppable:
         raise ValidationFailed(_failure_message(df, policy, partition, failures, qfile,
-                                                result.docs_index))
+                                                report_index))
     if bad.any():  # policy drop
         df = df[~bad].reset_index(drop=True)
         report.rows_out = len(df)

@@ -375,12 +375,15 @@ def test_three_state_release_has_one_data_docs_site(tmp_path):
     assert (folder / "manifest.json").is_file()
     internal = tmp_path / "internal" / "three"
     docs = internal / "data_docs"
-    assert [p.relative_to(internal) for p in internal.rglob("index.html")] == \
-        [Path("data_docs/index.html")]
+    # the GX site, and beside it the offline report of the same runs (issue 21 item 2)
+    assert sorted(p.relative_to(internal) for p in internal.rglob("index.html")) == \
+        [Path("data_docs/index.html"), Path("validation_report/index.html")]
     runs = sorted(p.name for p in (docs / "validations").glob("*/*"))
     assert runs == ["input-17", "input-18", "input-19", "published"]
     index = (docs / "index.html").read_text()
     assert all(name in index for name in runs)
+    report = (internal / "validation_report" / "index.html").read_text()
+    assert all(f'data-run="{name}"' in report for name in runs)
     import yaml as _yaml
 
     gx_config = _yaml.safe_load((internal / "gx" / "gx" / "great_expectations.yml").read_text())
