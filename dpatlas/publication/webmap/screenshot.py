@@ -83,7 +83,10 @@ def screenshot_root(root: Path, out: Path, *, click_centre: bool = False,
         from PIL import Image
 
         with Image.open(out) as image:
-            image.convert("RGB").quantize(colors=256).save(out, optimize=True)
+            # Fast octree keeps the few flat legend colours exact (median cut, the default,
+            # shifted some class colours visibly).
+            image.convert("RGB").quantize(colors=256, method=Image.Quantize.FASTOCTREE).save(
+                out, optimize=True)
     return Path(out)
 
 
