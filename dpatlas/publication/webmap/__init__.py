@@ -22,6 +22,7 @@ map), written into each page's ``legend.json``.
 from __future__ import annotations
 
 import json
+import threading
 from importlib import resources
 from pathlib import Path
 
@@ -43,10 +44,11 @@ LEGEND_FILE = "legend.json"
 
 # The colour scale lives in dpatlas.publication.colours (shared with the PNG map); these names
 # stay importable from here.
-BREAKS, CLASS_COLOURS, STATUS_COLOURS = colours.BREAKS, colours.CLASS_COLOURS, colours.STATUS_COLOURS
-LOW_RELIABILITY_HATCH, NO_DATA_BACKGROUND = colours.LOW_RELIABILITY_HATCH, colours.NO_DATA_BACKGROUND
-VALUES = colours.VALUES
-class_index, class_colour, class_labels = colours.class_index, colours.class_colour, colours.class_labels
+BREAKS, CLASS_COLOURS, VALUES = colours.BREAKS, colours.CLASS_COLOURS, colours.VALUES
+STATUS_COLOURS, LOW_RELIABILITY_HATCH = colours.STATUS_COLOURS, colours.LOW_RELIABILITY_HATCH
+NO_DATA_BACKGROUND = colours.NO_DATA_BACKGROUND
+class_index, class_colour, class_labels = (colours.class_index, colours.class_colour,
+                                           colours.class_labels)
 
 
 def legend() -> dict:
@@ -72,6 +74,11 @@ def library_files() -> dict[str, str]:
     return files
 
 
+# Temporary files are named by process id, so two publishers in one process (threads) must not
+# write the same library file at once; other processes use other names.
+_LIBRARY_LOCK = threading.Lock()
+
+
 def write_shared_library(root: Path) -> list[str]:
     """Write the vendored libraries once into ``<root>/_lib/`` (a file already holding its
     pinned bytes is left alone; anything else there is replaced by them, atomically). Returns
@@ -85,13 +92,14 @@ def write_shared_library(root: Path) -> list[str]:
         vendor.check()
     except vendor.VendorError as err:
         raise WebMapError(str(err)) from None
-    for relative, digest in library_files().items():
-        path = root / relative
-        if path.is_file() and not path.is_symlink() and sha256_file(path) == digest:
-            continue
-        data = (vendor.VENDOR_DIR / Path(relative).name).read_bytes()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_bytes_atomic(path, data)
+    with _LIBRARY_LOCK:
+        for relative, digest in library_files().items():
+            path = root / relative
+            if path.is_file() and not path.is_symlink() and sha256_file(path) == digest:
+                continue
+            data = (vendor.VENDOR_DIR / Path(relative).name).read_bytes()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_bytes_atomic(path, data)
     return list(library_files())
 
 

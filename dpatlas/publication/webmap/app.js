@@ -738,7 +738,8 @@
     // Each level's archive, and its minimum zoom (below it the level has no tiles).
     const archives = { tract: archive };
     for (const level of state.levels) {
-      if (level !== "tract") archives[level] = new pmtiles.PMTiles(releaseUrl(id, LEVELS[level].file));
+      if (level === "tract") continue;
+      archives[level] = new pmtiles.PMTiles(releaseUrl(id, LEVELS[level].file));
     }
     const headers = await Promise.all(state.levels.map((l) => archives[l].getHeader()));
     removeRelease(map);
