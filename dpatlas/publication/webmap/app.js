@@ -2,7 +2,9 @@
 // when the release publishes them, per county and state), read from the release's PMTiles
 // archives with HTTP range requests. Every URL is relative to the
 // page, so it works from any static host that serves ranges, and offline (no CDN, no basemap).
-// Colours and classes come from legend.json, written by dpatlas/webmap/__init__.py.
+// Colours and classes come from the release's legend.json, written by
+// dpatlas/publication/webmap/__init__.py from dpatlas/publication/colours.py (the PNG map's
+// scale too). MapLibre and PMTiles are the publish root's one copy (../_lib/).
 (function () {
   "use strict";
 
