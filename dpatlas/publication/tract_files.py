@@ -31,6 +31,7 @@ import shapely
 from mechanisms import intervals as CI
 
 from dpatlas.core.columns import INTERVAL_COLUMNS, RESULT_COLUMNS, SE_COLUMNS
+from dpatlas.publication import colours
 from dpatlas.publication.geography import (geojson_geometry, rfc7946_geometries,
                                            write_geojson_rfc7946)
 from dpatlas.core.hashing import sha256_file
@@ -223,18 +224,17 @@ def low_reliability(table: pd.DataFrame, max_width: float | None) -> pd.Series:
 # figure is drawn only by tight_layout and savefig (geopandas redrew it after every layer).
 MAP_FIGSIZE_INCHES = (7, 8)
 MAP_DPI = 110
-MAP_CMAP = "RdYlBu"
-MAP_RANGE = (0.2, 0.6)  # the p25 colour scale; values beyond it take the end colours (arrows)
 MAP_EDGES = {"edgecolor": "white", "linewidth": 0.1}
-MAP_UNRELEASED_COLOUR = "#dddddd"
 MAP_HATCH = "////"
 MAP_HATCH_COLOUR = "#555555"
 
 
 def write_map(table: gpd.GeoDataFrame, path: Path, title: str,
               max_width: float | None = None) -> None:
-    """The p25 choropleth; suppressed and failed tracts grey; with intervals, tracts whose
-    interval is wider than ``max_width`` hatched as low reliability (in the legend).
+    """The p25 choropleth in the web map's classes and colours (dpatlas.publication.colours),
+    the breaks on its colour bar; suppressed and failed tracts in their legend greys; with
+    intervals, tracts whose interval is wider than ``max_width`` hatched as low reliability
+    (in the legend).
 
     The low-reliability tracts are merged into one shape and hatched once: one hatched patch
     per tract took ~58 s of an 84 s national publish (docs/national.md). A hatch is a pattern
@@ -249,12 +249,16 @@ def write_map(table: gpd.GeoDataFrame, path: Path, title: str,
     ax = fig.subplots()
     geoms = table.geometry.to_numpy()
     drawn = _drawn(geoms)
-    released = (table["status"] == "released").to_numpy()
+    status = table["status"].to_numpy()
+    released = status == "released"
     p25 = table["p25"].to_numpy(dtype=float)
-    _add_tracts(ax, geoms[drawn & ~released], facecolor=MAP_UNRELEASED_COLOUR, **MAP_EDGES)
+    handles = []
+    unreleased = {"suppressed": ~released & (status != "failed"), "failed": status == "failed"}
+    for name, colour in colours.STATUS_COLOURS.items():   # as the web map's legend
+        _add_tracts(ax, geoms[drawn & unreleased[name]], facecolor=colour, **MAP_EDGES)
+        handles.append(Patch(facecolor=colour, label=colours.STATUS_LABELS[name]))
     coloured = drawn & released & np.isfinite(p25)  # no value: not drawn (as geopandas does)
     _add_choropleth(ax, geoms[coloured], p25[coloured])
-    handles = [Patch(facecolor=MAP_UNRELEASED_COLOUR, label="suppressed or failed")]
     weak = drawn & low_reliability(table, max_width).to_numpy()
     if weak.any():
         _add_tracts(ax, np.array([low_reliability_shape(geoms[weak])], dtype=object),
@@ -285,25 +289,29 @@ def _drawn(geoms: np.ndarray) -> np.ndarray:
     return ~(shapely.is_missing(geoms) | shapely.is_empty(geoms))
 
 
+def class_colours(values: np.ndarray) -> np.ndarray:
+    """The class colour of each published value, from the scale the web map's legend.json
+    states (dpatlas.publication.colours): ``searchsorted(side="right")`` is ``bisect_right``."""
+    index = np.searchsorted(np.asarray(colours.BREAKS), np.asarray(values, dtype=float),
+                            side="right")
+    return np.asarray(colours.CLASS_COLOURS)[index]
+
+
 def _add_choropleth(ax, geoms: np.ndarray, p25: np.ndarray) -> None:
-    """Tracts coloured by their p25 on the map's colour scale, with the colour bar."""
-    from matplotlib.colors import Normalize
+    """Tracts coloured by the class of their p25, with a colour bar of the classes whose
+    ticks are the class breaks (the web map's legend)."""
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import BoundaryNorm, ListedColormap
 
-    coll = _add_tracts(ax, geoms, **MAP_EDGES)
-    if coll is None:
+    if _add_tracts(ax, geoms, facecolor=class_colours(p25), **MAP_EDGES) is None:
         return
-    coll.set_array(p25)
-    coll.set_cmap(MAP_CMAP)
-    coll.set_norm(Normalize(*MAP_RANGE))
-    ax.figure.colorbar(coll, ax=ax, label="p25: child rank at parent rank 25 (DP)", shrink=0.6,
-                       extend=_colour_bar_extend(p25))
-
-
-def _colour_bar_extend(values: np.ndarray) -> str:
-    """Arrows on the colour bar at the ends the values pass beyond the colour scale."""
-    below, above = bool(values.min() < MAP_RANGE[0]), bool(values.max() > MAP_RANGE[1])
-    return {(True, True): "both", (True, False): "min", (False, True): "max"}.get(
-        (below, above), "neither")
+    bounds = [0.0, *colours.BREAKS, 1.0]
+    scale = ScalarMappable(BoundaryNorm(bounds, len(colours.CLASS_COLOURS)),
+                           ListedColormap(colours.CLASS_COLOURS))
+    bar = ax.figure.colorbar(scale, ax=ax, shrink=0.6, spacing="uniform", ticks=bounds,
+                             label="p25: child rank at parent rank 25 (DP); classes as the "
+                                   "web map's")
+    bar.ax.tick_params(labelsize=7)
 
 
 def _add_tracts(ax, geoms: np.ndarray, **style):
@@ -693,6 +701,9 @@ def write_release(table: gpd.GeoDataFrame, manifest: dict, root: Path, release_i
             with open(staging / f, "rb") as fh:
                 os.fsync(fh.fileno())
         _fsync_dir(staging)
+        # The page's libraries are the root's (../_lib/), there before the page is visible.
+        from dpatlas.publication.webmap import write_shared_library
+        write_shared_library(root)
         if check_lease is not None:
             check_lease()
         final = root / release_id

@@ -14,7 +14,7 @@ from shapely.geometry import MultiPolygon, Polygon, box
 
 from dpatlas.publication.geography import synth_boundaries
 from dpatlas.publication.tract_files import (MAP_HATCH, MAP_HATCH_COLOUR, _add_tracts,
-                                             _colour_bar_extend, low_reliability,
+                                             low_reliability,
                                              low_reliability_shape, polygon_paths, write_map)
 from dpatlas.evaluation.synthetic_input import tract_geoids
 
@@ -201,7 +201,27 @@ def test_map_without_released_tracts_or_with_empty_geometries_is_written(table, 
     read_png(tmp_path / "holes.png")
 
 
-@pytest.mark.parametrize("values, extend", [([0.3, 0.5], "neither"), ([0.1, 0.5], "min"),
-                                            ([0.3, 0.7], "max"), ([0.1, 0.7], "both")])
-def test_colour_bar_shows_arrows_where_values_pass_the_scale(values, extend):
-    assert _colour_bar_extend(np.array(values)) == extend
+def test_png_colours_each_tract_by_the_web_maps_class_of_its_p25(tmp_path):
+    """The PNG's classes are the web map's (dpatlas.publication.colours): a tract's pixels
+    have the legend colour of its p25's class, the unreleased ones their status colour."""
+    from dpatlas.publication import colours
+
+    values = [0.1, 0.25, 0.45, 0.55, 0.75, 0.9]
+    squares = [box(i, 0, i + 1, 1) for i in range(len(values) + 2)]
+    t = gpd.GeoDataFrame({"status": ["released"] * len(values) + ["suppressed", "failed"],
+                          "p25": values + [np.nan, np.nan]}, geometry=squares, crs=None)
+    write_map(t, tmp_path / "classes.png", "t", None)
+    img = read_png(tmp_path / "classes.png")[..., :3]
+    want = [colours.class_colour(v) for v in values] + [colours.STATUS_COLOURS["suppressed"],
+                                                        colours.STATUS_COLOURS["failed"]]
+    assert len(set(want)) == len(want)
+    def pixels(colour) -> int:
+        rgb = np.array([int(colour[i:i + 2], 16) for i in (1, 3, 5)]) / 255
+        return int((np.abs(img - rgb).max(axis=2) < 2 / 255).sum())
+
+    # A colour of a square has its square's pixels (~4,500) beyond its colour-bar segment's
+    # (~1,400), which alone is all a class without a tract shows.
+    unused = [c for c in colours.CLASS_COLOURS if c not in want]
+    assert unused and max(pixels(c) for c in unused) < 2000
+    for colour in want:
+        assert pixels(colour) > 4000, colour

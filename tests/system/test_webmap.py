@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import shapely
 
 from dpatlas.core.hashing import sha256_file
 from dpatlas.publication import feed as F
@@ -79,9 +80,12 @@ def test_pages_use_relative_urls_only_and_the_vendored_files_match_their_pins(tm
     release = tmp_path / "r1"
     release.mkdir()
     written = W.write_web_map(release, "r1")
-    assert written[0] == "index.html" and "maplibre-gl.js" in written
+    # The libraries are the publish root's (../_lib/), not a copy per release.
+    assert written[0] == "index.html" and "maplibre-gl.js" not in written
     assert all("/" not in name and (release / name).is_file() for name in written)
     html = (release / "index.html").read_text()
+    assert '<script src="../_lib/maplibre-gl-5.24.1/maplibre-gl.js">' in html
+    assert '<script src="../_lib/pmtiles-4.5.0/pmtiles.js">' in html
     config = json.loads(re.search(r'id="dpatlas-config"[^>]*>(.*?)</script>', html).group(1))
     assert config == {"feed": "../feed.json", "releaseBase": "../", "release": "r1",
                       "assets": ""}
@@ -255,6 +259,23 @@ def _add_model_columns(folder: Path) -> None:
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=2))
 
 
+def _county_name(geoid: str) -> str:
+    return f"Testcounty {geoid[-3:]}"
+
+
+def _add_county_names(folder: Path) -> None:
+    """A ``name`` per county in counties.geojson (what a demo with real counties publishes;
+    the search finds a county by it), the manifest's hash restated."""
+    path = folder / "counties.geojson"
+    doc = json.loads(path.read_text())
+    for feature in doc["features"]:
+        feature["properties"]["name"] = _county_name(feature["properties"]["geoid"])
+    path.write_text(json.dumps(doc))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["files"][path.name] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=2))
+
+
 @pytest.fixture(scope="module")
 def levels_root(tmp_path_factory) -> dict:
     """One release of a 150-tract, 6-county state with county and state levels (published by
@@ -279,6 +300,7 @@ def levels_root(tmp_path_factory) -> dict:
     folder = P.write_release(table, {"release_id": rid, "published": "2026-11-04"}, root,
                              rid, config=config, more_files=partial(write_all_levels, levels))
     _add_model_columns(folder)
+    _add_county_names(folder)
     F.update_feed(root, rid)
     W.write_feed_map(root)
     return {"root": root, "id": rid, "folder": folder}
@@ -327,15 +349,27 @@ def server(publish_root):
 class Page:
     """A page with its console errors, uncaught exceptions and tile responses recorded."""
 
-    def __init__(self, browser):
-        self.context = browser.new_context(viewport=B.VIEWPORT, device_scale_factor=1)
+    def __init__(self, browser, viewport=B.VIEWPORT, flights: bool = False):
+        """``flights``: the test flies the map (a search), so MapLibre may cancel tile range
+        requests it no longer needs (net::ERR_ABORTED); those are kept apart, in
+        ``cancelled_tiles``, and every other failed request is still an error."""
+        self.context = browser.new_context(viewport=viewport, device_scale_factor=1)
+        self.flights = flights
+        self.cancelled_tiles: list[str] = []
         self.page = self.context.new_page()
         self.errors: list[str] = []
         self.tile_statuses: list[int] = []
         self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
         self.page.on("pageerror", lambda e: self.errors.append(f"uncaught: {e}"))
-        self.page.on("requestfailed", lambda r: self.errors.append(f"failed: {r.url}"))
+        self.page.on("requestfailed", self._failed)
         self.page.on("response", self._response)
+
+    def _failed(self, request):
+        if (self.flights and request.url.endswith(".pmtiles")
+                and request.failure == "net::ERR_ABORTED"):
+            self.cancelled_tiles.append(request.url)
+        else:
+            self.errors.append(f"failed: {request.url} ({request.failure})")
 
     def _response(self, response):
         if response.url.endswith(".pmtiles"):
@@ -665,3 +699,284 @@ def test_levels_by_zoom_the_level_switch_and_the_model_direct_switch(
         assert urls == {"tracts.pmtiles", "counties.pmtiles", "states.pmtiles"}, urls
     finally:
         page.close()
+
+
+# ------------------------------------------------- issue 21: what a user of the map expects
+
+
+def _search(page: Page, query: str) -> str:
+    """Type ``query`` into the search box, submit, and return the message once it is shown
+    (with the map idle after the flight)."""
+    if page.page.is_hidden("#search-box"):
+        page.page.click("#panel-open")
+    page.page.evaluate("() => { const m = document.getElementById('search-message');"
+                       " m.hidden = true; m.textContent = ''; }")
+    page.page.fill("#search-box", query)
+    page.page.press("#search-box", "Enter")
+    # (At phone size a found place folds the panel, message and all: read it from the DOM.)
+    page.page.wait_for_function("() => { const m = document.getElementById('search-message');"
+                                " return !m.hidden && m.textContent; }", timeout=20_000)
+    page.idle()
+    return page.page.text_content("#search-message")
+
+
+def _open_popup_text(page: Page) -> str:
+    return page.page.inner_text(".maplibregl-popup-content")
+
+
+def _popup_count(page: Page) -> int:
+    return page.page.locator(".maplibregl-popup").count()
+
+
+def _fetch_status(page: Page, href: str) -> int:
+    return page.page.evaluate("href => fetch(href).then(r => r.status)", href)
+
+
+def _layer_order(page: Page) -> list[str]:
+    return page.page.evaluate("() => window.dpatlas.map.getStyle().layers.map(l => l.id)")
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_downloads_search_outlines_scale_bar_and_popups_that_follow_the_switches(
+        browser, levels_server, levels_root):
+    rid, folder = levels_root["id"], levels_root["folder"]
+    tracts, counties = _published(folder), _published(folder, "counties")
+    page = Page(browser, flights=True)
+    try:
+        page.open(levels_server, rid)
+        # 1. Download links: each level's files and the manifest, relative, each served (200).
+        links = page.page.eval_on_selector_all(
+            "#downloads a", "as => as.map(a => [a.dataset.file, a.getAttribute('href')])")
+        files = {f for f, _ in links}
+        for stem in ("tracts", "counties", "states"):
+            assert {f"{stem}.csv", f"{stem}.parquet", f"{stem}.geojson",
+                    f"{stem}.schema.json"} <= files, files
+        assert "manifest.json" in files
+        for file, href in links:
+            assert href == f"{rid}/{file}", href          # relative to the release folder
+            assert _fetch_status(page, href) == 200, href
+
+        # 3. A scale bar, and county and state outlines above every fill.
+        scale = page.page.inner_text(".maplibregl-ctrl-scale")
+        assert re.fullmatch(r"\d+\s?(km|m)", scale.strip()), scale
+        order = _layer_order(page)
+        outlines = [order.index("counties-outline"), order.index("states-outline")]
+        fills = [i for i, name in enumerate(order) if name.endswith(("-fill", "-hatch"))]
+        assert min(outlines) > max(fills), order
+        assert _rendered_geoids(page, "counties-outline") == set(counties.index)
+        assert _rendered_geoids(page, "states-outline") == {"17"}
+        # A state edge is drawn dark over the fill (the outline, not the fill's colour).
+        shot = page.screenshot("outlines.png")
+        state = _published(folder, "states").loc["17", "geometry"]
+        edge = shapely.get_coordinates(state.boundary)[::40]
+        from PIL import Image
+        with Image.open(shot) as image:
+            rgb = image.convert("RGB")
+            darkest = [min(sum(rgb.getpixel((x + dx, y + dy))) for dx in (-1, 0, 1)
+                           for dy in (-1, 0, 1))
+                       for x, y in (page.pixel_of(lon, lat) for lon, lat in edge)]
+        assert np.median(darkest) < 3 * 90, darkest
+
+        # 2. Search by tract GEOID: flies there, tracts drawn, its popup open.
+        geoid = tracts[tracts["status"] == "released"].index[0]
+        message = _search(page, geoid)
+        assert message == f"Found tract {geoid}.", message
+        assert _shown_level(page) == "tract"
+        assert page.page.evaluate("() => window.dpatlas.map.getZoom()") >= 8
+        text = _open_popup_text(page)
+        assert geoid in text and "p25 model-based (shown)" in text, text
+
+        # 5. The popup follows the p25/p75 switch (and the estimate switch).
+        page.page.check("input[name=value][value=p75]")
+        page.idle()
+        text = _open_popup_text(page)
+        assert "p75 model-based (shown)" in text and "(shown)" not in text.replace(
+            "p75 model-based (shown)", ""), text
+        assert f"county {geoid[:5]} (p75)" in text and "(p25)" not in text, text
+        page.page.check("input[name=estimate][value=direct]")
+        page.idle()
+        text = _open_popup_text(page)
+        assert "p75 direct (shown)" in text and "model-based (shown)" not in text, text
+        assert _popup_count(page) == 1
+
+        # ... by county FIPS code and by county name (the `name` the county files carry).
+        county = counties.index[1]
+        message = _search(page, county)
+        assert message == f"Found county {county}.", message
+        assert _shown_level(page) == "county"
+        text = _open_popup_text(page)
+        assert f"{county} {_county_name(county)}" in text and "p75 (shown)" in text, text
+        other = counties.index[2]
+        message = _search(page, _county_name(other).upper())
+        assert message.startswith("Found county named “"), message
+        assert f"{other} {_county_name(other)}" in _open_popup_text(page)
+        assert _popup_count(page) == 1
+        # ... and says so when nothing matches.
+        for query, expected in (("17999999999", "Not found: no tract 17999999999"),
+                                ("17999", "Not found: no county 17999"),
+                                ("Nowhere", "Not found: no county named “Nowhere”"),
+                                ("18", "Not found: no state 18"),
+                                ("123", "Type an 11-digit tract GEOID")):
+            message = _search(page, query)
+            assert message.startswith(expected), (query, message)
+            assert page.page.get_attribute("#search-message", "data-found") == "false"
+        page.screenshot("search-county-name.png")
+        assert page.errors == [] and set(page.tile_statuses) == {206}
+    finally:
+        page.close()
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_outside_the_tiles_zooms_a_message_replaces_the_blank_map_and_the_popup_closes(
+        browser, server, publish_root):
+    ids, root = publish_root["ids"], publish_root["root"]
+    page = Page(browser, flights=True)
+    try:
+        page.open(server, ids["latest"])
+        assert page.page.is_hidden("#data-message")
+        geoid, lon, lat = _target_tract(root / ids["latest"])
+        page.page.mouse.click(*page.pixel_of(lon, lat))
+        page.page.wait_for_selector(".maplibregl-popup-content", timeout=10_000)
+        # Below the tract tiles' first zoom (z4) this release (no levels) draws nothing.
+        _jump(page, zoom=3)
+        assert page.page.is_visible("#data-message")
+        assert page.page.inner_text("#data-message-text").startswith(
+            "Zoom in to see data: tracts are drawn from zoom 4")
+        assert _popup_count(page) == 0
+        page.screenshot("zoom-message.png")
+        _jump(page, center=[lon, lat], zoom=7)
+        assert page.page.is_hidden("#data-message")
+        # Looking away from the release: zoom out (or show the whole release).
+        _jump(page, center=[lon + 20, lat], zoom=9)
+        assert page.page.inner_text("#data-message-text").startswith("Zoom out to see data")
+        page.page.click("#show-all")
+        page.idle()
+        assert page.page.is_hidden("#data-message")
+        # The popup follows the p25/p75 switch on a release without model values too.
+        page.page.mouse.click(*page.pixel_of(lon, lat))
+        page.page.wait_for_selector(".maplibregl-popup-content", timeout=10_000)
+        assert "p25 (shown)" in _open_popup_text(page)
+        page.page.check("input[name=value][value=p75]")
+        page.idle()
+        text = _open_popup_text(page)
+        assert "p75 (shown)" in text and "p25 (shown)" not in text, text
+        # A county FIPS code in a release without county files shows that county's tracts.
+        message = _search(page, geoid[:5])
+        assert message.startswith("This release has no county files: showing the"), message
+        assert page.errors == [] and set(page.tile_statuses) == {206}
+    finally:
+        page.close()
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_at_phone_size_the_panel_folds_away_and_the_map_fills_the_screen(
+        browser, server, publish_root):
+    ids, root = publish_root["ids"], publish_root["root"]
+    page = Page(browser, viewport=B.PHONE_VIEWPORT, flights=True)
+    try:
+        page.open(server, ids["latest"])
+        width, height = B.PHONE_VIEWPORT["width"], B.PHONE_VIEWPORT["height"]
+        canvas = page.page.locator("#map canvas").bounding_box()
+        assert canvas["width"] * canvas["height"] >= 0.95 * width * height, canvas
+        assert page.page.is_hidden("#panel") and page.page.is_visible("#panel-open")
+        page.screenshot("phone-folded.png")
+        page.page.click("#panel-open")
+        assert page.page.is_visible("#panel") and page.page.is_visible("#legend")
+        panel = page.page.locator("#panel").bounding_box()
+        assert panel["x"] >= 0 and panel["x"] + panel["width"] <= width - 40, panel
+        page.screenshot("phone-panel.png")
+        page.page.click("#panel-close")
+        assert page.page.is_hidden("#panel")
+        # The map is usable: a tract's popup fits the screen; a search folds the panel.
+        geoid, lon, lat = _target_tract(root / ids["latest"])
+        message = _search(page, geoid)
+        assert message == f"Found tract {geoid}.", message
+        assert page.page.is_hidden("#panel")
+        popup = page.page.locator(".maplibregl-popup-content").bounding_box()
+        assert popup["width"] <= width, popup
+        assert geoid in _open_popup_text(page)
+        page.screenshot("phone-popup.png")
+        assert page.errors == [] and set(page.tile_statuses) == {206}
+    finally:
+        page.close()
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_at_desktop_size_the_panel_can_be_folded_and_the_map_takes_its_room(
+        browser, server, publish_root):
+    ids = publish_root["ids"]
+    page = Page(browser)
+    try:
+        page.open(server, ids["latest"])
+        assert page.page.is_visible("#panel") and page.page.is_hidden("#panel-open")
+        before = page.page.locator("#map canvas").bounding_box()["width"]
+        page.page.click("#panel-close")
+        page.idle()
+        after = page.page.locator("#map canvas").bounding_box()["width"]
+        assert page.page.is_hidden("#panel") and after == B.VIEWPORT["width"] > before
+        page.page.click("#panel-open")
+        assert page.page.is_visible("#panel")
+        assert page.errors == []
+    finally:
+        page.close()
+
+
+def test_one_shared_library_copy_at_the_publish_root(publish_root):
+    """Each release's page reads the root's _lib/ (sha256 as pinned); no release folder or
+    manifest holds a copy, a withdrawn release leaves it in place, and the root's page uses
+    the same files."""
+    root, ids = publish_root["root"], publish_root["ids"]
+    shared = W.library_files()
+    assert shared and all(sha256_file(root / rel) == digest for rel, digest in shared.items())
+    for rid in ids.values():
+        folder = root / rid
+        manifest = P.verify_release(folder)
+        assert not {"maplibre-gl.js", "pmtiles.js"} & set(manifest["files"])
+        assert not (folder / "maplibre-gl.js").exists()
+        html = (folder / W.PAGE).read_text()
+        for rel in shared:
+            if rel.endswith((".js", ".css")):
+                assert f'"../{rel}"' in html, rel
+    assert '"_lib/maplibre-gl-5.24.1/maplibre-gl.js"' in (root / W.PAGE).read_text()
+    assert not (root / W.ASSETS_DIR / "maplibre-gl.js").exists()
+    # Rewritten only if its bytes are not the pinned ones.
+    target = root / next(iter(shared))
+    stamp = target.stat().st_mtime_ns
+    W.write_shared_library(root)
+    assert target.stat().st_mtime_ns == stamp
+    target.write_text("tampered")
+    W.write_shared_library(root)
+    assert sha256_file(target) == shared[next(iter(shared))]
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_a_release_that_carries_its_own_library_copy_still_works(browser, server, publish_root):
+    """Releases published before the shared _lib/ hold their own MapLibre and PMTiles beside
+    their page; their pages keep working."""
+    root, ids = publish_root["root"], publish_root["ids"]
+    rid = "20261031T000000Z-own"
+    folder = root / rid
+    if not folder.exists():
+        shutil.copytree(root / ids["old"], folder)
+        html = (folder / W.PAGE).read_text().replace(ids["old"], rid)
+        for package in W.library_folders().values():
+            html = html.replace(f"../{W.LIB_DIR}/{package}/", "")
+        (folder / W.PAGE).write_text(html)
+        for name in vendor.expected_files():
+            shutil.copy(vendor.VENDOR_DIR / name, folder / name)
+    page = Page(browser)
+    try:
+        requested = []
+        page.page.on("request", lambda r: requested.append(r.url))
+        page.open(f"{server}{rid}/", rid)
+        assert f"{server}{rid}/maplibre-gl.js" in requested
+        assert not [u for u in requested if f"/{W.LIB_DIR}/" in u]
+        assert page.errors == []
+    finally:
+        page.close()
+        shutil.rmtree(folder)

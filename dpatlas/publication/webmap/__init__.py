@@ -4,103 +4,124 @@ Layout (every URL relative, so the pages work from any static host that serves H
 requests, and offline: MapLibre GL JS and the PMTiles decoder are vendored, no CDN)::
 
     <root>/index.html              the feed's map: release picker from feed.json, latest first
-    <root>/map/...                 its assets
+    <root>/map/...                 its app and legend
+    <root>/_lib/maplibre-gl-5.24.1/, <root>/_lib/pmtiles-4.5.0/
+                                   the vendored libraries, once for every page of the root
+                                   (sha256-pinned; a version's folder never changes)
     <root>/<id>/index.html         the release's map: the same app, opened on that release
-    <root>/<id>/app.js, ...        its own copy of the assets, beside the other files: a release
-                                   folder stands alone and stays flat (the manifest, the audit
-                                   and the STAC items list plain file names)
+    <root>/<id>/app.js, ...        its own app, style and legend.json, beside the other files
+                                   (the folder stays flat: the manifest, the audit and the STAC
+                                   items list plain file names); its libraries are ../_lib/
     <root>/<id>/tracts.pmtiles     the tiles (dpatlas.publication.tiles)
 
-The choropleth's classes are fixed (:data:`BREAKS`, :data:`CLASS_COLOURS`), written into
-``map/legend.json`` for the page, so the legend and the colour of a tract with a given
-published value can be computed without a browser (:func:`class_colour`).
+Releases written before the shared libraries carry their own copy and keep using it.
+The choropleth's classes come from :mod:`dpatlas.publication.colours` (shared with the PNG
+map), written into each page's ``legend.json``.
 """
 
 from __future__ import annotations
 
-import bisect
 import json
+import threading
 from importlib import resources
 from pathlib import Path
 
-from dpatlas.core.files import write_bytes_atomic
 from dpatlas.core.errors import OperatorError
+from dpatlas.core.files import write_bytes_atomic
+from dpatlas.core.hashing import sha256_file
+from dpatlas.publication import colours
+from dpatlas.publication.webmap import vendor
 
 ASSETS_DIR = "map"   # the root page's assets; a name dpatlas.core.ids reserves: never a release id
+# The vendored libraries, once for the whole publish root: ``<root>/_lib/<package>-<version>/``
+# (a leading "_" is never a release id). A version's folder is written once and never changes,
+# so every release page keeps the library it was written for.
+LIB_DIR = "_lib"
 PAGE = "index.html"
-# Files of the app itself (dpatlas/publication/webmap/) and of the vendored libraries (vendor/).
+# Files of the app itself (dpatlas/publication/webmap/); a release carries its own copy.
 APP_FILES = ("app.js", "app.css")
-VENDOR_FILES = ("maplibre-gl.js", "maplibre-gl.css", "pmtiles.js",
-                "LICENSE-maplibre-gl.txt", "LICENSE-pmtiles.txt")
 LEGEND_FILE = "legend.json"
 
-# Class breaks for p25 and p75 (child income rank, [0, 1]); one scale for both so that the
-# switch compares like with like. Class i holds values in [BREAKS[i-1], BREAKS[i]).
-BREAKS = (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
-# ColorBrewer RdYlBu, 8 classes (Brewer & Harrower, colorbrewer2.org): diverging, colour-blind
-# safe, low ranks red, high ranks blue.
-CLASS_COLOURS = ("#d73027", "#f46d43", "#fdae61", "#fee090",
-                 "#e0f3f8", "#abd9e9", "#74add1", "#4575b4")
-STATUS_COLOURS = {"suppressed": "#bdbdbd", "failed": "#525252"}
-# Released tracts whose interval is wider than the release's intervals.low_reliability_width
-# are hatched with this colour over their class colour.
-LOW_RELIABILITY_HATCH = "#252525"
-NO_DATA_BACKGROUND = "#f7f7f7"
-VALUES = ("p25", "p75")
-
-
-def class_index(value: float) -> int:
-    """The class of a published value: ``bisect_right`` matches MapLibre's ``step``."""
-    return bisect.bisect_right(BREAKS, value)
-
-
-def class_colour(value: float) -> str:
-    """The legend colour of a released tract with published value ``value``."""
-    return CLASS_COLOURS[class_index(value)]
-
-
-def class_labels() -> list[str]:
-    """Legend labels, one per class: "< 0.20", "0.20 – 0.30", ..., "≥ 0.80"."""
-    inner = [f"{lo:.2f} – {hi:.2f}" for lo, hi in zip(BREAKS, BREAKS[1:])]
-    return [f"< {BREAKS[0]:.2f}", *inner, f"≥ {BREAKS[-1]:.2f}"]
+# The colour scale lives in dpatlas.publication.colours (shared with the PNG map); these names
+# stay importable from here.
+BREAKS, CLASS_COLOURS, VALUES = colours.BREAKS, colours.CLASS_COLOURS, colours.VALUES
+STATUS_COLOURS, LOW_RELIABILITY_HATCH = colours.STATUS_COLOURS, colours.LOW_RELIABILITY_HATCH
+NO_DATA_BACKGROUND = colours.NO_DATA_BACKGROUND
+class_index, class_colour, class_labels = (colours.class_index, colours.class_colour,
+                                           colours.class_labels)
 
 
 def legend() -> dict:
-    """What the page draws and its legend shows (written as ``map/legend.json``)."""
-    return {
-        "values": list(VALUES),
-        "breaks": list(BREAKS),
-        "classes": [{"label": label, "colour": colour}
-                    for label, colour in zip(class_labels(), CLASS_COLOURS)],
-        "status": {
-            "suppressed": {"colour": STATUS_COLOURS["suppressed"],
-                           "label": "suppressed (too few records; nothing spent)"},
-            "failed": {"colour": STATUS_COLOURS["failed"],
-                       "label": "failed (budget spent, no value)"},
-        },
-        "low_reliability": {"colour": LOW_RELIABILITY_HATCH,
-                            "label": "low reliability: interval wider than {width}"},
-        "background": NO_DATA_BACKGROUND,
-    }
+    """What the page draws and its legend shows (written as ``legend.json``)."""
+    return colours.legend()
 
 
-def page_html(*, feed: str, release_base: str, release: str | None, assets: str) -> str:
+def library_folders() -> dict[str, str]:
+    """Each vendored package's folder under :data:`LIB_DIR`: ``{"maplibre-gl":
+    "maplibre-gl-5.24.1", "pmtiles": "pmtiles-4.5.0"}``."""
+    return {package: f"{package}-{version}" for package, (version, _, _) in vendor.PINS.items()}
+
+
+def library_files() -> dict[str, str]:
+    """Every shared library file, as a path under the publish root, and its pinned sha256."""
+    folders = library_folders()
+    files = {}
+    for package, (_version, _tar_sha, members) in vendor.PINS.items():
+        for name, digest in members.values():
+            files[f"{LIB_DIR}/{folders[package]}/{name}"] = digest
+    for name, digest in vendor.STATIC_FILES.items():   # the pmtiles licence
+        files[f"{LIB_DIR}/{folders['pmtiles']}/{name}"] = digest
+    return files
+
+
+# Temporary files are named by process id, so two publishers in one process (threads) must not
+# write the same library file at once; other processes use other names.
+_LIBRARY_LOCK = threading.Lock()
+
+
+def write_shared_library(root: Path) -> list[str]:
+    """Write the vendored libraries once into ``<root>/_lib/`` (a file already holding its
+    pinned bytes is left alone; anything else there is replaced by them, atomically). Returns
+    the files, relative to the root."""
+    root = Path(root)
+    lib = root / LIB_DIR
+    if lib.is_symlink() or (lib.exists() and not lib.is_dir()):
+        raise WebMapError(f"{lib} is not a folder: the web map's libraries go there; move it "
+                          "away")
+    try:
+        vendor.check()
+    except vendor.VendorError as err:
+        raise WebMapError(str(err)) from None
+    with _LIBRARY_LOCK:
+        for relative, digest in library_files().items():
+            path = root / relative
+            if path.is_file() and not path.is_symlink() and sha256_file(path) == digest:
+                continue
+            data = (vendor.VENDOR_DIR / Path(relative).name).read_bytes()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_bytes_atomic(path, data)
+    return list(library_files())
+
+
+def page_html(*, feed: str, release_base: str, release: str | None, assets: str,
+              lib: str) -> str:
     """The page, configured by a JSON block: where feed.json is, where release folders are
-    relative to the page, the release to open (None: the feed's latest) and the assets'
-    folder ("" or "map/")."""
+    relative to the page, the release to open (None: the feed's latest), the assets' folder
+    ("" or "map/") and the shared libraries' folder (``../_lib/`` or ``_lib/``)."""
     config = json.dumps({"feed": feed, "releaseBase": release_base, "release": release,
                          "assets": assets})
     # "</" cannot occur in the JSON of ids and relative paths we write, but keep it inert.
     config = config.replace("</", "<\\/")
+    folders = library_folders()
     template = resources.files(__package__).joinpath("index.html").read_text("utf-8")
-    return template.replace("{{CONFIG}}", config).replace("{{ASSETS}}", assets)
+    return (template.replace("{{CONFIG}}", config).replace("{{ASSETS}}", assets)
+            .replace("{{MAPLIBRE}}", f"{lib}{LIB_DIR}/{folders['maplibre-gl']}/")
+            .replace("{{PMTILES}}", f"{lib}{LIB_DIR}/{folders['pmtiles']}/"))
 
 
 def _asset_bytes() -> dict[str, bytes]:
     package = resources.files(__package__)
     files = {name: package.joinpath(name).read_bytes() for name in APP_FILES}
-    files.update({name: package.joinpath("vendor", name).read_bytes()
-                  for name in VENDOR_FILES})
     files[LEGEND_FILE] = (json.dumps(legend(), indent=2, ensure_ascii=False) + "\n").encode()
     return files
 
@@ -139,15 +160,18 @@ def write_web_map(release_folder: Path, release_id: str) -> list[str]:
 
     Returns the file names written (all plain names, no folders), for the manifest. The page
     shows this release; its picker lists the feed's releases (``../feed.json``) when it is
-    served from a publish root, and this release alone otherwise.
+    served from a publish root, and this release alone otherwise. Its libraries are the
+    publish root's (``../_lib/``, :func:`write_shared_library`), not copied into the folder.
     """
     return _install(release_folder, "", page_html(feed="../feed.json", release_base="../",
-                                                  release=release_id, assets=""))
+                                                  release=release_id, assets="", lib="../"))
 
 
 def write_feed_map(root: Path) -> list[str]:
-    """Write (or refresh) the publish root's page over the feed: ``index.html`` and
-    ``map/``. Idempotent; only files whose bytes change are rewritten, each atomically.
-    Returns the files, relative to the root."""
-    return _install(root, ASSETS_DIR, page_html(feed="feed.json", release_base="",
-                                                release=None, assets=f"{ASSETS_DIR}/"))
+    """Write (or refresh) the publish root's page over the feed: ``index.html``, ``map/``
+    and the shared libraries (``_lib/``). Idempotent; only files whose bytes change are
+    rewritten, each atomically. Returns the files, relative to the root."""
+    library = write_shared_library(root)
+    return [*_install(root, ASSETS_DIR, page_html(feed="feed.json", release_base="",
+                                                  release=None, assets=f"{ASSETS_DIR}/",
+                                                  lib="")), *library]

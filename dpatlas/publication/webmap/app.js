@@ -2,7 +2,9 @@
 // when the release publishes them, per county and state), read from the release's PMTiles
 // archives with HTTP range requests. Every URL is relative to the
 // page, so it works from any static host that serves ranges, and offline (no CDN, no basemap).
-// Colours and classes come from legend.json, written by dpatlas/webmap/__init__.py.
+// Colours and classes come from the release's legend.json, written by
+// dpatlas/publication/webmap/__init__.py from dpatlas/publication/colours.py (the PNG map's
+// scale too). MapLibre and PMTiles are the publish root's one copy (../_lib/).
 (function () {
   "use strict";
 
@@ -33,7 +35,7 @@
   const state = { release: null, value: "p25", cell: null, lowWidth: null, level: null,
                   legend: null, releases: [], mechanisms: [], levels: ["tract"],
                   fixedLevel: null, shownLevel: "tract", hasModel: false, estimate: "direct",
-                  unitTables: {} };
+                  unitTables: {}, minZoom: {}, bounds: null, popup: null, geojson: {} };
   // For tests and the curious: the map, the state, and the id of the release last drawn.
   const api = (window.dpatlas = { state: state, map: null, loaded: null });
 
@@ -48,6 +50,11 @@
   function releaseUrl(id, file) {
     if (id === config.release) return absolute(file);
     return absolute(config.releaseBase + encodeURIComponent(id) + "/" + file);
+  }
+
+  // The same file as a link relative to the page (what a user copies or saves).
+  function releaseHref(id, file) {
+    return id === config.release ? file : config.releaseBase + encodeURIComponent(id) + "/" + file;
   }
 
   async function fetchJson(url) {
@@ -135,9 +142,26 @@
                             "line-opacity": 0.7 } });
   }
 
+  // County and state outlines above every fill, at every zoom and whichever level is shown:
+  // the level archives' polygons (the tracts dissolved by unit), drawn as lines.
+  const OUTLINES = { county: { colour: "#4d4d4d", width: 0.7 },
+                     state: { colour: "#111111", width: 1.6 } };
+
+  function addOutlines(map) {
+    for (const level of ["county", "state"]) {
+      if (!state.levels.includes(level)) continue;
+      const source = LEVELS[level].layer;
+      map.addLayer({ id: layerId(level, "outline"), type: "line", source: source,
+                     "source-layer": source, filter: cellFilter(),
+                     paint: { "line-color": OUTLINES[level].colour,
+                              "line-width": OUTLINES[level].width } });
+    }
+  }
+
   function removeRelease(map) {
+    closePopup();
     for (const level of Object.keys(LEVELS)) {
-      for (const kind of ["line", "hatch", "fill"]) {
+      for (const kind of ["outline", "line", "hatch", "fill"]) {
         if (map.getLayer(layerId(level, kind))) map.removeLayer(layerId(level, kind));
       }
       if (map.getSource(LEVELS[level].layer)) map.removeSource(LEVELS[level].layer);
@@ -156,8 +180,12 @@
   function showLevel(map) {
     const level = levelToShow(map.getZoom());
     if (level === state.shownLevel && map.getLayer(layerId(level, "fill"))
-        && map.getLayoutProperty(layerId(level, "fill"), "visibility") === "visible") return;
+        && map.getLayoutProperty(layerId(level, "fill"), "visibility") === "visible") {
+      showDataMessage(map);
+      return;
+    }
     state.shownLevel = level;
+    if (state.popup && state.popup.level !== level) closePopup();
     for (const other of state.levels) {
       for (const kind of ["fill", "hatch", "line"]) {
         if (map.getLayer(layerId(other, kind))) {
@@ -167,6 +195,36 @@
       }
     }
     drawLegend();
+    showDataMessage(map);
+  }
+
+  // ------------------------------------------------------------------ nothing drawn: say so
+
+  // Why the view shows no data, or null: below the shown level's tiles (the archive's
+  // minimum zoom; above its maximum MapLibre over-zooms, so nothing is lost there), or looking
+  // away from the release's extent.
+  function dataMessage(map) {
+    if (!state.bounds) return null;
+    const level = state.shownLevel, zoom = map.getZoom(), min = state.minZoom[level];
+    const plural = LEVELS[level].plural.toLowerCase();
+    if (min !== undefined && zoom < min) {
+      return "Zoom in to see data: " + plural + " are drawn from zoom " + min + " (now "
+        + zoom.toFixed(1) + ").";
+    }
+    const view = map.getBounds(), [[west, south], [east, north]] = state.bounds;
+    if (view.getWest() > east || view.getEast() < west || view.getSouth() > north
+        || view.getNorth() < south) {
+      return "Zoom out to see data: no published " + plural + " in view.";
+    }
+    return null;
+  }
+
+  // The message over the map; an open popup closes with its unit no longer drawn.
+  function showDataMessage(map) {
+    const text = dataMessage(map), box = $("data-message");
+    $("data-message-text").textContent = text || "";
+    box.hidden = !text;
+    if (text) closePopup();
   }
 
   // ------------------------------------------------------------------------------- legend
@@ -316,7 +374,7 @@
   }
 
   function popupTable(p, level, units) {
-    const rows = [[LEVELS[level].noun, p.geoid],
+    const rows = [[LEVELS[level].noun, p.geoid + (p.name ? " " + p.name : "")],
                   ["Status", p.status + (p.reason ? ": " + p.reason : "")]];
     rows.push(...valueRows(p, level), ...unitRows(p, level, units || {}));
     rows.push(["n", cell(p.n)], ["Mechanism", cell(p.mechanism)],
@@ -340,6 +398,221 @@
       caption.textContent = "intervals: " + Math.round(state.level * 100) + "% confidence (DP)";
     }
     return table;
+  }
+
+  // The open popup and what it shows, so that a switch redraws it (p25/p75, model/direct) and
+  // a cell, level or zoom that no longer draws its unit closes it.
+  function openPopup(map, lngLat, props, level) {
+    closePopup();
+    return unitTables().then((units) => {
+      const popup = new maplibregl.Popup({ maxWidth: "min(400px, 92vw)" }).setLngLat(lngLat)
+        .setDOMContent(popupTable(props, level, units)).addTo(map);
+      const open = { popup: popup, props: props, level: level, units: units };
+      state.popup = open;
+      popup.on("close", () => { if (state.popup === open) state.popup = null; });
+    });
+  }
+
+  function closePopup() {
+    const open = state.popup;
+    state.popup = null;
+    if (open) open.popup.remove();
+  }
+
+  function refreshPopup() {
+    const open = state.popup;
+    if (!open) return;
+    if (open.props.cell !== undefined && state.cell !== null && open.props.cell !== state.cell) {
+      closePopup();
+    } else {
+      open.popup.setDOMContent(popupTable(open.props, open.level, open.units));
+    }
+  }
+
+  // ---------------------------------------------------------------------------- downloads
+
+  const DOWNLOADS = [["csv", "CSV"], ["parquet", "GeoParquet"], ["geojson", "GeoJSON"],
+                     ["schema.json", "CSV schema"]];
+
+  // The release's files, each level's (tracts.csv, counties.parquet, ...) and its manifest,
+  // as links relative to the page.
+  function drawDownloads(id) {
+    const box = $("downloads");
+    const link = (file, text) => {
+      const a = document.createElement("a");
+      a.href = releaseHref(id, file);
+      a.textContent = text;
+      a.dataset.file = file;
+      return a;
+    };
+    const heading = document.createElement("h2");
+    heading.textContent = "Download release " + id;
+    box.replaceChildren(heading);
+    for (const level of state.levels) {
+      const row = document.createElement("p");
+      row.append(LEVELS[level].plural + ": ");
+      DOWNLOADS.forEach(([ext, text], i) => {
+        if (i) row.append(" · ");
+        row.append(link(LEVELS[level].layer + "." + ext, text));
+      });
+      box.append(row);
+    }
+    const more = document.createElement("p");
+    more.append(link("manifest.json", "manifest (files, hashes, budget)"), " · ",
+                link("p25_map.png", "PNG map"));
+    box.append(more);
+  }
+
+  // ------------------------------------------------------------------------------- search
+
+  // A level's published GeoJSON, fetched once per release, when a search first needs it.
+  function levelFeatures(id, level) {
+    const key = id + "|" + level;
+    if (!state.geojson[key]) {
+      state.geojson[key] = fetchJson(releaseUrl(id, LEVELS[level].layer + ".geojson"))
+        .then((doc) => doc.features || []);
+    }
+    return state.geojson[key];
+  }
+
+  // Properties as the tiles carry them: a value not published (JSON null) is absent.
+  function publishedProperties(props) {
+    return Object.fromEntries(Object.entries(props).filter(([, v]) => v !== null));
+  }
+
+  function outerRings(geometry) {
+    if (geometry.type === "Polygon") return [geometry.coordinates[0]];
+    if (geometry.type === "MultiPolygon") return geometry.coordinates.map((p) => p[0]);
+    return [];
+  }
+
+  function ringsBounds(rings) {
+    let w = Infinity, s = Infinity, e = -Infinity, n = -Infinity;
+    for (const ring of rings) {
+      for (const [x, y] of ring) {
+        w = Math.min(w, x); e = Math.max(e, x); s = Math.min(s, y); n = Math.max(n, y);
+      }
+    }
+    return [[w, s], [e, n]];
+  }
+
+  // A point inside a unit, for its popup: the middle of the first stretch of the largest
+  // ring's inside along the line of latitude through that ring's middle.
+  function insidePoint(geometry) {
+    const rings = outerRings(geometry);
+    let ring = rings[0], widest = -1;
+    for (const r of rings) {
+      const [[w, s], [e, n]] = ringsBounds([r]);
+      if ((e - w) * (n - s) > widest) { widest = (e - w) * (n - s); ring = r; }
+    }
+    const [[w, s], [e, n]] = ringsBounds([ring]), y = (s + n) / 2, xs = [];
+    for (let i = 0; i + 1 < ring.length; i++) {
+      const [x1, y1] = ring[i], [x2, y2] = ring[i + 1];
+      if ((y1 <= y) !== (y2 <= y)) xs.push(x1 + (y - y1) * (x2 - x1) / (y2 - y1));
+    }
+    xs.sort((a, b) => a - b);
+    return xs.length >= 2 ? [(xs[0] + xs[1]) / 2, y] : [(w + e) / 2, y];
+  }
+
+  // The zooms at which a level is drawn: from its tiles' minimum zoom, and under "by zoom"
+  // only where levelToShow picks it.
+  function zoomRange(level) {
+    const min = state.minZoom[level] || 0;
+    let lo = null, hi = null;
+    for (let z = 0; z <= 22; z += 0.1) {
+      if (z + 1e-9 < min || levelToShow(z) !== level) continue;
+      if (lo === null) lo = z;
+      hi = z;
+    }
+    return lo === null ? [min, 22] : [lo, hi];
+  }
+
+  function flyTo(map, bounds, level) {
+    const camera = map.cameraForBounds(bounds, { padding: 40 });
+    const [lo, hi] = zoomRange(level);
+    const zoom = Math.min(Math.max(camera.zoom, lo), hi);
+    return new Promise((resolve) => {
+      map.once("moveend", resolve);
+      map.flyTo({ center: camera.center, zoom: zoom, duration: 700, essential: true });
+    });
+  }
+
+  // What a query looks for: a tract GEOID (11 digits), a county FIPS code (5) or name, a
+  // state FIPS code (2). A county in a release without county files: its tracts.
+  function searchTarget(query) {
+    const low = query.toLowerCase();
+    if (/^\d{11}$/.test(query)) {
+      return { level: "tract", what: "tract " + query, test: (p) => p.geoid === query };
+    }
+    if (/^\d{5}$/.test(query)) {
+      if (!state.levels.includes("county")) {
+        return { level: "tract", what: "county " + query, all: true,
+                 test: (p) => p.county === query };
+      }
+      return { level: "county", what: "county " + query, test: (p) => p.geoid === query };
+    }
+    if (/^\d{2}$/.test(query) && state.levels.includes("state")) {
+      return { level: "state", what: "state " + query, test: (p) => p.geoid === query };
+    }
+    if (/\D/.test(query) && state.levels.includes("county")) {
+      const named = (p) => typeof p.name === "string" && (p.name.toLowerCase() === low
+        || p.name.toLowerCase().startsWith(low + " "));
+      return { level: "county", what: "county named “" + query + "”", test: named };
+    }
+    return null;
+  }
+
+  function say(text, found) {
+    const box = $("search-message");
+    box.textContent = text;
+    box.dataset.found = String(found);
+    box.hidden = false;
+  }
+
+  async function search(map, query) {
+    const q = query.trim(), target = searchTarget(q);
+    if (!target) {
+      say("Type an 11-digit tract GEOID, or a 5-digit county FIPS code"
+          + (state.levels.includes("county") ? " or a county name" : "") + ".", false);
+      return;
+    }
+    const features = await levelFeatures(state.release, target.level);
+    const hits = features.filter((f) => f.geometry && target.test(f.properties)
+      && (state.cell === null || f.properties.cell === undefined
+          || f.properties.cell === state.cell));
+    if (!hits.length) {
+      say("Not found: no " + target.what + " in release " + state.release + ".", false);
+      return;
+    }
+    if (state.fixedLevel && state.fixedLevel !== target.level) {
+      state.fixedLevel = target.level;
+      chooseLevelSwitch();
+    }
+    const bounds = ringsBounds(hits.flatMap((f) => outerRings(f.geometry)));
+    if (narrow()) setPanel(false);
+    await flyTo(map, bounds, target.level);
+    showLevel(map);
+    if (target.all) {
+      say("This release has no county files: showing the " + hits.length + " tracts of "
+          + target.what + ".", true);
+      return;
+    }
+    const props = publishedProperties(hits[0].properties);
+    await openPopup(map, insidePoint(hits[0].geometry), props, target.level);
+    say("Found " + target.what + (hits.length > 1 ? " (" + hits.length + " matches; the "
+        + "first, " + props.geoid + ", shown)" : "") + ".", true);
+  }
+
+  // ------------------------------------------------------------------------ the side panel
+
+  const narrow = () => window.matchMedia("(max-width: 640px)").matches;
+
+  // The panel folds away (a phone's screen is the map's); the map takes the room it leaves.
+  function setPanel(open) {
+    document.body.classList.toggle("panel-closed", !open);
+    $("panel-open").setAttribute("aria-expanded", String(open));
+    $("panel-close").setAttribute("aria-expanded", String(open));
+    if (api.map) api.map.resize();
   }
 
   // ----------------------------------------------------------------------------- releases
@@ -464,16 +737,28 @@
     chooseLevelSwitch();
     state.hasModel = tractFields(metadata).includes("p25_model");
     chooseEstimateSwitch();
+    // Each level's archive, and its minimum zoom (below it the level has no tiles).
+    const archives = { tract: archive };
+    for (const level of state.levels) {
+      if (level === "tract") continue;
+      archives[level] = new pmtiles.PMTiles(releaseUrl(id, LEVELS[level].file));
+    }
+    const headers = await Promise.all(state.levels.map((l) => archives[l].getHeader()));
     removeRelease(map);
-    map.fitBounds([[header.minLon, header.minLat], [header.maxLon, header.maxLat]],
-                  { padding: 20, animate: false });
+    state.minZoom = {};
+    state.levels.forEach((level, i) => { state.minZoom[level] = headers[i].minZoom; });
+    state.bounds = [[header.minLon, header.minLat], [header.maxLon, header.maxLat]];
+    map.fitBounds(state.bounds, { padding: 20, animate: false });
     state.shownLevel = levelToShow(map.getZoom());
     for (const level of state.levels) {
-      const levelUrl = level === "tract" ? url : releaseUrl(id, LEVELS[level].file);
-      if (level !== "tract") protocol.add(new pmtiles.PMTiles(levelUrl));
-      addLayers(map, level, levelUrl);
+      if (level !== "tract") protocol.add(archives[level]);
+      addLayers(map, level, archives[level].source.getKey());
     }
+    addOutlines(map);
     drawLegend();
+    drawDownloads(id);
+    $("search-message").hidden = true;
+    showDataMessage(map);
     $("manifest-link").href = releaseUrl(id, "manifest.json");
     $("release").value = id;
     showWithdrawal(id);
@@ -519,8 +804,12 @@
       if (map.getLayer(layerId(level, "hatch"))) {
         map.setFilter(layerId(level, "hatch"), hatchFilter(level));
       }
+      if (map.getLayer(layerId(level, "outline"))) {
+        map.setFilter(layerId(level, "outline"), cellFilter());
+      }
     }
     drawLegend();
+    refreshPopup();
   }
 
   function requestedRelease(feed) {
@@ -548,6 +837,7 @@
     const first = requestedRelease(feed);
     if (!first) { showError("the feed lists no release yet"); return; }
 
+    setPanel(!narrow());
     const map = new maplibregl.Map({
       container: "map",
       style: { version: 8, sources: {},
@@ -557,6 +847,9 @@
     });
     api.map = map;
     map.addControl(new maplibregl.NavigationControl({ showCompass: false }));
+    map.addControl(new maplibregl.ScaleControl({ maxWidth: 120, unit: "metric" }),
+                   "bottom-left");
+    map.getContainer().append($("data-message"));
     await new Promise((resolve) => map.on("load", resolve));
     map.addImage(HATCH, hatchImage(state.legend.low_reliability.colour));
 
@@ -565,15 +858,23 @@
       map.on("click", fill, (e) => {
         const feature = e.features && e.features[0];
         if (!feature) return;
-        unitTables().then((units) => {
-          new maplibregl.Popup({ maxWidth: "400px" }).setLngLat(e.lngLat)
-            .setDOMContent(popupTable(feature.properties, level, units)).addTo(map);
-        }).catch((err) => showError(String(err)));
+        openPopup(map, e.lngLat, feature.properties, level)
+          .catch((err) => showError(String(err)));
       });
       map.on("mouseenter", fill, () => { map.getCanvas().style.cursor = "pointer"; });
       map.on("mouseleave", fill, () => { map.getCanvas().style.cursor = ""; });
     }
     map.on("zoom", () => showLevel(map));
+    map.on("moveend", () => showDataMessage(map));
+    $("show-all").addEventListener("click", () => {
+      if (state.bounds) map.fitBounds(state.bounds, { padding: 20 });
+    });
+    $("search").addEventListener("submit", (e) => {
+      e.preventDefault();
+      search(map, $("search-box").value).catch((err) => say(String(err), false));
+    });
+    $("panel-open").addEventListener("click", () => setPanel(true));
+    $("panel-close").addEventListener("click", () => setPanel(false));
 
     $("release").addEventListener("change", (e) => {
       history.replaceState(null, "", "#release=" + encodeURIComponent(e.target.value));

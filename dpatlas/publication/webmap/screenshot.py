@@ -1,7 +1,8 @@
 """Headless Chromium for the web map: the launch the browser tests use, and a screenshot of a
-publish root's page (the README's docs/webmap-demo.png).
+publish root's page (the README's docs/webmap-demo.png and docs/webmap-demo-phone.png).
 
     python -m dpatlas.publication.webmap.screenshot demo/releases docs/webmap-demo.png --click --palette
+    python -m dpatlas.publication.webmap.screenshot demo/releases docs/webmap-demo-phone.png --phone --click --palette
 
 Uses Debian's ``chromium`` through Playwright's ``executable_path``: Playwright never
 downloads a browser here. WebGL runs on SwiftShader (software), as there is no GPU.
@@ -19,7 +20,8 @@ CHROMIUM_FLAGS = ("--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first
                   "--disable-background-networking", "--disable-component-update",
                   "--disable-sync", "--use-gl=angle", "--use-angle=swiftshader",
                   "--enable-unsafe-swiftshader")
-VIEWPORT = {"width": 1100, "height": 800}
+VIEWPORT = {"width": 1280, "height": 800}        # a desktop
+PHONE_VIEWPORT = {"width": 390, "height": 844}   # a phone held upright (the panel starts folded)
 
 
 class BrowserMissing(RuntimeError):
@@ -45,10 +47,11 @@ def sync_playwright():
 
 
 def screenshot_root(root: Path, out: Path, *, click_centre: bool = False,
-                    palette: bool = False) -> Path:
+                    palette: bool = False, phone: bool = False) -> Path:
     """Serve ``root``, open its page on the latest release, wait until the map is drawn and
-    save a screenshot to ``out`` (with a tract's popup open if ``click_centre``; reduced to
-    256 colours if ``palette``, a third of the size, for committing)."""
+    save a screenshot to ``out`` (at :data:`PHONE_VIEWPORT` if ``phone``, else
+    :data:`VIEWPORT`; with the popup of the unit at the map's centre open if ``click_centre``;
+    reduced to 256 colours if ``palette``, a third of the size, for committing)."""
     from dpatlas.publication.serve import serve_in_thread
 
     server, base = serve_in_thread(root)
@@ -56,7 +59,8 @@ def screenshot_root(root: Path, out: Path, *, click_centre: bool = False,
         with sync_playwright() as playwright:
             browser = launch_chromium(playwright)
             try:
-                page = browser.new_page(viewport=VIEWPORT, device_scale_factor=1)
+                page = browser.new_page(viewport=PHONE_VIEWPORT if phone else VIEWPORT,
+                                        device_scale_factor=1)
                 page.goto(base)
                 page.wait_for_function("window.dpatlas && window.dpatlas.loaded",
                                        timeout=60_000)
@@ -64,6 +68,10 @@ def screenshot_root(root: Path, out: Path, *, click_centre: bool = False,
                     box = page.locator("#map").bounding_box()
                     page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
                     page.wait_for_selector(".maplibregl-popup-content", timeout=10_000)
+                    # Let the map pan the popup into view before the shot.
+                    page.evaluate("""() => new Promise(resolve => {
+                        const map = window.dpatlas.map; map.once('idle', resolve);
+                        map.triggerRepaint(); })""")
                 Path(out).parent.mkdir(parents=True, exist_ok=True)
                 page.screenshot(path=str(out))
             finally:
@@ -75,7 +83,10 @@ def screenshot_root(root: Path, out: Path, *, click_centre: bool = False,
         from PIL import Image
 
         with Image.open(out) as image:
-            image.convert("RGB").quantize(colors=256).save(out, optimize=True)
+            # Fast octree keeps the few flat legend colours exact (median cut, the default,
+            # shifted some class colours visibly).
+            image.convert("RGB").quantize(colors=256, method=Image.Quantize.FASTOCTREE).save(
+                out, optimize=True)
     return Path(out)
 
 
@@ -85,10 +96,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", type=Path)
     parser.add_argument("--click", action="store_true", help="open the centre tract's popup")
     parser.add_argument("--palette", action="store_true", help="save with 256 colours")
+    parser.add_argument("--phone", action="store_true",
+                        help=f"a phone's screen ({PHONE_VIEWPORT['width']}x"
+                             f"{PHONE_VIEWPORT['height']}) instead of a desktop's")
     args = parser.parse_args(argv)
     try:
         print(screenshot_root(args.root, args.out, click_centre=args.click,
-                              palette=args.palette))
+                              palette=args.palette, phone=args.phone))
     except BrowserMissing as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
