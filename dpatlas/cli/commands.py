@@ -752,6 +752,11 @@ def evaluate_small_area(
                                         "the release's default)."),
         tracts: Optional[int] = typer.Option(None, help="Tracts per state (default 3,108)."),
         quick: bool = typer.Option(False, help="One seed, ε = 1, one split, 400 tracts."),
+        stress: bool = typer.Option(False, help="Instead: the model on data it was not "
+                                    "designed for (skewed, heteroskedastic, outliers, censored, "
+                                    "narrow x, small and large tracts, other spatial "
+                                    "parameters), seeds 201-203 unless --seed, first split; "
+                                    "writes stress.csv and stress.md."),
 ) -> None:
     """The small-area model (Fay–Herriot on published values) against the generator's truth:
     RMSE, correlation, interval coverage, two releases' agreement, county error; a figure."""
@@ -759,6 +764,9 @@ def evaluate_small_area(
                                                     target_check, write_report)
 
     t0 = time.perf_counter()
+    if stress:
+        _evaluate_small_area_stress(out, seed, epsilon, split[0], tracts, quick, t0)
+        return
     if quick:
         seed, epsilon, split, tracts = seed[:1], [1.0], split[:1], tracts or 400
     try:
@@ -778,6 +786,21 @@ def evaluate_small_area(
         table.add_row(r["metric"], f"{r['value']:.4f}", r["target"], r["met"])
     console.print(f"targets at epsilon 1, split {split[0]}, seeds {list(seed)}:")
     console.print(table)
+    console.print(f"wrote {len(paths)} files to {out} in {time.perf_counter() - t0:.0f}s")
+
+
+def _evaluate_small_area_stress(out: Path, seed: list[int], epsilon: list[float], split: str,
+                                tracts: Optional[int], quick: bool, t0: float) -> None:
+    from dpatlas.evaluation.small_area_stress import SCENARIOS, evaluate_stress, write_stress
+
+    seeds = (201, 202, 203) if seed == [201, 202, 203, 204, 205] else tuple(seed)
+    scenarios = SCENARIOS
+    if quick:
+        seeds, epsilon, tracts, scenarios = seeds[:1], [1.0], tracts or 400, SCENARIOS[:2]
+    with _guard():
+        rows = evaluate_stress(scenarios, seeds, tuple(epsilon), split, tracts,
+                               progress=lambda m: console.log(m))
+        paths = write_stress(rows, Path(out), split)
     console.print(f"wrote {len(paths)} files to {out} in {time.perf_counter() - t0:.0f}s")
 
 

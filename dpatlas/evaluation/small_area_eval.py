@@ -152,6 +152,9 @@ def score(state: SyntheticState, first: pd.DataFrame, second: pd.DataFrame,
     """The metrics of one release (``first``, model columns added) against the truth, and
     its agreement with an independent release of the same data (``second``)."""
     truth = state.truth.set_index("geoid").reindex(first["geoid"])
+    # tracts without a truth (a stress scenario's tract whose x has no spread) are not scored
+    scored = truth[["p25", "p75"]].notna().all(axis=1).to_numpy()
+    first, truth = first[scored], truth[scored]
     out = {}
     for q in ("p25", "p75"):
         t = truth[q].to_numpy()
@@ -168,7 +171,7 @@ def score(state: SyntheticState, first: pd.DataFrame, second: pd.DataFrame,
     for q in ("p25", "p75"):
         t = truth[q].reset_index(drop=True)
         hit = _covered(first.reset_index(drop=True), t, q).to_numpy()
-        dec = pd.qcut(t, 10, labels=False).to_numpy()
+        dec = pd.qcut(t.rank(method="first"), 10, labels=False).to_numpy()  # ties: clipped truths
         cov.append(hit)
         size_q.append(quint)
         low.append(hit[dec == 0])
@@ -187,7 +190,8 @@ def score(state: SyntheticState, first: pd.DataFrame, second: pd.DataFrame,
     rel = (both["status"] == "released") & (both["status_2"] == "released")
     out["p25 direct corr, two releases"] = _corr(both.loc[rel, "p25"], both.loc[rel, "p25_2"])
     ct = state.county_truth.set_index("geoid").reindex(counties["geoid"])["p25"].to_numpy()
-    out["county p25 median abs error"] = float(np.nanmedian(np.abs(counties["p25"] - ct)))
+    out["county p25 median abs error"] = float(np.nanmedian(np.abs(counties["p25"].to_numpy()
+                                                                   - ct)))
     # the county intervals (nvar from both draws): coverage of the county's own line, p25 and
     # p75 pooled, and the share that is the trivial [0, 1]
     truth_c = state.county_truth.set_index("geoid").reindex(counties["geoid"])
@@ -195,7 +199,7 @@ def score(state: SyntheticState, first: pd.DataFrame, second: pd.DataFrame,
     for q in ("p25", "p75"):
         lo, hi = counties[f"{q}_lo"].to_numpy(), counties[f"{q}_hi"].to_numpy()
         t = truth_c[q].to_numpy()
-        ok = np.isfinite(lo)
+        ok = np.isfinite(lo) & np.isfinite(t)
         hits.append(((lo <= t) & (t <= hi))[ok])
         trivial.append(((lo <= 0) & (hi >= 1))[ok])
     out["county interval coverage"] = float(np.concatenate(hits).mean())
