@@ -339,8 +339,10 @@ def _load(root: Path) -> dict:
         raise FeedError(f"feed version {feed.get('feed_version')!r} is not {FEED_VERSION}")
     loaded = {**_empty(), **feed}
     synthetic = loaded.get("synthetic")  # absent from a feed written before it was listed
-    loaded["synthetic"] = [e for e in synthetic if isinstance(e, dict) and
-                           isinstance(e.get("release_id"), str)] if isinstance(synthetic, list) else []
+    if not isinstance(synthetic, list):
+        synthetic = []
+    loaded["synthetic"] = [e for e in synthetic
+                           if isinstance(e, dict) and isinstance(e.get("release_id"), str)]
     return loaded
 
 

@@ -118,7 +118,7 @@ def write_level_files(table: gpd.GeoDataFrame, folder: Path, level: str,
                       tile_text: Callable[[str], tiles.TileText] | None = None) -> list[str]:
     """The four files of ``level`` in ``folder`` and its vector tiles (the web map's layer of
     the level, ``counties.pmtiles`` or ``states.pmtiles``); their names. ``tile_text``: the
-    archive's metadata text for a layer name (:func:`dpatlas.publication.tiles.release_tile_text`)."""
+    archive's metadata text for a layer name (``tiles.release_tile_text`` of the release)."""
     parquet, geojson, csv, schema = level_files(level)
     folder = Path(folder)
     table.to_parquet(folder / parquet, index=False)

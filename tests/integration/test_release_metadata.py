@@ -64,7 +64,8 @@ def test_the_tiles_are_named_described_and_attributed_from_the_release(root):
     assert "Differentially private" in meta["description"]
     assert "release m1" in meta["description"] and "state-17" in meta["description"]
     assert "differentially private release" in meta["description"]
-    assert meta["attribution"] == f"dpatlas release m1 (state-17), licence CC-BY-4.0. Cite: {CITATION}"
+    assert meta["attribution"] == ("dpatlas release m1 (state-17), licence CC-BY-4.0. "
+                                   f"Cite: {CITATION}")
     assert not any("partial" in meta[k] or ".pmtiles" in meta[k]
                    for k in ("name", "description", "attribution"))
 
