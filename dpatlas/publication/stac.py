@@ -222,13 +222,14 @@ def build_item(root: Path, entry: dict):
     item = pystac.Item(id=rid, geometry=geometry, bbox=bbox if geometry else None,
                        datetime=_time(manifest.get("published") or entry.get("published")),
                        properties={k: v for k, v in properties.items() if v is not None})
-    _add_files(item, root, entry)
+    _add_files(item, root, entry, manifest)
     _add_license_and_citation(item, manifest)
     return item
 
 
-def _add_files(item, root: Path, entry: dict) -> None:
-    """Every verified file of the entry, and its manifest, as assets (key: the file name)."""
+def _add_files(item, root: Path, entry: dict, manifest: dict) -> None:
+    """Every verified file of the entry, and its manifest (when it could be read), as assets
+    (key: the file name)."""
     from pystac.extensions.file import FileExtension
 
     rid = entry["release_id"]
@@ -236,7 +237,7 @@ def _add_files(item, root: Path, entry: dict) -> None:
     for name, meta in sorted(entry.get("files", {}).items()):
         if _usable_file(name, meta):
             item.add_asset(name, _asset(rid, name, meta["sha256"], meta["bytes"]))
-    if _SHA256.fullmatch(str(entry.get("manifest_sha256"))) and (root / rid / MANIFEST).is_file():
+    if manifest and _SHA256.fullmatch(str(entry.get("manifest_sha256"))):
         item.add_asset(MANIFEST, _asset(rid, MANIFEST, entry["manifest_sha256"],
                                         (root / rid / MANIFEST).stat().st_size))
 
@@ -289,7 +290,7 @@ def build_synthetic_item(root: Path, entry: dict, source_status: str | None):
     item = pystac.Item(id=sid, geometry=geometry, bbox=bbox if geometry else None,
                        datetime=_time(manifest.get("created") or entry.get("published")),
                        properties={k: v for k, v in properties.items() if v is not None})
-    _add_files(item, root, entry)
+    _add_files(item, root, entry, manifest)
     _add_license_and_citation(item, manifest)
     return item
 
@@ -361,7 +362,8 @@ def build_catalog(root: Path, releases: list[dict],
         id=COLLECTION_ID,
         title="dpatlas releases",
         description="Differentially private, map-ready releases of economic mobility per "
-                    "census tract: one item per release, withdrawn releases marked.",
+                    "census tract: one item per release, withdrawn releases marked, and one "
+                    "per synthetic-microdata folder drawn for a release.",
         extent=_collection_extent(items),
         license=licence,
         catalog_type=pystac.CatalogType.SELF_CONTAINED,
