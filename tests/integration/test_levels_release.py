@@ -146,12 +146,16 @@ def test_the_stac_item_and_feed_list_the_level_files(released):
 
 
 def test_level_tiles_and_the_datapackage_describe_every_level(released):
-    """Issue 21, item 5: each level's archive says what it is; datapackage.json has a CSV and
-    a GeoParquet resource per level and `frictionless validate` passes it."""
+    """Issue 21, item 5: each level's GeoJSON features have their GEOID as id, its archive
+    says what it is; datapackage.json has a CSV and a GeoParquet resource per level and
+    `frictionless validate` passes it."""
     import subprocess
     import sys
 
     for stem in ("counties", "states"):
+        doc = json.loads((released / f"{stem}.geojson").read_text())
+        assert [f["id"] for f in doc["features"]] == [f["properties"]["geoid"]
+                                                      for f in doc["features"]]
         meta = read_metadata(released / f"{stem}.pmtiles")
         assert meta["name"] == f"dpatlas release r1: {stem}"
         assert "release r1" in meta["description"] and "licence CC-BY-4.0" in meta["attribution"]
