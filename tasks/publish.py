@@ -15,6 +15,7 @@ from dpatlas.core.config import ReleaseConfig, public_config
 from dpatlas.publication.feed import update_feed
 from dpatlas.release.manifest import build_manifest, input_commitment
 from dpatlas.publication.model_estimates import add_model_estimates
+from dpatlas.publication.tiles import release_tile_text
 from dpatlas.publication.level_files import assemble_level, unit_of, write_all_levels
 from dpatlas.publication.tract_files import (PublishError, assemble, release_folder,
                                              standard_error_maximum, verify_release, write_release)
@@ -78,7 +79,9 @@ def publish_release(cfg: ReleaseConfig, release_id: str, result_files: list[Path
                            config=public_config(cfg), internal_dir=internal,
                            check_lease=check_lease,
                            more_files=partial(write_all_levels, levels,
-                                              interval_level=cfg.intervals.level))
+                                              interval_level=cfg.intervals.level,
+                                              tile_text=partial(release_tile_text, release_id,
+                                                                public_config(cfg))))
     get_run_logger().info("published release %s at %s (%s)", release_id, folder,
                           format_counts(manifest["counts"]["by_status"]))
     return folder

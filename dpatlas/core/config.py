@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Literal, Optional
 
@@ -38,6 +39,12 @@ LEVELS = ("tract", "county", "state")
 # keeps the whole budget.
 DEFAULT_LEVEL_SHARES = {"tract": 0.66, "county": 0.31, "state": 0.03}
 LEVEL_SHARE_TOLERANCE = 1e-9
+# The published data's licence unless publish.license says otherwise (an SPDX identifier):
+# CC BY 4.0 lets anyone reuse the files with attribution, which the tiles and catalogues carry.
+DEFAULT_LICENSE = "CC-BY-4.0"
+# publish keys that describe the published files without changing any value in them: left out
+# of the config's hash, so a release resumes (and old configs hash) as before they existed.
+PUBLISH_METADATA_KEYS = ("internal_retention_days", "license", "citation")
 
 
 class ConfigError(ValueError, ReleaseRefused):
@@ -155,6 +162,23 @@ class PublishConfig(_Strict):
     # staged copies of the confidential input, the quarantined rows) before `dpatlas purge`
     # removes them; null keeps them forever. Unfinished releases are never purged.
     internal_retention_days: Optional[int] = Field(30, ge=0)
+    # The published data's licence, an SPDX identifier (STAC, datapackage.json, the tiles'
+    # attribution); and how to cite the release (free text: STAC sci:citation, the manifest,
+    # datapackage.json). Metadata about the files, not what they hold: outside the hash.
+    license: str = Field(DEFAULT_LICENSE, pattern=r"^[A-Za-z0-9][A-Za-z0-9.+-]*$",
+                         max_length=100)
+    citation: Optional[str] = Field(None, min_length=1, max_length=2000)
+
+    @field_validator("citation")
+    @classmethod
+    def _citation_not_a_path(cls, value: Optional[str]) -> Optional[str]:
+        # The audit refuses a manifest string that starts like a path or URL (no machine
+        # paths may leak); a citation names its DOI or URL after the text, not first.
+        if value is not None and (value.strip().startswith(("/", "~", "\\"))
+                                  or re.match(r"^[a-z][a-z0-9+.-]*://", value.strip(), re.I)):
+            raise ValueError("publish.citation must begin with text (authors, title), not a "
+                             "URL or path: put the DOI or URL after the text")
+        return value
 
     @property
     def internal(self) -> Path:
@@ -352,7 +376,8 @@ def fingerprint(cfg: ReleaseConfig) -> str:
     """
     data = cfg.model_dump(mode="json", exclude={"runner", "dask_address", "dask_workers"})
     data["publish"].pop("internal_root", None)
-    data["publish"].pop("internal_retention_days", None)  # housekeeping, not the release
+    for key in PUBLISH_METADATA_KEYS:  # housekeeping and metadata, not the release
+        data["publish"].pop(key, None)
     _drop_default_levels(cfg, data)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
@@ -459,6 +484,8 @@ publish:
   min_n: 2                    # tracts with fewer records are suppressed
   mode: public                # public | test (a test root: the only kind that takes seeded noise)
   internal_retention_days: 30  # `dpatlas purge` removes published releases' staged input after; null: never
+  license: CC-BY-4.0          # the data's licence (SPDX id), in the catalogues and tiles
+  citation: null              # how to cite the release (text, then any DOI or URL)
 
 partition_tracts: 2000        # tracts per partition (one task run per partition and stage)
 

@@ -71,6 +71,8 @@ RESERVED = {FEED_JSON, FEED_ATOM, LATEST_JSON, LATEST_LINK, LOCK_NAME, STAC_COLL
 ATOM_NS = "http://www.w3.org/2005/Atom"
 STATUS_PUBLISHED = "published"
 STATUS_WITHDRAWN = "withdrawn"
+SYNTHETIC_KIND = "synthetic microdata"  # the manifest kind of `dpatlas synthesize`'s folders
+SYNTHETIC_CATEGORY = "synthetic"
 
 
 class FeedError(RuntimeError, OperatorError):
@@ -123,6 +125,37 @@ def update_feed(root: Path, release_id: str) -> dict:
     return entry
 
 
+def update_synthetic(root: Path, synthetic_id: str) -> dict:
+    """List the synthetic-microdata folder ``<root>/<synthetic_id>`` (``dpatlas synthesize``)
+    in the feed, after checking its files against its manifest; returns the entry.
+
+    Synthetic entries live in feed.json's ``synthetic`` list, apart from ``releases``: they are
+    never ``latest``, the web map does not offer them, and a release's status is untouched.
+    Each names its ``source_release``; the Atom feed and the STAC catalogue show them (the STAC
+    Item links to its source's). Idempotent: listing it again refreshes the entry.
+    """
+    root = Path(root)
+    _check_id(synthetic_id)
+    entry = _verified_entry(root, synthetic_id, time_key="created")
+    manifest = json.loads((root / synthetic_id / MANIFEST).read_bytes())
+    if manifest.get("kind") != SYNTHETIC_KIND:
+        raise FeedError(f"{synthetic_id} is not a synthetic-microdata folder (its manifest's "
+                        f"kind is {manifest.get('kind')!r})")
+    source = manifest.get("source_release")
+    _check_id(source)
+    entry = {**entry, "kind": SYNTHETIC_KIND, "source_release": source}
+    with _locked(root):
+        feed = _load(root)
+        if any(r["release_id"] == synthetic_id for r in feed["releases"]):
+            raise FeedError(f"{synthetic_id} is listed as a release: a synthetic folder needs "
+                            "an id of its own")
+        others = [e for e in feed["synthetic"] if e.get("release_id") != synthetic_id]
+        feed["synthetic"] = [entry, *others]
+        feed["updated"] = _now()
+        _write_feed(root, feed)
+    return entry
+
+
 def withdraw(root: Path, release_id: str, reason: str, *, withdrawn_at: str | None = None,
              list_unlisted: bool = False) -> dict:
     """Mark a release withdrawn: it stays listed with status "withdrawn", the reason and time.
@@ -149,7 +182,7 @@ def withdraw(root: Path, release_id: str, reason: str, *, withdrawn_at: str | No
         feed = _load(root)
         entry = next((r for r in feed["releases"] if r["release_id"] == release_id), None)
         if entry is not None and entry.get("status") == STATUS_WITHDRAWN:
-            _write_stac(root, feed["releases"])  # completes a catalogue a crash left behind
+            _write_stac(root, feed["releases"], feed["synthetic"])  # completes a crashed update
             return {**entry, "changed": False}
         if entry is None:
             if not list_unlisted:
@@ -229,7 +262,7 @@ def _check_reason(reason: str) -> str:
         raise InvalidFeedReason(str(e)) from None
 
 
-def _verified_entry(root: Path, release_id: str) -> dict:
+def _verified_entry(root: Path, release_id: str, time_key: str = "published") -> dict:
     folder = root / release_id
     if folder.is_symlink() or not folder.is_dir():
         raise FeedError(f"release folder {folder} does not exist (or is not a real folder)")
@@ -246,9 +279,9 @@ def _verified_entry(root: Path, release_id: str) -> dict:
     if manifest.get("release_id") != release_id:
         raise FeedError(f"manifest of folder {release_id!r} is for release "
                         f"{manifest.get('release_id')!r}")
-    published = manifest.get("published")
+    published = manifest.get(time_key)
     if not isinstance(published, str) or _parse_time(published) is None:
-        raise FeedError(f"manifest of {release_id!r} has no valid 'published' time: "
+        raise FeedError(f"manifest of {release_id!r} has no valid {time_key!r} time: "
                         f"{published!r}")
     files = manifest.get("files")
     if not isinstance(files, dict) or not files:
@@ -304,7 +337,13 @@ def _load(root: Path) -> dict:
     feed = read_feed(root)
     if feed.get("feed_version", FEED_VERSION) != FEED_VERSION:
         raise FeedError(f"feed version {feed.get('feed_version')!r} is not {FEED_VERSION}")
-    return {**_empty(), **feed}
+    loaded = {**_empty(), **feed}
+    synthetic = loaded.get("synthetic")  # absent from a feed written before it was listed
+    if not isinstance(synthetic, list):
+        synthetic = []
+    loaded["synthetic"] = [e for e in synthetic
+                           if isinstance(e, dict) and isinstance(e.get("release_id"), str)]
+    return loaded
 
 
 def _now() -> str:
@@ -381,9 +420,7 @@ def render_atom(feed: dict) -> bytes:
         sub(entry, "published", _atom_time(r.get("published")))
         sub(entry, "updated", _atom_time(r.get("withdrawn_at") or r.get("published")))
         sub(entry, "link", rel="alternate", href=f"{rid}/{MANIFEST}", type="application/json")
-        for name, meta in sorted(r.get("files", {}).items()):
-            sub(entry, "link", rel="enclosure", href=meta["path"], length=meta["bytes"],
-                title=name)
+        _enclosures(sub, entry, r)
         sub(entry, "category", term=status)
         summary = f"Status: {status}."
         if status == STATUS_WITHDRAWN:
@@ -391,7 +428,39 @@ def render_atom(feed: dict) -> bytes:
         else:
             summary += f" Manifest sha256 {r.get('manifest_sha256')}."
         sub(entry, "summary", summary, type="text")
+    status_of = {r["release_id"]: r.get("status") for r in feed["releases"]}
+    for s in feed.get("synthetic") or []:
+        _synthetic_entry(sub, top, s, status_of.get(s.get("source_release")))
     return ET.tostring(top, encoding="utf-8", xml_declaration=True)
+
+
+def _enclosures(sub, entry, r: dict) -> None:
+    """One enclosure per download of a feed entry (data, metadata, map image, tiles; not the
+    web map's page and scripts), each with its media type and length (RFC 4287 §4.2.7.2)."""
+    from dpatlas.publication.stac import is_download, media_type
+
+    for name, meta in sorted(r.get("files", {}).items()):
+        if is_download(str(name)):
+            sub(entry, "link", rel="enclosure", href=meta["path"], length=meta["bytes"],
+                title=name, type=media_type(str(name)))
+
+
+def _synthetic_entry(sub, top, s: dict, source_status: str | None) -> None:
+    """The Atom entry of a synthetic-microdata folder: its downloads and its source."""
+    sid, source = s.get("release_id"), s.get("source_release")
+    entry = sub(top, "entry")
+    sub(entry, "id", f"urn:dpatlas:synthetic:{sid}")
+    withdrawn = " (source withdrawn)" if source_status == STATUS_WITHDRAWN else ""
+    sub(entry, "title", f"Synthetic microdata {sid} of release {source}{withdrawn}")
+    sub(entry, "published", _atom_time(s.get("published")))
+    sub(entry, "updated", _atom_time(s.get("published")))
+    sub(entry, "link", rel="alternate", href=f"{sid}/{MANIFEST}", type="application/json")
+    sub(entry, "link", rel="related", href=f"{source}/{MANIFEST}", type="application/json",
+        title=f"release {source}")
+    _enclosures(sub, entry, s)
+    sub(entry, "category", term=SYNTHETIC_CATEGORY)
+    sub(entry, "summary", f"Differentially private synthetic microdata drawn for release "
+        f"{source}{withdrawn}. Manifest sha256 {s.get('manifest_sha256')}.", type="text")
 
 
 # ------------------------------------------------------------------------- atomic file writes
@@ -463,13 +532,13 @@ def _json_bytes(obj) -> bytes:
         "utf-8", errors="backslashreplace")
 
 
-def _write_stac(root: Path, releases: list[dict]) -> None:
+def _write_stac(root: Path, releases: list[dict], synthetic: list[dict] | None = None) -> None:
     """The STAC Collection and Items for ``releases``; only documents whose bytes change are
     written (each atomically), so an unchanged feed writes nothing."""
     from dpatlas.publication import stac
 
     try:
-        docs = stac.build_catalog(root, releases)
+        docs = stac.build_catalog(root, releases, synthetic)
     except stac.StacError as e:
         raise FeedError(f"the STAC catalogue cannot be built: {e}") from None
     items = root / STAC_ITEMS
@@ -487,7 +556,9 @@ def _write_stac(root: Path, releases: list[dict]) -> None:
 def _write_feed(root: Path, feed: dict) -> None:
     doc = {"feed_version": FEED_VERSION, "updated": feed["updated"], "latest": feed["latest"],
            "releases": feed["releases"]}
-    _write_stac(root, doc["releases"])
+    if feed.get("synthetic"):  # only once there is one: older feeds keep their bytes
+        doc["synthetic"] = feed["synthetic"]
+    _write_stac(root, doc["releases"], doc.get("synthetic"))
     _atomic_write(root, FEED_JSON, _json_bytes(doc))
     _atomic_write(root, FEED_ATOM, render_atom(doc))
     from dpatlas.publication.webmap import write_feed_map  # the root's web map over feed.json (idempotent)

@@ -579,7 +579,9 @@ def write_geojson_rfc7946(gdf: gpd.GeoDataFrame, path: str | Path,
     WGS 84 longitude/latitude (reprojected if needed) and no ``crs`` member (RFC 7946 section 4
     removed it: the CRS is always WGS 84), at most ``decimals`` decimals per coordinate,
     counter-clockwise exterior rings (:func:`rfc7946_geometries`), a ``bbox`` (section 5).
-    Property values are JSON numbers, strings or null (NaN and NA become null).
+    Property values are JSON numbers, strings or null (NaN and NA become null). With a
+    ``geoid`` column each feature's ``id`` (section 3.2) is its GEOID, or ``GEOID/cell`` when
+    a GEOID has a feature per cell, so the id names one feature.
     """
     import json
 
@@ -590,9 +592,11 @@ def write_geojson_rfc7946(gdf: gpd.GeoDataFrame, path: str | Path,
     geoms = rfc7946_geometries(gdf.geometry.to_numpy(), decimals)
     props = pd.DataFrame(gdf.drop(columns=gdf.geometry.name))
     records = props.astype(object).where(props.notna(), None).to_dict(orient="records")
-    features = [{"type": "Feature", "properties": {k: _json_scalar(v) for k, v in rec.items()},
+    ids = feature_ids(props)
+    features = [{"type": "Feature", **({"id": ids[i]} if ids is not None else {}),
+                 "properties": {k: _json_scalar(v) for k, v in rec.items()},
                  "geometry": geojson_geometry(geom, decimals)}
-                for rec, geom in zip(records, geoms)]
+                for i, (rec, geom) in enumerate(zip(records, geoms))]
     doc = {"type": "FeatureCollection"}
     if len(geoms):
         doc["bbox"] = [round(float(v), decimals) for v in shapely.total_bounds(geoms)]
@@ -601,6 +605,17 @@ def write_geojson_rfc7946(gdf: gpd.GeoDataFrame, path: str | Path,
         # json.dumps uses the C encoder; json.dump to a file falls back to the pure-Python one.
         fh.write(json.dumps(doc, ensure_ascii=False, allow_nan=False, separators=(",", ":")))
     return path
+
+
+def feature_ids(props: pd.DataFrame) -> list[str] | None:
+    """Feature ids: the GEOID (text, leading zeros kept), or ``GEOID/cell`` when the table
+    holds a GEOID more than once (one row per cell); None without a ``geoid`` column."""
+    if "geoid" not in props.columns:
+        return None
+    geoids = props["geoid"].astype(str)
+    if geoids.is_unique or "cell" not in props.columns:
+        return list(geoids)
+    return list(geoids + "/" + props["cell"].astype(str))
 
 
 def _json_scalar(value):

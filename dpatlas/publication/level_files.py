@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Callable
 
 import geopandas as gpd
 import numpy as np
@@ -113,14 +114,18 @@ def _unit_field(column: str, level: str, decimals: int, interval_level: float) -
 
 
 def write_level_files(table: gpd.GeoDataFrame, folder: Path, level: str,
-                      interval_level: float = 0.95) -> list[str]:
+                      interval_level: float = 0.95,
+                      tile_text: Callable[[str], tiles.TileText] | None = None) -> list[str]:
     """The four files of ``level`` in ``folder`` and its vector tiles (the web map's layer of
-    the level, ``counties.pmtiles`` or ``states.pmtiles``); their names."""
+    the level, ``counties.pmtiles`` or ``states.pmtiles``); their names. ``tile_text``: the
+    archive's metadata text for a layer name (``tiles.release_tile_text`` of the release)."""
     parquet, geojson, csv, schema = level_files(level)
     folder = Path(folder)
     table.to_parquet(folder / parquet, index=False)
     write_geojson_rfc7946(table, folder / geojson)
-    archive = tiles.build_level_tiles(folder / geojson, folder, level)
+    layer = tiles.LEVEL_TILES[level].layer
+    archive = tiles.build_level_tiles(folder / geojson, folder, level,
+                                      tile_text(layer) if tile_text else None)
     plain = pd.DataFrame(table.drop(columns="geometry"))
     plain.to_csv(folder / csv, index=False, na_rep="")
     (folder / schema).write_text(json.dumps(
@@ -151,7 +156,8 @@ def level_published_columns(level: str, estimate_step: str, interval_step: str |
     return out
 
 
-def write_all_levels(level_tables: dict, folder: Path, interval_level: float = 0.95) -> list[str]:
+def write_all_levels(level_tables: dict, folder: Path, interval_level: float = 0.95,
+                     tile_text: Callable[[str], tiles.TileText] | None = None) -> list[str]:
     """Every level's files in ``folder`` (``level_tables``: level -> table); their names."""
     return [name for level, table in level_tables.items()
-            for name in write_level_files(table, folder, level, interval_level)]
+            for name in write_level_files(table, folder, level, interval_level, tile_text)]

@@ -52,15 +52,27 @@ MEDIA_TYPES = {
     ".css": "text/css",
     ".txt": "text/plain",
 }
+# Roles follow the STAC best practices: "data" the tables, "metadata" what describes them,
+# "overview" the PNG map, "visual" what is made to be looked at (the web map and its tiles).
 ROLES = {"tracts.parquet": ["data"], "tracts.geojson": ["data"], "tracts.csv": ["data"],
-         "tracts.pmtiles": ["data", "tiles"], "index.html": ["visual"],
-         "tracts.schema.json": ["metadata"], "p25_map.png": ["overview", "visual"],
-         "config.json": ["metadata"], MANIFEST: ["metadata"]}
+         "tracts.pmtiles": ["visual", "tiles"], "index.html": ["visual"],
+         "tracts.schema.json": ["metadata"], "p25_map.png": ["overview"],
+         "config.json": ["metadata"], "datapackage.json": ["metadata"], MANIFEST: ["metadata"],
+         "synthetic.parquet": ["data"], "synthetic.csv": ["data"],
+         "synthetic.schema.json": ["metadata"]}
 TITLES = {"tracts.parquet": "Tracts (GeoParquet)", "tracts.geojson": "Tracts (GeoJSON, RFC 7946)",
           "tracts.csv": "Tracts (CSV)", "tracts.schema.json": "Table Schema of tracts.csv",
           "p25_map.png": "Map of p25", "config.json": "Resolved release config",
           "tracts.pmtiles": "Vector tiles (PMTiles)", "index.html": "Web map (MapLibre)",
-          MANIFEST: "Manifest: privacy accounting and file hashes"}
+          "datapackage.json": "Frictionless Data Package: every table, its schema and licence",
+          MANIFEST: "Manifest: privacy accounting and file hashes",
+          "synthetic.parquet": "Synthetic microdata (Parquet)",
+          "synthetic.csv": "Synthetic microdata (CSV)",
+          "synthetic.schema.json": "Table Schema of synthetic.csv"}
+# Files a download list offers (the feed's Atom enclosures): the tables, their metadata, the
+# PNG map and the tiles; never the web map's page, scripts, styles or its libraries' licences.
+DOWNLOAD_SUFFIXES = {".parquet", ".geojson", ".csv", ".json", ".pmtiles", ".png"}
+WEB_MAP_SUPPORT = {"legend.json"}  # the web map's own JSON (dpatlas.publication.webmap)
 
 # The county and state files (issue 20, items 1 and 4), declared as the tract files are.
 for _stem, _what in (("counties", "Counties"), ("states", "States")):
@@ -70,8 +82,38 @@ for _stem, _what in (("counties", "Counties"), ("states", "States")):
                    f"{_stem}.geojson": f"{_what} (GeoJSON, RFC 7946)",
                    f"{_stem}.csv": f"{_what} (CSV)",
                    f"{_stem}.schema.json": f"Table Schema of {_stem}.csv"})
-    ROLES[f"{_stem}.pmtiles"] = ["data", "tiles"]
+    ROLES[f"{_stem}.pmtiles"] = ["visual", "tiles"]
     TITLES[f"{_stem}.pmtiles"] = f"{_what}: vector tiles (PMTiles)"
+
+
+def asset_roles(name: str) -> list[str]:
+    """The STAC roles of a published file: listed ones by name; the web map's scripts, styles
+    and page "visual", licence texts "metadata", anything else "data"."""
+    if name in ROLES:
+        return ROLES[name]
+    suffix = Path(name).suffix.lower()
+    if name in WEB_MAP_SUPPORT or suffix in (".html", ".js", ".mjs", ".css"):
+        return ["visual"]
+    return ["metadata"] if suffix == ".txt" else ["data"]
+
+
+def is_download(name: str) -> bool:
+    """Whether a published file is a download (data, its metadata, the map image, the tiles),
+    as opposed to a part of the web map."""
+    return (Path(name).suffix.lower() in DOWNLOAD_SUFFIXES
+            and asset_roles(name) != ["visual"])
+
+
+def media_type(name: str) -> str:
+    """The IANA media type of a published file (by extension)."""
+    return MEDIA_TYPES.get(Path(name).suffix.lower(), "application/octet-stream")
+
+
+def license_link(spdx_id: str) -> dict:
+    """The ``license`` link of a licence's SPDX identifier: its page on spdx.org."""
+    return {"rel": "license", "href": f"https://spdx.org/licenses/{spdx_id}.html",
+            "type": "text/html", "title": f"Licence: {spdx_id} (SPDX)"}
+
 
 # The File extension v2.1.0's rules for the fields used here (file:checksum: lower-case hex
 # multihash; file:size: a non-negative integer), and that an object using it declares it.
@@ -94,6 +136,25 @@ FILE_EXTENSION_SCHEMA = {
         "assets": {"type": "object", "additionalProperties": _FILE_FIELDS},
     },
 }
+
+
+# The Scientific Citation extension v1.0.0, for ``sci:citation`` (publish.citation): its rule
+# for that field restated, as the File extension's are, so validation needs no network.
+SCI_EXTENSION = "https://stac-extensions.github.io/scientific/v1.0.0/schema.json"
+SCI_EXTENSION_SCHEMA = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "$id": SCI_EXTENSION,
+    "title": "Scientific Citation Extension (fields used by dpatlas)",
+    "type": "object",
+    "required": ["stac_extensions"],
+    "properties": {
+        "stac_extensions": {"type": "array", "contains": {"const": SCI_EXTENSION}},
+        "properties": {"type": "object",
+                       "properties": {"sci:citation": {"type": "string", "minLength": 1}}},
+    },
+}
+# An SPDX identifier as STAC 1.1 allows it in ``license`` (else "other").
+_SPDX_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+-]*")
 
 
 class StacError(RuntimeError):
@@ -133,7 +194,7 @@ def _asset(release_id: str, name: str, sha256: str, size: int):
 
     suffix = Path(name).suffix.lower()
     asset = pystac.Asset(href=f"../{release_id}/{name}", title=TITLES.get(name, name),
-                         media_type=MEDIA_TYPES.get(suffix), roles=ROLES.get(name, ["data"]))
+                         media_type=MEDIA_TYPES.get(suffix), roles=asset_roles(name))
     FileExtension.ext(asset).apply(checksum=multihash_sha256(sha256), size=int(size))
     return asset
 
@@ -141,7 +202,6 @@ def _asset(release_id: str, name: str, sha256: str, size: int):
 def build_item(root: Path, entry: dict):
     """The STAC Item of one feed entry (``feed.json``'s ``releases[i]``)."""
     import pystac
-    from pystac.extensions.file import FileExtension
 
     rid = entry["release_id"]
     manifest = _manifest(root, rid)
@@ -162,13 +222,76 @@ def build_item(root: Path, entry: dict):
     item = pystac.Item(id=rid, geometry=geometry, bbox=bbox if geometry else None,
                        datetime=_time(manifest.get("published") or entry.get("published")),
                        properties={k: v for k, v in properties.items() if v is not None})
+    _add_files(item, root, entry, manifest)
+    _add_license_and_citation(item, manifest)
+    return item
+
+
+def _add_files(item, root: Path, entry: dict, manifest: dict) -> None:
+    """Every verified file of the entry, and its manifest (when it could be read), as assets
+    (key: the file name)."""
+    from pystac.extensions.file import FileExtension
+
+    rid = entry["release_id"]
     FileExtension.add_to(item)
     for name, meta in sorted(entry.get("files", {}).items()):
         if _usable_file(name, meta):
-            item.add_asset(name, _asset(rid, name, meta["sha256"], meta["bytes"]))  # key: name
+            item.add_asset(name, _asset(rid, name, meta["sha256"], meta["bytes"]))
     if manifest and _SHA256.fullmatch(str(entry.get("manifest_sha256"))):
         item.add_asset(MANIFEST, _asset(rid, MANIFEST, entry["manifest_sha256"],
                                         (root / rid / MANIFEST).stat().st_size))
+
+
+def _license(manifest: dict) -> str | None:
+    value = manifest.get("license")
+    return value if isinstance(value, str) and _SPDX_ID.fullmatch(value) else None
+
+
+def _add_license_and_citation(item, manifest: dict) -> None:
+    """The manifest's licence (SPDX id, with a ``license`` link) and citation (the Scientific
+    Citation extension's ``sci:citation``); an older manifest has neither."""
+    import pystac
+
+    spdx = _license(manifest)
+    if spdx is not None:
+        item.properties["license"] = spdx
+        item.add_link(pystac.Link.from_dict(license_link(spdx)))
+    citation = manifest.get("citation")
+    if isinstance(citation, str) and citation.strip():
+        item.stac_extensions.append(SCI_EXTENSION)
+        item.properties["sci:citation"] = citation
+
+
+def build_synthetic_item(root: Path, entry: dict, source_status: str | None):
+    """The STAC Item of a synthetic-microdata entry (``feed.json``'s ``synthetic[i]``): its
+    files as assets, the footprint of its source release, a ``derived_from`` link to the
+    source's Item (added by :func:`build_catalog`), the source's status."""
+    import pystac
+
+    sid, source = entry["release_id"], entry.get("source_release")
+    manifest = _manifest(root, sid)
+    # The source's footprint, read only for a source the feed lists (a checked id).
+    extent = (_manifest(root, source).get("extent") or {}) if source_status else {}
+    geometry, bbox = extent.get("geometry"), extent.get("bbox")
+    status = source_status or "published"  # a source the feed does not list: as published
+    properties = {
+        "title": f"Synthetic microdata {sid} of release {source}"
+                 + (" (source withdrawn)" if status == "withdrawn" else ""),
+        "description": "Differentially private synthetic records (parent rank x, child rank "
+                       "y) per tract and cell, drawn by BinAgg's Algorithm 3 from its DP "
+                       "summaries; the aggregated regression on a tract's rows is BinAgg's "
+                       "estimate",
+        "dpatlas:kind": "synthetic microdata",
+        "dpatlas:source_release": source,
+        "dpatlas:status": status,
+        "dpatlas:mode": manifest.get("mode"),
+        "dpatlas:guarantee": manifest.get("total_per_person"),
+    }
+    item = pystac.Item(id=sid, geometry=geometry, bbox=bbox if geometry else None,
+                       datetime=_time(manifest.get("created") or entry.get("published")),
+                       properties={k: v for k, v in properties.items() if v is not None})
+    _add_files(item, root, entry, manifest)
+    _add_license_and_citation(item, manifest)
     return item
 
 
@@ -207,8 +330,10 @@ def _usable_entry(entry) -> bool:
     return True
 
 
-def build_catalog(root: Path, releases: list[dict]) -> dict[str, dict]:
-    """Every catalogue document for the feed's ``releases``: {path relative to root: JSON}.
+def build_catalog(root: Path, releases: list[dict],
+                  synthetic: list[dict] | None = None) -> dict[str, dict]:
+    """Every catalogue document for the feed's ``releases`` and ``synthetic`` entries:
+    {path relative to root: JSON}.
 
     Self-contained: links and asset hrefs are relative, there are no ``self`` links, so the
     documents are the same bytes wherever the root is mounted. An entry whose id is not a
@@ -220,15 +345,31 @@ def build_catalog(root: Path, releases: list[dict]) -> dict[str, dict]:
     root = Path(root)
     items = [build_item(root, entry) for entry in releases
              if isinstance(entry, dict) and _usable_entry(entry)]
+    by_id = {item.id: item for item in items}
+    status = {e["release_id"]: e.get("status") for e in releases if isinstance(e, dict)}
+    for entry in synthetic or []:
+        if (isinstance(entry, dict) and _usable_entry(entry)
+                and entry["release_id"] not in by_id):
+            item = build_synthetic_item(root, entry, status.get(entry.get("source_release")))
+            if entry.get("source_release") in by_id:
+                item.add_link(pystac.Link("derived_from", by_id[entry["source_release"]],
+                                          media_type="application/geo+json",
+                                          title="The release it was drawn for"))
+            items.append(item)
+    licences = {item.properties.get("license") for item in items}
+    licence = licences.pop() if len(licences) == 1 and None not in licences else "other"
     collection = pystac.Collection(
         id=COLLECTION_ID,
         title="dpatlas releases",
         description="Differentially private, map-ready releases of economic mobility per "
-                    "census tract: one item per release, withdrawn releases marked.",
+                    "census tract: one item per release, withdrawn releases marked, and one "
+                    "per synthetic-microdata folder drawn for a release.",
         extent=_collection_extent(items),
-        license="other",
+        license=licence,
         catalog_type=pystac.CatalogType.SELF_CONTAINED,
     )
+    if licence != "other":
+        collection.add_link(pystac.Link.from_dict(license_link(licence)))
     collection.add_items(items)
     collection.normalize_hrefs(str(root), strategy=_layout())
     docs = {COLLECTION_FILE: collection.to_dict(include_self_link=False, transform_hrefs=True)}
@@ -267,6 +408,7 @@ def _offline_validator():
         def __init__(self):
             super().__init__()
             self.schema_cache[FILE_EXTENSION] = FILE_EXTENSION_SCHEMA
+            self.schema_cache[SCI_EXTENSION] = SCI_EXTENSION_SCHEMA
 
         def _get_schema(self, schema_uri):
             if schema_uri not in self.schema_cache:

@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from dpatlas.core.config import DEFAULT_LICENSE
 from dpatlas.core.errors import OperatorError
 
 LAYER = "tracts"
@@ -84,8 +85,44 @@ def tippecanoe_binary() -> Path:
     return binary
 
 
+@dataclass(frozen=True)
+class TileText:
+    """What an archive's metadata says it is: its ``name``, ``description`` and
+    ``attribution`` (PMTiles/TileJSON fields; MapLibre shows the attribution on the map)."""
+
+    name: str
+    description: str
+    attribution: str
+
+
+# What the unit of each layer is called in the archive's name and description.
+LAYER_UNITS = {LAYER: ("census tracts", "tract"), "counties": ("counties", "county"),
+               "states": ("states", "state")}
+
+
+def release_tile_text(release_id: str, config: dict, layer: str = LAYER) -> TileText:
+    """The metadata text of release ``release_id``'s archive of ``layer``, from its published
+    config (``config.json``: dataset, licence, citation, mode); never a file name."""
+    publish, ledger = config.get("publish") or {}, config.get("ledger") or {}
+    dataset = ledger.get("dataset", "default")
+    licence = publish.get("license") or DEFAULT_LICENSE
+    units, unit = LAYER_UNITS.get(layer, (layer, layer))
+    description = (f"Differentially private income mobility by {unit} (p25, p75: predicted "
+                   f"child income rank at parent rank 25 and 75) of dataset {dataset}, "
+                   f"release {release_id}. Every value is a differentially private release "
+                   "or post-processing of one; manifest.json states the guarantee.")
+    if publish.get("mode") == "test":
+        description += " TEST RELEASE: NOT FOR USE."
+    attribution = f"dpatlas release {release_id} ({dataset}), licence {licence}"
+    if publish.get("citation"):
+        attribution += f". Cite: {publish['citation']}"
+    return TileText(name=f"dpatlas release {release_id}: {units}", description=description,
+                    attribution=attribution)
+
+
 def tippecanoe_arguments(geojson: Path, out: Path, *, min_zoom: int = MIN_ZOOM,
-                         max_zoom: int = MAX_ZOOM, layer: str = LAYER) -> list[str]:
+                         max_zoom: int = MAX_ZOOM, layer: str = LAYER,
+                         text: TileText | None = None) -> list[str]:
     """The tippecanoe command line for a release (without the binary).
 
     Why each option:
@@ -100,11 +137,18 @@ def tippecanoe_arguments(geojson: Path, out: Path, *, min_zoom: int = MIN_ZOOM,
     * ``--force``: the output is ours (a fresh path in the staging folder);
     * county and state layers also get ``--no-tiny-polygon-reduction``: at z0-z3 a county is
       often smaller than a pixel, and tippecanoe would otherwise merge such polygons into
-      squares carrying one of them's values (a tract layer starts at z4, as before).
+      squares carrying one of them's values (a tract layer starts at z4, as before);
+    * ``--name``, ``--description``, ``--attribution``: the release's text (``text``); without
+      them tippecanoe names the archive after its output file, our staging name. Without
+      ``text`` the name is the layer's.
     """
+    text = text or TileText(name=layer, description=f"{layer} of a dpatlas release",
+                            attribution="dpatlas")
     arguments = ["-o", str(out), "--layer", layer,
                  f"--minimum-zoom={min_zoom}", f"--maximum-zoom={max_zoom}",
-                 "--no-feature-limit", "--no-tile-size-limit", "--detect-shared-borders"]
+                 "--no-feature-limit", "--no-tile-size-limit", "--detect-shared-borders",
+                 f"--name={text.name}", f"--description={text.description}",
+                 f"--attribution={text.attribution}"]
     if layer != LAYER:
         arguments.append("--no-tiny-polygon-reduction")
     return [*arguments, "--force", "--quiet", str(geojson)]
@@ -112,7 +156,7 @@ def tippecanoe_arguments(geojson: Path, out: Path, *, min_zoom: int = MIN_ZOOM,
 
 def build_tiles(geojson: Path, out: Path, *, min_zoom: int = MIN_ZOOM,
                 max_zoom: int = MAX_ZOOM, timeout: float = 3600.0,
-                layer: str = LAYER) -> TileBuild:
+                layer: str = LAYER, text: TileText | None = None) -> TileBuild:
     """Build ``out`` (a ``.pmtiles`` archive, one layer named ``layer``) from a release's
     GeoJSON (EPSG:4326).
 
@@ -135,7 +179,7 @@ def build_tiles(geojson: Path, out: Path, *, min_zoom: int = MIN_ZOOM,
     # wherever the folder is (a resumed release must publish what an uninterrupted one would).
     command = [str(binary), *tippecanoe_arguments(
         Path(os.path.relpath(geojson, out.parent)), Path(partial.name), min_zoom=min_zoom,
-        max_zoom=max_zoom, layer=layer)]
+        max_zoom=max_zoom, layer=layer, text=text)]
     log.info("tiles: building %s from %s (z%d-z%d)", out.name, geojson, min_zoom, max_zoom)
     started = time.perf_counter()
     try:
@@ -179,11 +223,12 @@ def read_metadata(archive: Path) -> dict:
     return json.loads(raw)
 
 
-def build_level_tiles(geojson: Path, folder: Path, level: str) -> str:
+def build_level_tiles(geojson: Path, folder: Path, level: str,
+                      text: TileText | None = None) -> str:
     """The archive of ``level`` (county or state) in ``folder``, from its GeoJSON; its name."""
     spec = LEVEL_TILES[level]
     build_tiles(geojson, Path(folder) / spec.file, min_zoom=spec.min_zoom,
-                max_zoom=spec.max_zoom, layer=spec.layer)
+                max_zoom=spec.max_zoom, layer=spec.layer, text=text)
     return spec.file
 
 

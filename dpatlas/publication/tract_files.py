@@ -32,6 +32,7 @@ from mechanisms import intervals as CI
 
 from dpatlas.core.columns import INTERVAL_COLUMNS, RESULT_COLUMNS, SE_COLUMNS
 from dpatlas.publication import colours
+from dpatlas.publication.datapackage import write_datapackage
 from dpatlas.publication.geography import (geojson_geometry, rfc7946_geometries,
                                            write_geojson_rfc7946)
 from dpatlas.core.hashing import sha256_file
@@ -452,7 +453,8 @@ def _write_files(staging: Path, table: gpd.GeoDataFrame, config: dict,
 
     table.to_parquet(staging / "tracts.parquet", index=False)
     write_geojson_rfc7946(table, staging / "tracts.geojson")
-    tiles.build_tiles(staging / "tracts.geojson", staging / tiles.TILES_FILE)
+    tiles.build_tiles(staging / "tracts.geojson", staging / tiles.TILES_FILE,
+                      text=tiles.release_tile_text(release_id, config))
     map_files = [tiles.TILES_FILE, *webmap.write_web_map(staging, release_id)]
     ci = config.get("intervals") or {}
     write_csv_with_schema(pd.DataFrame(table.drop(columns="geometry")), staging,
@@ -690,6 +692,7 @@ def write_release(table: gpd.GeoDataFrame, manifest: dict, root: Path, release_i
     try:
         files = [*PUBLISHED_FILES, *_write_files(staging, table, config, release_id),
                  *(more_files(staging) if more_files is not None else [])]
+        files.append(write_datapackage(staging, files, release_id, config))
         manifest = {**manifest,
                     "rounding": rounding_statement(list(table.columns)),
                     "extent": footprint(table),

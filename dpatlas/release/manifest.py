@@ -418,6 +418,8 @@ def build_manifest(cfg: ReleaseConfig, release_id: str, plan: BudgetPlan, table:
         "manifest_version": MANIFEST_VERSION,
         "release_id": release_id,
         "mode": cfg.publish.mode,
+        "license": cfg.publish.license,     # SPDX id of the published data's licence
+        "citation": cfg.publish.citation,   # how to cite the release (free text or null)
         "started": day_of(started),
         "published": day_of(now_utc()),
         "code_version": code_version(),

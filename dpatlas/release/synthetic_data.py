@@ -62,10 +62,36 @@ STEP = "synthetic: BinAgg"
 SUFFIX = "-synthetic"
 PARQUET, CSV, MANIFEST, CONFIG = "synthetic.parquet", "synthetic.csv", "manifest.json", \
     "config.json"
+CSV_SCHEMA = "synthetic.schema.json"  # Frictionless Table Schema of synthetic.csv
 # The bin edges are PrivTree's released output (no extra cost): with them, and the noise
 # parameters in the manifest, anyone can refit BinAgg's estimate from the rows (Cor. 3.1).
 COLUMNS = ("GEOID", "cell", "bin_lo", "bin_hi", "x", "y")
 KIND = "synthetic microdata"
+# What each column is (the manifest's ``columns``, the Table Schema's descriptions).
+COLUMN_TEXT = {
+    "GEOID": "Census tract GEOID (11 digits: state, county, tract FIPS codes; text, leading "
+             "zeros kept)",
+    "cell": "The release's population cell the row belongs to",
+    "bin_lo": "The row's PrivTree bin, lower edge of x (released)",
+    "bin_hi": "Its upper edge; the noise variance of the bin's sum of x is "
+              "(bin_hi / grid_steps)^2 * sigma2 of the step 'bin sums of x'",
+    "x": "Synthetic parent income rank (not clipped: Cor. 3.1)",
+    "y": "Synthetic child income rank (not clipped: Cor. 3.1)",
+}
+
+
+def synthetic_table_schema() -> dict:
+    """The Frictionless Table Schema of ``synthetic.csv``: the six columns, typed and
+    described; GEOIDs are text of 11 digits. Rows are not unique (several per bin)."""
+    geoid = {"required": True, "pattern": r"^[0-9]{11}$", "minLength": 11, "maxLength": 11}
+    return {"fields": [
+        {"name": "GEOID", "type": "string", "description": COLUMN_TEXT["GEOID"],
+         "constraints": geoid},
+        {"name": "cell", "type": "string", "description": COLUMN_TEXT["cell"],
+         "constraints": {"required": True}},
+        *({"name": c, "type": "number", "description": COLUMN_TEXT[c],
+           "constraints": {"required": True}} for c in ("bin_lo", "bin_hi", "x", "y"))],
+        "missingValues": [""]}
 LEASE_SECONDS = 60.0
 RANDOM_BITS_OS = "os.urandom"
 RANDOM_BITS_SEEDED = "seeded (test only, NOT FOR RELEASE)"
@@ -387,12 +413,9 @@ def _manifest(plan: SyntheticPlan, counts: dict, random_bits: str, files: dict) 
                          "delta": plan.delta * cells},
         "noise_sampler": {"random_bits": random_bits,
                           "per_estimator": {ESTIMATOR: M.get(ESTIMATOR).sampler}},
-        "columns": {"GEOID": "tract (11 digits)", "cell": "the release's cell",
-                    "bin_lo": "the row's PrivTree bin, lower edge of x (released)",
-                    "bin_hi": "its upper edge; the noise variance of the bin's sum of x is "
-                              "(bin_hi / grid_steps)^2 * sigma2 of the step 'bin sums of x'",
-                    "x": "synthetic parent rank (not clipped: Cor. 3.1)",
-                    "y": "synthetic child rank (not clipped: Cor. 3.1)"},
+        "columns": dict(COLUMN_TEXT),
+        "license": plan.cfg.publish.license,
+        "citation": plan.cfg.publish.citation,
         "counts": counts,
         "files": files,
     }
@@ -407,8 +430,10 @@ def _stage(plan: SyntheticPlan, rand: Randomness, random_bits: str,
     with pq.ParquetWriter(staging / PARQUET, SCHEMA) as writer:
         counts = _draw(plan, rand, writer, staging / CSV, progress)
     (staging / CONFIG).write_text(json.dumps(public_config(plan.cfg), indent=2, sort_keys=True))
+    (staging / CSV_SCHEMA).write_text(json.dumps(synthetic_table_schema(), indent=2) + "\n")
     files = {name: {"sha256": sha256_file(staging / name),
-                    "bytes": (staging / name).stat().st_size} for name in (PARQUET, CSV, CONFIG)}
+                    "bytes": (staging / name).stat().st_size}
+             for name in (PARQUET, CSV, CSV_SCHEMA, CONFIG)}
     manifest = _manifest(plan, counts, random_bits, files)
     (staging / MANIFEST).write_text(json.dumps(manifest, indent=2, default=str))
     return staging
@@ -473,4 +498,27 @@ def synthesize_release(config_path: Path, release_id: str, epsilon: float,
                 raise
     finally:
         ledger.close()
+    _list_in_feed(plan)
     return plan.out
+
+
+def _list_in_feed(plan: SyntheticPlan) -> None:
+    """A folder written in the publish root (the default ``--out``) whose source release the
+    root's feed lists enters that feed and its STAC catalogue beside the source; one written
+    elsewhere is the operator's to place."""
+    from dpatlas.publication.feed import FeedError, listed, update_synthetic
+
+    root = Path(os.path.realpath(plan.cfg.publish.root))
+    if Path(os.path.realpath(plan.out)).parent != root:
+        return
+    try:
+        if listed(root, plan.source_id) is None:
+            return
+    except FeedError as err:
+        raise SynthesizeError(f"{plan.out} is written and charged, but the feed at {root} "
+                              f"cannot be read: {err}") from None
+    try:
+        update_synthetic(root, plan.synthetic_id)
+    except FeedError as err:
+        raise SynthesizeError(f"{plan.out} is written and charged, but the feed could not list "
+                              f"it: {err}") from None

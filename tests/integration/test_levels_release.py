@@ -140,8 +140,37 @@ def test_the_stac_item_and_feed_list_the_level_files(released):
         assert name in entry["files"]
         assert item["assets"][name]["href"] == f"../r1/{name}"
     assert item["assets"]["counties.geojson"]["title"] == "Counties (GeoJSON, RFC 7946)"
-    assert item["assets"]["states.pmtiles"]["roles"] == ["data", "tiles"]
+    # a viewer's archive (issue 21: STAC best practices' "visual"; it was "data")
+    assert item["assets"]["states.pmtiles"]["roles"] == ["visual", "tiles"]
     assert item["assets"]["states.pmtiles"]["type"] == "application/vnd.pmtiles"
+
+
+def test_level_tiles_and_the_datapackage_describe_every_level(released):
+    """Issue 21, item 5: each level's GeoJSON features have their GEOID as id, its archive
+    says what it is; datapackage.json has a CSV and a GeoParquet resource per level and
+    `frictionless validate` passes it."""
+    import subprocess
+    import sys
+
+    for stem in ("counties", "states"):
+        doc = json.loads((released / f"{stem}.geojson").read_text())
+        assert [f["id"] for f in doc["features"]] == [f["properties"]["geoid"]
+                                                      for f in doc["features"]]
+        meta = read_metadata(released / f"{stem}.pmtiles")
+        assert meta["name"] == f"dpatlas release r1: {stem}"
+        assert "release r1" in meta["description"] and "licence CC-BY-4.0" in meta["attribution"]
+    package = json.loads((released / "datapackage.json").read_text())
+    assert [r["name"] for r in package["resources"]] == [
+        "tracts", "tracts-geoparquet", "counties", "counties-geoparquet", "states",
+        "states-geoparquet"]
+    done = subprocess.run([sys.executable, "-m", "frictionless", "validate", "--json",
+                           str(released / "datapackage.json")], capture_output=True, text=True,
+                          timeout=600)
+    report = json.loads(done.stdout)
+    assert report["valid"] and done.returncode == 0, json.dumps(report["tasks"])[:3000]
+    assert {t["name"]: t["stats"].get("rows") for t in report["tasks"] if t["type"] == "table"
+            } == {stem: len(pd.read_csv(released / f"{stem}.csv"))
+                  for stem in ("tracts", "counties", "states")}
 
 
 def test_a_county_value_without_a_paying_step_fails(forged):

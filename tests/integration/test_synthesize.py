@@ -153,6 +153,86 @@ def test_regression_on_the_rows_is_binaggs_estimate(published):
     assert checked >= 8
 
 
+# --- in the feed and the catalogue, with its schema (issue 21, item 5) ----------------------
+
+
+def _list_source_in_feed(root: Path) -> None:
+    """A stand-in for release r1's folder in the publish root, listed in its feed."""
+    from dpatlas.core.hashing import sha256_file
+    from dpatlas.publication import feed as F
+
+    folder = root / SOURCE
+    folder.mkdir(parents=True)
+    (folder / "tracts.csv").write_text("geoid\n17001000001\n")
+    extent = {"bbox": [-90.0, 40.0, -89.0, 41.0], "geometry": {"type": "Polygon", "coordinates": [
+        [[-90.0, 40.0], [-89.0, 40.0], [-89.0, 41.0], [-90.0, 41.0], [-90.0, 40.0]]]}}
+    (folder / "manifest.json").write_text(json.dumps({
+        "release_id": SOURCE, "published": "2026-11-25", "extent": extent,
+        "files": {"tracts.csv": {"sha256": sha256_file(folder / "tracts.csv"),
+                                 "bytes": (folder / "tracts.csv").stat().st_size}}}))
+    F.update_feed(root, SOURCE)
+
+
+def test_synthetic_data_has_its_schema_and_is_in_the_feed_and_the_catalogue(published):
+    import xml.etree.ElementTree as ET
+
+    from dpatlas.publication import stac
+    from dpatlas.publication.tract_files import read_csv_with_schema
+
+    cfg_path, _ = published
+    root = load_config(cfg_path).publish.root
+    _list_source_in_feed(root)
+    folder = synthesize_release(cfg_path, SOURCE, EPS, noise_seed=SEED)
+    schema = json.loads((folder / "synthetic.schema.json").read_text())
+    assert [f["name"] for f in schema["fields"]] == ["GEOID", "cell", "bin_lo", "bin_hi", "x", "y"]
+    assert all(f["description"] for f in schema["fields"])
+    rows = read_csv_with_schema(folder / "synthetic.csv", folder / "synthetic.schema.json")
+    assert rows["GEOID"].str.fullmatch(r"17001\d{6}").all()  # text: leading digits kept
+    m = json.loads((folder / "manifest.json").read_text())
+    assert "synthetic.schema.json" in m["files"] and m["license"] == "CC-BY-4.0"
+    assert audit.audit_release(folder).ok
+
+    feed = json.loads((root / "feed.json").read_text())
+    assert feed["latest"] == SOURCE and [r["release_id"] for r in feed["releases"]] == [SOURCE]
+    (entry,) = feed["synthetic"]
+    assert entry["release_id"] == "r1-synthetic" and entry["source_release"] == SOURCE
+    assert set(entry["files"]) == set(m["files"])
+    atom = ET.parse(root / "feed.atom").getroot()
+    ns = "{http://www.w3.org/2005/Atom}"
+    (syn,) = [e for e in atom.findall(f"{ns}entry")
+              if e.find(f"{ns}id").text == "urn:dpatlas:synthetic:r1-synthetic"]
+    types = {ln.get("title"): ln.get("type") for ln in syn.findall(f"{ns}link")
+             if ln.get("rel") == "enclosure"}
+    assert types == {"synthetic.parquet": "application/vnd.apache.parquet",
+                     "synthetic.csv": "text/csv", "synthetic.schema.json": "application/json",
+                     "config.json": "application/json"}
+
+    assert stac.validate_catalog(root) == 2
+    item = json.loads((root / "catalog" / "r1-synthetic.json").read_text())
+    assert item["properties"]["dpatlas:source_release"] == SOURCE
+    assert item["properties"]["license"] == "CC-BY-4.0"
+    assert item["bbox"] == [-90.0, 40.0, -89.0, 41.0]  # the source's footprint
+    assert [ln["href"] for ln in item["links"] if ln["rel"] == "derived_from"] == ["./r1.json"]
+    assert item["assets"]["synthetic.csv"]["roles"] == ["data"]
+    assert item["assets"]["synthetic.schema.json"]["roles"] == ["metadata"]
+
+    from dpatlas.publication import feed as F
+
+    F.withdraw(root, SOURCE, "wrong boundaries")  # the synthetic data shows its source's status
+    item = json.loads((root / "catalog" / "r1-synthetic.json").read_text())
+    assert item["properties"]["dpatlas:status"] == "withdrawn"
+    assert "(source withdrawn)" in (root / "feed.atom").read_text()
+    assert json.loads((root / "feed.json").read_text())["synthetic"] == [entry]
+    assert stac.validate_catalog(root) == 2
+
+
+def test_synthetic_data_of_a_release_the_feed_does_not_list_stays_out_of_it(published):
+    cfg_path, _ = published
+    folder = synthesize_release(cfg_path, SOURCE, EPS, noise_seed=SEED)
+    assert (folder / "synthetic.schema.json").is_file()
+    assert not (folder.parent / "feed.json").exists()  # no feed made for it
+
+
 # --- refusals: before any charge, with one line -------------------------------------------
 
 
