@@ -134,7 +134,12 @@ class PrefectAPIUnreachable(RuntimeError, OperatorError):
     answer: the operator's to fix (start it, or point elsewhere), not a bug."""
 
 
-def check_api_answers(url: str, named_by: str, timeout: float = 5.0) -> None:
+_CONFIGURED_ADVICE = ("start that server, or unset PREFECT_API_URL to use the dpatlas server "
+                      "(`dpatlas server start`) or a temporary one for this command")
+
+
+def check_api_answers(url: str, named_by: str, timeout: float = 5.0,
+                      advice: str = _CONFIGURED_ADVICE) -> None:
     """Raise :class:`PrefectAPIUnreachable`, naming ``url``, unless its health check answers."""
     try:
         with httpx.Client(timeout=timeout) as client:
@@ -145,9 +150,7 @@ def check_api_answers(url: str, named_by: str, timeout: float = 5.0) -> None:
     except httpx.HTTPError as err:
         problem = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
     raise PrefectAPIUnreachable(
-        f"the Prefect API at {url} ({named_by}) does not answer ({problem}); start that "
-        "server, or unset PREFECT_API_URL to use the dpatlas server (`dpatlas server start`) "
-        "or a temporary one for this command")
+        f"the Prefect API at {url} ({named_by}) does not answer ({problem}); {advice}")
 
 
 # --- a persistent local server: `dpatlas server start|stop|status` -----------------------------
@@ -181,7 +184,16 @@ class ServerRecord:
         return self.home / "prefect.db"
 
     def running(self) -> bool:
-        return _alive(self.pid) and not _zombie(self.pid)
+        return _alive(self.pid) and not _zombie(self.pid) and _runs_prefect(self.pid)
+
+
+def _runs_prefect(pid: int) -> bool:
+    """Whether ``pid`` still runs Prefect (after a reboot the recorded pid may be another
+    program's); True where /proc cannot tell."""
+    try:
+        return b"prefect" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True
 
 
 def _zombie(pid: int) -> bool:
@@ -190,6 +202,11 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except (OSError, IndexError):
         return False
+
+
+def _restart_advice(record: ServerRecord) -> str:
+    return (f"see its log {record.log}, then `dpatlas server stop` and `dpatlas server start` "
+            f"(with --home {record.home} if that is not the default)")
 
 
 def read_server_record(home: Optional[Path] = None) -> Optional[ServerRecord]:
@@ -219,7 +236,8 @@ def start_server(home: Optional[Path] = None, port: int = DEFAULT_PORT,
     home = server_home(home)
     record = read_server_record(home)
     if record is not None and record.running():
-        check_api_answers(record.url, f"the dpatlas server recorded in {home}")
+        check_api_answers(record.url, f"the dpatlas server recorded in {home}",
+                          advice=_restart_advice(record))
         return record, False
     if not _port_free(port):
         raise ServerStartError(f"port {port} on 127.0.0.1 is in use; choose another with "
@@ -267,9 +285,11 @@ def stop_server(home: Optional[Path] = None, grace: float = 20.0) -> Optional[Se
 def server_health(record: ServerRecord) -> Optional[str]:
     """None if the recorded server answers, else why not."""
     if not record.running():
-        return f"process {record.pid} is not running"
+        return (f"the dpatlas server recorded in {record.home} (pid {record.pid}) is no longer "
+                f"running; see its log {record.log}, then `dpatlas server start`")
     try:
-        check_api_answers(record.url, "dpatlas server", timeout=3.0)
+        check_api_answers(record.url, "dpatlas server", timeout=3.0,
+                          advice=_restart_advice(record))
     except PrefectAPIUnreachable as err:
         return str(err)
     return None
@@ -314,7 +334,8 @@ def prefect_api(log: Optional[Path] = None, timeout: float = 180.0) -> Iterator[
         with _pointing_at(record.url):
             try:
                 yield PrefectAPI(record.url, lambda: check_api_answers(
-                    record.url, f"the dpatlas server recorded in {record.home}"),
+                    record.url, f"the dpatlas server recorded in {record.home}",
+                    advice=_restart_advice(record)),
                     used=f"the dpatlas server at {record.url} (run history kept in "
                          f"{record.home})")
             finally:

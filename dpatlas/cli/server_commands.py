@@ -72,6 +72,5 @@ def status(home: Optional[Path] = typer.Option(None, help=_HOME_HELP)) -> None:
         _say(f"running: Prefect server at {record.url} (pid {record.pid}), healthy")
         _say(f"  home {record.home} (database {record.database}), log {record.log}")
         return
-    _say(f"not healthy: the dpatlas server recorded in {record.home} at {record.url}: "
-         f"{problem}; see {record.log}, then `dpatlas server stop` and `dpatlas server start`")
+    _say(f"not healthy: {problem}")
     raise typer.Exit(1)

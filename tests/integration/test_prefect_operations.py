@@ -70,14 +70,30 @@ def test_a_release_uses_the_recorded_server_while_it_runs_else_a_temporary_one(t
     record = tmp_path / "dpatlas-server.json"
     url = f"http://127.0.0.1:{free_port()}/api"
 
-    # recorded and its process alive (this one): used, and checked before the first call
-    record.write_text(json.dumps({"pid": os.getpid(), "url": url, "port": 0}))
-    with PS.prefect_api() as api:
-        assert api.url == url and os.environ["PREFECT_API_URL"] == url
-        assert api.used == f"the dpatlas server at {url} (run history kept in {tmp_path})"
-        with pytest.raises(PS.PrefectAPIUnreachable, match=f"the Prefect API at {url} "):
-            api.ready()
-    assert "PREFECT_API_URL" not in os.environ
+    # recorded and its process alive (a stand-in that runs "prefect"): used, and checked
+    # before the first call
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "prefect"])
+    try:
+        record.write_text(json.dumps({"pid": alive.pid, "url": url, "port": 0}))
+        with PS.prefect_api() as api:
+            assert api.url == url and os.environ["PREFECT_API_URL"] == url
+            assert api.used == f"the dpatlas server at {url} (run history kept in {tmp_path})"
+            with pytest.raises(PS.PrefectAPIUnreachable,
+                               match=f"the Prefect API at {url} .*`dpatlas server stop`"):
+                api.ready()
+        assert "PREFECT_API_URL" not in os.environ
+    finally:
+        alive.kill()
+        alive.wait()
+
+    # a recorded pid that now runs another program (after a reboot): not the server
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        record.write_text(json.dumps({"pid": other.pid, "url": url, "port": 0}))
+        assert not PS.read_server_record().running()
+    finally:
+        other.kill()
+        other.wait()
 
     # recorded, but its process is gone: a temporary server, and the command says so
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
