@@ -188,12 +188,13 @@ class ServerRecord:
 
 
 def _runs_prefect(pid: int) -> bool:
-    """Whether ``pid`` still runs Prefect (after a reboot the recorded pid may be another
-    program's); True where /proc cannot tell."""
+    """Whether ``pid`` still runs ``prefect server`` (after a reboot the recorded pid may be
+    another program's); True where /proc cannot tell."""
     try:
-        return b"prefect" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return True
+    return b"server" in args and any(Path(os.fsdecode(a)).name == "prefect" for a in args)
 
 
 def _zombie(pid: int) -> bool:

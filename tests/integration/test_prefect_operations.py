@@ -70,9 +70,10 @@ def test_a_release_uses_the_recorded_server_while_it_runs_else_a_temporary_one(t
     record = tmp_path / "dpatlas-server.json"
     url = f"http://127.0.0.1:{free_port()}/api"
 
-    # recorded and its process alive (a stand-in that runs "prefect"): used, and checked
+    # recorded and its process alive (a stand-in for `prefect server`): used, and checked
     # before the first call
-    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "prefect"])
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "prefect",
+                              "server"])
     try:
         record.write_text(json.dumps({"pid": alive.pid, "url": url, "port": 0}))
         with PS.prefect_api() as api:
