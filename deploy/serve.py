@@ -13,6 +13,10 @@
   ``{"config_path": ..., "release_id": None}``. An operator starts it with a release id
   (``dpatlas rerun RELEASE_ID --config FILE``, i.e. :func:`deploy.trigger.trigger_release`).
 
+Both are tagged ``dpatlas`` and ``dpatlas-dataset:<ledger.dataset>``; once they are registered,
+the dataset's budget automation is installed, which pauses every deployment so tagged when a
+release leaves the dataset at 80% of its cap (deploy/automations.py).
+
 ``serve`` is a long-running process: it registers both deployments with the Prefect API
 (``PREFECT_API_URL``, required) and polls it for runs, executing each in a subprocess of this
 machine. Stop it with Ctrl-C or SIGTERM (the schedule is then paused until it serves again).
