@@ -1,9 +1,9 @@
 """Prefect events of a release: published, refused, failed.
 
 Automations react to these (deploy/automations.py: pause every deployment of a dataset once
-it has spent 80% of its cap). The resource is the release, ``dpatlas.release.<id>``, labelled with its
-dataset and whether the dataset's budget is over 80% of its cap; Prefect adds the flow run (and
-its deployment) as related resources.
+it has spent 80% of its cap). The resource is the release, ``dpatlas.release.<id>``, labelled
+with its dataset and whether the dataset's budget is over 80% of its cap; Prefect adds the flow
+run (and its deployment) as related resources.
 """
 
 from __future__ import annotations
