@@ -20,7 +20,7 @@ SERVER_HELP = (
     "    export PREFECT_HOME=$HOME/.dpatlas-prefect\n"
     "    prefect server start --host 127.0.0.1 --port 4200 &\n"
     "    export PREFECT_API_URL=http://127.0.0.1:4200/api\n"
-    "(see deploy/README.md)"
+    "(`dpatlas server start` starts the same server in the background; see deploy/README.md)"
 )
 
 

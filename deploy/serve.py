@@ -13,6 +13,10 @@
   ``{"config_path": ..., "release_id": None}``. An operator starts it with a release id
   (``dpatlas rerun RELEASE_ID --config FILE``, i.e. :func:`deploy.trigger.trigger_release`).
 
+Both are tagged ``dpatlas`` and ``dpatlas-dataset:<ledger.dataset>``; once they are registered,
+the dataset's budget automation is installed, which pauses every deployment so tagged when a
+release leaves the dataset at 80% of its cap (deploy/automations.py).
+
 ``serve`` is a long-running process: it registers both deployments with the Prefect API
 (``PREFECT_API_URL``, required) and polls it for runs, executing each in a subprocess of this
 machine. Stop it with Ctrl-C or SIGTERM (the schedule is then paused until it serves again).
@@ -37,6 +41,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from prefect import serve
 from prefect.schedules import Cron
 
+from deploy.automations import budget_automation_name, dataset_tag, install_budget_automation
 from dpatlas.core.config import ConfigError, load_config
 from flows.release import release
 
@@ -86,6 +91,7 @@ def build_deployments(config_path: str) -> list:
             print(f"warning: {path} fixes release_id {cfg.release_id!r}: only the first "
                   "scheduled run publishes it, later ones do nothing", file=sys.stderr)
 
+    tags = [*TAGS, dataset_tag(cfg.ledger.dataset)]  # the budget automation pauses by it
     scheduled = flow.to_deployment(
         SCHEDULED,
         # No cron: an empty list (not None), so that re-serving removes an old schedule.
@@ -94,7 +100,7 @@ def build_deployments(config_path: str) -> list:
         description=(f"Scheduled release of {path} "
                      + (f"({cfg.schedule.cron}, {cfg.schedule.timezone})" if schedule
                         else "(no schedule: schedule.cron is null)")),
-        tags=TAGS,
+        tags=tags,
     )
     operator = flow.to_deployment(
         OPERATOR,
@@ -102,7 +108,7 @@ def build_deployments(config_path: str) -> list:
         parameters={"config_path": str(path), "release_id": None},
         description=(f"Operator-triggered release or rerun of {path}: run with a release id "
                      "(`dpatlas rerun RELEASE_ID --config FILE`)."),
-        tags=TAGS,
+        tags=tags,
     )
     for deployment in (scheduled, operator):
         deployment.entrypoint = _entrypoint()
@@ -112,6 +118,16 @@ def build_deployments(config_path: str) -> list:
         deployment.work_pool_name = None
         deployment.work_queue_name = None
     return [scheduled, operator]
+
+
+def _install_automation(deployments: list, dataset: str) -> None:
+    """Register the deployments now (``serve`` registers them again, the same ones), then
+    the budget automation that pauses every deployment of the dataset (deploy/automations.py)."""
+    for deployment in deployments:
+        deployment.apply()
+    _, paused = install_budget_automation(dataset)
+    print(f"automation {budget_automation_name(dataset)} pauses "
+          f"{', '.join(sorted(d.name for d in paused))} at 80% of the cap", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                              "of one config must not race for the same publish folder)")
     args = parser.parse_args(argv)
 
-    from deploy.api import PrefectAPIUnavailable, require_api
+    from deploy.api import PrefectAPIUnavailable, require_api, use_api
 
     try:
         deployments = build_deployments(args.config)
@@ -139,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PREFECT_TASKS_DEFAULT_PERSIST_RESULT", "false")
     print(f"serving {', '.join(f'{FLOW_NAME}/{d.name}' for d in deployments)} "
           f"against {url}", flush=True)
+    with use_api(url):
+        _install_automation(deployments, load_config(Path(args.config)).ledger.dataset)
     serve(*deployments, limit=args.limit)
     return 0
 

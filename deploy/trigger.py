@@ -56,8 +56,37 @@ class TriggeredRun:
 
 
 def _serve_help(config: Path) -> str:
-    return (f"start serving it from the repository root, with PREFECT_API_URL set:\n"
-            f"    python -m deploy.serve --config {config}\n(see deploy/README.md)")
+    return ("start serving it from the repository root, with PREFECT_API_URL set: "
+            f"`python -m deploy.serve --config {config}` (deploy/README.md)")
+
+
+def _resume_help(config: Path) -> str:
+    return (f"check the budget (`dpatlas ledger show -c {config}`), then resume the dataset's "
+            f"deployments: `python -m deploy.automations resume --config {config}` (or each "
+            "one's pause toggle in the Prefect UI; Prefect 3.8 has no `prefect deployment "
+            "resume`)")
+
+
+def not_served_advice(deployment, config: Path) -> str:
+    """Why the operator deployment would not run a run created now, and what starts it, for
+    the setup it is registered by: ``deploy.serve`` (no work pool) or a worker of its pool."""
+    status = deployment.status.value if deployment.status else None
+    pool = deployment.work_pool_name
+    if pool:
+        if deployment.paused:
+            return ("it is paused, by the budget automation or by hand (a work pool's "
+                    f"deployments are never paused by their workers); {_resume_help(config)}")
+        return (f"status {status}: no worker of work pool {pool} has polled for its runs "
+                "lately; start one from the repository root: "
+                f"`prefect worker start --pool {pool}` (deploy/README.md)")
+    if deployment.paused:
+        return ("it is paused: the serve process stopped (stopping pauses its deployments), "
+                "or the budget automation or someone paused it. If `python -m deploy.serve "
+                f"--config {config}` is not running, {_serve_help(config)}; serving resumes "
+                f"its deployments, so check the budget first. If it is running, "
+                + _resume_help(config))
+    return (f"status {status}: nothing has polled for its runs lately (the serve process "
+            f"died?); {_serve_help(config)}")
 
 
 def trigger_release(config_path: str, release_id: Optional[str], timeout: float = 600,
@@ -84,18 +113,16 @@ def trigger_release(config_path: str, release_id: Optional[str], timeout: float 
             except ObjectNotFound:
                 raise DeploymentNotRegistered(
                     f"the deployment {OPERATOR_DEPLOYMENT} is not registered on the Prefect "
-                    f"server at {url}; " + _serve_help(config)) from None
+                    f"server at {url}; " + _serve_help(config) + "; or, with a work pool "
+                    "and workers, `prefect deploy --all`") from None
         # A run created now would wait, and start whenever something polls again: refuse, a
         # release must not fire at an unexpected time. `serve` pauses its deployments when it
         # stops; the server marks them NOT_READY about a minute after the last poll (a killed
         # serve process).
         if deployment.paused or deployment.status != DeploymentStatus.READY:
-            status = deployment.status.value if deployment.status else None
-            why = ("paused: the serve process stopped, or it was paused" if deployment.paused
-                   else f"status {status}: nothing has polled for its runs lately")
             raise DeploymentNotServed(
-                f"the deployment {OPERATOR_DEPLOYMENT} is registered on {url} but is not being "
-                f"served ({why}); " + _serve_help(config))
+                f"the deployment {OPERATOR_DEPLOYMENT} is registered on {url} but will not "
+                f"run now: {not_served_advice(deployment, config)}")
 
         flow_run = run_deployment(
             OPERATOR_DEPLOYMENT,

@@ -61,6 +61,24 @@ def release_run_name() -> str:
     return f"release-new-{Path(str(params.get('config_path', 'config'))).stem}"
 
 
+def _name_run_after(release_id: str) -> None:
+    """A run that chose its release id itself (a scheduled run, ``release-new-<config>``) is
+    renamed ``release-<id>`` once it has one, so every run in Prefect names its release."""
+    name = f"release-{release_id}"
+    if flow_run.id is None or flow_run.name == name:
+        return
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        client.update_flow_run(flow_run.id, name=name)
+
+
+def select_run_name(release_id: str) -> str:
+    """The selection-and-estimation subflow's run: ``select-estimate-<id>`` (its task runs are
+    ``select-<chunk>`` and ``estimate-<chunk>``), not a random name."""
+    return f"select-estimate-{release_id}"
+
+
 def _seed(base: Optional[int], stage: int, index: int) -> Optional[int]:
     return None if base is None else base * 1_000_003 + stage * 10_007 + index
 
@@ -112,6 +130,7 @@ def release(config_path: str, release_id: Optional[str] = None,
     """
     cfg = load_config(Path(config_path))
     rid = validate_release_id(release_id or cfg.release_id or new_release_id())
+    _name_run_after(rid)
     preflight(cfg, rid, noise_seed)  # before anything is written
     root, internal = cfg.publish.root, cfg.publish.internal / rid
     # The lease owner is this host and internal folder: the local lock below makes it unique
@@ -157,7 +176,8 @@ def release(config_path: str, release_id: Optional[str] = None,
             crashpoint("after-ledger-charge")
 
             # 4-5. Select a mechanism per tract, then estimate, chunk by chunk.
-            stage = select_and_estimate.with_options(task_runner=chunk_task_runner(cfg))
+            stage = select_and_estimate.with_options(task_runner=chunk_task_runner(cfg),
+                                                     flow_run_name=select_run_name(rid))
             results = stage(**stage_parameters)
             level_results = _estimate_levels(staged, sizes, budget, cfg.publish.min_n,
                                              internal, noise_seed)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from urllib.parse import quote
 
 from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -37,18 +38,25 @@ def budget_state(cfg: LedgerConfig) -> BudgetState:
                        cap_delta=spent["cap_delta"])
 
 
+def release_links(o: ReleaseOutcome) -> list[tuple[str, str]]:
+    """Each file's link, relative to the publish root (``<release id>/<file>``): it resolves
+    where the root is served or copied, never to a path on the machine that ran the release."""
+    return [(name, f"{quote(o.release_id)}/{quote(name)}") for name in o.files]
+
+
 def summary_markdown(o: ReleaseOutcome) -> str:
     b = o.budget
     cap = "no cap" if b.cap_epsilon is None else f"{b.cap_epsilon:g}"
     left = "-" if b.left_epsilon is None else f"{b.left_epsilon:.4g}"
     share = "-" if b.share_spent is None else f"{b.share_spent:.0%}"
     rows = "\n".join(f"| {status} | {n:,} |" for status, n in sorted(o.by_status.items()))
-    files = "\n".join(f"- [{name}]({(Path(o.folder) / name).as_uri()})" for name in o.files)
+    files = "\n".join(f"- [{name}]({link})" for name, link in release_links(o))
     what = ("Published by this run" if o.charged
             else "Already published earlier: nothing new published, nothing charged")
     return f"""# Release {o.release_id}
 
-{what}, at `{o.folder}` ({o.published_at}).
+{what}, in folder `{o.release_id}/` of the publish root ({o.published_at}); the links
+below are relative to the publish root.
 
 | tracts | count |
 | --- | --- |

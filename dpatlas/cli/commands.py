@@ -40,6 +40,10 @@ def estimators() -> None:
     console.print(table)
 
 
+from dpatlas.cli.server_commands import server_app  # noqa: E402 - beside its `add_typer`
+
+app.add_typer(server_app, name="server")
+
 config_app = typer.Typer(help="Release configuration.")
 app.add_typer(config_app, name="config")
 
@@ -201,7 +205,8 @@ def run_release(config: Path, release_id: str | None, noise_seed: int | None = N
             from flows.release import release as release_flow
 
             _quiet_operator_tracebacks()
-            api.ready()
+            api.ready()  # a configured API that does not answer: exit 2, before any data
+            typer.echo(f"Prefect: {api.used}", err=True)
             try:
                 return release_flow(str(config), rid, noise_seed)
             except OSError as err:

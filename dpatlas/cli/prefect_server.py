@@ -1,17 +1,26 @@
-"""A Prefect API server that lives exactly as long as the command that needs it.
+"""The Prefect API a command uses: a configured one, the persistent local server, or one that
+lives exactly as long as the command.
+
+`dpatlas server start` runs ``prefect server start`` in the background with its database in a
+home folder (``$PREFECT_HOME``, default ``~/.dpatlas-prefect``), recording its pid and URL
+there; a release uses it while it runs, so run history, artifacts and events are kept and the
+printed run links stay valid (docs/operations.md).
 
 Without ``PREFECT_API_URL`` Prefect starts a temporary ("ephemeral") server in a subprocess and
 stops it from an ``atexit`` hook. A release killed with SIGKILL runs no hook, so that server
 outlived every killed release (found in review: 3 of 3). Here the command starts the same
 server itself, asking the kernel to kill it when its parent dies (Linux ``PR_SET_PDEATHSIG``),
-so nothing outlives the command however it ends. With ``PREFECT_API_URL`` set, that server is
-used and nothing is started.
+so nothing outlives the command however it ends. With ``PREFECT_API_URL`` set, or the
+persistent server running, that server is used (checked to answer first) and nothing is
+started.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
+import json
 import os
 import signal
 import socket
@@ -79,8 +88,8 @@ def _drain_to_server() -> None:
 class PrefectAPI:
     """A Prefect API being made available: ``url`` at once, :meth:`ready` before the first call."""
 
-    def __init__(self, url: str, wait: Callable[[], None] = lambda: None):
-        self.url, self._wait = url, wait
+    def __init__(self, url: str, wait: Callable[[], None] = lambda: None, used: str = ""):
+        self.url, self._wait, self.used = url, wait, used or f"the Prefect API at {url}"
 
     def ready(self) -> str:
         """Block until the API answers (the local server has started); returns its URL."""
@@ -120,21 +129,227 @@ def remove_stale_server_logs(folder: Optional[Path] = None) -> None:
                 log.unlink()
 
 
+class PrefectAPIUnreachable(RuntimeError, OperatorError):
+    """A configured Prefect API (PREFECT_API_URL, or the `dpatlas server` recorded) does not
+    answer: the operator's to fix (start it, or point elsewhere), not a bug."""
+
+
+_CONFIGURED_ADVICE = ("start that server, or unset PREFECT_API_URL to use the dpatlas server "
+                      "(`dpatlas server start`) or a temporary one for this command")
+
+
+def check_api_answers(url: str, named_by: str, timeout: float = 5.0,
+                      advice: str = _CONFIGURED_ADVICE) -> None:
+    """Raise :class:`PrefectAPIUnreachable`, naming ``url``, unless its health check answers."""
+    try:
+        with httpx.Client(timeout=timeout) as client:
+            answer = client.get(f"{url.rstrip('/')}/health")
+        # 401/403: it answers, and wants the credentials Prefect's own client sends (Cloud)
+        if answer.status_code < 400 or answer.status_code in (401, 403):
+            return
+        problem = f"HTTP {answer.status_code}"
+    except httpx.HTTPError as err:
+        problem = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+    raise PrefectAPIUnreachable(
+        f"the Prefect API at {url} ({named_by}) does not answer ({problem}); {advice}")
+
+
+# --- a persistent local server: `dpatlas server start|stop|status` -----------------------------
+
+DEFAULT_HOME = Path("~/.dpatlas-prefect")
+_STATE_FILE, _SERVER_LOG = "dpatlas-server.json", "dpatlas-server.log"
+DEFAULT_PORT = 4200
+
+
+def server_home(home: Optional[Path] = None) -> Path:
+    """The persistent server's home (its SQLite database, pid and log files): ``home``, else
+    ``$PREFECT_HOME``, else ``~/.dpatlas-prefect`` (deploy/README.md uses the same)."""
+    chosen = home or os.environ.get("PREFECT_HOME") or DEFAULT_HOME
+    return Path(chosen).expanduser().resolve()
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerRecord:
+    """What `dpatlas server start` recorded in the home: the server's process group and URL."""
+
+    pid: int
+    url: str
+    home: Path
+
+    @property
+    def log(self) -> Path:
+        return self.home / _SERVER_LOG
+
+    @property
+    def database(self) -> Path:
+        return self.home / "prefect.db"
+
+    def running(self) -> bool:
+        return _alive(self.pid) and not _zombie(self.pid) and _runs_prefect(self.pid)
+
+
+def _runs_prefect(pid: int) -> bool:
+    """Whether ``pid`` still runs ``prefect server`` (after a reboot the recorded pid may be
+    another program's); True where /proc cannot tell."""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return True
+    return b"server" in args and any(Path(os.fsdecode(a)).name == "prefect" for a in args)
+
+
+def _zombie(pid: int) -> bool:
+    """A process that exited but was not reaped yet (its parent still runs) still has a pid."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _restart_advice(record: ServerRecord) -> str:
+    return (f"see its log {record.log}, then `dpatlas server stop` and `dpatlas server start` "
+            f"(with --home {record.home} if that is not the default)")
+
+
+def read_server_record(home: Optional[Path] = None) -> Optional[ServerRecord]:
+    """The server recorded in the home, or None (never started, or stopped)."""
+    home = server_home(home)
+    try:
+        data = json.loads((home / _STATE_FILE).read_text())
+        return ServerRecord(int(data["pid"]), str(data["url"]), home)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def start_server(home: Optional[Path] = None, port: int = DEFAULT_PORT,
+                 timeout: float = 180.0) -> tuple[ServerRecord, bool]:
+    """Start ``prefect server start`` in the background (its own session: it outlives this
+    command) with its database in the home, and wait for its health check. Returns the record
+    and whether it was started now (False: it was already running)."""
+    home = server_home(home)
+    record = read_server_record(home)
+    if record is not None and record.running():
+        check_api_answers(record.url, f"the dpatlas server recorded in {home}",
+                          advice=_restart_advice(record))
+        return record, False
+    if not _port_free(port):
+        raise ServerStartError(f"port {port} on 127.0.0.1 is in use; choose another with "
+                               "--port")
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    url = f"http://127.0.0.1:{port}/api"
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    prefect = Path(sys.executable).with_name("prefect")
+    command = [str(prefect)] if prefect.exists() else [sys.executable, "-m", "prefect"]
+    with open(home / _SERVER_LOG, "ab") as out:
+        proc = subprocess.Popen(
+            [*command, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+            env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True)
+    record = ServerRecord(proc.pid, url, home)
+    (home / _STATE_FILE).write_text(json.dumps({"pid": proc.pid, "url": url, "port": port}))
+    try:
+        _wait_healthy(url, proc, timeout, record.log)
+    except BaseException:
+        stop_server(home)
+        raise
+    return record, True
+
+
+def stop_server(home: Optional[Path] = None, grace: float = 20.0) -> Optional[ServerRecord]:
+    """Stop the recorded server's process group (SIGTERM, then SIGKILL after ``grace``
+    seconds) and forget it. Returns the record, or None if none was recorded."""
+    home = server_home(home)
+    record = read_server_record(home)
+    if record is None:
+        return None
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        if not record.running():
+            break
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(record.pid, sig)
+        deadline = time.monotonic() + wait
+        while record.running() and time.monotonic() < deadline:
+            time.sleep(0.2)
+    (home / _STATE_FILE).unlink(missing_ok=True)
+    return record
+
+
+def server_health(record: ServerRecord) -> Optional[str]:
+    """None if the recorded server answers, else why not."""
+    if not record.running():
+        return (f"the dpatlas server recorded in {record.home} (pid {record.pid}) is no longer "
+                f"running; see its log {record.log}, then `dpatlas server start`")
+    try:
+        check_api_answers(record.url, "dpatlas server", timeout=3.0,
+                          advice=_restart_advice(record))
+    except PrefectAPIUnreachable as err:
+        return str(err)
+    return None
+
+
+@contextlib.contextmanager
+def _pointing_at(url: str) -> Iterator[None]:
+    """Make ``url`` the API of this process (Prefect's settings) and of its subprocesses (the
+    environment: Dask workers)."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings(updates={PREFECT_API_URL: url}):
+        os.environ["PREFECT_API_URL"] = url
+        try:
+            yield
+        finally:
+            os.environ.pop("PREFECT_API_URL", None)
+
+
 @contextlib.contextmanager
 def prefect_api(log: Optional[Path] = None, timeout: float = 180.0) -> Iterator[PrefectAPI]:
-    """A Prefect API for this command: ``PREFECT_API_URL`` if set, else a local server that is
-    started now, dies with this process, and is stopped on exit.
+    """A Prefect API for this command, in this order: ``PREFECT_API_URL`` if set; the
+    persistent server of `dpatlas server start` if it runs (its run history is kept);
+    else a temporary local server that is started now, dies with this process, and is
+    stopped on exit. :attr:`PrefectAPI.used` says which, for the operator.
 
-    The server process is started and the block entered at once; call :meth:`PrefectAPI.ready`
-    before the first Prefect call. The server's start-up is mostly its own imports, in another
-    process, so whatever the block does first (load and check the config, import the flow and
-    its data stack) overlaps with it instead of adding to it (docs/operations.md).
+    The block is entered at once; call :meth:`PrefectAPI.ready` before the first Prefect call:
+    it checks that a configured API answers (an operator error naming its URL if not: before
+    any data is read) or waits for the temporary server. That server's start-up is mostly its
+    own imports, in another process, so whatever the block does first (load and check the
+    config, import the flow and its data stack) overlaps with it instead of adding to it
+    (docs/operations.md).
     """
     remove_stale_server_logs()
     configured = os.environ.get("PREFECT_API_URL")
     if configured:
-        yield PrefectAPI(configured)
+        yield PrefectAPI(configured, lambda: check_api_answers(configured, "PREFECT_API_URL"),
+                         used=f"the Prefect API at {configured} (PREFECT_API_URL)")
         return
+    record = read_server_record()
+    if record is not None and record.running():
+        with _pointing_at(record.url):
+            try:
+                yield PrefectAPI(record.url, lambda: check_api_answers(
+                    record.url, f"the dpatlas server recorded in {record.home}",
+                    advice=_restart_advice(record)),
+                    used=f"the dpatlas server at {record.url} (run history kept in "
+                         f"{record.home})")
+            finally:
+                _drain_to_server()
+        return
+    with _temporary_server(log, timeout) as api:
+        yield api
+
+
+@contextlib.contextmanager
+def _temporary_server(log: Optional[Path], timeout: float) -> Iterator[PrefectAPI]:
+    """A local server started now that dies with this process (see the module's doc)."""
     port = _free_port()
     url = f"http://127.0.0.1:{port}/api"
     log = log or default_server_log()
@@ -149,17 +364,16 @@ def prefect_api(log: Optional[Path] = None, timeout: float = 180.0) -> Iterator[
             env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             preexec_fn=_die_with(os.getpid()))
     try:
-        # Imported after the server process started: importing Prefect takes about a second.
-        from prefect.settings import PREFECT_API_URL, temporary_settings
-
-        with temporary_settings(updates={PREFECT_API_URL: url}):
-            os.environ["PREFECT_API_URL"] = url  # for subprocesses (Dask workers)
+        # Prefect is imported after the server process started: that takes about a second.
+        with _pointing_at(url):
             try:
-                yield PrefectAPI(url, lambda: _wait_healthy(url, proc, timeout, log))
+                yield PrefectAPI(url, lambda: _wait_healthy(url, proc, timeout, log),
+                                 used=f"a temporary Prefect server at {url}: its run history "
+                                      "ends with this command (`dpatlas server start` keeps "
+                                      "it)")
             finally:
                 if proc.poll() is None:
                     _drain_to_server()
-                os.environ.pop("PREFECT_API_URL", None)
     finally:
         proc.terminate()
         try:

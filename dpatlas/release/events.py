@@ -1,9 +1,9 @@
 """Prefect events of a release: published, refused, failed.
 
-Automations react to these (deploy/automations.yaml: pause a deployment once a dataset has
-spent 80% of its cap). The resource is the release, ``dpatlas.release.<id>``, labelled with its
-dataset and whether the dataset's budget is over 80% of its cap; Prefect adds the flow run (and
-its deployment) as related resources.
+Automations react to these (deploy/automations.py: pause every deployment of a dataset once
+it has spent 80% of its cap). The resource is the release, ``dpatlas.release.<id>``, labelled
+with its dataset and whether the dataset's budget is over 80% of its cap; Prefect adds the flow
+run (and its deployment) as related resources.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ REFUSED = "dpatlas.release.refused"
 FAILED = "dpatlas.release.failed"
 BUDGET_ALERT_SHARE = 0.8  # the label below says whether spent ε ≥ this share of the cap
 BUDGET_LABEL = "dpatlas.budget.over-80-percent"
+DATASET_LABEL = "dpatlas.dataset"  # deploy/automations.py pauses the dataset's deployments
 
 
 def _resource(release_id: str, **labels: str) -> dict[str, str]:
@@ -31,7 +32,7 @@ def emit_published(outcome: ReleaseOutcome) -> None:
     b = outcome.budget
     over = b.share_spent is not None and b.share_spent >= BUDGET_ALERT_SHARE
     emit_event(PUBLISHED,
-               resource=_resource(outcome.release_id, **{"dpatlas.dataset": b.dataset,
+               resource=_resource(outcome.release_id, **{DATASET_LABEL: b.dataset,
                                                          BUDGET_LABEL: str(over).lower()}),
                payload={"folder": outcome.folder, "by_status": outcome.by_status,
                         "epsilon_per_person": outcome.epsilon_per_person,

@@ -4,6 +4,7 @@ import pandas as pd
 import yaml
 
 from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
+from tests.support.cli import OWN_SERVER
 from tests.support.cli import run_in_process as dpatlas  # exit codes and messages only
 
 
@@ -57,7 +58,8 @@ def test_release_with_bad_input_exits_nonzero_and_publishes_nothing(tmp_path):
         {"input": {"path": str(data / "microdata"), "columns": {"person_id": "person_id"}},
          "boundaries": {"path": str(data / "tracts.parquet")},
          "selection": {"rule": "public", "threshold": 100}, "publish": {"root": "out"}}))
-    res = dpatlas("release", "--config", str(tmp_path / "c.yaml"), cwd=tmp_path)
+    res = dpatlas("release", "--config", str(tmp_path / "c.yaml"), cwd=tmp_path,
+                  env=OWN_SERVER)
     assert res.returncode == 2, res.stdout + res.stderr
     assert "expect_column_values_to_not_be_null" in res.stdout
     assert "no noise was drawn" in res.stdout

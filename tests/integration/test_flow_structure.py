@@ -187,3 +187,40 @@ def test_a_lease_expires_by_the_injected_clock_not_by_waiting(tmp_path):
                                     lease_seconds=30) == "resume"
     finally:
         ledger.close()
+
+
+def test_runs_are_named_by_release_and_chunk_and_artifact_links_are_relative(small_state,
+                                                                             tmp_path):
+    """Issue 21: the release run, its subflow and its task runs are named after the release
+    and the chunk (a run that chose its id itself is renamed once it has one), and the summary
+    artifact links each file relative to the publish root, never as a path of this machine."""
+    import re
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (ArtifactFilter, ArtifactFilterFlowRunId,
+                                                FlowRunFilter, FlowRunFilterId,
+                                                FlowRunFilterParentFlowRunId)
+
+    from flows.release import release
+    from tasks.report import SUMMARY_KEY
+
+    state = release(str(make_config(tmp_path, small_state)), None, 11, return_state=True)
+    outcome = state.result()
+    rid, run_id = outcome.release_id, state.state_details.flow_run_id
+    chunks = sorted(p.stem for p in (tmp_path / "internal" / rid / "results").glob("*.parquet"))
+    assert len(chunks) == 3
+    with get_client(sync_client=True) as client:
+        assert client.read_flow_run(run_id).name == f"release-{rid}"
+        [sub] = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+            parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[run_id])))
+        assert sub.name == f"select-estimate-{rid}"
+        names = {t.name for t in flow_task_runs(
+            sub.state, ready=lambda runs: len(runs) == 2 * len(chunks))}
+        assert names == {f"{stage}-{c}" for stage in ("select", "estimate") for c in chunks}
+        [summary] = [a for a in client.read_artifacts(artifact_filter=ArtifactFilter(
+            flow_run_id=ArtifactFilterFlowRunId(any_=[run_id]))) if a.key == SUMMARY_KEY]
+    links = re.findall(r"\]\(([^)]*)\)", summary.data)
+    assert sorted(links) == sorted(f"{rid}/{name}" for name in outcome.files)
+    assert "file:" not in summary.data and str(tmp_path) not in summary.data
+    root = tmp_path / "releases"
+    assert all((root / link).is_file() for link in links)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from dpatlas.cli.commands import _operator_errors
-from dpatlas.cli.prefect_server import ServerStartError
+from dpatlas.cli.prefect_server import PrefectAPIUnreachable, ServerStartError
 from dpatlas.core.config import ConfigError
 from dpatlas.core.errors import OperatorError, ReleaseRefused
 from dpatlas.core.ids import InvalidReason, InvalidReleaseId
@@ -30,7 +30,7 @@ REFUSALS = (ConfigError, BoundaryError, InvalidReleaseId, InputError, LedgerErro
             PreflightError, ReleaseLocked, ValidationFailed, BoundaryCoverageError)
 # The rest of the command line's list (dpatlas/cli.py on main): operator errors, not refusals.
 OTHER_OPERATOR_ERRORS = (FeedError, InvalidReason, ServerStartError, PublishError, TilesError,
-                         WebMapError, PersistedDrawChanged)
+                         WebMapError, PersistedDrawChanged, PrefectAPIUnreachable)
 BUILT_IN_BASES = {ConfigError: ValueError, BoundaryError: ValueError,
                   InvalidReleaseId: ValueError, InputError: ValueError,
                   InvalidReason: ValueError, LedgerError: RuntimeError,
@@ -38,7 +38,8 @@ BUILT_IN_BASES = {ConfigError: ValueError, BoundaryError: ValueError,
                   ValidationFailed: RuntimeError, BoundaryCoverageError: RuntimeError,
                   FeedError: RuntimeError, ServerStartError: RuntimeError,
                   PublishError: RuntimeError, TilesError: RuntimeError,
-                  WebMapError: RuntimeError, PersistedDrawChanged: RuntimeError}
+                  WebMapError: RuntimeError, PersistedDrawChanged: RuntimeError,
+                  PrefectAPIUnreachable: RuntimeError}
 
 
 @pytest.mark.parametrize("cls", REFUSALS, ids=lambda c: c.__name__)

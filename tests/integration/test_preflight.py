@@ -13,7 +13,7 @@ import yaml
 
 from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
 
-from tests.support.cli import ENV
+from tests.support.cli import ENV, OWN_SERVER
 from tests.support.cli import run_in_process as dpatlas  # refusals: exit codes and messages
 from tests.support.inputs import write_config
 from tests.support.paths import CRASH_AT
@@ -165,7 +165,7 @@ def test_ledger_show_never_writes(tmp_path, data):
 def test_a_release_that_would_suppress_everything_is_not_charged(tmp_path, data):
     cfg = config(tmp_path, data, publish={"min_n": 100000})
     out = one_line_error(dpatlas("release", "-c", str(cfg), "--release-id", "r1",
-                                 "--noise-seed", "1"))
+                                 "--noise-seed", "1", env=OWN_SERVER))
     assert "suppress everything" in out
     assert charges(tmp_path) == 0 and not (tmp_path / "releases" / "r1").exists()
 
@@ -175,7 +175,7 @@ def test_a_tract_over_the_memory_limit_is_refused_before_the_charge(tmp_path, da
                                             "threshold": None},
                  limits={"memory_gib": 1e-6})
     out = one_line_error(dpatlas("release", "-c", str(cfg), "--release-id", "r1",
-                                 "--noise-seed", "1"))
+                                 "--noise-seed", "1", env=OWN_SERVER))
     assert "DPExpTheilSen would need" in out and "limits.memory_gib" in out
     assert charges(tmp_path) == 0
 
@@ -246,7 +246,7 @@ def test_the_cap_is_the_ledgers_a_config_stating_another_is_refused(tmp_path, da
     other = tmp_path / "other-cap.yaml"
     other.write_text(yaml.safe_dump(doc))
     out = one_line_error(dpatlas("release", "-c", str(other), "--release-id", "r1",
-                                 "--noise-seed", "1"))
+                                 "--noise-seed", "1", env=OWN_SERVER))
     assert "10" in out and "20" in out
     assert charges(tmp_path) == 0
     shown = dpatlas("ledger", "show", "-c", str(other))

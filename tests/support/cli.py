@@ -27,6 +27,9 @@ ENV.pop("PREFECT_API_URL", None)
 # In-process: a command refused before its Prefect server is needed must not need one; a dead
 # URL proves it (a command that did reach Prefect fails on it).
 NO_SERVER = {"PREFECT_API_URL": "http://127.0.0.1:9/api", "COLUMNS": "200"}
+# In-process, a release that reaches its flow: no URL (a dead one is refused before the flow,
+# exit 2), so the command starts its own temporary server.
+OWN_SERVER = {"PREFECT_API_URL": None, "COLUMNS": "200"}
 
 
 def run_subprocess(*args, cwd=None, env=None) -> subprocess.CompletedProcess:

@@ -1,0 +1,76 @@
+"""``dpatlas server start|stop|status``: the persistent local Prefect server
+(dpatlas/cli/prefect_server.py). Kept apart from commands.py, which only registers it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+server_app = typer.Typer(help="A persistent local Prefect server: run history that survives "
+                         "releases (`dpatlas release` uses it while it runs).")
+
+_HOME_HELP = ("The server's home: its database, pid and log files (default: $PREFECT_HOME, "
+              "else ~/.dpatlas-prefect).")
+
+
+def _say(line: str) -> None:
+    typer.echo(line)
+
+
+def _error(message: str) -> None:
+    typer.echo(f"error: {message}")
+    raise typer.Exit(2)
+
+
+@server_app.command("start")
+def start(home: Optional[Path] = typer.Option(None, help=_HOME_HELP),
+          port: int = typer.Option(4200, help="Port on 127.0.0.1."),
+          timeout: float = typer.Option(180, help="Seconds to wait for its health check."),
+          ) -> None:
+    """Start `prefect server start` in the background (on 127.0.0.1) and wait until it answers."""
+    from dpatlas.cli.prefect_server import (PrefectAPIUnreachable, ServerStartError,
+                                            start_server)
+
+    try:
+        record, started = start_server(home, port, timeout)
+    except (ServerStartError, PrefectAPIUnreachable, OSError) as err:
+        _error(str(err))
+    _say(f"{'started' if started else 'already running'}: Prefect server at {record.url} "
+         f"(pid {record.pid})")
+    _say(f"  home {record.home} (database {record.database}), log {record.log}")
+    _say("  `dpatlas release` uses it while it runs; the UI is at "
+         f"{record.url.removesuffix('/api')}")
+
+
+@server_app.command("stop")
+def stop(home: Optional[Path] = typer.Option(None, help=_HOME_HELP)) -> None:
+    """Stop the server `dpatlas server start` started (its database stays in the home)."""
+    from dpatlas.cli.prefect_server import server_home, stop_server
+
+    record = stop_server(home)
+    if record is None:
+        _say(f"no dpatlas server recorded in {server_home(home)}: nothing to stop")
+        return
+    _say(f"stopped the Prefect server at {record.url} (pid {record.pid}); its history stays "
+         f"in {record.database}")
+
+
+@server_app.command("status")
+def status(home: Optional[Path] = typer.Option(None, help=_HOME_HELP)) -> None:
+    """Say whether the server runs and answers, with its URL; exit 0 if it does, else 1."""
+    from dpatlas.cli.prefect_server import read_server_record, server_health, server_home
+
+    record = read_server_record(home)
+    if record is None:
+        _say(f"not running: no dpatlas server recorded in {server_home(home)} "
+             "(`dpatlas server start`); a release uses a temporary server")
+        raise typer.Exit(1)
+    problem = server_health(record)
+    if problem is None:
+        _say(f"running: Prefect server at {record.url} (pid {record.pid}), healthy")
+        _say(f"  home {record.home} (database {record.database}), log {record.log}")
+        return
+    _say(f"not healthy: {problem}")
+    raise typer.Exit(1)
