@@ -493,6 +493,13 @@ def test_inconsistent_ledger_sums_refuse_the_manifest(state, tmp_path):
 # --- publishing: staging outside the public tree, refusals ------------------------------------
 
 
+def release_entries(root) -> list[str]:
+    """The publish root's entries but the web map's shared library folder (LIB_DIR, written
+    before any release folder is renamed into place; no release's file)."""
+    from dpatlas.publication.webmap import LIB_DIR
+    return sorted(f for f in os.listdir(root) if f != LIB_DIR)
+
+
 def test_staging_is_never_inside_the_publish_root(state, tmp_path, monkeypatch):
     import dpatlas.publication.tract_files as P
 
@@ -508,8 +515,11 @@ def test_staging_is_never_inside_the_publish_root(state, tmp_path, monkeypatch):
     root = Path(cfg.publish.root)
     assert root not in seen["staging"].parents
     assert seen["staging"].parent == cfg.publish.internal / RID
-    assert seen["root_during"] == []  # nothing of the release visible while it is staged
-    assert not seen["staging"].exists() and sorted(os.listdir(root)) == [RID]
+    # nothing of the release visible while it is staged (the web map's shared library copy,
+    # LIB_DIR, is written first so that the release's page never points at a missing file)
+    from dpatlas.publication.webmap import LIB_DIR
+    assert [f for f in seen["root_during"] if f != LIB_DIR] == []
+    assert not seen["staging"].exists() and sorted(os.listdir(root)) == sorted([RID, LIB_DIR])
 
 
 def test_other_file_system_stages_under_a_dot_name(state, tmp_path, monkeypatch):
@@ -523,7 +533,7 @@ def test_other_file_system_stages_under_a_dot_name(state, tmp_path, monkeypatch)
     cfg, _, _, folder = build_release(tmp_path, state)
     assert seen["staging"].name.startswith(f".staging-{RID}-")
     assert seen["staging"].parent == Path(cfg.publish.root)
-    assert sorted(os.listdir(cfg.publish.root)) == [RID]
+    assert release_entries(cfg.publish.root) == [RID]
 
 
 def test_exdev_rename_falls_back_to_a_copy_in_the_root(state, tmp_path, monkeypatch):
@@ -543,7 +553,7 @@ def test_exdev_rename_falls_back_to_a_copy_in_the_root(state, tmp_path, monkeypa
     cfg, _, _, folder = build_release(tmp_path, state)
     assert calls[0].startswith("staging-") and calls[1].startswith(f".staging-{RID}-")
     assert audit.audit_release(folder).ok
-    assert sorted(os.listdir(cfg.publish.root)) == [RID]
+    assert release_entries(cfg.publish.root) == [RID]
     assert not list((cfg.publish.internal / RID).glob("staging-*"))
 
 
@@ -564,7 +574,7 @@ def test_something_at_the_release_path_is_refused(state, tmp_path, kind):
         build_release(tmp_path, state, cfg=cfg)
     assert "\n" not in str(err.value) and str(target) in str(err.value)
     assert ("symbolic link" if "link" in kind else "not a folder") in str(err.value)
-    assert os.path.lexists(target) and sorted(os.listdir(root)) == [RID]
+    assert os.path.lexists(target) and release_entries(root) == [RID]
 
 
 def test_lease_lost_before_the_rename_publishes_nothing(state, tmp_path):
@@ -629,11 +639,11 @@ def test_kill_9_while_staging_leaves_nothing_in_the_public_tree(release, tmp_pat
     staging = Path(marker.read_text())
     assert (staging / "tracts.parquet").exists()  # killed mid-staging, files half written
     assert root not in staging.parents
-    assert os.listdir(root) == []  # the public tree holds nothing of it
+    assert release_entries(root) == []  # the public tree holds nothing of it
     # a rerun removes the leftover and publishes
     folder = write_release(table, manifest, root, RID, config=public_config(cfg),
                            internal_dir=internal)
-    assert not staging.exists() and os.listdir(root) == [RID]
+    assert not staging.exists() and release_entries(root) == [RID]
     assert audit.audit_release(folder).ok
 
 
