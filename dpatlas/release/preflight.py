@@ -64,7 +64,7 @@ def check_before_ingest(cfg: ReleaseConfig, release_id: str | None) -> None:
 def refusals_before_ingest(cfg: ReleaseConfig, release_id: str | None = None) -> list[str]:
     """Why a release would be refused, decided from the configuration, the file system and
     the ledger alone (no input row is read): every reason, not the first only, so that
-    `dpatlas config check` lists them all and a release stops before its ingest. None for a
+    `dpatlas config check` lists them all and a release stops before its ingest. Empty for a
     release the ledger holds as published: rerunning it reads and writes nothing."""
     from dpatlas.ledger import Ledger, LedgerError
 
@@ -109,6 +109,7 @@ def _refusal_of(check) -> list[str]:
 
     try:
         check()
+    # ValueError: a calibration file without the rule's threshold (release/thresholds.py)
     except (OperatorError, OSError, ValueError) as err:
         return [str(err)]
     return []
