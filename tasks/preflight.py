@@ -16,8 +16,8 @@ from prefect import task
 
 from dpatlas.core.config import ReleaseConfig
 from dpatlas.release.allocate import BudgetPlan
-from dpatlas.release.preflight import (check_before_writing, check_feasible,
-                                       check_subflow_parameters)
+from dpatlas.release.preflight import (check_before_ingest, check_before_writing,
+                                       check_feasible, check_subflow_parameters)
 
 from .common import TASK_OPTIONS
 
@@ -33,6 +33,7 @@ def preflight(cfg: ReleaseConfig, release_id: str, noise_seed: Optional[int],
     tract sizes ``sizes``, and the ``subflow``'s parameters fit the Prefect server's limit."""
     if budget is None:
         check_before_writing(cfg, release_id, noise_seed)
+        check_before_ingest(cfg, release_id)  # the cap, the files, the thresholds: no data
         return
     check_feasible(cfg, budget, sizes)
     if subflow is not None:

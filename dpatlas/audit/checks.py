@@ -2737,33 +2737,46 @@ def audit_release(folder: Path, *, ledger: str | None = None,
 
 
 def main(folder, out=None, *, allow_test: bool = False, ledger: str | None = None,
-         boundaries: Path | str | None = None) -> int:
+         boundaries: Path | str | None = None, as_json: bool = False) -> int:
     """Print one line per check; 0 if all pass, 1 if any fails, 2 if the folder (or an anchor)
     is unreadable, 3 if every check passed but the release is a test release (seeded noise or
-    mode test) and ``allow_test`` is not set."""
+    mode test) and ``allow_test`` is not set. ``as_json``: one JSON document instead (the
+    verdict, the exit code, every check), for a script."""
     out = out or sys.stdout
     try:
         report = audit_release(Path(folder), ledger=ledger, boundaries=boundaries)
     except AuditUnreadable as err:
-        print(f"unreadable: {_one_line(str(err))}", file=out)
-        return 2
+        return _say(out, as_json, folder, 2, f"unreadable: {_one_line(str(err))}")
     except RecursionError:
-        print(f"unreadable: {folder}: nested too deeply to audit", file=out)
-        return 2
-    for line in report.lines():
-        print(line, file=out)
+        return _say(out, as_json, folder, 2, f"unreadable: {folder}: nested too deeply to audit")
     passed = f"{sum(g for _, g, _ in report.checks)} of {len(report.checks)} checks passed " \
              f"for {report.folder}"
     if not report.ok:
-        print(f"FAILED: {passed}", file=out)
-        return 1
+        return _say(out, as_json, folder, 1, f"FAILED: {passed}", report)
     if report.test and not allow_test:
-        print(f"TEST: {passed}, but it is a test release (mode test or seeded noise), not a "
-              "release to trust; --allow-test accepts it", file=out)
-        return 3
-    print(f"PASSED: {passed}" + (" (a test release, accepted by --allow-test)"
-                                 if report.test else ""), file=out)
-    return 0
+        return _say(out, as_json, folder, 3, f"TEST: {passed}, but it is a test release (mode "
+                    "test or seeded noise), not a release to trust; --allow-test accepts it",
+                    report)
+    return _say(out, as_json, folder, 0, f"PASSED: {passed}" + (
+        " (a test release, accepted by --allow-test)" if report.test else ""), report)
+
+
+def _say(out, as_json: bool, folder, code: int, verdict: str,
+         report: AuditReport | None = None) -> int:
+    """The audit's lines and its verdict, or all of it as one JSON document; ``code``."""
+    if as_json:
+        print(json.dumps({
+            "folder": str(folder), "exit_code": code, "verdict": verdict,
+            "test_release": bool(report and report.test),
+            "checks": [{"name": n, "ok": bool(g), "detail": d}
+                       for n, g, d in (report.checks if report else [])],
+            "skipped": [{"name": n, "why": w} for n, w in (report.skipped if report else [])],
+        }, indent=2, default=str), file=out)
+        return code
+    for line in report.lines() if report else []:
+        print(line, file=out)
+    print(verdict, file=out)
+    return code
 
 
 def _one_line(text: str) -> str:

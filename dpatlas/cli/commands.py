@@ -19,7 +19,30 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 # Messages carry ids, paths and stored text: printed literally, never read as Rich markup
 # (`--release-id 'a[/]'` was a MarkupError traceback, a folder `[red]` vanished from a message)
 # or emoji codes. Styling is explicit: a Text with a styled lead (see _styled).
-console = Console(markup=False, emoji=False, highlight=False)
+
+
+class _WholeLines(Console):
+    """Rich's console, except off a terminal (a pipe, a cron or CI log), where rich would wrap
+    and cut every line at 80 columns: there each line is printed whole, and a log message as
+    one plain line with its time."""
+
+    def print(self, *objects, **kwargs) -> None:
+        if not self.is_terminal:
+            kwargs["soft_wrap"] = True
+        super().print(*objects, **kwargs)
+
+    def log(self, *objects, **kwargs) -> None:
+        if self.is_terminal:
+            super().log(*objects, **kwargs)
+            return
+        super().print(time.strftime("[%H:%M:%S]"), *objects, soft_wrap=True)
+
+
+console = _WholeLines(markup=False, emoji=False, highlight=False)
+# Progress of a command whose stdout is JSON (--json): stdout carries the document alone.
+err_console = _WholeLines(stderr=True, markup=False, emoji=False, highlight=False)
+
+JSON_HELP = "Print one JSON document on stdout instead (progress goes to stderr)."
 
 
 def _styled(lead: str, style: str, rest: str) -> Text:
@@ -27,17 +50,67 @@ def _styled(lead: str, style: str, rest: str) -> Text:
     return Text.assemble((lead, style), rest)
 
 
+def _print_rows(head, rows) -> None:
+    """A table on a terminal; tab-separated lines otherwise, every cell whole (a rich table in
+    a pipe is cut to 80 columns: three estimators read `DPExpTheilSe…`)."""
+    rows = [tuple(map(str, row)) for row in rows]
+    if console.is_terminal:
+        table = Table(*head)
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+    else:
+        for row in (tuple(head), *rows):
+            typer.echo("\t".join(row))
+
+
+def _emit_json(document) -> None:
+    """``document`` as JSON on stdout (NaN and infinities, which JSON lacks, as null)."""
+    import json
+    import math
+
+    def plain(x):
+        if isinstance(x, dict):
+            return {str(k): plain(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [plain(v) for v in x]
+        if hasattr(x, "tolist") and not isinstance(x, str):  # numpy scalars and arrays
+            return plain(x.tolist())
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        return str(x) if isinstance(x, Path) else x
+
+    typer.echo(json.dumps(plain(document), indent=2, default=str))
+
+
+def _records(frame) -> list[dict]:
+    """A data frame's rows as dicts of plain values (for --json)."""
+    return [dict(zip(map(str, frame.columns), row))
+            for row in frame.astype(object).itertuples(index=False, name=None)]
+
+
+def _log_to(as_json: bool):
+    """Where a command's progress goes: the console, or stderr when stdout is JSON."""
+    return (err_console if as_json else console).log
+
+
 @app.command()
-def estimators() -> None:
+def estimators(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) -> None:
     """List the registered estimators, their guarantee at epsilon = 1 and their noise sampler."""
     import mechanisms as M
 
-    table = Table("name", "guarantee at eps=1", "publishable", "noise sampler", "what it is")
-    for name, est in M.REGISTRY.items():
-        table.add_row(name, est.guarantee(1.0).describe(),
-                      "yes" if est.publishable else "no: " + est.not_publishable_reason,
-                      est.sampler, est.summary)
-    console.print(table)
+    head = ("name", "guarantee at eps=1", "publishable", "noise sampler", "what it is")
+    rows = [(name, est.guarantee(1.0).describe(),
+             "yes" if est.publishable else "no: " + est.not_publishable_reason,
+             est.sampler, est.summary) for name, est in M.REGISTRY.items()]
+    if as_json:
+        _emit_json([{"name": name, "guarantee_at_epsilon_1": g,
+                     "publishable": M.REGISTRY[name].publishable,
+                     "not_publishable_reason": None if p == "yes" else p.removeprefix("no: "),
+                     "noise_sampler": sampler, "summary": summary}
+                    for name, g, p, sampler, summary in rows])
+        return
+    _print_rows(head, rows)
 
 
 from dpatlas.cli.server_commands import server_app  # noqa: E402 - beside its `add_typer`
@@ -59,7 +132,7 @@ def config_example() -> None:
 @config_app.command("check")
 def config_check(path: Path) -> None:
     """Validate a configuration and every file a release would read; print what it resolves to
-    (without secrets)."""
+    (without secrets), then every problem at once: exit 2 if a release would be refused."""
     import json
 
     from dpatlas.core.config import load_config
@@ -67,46 +140,74 @@ def config_check(path: Path) -> None:
 
     with _guard():
         cfg = load_config(path)
-        checks = _check_config_files(cfg)
         resolved = json.loads(cfg.model_dump_json())
         resolved["ledger"]["url"] = redact_url(cfg.ledger.url)
         console.print_json(json.dumps(resolved))
-        for line in checks:
-            console.print(_styled("ok", "green", f" {line}"), soft_wrap=True)
+        found, problems = _check_config_files(cfg)
+    for line in found:
+        console.print(_styled("ok", "green", f" {line}"), soft_wrap=True)
+    if problems:
+        _fail(f"a release with {path} would be refused ({len(problems)} problem"
+              f"{'s' if len(problems) != 1 else ''}):\n" + "\n".join(f"  - {p}" for p in problems))
 
 
-def _check_config_files(cfg) -> list[str]:
-    """Open every file the release reads; raise an operator error on the first problem."""
-    from dpatlas.release.thresholds import resolve_threshold
-    from dpatlas.publication.geography import load_boundaries
-    from dpatlas.release.ingest import partitions
+def _check_config_files(cfg) -> tuple[list[str], list[str]]:
+    """Open every file the release reads: what was found, and every reason a release would be
+    refused (all of them, not the first only)."""
     from dpatlas.ledger import Ledger
-    from dpatlas.release.preflight import check_paths
-
+    from dpatlas.publication.geography import load_boundaries
     from dpatlas.release.contributions import require_person_unit
+    from dpatlas.release.ingest import partitions
+    from dpatlas.release.preflight import check_paths, refusals_before_ingest
+    from dpatlas.release.thresholds import resolve_threshold
 
-    check_paths(cfg)  # what a release would refuse first, before any data is read
-    unit = require_person_unit(cfg)
-    parts = partitions(cfg.input)
-    out = ["paths: publish root, internal folder and input are separate; the ledger is "
-           "outside the publish root",
-           f"one record per person and cell: {unit['status']}",
-           f"input {cfg.input.path}: {len(parts)} partition(s), "
-           f"{sum(p.rows for p in parts):,} rows, columns present"]
-    b = load_boundaries(cfg.boundaries.path, cfg.boundaries.geoid_column)
-    out.append(f"boundaries {cfg.boundaries.path}: {len(b):,} tracts, CRS {b.crs}")
+    problems = refusals_before_ingest(cfg)  # what a release refuses before reading any data
+    found = []
+    if _attempt(lambda: check_paths(cfg) or True, problems):
+        found.append("paths: publish root, internal folder and input are separate; the "
+                     "ledger is outside the publish root")
+    unit = _attempt(lambda: require_person_unit(cfg), problems)
+    if unit:
+        found.append(f"one record per person and cell: {unit['status']}")
+    if Path(cfg.input.path).exists():
+        parts = _attempt(lambda: partitions(cfg.input), problems, report=True)
+        if parts is not None:
+            found.append(f"input {cfg.input.path}: {len(parts)} partition(s), "
+                         f"{sum(p.rows for p in parts):,} rows, columns present")
+    if Path(cfg.boundaries.path).exists():
+        b = _attempt(lambda: load_boundaries(cfg.boundaries.path, cfg.boundaries.geoid_column),
+                     problems, report=True)
+        if b is not None:
+            found.append(f"boundaries {cfg.boundaries.path}: {len(b):,} tracts, CRS {b.crs}")
     if cfg.selection.rule != "fixed":
-        out.append(f"selection threshold: {resolve_threshold(cfg.selection):.6g}")
-    ledger = Ledger(cfg.ledger.url, create=False)
-    cap = ledger.cap(cfg.ledger.dataset)
-    if cfg.ledger.cap_epsilon is not None or cfg.ledger.cap_delta is not None:
-        # a release would be refused: say so now, not at release time
-        ledger.check_stated_cap(cfg.ledger.dataset, (cfg.ledger.cap_epsilon,
-                                                     cfg.ledger.cap_delta))
-    out.append(f"ledger {ledger.url}: dataset {cfg.ledger.dataset} "
-               + ("has no lifetime cap yet (dpatlas ledger set-cap)" if cap is None
-                  else f"cap eps={cap[0]:g} delta={cap[1]:g}"))
-    return out
+        threshold = _attempt(lambda: resolve_threshold(cfg.selection), problems)
+        if threshold is not None:
+            found.append(f"selection threshold: {threshold:.6g}")
+    cap = _attempt(lambda: _ledger_cap(Ledger, cfg), problems)
+    if cap:
+        found.append(f"ledger {cap[0]}: dataset {cfg.ledger.dataset} has the lifetime cap "
+                     f"eps={cap[1][0]:g} delta={cap[1][1]:g}")
+    return found, problems
+
+
+def _ledger_cap(ledger_class, cfg):
+    """The ledger's URL (redacted) and the dataset's cap (None: no cap)."""
+    with ledger_class(cfg.ledger.url, create=False) as ledger:
+        cap = ledger.cap(cfg.ledger.dataset)
+        return (ledger.url, cap) if cap is not None else None
+
+
+def _attempt(check, problems: list[str], report: bool = False):
+    """``check()``'s result, or None on an operator error: added to ``problems`` if
+    ``report`` (a check of data), else already among them (a check before ingest)."""
+    # a ValueError too, but only where refusals_before_ingest has reported it already (an
+    # unreadable threshold file)
+    try:
+        return check()
+    except (_operator_errors() if report else (*_operator_errors(), ValueError)) as err:
+        if report:
+            problems.append(_one_line(err))
+        return None
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -250,7 +351,7 @@ def _checked_release(config: Path, release_id: str | None, noise_seed: int | Non
     named after it from the start), after the checks that need no data."""
     from dpatlas.core.config import load_config
     from dpatlas.core.ids import validate_release_id
-    from dpatlas.release.preflight import check_before_writing
+    from dpatlas.release.preflight import check_before_ingest, check_before_writing
 
     cfg = load_config(config)
     rid = release_id or cfg.release_id
@@ -258,6 +359,9 @@ def _checked_release(config: Path, release_id: str | None, noise_seed: int | Non
         from flows.release import new_release_id
         rid = new_release_id()
     check_before_writing(cfg, validate_release_id(rid), noise_seed)
+    # every refusal that needs no data (the cap, the files, the thresholds), all at once;
+    # a check of the Prefect API, which needs no data either, belongs beside these
+    check_before_ingest(cfg, rid)
     return cfg, rid
 
 
@@ -321,6 +425,7 @@ def _config_or_fail(config: Path):
 
 @ledger_app.command("show")
 def ledger_show(config: Path = typer.Option(..., "--config", "-c", help="Release configuration."),
+                as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
                 ) -> None:
     """Print each dataset's lifetime cap (and its history), what is spent and left, per release.
     Reads only: it never writes to the ledger."""
@@ -328,8 +433,11 @@ def ledger_show(config: Path = typer.Option(..., "--config", "-c", help="Release
 
     cfg = _config_or_fail(config)
     with _guard():
-        console.print(Ledger(cfg.ledger.url, create=False).summary_text(), highlight=False,
-                      markup=False)
+        with Ledger(cfg.ledger.url, create=False) as ledger:
+            if as_json:
+                _emit_json(ledger.summary())
+                return
+            console.print(ledger.summary_text(), highlight=False, markup=False)
 
 
 @ledger_app.command("set-cap")
@@ -359,9 +467,10 @@ def ledger_set_cap(
     console.print(f"dataset {dataset}: lifetime cap eps={epsilon:g} delta={delta:g} (was {was}); "
                   f"reason: {why}", soft_wrap=True)
     if spent["epsilon"] > epsilon or spent["delta"] > delta:
-        console.print(f"the cap is below what is already spent (eps={spent['epsilon']:g} "
-                      f"delta={spent['delta']:g}): no release of dataset {dataset} can be "
-                      "charged until the cap is raised", soft_wrap=True)
+        console.print(f"recorded with --force: the cap is below what is already spent "
+                      f"(eps={spent['epsilon']:g} delta={spent['delta']:g}): no "
+                      f"release of dataset {dataset} can be charged until the cap is raised "
+                      "(spent budget is never refunded)", soft_wrap=True)
 
 
 @app.command()
@@ -418,14 +527,7 @@ def _print_purge(items, days: int, dry_run: bool) -> None:
              str(len(i.files)), str(i.size),
              ("would remove" if dry_run else "removed") if i.removed
              else f"kept: {i.kept_because}") for i in items]
-    if console.is_terminal:
-        table = Table(*head)
-        for row in rows:
-            table.add_row(*row)
-        console.print(table)
-    else:
-        for row in (head, *rows):
-            typer.echo("\t".join(row))
+    _print_rows(head, rows)
     gone = [i for i in items if i.removed]
     verb = "would remove" if dry_run else "removed"
     typer.echo(f"{verb} {sum(len(i.files) for i in gone)} file(s), "
@@ -442,7 +544,10 @@ def audit(folder: Path = typer.Argument(..., help="A published release folder.")
                                                     "file the release was made from: checks one "
                                                     "row per tract and cell."),
           allow_test: bool = typer.Option(False, "--allow-test", help="Accept a test release "
-                                          "(exit 0 instead of 3).")) -> None:
+                                          "(exit 0 instead of 3)."),
+          as_json: bool = typer.Option(False, "--json", help="Print one JSON document (the "
+                                       "verdict, the exit code, every check); same exit codes."),
+          ) -> None:
     """Check a release from its own files: the manifest's schema, hashes, every step's
     guarantee recomputed from its noise parameters and derived sensitivities, the per-person
     total, every published column paid for, every format the same; exit 0 / 1 (a check failed)
@@ -450,7 +555,7 @@ def audit(folder: Path = typer.Argument(..., help="A published release folder.")
     from dpatlas.audit.checks import main as audit_main
 
     raise typer.Exit(audit_main(folder, allow_test=allow_test, ledger=ledger,
-                                boundaries=boundaries))
+                                boundaries=boundaries, as_json=as_json))
 
 
 @app.command()
@@ -597,6 +702,7 @@ def evaluate(out: Path = typer.Option(Path("evaluation"), help="Output folder.")
              rule: bool = typer.Option(True, help="Add the calibrated dp selection rule as a row."),
              scenario: list[str] = typer.Option([], help="Stress scenario(s) of dpatlas/evaluation/stress.py,"
                                                 " or 'all' (default: the demo generator)."),
+             as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
              ) -> None:
     """Rebuild the paper's comparison on an Illinois-sized synthetic state: table and plots."""
     from dpatlas.evaluation.evaluate import DEFAULT_MECHANISMS, evaluate as run, write_report
@@ -612,26 +718,30 @@ def evaluate(out: Path = typer.Option(Path("evaluation"), help="Output folder.")
         threshold = resolve_threshold(SelectionConfig(rule="dp", threshold_file=DEFAULT_THRESHOLDS))
         extra["SelectionRule(dp)"] = RuleEstimate(Rule("dp", threshold, 0.1))
     if scenario:
-        _evaluate_scenarios(scenario, out, reps, seed, tuple(epsilon), mechs, tracts, extra)
+        _evaluate_scenarios(scenario, out, reps, seed, tuple(epsilon), mechs, tracts, extra,
+                            as_json)
         return
     t0 = time.perf_counter()
     result = run(mechs, tuple(epsilon), reps, seed, StateParams(n_tracts=tracts),
-                 progress=lambda msg: console.log(msg), extra_rows=extra)
+                 progress=_log_to(as_json), extra_rows=extra)
     paths = write_report(result, out)
-    table = Table("mechanism", "epsilon", "tracts", "share below SE", "median ratio",
-                  "failure rate")
-    for r in result.summary.itertuples():
-        table.add_row(r.mechanism, f"{r.epsilon:g}", str(r.tracts), f"{r.share_below_se:.3f}",
-                      f"{r.median_ratio:.3f}", f"{r.mean_failure_rate:.3f}")
-    console.print(table)
     thr = result.crossover.get("threshold")
+    if as_json:
+        _emit_json({"summary": _records(result.summary), "crossover_threshold": thr,
+                    "files": paths})
+        return
+    _print_rows(("mechanism", "epsilon", "tracts", "share below SE", "median ratio",
+                 "failure rate"),
+                [(r.mechanism, f"{r.epsilon:g}", r.tracts, f"{r.share_below_se:.3f}",
+                  f"{r.median_ratio:.3f}", f"{r.mean_failure_rate:.3f}")
+                 for r in result.summary.itertuples()])
     console.print(f"NoisyStats/DPExpTheilSen crossover in n*eps*var(x): "
                   f"{'not found' if thr is None else f'{thr:.3g}'}")
     console.print(f"wrote {len(paths)} files to {out} in {time.perf_counter() - t0:.0f}s")
 
 
 def _evaluate_scenarios(names: list[str], out: Path, reps: int, seed: int, epsilons: tuple,
-                       mechs: tuple, tracts: int, extra: dict) -> None:
+                       mechs: tuple, tracts: int, extra: dict, as_json: bool = False) -> None:
     """``dpatlas evaluate --scenario``: one report per stress scenario, one summary of all."""
     from dpatlas.evaluation.evaluate import (SCENARIO_ESTIMAND, evaluate_scenario, scenario_summary,
                                              write_scenario_reports)
@@ -641,19 +751,24 @@ def _evaluate_scenarios(names: list[str], out: Path, reps: int, seed: int, epsil
     if unknown:
         _fail(f"unknown scenario(s) {unknown}; known: {', '.join(SCENARIOS)}, all")
     t0 = time.perf_counter()
-    console.print(f"errors measured against {SCENARIO_ESTIMAND}", soft_wrap=True)
+    log = _log_to(as_json)
+    if not as_json:
+        console.print(f"errors measured against {SCENARIO_ESTIMAND}", soft_wrap=True)
     results = {name: evaluate_scenario(name, tracts, mechs, epsilons, reps, seed,
-                                       progress=lambda m, _s=name: console.log(f"{_s}: {m}"),
+                                       progress=lambda m, _s=name: log(f"{_s}: {m}"),
                                        extra_rows=extra)
                for name in (SCENARIOS if "all" in names else dict.fromkeys(names))}
     paths = write_scenario_reports(results, out)
-    table = Table("scenario", "mechanism", "epsilon", "tracts", "share below SE",
-                  "median ratio", "failure rate")
-    for r in scenario_summary(results).itertuples():
-        table.add_row(r.scenario, r.mechanism, f"{r.epsilon:g}", str(r.tracts),
-                      f"{r.share_below_se:.3f}", f"{r.median_ratio:.3f}",
-                      f"{r.mean_failure_rate:.3f}")
-    console.print(table)
+    summary = scenario_summary(results)
+    if as_json:
+        _emit_json({"estimand": SCENARIO_ESTIMAND, "summary": _records(summary),
+                    "files": paths})
+        return
+    _print_rows(("scenario", "mechanism", "epsilon", "tracts", "share below SE",
+                 "median ratio", "failure rate"),
+                [(r.scenario, r.mechanism, f"{r.epsilon:g}", r.tracts,
+                  f"{r.share_below_se:.3f}", f"{r.median_ratio:.3f}",
+                  f"{r.mean_failure_rate:.3f}") for r in summary.itertuples()])
     console.print(f"wrote {len(paths)} files to {out} in {time.perf_counter() - t0:.0f}s")
 
 
@@ -667,6 +782,7 @@ def evaluate_rule(
         reps: int = typer.Option(50, help="Runs per tract."),
         seed: int = typer.Option(0, help="Scenario seed (the calibration's are 101, 102)."),
         thresholds: Path = typer.Option(None, help="Calibration file (default: the shipped)."),
+        as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """The banded selection rule against both fixed mechanisms (and today's dp rule), per
     stress scenario, epsilon and tract-size quintile (docs/selection.md)."""
@@ -692,10 +808,13 @@ def evaluate_rule(
         except (FileNotFoundError, ValueError) as err:
             _fail(str(err))
         table = run(rule, dp, seed, tuple(epsilon), tuple(scenario) or SCENARIOS, tracts,
-                    large_tracts, reps, progress=lambda m: console.log(m))
+                    large_tracts, reps, progress=_log_to(as_json))
         out.mkdir(parents=True, exist_ok=True)
         table.to_csv(out / "rule.csv", index=False)
         (out / "rule.md").write_text(to_markdown(table))
+    if as_json:
+        _emit_json({"rows": _records(table), "files": [out / "rule.csv", out / "rule.md"]})
+        return
     console.print(to_markdown(table))
     console.print(f"wrote {out / 'rule.csv'}, {out / 'rule.md'} in "
                   f"{time.perf_counter() - t0:.0f}s")
@@ -714,6 +833,7 @@ def evaluate_intervals(
                                            "or 'all'."),
         reliable_width: float = typer.Option(0.5, help="Widest interval the map shows as "
                                              "reliable (the config's low_reliability_width)."),
+        as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """Coverage and width of the DP confidence intervals per scenario, mechanism and epsilon:
     overall, by tract-size and interval-width quintile and among the reliable ones."""
@@ -725,19 +845,22 @@ def evaluate_intervals(
     with _guard():
         try:
             summary, per_tract, edges = run(tracts, reps, seed, tuple(epsilon), share, level,
-                                            progress=lambda m: console.log(m),
+                                            progress=_log_to(as_json),
                                             scenarios=scenarios, reliable_width=reliable_width)
         except ValueError as err:
             _fail(str(err))
         paths = write_interval_report(summary, per_tract, edges, out)
+    if as_json:
+        _emit_json({"summary": _records(summary), "size_quintile_edges": edges,
+                    "files": paths})
+        return
     cols = ("coverage", "worst Q", "worst W", "reliable", "reliable share", "[0,1] share")
-    table = Table("scenario", "mechanism", "epsilon", *cols, "reliable intervals")
-    for _, r in summary.iterrows():
-        table.add_row(r["scenario"], r["mechanism"], f"{r['epsilon']:g}",
-                      *(f"{r[c]:.3f}" for c in cols), str(r["reliable intervals"]))
     for name, e in edges.items():
         console.print(f"{name}: tract-size quintiles up to n = {e}")
-    console.print(table)
+    _print_rows(("scenario", "mechanism", "epsilon", *cols, "reliable intervals"),
+                [(r["scenario"], r["mechanism"], f"{r['epsilon']:g}",
+                  *(f"{r[c]:.3f}" for c in cols), r["reliable intervals"])
+                 for _, r in summary.iterrows()])
     console.print("worst Q, worst W: the lowest coverage over the tract-size and the "
                   "interval-width quintiles (each quintile in summary.md)")
     console.print(f"wrote {len(paths)} files to {out} in {time.perf_counter() - t0:.0f}s")
@@ -762,6 +885,7 @@ def evaluate_small_area(
                                     "narrow x, small and large tracts, other spatial "
                                     "parameters), seeds 201-203 unless --seed, first split; "
                                     "writes stress.csv and stress.md."),
+        as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """The small-area model (Fay–Herriot on published values) against the generator's truth:
     RMSE, correlation, interval coverage, two releases' agreement, county error; a figure."""
@@ -770,7 +894,7 @@ def evaluate_small_area(
 
     t0 = time.perf_counter()
     if stress:
-        _evaluate_small_area_stress(out, seed, epsilon, split[0], tracts, quick, t0)
+        _evaluate_small_area_stress(out, seed, epsilon, split[0], tracts, quick, t0, as_json)
         return
     if quick:
         seed, epsilon, split, tracts = seed[:1], [1.0], split[:1], tracts or 400
@@ -784,18 +908,23 @@ def evaluate_small_area(
         _fail(f"--split: three positive shares summing to 1, got {bad}")
     with _guard():
         rows, shown = run(tuple(seed), tuple(epsilon), splits, tracts,
-                          progress=lambda m: console.log(m))
+                          progress=_log_to(as_json))
         paths = write_report(rows, shown, out, split[0])
-    table = Table("metric", "value", "target", "met")
-    for _, r in target_check(summarise(rows), split[0]).iterrows():
-        table.add_row(r["metric"], f"{r['value']:.4f}", r["target"], r["met"])
+    targets = target_check(summarise(rows), split[0])
+    if as_json:
+        _emit_json({"split": split[0], "seeds": list(seed), "targets": _records(targets),
+                    "files": paths})
+        return
     console.print(f"targets at epsilon 1, split {split[0]}, seeds {list(seed)}:")
-    console.print(table)
+    _print_rows(("metric", "value", "target", "met"),
+                [(r["metric"], f"{r['value']:.4f}", r["target"], r["met"])
+                 for _, r in targets.iterrows()])
     console.print(f"wrote {len(paths)} files to {out} in {time.perf_counter() - t0:.0f}s")
 
 
 def _evaluate_small_area_stress(out: Path, seed: list[int], epsilon: list[float], split: str,
-                                tracts: Optional[int], quick: bool, t0: float) -> None:
+                                tracts: Optional[int], quick: bool, t0: float,
+                                as_json: bool) -> None:
     from dpatlas.evaluation.small_area_stress import SCENARIOS, evaluate_stress, write_stress
 
     seeds = (201, 202, 203) if seed == [201, 202, 203, 204, 205] else tuple(seed)
@@ -804,8 +933,13 @@ def _evaluate_small_area_stress(out: Path, seed: list[int], epsilon: list[float]
         seeds, epsilon, tracts, scenarios = seeds[:1], [1.0], tracts or 400, SCENARIOS[:2]
     with _guard():
         rows = evaluate_stress(scenarios, seeds, tuple(epsilon), split, tracts,
-                               progress=lambda m: console.log(m))
+                               progress=_log_to(as_json))
         paths = write_stress(rows, Path(out), split)
+    if as_json:
+        from dpatlas.evaluation.small_area_stress import stress_summary
+        _emit_json({"split": split, "seeds": list(seeds),
+                    "summary": _records(stress_summary(rows)), "files": paths})
+        return
     console.print(f"wrote {len(paths)} files to {out} in {time.perf_counter() - t0:.0f}s")
 
 

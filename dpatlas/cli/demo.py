@@ -4,6 +4,7 @@ cap. One place for `dpatlas demo` and the benchmarks, so a benchmark runs what t
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 DEMO_CAP_EPSILON, DEMO_CAP_DELTA = 10.0, 1e-5
@@ -30,21 +31,25 @@ def generate_demo_data(data: Path) -> dict:
 
 
 def release_config(data: Path, publish_root: Path, *, profile: str = "primary",
-                   vintage: str = DEMO_VINTAGE, **extra) -> dict:
+                   vintage: str = DEMO_VINTAGE, relative_to: Path | None = None,
+                   **extra) -> dict:
     """The demo's release config for the synthetic data in ``data`` (``extra``: further
-    top-level keys, e.g. ``ledger`` or ``runner``)."""
-    from dpatlas.release.thresholds import DEFAULT_THRESHOLDS
+    top-level keys, e.g. ``ledger`` or ``runner``). Paths are absolute, or relative to
+    ``relative_to`` (the config file's folder, against which a loaded config resolves them)."""
+    def where(path: Path) -> str:
+        path = path.resolve()
+        return str(path) if relative_to is None else os.path.relpath(path, relative_to.resolve())
 
     return {
-        "input": {"path": str((data / "microdata").resolve()), "format": "parquet",
+        "input": {"path": where(data / "microdata"), "format": "parquet",
                   "columns": {"person_id": "person_id"}},
-        "boundaries": {"path": str((data / "tracts.parquet").resolve()), "vintage": vintage},
+        "boundaries": {"path": where(data / "tracts.parquet"), "vintage": vintage},
         "privacy": {"epsilon_per_tract": 1.0, "delta": 1e-6},
-        "selection": {"rule": "dp", "threshold_file": str(DEFAULT_THRESHOLDS),
-                      "budget_share": 0.1},
+        # no threshold_file: the calibration shipped with the package
+        "selection": {"rule": "dp", "budget_share": 0.1},
         "profile": {"name": profile},
         "validation": {"policy": "fail"},
-        "publish": {"root": str(publish_root.resolve())},
+        "publish": {"root": where(publish_root)},
         # counties and states beside the tracts (issue 20), at the default split
         "levels": ["tract", "county", "state"],
         # model-based tract estimates from the published tables (docs/small-area.md)
@@ -54,12 +59,14 @@ def release_config(data: Path, publish_root: Path, *, profile: str = "primary",
 
 
 def write_demo_config(out: Path, profile: str = "primary") -> Path:
-    """``out/config.yaml`` for the demo data in ``out/data``, releases in ``out/releases``."""
+    """``out/config.yaml`` for the demo data in ``out/data``, releases in ``out/releases``;
+    its paths are relative to ``out`` (and its ledger, the default, is ``out/ledger.db``), so
+    the demo folder can be moved."""
     import yaml
 
     out.mkdir(parents=True, exist_ok=True)
     config = out / "config.yaml"
-    cfg = release_config(out / "data", out / "releases", profile=profile)
+    cfg = release_config(out / "data", out / "releases", profile=profile, relative_to=out)
     config.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return config
 

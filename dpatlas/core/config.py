@@ -46,6 +46,11 @@ DEFAULT_LICENSE = "CC-BY-4.0"
 # of the config's hash, so a release resumes (and old configs hash) as before they existed.
 PUBLISH_METADATA_KEYS = ("internal_retention_days", "license", "citation")
 
+# The calibration shipped with the package (`dpatlas calibrate` on synthetic states): the
+# selection's threshold file when a config names neither a threshold nor a file, so the
+# example config runs as printed.
+SHIPPED_THRESHOLDS = Path(__file__).parents[1] / "defaults" / "thresholds.yaml"
+
 
 class ConfigError(ValueError, ReleaseRefused):
     """A configuration problem, with a message meant for the operator."""
@@ -105,6 +110,16 @@ class SelectionConfig(_Strict):
     threshold_file: Optional[Path] = None
     budget_share: float = Field(0.1, gt=0, lt=1)
     mechanism: Literal["NoisyStats", "DPExpTheilSen"] = "DPExpTheilSen"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shipped_thresholds_by_default(cls, data):
+        # Neither a threshold nor a file: the shipped calibration, named explicitly, so the
+        # fingerprint and the manifest say which file the release used.
+        if (isinstance(data, dict) and data.get("rule", "dp") != "fixed"
+                and data.get("threshold") is None and data.get("threshold_file") is None):
+            return {**data, "threshold_file": SHIPPED_THRESHOLDS}
+        return data
 
     @model_validator(mode="after")
     def _threshold_given(self):
@@ -455,8 +470,9 @@ selection:                    # which mechanism publishes p25/p75 in each tract
                               #     n*eps*var(x) with the threshold (NoisyStats if above);
                               # public: NoisyStats if n >= threshold; fixed: always `mechanism`
                               # banded: bands of n from threshold_file (docs/selection.md)
-  threshold_file: thresholds.yaml   # written by `dpatlas calibrate` (never fit on release data)
-  # threshold: 30.0           # ... or a number instead of threshold_file
+  # threshold_file: thresholds.yaml  # default: the calibration shipped with dpatlas;
+                              # or a file written by `dpatlas calibrate` (never fit on release data)
+  # threshold: 30.0           # ... or a number instead of a threshold file
   budget_share: 0.1           # dp rule: share of the tract budget spent on selection
   mechanism: DPExpTheilSen    # fixed rule: NoisyStats | DPExpTheilSen
 

@@ -1105,15 +1105,13 @@ class Ledger:
             df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
         return df
 
-    def summary_text(self) -> str:
-        """Per dataset: cap, its history, spent, left; per release: id, status, start, eps, delta.
-
-        Every stored text is shown with its control characters escaped (:func:`display_text`), so
-        a reason or id cannot forge a line."""
-        head = f"privacy-budget ledger at {self.url}"
-        if not self._has_ledger():
-            return (f"{head}\n  there is no ledger at this URL yet (no ledger tables): "
-                    f"`{SET_CAP_COMMAND.format(dataset='D')}` creates it")
+    def summary(self) -> dict:
+        """What ``dpatlas ledger show`` shows, as data (``--json``): the URL (no password);
+        per dataset its cap (None: none set), the cap's history, what is spent and left, and
+        per release its id, status, start, charged eps and delta, reason and lease. Reads only."""
+        out = {"url": self.url, "ledger_exists": self._has_ledger(), "datasets": []}
+        if not out["ledger_exists"]:
+            return out
         r, ch = releases_table.c, charges_table.c
         lease_cols = ([r.lease_owner, r.lease_expires]
                       if set(ADDED_RELEASE_COLUMNS) <= self._release_columns else [])
@@ -1132,56 +1130,96 @@ class Ledger:
             lifetime = {ds: self._spent(conn, ds)[:2]
                         for ds in set(caps) | {x["dataset"] for x in rels}}
         history = self.cap_changes()
-        lines = [head]
-        datasets = sorted(set(caps) | {x["dataset"] for x in rels})
-        if not datasets:
-            lines.append(f"  no datasets yet (set a cap: `{SET_CAP_COMMAND.format(dataset='D')}`)")
-        for ds in datasets:
-            mine = [x for x in rels if x["dataset"] == ds]
+        for ds in sorted(lifetime):
             eps, delta = lifetime[ds]  # zCDP charges composed as rho (see _spent)
             cap = caps.get(ds)
-            lines.append(f"dataset {display_text(ds)}:")
-            if cap is None:
-                lines.append("  lifetime cap: none set")
-            else:
-                lines.append(f"  lifetime cap per privacy unit: eps={_fmt(cap.cap_epsilon)} "
-                             f"delta={_fmt(cap.cap_delta)}")
-            changes = [h for h in history if h["dataset"] == ds]
-            if changes:
-                lines.append("  cap changes (UTC):")
-            for h in changes:
-                old = ("none" if h["old_epsilon"] is None else
-                       f"eps={_fmt(h['old_epsilon'])} delta={_fmt(h['old_delta'])}")
-                lines.append(f"    {h['changed_at'][:19]}  {old} -> eps={_fmt(h['new_epsilon'])}"
-                             f" delta={_fmt(h['new_delta'])}  by {display_text(h['actor'])}: "
-                             f"{display_text(h['reason'])}")
-            lines.append(f"  spent: eps={_fmt(eps)} delta={_fmt(delta)} "
-                         f"over {len(mine)} release{'s' if len(mine) != 1 else ''} "
-                         f"(failed and withdrawn releases included: never refunded)")
-            if cap is not None:
-                lines.append(f"  left: eps={_fmt(max(cap.cap_epsilon - eps, 0.0))} "
-                             f"delta={_fmt(max(cap.cap_delta - delta, 0.0))}")
-                if not (_within(eps, cap.cap_epsilon) and _within(delta, cap.cap_delta)):
-                    lines.append("  over the cap: the cap was set below what is spent; no "
-                                 "release of this dataset can be charged until it is raised")
-            if mine:
-                w = max(10, *(len(display_text(x["release_id"])) for x in mine))
-                lines.append(f"    {'release':<{w}}  {'status':<11}  {'started (UTC)':<19}  "
-                             f"{'eps':>10}  {'delta':>10}")
-                for x in mine:
-                    lines.append(f"    {display_text(x['release_id']):<{w}}  "
-                                 f"{display_text(x['status']):<11}  "
-                                 f"{display_text(x['created_at'])[:19]:<19}  "
-                                 f"{_fmt(float(x['eps'])):>10}  {_fmt(float(x['delta'])):>10}"
-                                 f"{self._release_note(x, now)}")
-        return "\n".join(lines)
+            out["datasets"].append({
+                "dataset": ds,
+                "cap": None if cap is None else {"epsilon": cap.cap_epsilon,
+                                                 "delta": cap.cap_delta},
+                "cap_changes": [h for h in history if h["dataset"] == ds],
+                "spent": {"epsilon": eps, "delta": delta},
+                "left": None if cap is None else {
+                    "epsilon": max(cap.cap_epsilon - eps, 0.0),
+                    "delta": max(cap.cap_delta - delta, 0.0)},
+                "over_cap": cap is not None and not (_within(eps, cap.cap_epsilon)
+                                                     and _within(delta, cap.cap_delta)),
+                "releases": [self._release_summary(x, now) for x in rels
+                             if x["dataset"] == ds]})
+        return out
 
     @staticmethod
-    def _release_note(x, now: float) -> str:
-        if x["reason"] and x["status"] in ("failed", "withdrawn"):
-            return f"  ({display_text(x['reason'])})"
+    def _release_summary(x, now: float) -> dict:
         holder, expires = x.get("lease_owner"), x.get("lease_expires")
-        if x["status"] == "in_progress" and holder is not None and expires is not None:
-            state = "live" if expires > now else "expired"
-            return f"  (lease {state}: {display_text(holder)} until {_iso(expires)})"
-        return ""
+        leased = x["status"] == "in_progress" and holder is not None and expires is not None
+        return {"release_id": x["release_id"], "status": x["status"],
+                "started": x["created_at"], "epsilon": float(x["eps"]),
+                "delta": float(x["delta"]), "reason": x["reason"],
+                "lease": {"owner": holder, "until": _iso(expires), "live": expires > now}
+                if leased else None}
+
+    def summary_text(self) -> str:
+        """Per dataset: cap, its history, spent, left; per release: id, status, start, eps, delta.
+
+        Every stored text is shown with its control characters escaped (:func:`display_text`), so
+        a reason or id cannot forge a line."""
+        summary = self.summary()
+        head = f"privacy-budget ledger at {summary['url']}"
+        if not summary["ledger_exists"]:
+            return (f"{head}\n  there is no ledger at this URL yet (no ledger tables): "
+                    f"`{SET_CAP_COMMAND.format(dataset='D')}` creates it")
+        lines = [head]
+        if not summary["datasets"]:
+            lines.append(f"  no datasets yet (set a cap: `{SET_CAP_COMMAND.format(dataset='D')}`)")
+        for d in summary["datasets"]:
+            lines += _dataset_lines(d)
+        return "\n".join(lines)
+
+
+def _dataset_lines(d: dict) -> list[str]:
+    """``ledger show``'s lines for one dataset of :meth:`Ledger.summary`."""
+    cap, spent, mine = d["cap"], d["spent"], d["releases"]
+    lines = [f"dataset {display_text(d['dataset'])}:"]
+    if cap is None:
+        lines.append("  lifetime cap: none set")
+    else:
+        lines.append(f"  lifetime cap per privacy unit: eps={_fmt(cap['epsilon'])} "
+                     f"delta={_fmt(cap['delta'])}")
+    if d["cap_changes"]:
+        lines.append("  cap changes (UTC):")
+    for h in d["cap_changes"]:
+        old = ("none" if h["old_epsilon"] is None else
+               f"eps={_fmt(h['old_epsilon'])} delta={_fmt(h['old_delta'])}")
+        lines.append(f"    {h['changed_at'][:19]}  {old} -> eps={_fmt(h['new_epsilon'])}"
+                     f" delta={_fmt(h['new_delta'])}  by {display_text(h['actor'])}: "
+                     f"{display_text(h['reason'])}")
+    lines.append(f"  spent: eps={_fmt(spent['epsilon'])} delta={_fmt(spent['delta'])} "
+                 f"over {len(mine)} release{'s' if len(mine) != 1 else ''} "
+                 f"(failed and withdrawn releases included: never refunded)")
+    if cap is not None:
+        lines.append(f"  left: eps={_fmt(d['left']['epsilon'])} "
+                     f"delta={_fmt(d['left']['delta'])}")
+        if d["over_cap"]:
+            lines.append("  over the cap: the cap was set below what is spent; no "
+                         "release of this dataset can be charged until it is raised")
+    if mine:
+        w = max(10, *(len(display_text(x["release_id"])) for x in mine))
+        lines.append(f"    {'release':<{w}}  {'status':<11}  {'started (UTC)':<19}  "
+                     f"{'eps':>10}  {'delta':>10}")
+        for x in mine:
+            lines.append(f"    {display_text(x['release_id']):<{w}}  "
+                         f"{display_text(x['status']):<11}  "
+                         f"{display_text(x['started'])[:19]:<19}  "
+                         f"{_fmt(x['epsilon']):>10}  {_fmt(x['delta']):>10}"
+                         f"{_release_note(x)}")
+    return lines
+
+
+def _release_note(x: dict) -> str:
+    if x["reason"] and x["status"] in ("failed", "withdrawn"):
+        return f"  ({display_text(x['reason'])})"
+    lease = x["lease"]
+    if lease is not None:
+        state = "live" if lease["live"] else "expired"
+        return f"  (lease {state}: {display_text(lease['owner'])} until {lease['until']})"
+    return ""

@@ -50,6 +50,114 @@ def check_before_writing(cfg: ReleaseConfig, release_id: str | None,
     require_person_unit(cfg)
 
 
+def check_before_ingest(cfg: ReleaseConfig, release_id: str | None) -> None:
+    """Refuse, before a row is read, a release that :func:`refusals_before_ingest` already
+    knows would be refused; every reason at once."""
+    found = refusals_before_ingest(cfg, release_id)
+    if len(found) == 1:
+        raise PreflightError(f"{found[0]}; nothing was read or charged")
+    if found:
+        raise PreflightError(f"{len(found)} problems, so nothing was read or charged:\n"
+                             + "\n".join(f"  - {p}" for p in found))
+
+
+def refusals_before_ingest(cfg: ReleaseConfig, release_id: str | None = None) -> list[str]:
+    """Why a release would be refused, decided from the configuration, the file system and
+    the ledger alone (no input row is read): every reason, not the first only, so that
+    `dpatlas config check` lists them all and a release stops before its ingest. Empty for a
+    release the ledger holds as published: rerunning it reads and writes nothing."""
+    from dpatlas.ledger import Ledger, LedgerError
+
+    try:
+        ledger = Ledger(cfg.ledger.url, create=False)
+    except (LedgerError, OSError) as err:
+        return _refusals_without_ledger(cfg, release_id) + [str(err)]
+    with ledger:
+        entry = _ledger_entry(ledger, release_id)
+        if entry is not None and entry.get("status") == "published":
+            return []
+        found = _refusals_without_ledger(cfg, release_id)
+        if entry is None:  # a charge to come: it needs the ledger's cap
+            found += _refusal_of(lambda: _check_cap(ledger, cfg))
+    return found
+
+
+def _ledger_entry(ledger, release_id: str | None) -> dict | None:
+    """The ledger's entry of ``release_id`` (None: no id yet, or not in the ledger); an
+    unreadable ledger is reported as an entry-less one, its error by the cap check."""
+    from dpatlas.ledger import LedgerError
+
+    if release_id is None:
+        return None
+    try:
+        return ledger.release(release_id)
+    except (LedgerError, OSError):
+        return None
+
+
+def _refusals_without_ledger(cfg: ReleaseConfig, release_id: str | None) -> list[str]:
+    found = []
+    for check in (lambda: check_paths(cfg, release_id), lambda: require_person_unit(cfg),
+                  lambda: _check_thresholds(cfg)):
+        found += _refusal_of(check)
+    return found + _missing_inputs(cfg) + _unwritable_roots(cfg)
+
+
+def _refusal_of(check) -> list[str]:
+    """The refusal ``check`` raises, as a message (none if it passes)."""
+    from dpatlas.core.errors import OperatorError
+
+    try:
+        check()
+    # ValueError: a calibration file without the rule's threshold (release/thresholds.py)
+    except (OperatorError, OSError, ValueError) as err:
+        return [str(err)]
+    return []
+
+
+def _check_thresholds(cfg: ReleaseConfig) -> None:
+    """The selection's threshold (and the banded rule's bands) can be read."""
+    from dpatlas.release.thresholds import resolve_schedule, resolve_threshold
+
+    resolve_threshold(cfg.selection)
+    if cfg.selection.rule == "banded":
+        resolve_schedule(cfg.selection)
+
+
+def _missing_inputs(cfg: ReleaseConfig) -> list[str]:
+    return [f"{what} not found: {path}" for what, path in
+            (("input", cfg.input.path), ("boundaries", cfg.boundaries.path))
+            if not Path(path).exists()]
+
+
+def _unwritable_roots(cfg: ReleaseConfig) -> list[str]:
+    """The publish root and the internal folder can be written (or created) by this user."""
+    found = []
+    for key, path in (("publish.root", cfg.publish.root),
+                      ("publish.internal_root", cfg.publish.internal)):
+        existing = Path(path)
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if existing.is_dir() and not os.access(existing, os.W_OK | os.X_OK):
+            found.append(f"{key} {path} cannot be written by this user ({existing} is not "
+                         "writable)")
+    return found
+
+
+def _check_cap(ledger, cfg: ReleaseConfig) -> None:
+    """A charge needs the dataset's lifetime cap in the ledger, and the one the config states."""
+    from dpatlas.ledger import LedgerError
+    from dpatlas.ledger.store import SET_CAP_COMMAND
+
+    dataset = cfg.ledger.dataset
+    if ledger.cap(dataset) is None:
+        raise LedgerError(f"no lifetime budget cap is set for dataset {dataset} in the ledger "
+                          f"at {ledger.url}, and a release is refused without one: set one "
+                          f"with `{SET_CAP_COMMAND.format(dataset=dataset)}`")
+    if cfg.ledger.cap_epsilon is not None or cfg.ledger.cap_delta is not None:
+        ledger.check_stated_cap(dataset, (cfg.ledger.cap_epsilon, cfg.ledger.cap_delta))
+
+
 def check_paths(cfg: ReleaseConfig, release_id: str | None = None) -> None:
     """Publish root, internal root and input are disjoint; a SQLite ledger lies outside the
     publish root; the release path is usable (when a ``release_id`` is given)."""

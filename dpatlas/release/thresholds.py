@@ -9,9 +9,14 @@ from pathlib import Path
 
 import yaml
 
-from dpatlas.core.config import SelectionConfig
+from dpatlas.core.config import SHIPPED_THRESHOLDS, SelectionConfig
 
-DEFAULT_THRESHOLDS = Path(__file__).parents[1] / "defaults" / "thresholds.yaml"
+DEFAULT_THRESHOLDS = SHIPPED_THRESHOLDS
+
+
+_FIX_THRESHOLD_FILE = (f"leave selection.threshold_file out to use the calibration shipped "
+                       f"with dpatlas ({SHIPPED_THRESHOLDS}), or write one with "
+                       "`dpatlas calibrate --out FILE`")
 
 
 def _calibration_file(sel: SelectionConfig) -> tuple[Path, dict]:
@@ -19,7 +24,7 @@ def _calibration_file(sel: SelectionConfig) -> tuple[Path, dict]:
     path = Path(sel.threshold_file)
     if not path.is_file():
         raise FileNotFoundError(f"selection.threshold_file not found: {path} "
-                                "(run `dpatlas calibrate --out FILE`)")
+                                f"({_FIX_THRESHOLD_FILE})")
     return path, yaml.safe_load(path.read_text()) or {}
 
 
@@ -33,7 +38,8 @@ def resolve_threshold(sel: SelectionConfig) -> float | None:
     try:
         return float(data["rules"][sel.rule]["threshold"])
     except (KeyError, TypeError):
-        raise ValueError(f"{path} has no threshold for rule '{sel.rule}'") from None
+        raise ValueError(f"{path} has no threshold for rule '{sel.rule}' "
+                         f"({_FIX_THRESHOLD_FILE})") from None
 
 
 def resolve_schedule(sel: SelectionConfig):
@@ -44,4 +50,5 @@ def resolve_schedule(sel: SelectionConfig):
     try:
         return schedule_from(data["rules"]["banded"])
     except (KeyError, TypeError):
-        raise ValueError(f"{path} has no bands for rule 'banded'") from None
+        raise ValueError(f"{path} has no bands for rule 'banded' "
+                         f"({_FIX_THRESHOLD_FILE})") from None

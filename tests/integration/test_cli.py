@@ -6,6 +6,7 @@ import yaml
 from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
 from tests.support.cli import OWN_SERVER
 from tests.support.cli import run_in_process as dpatlas  # exit codes and messages only
+from tests.support.inputs import set_test_cap
 
 
 def test_config_example_is_valid(tmp_path):
@@ -22,6 +23,10 @@ def test_config_example_is_valid(tmp_path):
     write_synthetic(tmp_path / "data", ["17"], seed=3, params=StateParams(n_tracts=20,
                                                                           counties=2))
     shutil.copy(DEFAULT_THRESHOLDS, tmp_path / "thresholds.yaml")
+    # without a lifetime cap a release would be refused, so config check says so (exit 2)
+    uncapped = dpatlas("config", "check", str(tmp_path / "c.yaml"))
+    assert uncapped.returncode == 2 and "no lifetime budget cap" in uncapped.stdout
+    set_test_cap(tmp_path / "c.yaml")
     check = dpatlas("config", "check", str(tmp_path / "c.yaml"))
     assert check.returncode == 0, check.stdout + check.stderr
     assert "one record per person and cell: verified" in check.stdout
@@ -58,6 +63,7 @@ def test_release_with_bad_input_exits_nonzero_and_publishes_nothing(tmp_path):
         {"input": {"path": str(data / "microdata"), "columns": {"person_id": "person_id"}},
          "boundaries": {"path": str(data / "tracts.parquet")},
          "selection": {"rule": "public", "threshold": 100}, "publish": {"root": "out"}}))
+    set_test_cap(tmp_path / "c.yaml")  # else refused for the missing cap, before validation
     res = dpatlas("release", "--config", str(tmp_path / "c.yaml"), cwd=tmp_path,
                   env=OWN_SERVER)
     assert res.returncode == 2, res.stdout + res.stderr

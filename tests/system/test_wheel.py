@@ -120,9 +120,16 @@ def test_the_wheel_installed_outside_the_checkout_runs_the_demo_and_the_audit(tm
     demo = subprocess.run([str(bin_dir / "dpatlas"), "demo", "--out", "demo"],
                           capture_output=True, text=True, cwd=work, env=env, timeout=900)
     assert demo.returncode == 0, demo.stdout + demo.stderr
-    # The selection thresholds came from the installed package, not the checkout.
+    # The selection thresholds came from the installed package, not the checkout (the demo
+    # config names none: the loaded config names the shipped one).
     config = yaml.safe_load((work / "demo" / "config.yaml").read_text())
-    thresholds = Path(config["selection"]["threshold_file"])
+    assert "threshold_file" not in config["selection"], config
+    loaded = subprocess.run(
+        [str(bin_dir / "python"), "-c", "from dpatlas.core.config import load_config; "
+         "print(load_config('demo/config.yaml').selection.threshold_file)"],
+        capture_output=True, text=True, cwd=work, env=env, timeout=300)
+    assert loaded.returncode == 0, loaded.stderr
+    thresholds = Path(loaded.stdout.strip())
     assert thresholds.is_relative_to(site_packages) and thresholds.is_file(), thresholds
 
     (release,) = [d for d in (work / "demo" / "releases").iterdir()

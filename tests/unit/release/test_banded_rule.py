@@ -13,7 +13,7 @@ import mechanisms as M
 from dpatlas.release import estimate as estimate_mod
 from dpatlas.release.allocate import plan
 from dpatlas.release.thresholds import DEFAULT_THRESHOLDS, resolve_schedule, resolve_threshold
-from dpatlas.core.config import SelectionConfig, parse_config
+from dpatlas.core.config import SHIPPED_THRESHOLDS, SelectionConfig, parse_config
 from dpatlas.release.estimate import estimate_partition, select_partition
 from dpatlas.release.manifest import selection_section
 from dpatlas.release.preflight import mechanisms_in_play
@@ -181,8 +181,10 @@ def banded_config(path, epsilon=2.0):
 def test_config_needs_the_calibration_file_and_reads_bands_from_it(tmp_path):
     with pytest.raises(ValueError, match="banded"):
         SelectionConfig(rule="banded", threshold=2.0)
-    with pytest.raises(ValueError, match="banded"):
-        SelectionConfig(rule="banded")
+    # no file named: the calibration shipped with the package, which holds the bands (issue 21)
+    shipped = SelectionConfig(rule="banded")
+    assert shipped.threshold_file == SHIPPED_THRESHOLDS
+    assert resolve_schedule(shipped)
     path = write_schedule(tmp_path)
     sel = SelectionConfig(rule="banded", threshold_file=path)
     assert resolve_schedule(sel) == check_schedule(SCHEDULE)
