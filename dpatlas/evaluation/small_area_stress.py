@@ -15,9 +15,13 @@ generator quietly satisfies:
   smooth structure than the one the model's bandwidths were chosen on.
 
 Truth: where the error law changes, the generator's line is no longer the mean of what is
-drawn (clipping at 0 and 1 bends it), so the estimand is each tract's own least-squares line
-(``stress.least_squares_line``, the interval evaluation's estimand); tracts whose x has no
-spread have none and are left out of the scores. ``narrow_x``, ``small``, ``large`` and
+drawn (clipping at 0 and 1, censoring and outliers bend it), so the estimand is each tract's
+*population line*: the least-squares line of the tract's parent ranks against the children's
+expected rank under the scenario's law, computed as the line through ``POPULATION_DRAWS``
+independent draws of every child at the tract's own x (the tract's sampling noise averaged
+out, as the generator's line is the estimand of the main evaluation; a tract's own observed
+line would add sampling error the model's D counts as noise). Tracts whose x has no spread
+have none and are left out of the scores. ``narrow_x``, ``small``, ``large`` and
 ``generator_variant`` keep the generator's line, as the main evaluation does (a narrow-x
 tract's own line read at 0.25 and 0.75 is an extrapolation nothing can estimate; the
 generator's line is what its children would get there). Counties: their
@@ -45,6 +49,7 @@ SCENARIOS = ("skewed", "heteroskedastic", "outliers", "censored", "narrow_x", "s
              "generator_variant")
 OWN_LINE_TRUTH = {"skewed", "heteroskedastic", "outliers", "censored"}
 OUTLIER_SHARE, CENSOR_AT, NARROW_HALF_WIDTH = 0.03, (0.15, 0.85), 0.025
+POPULATION_DRAWS = 40
 PARAMS = {"small": {"mean_tract_size": 15.0}, "large": {"mean_tract_size": 600.0},
           "generator_variant": {"spatial_share": 0.3, "county_share": 0.3,
                                 "length_scale_km": 20.0}}
@@ -58,8 +63,19 @@ def _errors(scenario: str, rng: np.random.Generator, x: np.ndarray) -> np.ndarra
     return rng.normal(0.0, NOISE_SD, x.size)
 
 
+def _children(scenario: str, rng: np.random.Generator, line: np.ndarray,
+              x: np.ndarray) -> np.ndarray:
+    """Child ranks drawn under the scenario's law around ``line`` (the true line at x)."""
+    y = line + _errors(scenario, rng, x)
+    if scenario == "outliers":
+        hit = rng.random(x.size) < OUTLIER_SHARE
+        y[hit] = rng.random(int(hit.sum()))
+    return np.clip(y, *CENSOR_AT) if scenario == "censored" else np.clip(y, 0.0, 1.0)
+
+
 def _redraw(state: SyntheticState, scenario: str) -> pd.DataFrame:
-    """The state's records with x (narrow_x) and y redrawn from the tract's true line."""
+    """The state's records with x (narrow_x) and y redrawn from the tract's true line; the
+    true line at each record's x in ``attrs["line"]``."""
     rng = np.random.default_rng([state.seed, 20, SCENARIOS.index(scenario)])
     df = state.records.copy()
     lines = df.attrs["truth"].set_index("geoid").loc[df["geoid"]]
@@ -68,13 +84,20 @@ def _redraw(state: SyntheticState, scenario: str) -> pd.DataFrame:
         centre = df.groupby("geoid")["parent_rank"].transform("mean").to_numpy()
         x = np.clip(centre + rng.uniform(-NARROW_HALF_WIDTH, NARROW_HALF_WIDTH, x.size), 0, 1)
         x = np.round(x, 2)
-    y = lines["intercept"].to_numpy() + lines["slope"].to_numpy() * x + _errors(scenario, rng, x)
-    if scenario == "outliers":
-        hit = rng.random(x.size) < OUTLIER_SHARE
-        y[hit] = rng.random(int(hit.sum()))
-    y = np.clip(y, *CENSOR_AT) if scenario == "censored" else np.clip(y, 0.0, 1.0)
-    df["parent_rank"], df["child_rank"] = x, np.round(y, 2)
+    line = lines["intercept"].to_numpy() + lines["slope"].to_numpy() * x
+    df["parent_rank"], df["child_rank"] = x, np.round(_children(scenario, rng, line, x), 2)
+    df.attrs["line"] = line
     return df
+
+
+def _population_line(df: pd.DataFrame, scenario: str, seed: int) -> dict[str, np.ndarray]:
+    """Per tract (sorted GEOID order), p25/p75 of the line through POPULATION_DRAWS draws of
+    every child at the tract's own x: its sampling noise averaged out."""
+    rng = np.random.default_rng([seed, 21, SCENARIOS.index(scenario)])
+    x, line = df["parent_rank"].to_numpy(dtype=float), df.attrs["line"]
+    y = np.concatenate([_children(scenario, rng, line, x) for _ in range(POPULATION_DRAWS)])
+    labels = np.tile(df["geoid"].to_numpy(), POPULATION_DRAWS)
+    return least_squares_line(TractBatch.from_labels(labels, np.tile(x, POPULATION_DRAWS), y))
 
 
 def stressed_state(seed: int, scenario: str, tracts: int | None = None) -> SyntheticState:
@@ -90,9 +113,9 @@ def stressed_state(seed: int, scenario: str, tracts: int | None = None) -> Synth
         return _with_county_truth(state, df, state.truth)
     batch = TractBatch.from_labels(df["geoid"].to_numpy(), df["parent_rank"].to_numpy(),
                                    df["child_rank"].to_numpy())
-    own = least_squares_line(batch)
+    population = _population_line(df, scenario, seed)
     truth = pd.DataFrame({"geoid": batch.labels.astype(str), "n": batch.n,
-                          "p25": own["p25"], "p75": own["p75"]})
+                          "p25": population["p25"], "p75": population["p75"]})
     return _with_county_truth(state, df, state.truth[["geoid"]].merge(truth, on="geoid",
                                                                        how="left"))
 
