@@ -110,3 +110,14 @@ def test_county_names_are_the_real_ones():
     assert len(names) == 100
     assert names["37119"] == "Mecklenburg" and names["37183"] == "Wake"
     assert names["37001"] == "Alamance"
+
+
+def test_demo_data_of_the_old_default_state_is_regenerated(tmp_path):
+    from dpatlas.cli.demo import demo_data_current
+    from dpatlas.evaluation.synthetic_input import write_synthetic
+
+    params = StateParams(n_tracts=20, counties=2)
+    write_synthetic(tmp_path / "old", ["17"], seed=0, params=params)  # before issue 21
+    write_synthetic(tmp_path / "new", ["37"], seed=0, params=params)
+    assert not demo_data_current(tmp_path / "old")
+    assert demo_data_current(tmp_path / "new")
