@@ -93,7 +93,8 @@ def test_synth_county_area_follows_tract_count():
     sizes = [1, 2, 5, 60, 13, 3, 30, 8, 1, 20]
     # Colorado: California's real coast cuts a county's cell in two, and the cut-off piece
     # joins a neighbour (7% of the county's area).
-    geoids = [f"08{2 * c + 1:03d}{100 * (t + 1):06d}" for c, n in enumerate(sizes) for t in range(n)]
+    geoids = [f"08{2 * c + 1:03d}{100 * (t + 1):06d}" for c, n in enumerate(sizes)
+              for t in range(n)]
     gdf = synth_boundaries(geoids, seed=3)
     outline = _state_outline("08", seed=3)
     assert_tiles(gdf, outline)
