@@ -121,3 +121,32 @@ def test_demo_data_of_the_old_default_state_is_regenerated(tmp_path):
     write_synthetic(tmp_path / "new", ["37"], seed=0, params=params)
     assert not demo_data_current(tmp_path / "old")
     assert demo_data_current(tmp_path / "new")
+
+
+def test_the_published_county_level_carries_real_county_names(tmp_path):
+    import json
+
+    import pandas as pd
+
+    from dpatlas.audit.checks import level_column_payer
+    from dpatlas.publication.geography import write_geojson_rfc7946
+    from dpatlas.publication.level_files import assemble_level, level_table_schema
+
+    geoids = list(tract_geoids("37", 6, 3)[0]) + list(tract_geoids("17", 4, 2)[0])
+    results = pd.DataFrame(columns=["level", "geoid", "cell", "n", "mechanism", "status",
+                                    "reason", "p25_raw", "p75_raw", "epsilon_spent",
+                                    "delta_spent"])  # no records: every county suppressed
+    table = assemble_level(results, synth_boundaries(geoids), "county", ["all"])
+    names = dict(zip(table["geoid"], table["name"]))
+    assert (names["37001"], names["37003"], names["37005"]) == ("Alamance", "Alexander",
+                                                                "Alleghany")
+    assert pd.isna(names["17001"])  # Illinois' counties here are synthetic: no name
+    write_geojson_rfc7946(table, tmp_path / "counties.geojson")
+    features = json.loads((tmp_path / "counties.geojson").read_text())["features"]
+    assert {f["properties"]["geoid"]: f["properties"]["name"] for f in features}["37005"] == \
+        "Alleghany"
+    fields = [f["name"] for f in level_table_schema(list(table.columns.drop("geometry")),
+                                                    "county")["fields"]]
+    assert fields.index("name") == fields.index("county") + 1
+    assert level_column_payer("name", "county") == "public"
+    assert level_column_payer("name", "state") is None
