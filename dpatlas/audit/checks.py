@@ -2057,7 +2057,8 @@ def check_formats(folder: Path, m: dict) -> str:
 LEVEL_DIGITS = {"county": 5, "state": 2}
 LEVEL_STEMS = {"county": "counties", "state": "states"}
 LEVEL_MECHANISM = "NoisyStats"
-LEVEL_PUBLIC_COLUMNS = ("geoid", "level", "state", "county", "cell", "n", "status", "geometry")
+LEVEL_PUBLIC_COLUMNS = ("geoid", "level", "state", "county", "name", "cell", "n", "status",
+                        "geometry")
 
 
 def level_step_names(level: str) -> tuple[str, str]:
@@ -2067,7 +2068,8 @@ def level_step_names(level: str) -> tuple[str, str]:
 
 def level_column_payer(column: str, level: str) -> str | None:
     estimate, interval = level_step_names(level)
-    if column in LEVEL_PUBLIC_COLUMNS and (column != "county" or level == "county"):
+    if column in LEVEL_PUBLIC_COLUMNS and (column not in ("county", "name")
+                                           or level == "county"):
         return "public"
     if column in VALUE_COLUMNS:
         return estimate

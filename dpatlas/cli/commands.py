@@ -272,7 +272,8 @@ def _one_line(err: BaseException) -> str:
 
 @app.command()
 def synth(out: Path = typer.Option(Path("data"), help="Output folder."),
-          states: str = typer.Option("17", help="Comma-separated state FIPS codes."),
+          states: str = typer.Option("37", help="Comma-separated state FIPS codes (37: North "
+                                     "Carolina, whose real counties hold the tracts)."),
           tracts: int = typer.Option(3108, help="Tracts per state."),
           seed: int = typer.Option(0, help="Seed (state i uses seed + i)."),
           ) -> None:
@@ -401,7 +402,7 @@ def demo(out: Path = typer.Option(Path("demo"), help="Folder for data, config an
     data = out / "data"
     with _guard():  # e.g. an unwritable --out: one line and exit 2, as for every operator error
         if not demo_data_current(data):
-            with console.status("generating the default synthetic state (Illinois-sized)"):
+            with console.status("generating the default synthetic state (North Carolina)"):
                 info = generate_demo_data(data)
             console.print(f"synthetic state: {info['records']:,} records in "
                           f"{info['tracts']:,} tracts -> {data}")

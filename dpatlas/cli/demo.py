@@ -1,4 +1,5 @@
-"""The embedded default: the synthetic Illinois-sized state, its release config and its ledger
+"""The embedded default: the synthetic state (North Carolina's real outline and counties,
+synthetic tracts and people), its release config and its ledger
 cap. One place for `dpatlas demo` and the benchmarks, so a benchmark runs what the demo runs
 (a copy of the config in a benchmark went stale once the person id became required)."""
 
@@ -11,11 +12,16 @@ DEMO_CAP_EPSILON, DEMO_CAP_DELTA = 10.0, 1e-5
 DEMO_VINTAGE = "synthetic (dpatlas synth, seed 0)"
 
 
+DEMO_STATE = "37"  # North Carolina: real outline and counties (dpatlas.publication.geography)
+
+
 def demo_data_current(data: Path) -> bool:
-    """The demo data exists and has the columns this version needs (a person id)."""
+    """The demo data exists, is of the demo's state and has the columns this version needs
+    (a person id)."""
     import pyarrow.dataset as ds
 
-    if not (data / "tracts.parquet").exists() or not (data / "microdata").is_dir():
+    if not (data / "tracts.parquet").exists() or not (data / "microdata"
+                                                       / f"state={DEMO_STATE}").is_dir():
         return False
     try:
         return "person_id" in ds.dataset(data / "microdata", partitioning="hive").schema.names
@@ -24,10 +30,10 @@ def demo_data_current(data: Path) -> bool:
 
 
 def generate_demo_data(data: Path) -> dict:
-    """Write the default state (seed 0, Illinois-sized) to ``data``; its summary."""
+    """Write the default state (seed 0, North Carolina) to ``data``; its summary."""
     from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
 
-    return write_synthetic(data, ["17"], 0, StateParams())
+    return write_synthetic(data, [DEMO_STATE], 0, StateParams())
 
 
 def release_config(data: Path, publish_root: Path, *, profile: str = "primary",

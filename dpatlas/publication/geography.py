@@ -4,17 +4,23 @@ The release is map-ready, so every tract needs a polygon. Real runs load the Cen
 TIGER/Line tract files (`load_boundaries`); runs on synthetic states (`dpatlas.evaluation.synthetic_input`) have no
 such file, so `synth_boundaries` draws a plausible geography for any list of tract GEOIDs:
 
-- each state is a seeded, irregular star-shaped polygon (about 3.5-4.3 degrees across) in its
-  own cell of a 12 x 5 grid over the continental US box, the cell nearest the real state;
-- the state is cut into counties by a capacity-constrained power diagram, so a county's area
-  is proportional to its number of tracts and tract areas stay comparable across counties;
+- each state is its real outline, at its real place (the 48 contiguous states, from
+  libpysal's bundled ``us_income`` example; Alaska, Hawaii, DC and Puerto Rico, which it does
+  not outline, get a seeded irregular polygon at about their place);
+- North Carolina's counties are its real counties (libpysal's ``sids2`` example: the 100
+  counties with their FIPS codes and names) when every county code of the GEOIDs is a real
+  one; other states (or other codes) are cut into synthetic counties by a
+  capacity-constrained power diagram, so a county's area is proportional to its number of
+  tracts and tract areas stay comparable across counties;
 - each county is cut into tracts by a Lloyd-relaxed Voronoi diagram clipped to the county
   (with power weights to even out tract sizes where Lloyd alone leaves them uneven);
 - tracts on the two sides of a county line are given the same vertices there.
 
-Every tract is then a single valid Polygon, tracts do not overlap, neighbouring tracts share
-their edges vertex for vertex (a valid polygon coverage), the tracts of a county make one
-contiguous region and those of a state tile the state polygon.
+Every tract is then a valid polygon (a single Polygon, except where an island too small for a
+tract of its own joins the nearest tract), tracts do not overlap, neighbouring tracts share
+their edges vertex for vertex (a valid polygon coverage), and the tracts of a county tile the
+county and those of a state tile the state. Real: outlines, FIPS codes, county names;
+synthetic: tracts, their codes and everything measured in them.
 """
 
 from __future__ import annotations
@@ -107,29 +113,21 @@ def _geoid_problems(geoids: pd.Series) -> list[str]:
 # --------------------------------------------------------------------------------------------
 # Synthetic boundaries
 
-# States sit in the cells of a grid over the continental US box, so they never overlap.
-_US_LON = (-124.0, -67.0)
-_US_LAT = (25.0, 49.0)
-_GRID_COLS, _GRID_ROWS = 12, 5  # 60 cells of 4.75 x 4.8 degrees for 52 states
-_CELL_MARGIN = 0.25  # degrees kept empty along each cell edge: neighbouring states never touch
+# Real outlines (issue 21 item 6): libpysal's bundled examples, read offline. ``us_income``
+# holds the 48 contiguous states, ``sids2`` North Carolina's 100 counties with their FIPS codes
+# and names. The shapefiles have no .prj; their metadata says unprojected longitude/latitude
+# (no datum), and they are used as EPSG:4326.
+_STATES_EXAMPLE = ("us_income", "us48.shp", "STATE_FIPS")
+_COUNTIES_EXAMPLE = {"37": ("sids2", "sids2.shp", "FIPS", "NAME")}
+# Islands smaller than this share of their state are left out of the outline: at this
+# resolution they are slivers, too small for a synthetic county of their own.
+_MIN_ISLAND_SHARE = 0.01
 
-# Approximate real centres (lon, lat), only used to give each state the grid cell nearest to
-# where it really is, so synthetic maps look roughly familiar. Alaska, Hawaii and Puerto Rico
-# are pulled into the box (north-west, south-west and south-east corners).
-_APPROX_CENTRE: dict[str, tuple[float, float]] = {
-    "01": (-86.8, 32.8), "02": (-152.0, 64.0), "04": (-111.7, 34.3), "05": (-92.4, 34.9),
-    "06": (-119.5, 37.2), "08": (-105.5, 39.0), "09": (-72.7, 41.6), "10": (-75.5, 39.0),
-    "11": (-77.0, 38.9), "12": (-82.5, 28.6), "13": (-83.4, 32.7), "15": (-157.0, 20.8),
-    "16": (-114.6, 44.4), "17": (-89.2, 40.0), "18": (-86.3, 39.9), "19": (-93.5, 42.1),
-    "20": (-98.4, 38.5), "21": (-85.3, 37.5), "22": (-92.0, 31.0), "23": (-69.2, 45.4),
-    "24": (-76.8, 39.0), "25": (-71.8, 42.3), "26": (-85.4, 44.3), "27": (-94.3, 46.3),
-    "28": (-89.7, 32.7), "29": (-92.5, 38.4), "30": (-109.6, 47.0), "31": (-99.8, 41.5),
-    "32": (-116.6, 39.3), "33": (-71.6, 43.7), "34": (-74.7, 40.2), "35": (-106.1, 34.4),
-    "36": (-75.5, 42.9), "37": (-79.4, 35.6), "38": (-100.5, 47.4), "39": (-82.8, 40.3),
-    "40": (-97.5, 35.6), "41": (-120.6, 43.9), "42": (-77.8, 40.9), "44": (-71.5, 41.7),
-    "45": (-80.9, 33.9), "46": (-100.2, 44.4), "47": (-86.3, 35.9), "48": (-99.3, 31.5),
-    "49": (-111.7, 39.3), "50": (-72.7, 44.1), "51": (-78.8, 37.5), "53": (-120.4, 47.4),
-    "54": (-80.6, 38.6), "55": (-89.8, 44.6), "56": (-107.6, 43.0), "72": (-66.5, 18.2),
+# States the library does not outline (Alaska, Hawaii, DC, Puerto Rico): a synthetic,
+# irregular polygon of this span (degrees) at about the real place (lon, lat).
+_BLOB_PLACE: dict[str, tuple[float, float, float]] = {
+    "02": (-152.0, 64.0, 4.0), "11": (-77.02, 38.91, 0.1), "15": (-157.0, 20.8, 1.5),
+    "72": (-66.5, 18.2, 1.0),
 }
 
 _OUTLINE_VERTICES = 96
@@ -148,27 +146,69 @@ _STITCH_TOLERANCE = 1e-9  # degrees (0.1 mm): vertices this close to a county li
 _OUTLINE_STREAM, _COUNTY_STREAM, _TRACT_STREAM = 0, 1, 2
 
 
+def _example_path(example: str, file_name: str) -> Path:
+    """A file of one of libpysal's built-in examples: data files in its package folder (they
+    are in its wheel, no download). Found without importing libpysal, which takes seconds (it
+    loads scikit-learn) and, on import, creates a data folder in the user's home."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("libpysal")
+    if spec is None or not spec.submodule_search_locations:
+        raise BoundaryError("synthetic boundaries need libpysal's bundled outlines: "
+                            "pip install libpysal (see requirements.lock)")
+    return Path(spec.submodule_search_locations[0]) / "examples" / example / file_name
+
+
+@functools.lru_cache(maxsize=None)
+def _example_frame(example: str, file_name: str) -> gpd.GeoDataFrame:
+    """A shapefile bundled with libpysal, in EPSG:4326 (it has no .prj: see above)."""
+    return gpd.read_file(_example_path(example, file_name), engine="pyogrio").set_crs(CRS)
+
+
 @functools.lru_cache(maxsize=1)
-def _state_cell_centres() -> dict[str, tuple[float, float]]:
-    """Each state's grid cell centre: the assignment of states to cells that moves them least."""
-    from scipy.optimize import linear_sum_assignment
-
-    width = (_US_LON[1] - _US_LON[0]) / _GRID_COLS
-    height = (_US_LAT[1] - _US_LAT[0]) / _GRID_ROWS
-    cols, rows = np.meshgrid(np.arange(_GRID_COLS), np.arange(_GRID_ROWS))
-    centres = np.column_stack([_US_LON[0] + (cols.ravel() + 0.5) * width,
-                               _US_LAT[0] + (rows.ravel() + 0.5) * height])
-    codes = sorted(STATE_FIPS)
-    wanted = np.array([_APPROX_CENTRE[c] for c in codes])
-    wanted = np.column_stack([np.clip(wanted[:, 0], *_US_LON), np.clip(wanted[:, 1], *_US_LAT)])
-    cost = ((wanted[:, None, :] - centres[None, :, :]) ** 2).sum(axis=2)
-    state_idx, cell_idx = linear_sum_assignment(cost)
-    return {codes[s]: (float(centres[c, 0]), float(centres[c, 1]))
-            for s, c in zip(state_idx, cell_idx)}
+def _real_state_outlines() -> dict[str, object]:
+    """The 48 contiguous states' outlines by FIPS code, without their smallest islands."""
+    example, file_name, fips = _STATES_EXAMPLE
+    frame = _example_frame(example, file_name)
+    outlines = {}
+    for code, geometry in zip(frame[fips].astype(str), frame.geometry):
+        parts = _polygon_parts(geometry)
+        kept = [p for p in parts if p.area >= _MIN_ISLAND_SHARE * geometry.area]
+        outlines[code] = kept[0] if len(kept) == 1 else shapely.MultiPolygon(kept)
+    return outlines
 
 
-def _state_outline(state_fips: str, seed: int = 0) -> Polygon:
-    """The synthetic state's polygon: irregular, star-shaped (hence simple), inside its cell."""
+@functools.lru_cache(maxsize=None)
+def _real_county_frame(state_fips: str) -> pd.DataFrame | None:
+    """The state's real counties (``county``: 5-digit FIPS, ``name``, ``geometry``), or None."""
+    if state_fips not in _COUNTIES_EXAMPLE:
+        return None
+    example, file_name, fips, name = _COUNTIES_EXAMPLE[state_fips]
+    frame = _example_frame(example, file_name)
+    return pd.DataFrame({"county": frame[fips].astype(str), "name": frame[name].astype(str),
+                         "geometry": frame.geometry.to_numpy()}).set_index("county").sort_index()
+
+
+def county_names() -> dict[str, str]:
+    """Real county names by 5-digit FIPS code, for the states whose counties are outlined
+    (North Carolina): public facts, e.g. for searching the map by county name."""
+    names = {}
+    for state_fips in _COUNTIES_EXAMPLE:
+        names.update(_real_county_frame(state_fips)["name"].to_dict())
+    return names
+
+
+def _real_counties(state_fips: str, counties: Sequence[str]) -> np.ndarray | None:
+    """The real polygons of these 5-digit county codes, if the library outlines every one."""
+    frame = _real_county_frame(state_fips)
+    if frame is None or not set(counties) <= set(frame.index):
+        return None
+    return frame.loc[list(counties), "geometry"].to_numpy()
+
+
+def _blob_outline(state_fips: str, seed: int = 0) -> Polygon:
+    """An irregular, star-shaped (hence simple) polygon at the state's place: for the states
+    the library does not outline."""
     rng = np.random.default_rng([seed, int(state_fips), _OUTLINE_STREAM])
     n = _OUTLINE_VERTICES
     # Jitter stays below half a step, so the angles keep increasing and the ring cannot cross.
@@ -181,13 +221,23 @@ def _state_outline(state_fips: str, seed: int = 0) -> Polygon:
     aspect = math.exp(rng.uniform(-0.3, 0.3))
     x, y = radius * np.cos(theta) * aspect, radius * np.sin(theta) / aspect
 
-    cx, cy = _state_cell_centres()[state_fips]
-    width = (_US_LON[1] - _US_LON[0]) / _GRID_COLS - 2 * _CELL_MARGIN
-    height = (_US_LAT[1] - _US_LAT[0]) / _GRID_ROWS - 2 * _CELL_MARGIN
-    scale = min(width / np.ptp(x), height / np.ptp(y)) * rng.uniform(0.85, 1.0)
+    cx, cy, span = _BLOB_PLACE[state_fips]
+    scale = span / max(np.ptp(x), np.ptp(y))
     x = cx + (x - (x.min() + x.max()) / 2) * scale
     y = cy + (y - (y.min() + y.max()) / 2) * scale
     return Polygon(np.column_stack([x, y]))
+
+
+def _state_outline(state_fips: str, seed: int = 0):
+    """The state's outline: the real one (48 states), else a synthetic polygon at its place,
+    less any real state it reaches (DC's, between Maryland and Virginia). ``seed`` shapes only
+    the synthetic ones."""
+    real = _real_state_outlines()
+    if state_fips in real:
+        return real[state_fips]
+    blob = _blob_outline(state_fips, seed)
+    neighbours = [o for o in real.values() if o.intersects(blob)]
+    return _polygon_parts(blob.difference(shapely.union_all(neighbours)))[0] if neighbours else blob
 
 
 def _sample_inside(region, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -370,9 +420,47 @@ def _fit_weights(sites: np.ndarray, weights: np.ndarray, targets: np.ndarray, re
     return diagram
 
 
-def _county_regions(outline: Polygon, tract_counts: np.ndarray,
-                    rng: np.random.Generator) -> np.ndarray:
-    """Cut the state into counties with areas proportional to ``tract_counts``.
+def _largest_remainders(weights: np.ndarray, n: int) -> np.ndarray:
+    """``n`` split into whole numbers in proportion to ``weights`` (largest remainders)."""
+    quota = n * weights / weights.sum()
+    counts = np.floor(quota).astype(int)
+    counts[np.argsort(counts - quota, kind="stable")[:n - counts.sum()]] += 1
+    return counts
+
+
+def _per_part(region, n: int) -> tuple[list[Polygon], np.ndarray, list[Polygon]]:
+    """A region's polygon parts (largest first) with ``n`` units shared among them by area:
+    the parts given some, their numbers, and the parts given none (small islands)."""
+    parts = _polygon_parts(region)
+    counts = _largest_remainders(shapely.area(parts), n)  # the largest part gets one if n >= 1
+    given = counts > 0
+    return ([p for p, g in zip(parts, given) if g], counts[given],
+            [p for p, g in zip(parts, given) if not g])
+
+
+def _join_nearest(cells: np.ndarray, pieces: list[Polygon]) -> np.ndarray:
+    """Each piece given no cell of its own (an island) joins the cell nearest to it."""
+    cells = np.array(cells, dtype=object)
+    for piece in pieces:
+        j = int(np.argmin(shapely.distance(cells, piece)))
+        cells[j] = shapely.union(cells[j], piece)
+    return cells
+
+
+def _county_regions(outline, tract_counts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Cut the state into counties with areas proportional to ``tract_counts``; a state of
+    several parts (islands, peninsulas) gets counties on each part in proportion to its area."""
+    parts, counties_per_part, islands = _per_part(outline, len(tract_counts))
+    regions, first = [], 0
+    for part, k in zip(parts, counties_per_part):
+        regions.append(_county_cells(part, tract_counts[first:first + k], rng))
+        first += k
+    return _join_nearest(np.concatenate(regions), islands)
+
+
+def _county_cells(outline: Polygon, tract_counts: np.ndarray,
+                  rng: np.random.Generator) -> np.ndarray:
+    """Cut a polygon into counties with areas proportional to ``tract_counts``.
 
     A capacity-constrained power diagram: fit the weights to the target areas, move each site
     to its cell's centroid (which makes counties compact rather than long and thin), repeat.
@@ -407,6 +495,14 @@ def _clipped_voronoi(points: np.ndarray, region) -> np.ndarray:
 
 
 def _tract_cells(region, n: int, rng: np.random.Generator) -> np.ndarray:
+    """Cut a county into ``n`` tracts of similar size; a county of several parts (a real one
+    split by a sound or a river) gets tracts on each part in proportion to its area."""
+    parts, tracts_per_part, islands = _per_part(region, n)
+    cells = [_polygon_tract_cells(part, k, rng) for part, k in zip(parts, tracts_per_part)]
+    return _join_nearest(np.concatenate(cells), islands)
+
+
+def _polygon_tract_cells(region: Polygon, n: int, rng: np.random.Generator) -> np.ndarray:
     """Cut a county into ``n`` tracts of similar size: Lloyd-relaxed Voronoi, clipped; if the
     sizes still differ a lot (a long, thin county), power cells fitted to equal areas."""
     if n == 1:
@@ -431,9 +527,10 @@ def _tract_cells(region, n: int, rng: np.random.Generator) -> np.ndarray:
 def _synth_state(state_fips: str, geoids: list[str], seed: int) -> tuple[list[str], list]:
     counties = pd.Series(geoids, dtype=object).groupby([g[:5] for g in geoids]).agg(sorted)
     counts = counties.map(len).to_numpy(dtype=float)
-    outline = _state_outline(state_fips, seed)
-    regions = _county_regions(outline, counts, np.random.default_rng([seed, int(state_fips),
-                                                                      _COUNTY_STREAM]))
+    regions = _real_counties(state_fips, list(counties.index))
+    if regions is None:  # synthetic counties inside the state's outline
+        regions = _county_regions(_state_outline(state_fips, seed), counts,
+                                  np.random.default_rng([seed, int(state_fips), _COUNTY_STREAM]))
     tract_rng = np.random.default_rng([seed, int(state_fips), _TRACT_STREAM])
     tracts = [_tract_cells(region, len(county_geoids), tract_rng)
               for region, county_geoids in zip(regions, counties)]
@@ -477,9 +574,10 @@ def synth_boundaries(geoids: Sequence[str], seed: int = 0) -> gpd.GeoDataFrame:
     """Synthetic tract polygons for the given 11-digit GEOIDs (any number of states).
 
     Returns columns ``geoid``, ``state`` (2 digits), ``county`` (5 digits: state + county) and
-    ``geometry`` in EPSG:4326, one row per GEOID, sorted by GEOID. Each state is its own
-    irregular polygon, away from the others; its counties tile it, with areas proportional to
-    their numbers of tracts; each county's tracts tile the county. The same GEOIDs and seed
+    ``geometry`` in EPSG:4326, one row per GEOID, sorted by GEOID. Each state is its real
+    outline at its real place (see the module docstring); its counties tile it (North
+    Carolina's real counties, synthetic ones elsewhere, with areas proportional to their
+    numbers of tracts); each county's tracts tile the county. The same GEOIDs and seed
     give the same polygons, and a state's polygons do not depend on the other states listed.
     """
     codes = pd.Series(list(geoids), dtype=object)

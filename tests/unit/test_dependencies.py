@@ -17,7 +17,10 @@ from tests.support.paths import REPO
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 SHIPPED = ("dpatlas", "mechanisms", "flows", "tasks", "data_contracts", "deploy")
 # Declared, never imported, and why (each must say so in pyproject.toml too).
-NOT_IMPORTED = {"fastapi": "a constraint: Prefect's server breaks on fastapi 0.151+"}
+NOT_IMPORTED = {"fastapi": "a constraint: Prefect's server breaks on fastapi 0.151+",
+                "libpysal": "data only: its bundled example shapefiles (real state and county "
+                            "outlines) are read from its package folder; importing it takes "
+                            "seconds"}
 
 
 def _requirements(specs: list[str]) -> dict[str, Requirement]:
