@@ -245,11 +245,11 @@ def write_map(table: gpd.GeoDataFrame, path: Path, title: str,
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
-    fig = Figure(figsize=MAP_FIGSIZE_INCHES)
-    FigureCanvasAgg(fig)
-    ax = fig.subplots()
     geoms = table.geometry.to_numpy()
     drawn = _drawn(geoms)
+    fig = Figure(figsize=map_figsize(geoms[drawn], table.crs))
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
     status = table["status"].to_numpy()
     released = status == "released"
     p25 = table["p25"].to_numpy(dtype=float)
@@ -309,9 +309,9 @@ def _add_choropleth(ax, geoms: np.ndarray, p25: np.ndarray) -> None:
     bounds = [0.0, *colours.BREAKS, 1.0]
     scale = ScalarMappable(BoundaryNorm(bounds, len(colours.CLASS_COLOURS)),
                            ListedColormap(colours.CLASS_COLOURS))
-    bar = ax.figure.colorbar(scale, ax=ax, shrink=0.6, spacing="uniform", ticks=bounds,
-                             label="p25: child rank at parent rank 25 (DP); classes as the "
-                                   "web map's")
+    bar = ax.figure.colorbar(scale, ax=ax, shrink=0.6, spacing="uniform", ticks=bounds)
+    # the label above the bar, not along it: along it, it sets the figure's height
+    bar.ax.set_title("p25 (DP)\nweb map\nclasses", fontsize=7, loc="left")
     bar.ax.tick_params(labelsize=7)
 
 
@@ -347,6 +347,20 @@ def polygon_paths(geoms: np.ndarray) -> list:
     codes[ring_starts[1:] - 1] = MplPath.CLOSEPOLY
     cuts = ring_starts[geom_rings]
     return [MplPath(coords[a:b], codes[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
+
+
+def map_figsize(geoms: np.ndarray, crs) -> tuple[float, float]:
+    """The PNG's size in inches: MAP_FIGSIZE_INCHES' width, and a height that follows the
+    area's shape (height/width on the ground, within [0.3, 1.6] of the width) plus room for the
+    title and legend, so that a wide state (North Carolina) is not drawn between empty bands."""
+    width, _ = MAP_FIGSIZE_INCHES
+    if not len(geoms):
+        return MAP_FIGSIZE_INCHES
+    minx, miny, maxx, maxy = shapely.total_bounds(geoms)
+    across = (maxx - minx) * (np.cos(np.deg2rad((miny + maxy) / 2))
+                              if crs is not None and crs.is_geographic else 1.0)
+    shape = (maxy - miny) / across if across > 0 else 1.0
+    return width, float(width * np.clip(shape, 0.3, 1.6) + 1.2)
 
 
 def _set_map_aspect(ax, geoms: np.ndarray, crs) -> None:
