@@ -1988,10 +1988,11 @@ def _compare(fmt: str, rows: list[dict], table: dict, columns: list[str], *,
             else:
                 got = row[c]
             if not _same_value(ref[c], got, missing_is_empty=missing_is_empty):
-                differing.setdefault(c, []).append(key[0])
+                # a dict keyed by row: vector tiles repeat a feature in every tile it crosses
+                differing.setdefault(c, {})[key] = key[0]
     for c, geoids in differing.items():
         problems.append(f"{fmt}: {c} differs from {reference} in {len(geoids)} row(s), "
-                        f"e.g. {geoids[0]}")
+                        f"e.g. {next(iter(geoids.values()))}")
     if complete and len(seen) != len(table):
         problems.append(f"{fmt} has {len(seen)} of the table's {len(table)} rows")
     return problems
