@@ -184,7 +184,11 @@ def test_map_png_is_written_with_the_hatch_only_when_asked(table, tmp_path):
     write_map(table, tmp_path / "hatched.png", "t", MAX_WIDTH)
     write_map(table, tmp_path / "plain.png", "t", None)
     hatched_png, plain_png = read_png(tmp_path / "hatched.png"), read_png(tmp_path / "plain.png")
-    assert hatched_png.shape[:2] == plain_png.shape[:2] == (880, 770)  # 7 x 8 in at 110 dpi
+    # the figure's size follows the area's shape (map_figsize), at MAP_DPI
+    from dpatlas.publication.tract_files import MAP_DPI, map_figsize
+    width, height = map_figsize(table.geometry.to_numpy(), table.crs)
+    assert hatched_png.shape[:2] == plain_png.shape[:2] == (round(height * MAP_DPI),
+                                                            round(width * MAP_DPI))
     differ = np.abs(hatched_png - plain_png)[..., :3].max(axis=2) > 0.1
     assert differ.mean() > 0.01  # the hatch (and its legend entry) drawn
     assert set(plt.get_fignums()) == before  # no pyplot figure left open
@@ -207,7 +211,9 @@ def test_png_colours_each_tract_by_the_web_maps_class_of_its_p25(tmp_path):
     from dpatlas.publication import colours
 
     values = [0.1, 0.25, 0.45, 0.55, 0.75, 0.9]
-    squares = [box(i, 0, i + 1, 1) for i in range(len(values) + 2)]
+    # a 4 x 2 block of squares (the PNG's height follows the area's shape: a strip would be
+    # drawn small)
+    squares = [box(i % 4, i // 4, i % 4 + 1, i // 4 + 1) for i in range(len(values) + 2)]
     t = gpd.GeoDataFrame({"status": ["released"] * len(values) + ["suppressed", "failed"],
                           "p25": values + [np.nan, np.nan]}, geometry=squares, crs=None)
     write_map(t, tmp_path / "classes.png", "t", None)
