@@ -188,8 +188,12 @@ def footprint(table: gpd.GeoDataFrame) -> dict:
 def _union(geoms: np.ndarray):
     """Union of tract polygons: the fast coverage union when the tracts form a valid coverage
     (edges shared vertex for vertex, as TIGER/Line and the synthetic tracts do), else the
-    general overlay union."""
-    union = shapely.coverage_union_all(geoms)
+    general overlay union (GEOS raises on some such inputs rather than returning a bad union:
+    tracts cut from real outlines whose neighbours do not share every vertex)."""
+    try:
+        union = shapely.coverage_union_all(geoms)
+    except shapely.errors.GEOSException:
+        return shapely.union_all(geoms)
     if shapely.is_valid(union) and np.isclose(union.area, shapely.area(geoms).sum(), rtol=1e-6):
         return union
     return shapely.union_all(geoms)
