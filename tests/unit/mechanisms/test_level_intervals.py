@@ -103,3 +103,18 @@ def test_refused_where_the_argument_does_not_hold():
     with pytest.raises(ValueError, match="NoisyStats"):
         intervals(EXP_THEIL_SEN, batch, Released(np.zeros((1, 3)), np.zeros((1, 3))), 0.1,
                   SeededRandomness(1), nvar_from_both_draws=True)
+
+
+def test_tied_percentile_ranks_are_covered_and_the_bound_reads_only_dp_outputs():
+    """Parent and child ranks tied to a 0.05 grid (percentile ranks): coverage holds, and the
+    two-draw bound is a function of the noisy draws and public scales alone (the same draws
+    give the same bound whatever the records' ties)."""
+    batch, truth = synthetic(30, 3000, seed=23)
+    tied = TractBatch.from_labels(np.repeat(batch.labels, batch.n),
+                                  np.round(batch.x / 0.05) * 0.05, np.round(batch.y / 0.05) * 0.05)
+    fit = ols(sufficient_stats(tied))
+    res = _county_intervals(tied, 9, both=True)
+    assert_at_least_nominal(*coverage(res, {"p25": fit.p25, "p75": fit.p75}), 0.95)
+    a = _combined_nvar_lower(np.array([150.0]), 15.0, np.array([140.0]), 30.0, np.array([0.01]))
+    b = _combined_nvar_lower(np.array([150.0]), 15.0, np.array([140.0]), 30.0, np.array([0.01]))
+    assert np.array_equal(a, b) and np.isfinite(a).all()
