@@ -314,23 +314,24 @@ def _noisy_stats_intervals(batch, released, eps, rand, level, meter,
     # event: its probability P(L1 >= floor − nvar) is at least p_pub, its value at the lower
     # bound so far, and any event of L1 has at most 1/p_pub times its probability given it.
     floor = max(float(released.nvar_floor), 0.0)
-    nvar_lo, nvar_hi = _two_sided(nvar2_t, _scale(1.0 - 1.0 / n, eps / 2), _GAMMA_NVAR * a / 2)
+    b_own = _scale(1.0 - 1.0 / n, eps / 2)
+    nvar_lo, nvar_hi = _two_sided(nvar2_t, b_own, _GAMMA_NVAR * a / 2)
     p_pub = _published_probability(floor - np.maximum(nvar_lo, 0.0), b_nvar)
     tail1 = 2 * (_GAMMA_NVAR * a / 4) * p_pub  # P(L1 > c1) must be this: no bound if 0
-    # Where the interval's own draw does not already make the lower bound positive, the
-    # released draw's bound takes a tiny part of that share (so is wider): a failure of its
-    # bound is what makes an interval narrow where nvar is near 0 (a draw far in its tail,
-    # which a selection floor even picks out), and there those failures were most of the
-    # map's "reliable" intervals (issue 18: narrow x at ε = 8, small tracts at ε = 1). The
-    # two parts sum to tail1, so the level is kept.
-    tail_strict = tail1 * _STRICT_SHARE
-    c1 = _laplace_tail_bound(b_nvar, tail1 - tail_strict)
-    c1_strict = _laplace_tail_bound(b_nvar, tail_strict)
     if nvar_from_both_draws:
-        own_scale = _scale(1.0 - 1.0 / n, eps / 2)
-        nvar_lo = np.maximum(nvar_lo, _combined_nvar_lower(nvar_t, b_nvar, nvar2_t, own_scale,
-                                                           _GAMMA_NVAR * a / 2 * p_pub))
+        # the released draw's whole share goes to the lower bound from both draws
+        nvar_lo = np.maximum(nvar_lo, _combined_nvar_lower(nvar_t, b_nvar, nvar2_t, b_own,
+                                                           tail1))
     else:
+        # Where the interval's own draw does not already make the lower bound positive, the
+        # released draw's bound takes a tiny part of that share (so is wider): a failure of
+        # its bound is what makes an interval narrow where nvar is near 0 (a draw far in its
+        # tail, which a selection floor even picks out), and there those failures were most
+        # of the map's "reliable" intervals (issue 18: narrow x at ε = 8, small tracts at
+        # ε = 1). The two parts sum to tail1, so the level is kept.
+        tail_strict = tail1 * _STRICT_SHARE
+        c1 = _laplace_tail_bound(b_nvar, tail1 - tail_strict)
+        c1_strict = _laplace_tail_bound(b_nvar, tail_strict)
         nvar_lo = np.maximum(nvar_lo, nvar_t - np.where(nvar_lo > 0, c1, c1_strict))
         nvar_hi = np.minimum(nvar_hi, nvar_t + c1)
     nvar_hi = np.minimum(nvar_hi, n / 4)  # n/4: ranks on [0, 1]

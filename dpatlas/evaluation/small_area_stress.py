@@ -37,7 +37,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
-from mechanisms.batch import X_HIGH, X_LOW, TractBatch
+from mechanisms.batch import TractBatch
 
 from dpatlas.evaluation.small_area_eval import (DEFAULT_SPLIT, SPLITS, SyntheticState, _markdown,
                                                 release_with_model, score, synthetic_state)
@@ -127,7 +127,6 @@ def _with_county_truth(state: SyntheticState, df: pd.DataFrame,
     cl = least_squares_line(cb)
     county_truth = pd.DataFrame({"geoid": cb.labels.astype(str), "p25": cl["p25"],
                                  "p75": cl["p75"]})
-    assert X_LOW == 0.25 and X_HIGH == 0.75  # the lines above are read at these
     return SyntheticState(df, truth, county_truth, state.boundaries, state.seed)
 
 
