@@ -18,7 +18,7 @@ from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
 
 from tests.support.cli import NO_SERVER
 from tests.support.cli import run_in_process as dpatlas  # in-process: exit codes and output
-from tests.support.cli import run_subprocess
+from tests.support.cli import refusal_block, run_subprocess
 
 # A narrow pipe: rich would wrap and cut here (the issue's logs were cut at 80 columns).
 PIPE_80 = {**NO_SERVER, "COLUMNS": "80"}
@@ -30,17 +30,6 @@ def demo_layout(folder: Path, tracts: int = 30) -> Path:
     write_synthetic(folder / "data", ["17"], seed=3, params=StateParams(n_tracts=tracts,
                                                                          counties=2))
     return folder
-
-
-def error_block(res) -> str:
-    """The refusal: exit 2, no traceback, one `error:` line and indented lines after it."""
-    assert res.returncode == 2, res.stdout + res.stderr
-    assert "Traceback" not in res.stdout + res.stderr
-    lines = [ln for ln in res.stdout.splitlines() if ln.strip()]
-    first = [i for i, ln in enumerate(lines) if ln.startswith("error:")]
-    assert len(first) == 1, res.stdout
-    assert all(ln.startswith(" ") for ln in lines[first[0] + 1:]), res.stdout
-    return "\n".join(lines[first[0]:])
 
 
 def ledger_charges(db: Path) -> int:
@@ -68,7 +57,7 @@ def test_the_example_config_runs_as_printed_against_the_demo_layout(tmp_path):
     check = dpatlas("config", "check", config)
     assert "ok input" in check.stdout and "ok boundaries" in check.stdout, check.stdout
     assert "ok selection threshold" in check.stdout, check.stdout
-    block = error_block(check)
+    block = refusal_block(check)
     assert "would be refused (1 problem)" in block and "no lifetime budget cap" in block, block
     assert "dpatlas ledger set-cap" in block
 
@@ -99,7 +88,7 @@ def test_a_missing_threshold_file_points_to_the_shipped_one(tmp_path):
     doc = yaml.safe_load(dpatlas("config", "example").stdout)
     doc["selection"]["threshold_file"] = "thresholds.yaml"  # the old example's file
     (demo / "c.yaml").write_text(yaml.safe_dump(doc))
-    block = error_block(dpatlas("config", "check", demo / "c.yaml"))
+    block = refusal_block(dpatlas("config", "check", demo / "c.yaml"))
     assert "selection.threshold_file not found" in block, block
     assert "leave selection.threshold_file out" in block and "shipped" in block, block
     assert "dpatlas calibrate" in block
@@ -147,7 +136,7 @@ def test_config_check_reports_every_problem_at_once(tmp_path):
     doc["boundaries"]["path"] = "data/no-such-tracts.parquet"
     doc["selection"]["threshold_file"] = "missing-thresholds.yaml"
     (demo / "c.yaml").write_text(yaml.safe_dump(doc))
-    block = error_block(dpatlas("config", "check", demo / "c.yaml"))
+    block = refusal_block(dpatlas("config", "check", demo / "c.yaml"))
     assert "(4 problems)" in block, block
     for said in ("input not found", "boundaries not found", "missing-thresholds.yaml",
                  "no lifetime budget cap"):
@@ -170,7 +159,7 @@ def test_a_release_without_a_cap_is_refused_before_the_ingest(tmp_path):
     t0 = time.perf_counter()
     res = dpatlas("release", "-c", config, "--release-id", "r1")  # Prefect URL: a dead one
     took = time.perf_counter() - t0
-    block = error_block(res)
+    block = refusal_block(res)
     assert "no lifetime budget cap" in block and "nothing was read or charged" in block, block
     assert "expect_" not in res.stdout  # no validation ran
     assert not (demo / "internal").exists()  # no staged copy, no report, no lock
@@ -182,7 +171,7 @@ def test_a_release_without_a_cap_is_refused_before_the_ingest(tmp_path):
 def test_every_refusal_before_the_ingest_is_said_at_once(tmp_path):
     demo = demo_layout(tmp_path / "demo")
     config = _uncapped_config(demo, threshold_file="gone.yaml")
-    block = error_block(dpatlas("release", "-c", config, "--release-id", "r1"))
+    block = refusal_block(dpatlas("release", "-c", config, "--release-id", "r1"))
     assert "2 problems" in block and "gone.yaml" in block and "no lifetime budget cap" in block
     assert not (demo / "internal").exists()
 
@@ -224,7 +213,7 @@ def test_a_cap_below_the_spend_needs_force_and_says_what_it_means(tmp_path):
         return dpatlas("ledger", "set-cap", "-c", config, "--dataset", "default", "--epsilon",
                        "2", "--delta", "1e-5", "--reason", "stop releases", *extra)
 
-    refused = " ".join(error_block(set_cap()).split())
+    refused = " ".join(refusal_block(set_cap()).split())
     assert "below what it has already spent" in refused and "--force" in refused, refused
     assert "no release of it could be charged" in refused, refused
     with Ledger(cfg.ledger.url, create=False) as ledger:

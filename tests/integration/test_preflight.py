@@ -13,7 +13,7 @@ import yaml
 
 from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
 
-from tests.support.cli import ENV, OWN_SERVER
+from tests.support.cli import ENV, OWN_SERVER, refusal_block
 from tests.support.cli import run_in_process as dpatlas  # refusals: exit codes and messages
 from tests.support.inputs import write_config
 from tests.support.paths import CRASH_AT
@@ -46,13 +46,7 @@ def charges(tmp: Path) -> int:
 
 
 def one_line_error(res) -> str:
-    assert res.returncode == 2, res.stdout + res.stderr
-    assert "Traceback" not in res.stdout + res.stderr
-    lines = [ln for ln in res.stdout.splitlines() if ln.strip()]
-    errors = [i for i, ln in enumerate(lines) if ln.startswith("error:")]
-    assert len(errors) == 1, res.stdout
-    # said last; a config error may list one indented line per offending key after it
-    assert all(ln.startswith(" ") for ln in lines[errors[0] + 1:]), res.stdout
+    refusal_block(res)  # said last; a config error may list one indented line per key after it
     return res.stdout
 
 

@@ -53,3 +53,15 @@ def run_in_process(*args, cwd=None, env=None) -> subprocess.CompletedProcess:
     if res.exception is not None and not isinstance(res.exception, SystemExit):
         stderr += "".join(traceback.format_exception(res.exception))
     return subprocess.CompletedProcess(list(args), res.exit_code, res.stdout, stderr)
+
+
+def refusal_block(res) -> str:
+    """An operator refusal's text: exit 2, no traceback, exactly one `error:` line, said last
+    (only indented lines after it, e.g. one per offending key); returns it and what follows."""
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "Traceback" not in res.stdout + res.stderr
+    lines = [ln for ln in res.stdout.splitlines() if ln.strip()]
+    errors = [i for i, ln in enumerate(lines) if ln.startswith("error:")]
+    assert len(errors) == 1, res.stdout
+    assert all(ln.startswith(" ") for ln in lines[errors[0] + 1:]), res.stdout
+    return "\n".join(lines[errors[0]:])

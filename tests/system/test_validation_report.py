@@ -27,6 +27,7 @@ from prefect.testing.utilities import prefect_test_harness  # noqa: E402
 from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic  # noqa: E402
 from dpatlas.publication.webmap import screenshot as B  # noqa: E402
 from dpatlas.release import validation_report as R  # noqa: E402
+from tests.support.browser import browser  # noqa: E402,F401 (the shared Chromium fixture)
 from tests.support.inputs import write_config  # noqa: E402
 from tests.support.paths import REPO  # noqa: E402
 
@@ -67,18 +68,6 @@ def release(tmp_path_factory) -> dict:
     stored = [p for p in (internal / "gx" / "gx" / "uncommitted" / "validations").rglob("*.json")]
     partitions = json.loads((internal / "validation.json").read_text())["partitions"]
     return {"internal": internal, "stored": stored, "partitions": partitions}
-
-
-@pytest.fixture(scope="module")
-def browser():
-    """Headless system Chromium; a missing browser FAILS the test, with how to install it."""
-    try:
-        with B.sync_playwright() as playwright:
-            launched = B.launch_chromium(playwright)
-            yield launched
-            launched.close()
-    except B.BrowserMissing as err:
-        pytest.fail(f"{err}; or run the other tests with -m 'not browser'", pytrace=False)
 
 
 class OfflinePage:

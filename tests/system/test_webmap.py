@@ -33,6 +33,7 @@ from dpatlas.publication.serve import serve_in_thread
 from dpatlas.evaluation.synthetic_input import tract_geoids
 from dpatlas.publication.webmap import screenshot as B
 from dpatlas.publication.webmap import vendor
+from tests.support.browser import browser  # noqa: F401 (the shared Chromium fixture)
 from tests.support.paths import REPO
 
 ARTIFACTS = REPO / "tests" / "artifacts" / "webmap"
@@ -324,18 +325,6 @@ def _target_tract(*folders: Path) -> tuple[str, float, float]:
 
 
 # ------------------------------------------------------------------------------ the browser
-
-
-@pytest.fixture(scope="module")
-def browser():
-    """Headless system Chromium; a missing browser FAILS the test, with how to install it."""
-    try:
-        with B.sync_playwright() as playwright:
-            launched = B.launch_chromium(playwright)
-            yield launched
-            launched.close()
-    except B.BrowserMissing as err:
-        pytest.fail(f"{err}; or run the other tests with -m 'not browser'", pytrace=False)
 
 
 @pytest.fixture(scope="module")
