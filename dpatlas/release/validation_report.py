@@ -81,7 +81,10 @@ def record_run(internal: Path, run_name: str, asset: str, result: "ContractResul
     }
     write_json_atomic(report_dir(internal) / RUNS_DIR / f"{run_id}.json", record,
                       private=True, indent=1)
-    return write_report(internal)
+    # A run's page depends on that run alone: write the new one and the index, not every
+    # earlier page again (51 partitions would rewrite 1,326 pages).
+    _write_page(report_dir(internal) / RUNS_DIR / f"{run_id}.html", _run_page(record))
+    return _write_index(internal, load_runs(internal))
 
 
 def load_runs(internal: Path) -> list[dict]:
@@ -96,6 +99,10 @@ def write_report(internal: Path) -> Path:
     runs = load_runs(internal)
     for run in runs:
         _write_page(report_dir(internal) / RUNS_DIR / f"{run['run_id']}.html", _run_page(run))
+    return _write_index(internal, runs)
+
+
+def _write_index(internal: Path, runs: list[dict]) -> Path:
     index = report_dir(internal) / "index.html"
     _write_page(index, _index_page(Path(internal).name, runs))
     return index.resolve()
