@@ -14,7 +14,8 @@ definitions) and loaded from the JSON at run time.  API::
     res = validate_published(table, boundary_geoids=geoids, docs_dir=Path("docs"))
     res.docs_index                         # Path to Data Docs index.html
     docs = ReleaseDocs.in_folder(internal)  # one file-backed context + Data Docs site per release
-    validate_input(df, release=docs, run_name="input-17")   # a Checkpoint run, added to the site
+    validate_input(df, release=docs, run_name="input-17")   # a Checkpoint run, stored in the project
+    build_release_docs(docs)               # the site, rendered once from every stored run
     res.outcomes                           # every expectation, met or not (the offline report)
 
 ``person_id`` non-nullness is part of the input suite but only applied when the frame
@@ -36,6 +37,7 @@ from data_contracts.api import (  # noqa: E402
     Failure,
     Outcome,
     ReleaseDocs,
+    build_release_docs,
     load_suite,
     validate_input,
     validate_published,
@@ -57,6 +59,7 @@ __all__ = [
     "Failure",
     "Outcome",
     "ReleaseDocs",
+    "build_release_docs",
     "INPUT_SUITE",
     "MECHANISMS",
     "PUBLISHED_LEVEL_SUITES",

@@ -72,8 +72,10 @@ class ContractError(RuntimeError):
 class ReleaseDocs:
     """Where one release keeps its validations: a file-backed GX project (suites, Checkpoints,
     validation results) and the release's single Data Docs site. Every check of the release
-    (each input partition, then the output table) is a run of a Checkpoint whose
-    ``UpdateDataDocsAction`` adds it to that site, named by ``run_name``."""
+    (each input partition, then the output table) is a run of a Checkpoint, stored in the
+    project under its ``run_name``; :func:`build_release_docs` renders the site from every
+    stored run, once per batch of checks (a Checkpoint that rebuilt the site after each run
+    re-rendered every earlier run: quadratic in the number of partitions)."""
 
     project_dir: Path
     docs_dir: Path
@@ -326,7 +328,7 @@ def _suite_variant(suite_name: str, keep: Callable[[dict], bool]) -> str:
 def _run_checkpoint(context, suite, batch_definition, batch_parameters: dict,
                     expectation_parameters: dict | None, run_name: str):
     """Run (creating on first use) the Checkpoint of ``suite``: its validation is stored in
-    the release's context and its ``UpdateDataDocsAction`` adds it to the release's site."""
+    the release's context; the site is rendered later, once, by :func:`build_release_docs`."""
     name = suite.name
     checkpoint = _get_or_add(
         lambda: context.checkpoints.get(name),
@@ -334,8 +336,11 @@ def _run_checkpoint(context, suite, batch_definition, batch_parameters: dict,
             name=name,
             validation_definitions=[context.validation_definitions.add(
                 gx.ValidationDefinition(name=name, data=batch_definition, suite=suite))],
-            actions=[UpdateDataDocsAction(name="update_data_docs", site_names=[DOCS_SITE])],
-            result_format=FIRST_PASS_FORMAT)))
+            actions=[], result_format=FIRST_PASS_FORMAT)))
+    # A release begun before the site was built once per batch stored its Checkpoint with an
+    # UpdateDataDocsAction: it is dropped for this run (the site is built afterwards anyway).
+    checkpoint.actions = [a for a in checkpoint.actions
+                          if not isinstance(a, UpdateDataDocsAction)]
     result = checkpoint.run(batch_parameters=batch_parameters,
                             expectation_parameters=expectation_parameters,
                             run_id=RunIdentifier(run_name=run_name))
@@ -383,9 +388,6 @@ def _validate(
     if release is not None:
         first = _run_checkpoint(context, suite, batch_definition, batch_parameters,
                                 expectation_parameters, run_name or suite.name)
-        docs_index = release.index
-        if not docs_index.is_file():
-            raise ContractError(f"Data Docs index was not written: {docs_index}")
         batch = None
     elif docs_dir is not None:
         # A ValidationDefinition stores its result in the context, which Data Docs render.
@@ -467,7 +469,8 @@ def validate_input(df: pd.DataFrame, docs_dir: Path | None = None,
     """Validate input microdata (geoid, x, y[, person_id]) against ``input_microdata``.
 
     With ``release``, the validation is a Checkpoint run (named ``run_name``, e.g. the
-    partition) recorded in the release's context and Data Docs site; with only ``docs_dir``, a
+    partition) recorded in the release's context, which :func:`build_release_docs` renders in
+    its Data Docs site (``docs_index`` is None until then); with only ``docs_dir``, a
     throw-away context writes a site there; with neither, nothing is written."""
     return _validate(INPUT_SUITE, df, Path(docs_dir) if docs_dir is not None else None, {},
                      release, run_name)
@@ -518,6 +521,18 @@ def validate_published_level(
             raise TypeError("boundary_units must be a sequence of unit codes, not a str")
         parameters["boundary_geoids"] = sorted({str(g) for g in boundary_units})
     return _validate(PUBLISHED_LEVEL_SUITES[level], df, None, parameters, release, run_name)
+
+
+def build_release_docs(release: ReleaseDocs) -> Path:
+    """Render the release's Data Docs site from every validation run stored in its project
+    (each run's page and the index listing them all); returns the index. One call after a
+    batch of checks (every input partition; the output checks) replaces a rebuild per run."""
+    context = release_context(release.project_dir, release.docs_dir)
+    urls = context.build_data_docs(site_names=[DOCS_SITE])
+    index = Path(unquote(urlparse(urls[DOCS_SITE]).path))
+    if not index.is_file():
+        raise ContractError(f"Data Docs index was not written: {index}")
+    return index
 
 
 def suite_json(name: str) -> dict:

@@ -34,15 +34,16 @@ from dpatlas.release.preflight import mark_root
 from dpatlas.release.run_state import InputChanged, ReleaseLock
 from tasks.allocate import allocate_budget
 from tasks.estimate import estimate_chunk, select_chunk
-from tasks.ingest import ingest_partition, list_partitions
+from tasks.ingest import list_partitions
 from tasks.levels import estimate_state_levels
 from tasks.ledger import LEASE_SECONDS, charge_release, complete_release, release_status
 from tasks.preflight import preflight
 from tasks.publish import publish_release, show_in_feed
 from tasks.report import report_release
 from tasks.state import open_release
-from tasks.validate import (bound_contributions, check_boundaries, check_change_limit,
-                            plan_chunks, record_validation, validate_partition)
+from tasks.validate import (bound_contributions, build_validation_docs, check_boundaries,
+                            check_change_limit, plan_chunks, record_validation,
+                            validate_partition)
 
 from dpatlas.release.events import on_release_failure
 from dpatlas.release.outcome import ReleaseOutcome
@@ -148,13 +149,7 @@ def release(config_path: str, release_id: Optional[str] = None,
 
         # 1-2. Ingest and validate every partition, then the checks that span partitions,
         # all before any noise is drawn or any budget charged.
-        reports, staged = [], []
-        for part in list_partitions(cfg.input):
-            path, report = validate_partition(ingest_partition(cfg.input, part.key),
-                                              cfg.validation.policy, part.key, internal,
-                                              str(cfg.input.path))
-            reports.append(report)
-            staged.append(Path(path))
+        reports, staged = _validate_partitions(cfg, internal)
         check_change_limit(reports, cfg.validation.max_changed_share)
         contributions = (bound_contributions(staged, cfg.validation.contributions, internal)
                          if cfg.input.columns.person_id else None)
@@ -210,6 +205,19 @@ def _estimate_levels(staged: list[Path], sizes, budget, min_n: int, internal: Pa
         [internal / STAGE_FOLDERS["levels"] / f"state-{s}.parquet" for s in states],
         unmapped(DrawLog(internal)), [_seed(noise_seed, 3, k) for k in range(len(states))])
     return [Path(p) for p in futures.result()]
+
+
+def _validate_partitions(cfg: ReleaseConfig, internal: Path) -> tuple[list[dict], list[Path]]:
+    """Read and validate every partition, one task each, in partition order (a partition that
+    breaks the contract refuses the release there, with its own message); then render the
+    release's Data Docs site once, with every partition's run."""
+    reports, staged = [], []
+    for part in list_partitions(cfg.input):
+        path, report = validate_partition(cfg.input, cfg.validation.policy, part.key, internal)
+        reports.append(report)
+        staged.append(Path(path))
+    build_validation_docs(internal)
+    return reports, staged
 
 
 def _open_release_or_refuse(cfg: ReleaseConfig, rid: str, internal: Path, owner: str):

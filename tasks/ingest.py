@@ -17,8 +17,8 @@ def list_partitions(cfg: InputConfig) -> list[Partition]:
     return parts
 
 
-@task(name="ingest", task_run_name="ingest-{key}", **RETRY_IO)
 def ingest_partition(cfg: InputConfig, key: str) -> pd.DataFrame:
+    """One partition in the pipeline's columns (called inside the ``validate`` task)."""
     df = read_partition(cfg, key)
     get_run_logger().info("partition %s: read %d rows", key, len(df))
     return df

@@ -20,7 +20,7 @@ from dpatlas.publication.level_files import assemble_level, unit_of, write_all_l
 from dpatlas.publication.tract_files import (PublishError, assemble, release_folder,
                                              standard_error_maximum, verify_release, write_release)
 from dpatlas.release.outcome import format_counts
-from dpatlas.release.validate import seal_release_docs
+from dpatlas.release.validate import write_release_docs
 from dpatlas.release.validation_report import record_run
 
 from .common import RETRY_IO
@@ -62,12 +62,13 @@ def publish_release(cfg: ReleaseConfig, release_id: str, result_files: list[Path
     record_run(internal, "published", "the release's tract table, as it would be published",
                check)
     if not check.success:
+        write_release_docs(internal)  # the refused check in the Data Docs site
         raise PublishError("the release table breaks its output contract; nothing was "
                            f"published:\n{check.summary()}")
     contracts = {"tract": check.suite}
     for level, level_table in levels.items():
         contracts[level] = _check_level_contract(level, level_table, boundaries, cfg, internal)
-    seal_release_docs(ReleaseDocs.in_folder(internal))  # the output checks' Data Docs
+    write_release_docs(internal)  # the output checks' Data Docs, rendered once
     manifest = build_manifest(cfg, release_id, budget, table,
                               input_commitment(input_sha256, internal), random_source,
                               started, input_facts, ledger_entry, levels, model_fits)
@@ -100,6 +101,7 @@ def _check_level_contract(level: str, table: pd.DataFrame, boundaries: gpd.GeoDa
     record_run(internal, f"published-{level}",
                f"the release's {level} table, as it would be published", check)
     if not check.success:
+        write_release_docs(internal)
         raise PublishError(f"the {level} table breaks its output contract; nothing was "
                            f"published:\n{check.summary()}")
     return check.suite

@@ -6,27 +6,40 @@ import geopandas as gpd
 import pandas as pd
 from prefect import get_run_logger, task
 
+from dpatlas.core.config import InputConfig
 from dpatlas.release.contributions import check_contributions
 from dpatlas.release.estimate import Chunk, split_into_chunks, staged_tracts
 from dpatlas.core.files import write_json_atomic, write_parquet_atomic
 from dpatlas.publication.geography import load_boundaries
-from dpatlas.release.validate import BoundaryCoverageError, apply_policy, check_changed_share
+from dpatlas.release.validate import (BoundaryCoverageError, apply_policy, check_changed_share,
+                                      write_release_docs)
 
 from .common import RETRY_IO, TASK_OPTIONS
+from .ingest import ingest_partition
 
 
 @task(name="validate", task_run_name="validate-{key}", **RETRY_IO)
-def validate_partition(df: pd.DataFrame, policy: str, key: str, internal: Path,
-                       source: str | None = None) -> tuple[Path, dict]:
-    """Apply the input contract; stage the clean rows for the later stages. ``source``: the
-    input file or folder, which the validation report names."""
-    clean, report = apply_policy(df, policy, key, internal, source)
+def validate_partition(cfg: InputConfig, policy: str, key: str,
+                       internal: Path) -> tuple[Path, dict]:
+    """Read one partition, apply the input contract, and stage the clean rows for the later
+    stages. One task, not an ingest task and a validate task: the frame never leaves the
+    task, and the flow schedules half as many task runs. The validation report names the
+    input file or folder as the data asset."""
+    df = ingest_partition(cfg, key)
+    clean, report = apply_policy(df, policy, key, internal, str(cfg.path))
     staged = write_parquet_atomic(clean, internal / "staged" / f"input-{key}.parquet",
                                   private=True)
     get_run_logger().info("partition %s: %d rows valid, %d quarantined, %d clipped, %d dropped",
                           key, report.rows_out, report.quarantined, report.clipped,
                           report.dropped)
     return staged, report.as_dict()
+
+
+@task(name="validation-docs", **RETRY_IO)
+def build_validation_docs(internal: Path) -> Path:
+    """The release's Data Docs site with every input partition's validation, rendered once
+    after the last partition (not after each one)."""
+    return write_release_docs(internal)
 
 
 @task(name="check-changed-share", **TASK_OPTIONS)

@@ -139,6 +139,18 @@ def seal_release_docs(docs) -> None:
     seal_private(docs.docs_dir)
 
 
+def write_release_docs(internal: Path) -> Path:
+    """Render the release's Data Docs site (``internal/data_docs``) from every validation run
+    stored so far, and seal it; returns its index. Called once after a batch of checks (all
+    input partitions, the output checks) and when a check refuses the release."""
+    from data_contracts import ReleaseDocs, build_release_docs
+
+    docs = ReleaseDocs.in_folder(internal)
+    index = build_release_docs(docs)
+    seal_release_docs(docs)
+    return index
+
+
 def input_asset(partition: str, source: str | None = None) -> str:
     """The data asset an input check validated, as its report names it."""
     what = (f"input partition {partition} (state {partition})"
@@ -151,9 +163,11 @@ def apply_policy(df: pd.DataFrame, policy: str, partition: str, internal: Path,
     """Validate one partition against the input contract and apply ``policy``.
 
     The validation is a run named ``input-<partition>`` of the release's input Checkpoint:
-    every partition's report is in the release's one Data Docs site (``internal/data_docs``)
-    and in its offline report (``internal/validation_report``, which names ``source``, the
-    input file or folder, as the data asset); ``docs_index`` is the offline report's index.
+    every partition's report is in the release's offline report (``internal/validation_report``,
+    which names ``source``, the input file or folder, as the data asset; ``docs_index`` is its
+    index) and in its one Data Docs site (``internal/data_docs``), which the caller renders
+    once after the last partition (:func:`write_release_docs`), or this function before it
+    refuses the release.
     """
     from data_contracts import ReleaseDocs, validate_input
 
@@ -183,6 +197,7 @@ def apply_policy(df: pd.DataFrame, policy: str, partition: str, internal: Path,
                              docs_index=report_index)
     droppable = policy == "drop" and bad.any() and all(map(_is_row_level, failures))
     if not result.success and not droppable:
+        write_release_docs(internal)  # the refused run (and the ones before) in the site
         raise ValidationFailed(_failure_message(df, policy, partition, failures, qfile,
                                                 report_index))
     if bad.any():  # policy drop

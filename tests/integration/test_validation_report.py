@@ -6,6 +6,7 @@ tests/system/test_validation_report.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -94,3 +95,37 @@ def test_the_report_is_private(validated):
     for path, got in modes.items():
         want = 0o700 if (folder / path).is_dir() else 0o600
         assert got == want, (path, oct(got))
+
+
+def test_data_docs_are_rendered_once_for_all_partitions_not_after_each(tmp_path, monkeypatch):
+    """Issue 22 item 2: a partition's check stores its run and renders no site (GX rebuilt the
+    whole site after every partition: quadratic in the number of states); one
+    ``write_release_docs`` after the last partition renders a site listing every run."""
+    from data_contracts import _context
+    from dpatlas.release.validate import write_release_docs
+
+    internal = tmp_path / "internal" / "r1"
+    builds = []
+    real_build = _context.FileDataContext.build_data_docs
+
+    def counted(self, *args, **kwargs):
+        builds.append(kwargs.get("resource_identifiers"))
+        return real_build(self, *args, **kwargs)
+
+    monkeypatch.setattr(_context.FileDataContext, "build_data_docs", counted)
+    for state in ("17", "18", "19"):
+        apply_policy(_frame([0.2, 0.4, 0.6]), "fail", state, internal, source="/data/microdata")
+    assert builds == [] and not (internal / "data_docs").exists()
+    (stored,) = (internal / "gx" / "gx" / "checkpoints").glob("*.json")
+    assert json.loads(stored.read_text())["actions"] == []  # no site rebuild per run
+    index = write_release_docs(internal)
+    assert builds == [None]  # one full build, not one per run
+    assert index == (internal / "data_docs").resolve() / "index.html"
+    runs = sorted(p.name for p in (internal / "data_docs" / "validations").glob("*/*"))
+    assert runs == ["input-17", "input-18", "input-19"]
+    site = index.read_text()
+    assert all(run in site for run in runs)
+    report = R.report_index(internal).read_text()
+    assert [r for r, _ in re.findall(r'data-run="([^"]+)" data-success="(\w+)"', report)] == runs
+    modes = {stat.S_IMODE(p.stat().st_mode) for p in (internal / "data_docs").rglob("*")}
+    assert modes <= {0o700, 0o600}  # sealed like the rest of the internal folder
