@@ -9,6 +9,8 @@
 from __future__ import annotations
 
 import os
+import threading
+from collections import OrderedDict
 from pathlib import Path
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
@@ -47,10 +49,47 @@ def quiet_context(docs_dir: Path | None = None) -> EphemeralDataContext:
     return gx.get_context(mode="ephemeral", project_config=config)
 
 
+_OPEN_CONTEXTS: "OrderedDict[tuple[str, str], tuple[tuple[int, int], FileDataContext]]" = \
+    OrderedDict()
+_KEPT_CONTEXTS = 4  # a process runs one release at a time; tests run many, one after another
+_OPEN_LOCK = threading.Lock()
+
+
+def _project_identity(project_dir: Path) -> tuple[int, int] | None:
+    """The project folder's device and inode: a folder deleted and made again (a purged or
+    restarted release) is another project, whose context must be loaded afresh."""
+    try:
+        st = (Path(project_dir) / "gx").stat()
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 def release_context(project_dir: Path, docs_dir: Path) -> FileDataContext:
     """The release's file-backed context in ``project_dir`` (created on first use), whose one
     Data Docs site is ``docs_dir``: GX's default ``local_site`` is replaced, so there is one
-    site per release whatever the number of partitions."""
+    site per release whatever the number of partitions.
+
+    The context is loaded once per process and project folder and reused by every check of
+    the release (loading it parsed the project's files again for each of 51 partitions); its
+    stores still read and write the project's files, so what it holds is what is on disk."""
+    key = (str(Path(project_dir).resolve()), str(Path(docs_dir).resolve()))
+    identity = _project_identity(project_dir)
+    with _OPEN_LOCK:
+        kept = _OPEN_CONTEXTS.get(key)
+        if kept is not None and identity is not None and kept[0] == identity:
+            _OPEN_CONTEXTS.move_to_end(key)
+            return kept[1]
+    context = _load_release_context(project_dir, docs_dir)
+    with _OPEN_LOCK:
+        _OPEN_CONTEXTS[key] = (_project_identity(project_dir), context)
+        _OPEN_CONTEXTS.move_to_end(key)
+        while len(_OPEN_CONTEXTS) > _KEPT_CONTEXTS:
+            _OPEN_CONTEXTS.popitem(last=False)
+    return context
+
+
+def _load_release_context(project_dir: Path, docs_dir: Path) -> FileDataContext:
     context = gx.get_context(mode="file", project_root_dir=Path(project_dir))
     sites = {DOCS_SITE: docs_site_config(docs_dir)}
     if context.variables.data_docs_sites != sites:

@@ -436,6 +436,34 @@ def test_data_docs_written(published, tmp_path):
     assert res_in.success and res_in.docs_index.is_file()
 
 
+def test_a_release_context_is_loaded_once_and_follows_its_project_folder(tmp_path):
+    """Issue 22 item 2: the checks of a release reuse one loaded GX context (loading it once
+    per partition was a fifth of a partition's check), whatever else is validated in between,
+    and a project folder deleted and begun again is loaded afresh, not served from memory."""
+    import shutil
+
+    from data_contracts import ReleaseDocs, build_release_docs
+    from data_contracts._context import release_context
+
+    a, b = ReleaseDocs.in_folder(tmp_path / "a"), ReleaseDocs.in_folder(tmp_path / "b")
+    good, bad = make_input(50, person_id=False), make_input(50, seed=1, person_id=False)
+    bad.loc[3, "x"] = 2.0
+    assert validate_input(good, release=a, run_name="input-01").success
+    context = release_context(a.project_dir, a.docs_dir)
+    assert validate_input(good, release=b, run_name="input-01").success
+    assert not validate_input(bad).success  # a throw-away context in between
+    second = validate_input(bad, release=a, run_name="input-02")
+    assert not second.success and list(np.flatnonzero(second.bad_rows)) == [3]
+    assert release_context(a.project_dir, a.docs_dir) is context  # not loaded again
+    assert validate_input(good, release=b, run_name="input-02").success
+    shutil.rmtree(tmp_path / "a")  # e.g. a purged release whose id is run again
+    assert validate_input(good, release=a, run_name="input-03").success
+    assert release_context(a.project_dir, a.docs_dir) is not context
+    build_release_docs(a), build_release_docs(b)
+    listed = {d: sorted(p.name for p in (d.docs_dir / "validations").glob("*/*")) for d in (a, b)}
+    assert listed == {a: ["input-03"], b: ["input-01", "input-02"]}
+
+
 # ----------------------------------------------------------------------------- levels
 
 
