@@ -39,6 +39,19 @@ def states_of(geoids) -> list[str]:
     return sorted(set(unit_of(geoids, "state")))
 
 
+def partitions_holding(staged: list[Path], chunks, state: str) -> list[Path]:
+    """The staged partitions that can hold records of ``state``, in ``staged``'s order: those
+    whose chunks' GEOID ranges (``dpatlas.release.estimate.Chunk``: every tract of a partition
+    is in one of its chunks) reach the state. The others hold none of its records, so a state
+    reads a few partitions instead of every one (51 × 51 reads on the national release)."""
+    spans: dict[Path, tuple[str, str]] = {}
+    for c in chunks:
+        lo, hi = spans.get(Path(c.staged), (c.first_geoid, c.last_geoid))
+        spans[Path(c.staged)] = (min(lo, c.first_geoid), max(hi, c.last_geoid))
+    return [p for p in staged
+            if Path(p) in spans and spans[Path(p)][0][:2] <= state <= spans[Path(p)][1][:2]]
+
+
 def read_state(staged: list[Path], state: str) -> pd.DataFrame:
     """The staged records of one state, from every partition (filtered while reading)."""
     lo, hi = state + "0" * 9, state + "9" * 9
