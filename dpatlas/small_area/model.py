@@ -101,17 +101,31 @@ class KernelPairs:
         self.j = np.concatenate([pairs[:, 1], pairs[:, 0]])
         d2 = np.sum((xy[self.i] - xy[self.j]) ** 2, axis=1)
         self.kernel = np.exp(-0.5 * d2 / bandwidth_km ** 2)
+        self._last = None
 
     def mean(self, values: np.ndarray, weights: np.ndarray) -> np.ndarray:
         """Per point, the kernel-weighted mean of the *other* points' values (NaN values and
         zero weights skipped); NaN where no other point is in reach."""
-        ok = np.isfinite(values[self.j]) & (weights[self.j] > 0)
-        i, j = self.i[ok], self.j[ok]
-        w = self.kernel[ok] * weights[j]
+        i, j, w = self._weighted(np.isfinite(values) & (weights > 0), weights)
         num = np.bincount(i, w * values[j], minlength=self.size)
         den = np.bincount(i, w, minlength=self.size)
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(den > 0, num / den, np.nan)
+
+    def _weighted(self, usable: np.ndarray, weights: np.ndarray):
+        """The pairs whose other point is ``usable`` and their weights kernel × weight of the
+        other point. The last answer is kept: a fit's design asks it twice in a row with the
+        same weights and the same usable points (the quantity's directs, then the midpoint's,
+        finite on the same tracts)."""
+        last = self._last
+        if last is not None and np.array_equal(last[0], usable) and \
+                np.array_equal(last[1], weights):
+            return last[2]
+        ok = usable[self.j]
+        i, j = self.i[ok], self.j[ok]
+        answer = (i, j, self.kernel[ok] * weights[j])
+        self._last = (usable, weights.copy(), answer)
+        return answer
 
 
 def neighbour_kernels(xy: np.ndarray) -> dict[float, KernelPairs]:
