@@ -8,12 +8,15 @@ results in the release's internal folder) and re-runs, without Prefect, each ste
 
 - ``levels read``: every state's records. Before: each state reads every staged partition
   (51 × 51 reads). After: only the partitions that hold it (``partitions_holding``).
-- ``levels estimate``: NoisyStats and intervals of every county and state (unchanged).
+- ``levels estimate``: NoisyStats and intervals of every county and state. Before: units
+  grouped by object-string labels (main's ``unit_of``). After: by fixed-width text labels
+  (``unit_labels``).
 - ``assemble levels``: the county and state tables, geometries dissolved from the tracts
   (coverage union; unchanged).
 - ``model fit``: the Fay–Herriot model per state (``fit_published``). Before: the kernel
   neighbour pairs queried afresh for each of a fit's 16 kernel means (main's
-  ``kernel_mean``). After: found once per state and bandwidth (``KernelPairs``).
+  ``kernel_mean``, kept below as ``reference_kernel_mean``). After: found once per state
+  and bandwidth (``KernelPairs``).
 - ``level checks``: the county and state output contracts (Great Expectations; its import
   left out, as publish has imported it for the tract table already; unchanged).
 
@@ -35,10 +38,29 @@ from pathlib import Path
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 
 
+def reference_kernel_mean(xy, values, weights, bandwidth_km):
+    """REFERENCE ONLY: main's kernel_mean before issue 22 (pairs queried on every call), kept
+    here for the before figure."""
+    import numpy as np
+    from scipy import spatial
+
+    pairs = spatial.cKDTree(xy).query_pairs(3 * bandwidth_km, output_type="ndarray")
+    i = np.concatenate([pairs[:, 0], pairs[:, 1]])
+    j = np.concatenate([pairs[:, 1], pairs[:, 0]])
+    ok = np.isfinite(values[j]) & (weights[j] > 0)
+    i, j = i[ok], j[ok]
+    d2 = np.sum((xy[i] - xy[j]) ** 2, axis=1)
+    w = np.exp(-0.5 * d2 / bandwidth_km ** 2) * weights[j]
+    num = np.bincount(i, w * values[j], minlength=len(xy))
+    den = np.bincount(i, w, minlength=len(xy))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / den, np.nan)
+
+
 @contextmanager
 def fresh_kernel_pairs():
-    """The model's ``before`` path: every kernel mean queries its neighbour pairs afresh, as
-    main's ``kernel_mean`` did (same pairs, same arithmetic)."""
+    """The model's ``before`` path: every kernel mean queries its neighbour pairs afresh
+    (``reference_kernel_mean``)."""
     from dpatlas.small_area import model
 
     class FreshPairs:
@@ -46,7 +68,7 @@ def fresh_kernel_pairs():
             self.xy, self.bandwidth_km = xy, bandwidth_km
 
         def mean(self, values, weights):
-            return model.KernelPairs(self.xy, self.bandwidth_km).mean(values, weights)
+            return reference_kernel_mean(self.xy, values, weights, self.bandwidth_km)
 
     shared = model.neighbour_kernels
     model.neighbour_kernels = lambda xy: {h: FreshPairs(xy, h) for h in model.BANDWIDTHS_KM}
@@ -54,6 +76,21 @@ def fresh_kernel_pairs():
         yield
     finally:
         model.neighbour_kernels = shared
+
+
+@contextmanager
+def object_unit_labels():
+    """The level estimation's ``before`` path: units labelled by object strings, as main's
+    ``estimate_level`` did (``unit_of`` of the GEOIDs)."""
+    from dpatlas.publication.level_files import unit_of
+    from dpatlas.release import levels
+
+    fixed_width = levels.unit_labels
+    levels.unit_labels = lambda geoids, level: unit_of(geoids.to_numpy(), level)
+    try:
+        yield
+    finally:
+        levels.unit_labels = fixed_width
 
 
 def timed(fn):
@@ -66,7 +103,8 @@ def timed(fn):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", type=Path, default=Path("/tmp/nat-base/run-local"),
-                    help="a national release's run folder (bench_national.py --work W: W/run-local)")
+                    help="a national release's run folder (bench_national.py --work W: "
+                         "W/run-local)")
     ap.add_argument("--repeats", type=int, default=1, help="best of this many runs per figure")
     args = ap.parse_args()
 
@@ -107,7 +145,12 @@ def main() -> None:
                       lambda b, a: all(b[s].equals(a[s]) for s in states))
     estimate = lambda: [estimate_levels(records[s], budget, default_randomness(k),
                                         cfg.publish.min_n) for k, s in enumerate(states)]
-    compare("levels estimate", estimate, estimate, None)
+
+    def estimate_before():
+        with object_unit_labels():
+            return estimate()
+    compare("levels estimate", estimate_before, estimate,
+            lambda b, a: all(x.equals(y) for x, y in zip(b, a)))
 
     boundaries = load_boundaries(cfg.boundaries.path, cfg.boundaries.geoid_column)
     results = pd.concat([pd.read_parquet(p) for p in sorted((internal / "results")
