@@ -62,3 +62,10 @@ def test_the_estimates_from_the_partitions_of_a_state_are_identical(tmp_path):
                                budget, default_randomness(9), 5)
         assert (every["status"] == "released").any()
         pd.testing.assert_frame_equal(mine, every, check_exact=True)
+
+
+def test_the_release_flow_runs_its_level_tasks_two_at_a_time():
+    """Prefect's default thread pool is unbounded: all 51 states' tasks (and records) at once."""
+    from flows.release import LEVEL_WORKERS, release
+
+    assert LEVEL_WORKERS == 2 and release.task_runner._max_workers == LEVEL_WORKERS
