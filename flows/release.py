@@ -27,7 +27,7 @@ from dpatlas.core.config import ReleaseConfig, load_config
 from dpatlas.release.crash import crashpoint
 from dpatlas.release.draws import STAGE_FOLDERS, DrawLog
 from dpatlas.release.estimate import Chunk
-from dpatlas.release.levels import states_of
+from dpatlas.release.levels import partitions_holding, states_of
 from dpatlas.core.ids import validate_release_id
 from dpatlas.ledger import LeaseLost, Ledger, ReleaseBusy, charges
 from dpatlas.release.preflight import mark_root
@@ -119,8 +119,16 @@ def select_and_estimate(chunks: list[Chunk], budget, min_n: int, internal: str,
     return [Path(p) for p in estimates.result()]
 
 
+# The release flow's own task runner runs the per-state level tasks (the chunks have their
+# subflow's): two at a time, as the chunks run locally. Prefect's default starts all 51 states
+# at once, each holding its state's records: the whole country in memory, and 51 threads
+# contending for two cores (their summed task time was 43× the stage's wall time).
+LEVEL_WORKERS = 2
+
+
 @flow(name="dpatlas-release", flow_run_name=release_run_name, log_prints=True,
-      on_failure=[on_release_failure])
+      on_failure=[on_release_failure],
+      task_runner=ThreadPoolTaskRunner(max_workers=LEVEL_WORKERS))
 def release(config_path: str, release_id: Optional[str] = None,
             noise_seed: Optional[int] = None) -> ReleaseOutcome:
     """Run (or resume) a release; returns its :class:`~dpatlas.release.outcome.ReleaseOutcome`.
@@ -174,7 +182,7 @@ def release(config_path: str, release_id: Optional[str] = None,
             stage = select_and_estimate.with_options(task_runner=chunk_task_runner(cfg),
                                                      flow_run_name=select_run_name(rid))
             results = stage(**stage_parameters)
-            level_results = _estimate_levels(staged, sizes, budget, cfg.publish.min_n,
+            level_results = _estimate_levels(staged, chunks, sizes, budget, cfg.publish.min_n,
                                              internal, noise_seed)
 
             # 6. Publish the map-ready files and the manifest (atomically, under the lease),
@@ -193,15 +201,17 @@ def release(config_path: str, release_id: Optional[str] = None,
         return report_release(cfg.ledger, folder, "published")
 
 
-def _estimate_levels(staged: list[Path], sizes, budget, min_n: int, internal: Path,
-                     noise_seed: Optional[int]) -> list[Path]:
-    """County and state estimates, one task per state (none unless the plan has levels).
-    State k's seed depends on k alone, as a chunk's does."""
+def _estimate_levels(staged: list[Path], chunks: list[Chunk], sizes, budget, min_n: int,
+                     internal: Path, noise_seed: Optional[int]) -> list[Path]:
+    """County and state estimates, one task per state (none unless the plan has levels),
+    each reading only the staged partitions that hold its records. State k's seed depends on
+    k alone, as a chunk's does."""
     if not budget.levels:
         return []
     states = states_of(sizes["geoid"])
     futures = estimate_state_levels.map(
-        unmapped(staged), states, unmapped(budget), unmapped(min_n),
+        [partitions_holding(staged, chunks, s) for s in states], states, unmapped(budget),
+        unmapped(min_n),
         [internal / STAGE_FOLDERS["levels"] / f"state-{s}.parquet" for s in states],
         unmapped(DrawLog(internal)), [_seed(noise_seed, 3, k) for k in range(len(states))])
     return [Path(p) for p in futures.result()]

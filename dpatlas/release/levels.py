@@ -27,7 +27,7 @@ from mechanisms.privacy_filter import PrivacyFilter
 from mechanisms.sufficient_stats import noisy_stats_split
 
 from dpatlas.core.columns import INTERVAL_COLUMNS
-from dpatlas.publication.level_files import unit_of
+from dpatlas.publication.level_files import GEOID_DIGITS, unit_of
 from dpatlas.release.allocate import (LEVEL_MECHANISM, BudgetPlan, LevelPlan,
                                       level_estimate_step, level_interval_step)
 
@@ -37,6 +37,19 @@ LEVEL_RESULT_COLUMNS = ["geoid", "level", "cell", "n", "mechanism", "status", "r
 
 def states_of(geoids) -> list[str]:
     return sorted(set(unit_of(geoids, "state")))
+
+
+def partitions_holding(staged: list[Path], chunks, state: str) -> list[Path]:
+    """The staged partitions that can hold records of ``state``, in ``staged``'s order: those
+    whose chunks' GEOID ranges (``dpatlas.release.estimate.Chunk``: every tract of a partition
+    is in one of its chunks) reach the state. The others hold none of its records, so a state
+    reads a few partitions instead of every one (51 × 51 reads on the national release)."""
+    spans: dict[Path, tuple[str, str]] = {}
+    for c in chunks:
+        lo, hi = spans.get(Path(c.staged), (c.first_geoid, c.last_geoid))
+        spans[Path(c.staged)] = (min(lo, c.first_geoid), max(hi, c.last_geoid))
+    return [p for p in staged
+            if Path(p) in spans and spans[Path(p)][0][:2] <= state <= spans[Path(p)][1][:2]]
 
 
 def read_state(staged: list[Path], state: str) -> pd.DataFrame:
@@ -57,12 +70,18 @@ def estimate_levels(df: pd.DataFrame, plan: BudgetPlan, rand: Randomness,
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)
 
 
+def unit_labels(geoids: pd.Series, level: str) -> np.ndarray:
+    """``unit_of`` the GEOIDs as fixed-width text: the same units, sorted as fast as numbers
+    (a national release's records grouped by object strings cost seconds)."""
+    return np.asarray(geoids.astype(str).str[:GEOID_DIGITS[level]].to_numpy(), dtype=str)
+
+
 def estimate_level(df: pd.DataFrame, plan: BudgetPlan, lp: LevelPlan, rand: Randomness,
                    min_n: int) -> pd.DataFrame:
     eps_charged, delta_charged = plan.charged()
     frames = []
     for cell, grp in df.groupby("cell", sort=True):
-        batch = TractBatch.from_labels(unit_of(grp["geoid"].to_numpy(), lp.level),
+        batch = TractBatch.from_labels(unit_labels(grp["geoid"], lp.level),
                                        grp["x"].to_numpy(), grp["y"].to_numpy())
         out = pd.DataFrame({"geoid": batch.labels.astype(str), "level": lp.level,
                             "cell": str(cell), "n": batch.n, "mechanism": "none",

@@ -86,22 +86,58 @@ def tract_positions(boundaries) -> pd.DataFrame:
                         index=pd.Index(boundaries["geoid"].astype(str), name="geoid"))
 
 
+class KernelPairs:
+    """The pairs of points within 3 bandwidths of each other (both ways) and their Gaussian
+    kernel weights: found once per state and bandwidth, then reused by every kernel mean of
+    the fit (2 quantities × 2 passes × 2 value columns), which differ only in their values and
+    weights. Same pairs in the same order as a fresh query, so the means are bit for bit
+    those of ``kernel_mean``."""
+
+    def __init__(self, xy: np.ndarray, bandwidth_km: float):
+        tree = spatial.cKDTree(xy)
+        pairs = tree.query_pairs(3 * bandwidth_km, output_type="ndarray")
+        self.size = len(xy)
+        self.i = np.concatenate([pairs[:, 0], pairs[:, 1]])
+        self.j = np.concatenate([pairs[:, 1], pairs[:, 0]])
+        d2 = np.sum((xy[self.i] - xy[self.j]) ** 2, axis=1)
+        self.kernel = np.exp(-0.5 * d2 / bandwidth_km ** 2)
+        self._last = None
+
+    def mean(self, values: np.ndarray, weights: np.ndarray) -> np.ndarray:
+        """Per point, the kernel-weighted mean of the *other* points' values (NaN values and
+        zero weights skipped); NaN where no other point is in reach."""
+        i, j, w = self._weighted(np.isfinite(values) & (weights > 0), weights)
+        num = np.bincount(i, w * values[j], minlength=self.size)
+        den = np.bincount(i, w, minlength=self.size)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(den > 0, num / den, np.nan)
+
+    def _weighted(self, usable: np.ndarray, weights: np.ndarray):
+        """The pairs whose other point is ``usable`` and their weights kernel × weight of the
+        other point. The last answer is kept: a fit's design asks it twice in a row with the
+        same weights and the same usable points (the quantity's directs, then the midpoint's,
+        finite on the same tracts)."""
+        last = self._last
+        if last is not None and np.array_equal(last[0], usable) and \
+                np.array_equal(last[1], weights):
+            return last[2]
+        ok = usable[self.j]
+        i, j = self.i[ok], self.j[ok]
+        answer = (i, j, self.kernel[ok] * weights[j])
+        self._last = (usable, weights.copy(), answer)
+        return answer
+
+
+def neighbour_kernels(xy: np.ndarray) -> dict[float, KernelPairs]:
+    """The kernel pairs of every bandwidth of the covariates (``BANDWIDTHS_KM``)."""
+    return {h: KernelPairs(xy, h) for h in BANDWIDTHS_KM}
+
+
 def kernel_mean(xy: np.ndarray, values: np.ndarray, weights: np.ndarray,
                 bandwidth_km: float) -> np.ndarray:
     """Per point, the Gaussian-kernel weighted mean of the *other* points' values (NaN values
     and zero weights skipped), within 3 bandwidths; NaN where no other point is in reach."""
-    tree = spatial.cKDTree(xy)
-    pairs = tree.query_pairs(3 * bandwidth_km, output_type="ndarray")
-    i = np.concatenate([pairs[:, 0], pairs[:, 1]])
-    j = np.concatenate([pairs[:, 1], pairs[:, 0]])
-    ok = np.isfinite(values[j]) & (weights[j] > 0)
-    i, j = i[ok], j[ok]
-    d2 = np.sum((xy[i] - xy[j]) ** 2, axis=1)
-    w = np.exp(-0.5 * d2 / bandwidth_km ** 2) * weights[j]
-    num = np.bincount(i, w * values[j], minlength=len(xy))
-    den = np.bincount(i, w, minlength=len(xy))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 0, num / den, np.nan)
+    return KernelPairs(xy, bandwidth_km).mean(values, weights)
 
 
 def winsorised(values: np.ndarray, lo: float = 0.0, hi: float = 1.0) -> np.ndarray:
@@ -222,14 +258,15 @@ def _groups(tracts: pd.DataFrame, has: np.ndarray) -> np.ndarray:
     return np.where(np.isin(mech, small), "all", mech)
 
 
-def _design(tracts, quantity, y, mid, precision, xy, counties,
+def _design(tracts, quantity, y, mid, precision, kernels: dict[float, KernelPairs], counties,
             states) -> tuple[np.ndarray, list]:
     """The covariates: the neighbours' directs of ``quantity`` and of the midpoint (kernel
-    means without the tract itself), the county's estimates, the state's (several states)."""
+    means without the tract itself, ``kernels``: ``neighbour_kernels`` of the tracts), the
+    county's estimates, the state's (several states)."""
     cols, names = [np.ones(len(tracts))], ["intercept"]
     for values, label in ((y, quantity), (mid, "mid")):
         for h in BANDWIDTHS_KM:
-            cols.append(kernel_mean(xy, values, precision, h))
+            cols.append(kernels[h].mean(values, precision))
             names.append(f"neighbours' {label}, {h:g} km")
     fallback = cols[-1]
     if counties is not None:
@@ -295,8 +332,11 @@ def known_noise(noise: dict | None) -> dict:
 
 
 def fit_quantity(tracts: pd.DataFrame, quantity: str, xy: np.ndarray, counties, states,
-                 noise: dict | None = None):
-    """(estimate, se, details) of one quantity for every tract."""
+                 noise: dict | None = None, kernels: dict[float, KernelPairs] | None = None):
+    """(estimate, se, details) of one quantity for every tract. ``kernels``: the tracts'
+    ``neighbour_kernels(xy)`` when the caller already has them (one per state for both
+    quantities)."""
+    kernels = neighbour_kernels(xy) if kernels is None else kernels
     has = (tracts["status"].astype(str).to_numpy() == "released") & \
         np.isfinite(tracts[quantity].to_numpy(dtype=float))
     y = np.where(has, winsorised(tracts[quantity].to_numpy(dtype=float)), np.nan)
@@ -306,10 +346,11 @@ def fit_quantity(tracts: pd.DataFrame, quantity: str, xy: np.ndarray, counties, 
     bins = _size_bins(n, group, has)
     y = y - _direct_bias(tracts, quantity, y, bins, has, counties, states)
     # first pass: equal weights, to find the variance function; second: weights 1/D
-    X, names = _design(tracts, quantity, y, mid, np.ones(len(y)), xy, counties, states)
+    X, names = _design(tracts, quantity, y, mid, np.ones(len(y)), kernels, counties,
+                       states)
     known = known_noise(noise)
     D = _variances(y, X, n, group, has)
-    X, names = _design(tracts, quantity, y, mid, 1.0 / D, xy, counties, states)
+    X, names = _design(tracts, quantity, y, mid, 1.0 / D, kernels, counties, states)
     d_error = _variances(y, X, n, group, has)
     # Two variance splits (docs/small-area.md, "Which variance"): the point estimate shrinks
     # with D known from the plan (``noise``; without it, a power law fitted to the
@@ -416,9 +457,10 @@ def fit_model(tracts: pd.DataFrame, counties: pd.DataFrame | None = None,
     xy = pos[["x", "y"]].to_numpy()
     derived = [_with_mid(t) if t is not None else None for t in (out, counties, states)]
     out.attrs["fits"] = {}  # per quantity: covariates, β and σ² (the release's manifest)
+    kernels = neighbour_kernels(xy)  # the neighbour pairs: the same for both quantities
     for q in QUANTITIES:
         est, se, out.attrs["fits"][q] = fit_quantity(derived[0], q, xy, derived[1], derived[2],
-                                                     noise)
+                                                     noise, kernels)
         est = np.clip(est, 0.0, 1.0)
         model, lo, hi, model_se = model_columns(q)
         out[model] = est

@@ -1,0 +1,93 @@
+"""The model's columns are pinned bit for bit: the speed-ups of issue 22 (kernel pairs found
+once per state and bandwidth) must not move a single value.
+
+``data/model_golden.csv`` was written BEFORE those changes, by main's code at de13102, with
+``.venv/bin/python -m tests.unit.small_area.test_model_golden`` (``write_golden`` below): the
+model columns of ``fit_published`` on two synthetic states of ``published_like`` (one cell),
+with the plan's noise, at full float64 precision (``%.17g`` round-trips exactly)."""
+
+from pathlib import Path
+
+import geopandas as gpd
+import numpy as np
+import pandas as pd
+
+from dpatlas.small_area.published import MODEL_COLUMNS, fit_published
+
+from .test_model import published_like
+
+GOLDEN = Path(__file__).parent / "data" / "model_golden.csv"
+NOISE = {"NoisyStats": 0.7, "DPExpTheilSen": 0.7}
+
+
+def golden_inputs():
+    """Two states (17 and 18, side by side) of ``published_like``: tracts with geometry,
+    counties, states."""
+    tracts, counties, states = [], [], []
+    for seed, code, shift in ((11, "17", 0.0), (12, "18", 3.0)):
+        t, c, s, b, _ = published_like(seed, side=16)
+        recode = lambda g: code + g.str[2:]
+        geometry = b.geometry.translate(xoff=shift)
+        tracts.append(gpd.GeoDataFrame(t.assign(geoid=recode(t["geoid"]), state=code),
+                                       geometry=geometry.to_numpy(), crs=b.crs))
+        counties.append(c.assign(geoid=recode(c["geoid"]), cell="all"))
+        states.append(s.assign(geoid=code, cell="all"))
+    return (pd.concat(tracts, ignore_index=True), pd.concat(counties, ignore_index=True),
+            pd.concat(states, ignore_index=True))
+
+
+def model_values() -> pd.DataFrame:
+    tracts, counties, states = golden_inputs()
+    values, _ = fit_published(tracts, counties, states, NOISE)
+    return values.assign(geoid=tracts["geoid"].to_numpy())[["geoid", *MODEL_COLUMNS]]
+
+
+def write_golden() -> None:
+    GOLDEN.parent.mkdir(exist_ok=True)
+    with open(GOLDEN, "w") as out:
+        out.write("# model columns of fit_published on test_model_golden.golden_inputs(), "
+                  "written by main's code at de13102 (before issue 22's kernel-pair cache)\n")
+        model_values().to_csv(out, index=False, float_format="%.17g")
+
+
+def test_the_model_columns_are_identical_to_the_golden_file():
+    want = pd.read_csv(GOLDEN, comment="#", dtype={"geoid": str})
+    got = model_values()
+    assert len(got) == 2 * 16 * 16 and got[list(MODEL_COLUMNS)].notna().all().all()
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+
+
+if __name__ == "__main__":
+    write_golden()
+
+
+def reference_kernel_mean(xy, values, weights, bandwidth_km):
+    """REFERENCE ONLY: main's kernel_mean at de13102 (pairs queried on every call)."""
+    from scipy import spatial
+
+    pairs = spatial.cKDTree(xy).query_pairs(3 * bandwidth_km, output_type="ndarray")
+    i = np.concatenate([pairs[:, 0], pairs[:, 1]])
+    j = np.concatenate([pairs[:, 1], pairs[:, 0]])
+    ok = np.isfinite(values[j]) & (weights[j] > 0)
+    i, j = i[ok], j[ok]
+    d2 = np.sum((xy[i] - xy[j]) ** 2, axis=1)
+    w = np.exp(-0.5 * d2 / bandwidth_km ** 2) * weights[j]
+    num = np.bincount(i, w * values[j], minlength=len(xy))
+    den = np.bincount(i, w, minlength=len(xy))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / den, np.nan)
+
+
+def test_kernel_pairs_found_once_give_the_reference_means_bit_for_bit():
+    from dpatlas.small_area.model import neighbour_kernels
+
+    rng = np.random.default_rng(5)
+    xy = rng.uniform(0, 200, size=(3000, 2))
+    kernels = neighbour_kernels(xy)
+    for trial in range(3):  # the same pairs serve every values/weights the fit passes
+        values = np.where(rng.uniform(size=len(xy)) < 0.1, np.nan, rng.normal(size=len(xy)))
+        weights = np.where(rng.uniform(size=len(xy)) < 0.05, 0.0, rng.exponential(size=len(xy)))
+        for h, pairs in kernels.items():
+            got = pairs.mean(values, weights)
+            np.testing.assert_array_equal(got, reference_kernel_mean(xy, values, weights, h))
+            assert np.isfinite(got).mean() > 0.9
