@@ -78,6 +78,9 @@ sampler of ``median.py``). Four quantiles (lower and upper end of p25 and p75) a
 of a tract with no tied x) gives the trivial end (0 or 1) without a draw: r and M are public,
 so skipping the draw leaks nothing, and the step is charged all the same. The decision must
 not use m, the pairs with distinct x: m depends on ties (``theil_sen_end_is_drawn``).
+The interval uses the sorted predictions the point estimate built for the same tracts
+(``mechanisms/sorted_predictions.py``; issue 22), and builds none for tracts whose ends are
+not drawn: arithmetic shared, not a draw, so the guarantee and every output are unchanged.
 
 **Selection rule**: each tract gets the interval of the mechanism it chose; the interval step
 is charged the larger of the two compositions (``worst_alternative`` in dpatlas/release/selection.py,
