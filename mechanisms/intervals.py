@@ -78,6 +78,9 @@ sampler of ``median.py``). Four quantiles (lower and upper end of p25 and p75) a
 of a tract with no tied x) gives the trivial end (0 or 1) without a draw: r and M are public,
 so skipping the draw leaks nothing, and the step is charged all the same. The decision must
 not use m, the pairs with distinct x: m depends on ties (``theil_sen_end_is_drawn``).
+The interval uses the sorted predictions the point estimate built for the same tracts
+(``mechanisms/sorted_predictions.py``; issue 22), and builds none for tracts whose ends are
+not drawn: arithmetic shared, not a draw, so the guarantee and every output are unchanged.
 
 **Selection rule**: each tract gets the interval of the mechanism it chose; the interval step
 is charged the larger of the two compositions (``worst_alternative`` in dpatlas/release/selection.py,
@@ -98,10 +101,11 @@ from .batch import X_HIGH, X_LOW, TractBatch, sufficient_stats
 from .privacy_filter import NO_METER
 from .median import GRID_POINTS, Segments, exp_median
 from .noise import Randomness, laplace_mechanism, laplace_scale
-from .pairs import all_pairs, chunk_tracts, theil_sen_predictions
+from .pairs import chunk_tracts
 from .privacy_maps import ExpMedian, GridLaplace, NoiseStep, compose
 from .registry import MIN_RECORDS, Meter
 from .sensitivity import Sensitivity
+from .sorted_predictions import ClippedEnds, build_sorted_predictions, runs
 from .sufficient_stats import one_minus_one_over_n, one_over_n
 from .theil_sen import MAX_PAIRS_PER_CHUNK, pairs_per_record
 
@@ -498,27 +502,28 @@ def _theil_sen_intervals(batch, released, eps, rand, level, meter) -> Intervals:
     eps_q = steps[0].noise.argument
     offset = theil_sen_rank_offset(batch.n, eps_q, level)
     step_of = {(s.name.split()[1], s.name.split()[2]): s for s in steps}
+    x_stars = tuple(x for _, x in _PREDICTIONS)
     for chunk in chunk_tracts(batch, MAX_PAIRS_PER_CHUNK):
         sub = batch.subset(chunk)
         usable = sub.n >= MIN_RECORDS
-        # Slopes and midpoints of the pairs once for both x* (the floats of one prediction at
-        # a time: mechanisms/pairs.py), and each x*'s values sorted once for both ends.
-        pairs = all_pairs(sub)
-        tract, zs = theil_sen_predictions(sub, pairs, tuple(x for _, x in _PREDICTIONS),
-                                          _TS_LO, _TS_HI)
-        position = np.flatnonzero(sub.x[pairs.i] != sub.x[pairs.j])  # the kept pairs' places
-        del pairs
-        zs = [spread_clipped(z, position) for z in zs]
         r = offset[chunk]
         draw = np.nonzero(usable & theil_sen_end_is_drawn(sub.n, r))[0]
-        for (name, _), z in zip(_PREDICTIONS, zs):
-            seg = Segments.build(tract, z, sub.n_tracts)
+        if draw.size:
+            # The drawn tracts' sorted predictions: those the point estimate built when it ran
+            # on the same tracts (mechanisms/sorted_predictions.py), else built here for them
+            # alone. Both x* and both ends use them; the other tracts' ends are trivial.
+            found = build_sorted_predictions(sub, x_stars, _TS_LO, _TS_HI, draw)
+            segments = [spread_segments(seg, ends)
+                        for seg, ends in zip(found.segments, found.clipped)]
+            del found
+        for (name, _), i in zip(_PREDICTIONS, range(len(x_stars))):
             for end, pad_value, trivial in (("lower", _TS_LO, 0.0), ("upper", _TS_HI, 1.0)):
                 step = step_of[(name, end)]
                 meter.spend(sub.labels[usable], step.guarantee, reps)  # charged, drawn or not
                 vals = np.full((reps, sub.n_tracts), trivial)
                 if draw.size:
-                    padded = _padded(seg, draw, 2 * r[draw], pad_value)
+                    padded = _padded(segments[i], np.arange(draw.size), 2 * r[draw],
+                                     pad_value)
                     vals[:, draw] = exp_median(padded, eps_q,
                                                step.sensitivity.value(n=sub.n[draw]),
                                                _TS_LO, _TS_HI, rand, reps)
@@ -551,6 +556,39 @@ def spread_clipped(z: np.ndarray, position: np.ndarray) -> np.ndarray:
     return np.where(z >= _TS_HI, _TS_HI - _SPREAD * u, out)
 
 
+def spread_segments(seg: Segments, ends: ClippedEnds) -> Segments:
+    """``seg`` (sorted predictions) with its clipped values ``ends`` spread (``spread_clipped``),
+    sorted again: the segments sorting the spread values would give, without sorting every
+    tract.
+
+    In a sorted tract the clipped values are a run at each end. The spread low values lie in
+    (_TS_LO, _TS_LO + _SPREAD], the high ones in [_TS_HI − _SPREAD, _TS_HI), so only the values
+    up to the highest spread low value and from the lowest spread high value (the clipped ones
+    and the few unclipped ones they pass) change places: those slots, which are the first and
+    last places of the tract, get those values sorted; every other value keeps its place.
+    """
+    if ends.tract.size == 0:
+        return seg
+    spread = spread_clipped(ends.value, ends.place)
+    low = ends.value <= _TS_LO
+    top_of_low = np.full(seg.n_tracts, -np.inf)
+    np.maximum.at(top_of_low, ends.tract[low], spread[low])
+    bottom_of_high = np.full(seg.n_tracts, np.inf)
+    np.minimum.at(bottom_of_high, ends.tract[~low], spread[~low])
+    if np.any(top_of_low >= bottom_of_high):  # cannot happen: _SPREAD < (_TS_HI - _TS_LO)/2
+        raise AssertionError("spread low and high values overlap")
+    tract_of = np.repeat(np.arange(seg.n_tracts), seg.m)
+    z = seg.z
+    moving = (z <= top_of_low[tract_of]) | (z >= bottom_of_high[tract_of])
+    slots = np.flatnonzero(moving)
+    passed = slots[(z[slots] > _TS_LO) & (z[slots] < _TS_HI)]  # unclipped values passed
+    values = np.concatenate([spread, z[passed]])
+    tracts = np.concatenate([ends.tract, tract_of[passed]])
+    out = z.copy()
+    out[slots] = values[np.lexsort((values, tracts))]
+    return Segments(out, seg.offsets)
+
+
 def _padded(seg: Segments, keep: np.ndarray, pad: np.ndarray, pad_value: float) -> Segments:
     """The tracts ``keep`` of ``seg`` (renumbered 0..), each with ``pad`` copies of
     ``pad_value`` added: a public, data-independent change that shifts the median's target.
@@ -565,14 +603,8 @@ def _padded(seg: Segments, keep: np.ndarray, pad: np.ndarray, pad_value: float) 
     offsets = np.concatenate([[0], np.cumsum(m + pad)]).astype(np.int64)
     z = np.full(int(offsets[-1]), pad_value)
     first = offsets[:-1] + (pad if pad_value == _TS_LO else 0)  # where each tract's values go
-    z[_runs(first, m)] = seg.z[_runs(seg.offsets[:-1][keep], m)]
+    z[runs(first, m)] = seg.z[runs(seg.offsets[:-1][keep], m)]
     return Segments(z, offsets)
-
-
-def _runs(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """The indices start, start+1, … (length of them) of each run, concatenated."""
-    before = np.cumsum(lengths) - lengths  # entries of the earlier runs
-    return np.repeat(starts - before, lengths) + np.arange(int(lengths.sum()))
 
 
 # ---------------------------------------------------------------------------------------------

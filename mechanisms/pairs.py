@@ -117,8 +117,17 @@ def theil_sen_predictions(batch: TractBatch, pairs: Pairs, x_stars: tuple[float,
 
     Returns (tract index, [z at each x_star]) for the kept pairs, still grouped by tract.
     """
+    tract, z, _ = theil_sen_predictions_and_places(batch, pairs, x_stars, lo, hi)
+    return tract, z
+
+
+def theil_sen_predictions_and_places(batch: TractBatch, pairs: Pairs,
+                                     x_stars: tuple[float, ...], lo: float, hi: float
+                                     ) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
+    """``theil_sen_predictions`` and the kept pairs' places in ``pairs`` (int64)."""
     xi, xj = batch.x[pairs.i], batch.x[pairs.j]
     keep = xi != xj
+    place = np.flatnonzero(keep)
     xi, xj = xi[keep], xj[keep]
     yi, yj = batch.y[pairs.i[keep]], batch.y[pairs.j[keep]]
     slope = (yj - yi) / (xj - xi)
@@ -128,7 +137,7 @@ def theil_sen_predictions(batch: TractBatch, pairs: Pairs, x_stars: tuple[float,
     # The same expression, operation for operation, as one prediction at a time: identical
     # floats, so the medians (and their noise) do not depend on how many x_stars are asked.
     z = [np.clip(slope * (x_star - x_mid) + y_mid, lo, hi) for x_star in x_stars]
-    return pairs.tract[keep], z
+    return pairs.tract[keep], z, place
 
 
 def theil_sen_points(batch: TractBatch, pairs: Pairs, x_star: float, lo: float, hi: float
@@ -139,6 +148,13 @@ def theil_sen_points(batch: TractBatch, pairs: Pairs, x_star: float, lo: float, 
     """
     tract, (z,) = theil_sen_predictions(batch, pairs, (x_star,), lo, hi)
     return tract, z
+
+
+def first_pair_of_tract(n: np.ndarray) -> np.ndarray:
+    """Where each tract's pairs start in ``all_pairs`` of a batch of tract sizes ``n``."""
+    n = np.asarray(n, dtype=np.int64)
+    per_tract = np.where(n >= 2, n * (n - 1) // 2, 0)
+    return np.concatenate([[0], np.cumsum(per_tract)[:-1]]).astype(np.int64)
 
 
 def chunk_tracts(batch: TractBatch, max_pairs: int) -> list[np.ndarray]:

@@ -17,6 +17,7 @@ from .privacy import NotDP
 from .privacy_maps import ExpMedian, NoiseStep, StudentTSmooth
 from .registry import Estimator, Outcome, blank, register
 from .sensitivity import Sensitivity
+from .sorted_predictions import build_sorted_predictions
 
 # Pairs per chunk: bounds memory at about 0.5 GB (BYTES_PER_PAIR each) whatever the number of
 # tracts; a single tract with more pairs is its own chunk.
@@ -111,6 +112,20 @@ class _TheilSenBase(Estimator):
             return all_pairs(batch)
         return k_matchings(batch, int(hp["k"]), rand)
 
+    def _sorted_predictions(self, sub: TractBatch, rand: Randomness, hp: dict, lo: float,
+                            hi: float) -> tuple[list[Segments], np.ndarray]:
+        """(the pairwise predictions at each x*, sorted within tracts; k per tract). All
+        pairs are shared with the interval of the same tracts (sorted_predictions.py)."""
+        x_stars = tuple(x for _, x in _MEDIANS)
+        if self.pairing == "all":
+            found = build_sorted_predictions(sub, x_stars, lo, hi)
+            return list(found.segments), np.maximum(sub.n - 1, 1)
+        pairs = self._pairs(sub, rand, hp)
+        tract, zs = theil_sen_predictions(sub, pairs, x_stars, lo, hi)
+        k = pairs.k
+        del pairs  # the index arrays are the largest thing held; free them early
+        return [Segments.build(tract, z, sub.n_tracts) for z in zs], k
+
     def _median(self, seg: Segments, k: np.ndarray, step: NoiseStep | None, labels: np.ndarray,
                 rand: Randomness, reps: int, hp: dict, meter) -> tuple[np.ndarray, np.ndarray]:
         """(values (reps, T), failed (reps, T)); spends ``step`` for ``labels`` first."""
@@ -127,13 +142,8 @@ class _TheilSenBase(Estimator):
             sub = batch.subset(chunk)
             for reps_here in rep_groups:
                 rows = np.asarray(list(reps_here))
-                pairs = self._pairs(sub, rand, hp)
-                tract, zs = theil_sen_predictions(sub, pairs, tuple(x for _, x in _MEDIANS),
-                                                  lo, hi)
-                k = pairs.k
-                del pairs  # the index arrays are the largest thing held; free them early
-                for (name, _), z, out in zip(_MEDIANS, zs, (p25, p75)):
-                    seg = Segments.build(tract, z, sub.n_tracts)
+                segments, k = self._sorted_predictions(sub, rand, hp, lo, hi)
+                for (name, _), seg, out in zip(_MEDIANS, segments, (p25, p75)):
                     vals, fail = self._median(seg, _utility_k(steps[name], sub.n, k),
                                               steps[name], sub.labels, rand, rows.size, hp,
                                               meter)

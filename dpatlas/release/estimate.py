@@ -20,6 +20,7 @@ import mechanisms as M
 from mechanisms.batch import TractBatch
 from mechanisms.privacy_filter import NO_METER, PrivacyFilter
 from mechanisms.noise import Randomness
+from mechanisms.sorted_predictions import sharing_sorted_predictions
 
 from mechanisms import intervals as CI
 from mechanisms.sufficient_stats import noisy_stats_split
@@ -158,6 +159,16 @@ def _bands_drawn(plan: BudgetPlan, sub: TractBatch) -> tuple:
     return plan.primary_epsilon, band == DP_BAND
 
 
+def _estimates_and_intervals(plan: BudgetPlan, sub: TractBatch, sel: Selection,
+                             rand: Randomness, budget: PrivacyFilter):
+    """The chosen mechanism's release and, if the plan has one, its interval (else None)."""
+    res = run_selected(sub, plan.rule, sel, rand, meter=budget.meter(PRIMARY_STEP),
+                       publishable_only=True)
+    ci = (_intervals(plan, sub, sel, res, rand, budget.meter(INTERVAL_STEP))
+          if plan.interval_epsilon else None)
+    return res, ci
+
+
 def estimate_partition(df: pd.DataFrame, selection: pd.DataFrame, plan: BudgetPlan,
                        rand: Randomness, min_n: int) -> pd.DataFrame:
     """One row per (tract, cell) with data: the released numbers and what they cost."""
@@ -188,8 +199,8 @@ def estimate_partition(df: pd.DataFrame, selection: pd.DataFrame, plan: BudgetPl
                             chosen["noisy_nvar"].to_numpy(dtype=float)[None, :], eps_rest,
                             *_bands_drawn(plan, sub))
             record_selection_spend(plan.rule, sel, sub.labels, budget.meter(PRIMARY_STEP))
-            res = run_selected(sub, plan.rule, sel, rand, meter=budget.meter(PRIMARY_STEP),
-                               publishable_only=True)
+            with sharing_sorted_predictions():  # the estimates' pairwise work, for the intervals
+                res, ci = _estimates_and_intervals(plan, sub, sel, rand, budget)
             out.loc[eligible, "mechanism"] = res.mechanism[0]
             out.loc[eligible, "status"] = np.where(res.failed[0], "failed", "released")
             out.loc[eligible, "reason"] = np.where(res.failed[0], res.reason[0], "")
@@ -197,8 +208,7 @@ def estimate_partition(df: pd.DataFrame, selection: pd.DataFrame, plan: BudgetPl
             out.loc[eligible, "p75_raw"] = res.p75[0]
             out.loc[eligible, "epsilon_spent"] = eps_charged
             out.loc[eligible, "delta_spent"] = delta_charged
-            if plan.interval_epsilon:
-                ci = _intervals(plan, sub, sel, res, rand, budget.meter(INTERVAL_STEP))
+            if ci is not None:
                 for col in INTERVAL_COLUMNS:
                     out.loc[eligible, col] = getattr(ci, col)[0]
             for share in plan.suite:
