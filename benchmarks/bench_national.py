@@ -374,24 +374,30 @@ def _read_task_runs(api_url: str, since: float) -> list:
     return runs
 
 
-def task_runs_since(api_url: str, since: float, settle_seconds: float = 30.0) -> list[dict]:
+def _task_name(run) -> str:
+    return run.task_key.rsplit("-", 1)[0]
+
+
+def task_runs_since(api_url: str, since: float, settle_seconds: float = 60.0) -> list[dict]:
     """Every finished task run that started after ``since`` (epoch seconds) on the
     benchmark's server.
 
     The server records task runs from the events their processes send (Prefect 3's task run
-    recorder), a moment after the fact, and a Dask worker's events travel on their own: read
-    right after the release exits, the newest runs may be missing or still lack their end.
-    So the runs are read again until two readings a second apart agree and none is left
-    without an end, for at most ``settle_seconds``."""
+    recorder), a moment after the fact (longer on a busy machine), and a Dask worker's events
+    travel on their own: read right after the release exits, the newest runs may be missing
+    or still lack their end. So the runs are read again, a second apart, until two readings
+    agree, none lacks its end and every stage a release runs is there, for at most
+    ``settle_seconds`` (then :func:`check_stage_table` says what is missing)."""
     deadline, previous = time.time() + settle_seconds, None
     while True:
         runs = _read_task_runs(api_url, since)
         shape = (len(runs), sum(1 for r in runs if r.end_time is None))
-        if (shape == previous and shape[1] == 0) or time.time() > deadline:
+        complete = set(REQUIRED_STAGES) <= {_task_name(r) for r in runs}
+        if (shape == previous and shape[1] == 0 and complete) or time.time() > deadline:
             break
         previous = shape
         time.sleep(1.0)
-    return [{"task": r.task_key.rsplit("-", 1)[0], "name": r.name,
+    return [{"task": _task_name(r), "name": r.name,
              "start": r.start_time.timestamp(), "end": r.end_time.timestamp()}
             for r in runs if r.start_time and r.end_time]
 
@@ -679,8 +685,8 @@ def main() -> None:
         with prefect_server(home) as api_url:
             print(f"Prefect server start-up (not in the wall times): "
                   f"{time.perf_counter() - t_server:.1f} s", flush=True)
-            # Every process started from here on reports to this server: the Dask workers
-            # inherit it from this process's environment, as the release does from its own.
+            # The processes started from here on name this server in their environment
+            # (prefect-dask also sends each task its flow's settings, the API URL among them).
             os.environ["PREFECT_API_URL"] = api_url
             if "local" in runners:
                 config = write_config(work, data, "local", None)

@@ -100,7 +100,7 @@ def _run(task: str, start: float, end: float) -> dict:
 def test_national_benchmark_refuses_an_empty_stage_table(bench_national):
     with pytest.raises(bench_national.StageTableError, match="no finished task runs"):
         bench_national.check_stage_table([], "dask", 0)
-    # The Dask run's failure mode: the flow's own stages there, the workers' missing.
+    # Runs of the flow process recorded, none of the chunks (e.g. not recorded yet).
     runs = [_run(t, i, i + 1) for i, t in enumerate(
         ["ingest_partition", "validate_partition", "publish_release"])]
     with pytest.raises(bench_national.StageTableError,
