@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -25,13 +27,24 @@ from dpatlas.evaluation.synthetic_input import StateParams, batch_of, oi_like_st
 from mechanisms import ddssp  # noqa: F401  (registers DDSSP until mechanisms/__init__ does)
 from mechanisms.noise import OSRandomness
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' _measure
+from _measure import measure  # noqa: E402
+
 DELTA = 1e-6
 
 
+class Seconds(float):
+    """Wall seconds, with the CPU seconds of the same call (all threads: jax uses several)."""
+
+    cpu: float = 0.0
+
+
 def timed(fn):
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     out = fn()
-    return out, time.perf_counter() - t0
+    secs = Seconds(time.perf_counter() - t0)
+    secs.cpu = time.process_time() - c0
+    return out, secs
 
 
 def ddssp_parts(batch, eps: float, reps: int, hp: dict) -> tuple[float, float]:
@@ -78,6 +91,12 @@ def sequential_mbi(batch, eps: float, hp: dict, sample: int) -> float:
 
 
 def main() -> None:
+    with measure("bench_ddssp, whole run") as run:
+        _main()
+    print(run.line())
+
+
+def _main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tracts", type=int, default=3108)
     ap.add_argument("--reps", type=int, default=10)
@@ -99,20 +118,24 @@ def main() -> None:
     # First DDSSP call per table size compiles the vmapped program (once per process).
     _, t_first = timed(lambda: M.estimate_batch("DDSSP", batch.subset(np.arange(8)),
                                                 args.epsilon, DELTA, **hp))
-    print(f"DDSSP first call (jax compile + 8 tracts): {t_first:.2f} s")
+    print(f"DDSSP first call (jax compile + 8 tracts): {t_first:.2f} s wall, "
+          f"{t_first.cpu:.2f} s CPU")
 
-    print(f"{'estimator':<12}{'reps':>6}{'seconds':>10}{'tracts/s':>12}{'failed':>9}")
+    print(f"{'estimator':<12}{'reps':>6}{'seconds':>10}{'CPU s':>9}{'tracts/s':>12}"
+          f"{'failed':>9}")
     for reps in (1, args.reps):
         for name in ("NoisyStats", "DDSSP"):
             delta = DELTA if M.get(name).needs_delta else None
             kw = hp if name == "DDSSP" else {}
             res, secs = timed(lambda: M.estimate_batch(name, batch, args.epsilon, delta,
                                                        reps=reps, **kw))
-            print(f"{name:<12}{reps:>6}{secs:>10.2f}{reps * batch.n_tracts / secs:>12,.0f}"
+            print(f"{name:<12}{reps:>6}{secs:>10.2f}{secs.cpu:>9.2f}"
+                  f"{reps * batch.n_tracts / secs:>12,.0f}"
                   f"{float(np.mean(res.failed)):>9.3f}")
     t_measure, t_estimate = ddssp_parts(batch, args.epsilon, args.reps, hp)
     print(f"DDSSP reps={args.reps} split: measurement (exact discrete Gaussian) "
-          f"{t_measure:.2f} s, Private-PGM estimation (mbi, vmapped) {t_estimate:.2f} s")
+          f"{t_measure:.2f} s ({t_measure.cpu:.2f} s CPU), Private-PGM estimation (mbi, "
+          f"vmapped) {t_estimate:.2f} s ({t_estimate.cpu:.2f} s CPU)")
     if args.sequential_sample:
         per = sequential_mbi(batch, args.epsilon, hp, args.sequential_sample)
         batched = t_estimate / (args.reps * batch.n_tracts)

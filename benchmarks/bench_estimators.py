@@ -17,8 +17,10 @@ import argparse
 import contextlib
 import os
 import resource
+import sys
 import time
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 
@@ -28,6 +30,9 @@ from mechanisms import median, theil_sen
 from mechanisms.noise import OSRandomness, SeededRandomness, discrete_laplace, laplace_mechanism
 from mechanisms.pairs import all_pairs, k_matchings
 from mechanisms.privacy_maps import GridLaplace
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' _measure
+from _measure import measure  # noqa: E402
 
 
 def pair_count(name: str, batch) -> int:
@@ -101,6 +106,12 @@ def previous_exp_median():
 
 
 def main() -> None:
+    with measure("bench_estimators, whole run") as run:
+        _main()
+    print(run.line())
+
+
+def _main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tracts", type=int, default=3108)
     ap.add_argument("--seed", type=int, default=0)
@@ -116,13 +127,14 @@ def main() -> None:
     print(f"state: {batch.n_tracts} tracts, {len(df):,} records, largest tract {batch.n.max()}; "
           f"one core (affinity {sorted(os.sched_getaffinity(0))}); noise from os.urandom")
     names = args.only or list(M.ESTIMATORS)
-    print(f"{'estimator':<22}{'seconds':>9}{'tracts/s':>11}{'pair est./s':>14}{'peak MiB':>10}")
+    print(f"{'estimator':<22}{'seconds':>9}{'CPU s':>8}{'tracts/s':>11}{'pair est./s':>14}"
+          f"{'peak MiB':>10}")
     seconds = {}
     for name in names:
         pairs = pair_count(name, batch)
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         M.estimate_batch(name, batch, args.epsilon, rand=OSRandomness())
-        secs = time.perf_counter() - t0
+        secs, cpu = time.perf_counter() - t0, time.process_time() - c0
         # A second run measures memory: tracemalloc slows the call, so it is not timed.
         tracemalloc.start()
         M.estimate_batch(name, batch, args.epsilon, rand=OSRandomness())
@@ -130,7 +142,8 @@ def main() -> None:
         tracemalloc.stop()
         seconds[name] = secs
         rate = f"{pairs / secs:,.0f}" if pairs else "-"
-        print(f"{name:<22}{secs:>9.2f}{batch.n_tracts / secs:>11,.0f}{rate:>14}{peak:>10.0f}")
+        print(f"{name:<22}{secs:>9.2f}{cpu:>8.2f}{batch.n_tracts / secs:>11,.0f}{rate:>14}"
+              f"{peak:>10.0f}")
     if {"DPExpTheilSen", "NoisyStats"} <= set(seconds):
         total = seconds["DPExpTheilSen"] + seconds["NoisyStats"]
         print(f"headline: DPExpTheilSen (all pairs) + NoisyStats over {batch.n_tracts} tracts: "

@@ -21,10 +21,20 @@ workers can be measured). Per run it reports:
   selection or estimation functions (``dpatlas.release.estimate.select_partition`` /
   ``estimate_partition``, i.e. all noise and estimator arithmetic) was running in any process;
 - per stage (Prefect task), the time during which at least one of its task runs was running
-  (from the Prefect server's task runs), the summed task time and the number of task runs.
+  (from the Prefect server's task runs), the summed task time and the number of task runs,
+  and the idle gap before it (no task running: the flow's own code between stages); the run
+  fails (exit status 1, with the reason) when that table is empty or lacks a stage every
+  release runs, rather than print a table that says nothing;
+- CPU time beside every wall time (benchmarks/_measure.py): of the release's process tree
+  (``wait4``'s rusage: the flow and what it reaped, e.g. tippecanoe), of the Dask workers
+  (psutil, before and after), and, apart, of the Prefect server (not the release's work);
+  and the load average at the start and end of each run;
+- the floor (benchmarks/bench_floor.py: the release's arithmetic alone, CPU seconds of one
+  process), run as a subprocess in the same run on the same data, and per runner the ratio
+  ``release wall / floor CPU`` (the issue's target: <= 2.5 for the local runner).
 
     .venv/bin/python benchmarks/bench_national.py [--work /tmp/dpatlas-national]
-        [--runners local,dask] [--scale 1.0]
+        [--runners local,dask] [--scale 1.0] [--json-out results.json] [--no-floor]
 
 ``--scale`` multiplies every state's tract count (e.g. 0.1 for a quick trial run).
 """
@@ -44,6 +54,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # and tests/support/prefect_server.py: a loopback Prefect server
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _measure, bench_floor
+
+from _measure import (cpu_of, cpu_used, load_average, measure,  # noqa: E402
+                      rusage_cpu_seconds)
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # the release and workers inherit it
@@ -68,6 +82,12 @@ TARGET_TRACTS = 74_000
 # The issue's targets for the local runner.
 TARGET_WALL_S = 300.0
 TARGET_RSS_MIB = 4 * 1024.0
+TARGET_FLOOR_RATIO = 2.5  # release wall / floor CPU (issue 22)
+
+# Stages every release runs (their task keys: the task functions' names, tasks/*.py): a
+# table without one of them is wrong.
+REQUIRED_STAGES = ("ingest_partition", "validate_partition", "select_chunk", "estimate_chunk",
+                   "publish_release")
 
 LEDGER_CAP_EPSILON, LEDGER_CAP_DELTA = 1000.0, 1e-3  # far above two releases at eps = 1
 SAMPLE_SECONDS = 0.2
@@ -85,6 +105,11 @@ def state_tracts(scale: float) -> dict[str, tuple[int, int]]:
         n = max(1, round(tracts * factor))
         out[fips] = (n, max(1, min(counties, n)))
     return out
+
+
+def data_folder(work: Path, scale: float) -> Path:
+    """Where the synthetic country of ``scale`` is cached under ``work``."""
+    return work / ("data" if scale == 1.0 else f"data-scale-{scale:g}")
 
 
 def generate_country(data: Path, scale: float) -> dict:
@@ -315,6 +340,10 @@ class MemorySampler:
 # --- per-stage times from the Prefect server ------------------------------------------------
 
 
+class StageTableError(RuntimeError):
+    """The Prefect server's task runs cannot give the per-stage table: the reason why."""
+
+
 def union_seconds(intervals) -> float:
     """Time during which at least one interval was open (tasks may run concurrently)."""
     total, end = 0.0, float("-inf")
@@ -325,8 +354,7 @@ def union_seconds(intervals) -> float:
     return total
 
 
-def task_runs_since(api_url: str, since: float) -> list[dict]:
-    """Every task run that started after ``since`` (epoch seconds) on the benchmark's server."""
+def _read_task_runs(api_url: str, since: float) -> list:
     from datetime import datetime, timezone
 
     os.environ["PREFECT_API_URL"] = api_url
@@ -343,20 +371,85 @@ def task_runs_since(api_url: str, since: float) -> list[dict]:
             offset += len(page)
             if len(page) < 200:
                 break
-    return [{"task": r.task_key.rsplit("-", 1)[0], "name": r.name,
+    return runs
+
+
+def _task_name(run) -> str:
+    return run.task_key.rsplit("-", 1)[0]
+
+
+def task_runs_since(api_url: str, since: float, settle_seconds: float = 60.0) -> list[dict]:
+    """Every finished task run that started after ``since`` (epoch seconds) on the
+    benchmark's server.
+
+    The server records task runs from the events their processes send (Prefect 3's task run
+    recorder), a moment after the fact (longer on a busy machine), and a Dask worker's events
+    travel on their own: read right after the release exits, the newest runs may be missing
+    or still lack their end. So the runs are read again, a second apart, until two readings
+    agree, none lacks its end and every stage a release runs is there, for at most
+    ``settle_seconds`` (then :func:`check_stage_table` says what is missing)."""
+    deadline, previous = time.time() + settle_seconds, None
+    while True:
+        runs = _read_task_runs(api_url, since)
+        shape = (len(runs), sum(1 for r in runs if r.end_time is None))
+        complete = set(REQUIRED_STAGES) <= {_task_name(r) for r in runs}
+        if (shape == previous and shape[1] == 0 and complete) or time.time() > deadline:
+            break
+        previous = shape
+        time.sleep(1.0)
+    return [{"task": _task_name(r), "name": r.name,
              "start": r.start_time.timestamp(), "end": r.end_time.timestamp()}
             for r in runs if r.start_time and r.end_time]
 
 
 def stage_table(runs: list[dict]) -> list[dict]:
+    """Per stage: wall seconds with a run running, summed seconds, runs, and the idle gap
+    before its first run (since the last end of every earlier-starting run: the flow's own
+    time between stages; 0 when it started while another stage ran)."""
     stages: dict[str, list[dict]] = {}
     for r in runs:
         stages.setdefault(r["task"], []).append(r)
     rows = [{"stage": task, "seconds": union_seconds([(r["start"], r["end"]) for r in rs]),
              "task_seconds": sum(r["end"] - r["start"] for r in rs), "runs": len(rs),
-             "first_start": min(r["start"] for r in rs)}
+             "first_start": min(r["start"] for r in rs),
+             "last_end": max(r["end"] for r in rs)}
             for task, rs in stages.items()]
-    return sorted(rows, key=lambda row: row["first_start"])
+    rows.sort(key=lambda row: row["first_start"])
+    ends = sorted(r["end"] for r in runs)
+    for row in rows:
+        before = [e for e in ends if e <= row["first_start"]]
+        started_before = [r for r in runs if r["start"] < row["first_start"]]
+        busy = any(r["end"] > row["first_start"] for r in started_before)
+        row["gap_before"] = 0.0 if busy or not before else row["first_start"] - before[-1]
+    return rows
+
+
+def check_stage_table(stages: list[dict], runner: str, runs_read: int) -> None:
+    """Refuse a table that says nothing: empty, or without a stage every release runs."""
+    if not stages:
+        raise StageTableError(
+            f"runner {runner}: the Prefect server returned no finished task runs for the "
+            f"release ({runs_read} read): its processes did not report to the benchmark's "
+            "server (PREFECT_API_URL not set where the tasks ran?) or the server had not "
+            "recorded them yet; the per-stage table would be empty")
+    missing = [s for s in REQUIRED_STAGES if s not in {row["stage"] for row in stages}]
+    if missing:
+        raise StageTableError(
+            f"runner {runner}: no task runs of stage(s) {', '.join(missing)} on the Prefect "
+            f"server (stages seen: {', '.join(r['stage'] for r in stages)}): the processes "
+            "that ran them reported elsewhere or not at all; the per-stage table would be "
+            "incomplete")
+
+
+def flow_overhead(stages: list[dict], start: float, wall: float) -> dict:
+    """The flow's time outside every task: before the first, between stages, after the last."""
+    if not stages:
+        return {"before_first_task": wall, "between_stages": 0.0, "after_last_task": 0.0}
+    first = min(r["first_start"] for r in stages)
+    last = max(r["last_end"] for r in stages)
+    return {"before_first_task": first - start,
+            "between_stages": sum(r["gap_before"] for r in stages),
+            "after_last_task": start + wall - last}
 
 
 # --- one release ----------------------------------------------------------------------------
@@ -372,8 +465,26 @@ def timings_folder(work: Path, runner: str) -> Path:
     return folder
 
 
-def run_release(api_url: str, config: Path, rid: str, timings: Path, client=None) -> dict:
-    """`dpatlas release` in a subprocess; wall time, memory per process, estimator time."""
+def prefect_server_pids() -> list[int]:
+    """The Prefect server (started by this process) and its own children."""
+    import psutil
+
+    pids = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            cmd = " ".join(proc.cmdline())
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if "prefect" in cmd and "server" in cmd:
+            pids.append(proc.pid)
+            pids.extend(c.pid for c in proc.children(recursive=True))
+    return sorted(set(pids))
+
+
+def run_release(api_url: str, config: Path, rid: str, timings: Path, client=None,
+                runner: str = "local") -> dict:
+    """`dpatlas release` in a subprocess; wall and CPU time, memory per process, estimator
+    time, the per-stage table (checked: StageTableError when it would say nothing)."""
     env = {**os.environ, "PREFECT_API_URL": api_url, TIMINGS_ENV: str(timings),
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     cmd = [sys.executable, "-c",
@@ -383,14 +494,21 @@ def run_release(api_url: str, config: Path, rid: str, timings: Path, client=None
     if client is not None:
         client.register_plugin(estimator_timer_plugin(), name="estimator-timers")
         workers = list(client.run(os.getpid).values())
+    server = prefect_server_pids()
+    workers_before, server_before = cpu_of(workers), cpu_of(server)
+    load_start = load_average()
     start = time.time()
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, cwd=config.parent)
-    with MemorySampler(roots=[proc.pid], extra=workers) as sampler:
-        output = proc.stdout.read()
-        _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
+    with measure(f"bench process during the {runner} release (sampler, Dask scheduler)") as own:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, cwd=config.parent)
+        with MemorySampler(roots=[proc.pid], extra=workers) as sampler:
+            output = proc.stdout.read()
+            _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+    workers_cpu = cpu_used(workers_before, cpu_of(workers))
+    server_cpu = cpu_used(server_before, cpu_of(server))
+    own.cpu_children = 0.0  # the release reaped by wait4 is counted below, not here
     if status != 0:
         hint = ("\nThe select-and-estimate subflow's parameters exceed the Prefect server's "
                 "limit: rerun with --max-parameter-size 0 (see docs/national.md)."
@@ -402,22 +520,87 @@ def run_release(api_url: str, config: Path, rid: str, timings: Path, client=None
     peaks[proc.pid] = (label, max(sampled, usage.ru_maxrss / 1024))
     inside = union_seconds(intervals)
     runs = task_runs_since(api_url, start)
-    return {"wall": wall, "inside": inside, "peaks": peaks, "stages": stage_table(runs),
+    stages = stage_table(runs)
+    check_stage_table(stages, runner, len(runs))
+    release_cpu = rusage_cpu_seconds(usage)
+    return {"wall": wall, "inside": inside, "peaks": peaks, "stages": stages,
             "tasks_union": union_seconds([(r["start"], r["end"]) for r in runs]),
+            "overhead": flow_overhead(stages, start, wall),
+            "cpu": {"release_tree": release_cpu, "dask_workers": workers_cpu,
+                    "release_total": release_cpu + workers_cpu,
+                    "prefect_server": server_cpu, "bench_process": own.cpu_process},
+            "load_start": load_start, "load_end": load_average(),
             "output_tail": output[-600:]}
+
+
+# --- the floor, in the same run -------------------------------------------------------------
+
+
+def run_floor(data: Path, work: Path) -> dict:
+    """bench_floor.py on ``data`` as a subprocess (its memory and CPU its own): its figures,
+    with the CPU time of the whole subprocess from ``wait4``."""
+    out = work / "floor.json"
+    out.unlink(missing_ok=True)
+    cmd = [sys.executable, str(Path(__file__).resolve().parent / "bench_floor.py"),
+           "--data", str(data), "--json-out", str(out)]
+    load_start = load_average()
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            cwd=work)
+    output = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    if status != 0:
+        raise SystemExit(f"the floor (bench_floor.py) failed (status {status}):\n"
+                         f"{output[-4000:]}")
+    res = json.loads(out.read_text())
+    res["subprocess"] = {"wall": wall, "cpu": rusage_cpu_seconds(usage),
+                         "peak_rss_mib": usage.ru_maxrss / 1024,
+                         "load_start": load_start, "load_end": load_average()}
+    return res
+
+
+def floor_ratios(results: dict, floor: dict | None) -> dict:
+    """Per runner: release wall / floor CPU (the issue's ratio), and release CPU / floor CPU."""
+    if not floor or floor["floor_cpu"] <= 0:
+        return {}
+    return {name: {"wall_over_floor": res["wall"] / floor["floor_cpu"],
+                   "cpu_over_floor": res["cpu"]["release_total"] / floor["floor_cpu"],
+                   "wall_over_estimator_floor": res["wall"] / floor["estimator_floor_cpu"]}
+            for name, res in results.items()}
 
 
 # --- the report -----------------------------------------------------------------------------
 
 
-def print_report(name: str, res: dict, targets: bool) -> None:
-    wall, inside = res["wall"], res["inside"]
+def _load(load) -> str:
+    return "/".join(f"{v:.2f}" for v in load)
+
+
+def print_report(name: str, res: dict, targets: bool, ratio: dict | None = None) -> None:
+    wall, inside, cpu = res["wall"], res["inside"], res["cpu"]
     ok = lambda good: ("meets" if good else "MISSES") if targets else "-"  # noqa: E731
     print(f"\n### runner: {name}\n")
+    print(f"load average (1/5/15 min): {_load(res['load_start'])} at the start, "
+          f"{_load(res['load_end'])} at the end\n")
     print("| figure | value | target |")
     print("| --- | ---: | --- |")
     print(f"| wall time of `dpatlas release` | {wall:.1f} s | ≤ {TARGET_WALL_S:.0f} s: "
           f"{ok(wall <= TARGET_WALL_S)} |")
+    print(f"| CPU time of the release's process tree (wait4: flow + reaped children) | "
+          f"{cpu['release_tree']:.1f} s | |")
+    if cpu["dask_workers"]:
+        print(f"| CPU time of the Dask workers during the release | {cpu['dask_workers']:.1f} s "
+              "| |")
+    print(f"| CPU time of the release, all processes | {cpu['release_total']:.1f} s | |")
+    print(f"| CPU time of the Prefect server during the release (not the release's) | "
+          f"{cpu['prefect_server']:.1f} s | |")
+    if ratio:
+        print(f"| **release wall / floor CPU** | **{ratio['wall_over_floor']:.2f}** | "
+              f"≤ {TARGET_FLOOR_RATIO:g}: {ok(ratio['wall_over_floor'] <= TARGET_FLOOR_RATIO)} |")
+        print(f"| release CPU / floor CPU | {ratio['cpu_over_floor']:.2f} | |")
+        print(f"| release wall / estimator floor CPU | "
+              f"{ratio['wall_over_estimator_floor']:.2f} | |")
     for pid, (label, mib) in sorted(res["peaks"].items(), key=lambda kv: -kv[1][1]):
         print(f"| peak RSS, {label} (pid {pid}) | {mib:,.0f} MiB | ≤ {TARGET_RSS_MIB:,.0f} MiB: "
               f"{ok(mib <= TARGET_RSS_MIB)} |")
@@ -425,13 +608,27 @@ def print_report(name: str, res: dict, targets: bool) -> None:
           f"{inside:.1f} s | |")
     print(f"| outside the estimators | {wall - inside:.1f} s = "
           f"{100 * (wall - inside) / wall:.0f}% | |")
+    over = res["overhead"]
     print(f"| outside every Prefect task (start-up, flow code between tasks) | "
-          f"{wall - res['tasks_union']:.1f} s | |")
-    print("\n| stage (Prefect task) | wall s (any run) | task s (sum) | runs |")
-    print("| --- | ---: | ---: | ---: |")
+          f"{wall - res['tasks_union']:.1f} s: {over['before_first_task']:.1f} before the "
+          f"first task, {over['between_stages']:.1f} between stages, "
+          f"{over['after_last_task']:.1f} after the last | |")
+    print("\n| stage (Prefect task) | wall s (any run) | task s (sum) | runs | idle gap before "
+          "(s) |")
+    print("| --- | ---: | ---: | ---: | ---: |")
     for row in res["stages"]:
         print(f"| {row['stage']} | {row['seconds']:.1f} | {row['task_seconds']:.1f} | "
-              f"{row['runs']} |")
+              f"{row['runs']} | {row['gap_before']:.2f} |")
+
+
+def print_floor(floor: dict) -> None:
+    from bench_floor import report_lines
+
+    sub = floor["subprocess"]
+    print("\n### the floor (benchmarks/bench_floor.py, one process, same data)\n")
+    print("\n".join(report_lines(floor)))
+    print(f"floor subprocess: wall {sub['wall']:.1f} s | CPU {sub['cpu']:.1f} s (wait4) | "
+          f"load average {_load(sub['load_start'])} -> {_load(sub['load_end'])}", flush=True)
 
 
 def main() -> None:
@@ -444,6 +641,10 @@ def main() -> None:
     ap.add_argument("--max-parameter-size", type=int, default=None,
                     help="the benchmark's Prefect server's limit on a flow run's parameters, "
                          "in bytes (0: none); default: Prefect's (512 KiB)")
+    ap.add_argument("--json-out", type=Path, default=None,
+                    help="where the results go as JSON (default: WORK/results.json)")
+    ap.add_argument("--no-floor", action="store_true",
+                    help="skip the floor (bench_floor.py) and the ratios")
     args = ap.parse_args()
     runners = [r.strip() for r in args.runners.split(",") if r.strip()]
     if not set(runners) <= {"local", "dask"} or not runners:
@@ -451,7 +652,7 @@ def main() -> None:
     if args.scale <= 0:
         raise SystemExit("error: --scale must be > 0")
     work = args.work.resolve()
-    data = work / ("data" if args.scale == 1.0 else f"data-scale-{args.scale:g}")
+    data = data_folder(work, args.scale)
     data.mkdir(parents=True, exist_ok=True)
 
     t0 = time.perf_counter()
@@ -460,6 +661,11 @@ def main() -> None:
     print(f"country: {country['states']} states (incl. DC), {country['tracts']:,} tracts, "
           f"{country['records']:,} records (generated in {country['generated_seconds']} s; "
           f"ready in {time.perf_counter() - t0:.0f} s)", flush=True)
+
+    floor = None
+    if not args.no_floor:
+        floor = run_floor(data, work)
+        print_floor(floor)
 
     from tests.support.prefect_server import prefect_server
 
@@ -473,33 +679,51 @@ def main() -> None:
     home = work / "prefect-home"
     shutil.rmtree(home, ignore_errors=True)
     home.mkdir(parents=True)
-    results = {}
+    results, failure = {}, None
     t_server = time.perf_counter()
-    with prefect_server(home) as api_url:
-        print(f"Prefect server start-up (not in the wall times): "
-              f"{time.perf_counter() - t_server:.1f} s", flush=True)
-        if "local" in runners:
-            config = write_config(work, data, "local", None)
-            set_ledger_cap(config)
-            results["local"] = run_release(api_url, config, "national-local",
-                                           timings_folder(work, "local"))
-            print_report("local (threads, 2 at a time)", results["local"], targets=True)
-        if "dask" in runners:
-            from dask.distributed import Client, LocalCluster
-
-            timings = timings_folder(work, "dask")  # before the workers start: they inherit it
-            with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                              dashboard_address=None) as cluster, Client(cluster) as client:
-                config = write_config(work, data, "dask", cluster.scheduler_address)
+    try:
+        with prefect_server(home) as api_url:
+            print(f"Prefect server start-up (not in the wall times): "
+                  f"{time.perf_counter() - t_server:.1f} s", flush=True)
+            # The processes started from here on name this server in their environment
+            # (prefect-dask also sends each task its flow's settings, the API URL among them).
+            os.environ["PREFECT_API_URL"] = api_url
+            if "local" in runners:
+                config = write_config(work, data, "local", None)
                 set_ledger_cap(config)
-                results["dask"] = run_release(api_url, config, "national-dask", timings,
-                                              client)
-            print_report("dask (2-worker local cluster)", results["dask"], targets=False)
-    summary = {"country": country, "results": {k: {**v, "peaks": {str(p): list(lm) for p, lm
-                                                                    in v["peaks"].items()}}
-                                               for k, v in results.items()}}
-    (work / "results.json").write_text(json.dumps(summary, indent=2, default=str))
-    print(f"\nresults: {work / 'results.json'}")
+                results["local"] = run_release(api_url, config, "national-local",
+                                               timings_folder(work, "local"), runner="local")
+                print_report("local (threads, 2 at a time)", results["local"], targets=True,
+                             ratio=floor_ratios(results, floor).get("local"))
+            if "dask" in runners:
+                from dask.distributed import Client, LocalCluster
+
+                timings = timings_folder(work, "dask")  # before the workers start: inherited
+                with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster, Client(cluster) as client:
+                    config = write_config(work, data, "dask", cluster.scheduler_address)
+                    set_ledger_cap(config)
+                    results["dask"] = run_release(api_url, config, "national-dask", timings,
+                                                  client, runner="dask")
+                print_report("dask (2-worker local cluster)", results["dask"], targets=False,
+                             ratio=floor_ratios(results, floor).get("dask"))
+    except StageTableError as err:
+        failure = str(err)
+    out = args.json_out.resolve() if args.json_out else work / "results.json"
+    write_results(out, country, floor, results, failure)
+    print(f"\nresults: {out}")
+    if failure:
+        raise SystemExit(f"error: {failure}")
+
+
+def write_results(path: Path, country: dict, floor: dict | None, results: dict,
+                  failure: str | None) -> None:
+    summary = {"country": country, "floor": floor, "ratios": floor_ratios(results, floor),
+               "failure": failure,
+               "results": {k: {**v, "peaks": {str(p): list(lm) for p, lm in v["peaks"].items()}}
+                           for k, v in results.items()}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(summary, indent=2, default=str))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -22,8 +23,17 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' _measure
+from _measure import measure  # noqa: E402
+
 
 def main() -> None:
+    with measure("bench_release, whole run") as run:
+        _main()
+    print(run.line())
+
+
+def _main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="primary", choices=["primary", "full-suite"])
     ap.add_argument("--out", type=Path, default=None)
@@ -72,12 +82,13 @@ def main() -> None:
         t_server = time.perf_counter() - t_server
         from flows.release import release
 
-        t1 = time.perf_counter()
-        folder = release(str(config), None, None).folder
-        wall = time.perf_counter() - t1
+        with measure("release (in this process; the test server's CPU is not in it)") as span:
+            folder = release(str(config), None, None).folder
+        wall = span.wall
     print(f"profile: {args.profile}; data: {data} (generated in {t_synth:.1f} s)")
     print(f"Prefect test server start-up (not counted below): {t_server:.1f} s")
     print(f"release wall time: {wall:.2f} s -> {folder}")
+    print(span.line())
     inside = union_seconds()
     print(f"inside the estimators (selection + estimation functions running): {inside:.2f} s")
     print(f"outside the estimators (orchestration, I/O, validation, publish): "

@@ -16,8 +16,7 @@ Only ``build_tiles`` is timed (tippecanoe reading the GeoJSON and writing the ar
 from __future__ import annotations
 
 import argparse
-import os
-import resource
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -29,6 +28,9 @@ import pandas as pd
 STATES = ["01", "04", "05", "06", "08", "09", "12", "13", "17", "18", "19", "20", "21", "22",
           "24", "25", "26", "27", "28", "29", "36", "39", "42", "48", "53"]
 DEMO_TRACTS = 3108
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' _measure
+from _measure import measure  # noqa: E402
 
 
 def made_up_results(geoids: np.ndarray, seed: int = 0) -> pd.DataFrame:
@@ -61,26 +63,27 @@ def synthetic_geojson(states: list[str], tracts: int, out: Path) -> Path:
     return out
 
 
-def _children_cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
-def measure(label: str, geojson: Path, out: Path) -> None:
-    """Wall time and tippecanoe's CPU time (the machine is shared: wall time depends on the
-    load, CPU time much less), archive size."""
+def time_tiles(label: str, geojson: Path, out: Path) -> None:
+    """Wall time and CPU time, tippecanoe's (a child) included (the machine is shared: wall
+    time depends on the load, CPU time much less), archive size."""
     from dpatlas.publication.tiles import build_tiles
 
-    cpu = _children_cpu_seconds()
-    build = build_tiles(geojson, out)
-    cpu = _children_cpu_seconds() - cpu
+    with measure(f"{label}, build_tiles") as span:
+        build = build_tiles(geojson, out)
     print(f"{label}: {build.features} tracts, z{build.min_zoom}-z{build.max_zoom}, "
-          f"build {build.seconds:.1f} s wall, {cpu:.1f} s CPU (load average "
-          f"{os.getloadavg()[0]:.1f}), archive {build.bytes / 2**20:.1f} MiB "
-          f"({build.bytes / build.features / 1024:.2f} KiB per tract)", flush=True)
+          f"build {build.seconds:.1f} s wall, {span.cpu:.1f} s CPU, archive "
+          f"{build.bytes / 2**20:.1f} MiB ({build.bytes / build.features / 1024:.2f} KiB per "
+          "tract)", flush=True)
+    print(f"  {span.line()}", flush=True)
 
 
 def main() -> None:
+    with measure("bench_tiles, whole run") as run:
+        _main()
+    print(run.line())
+
+
+def _main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--release", type=Path, help="a release folder (its tracts.geojson)")
     ap.add_argument("--states", type=int, default=20)
@@ -98,11 +101,11 @@ def main() -> None:
     else:
         print("demo state: synthetic, the demo's size")
         demo = synthetic_geojson(["17"], DEMO_TRACTS, out / "demo.geojson")
-    measure("demo state", demo, out / "demo.pmtiles")
+    time_tiles("demo state", demo, out / "demo.pmtiles")
 
     print(f"{args.states} states:")
     country = synthetic_geojson(STATES[:args.states], args.tracts, out / "states.geojson")
-    measure(f"{args.states} states", country, out / "states.pmtiles")
+    time_tiles(f"{args.states} states", country, out / "states.pmtiles")
     print(f"files in {out}")
 
 

@@ -4,7 +4,9 @@ was a copy. Each runs here at a small size and must exit 0 and print its headlin
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -37,6 +39,89 @@ def test_quick_benchmarks_run(tmp_path, script, args, expected):
     assert expected in out, out[-2000:]
 
 
+def test_quick_benchmarks_print_cpu_time_and_load_average(tmp_path):
+    """On a shared machine wall time alone cannot be compared: every benchmark prints CPU
+    time and the load average beside it (benchmarks/_measure.py's line)."""
+    out = run_benchmark("bench_tiles.py", "--states", "1", "--tracts", "20", "--out",
+                        str(tmp_path), cwd=tmp_path)
+    lines = [ln for ln in out.splitlines() if "| CPU " in ln and "| load average " in ln]
+    assert any(ln.startswith("bench_tiles, whole run: wall ") for ln in lines), out
+    assert any("1 states, build_tiles: wall" in ln for ln in lines), out
+
+
+def tiny_state(data: Path, tracts: int = 80) -> Path:
+    """One synthetic state with the national benchmark's layout: microdata/, tracts.parquet.
+    80 tracts: enough released tracts (>= 50) for the small-area model to fit."""
+    from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
+
+    write_synthetic(data, ["17"], 0, StateParams(n_tracts=tracts, counties=4))
+    return data
+
+
+def test_floor_reports_positive_cpu_seconds_for_each_component(tmp_path):
+    data = tiny_state(tmp_path / "data")
+    out = run_benchmark("bench_floor.py", "--data", str(data), "--seed", "3", "--json-out",
+                        str(tmp_path / "floor.json"), cwd=tmp_path)
+    res = json.loads((tmp_path / "floor.json").read_text())
+    parts = ["read", "batch", "select", "estimate", "of which intervals", "levels",
+             "model fit"]
+    assert set(parts) <= set(res["components"]), res["components"]
+    for name in parts:
+        assert res["components"][name]["cpu"] > 0, (name, res["components"][name])
+        assert f"| {name} | " in out, out
+    assert res["components"]["of which intervals"]["cpu"] < res["components"]["estimate"]["cpu"]
+    assert res["model_fits"] >= 1 and res["records"] > 80 * 20
+    assert 0 < res["estimator_floor_cpu"] < res["floor_cpu"]
+    assert res["floor_cpu"] == pytest.approx(sum(
+        res["components"][p]["cpu"] for p in ["read", "batch", "select", "estimate", "levels",
+                                             "model fit"]))
+    assert res["process"]["cpu"] >= res["floor_cpu"] * 0.99  # the process did at least that
+    assert "**full floor** (+ levels + model fit)" in out and "| load average " in out, out
+
+
+@pytest.fixture
+def bench_national():
+    """benchmarks/bench_national.py as a module, without leaving its environment settings
+    (Prefect logging level, analytics) or its sys.path entries in the test process."""
+    env, path = dict(os.environ), list(sys.path)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        yield importlib.import_module("bench_national")
+    finally:
+        os.environ.clear()
+        os.environ.update(env)
+        sys.path[:] = path
+
+
+def _run(task: str, start: float, end: float) -> dict:
+    return {"task": task, "name": task, "start": start, "end": end}
+
+
+def test_national_benchmark_refuses_an_empty_stage_table(bench_national):
+    with pytest.raises(bench_national.StageTableError, match="no finished task runs"):
+        bench_national.check_stage_table([], "dask", 0)
+    # Runs of the flow process recorded, none of the chunks (e.g. not recorded yet).
+    runs = [_run(t, i, i + 1) for i, t in enumerate(
+        ["ingest_partition", "validate_partition", "publish_release"])]
+    with pytest.raises(bench_national.StageTableError,
+                       match="no task runs of stage.s. select_chunk, estimate_chunk"):
+        bench_national.check_stage_table(bench_national.stage_table(runs), "dask", 3)
+    whole = runs + [_run("select_chunk", 1.5, 2.0), _run("estimate_chunk", 2.0, 2.5)]
+    bench_national.check_stage_table(bench_national.stage_table(whole), "local", 5)
+
+
+def test_national_stage_table_shows_the_gaps_between_stages(bench_national):
+    runs = [_run("a", 0.0, 1.0), _run("a", 0.5, 2.0), _run("b", 3.0, 4.0),
+            _run("c", 3.5, 5.0), _run("d", 5.25, 6.0)]
+    rows = {r["stage"]: r for r in bench_national.stage_table(runs)}
+    assert rows["a"]["seconds"] == 2.0 and rows["a"]["task_seconds"] == 2.5
+    assert rows["b"]["gap_before"] == 1.0  # nothing ran from 2.0 to 3.0
+    assert rows["c"]["gap_before"] == 0.0  # started while b ran
+    assert rows["d"]["gap_before"] == 0.25
+    over = bench_national.flow_overhead(list(rows.values()), start=-1.0, wall=8.0)
+    assert over == {"before_first_task": 1.0, "between_stages": 1.25, "after_last_task": 1.0}
+
+
 @pytest.mark.slow
 def test_release_benchmark_runs_the_demo_config(tmp_path):
     out = run_benchmark("bench_release.py", "--out", str(tmp_path), cwd=tmp_path)
@@ -56,3 +141,9 @@ def test_national_benchmark_runs_at_a_small_scale(tmp_path):
     assert 0 < local["inside"] < local["wall"]  # estimator time is part of the wall time
     assert any(label == "release (flow)" and mib > 0 for label, mib in local["peaks"].values())
     assert {"validate_partition", "publish_release"} <= {s["stage"] for s in local["stages"]}
+    # CPU beside the wall time, and the floor of the same run with the ratio
+    assert local["cpu"]["release_tree"] > 0 and local["cpu"]["prefect_server"] >= 0
+    assert results["floor"]["floor_cpu"] > 0 and results["failure"] is None
+    assert results["ratios"]["local"]["wall_over_floor"] == pytest.approx(
+        local["wall"] / results["floor"]["floor_cpu"])
+    assert "release wall / floor CPU" in out and "the floor (benchmarks/bench_floor.py" in out
