@@ -8,6 +8,7 @@ machine slows both alike; the figure per version is the least CPU time (process 
 process only: the stage uses no children) over ``--repeat`` runs. The intervals' own share
 is the CPU time inside ``dpatlas.release.estimate._intervals`` (present in both versions).
 Both versions use the same seeds, so their outputs must be identical: the script checks it.
+It also prints each version's peak resident memory (a child's, over all its cases).
 
     .venv/bin/python benchmarks/bench_intervals.py [--data /tmp/nat-base/data/microdata]
         [--states 06,48] [--tracts 2000] [--epsilon 1,8] [--rules dp,theil-sen]
@@ -81,7 +82,10 @@ def child(args) -> None:
             rows.append({"state": state, "rule": rule, "epsilon": eps, "tracts": int(n.size),
                          "pairs": int((n * (n - 1) // 2).sum()), "cpu_total": total,
                          "cpu_intervals": spent["intervals"], "result": str(out)})
-    print(json.dumps({"module": E.__file__, "rows": rows}))
+    import resource
+
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"module": E.__file__, "rows": rows, "peak_mib": peak_mib}))
 
 
 def run_version(source: Path, args, out: Path) -> dict:
@@ -122,9 +126,11 @@ def main() -> None:
         subprocess.run(["tar", "-x", "-C", str(base)], input=archive, check=True)
         versions = {"before": base, "after": ROOT}
         best: dict[tuple, dict] = {}
+        peak = {name: 0.0 for name in versions}
         for rep in range(args.repeat):
             for name, source in versions.items():
                 report = run_version(source, args, Path(tmp) / f"{name}-{rep}")
+                peak[name] = max(peak[name], report["peak_mib"])
                 for row in report["rows"]:
                     key = (name, row["state"], row["rule"], row["epsilon"])
                     if key not in best or row["cpu_total"] < best[key]["cpu_total"]:
@@ -147,6 +153,8 @@ def main() -> None:
                   f"{'yes' if same else 'NO'}")
             if not same:
                 raise SystemExit(f"state {state}, {rule}, eps {eps}: the outputs differ")
+        print("peak RSS of a child (MiB, all its cases): "
+              + ", ".join(f"{name} {mib:.0f}" for name, mib in peak.items()))
 
 
 if __name__ == "__main__":
