@@ -102,12 +102,12 @@ def test_national_benchmark_refuses_an_empty_stage_table(bench_national):
         bench_national.check_stage_table([], "dask", 0)
     # Runs of the flow process recorded, none of the chunks (e.g. not recorded yet).
     runs = [_run(t, i, i + 1) for i, t in enumerate(
-        ["ingest_partition", "validate_partition", "publish_release"])]
+        ["validate_partition", "publish_release"])]
     with pytest.raises(bench_national.StageTableError,
                        match="no task runs of stage.s. select_chunk, estimate_chunk"):
-        bench_national.check_stage_table(bench_national.stage_table(runs), "dask", 3)
+        bench_national.check_stage_table(bench_national.stage_table(runs), "dask", 2)
     whole = runs + [_run("select_chunk", 1.5, 2.0), _run("estimate_chunk", 2.0, 2.5)]
-    bench_national.check_stage_table(bench_national.stage_table(whole), "local", 5)
+    bench_national.check_stage_table(bench_national.stage_table(whole), "local", 4)
 
 
 def test_national_stage_table_shows_the_gaps_between_stages(bench_national):
