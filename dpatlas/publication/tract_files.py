@@ -741,6 +741,9 @@ def write_release(table: gpd.GeoDataFrame, manifest: dict, root: Path, release_i
     try:
         # The tract files, the level files (more tippecanoe runs) and the footprint are
         # independent: side by side (in_parallel waits for all before anything is hashed).
+        # The threads share one consolidated copy: pandas may consolidate a frame's blocks in
+        # place while reading it, which is no read to do from several threads at once.
+        table = table.copy()
         tract_files, level_files, extent = in_parallel([
             lambda: _write_files(staging, table, config, release_id),
             lambda: more_files(staging) if more_files is not None else [],
