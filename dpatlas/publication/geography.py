@@ -680,29 +680,107 @@ def write_geojson_rfc7946(gdf: gpd.GeoDataFrame, path: str | Path,
     Property values are JSON numbers, strings or null (NaN and NA become null). With a
     ``geoid`` column each feature's ``id`` (section 3.2) is its GEOID, or ``GEOID/cell`` when
     a GEOID has a feature per cell, so the id names one feature.
-    """
-    import json
 
+    Streamed a state at a time (rows in their order; :func:`_row_runs`): the file never exists
+    as one string or one dict in memory. Geometries are written by GEOS (``shapely.to_geojson``,
+    in C) rather than through Python coordinate lists: the snapped coordinates are the same
+    doubles, and the few GEOS prints with more than ``decimals`` decimals are printed again.
+    """
     path = Path(path)
     if gdf.crs is None:
         raise BoundaryError(f"{path}: refusing to write boundaries without a CRS")
     gdf = gdf.to_crs(CRS)
     geoms = rfc7946_geometries(gdf.geometry.to_numpy(), decimals)
     props = pd.DataFrame(gdf.drop(columns=gdf.geometry.name))
-    records = props.astype(object).where(props.notna(), None).to_dict(orient="records")
     ids = feature_ids(props)
-    features = [{"type": "Feature", **({"id": ids[i]} if ids is not None else {}),
-                 "properties": {k: _json_scalar(v) for k, v in rec.items()},
-                 "geometry": geojson_geometry(geom, decimals)}
-                for i, (rec, geom) in enumerate(zip(records, geoms))]
-    doc = {"type": "FeatureCollection"}
+    head = '{"type":"FeatureCollection",'
     if len(geoms):
-        doc["bbox"] = [round(float(v), decimals) for v in shapely.total_bounds(geoms)]
-    doc["features"] = features
+        bbox = [round(float(v), decimals) for v in shapely.total_bounds(geoms)]
+        head += f'"bbox":{_json_text(bbox)},'
     with open(path, "w", encoding="utf-8") as fh:
-        # json.dumps uses the C encoder; json.dump to a file falls back to the pure-Python one.
-        fh.write(json.dumps(doc, ensure_ascii=False, allow_nan=False, separators=(",", ":")))
+        fh.write(head + '"features":[')
+        for n, (a, b) in enumerate(_row_runs(props)):
+            texts = _feature_texts(props.iloc[a:b], geoms[a:b],
+                                   None if ids is None else ids[a:b], decimals)
+            fh.write(("," if n else "") + ",".join(texts))
+        fh.write("]}")
     return path
+
+
+# Rows per chunk of the streamed GeoJSON when the table has no ``state`` column.
+_GEOJSON_CHUNK_ROWS = 5000
+
+
+def _row_runs(props: pd.DataFrame) -> list[tuple[int, int]]:
+    """Consecutive row ranges [a, b) to write together: the runs of equal ``state`` (a state
+    at a time, rows keep their order), else chunks of :data:`_GEOJSON_CHUNK_ROWS` rows."""
+    n = len(props)
+    if n == 0:
+        return []
+    if "state" in props.columns:
+        state = props["state"].astype(str).to_numpy()
+        cuts = np.flatnonzero(state[1:] != state[:-1]) + 1
+    else:
+        cuts = np.arange(_GEOJSON_CHUNK_ROWS, n, _GEOJSON_CHUNK_ROWS)
+    edges = [0, *cuts.tolist(), n]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def _json_text(value) -> str:
+    import json
+
+    # json.dumps uses the C encoder; json.dump to a file falls back to the pure-Python one.
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def _feature_texts(props: pd.DataFrame, geoms: np.ndarray, ids: list[str] | None,
+                   decimals: int) -> list[str]:
+    """Each row's Feature as JSON text: id, properties (:func:`_json_scalar`'s values), and
+    the geometry as GEOS writes it (null when empty)."""
+    columns = [_json_values(props[c]) for c in props.columns]
+    names = list(props.columns)
+    geometry = _geometry_texts(geoms, decimals)
+    out = []
+    for i, row in enumerate(zip(*columns)):
+        feature = '{"type":"Feature",'
+        if ids is not None:
+            feature += f'"id":{_json_text(ids[i])},'
+        out.append(feature + f'"properties":{_json_text(dict(zip(names, row)))},'
+                   f'"geometry":{geometry[i]}}}')
+    return out
+
+
+def _json_values(column: pd.Series) -> list:
+    """A column's values as :func:`_json_scalar` makes them, whole numpy columns at a time."""
+    values = column.to_numpy()
+    if values.dtype.kind == "f":
+        out = values.tolist()
+        for i in np.flatnonzero(~np.isfinite(values)).tolist():
+            out[i] = None
+        return out
+    if values.dtype.kind in "biu":
+        return values.tolist()
+    return [None if _missing(v) else _json_scalar(v) for v in values]
+
+
+def _missing(value) -> bool:
+    return value is None or value is pd.NA or value is pd.NaT or (
+        isinstance(value, (float, np.floating)) and not math.isfinite(value))
+
+
+# A number GEOS printed with more decimals than asked (its doubles are the snapped ones).
+_LONG_DECIMAL = re.compile(r"-?\d+\.\d{8,}(?:[eE][-+]?\d+)?")
+
+
+def _geometry_texts(geoms: np.ndarray, decimals: int) -> list[str]:
+    """RFC 7946 geometry objects as text, null where empty; numbers with at most ``decimals``
+    decimals (``repr`` of a float rounded to that many places)."""
+    empty = shapely.is_missing(geoms) | shapely.is_empty(geoms)
+    texts = np.full(len(geoms), "null", dtype=object)
+    if (~empty).any():
+        texts[~empty] = shapely.to_geojson(geoms[~empty])
+    return [_LONG_DECIMAL.sub(lambda m: repr(round(float(m.group()), decimals)), t)
+            if t != "null" else t for t in texts]
 
 
 def feature_ids(props: pd.DataFrame) -> list[str] | None:

@@ -463,27 +463,58 @@ def staging_folder(root: Path, internal_dir: Optional[Path], release_id: str) ->
     return Path(root) / f".staging-{release_id}-{pid}"
 
 
+# Threads writing a release's files side by side (tippecanoe runs as a child process while
+# Python writes the other files; pyarrow, GEOS and the PNG's rendering release the GIL in
+# parts). More would only queue on a machine of a few cores.
+PUBLISH_WORKERS = 4
+
+
+def in_parallel(jobs: list[Callable[[], object]], workers: int = PUBLISH_WORKERS) -> list:
+    """Run ``jobs`` in threads; their results in order. The first failure is raised once
+    every job already started has stopped and the rest are cancelled, so nothing is still
+    writing into the staging folder when the caller removes it."""
+    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+
+    pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(jobs))),
+                              thread_name_prefix="publish")
+    try:
+        futures = [pool.submit(job) for job in jobs]
+        wait(futures, return_when=FIRST_EXCEPTION)
+        failed = next((f for f in futures if f.done() and f.exception() is not None), None)
+        if failed is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise failed.exception()
+        return [f.result() for f in futures]
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
 def _write_files(staging: Path, table: gpd.GeoDataFrame, config: dict,
                  release_id: str) -> list[str]:
     """Write every published file into ``staging``; returns the web map's files (the vector
-    tiles, the page and its assets), which the manifest lists beside PUBLISHED_FILES."""
+    tiles, the page and its assets), which the manifest lists beside PUBLISHED_FILES.
+
+    The GeoJSON is written first (the tiles are built from it), then tippecanoe, the longest
+    writer, runs while the other files are written beside it."""
     from dpatlas.publication import tiles, webmap
 
-    table.to_parquet(staging / "tracts.parquet", index=False)
     write_geojson_rfc7946(table, staging / "tracts.geojson")
-    tiles.build_tiles(staging / "tracts.geojson", staging / tiles.TILES_FILE,
-                      text=tiles.release_tile_text(release_id, config))
-    map_files = [tiles.TILES_FILE, *webmap.write_web_map(staging, release_id)]
     ci = config.get("intervals") or {}
-    write_csv_with_schema(pd.DataFrame(table.drop(columns="geometry")), staging,
-                          ci.get("level", 0.95))
-    write_map(table, staging / "p25_map.png",
-              f"Release {release_id}: p25 by tract ({int((table.status == 'released').sum())}"
-              f" of {len(table)} released)",
-              ci.get("low_reliability_width") if ci.get("enabled") else None)
-    (staging / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True,
-                                                    default=_json))
-    return map_files
+    title = (f"Release {release_id}: p25 by tract ({int((table.status == 'released').sum())}"
+             f" of {len(table)} released)")
+    tile_build, web_map, *_ = in_parallel([
+        lambda: tiles.build_tiles(staging / "tracts.geojson", staging / tiles.TILES_FILE,
+                                  text=tiles.release_tile_text(release_id, config)),
+        lambda: webmap.write_web_map(staging, release_id),
+        lambda: table.to_parquet(staging / "tracts.parquet", index=False),
+        lambda: write_csv_with_schema(pd.DataFrame(table.drop(columns="geometry")), staging,
+                                      ci.get("level", 0.95)),
+        lambda: write_map(table, staging / "p25_map.png", title,
+                          ci.get("low_reliability_width") if ci.get("enabled") else None),
+        lambda: (staging / "config.json").write_text(json.dumps(
+            config, indent=2, sort_keys=True, default=_json)),
+    ])
+    return [tiles.TILES_FILE, *web_map]
 
 
 # ------------------------------------------------------------------ CSV and its Table Schema
@@ -708,12 +739,20 @@ def write_release(table: gpd.GeoDataFrame, manifest: dict, root: Path, release_i
     staging = staging_folder(root, internal_dir, release_id)
     staging.mkdir()
     try:
-        files = [*PUBLISHED_FILES, *_write_files(staging, table, config, release_id),
-                 *(more_files(staging) if more_files is not None else [])]
+        # The tract files, the level files (more tippecanoe runs) and the footprint are
+        # independent: side by side (in_parallel waits for all before anything is hashed).
+        # The threads share one consolidated copy: pandas may consolidate a frame's blocks in
+        # place while reading it, which is no read to do from several threads at once.
+        table = table.copy()
+        tract_files, level_files, extent = in_parallel([
+            lambda: _write_files(staging, table, config, release_id),
+            lambda: more_files(staging) if more_files is not None else [],
+            lambda: footprint(table)])
+        files = [*PUBLISHED_FILES, *tract_files, *level_files]
         files.append(write_datapackage(staging, files, release_id, config))
         manifest = {**manifest,
                     "rounding": rounding_statement(list(table.columns)),
-                    "extent": footprint(table),
+                    "extent": extent,
                     "files": {f: {"sha256": sha256_file(staging / f),
                                   "bytes": (staging / f).stat().st_size}
                               for f in files}}
