@@ -159,6 +159,8 @@ def _draw_on_workers(log: DrawLog, stage: str, chunks: list[Chunk], location: st
     urls = [staging.join(location, STAGE_FOLDERS[stage], f"{c.name}.parquet") for c in chunks]
     seeds = [_seed(noise_seed, stage_index, k) for k in range(len(chunks))]
     todo = [k for k, c in enumerate(chunks) if log.reuse(stage, c.name) is None]
+    if not todo:  # a resume that finds every draw of this stage recorded
+        return urls
     futures = submit(todo, [urls[k] for k in todo], [seeds[k] for k in todo])
     futures.wait()
     errors = []
@@ -169,6 +171,7 @@ def _draw_on_workers(log: DrawLog, stage: str, chunks: list[Chunk], location: st
             errors.append(err)
             continue
         log.record_url(stage, chunks[k].name, urls[k], digest, noise_source(seeds[k]))
+    crashpoint(f"after-staged-{stage}")
     if errors:
         raise errors[0]
     return urls

@@ -122,6 +122,25 @@ def test_crash_then_resume_matches_uninterrupted(api_url, state, baseline, tmp_p
     assert feed["latest"] == "r"
 
 
+def test_staged_release_crashed_after_its_selections_resumes_from_them(api_url, state,
+                                                                        baseline, tmp_path):
+    """Staged at a file:// URL (the local runner's threads play the workers): killed once the
+    flow has recorded every selection, the resumed release reuses them (not redrawn) and
+    publishes what the unstaged, uninterrupted release published."""
+    shared = tmp_path / "shared"
+    cfg = config(tmp_path, state, staging_url=f"file://{shared}")
+    rc, out = cli(api_url, "release", "-c", str(cfg), "--release-id", "r", "--noise-seed", "11",
+                  crash="after-staged-select")
+    assert rc == -9, out
+    selections = {p: p.stat().st_mtime_ns for p in (shared / "r" / "selection").glob("*.parquet")}
+    assert len(selections) == 3 and not (shared / "r" / "results").exists()
+    rc, out = cli(api_url, "release", "-c", str(cfg), "--release-id", "r", "--noise-seed", "11")
+    assert rc == 0, out
+    for path, mtime in selections.items():
+        assert path.stat().st_mtime_ns == mtime, path
+    assert digest(tmp_path / "releases" / "r") == baseline[1]
+
+
 def test_rerun_is_a_noop_and_new_id_is_charged(api_url, state, tmp_path):
     cfg = config(tmp_path, state)
     assert cli(api_url, "release", "-c", str(cfg), "--release-id", "a")[0] == 0
