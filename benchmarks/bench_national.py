@@ -471,6 +471,11 @@ def run_on_processes(api_url: str, work: Path, data: Path, workers: int) -> dict
 
     from tests.support.dask_cluster import dask_processes
 
+    import signal
+
+    # `timeout` or kill sends SIGTERM: exit through the context managers below, so the
+    # scheduler and workers (in sessions of their own) are stopped, not orphaned
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     key = f"dask-{workers}w"
     timings = timings_folder(work, key)
     env = {"PREFECT_API_URL": api_url, TIMINGS_ENV: str(timings),
