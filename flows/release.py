@@ -139,13 +139,14 @@ def _select_and_estimate_staged(chunks: list[Chunk], budget, min_n: int, interna
         log, "select", chunks, location, noise_seed, 1,
         lambda todo, outs, seeds: select_staged.map(
             [chunks[k] for k in todo], unmapped(budget), unmapped(min_n), outs, seeds))
-    estimates = _draw_on_workers(
+    _draw_on_workers(
         log, "estimate", chunks, location, noise_seed, 2,
         lambda todo, outs, seeds: estimate_staged.map(
             [chunks[k] for k in todo], [selections[k] for k in todo], unmapped(budget),
             unmapped(min_n), outs, seeds))
     results = []
-    for chunk, url in zip(chunks, estimates):
+    for chunk in chunks:
+        url = log.reuse("estimate", chunk.name)  # refused if it differs from the one recorded
         local = internal / STAGE_FOLDERS["estimate"] / f"{chunk.name}.parquet"
         results.append(write_bytes_atomic(local, staging.read_bytes(url), private=True))
     return results
