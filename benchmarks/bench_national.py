@@ -446,7 +446,8 @@ def chunk_costs(runs: list[dict], staging: Path) -> list[dict]:
 def cluster_projection(chunks: list[dict], worker_cpu: float, machines: int = 10,
                        cells: int = 42) -> dict:
     """The select+estimate work of the national release with ``cells`` cells on ``machines``
-    one-worker machines, from this run's costs: the workers' CPU seconds per tract-cell ×
+    one-worker machines, from this run's costs: the workers' CPU seconds (an upper bound: see
+    run_on_processes) per tract-cell ×
     tract-cells × cells ÷ machines (the summed task wall time beside it: on a busy machine it
     includes waiting for a core). Assumes each tract-cell costs the same whatever its cell
     (fewer records per tract-cell make it cheaper, not dearer) and leaves out the stages the
@@ -488,8 +489,9 @@ def run_on_processes(api_url: str, work: Path, data: Path, workers: int) -> dict
         cpu_before = client.run(time.process_time)
         result = run_release(api_url, config, f"national-{key}", timings, client)
         cpu_after = client.run(time.process_time)
-    # The workers run only select and estimate (and Dask's own bookkeeping): their CPU time is
-    # that work's cost, however busy the machine.
+    # The workers run only select and estimate: their CPU time is that work's cost however busy
+    # the machine, plus Prefect's task engine per task run, Dask's bookkeeping while the flow
+    # runs its own stages, and one-off imports (at --scale 0.05 these dominate: see the report).
     worker_cpu = sum(cpu_after[w] - cpu_before[w] for w in cpu_after)
     chunks = chunk_costs(task_runs_since(api_url, start),
                          config.parent / "staging" / f"national-{key}")
