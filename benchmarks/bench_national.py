@@ -569,6 +569,111 @@ def floor_ratios(results: dict, floor: dict | None) -> dict:
             for name, res in results.items()}
 
 
+# --- a Dask cluster of separate processes ---------------------------------------------------
+
+
+def staged_cluster_config(work: Path, data: Path, address: str) -> Path:
+    """The dask runner's config pointed at ``address``, its chunks staged at a file:// URL (what
+    a cluster of machines would share; dpatlas.release.staging)."""
+    import yaml
+
+    config = write_config(work, data, "dask", address)
+    cfg = yaml.safe_load(config.read_text())
+    cfg["staging_url"] = f"file://{config.parent / 'staging'}"
+    config.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return config
+
+
+def chunk_costs(runs: list[dict], staging: Path) -> list[dict]:
+    """Per chunk: its select and estimate task runs' wall seconds (from the Prefect server) and
+    its size (records and tract-cells, from its estimates at the staging URL)."""
+    import pandas as pd
+
+    seconds: dict[str, dict[str, float]] = {}
+    for run in runs:
+        stage, _, chunk = run["name"].partition("-")
+        if stage in ("select", "estimate") and not chunk.startswith("levels-"):
+            seconds.setdefault(chunk, {})[stage] = run["end"] - run["start"]
+    rows = []
+    for chunk, by_stage in sorted(seconds.items()):
+        results = pd.read_parquet(staging / "results" / f"{chunk}.parquet", columns=["n"])
+        rows.append({"chunk": chunk, "select_s": by_stage.get("select"),
+                     "estimate_s": by_stage.get("estimate"), "records": int(results["n"].sum()),
+                     "tract_cells": len(results)})
+    if not rows:
+        raise SystemExit("error: no select/estimate task runs found for the cluster run")
+    return rows
+
+
+def cluster_projection(chunks: list[dict], worker_cpu: float, machines: int = 10,
+                       cells: int = 42) -> dict:
+    """The select+estimate work of the national release with ``cells`` cells on ``machines``
+    one-worker machines, from this run's costs: the workers' CPU seconds (an upper bound: see
+    run_on_processes) per tract-cell ×
+    tract-cells × cells ÷ machines (the summed task wall time beside it: on a busy machine it
+    includes waiting for a core). Assumes each tract-cell costs the same whatever its cell
+    (fewer records per tract-cell make it cheaper, not dearer) and leaves out the stages the
+    flow runs itself (ingest, validation, levels, publish), which do not spread over workers."""
+    busy = sum((c["select_s"] or 0.0) + (c["estimate_s"] or 0.0) for c in chunks)
+    tract_cells = sum(c["tract_cells"] for c in chunks)
+    records = sum(c["records"] for c in chunks)
+    per_tract_cell = worker_cpu / tract_cells
+    work = per_tract_cell * tract_cells * cells
+    return {"task_seconds": busy, "worker_cpu_seconds": worker_cpu, "tract_cells": tract_cells,
+            "records": records, "cpu_seconds_per_tract_cell": per_tract_cell,
+            "cpu_seconds_per_record": worker_cpu / records, "cells": cells,
+            "machines": machines, "work_seconds": work, "seconds_on_machines": work / machines,
+            "largest_chunk_s": max((c["select_s"] or 0.0) + (c["estimate_s"] or 0.0)
+                                   for c in chunks)}
+
+
+def run_on_processes(api_url: str, work: Path, data: Path, workers: int) -> dict:
+    """One release on `dask scheduler` + ``workers`` × `dask worker` started as processes;
+    per-chunk costs written to ``chunks-dask-<n>w.json`` under --work."""
+    from distributed import Client
+
+    from tests.support.dask_cluster import dask_processes
+
+    import signal
+
+    # `timeout` or kill sends SIGTERM: exit through the context managers below, so the
+    # scheduler and workers (in sessions of their own) are stopped, not orphaned
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    key = f"dask-{workers}w"
+    timings = timings_folder(work, key)
+    env = {"PREFECT_API_URL": api_url, TIMINGS_ENV: str(timings),
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    with dask_processes(work / f"cluster-{key}", workers, env) as cluster, \
+            Client(cluster.address) as client:
+        config = staged_cluster_config(work, data, cluster.address)
+        set_ledger_cap(config)
+        start = time.time()
+        cpu_before = client.run(time.process_time)
+        result = run_release(api_url, config, f"national-{key}", timings, client, runner=key)
+        cpu_after = client.run(time.process_time)
+    # The workers run only select and estimate: their CPU time is that work's cost however busy
+    # the machine, plus Prefect's task engine per task run, Dask's bookkeeping while the flow
+    # runs its own stages, and one-off imports (at --scale 0.05 these dominate: see the report).
+    worker_cpu = sum(cpu_after[w] - cpu_before[w] for w in cpu_after)
+    chunks = chunk_costs(task_runs_since(api_url, start),
+                         config.parent / "staging" / f"national-{key}")
+    projection = cluster_projection(chunks, worker_cpu)
+    (work / f"chunks-{key}.json").write_text(json.dumps(
+        {"workers": workers, "worker_cpu_s": worker_cpu, "chunks": chunks,
+         "projection": projection}, indent=2))
+    return {**result, "chunks": len(chunks), "projection": projection}
+
+
+def print_projection(key: str, projection: dict) -> None:
+    p = projection
+    print(f"\n{key}: select+estimate {p['worker_cpu_seconds']:.1f} worker CPU-s "
+          f"({p['task_seconds']:.1f} task wall-s) over {p['tract_cells']:,} tract-cells = "
+          f"{1e3 * p['cpu_seconds_per_tract_cell']:.3f} CPU-ms each; × {p['cells']} cells = "
+          f"{p['work_seconds']:.0f} CPU-s, ÷ {p['machines']} machines = "
+          f"{p['seconds_on_machines']:.0f} s (largest chunk {p['largest_chunk_s']:.1f} wall-s; "
+          "the flow's own stages not included)")
+
+
 # --- the report -----------------------------------------------------------------------------
 
 
@@ -644,6 +749,13 @@ def main() -> None:
                     help="where the results go as JSON (default: WORK/results.json)")
     ap.add_argument("--no-floor", action="store_true",
                     help="skip the floor (bench_floor.py) and the ratios")
+    ap.add_argument("--dask-cluster", choices=("local", "processes"), default="local",
+                    help="dask runner: a LocalCluster in this process (local), or `dask "
+                         "scheduler` and `dask worker` processes with staged chunks "
+                         "(processes; per-chunk costs in chunks-dask-<n>w.json)")
+    ap.add_argument("--dask-workers", default="2",
+                    help="with --dask-cluster processes: comma-separated worker counts, one "
+                         "release each (e.g. 1,2)")
     args = ap.parse_args()
     runners = [r.strip() for r in args.runners.split(",") if r.strip()]
     if not set(runners) <= {"local", "dask"} or not runners:
@@ -694,7 +806,15 @@ def main() -> None:
                                                timings_folder(work, "local"), runner="local")
                 print_report("local (threads, 2 at a time)", results["local"], targets=True,
                              ratio=floor_ratios(results, floor).get("local"))
-            if "dask" in runners:
+            if "dask" in runners and args.dask_cluster == "processes":
+                for workers in [int(w) for w in args.dask_workers.split(",")]:
+                    key = f"dask-{workers}w"
+                    results[key] = run_on_processes(api_url, work, data, workers)
+                    print_report(f"dask ({workers} `dask worker` processes, staged by URL)",
+                                 results[key], targets=False,
+                                 ratio=floor_ratios(results, floor).get(key))
+                    print_projection(key, results[key]["projection"])
+            elif "dask" in runners:
                 from dask.distributed import Client, LocalCluster
 
                 timings = timings_folder(work, "dask")  # before the workers start: inherited

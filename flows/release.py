@@ -25,15 +25,17 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from dpatlas.core.config import ReleaseConfig, load_config
 from dpatlas.release.crash import crashpoint
-from dpatlas.release.draws import STAGE_FOLDERS, DrawLog
-from dpatlas.release.estimate import Chunk
+from dpatlas.core.files import write_bytes_atomic
+from dpatlas.release import staging
+from dpatlas.release.draws import STAGE_FOLDERS, DrawLog, noise_source
+from dpatlas.release.estimate import Chunk, stage_chunks
 from dpatlas.release.levels import partitions_holding, states_of
 from dpatlas.core.ids import validate_release_id
 from dpatlas.ledger import LeaseLost, Ledger, ReleaseBusy, charges
 from dpatlas.release.preflight import mark_root
 from dpatlas.release.run_state import InputChanged, ReleaseLock
 from tasks.allocate import allocate_budget
-from tasks.estimate import estimate_chunk, select_chunk
+from tasks.estimate import estimate_chunk, estimate_staged, select_chunk, select_staged
 from tasks.ingest import list_partitions
 from tasks.levels import estimate_state_levels
 from tasks.ledger import LEASE_SECONDS, charge_release, complete_release, release_status
@@ -98,11 +100,18 @@ def chunk_task_runner(cfg: ReleaseConfig):
 
 @flow(name="dpatlas-select-estimate", persist_result=False)
 def select_and_estimate(chunks: list[Chunk], budget, min_n: int, internal: str,
-                        noise_seed: Optional[int] = None) -> list[Path]:
+                        noise_seed: Optional[int] = None,
+                        staging_location: Optional[str] = None) -> list[Path]:
     """Selection then estimation for every chunk: each stage fans out over the chunks with
     ``.map`` on the flow's task runner. Chunk k's seed depends on k alone, so the noise each
-    chunk draws does not depend on the order in which the chunks run."""
+    chunk draws does not depend on the order in which the chunks run.
+
+    With a ``staging_location`` (the chunks' partitions staged there), the workers read and
+    write there and this flow records their draws (:func:`_select_and_estimate_staged`)."""
     internal = Path(internal)
+    if staging_location:
+        return _select_and_estimate_staged(chunks, budget, min_n, internal, noise_seed,
+                                           staging_location)
     draws = unmapped(DrawLog(internal))  # each draw made once: reused on resume, never redrawn
     selections = select_chunk.map(
         chunks, unmapped(budget), unmapped(min_n),
@@ -117,6 +126,57 @@ def select_and_estimate(chunks: list[Chunk], budget, min_n: int, internal: str,
     # never ran, so its future holds no error worth showing.
     selections.result()
     return [Path(p) for p in estimates.result()]
+
+
+def _select_and_estimate_staged(chunks: list[Chunk], budget, min_n: int, internal: Path,
+                                noise_seed: Optional[int], location: str) -> list[Path]:
+    """The chunks drawn on workers that share only the staging location with this flow: each
+    task gets its chunk (a GEOID range and a URL) and returns a sha256; this flow records each
+    draw before the next stage is given it. Selection finishes for every chunk before any
+    estimate starts (the log is this flow's, not the workers'). The estimates are copied into
+    the internal folder for publishing, checked against the sha256 recorded."""
+    log = DrawLog(internal)
+    selections = _draw_on_workers(
+        log, "select", chunks, location, noise_seed, 1,
+        lambda todo, outs, seeds: select_staged.map(
+            [chunks[k] for k in todo], unmapped(budget), unmapped(min_n), outs, seeds))
+    _draw_on_workers(
+        log, "estimate", chunks, location, noise_seed, 2,
+        lambda todo, outs, seeds: estimate_staged.map(
+            [chunks[k] for k in todo], [selections[k] for k in todo], unmapped(budget),
+            unmapped(min_n), outs, seeds))
+    results = []
+    for chunk in chunks:
+        url = log.reuse("estimate", chunk.name)  # refused if it differs from the one recorded
+        local = internal / STAGE_FOLDERS["estimate"] / f"{chunk.name}.parquet"
+        results.append(write_bytes_atomic(local, staging.read_bytes(url), private=True))
+    return results
+
+
+def _draw_on_workers(log: DrawLog, stage: str, chunks: list[Chunk], location: str,
+                     noise_seed: Optional[int], stage_index: int, submit) -> list[str]:
+    """Each chunk's recorded draw of ``stage`` (its URL): reused when recorded, else drawn by
+    ``submit(todo, outs, seeds)`` on the workers and recorded here. The draws that succeeded
+    are recorded even when another failed, so a resume reuses them."""
+    urls = [staging.join(location, STAGE_FOLDERS[stage], f"{c.name}.parquet") for c in chunks]
+    seeds = [_seed(noise_seed, stage_index, k) for k in range(len(chunks))]
+    todo = [k for k, c in enumerate(chunks) if log.reuse(stage, c.name) is None]
+    if not todo:  # a resume that finds every draw of this stage recorded
+        return urls
+    futures = submit(todo, [urls[k] for k in todo], [seeds[k] for k in todo])
+    futures.wait()
+    errors = []
+    for k, future in zip(todo, futures):
+        try:
+            digest = future.result()
+        except Exception as err:  # noqa: BLE001 - raised below, after the others are recorded
+            errors.append(err)
+            continue
+        log.record_url(stage, chunks[k].name, urls[k], digest, noise_source(seeds[k]))
+    crashpoint(f"after-staged-{stage}")
+    if errors:
+        raise errors[0]
+    return urls
 
 
 # The release flow's own task runner runs the per-state level tasks (the chunks have their
@@ -163,6 +223,10 @@ def release(config_path: str, release_id: Optional[str] = None,
                          if cfg.input.columns.person_id else None)
         record_validation(internal, reports, contributions)
         chunks, sizes = plan_chunks(staged, cfg.partition_tracts)
+        location = None
+        if cfg.staging_url:  # the workers read the partitions there, not through the scheduler
+            location = staging.release_location(cfg.staging_url, rid)
+            chunks = stage_chunks(chunks, staging.stage_files(staged, location))
         boundaries = check_boundaries(cfg.boundaries.path, cfg.boundaries.geoid_column,
                                       set(sizes["geoid"]))
 
@@ -170,7 +234,8 @@ def release(config_path: str, release_id: Optional[str] = None,
         # over the cap) and take the release's lease, before any noise.
         budget = allocate_budget(cfg)
         stage_parameters = {"chunks": chunks, "budget": budget, "min_n": cfg.publish.min_n,
-                            "internal": str(internal), "noise_seed": noise_seed}
+                            "internal": str(internal), "noise_seed": noise_seed,
+                            "staging_location": location}
         preflight(cfg, rid, noise_seed, stage="before-charge", budget=budget, sizes=sizes,
                   subflow=select_and_estimate, subflow_parameters=stage_parameters)
         cells = sorted(sizes["cell"].unique())

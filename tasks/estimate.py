@@ -5,6 +5,7 @@ from pathlib import Path
 import pandas as pd
 from prefect import get_run_logger, task
 
+from dpatlas.release import staging
 from dpatlas.release.allocate import BudgetPlan
 from dpatlas.release.crash import crashpoint
 from dpatlas.release.draws import DrawLog, draw_once, noise_source
@@ -49,3 +50,29 @@ def estimate_chunk(chunk: Chunk, selection: Path, budget: BudgetPlan, min_n: int
                  res["status"].value_counts().to_dict())
         crashpoint(f"after-estimate-{chunk.name}")
     return path
+
+
+# Drawn on a Dask worker, into the staging location (dpatlas.release.staging): the task
+# persists its draw at ``out`` (a URL) and returns only the sha256 of what it wrote; the flow
+# records the draw in its log before any later stage is given it (flows/release.py).
+
+
+@task(name="select", task_run_name="select-{chunk.name}", **TASK_OPTIONS)
+def select_staged(chunk: Chunk, budget: BudgetPlan, min_n: int, out: str,
+                  seed: int | None = None) -> str:
+    """The selection of one chunk, read from and written to the staging URL."""
+    sel = select_partition(read_chunk(chunk), budget, default_randomness(seed), min_n)
+    get_run_logger().info("%s: selected %s", chunk.name,
+                          sel["mechanism"].value_counts().to_dict())
+    return staging.write_parquet(sel, out)
+
+
+@task(name="estimate", task_run_name="estimate-{chunk.name}", **TASK_OPTIONS)
+def estimate_staged(chunk: Chunk, selection: str, budget: BudgetPlan, min_n: int, out: str,
+                    seed: int | None = None) -> str:
+    """The estimates of one chunk from its recorded selection, both at the staging URL."""
+    res = estimate_partition(read_chunk(chunk), staging.read_parquet(selection), budget,
+                             default_randomness(seed), min_n)
+    get_run_logger().info("%s: %d tract-cells, %s", chunk.name, len(res),
+                          res["status"].value_counts().to_dict())
+    return staging.write_parquet(res, out)

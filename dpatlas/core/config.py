@@ -250,6 +250,9 @@ class ReleaseConfig(_Strict):
     runner: Literal["local", "dask"] = "local"
     dask_address: Optional[str] = None  # runner dask: a scheduler address; none = local cluster
     dask_workers: int = Field(2, ge=1, le=256)
+    # Where the chunks' partitions and draws are staged for workers on other machines
+    # (file:///shared/folder, s3://bucket/prefix; dpatlas.release.staging); none = not staged
+    staging_url: Optional[str] = None
     limits: LimitsConfig = LimitsConfig()
     # The geography levels published, and the split of epsilon_per_tract across them (levels
     # compose sequentially: each person is in one tract, one county and one state).
@@ -389,7 +392,8 @@ def fingerprint(cfg: ReleaseConfig) -> str:
     published, so it is left out: two hosts running one release with their own scratch folders
     hold the same config.
     """
-    data = cfg.model_dump(mode="json", exclude={"runner", "dask_address", "dask_workers"})
+    data = cfg.model_dump(mode="json", exclude={"runner", "dask_address", "dask_workers",
+                                               "staging_url"})
     data["publish"].pop("internal_root", None)
     for key in PUBLISH_METADATA_KEYS:  # housekeeping and metadata, not the release
         data["publish"].pop(key, None)
@@ -421,6 +425,7 @@ def public_config(cfg: ReleaseConfig) -> dict:
     data["publish"].pop("internal_retention_days", None)
     data["ledger"]["url"] = f"{ledger_backend(cfg.ledger.url)}: (withheld)"
     data.pop("dask_address", None)
+    data.pop("staging_url", None)
     _drop_default_levels(cfg, data)
     return data
 
@@ -518,6 +523,7 @@ ledger:                       # the privacy budget ledger (a SQLAlchemy URL)
 runner: local                 # local | dask (prefect-dask)
 dask_address: null            # runner dask: scheduler address, e.g. tcp://10.0.0.5:8786; null = a local cluster
 dask_workers: 2               # workers of the local cluster
+staging_url: null             # e.g. file:///shared/dpatlas-staging or s3://bucket/prefix: workers read chunks there
 
 limits:
   memory_gib: 4.0             # a tract whose mechanism needs more memory is refused up front

@@ -49,6 +49,7 @@ from typing import Callable, Optional
 from dpatlas.core.errors import OperatorError
 from dpatlas.core.files import now_utc, write_bytes_atomic, write_parquet_atomic
 from dpatlas.core.hashing import sha256_file
+from dpatlas.release import staging
 from dpatlas.release.crash import crashpoint
 from dpatlas.release.run_state import InputChanged
 
@@ -181,6 +182,8 @@ class DrawLog:
         draw = self.draws().get((stage, chunk))
         if draw is None:
             return None
+        if "url" in draw:  # drawn on a worker into the staging location
+            return self._reuse_url(draw)
         path = self.internal / draw["path"]
         if not path.exists():
             raise PersistedDrawChanged(self._changed(draw, path, "is missing"))
@@ -189,10 +192,22 @@ class DrawLog:
                                                                   f"(sha256 {draw['sha256']})"))
         return path
 
-    def _changed(self, draw: dict, path: Path, how: str) -> str:
+    def _reuse_url(self, draw: dict) -> str:
+        url = draw["url"]
+        try:
+            digest = staging.sha256_url(url)
+        except FileNotFoundError:
+            raise PersistedDrawChanged(self._changed(draw, url, "is missing")) from None
+        if digest != draw["sha256"]:
+            raise PersistedDrawChanged(self._changed(draw, url, "differs from the one recorded "
+                                                                f"(sha256 {draw['sha256']})"))
+        return url
+
+    def _changed(self, draw: dict, path: Path | str, how: str) -> str:
+        name = str(path).rsplit("/", 1)[-1]
         return (f"the persisted {draw['stage']} draw of {draw['chunk']}, {path}, {how}: a "
                 "recorded noise draw may already have been read downstream, so it is never "
-                f"drawn again; restore {path.name} from a backup and run again to resume, or "
+                f"drawn again; restore {name} from a backup and run again to resume, or "
                 f"start a new release id (the budget charged for {self.internal.name} stays "
                 "spent)")
 
@@ -202,6 +217,9 @@ class DrawLog:
                clock: Callable[[], str] = now_utc) -> None:
         """Append the line of a draw whose file is in place (one write, fsync'd, under a lock)."""
         line = json.dumps(self._line(stage, chunk, path, noise, clock()), sort_keys=True) + "\n"
+        self._append(line)
+
+    def _append(self, line: str) -> None:
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -209,6 +227,15 @@ class DrawLog:
             os.fsync(fd)
         finally:
             os.close(fd)  # releases the lock
+
+    def record_url(self, stage: str, chunk: str, url: str, sha256: str, noise: str,
+                   clock: Callable[[], str] = now_utc) -> None:
+        """Append the line of a draw a worker persisted at ``url`` (under the staging URL),
+        with the sha256 of the bytes it wrote: recorded by the flow before any later stage is
+        given it, so the order above holds wherever the draw was made."""
+        line = {"stage": stage, "chunk": chunk, "noise": noise, "recorded": clock(),
+                "url": url, "sha256": sha256}
+        self._append(json.dumps(line, sort_keys=True) + "\n")
 
     def _line(self, stage: str, chunk: str, path: Path, noise: str, time: str) -> dict:
         return {"stage": stage, "chunk": chunk, "noise": noise, "recorded": time,

@@ -10,7 +10,7 @@ that would spend more than the ledger charged raises ``BudgetOverrun`` before it
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +26,7 @@ from mechanisms import intervals as CI
 from mechanisms.sufficient_stats import noisy_stats_split
 
 from dpatlas.core.columns import INTERVAL_COLUMNS, RESULT_COLUMNS
+from dpatlas.release import staging
 from dpatlas.release.allocate import INTERVAL_STEP, BudgetPlan, interval_kind, suite_step
 from dpatlas.release.selection import (DP_BAND, PRIMARY_STEP, SELECTION_STEP, Selection,
                                        record_selection_spend, run_selected, select)
@@ -39,9 +40,11 @@ class Chunk:
 
     The tracts are the contiguous range ``first_geoid``..``last_geoid`` of the partition's
     sorted GEOIDs: a chunk is a few bytes whatever its size, so the subflow's parameters stay
-    O(chunks), not O(tracts) (a national list of GEOIDs is over Prefect's 512 KiB limit)."""
+    O(chunks), not O(tracts) (a national list of GEOIDs is over Prefect's 512 KiB limit).
+    ``staged`` is a local path, or a URL under the release's ``staging_url``
+    (:mod:`dpatlas.release.staging`) that Dask workers on other machines read."""
 
-    staged: Path
+    staged: Path | str
     first_geoid: str
     last_geoid: str
     name: str
@@ -71,10 +74,17 @@ def split_into_chunks(geoids: dict[Path, list[str]], size: int) -> list[Chunk]:
             for path, gs in geoids.items() for i in range(0, len(gs), size)]
 
 
+def stage_chunks(chunks: list[Chunk], urls: dict[Path, str]) -> list[Chunk]:
+    """The same chunks, each reading its partition from its staging URL."""
+    return [replace(c, staged=urls[Path(c.staged)]) for c in chunks]
+
+
 def read_chunk(chunk: Chunk) -> pd.DataFrame:
     """Only this chunk's rows (filtered while reading, not the whole state)."""
-    return pd.read_parquet(chunk.staged, filters=[("geoid", ">=", chunk.first_geoid),
-                                                  ("geoid", "<=", chunk.last_geoid)])
+    rows = [("geoid", ">=", chunk.first_geoid), ("geoid", "<=", chunk.last_geoid)]
+    if isinstance(chunk.staged, str):  # a staging URL: read through fsspec
+        return staging.read_parquet(chunk.staged, filters=rows)
+    return pd.read_parquet(chunk.staged, filters=rows)
 
 
 def suite_columns(plan: BudgetPlan) -> list[str]:

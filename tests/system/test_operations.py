@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 
 from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
+from tests.support.dask_cluster import dask_processes
 from tests.support.inputs import write_config
 from tests.support.paths import CRASH_AT
 from tests.support.prefect_server import prefect_server
@@ -121,6 +122,25 @@ def test_crash_then_resume_matches_uninterrupted(api_url, state, baseline, tmp_p
     assert feed["latest"] == "r"
 
 
+def test_staged_release_crashed_after_its_selections_resumes_from_them(api_url, state,
+                                                                        baseline, tmp_path):
+    """Staged at a file:// URL (the local runner's threads play the workers): killed once the
+    flow has recorded every selection, the resumed release reuses them (not redrawn) and
+    publishes what the unstaged, uninterrupted release published."""
+    shared = tmp_path / "shared"
+    cfg = config(tmp_path, state, staging_url=f"file://{shared}")
+    rc, out = cli(api_url, "release", "-c", str(cfg), "--release-id", "r", "--noise-seed", "11",
+                  crash="after-staged-select")
+    assert rc == -9, out
+    selections = {p: p.stat().st_mtime_ns for p in (shared / "r" / "selection").glob("*.parquet")}
+    assert len(selections) == 3 and not (shared / "r" / "results").exists()
+    rc, out = cli(api_url, "release", "-c", str(cfg), "--release-id", "r", "--noise-seed", "11")
+    assert rc == 0, out
+    for path, mtime in selections.items():
+        assert path.stat().st_mtime_ns == mtime, path
+    assert digest(tmp_path / "releases" / "r") == baseline[1]
+
+
 def test_rerun_is_a_noop_and_new_id_is_charged(api_url, state, tmp_path):
     cfg = config(tmp_path, state)
     assert cli(api_url, "release", "-c", str(cfg), "--release-id", "a")[0] == 0
@@ -195,6 +215,51 @@ def test_dask_runner_matches_local(api_url, state, tmp_path):
                                                        dask_workers=2)),
                   "--release-id", "x", "--noise-seed", "5")
     assert rc == 0, out
+    a = pd.read_csv(local / "releases" / "x" / "tracts.csv")
+    b = pd.read_csv(dask / "releases" / "x" / "tracts.csv")
+    pd.testing.assert_frame_equal(a, b)
+
+
+def test_dask_cluster_of_separate_processes_reads_a_staging_url(api_url, state, tmp_path):
+    """`dask scheduler` and two `dask worker` processes on loopback, the release pointed at them
+    by dask_address and staging its partitions at a file:// URL: every chunk's select and
+    estimate task runs in a worker process (its log names it; the release's own output does
+    not), each draw is written at the staging URL (private) and recorded there by URL, and
+    the release equals the local runner's with the same seed."""
+    local, dask = tmp_path / "local", tmp_path / "dask"
+    local.mkdir()
+    dask.mkdir()
+    rc, out = cli(api_url, "release", "-c", str(config(local, state)), "--release-id", "x",
+                  "--noise-seed", "5")
+    assert rc == 0, out
+    shared = tmp_path / "shared"
+    with dask_processes(tmp_path / "cluster", workers=2,
+                        env={"PREFECT_API_URL": api_url, "PREFECT_LOGGING_LEVEL": "INFO"}
+                        ) as cluster:
+        rc, out = cli(api_url, "release", "-c", str(config(
+            dask, state, runner="dask", dask_address=cluster.address,
+            staging_url=f"file://{shared}")), "--release-id", "x", "--noise-seed", "5")
+        assert all(w.poll() is None for w in cluster.workers)  # the same workers throughout
+    assert rc == 0, out
+    chunks = [f"input-17-{k}" for k in range(3)]  # 60 tracts, partition_tracts 20
+    worker_logs = "".join(log.read_text() for log in cluster.worker_logs)
+    for name in chunks:
+        for stage in ("select", "estimate"):
+            run = f"Task run '{stage}-{name}'"
+            assert f"{run} - Finished in state Completed()" in worker_logs, worker_logs[-3000:]
+            assert run not in out  # not run in the release's own process
+    assert (shared / "x" / "staged" / "input-17.parquet").is_file()
+    for folder in ("selection", "results"):
+        for name in chunks:
+            file = shared / "x" / folder / f"{name}.parquet"
+            assert file.stat().st_mode & 0o777 == 0o600
+    draws = [json.loads(line) for line in
+             (dask / "releases-internal" / "x" / "draws.jsonl").read_text().splitlines()[1:]]
+    tract_draws = {(d["stage"], d["chunk"]): d["url"] for d in draws if "url" in d}
+    assert tract_draws == {(stage, name): f"file://{shared}/x/{folder}/{name}.parquet"
+                           for stage, folder in (("select", "selection"),
+                                                 ("estimate", "results"))
+                           for name in chunks}
     a = pd.read_csv(local / "releases" / "x" / "tracts.csv")
     b = pd.read_csv(dask / "releases" / "x" / "tracts.csv")
     pd.testing.assert_frame_equal(a, b)

@@ -1,0 +1,101 @@
+"""Staging by URL: where Dask workers on other machines read a chunk's rows and write its draws.
+
+With ``staging_url`` set (``file:///shared/folder``, ``s3://bucket/prefix``, ``gs://...``), the
+release copies its validated partitions to ``<staging_url>/<release id>/staged/`` and each
+chunk's task, wherever it runs, reads only its own GEOID range from there and writes its draw
+beside it. What crosses the Dask scheduler is then the chunk (a GEOID range and a URL), never
+its records. Every access goes through fsspec (s3fs, gcsfs for object storage, credentials from
+the environment as those libraries read them); a ``file://`` location is kept private (folders
+0700, files 0600), as the internal folder is.
+
+Staged data are confidential microdata: an object-storage prefix must be readable only by the
+release's machines (see deploy/README.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from pathlib import Path
+from typing import Optional
+
+import pandas as pd
+import pyarrow.parquet as pq
+
+from dpatlas.core.files import write_bytes_atomic
+
+__all__ = ["join", "read_bytes", "read_parquet", "release_location", "sha256_url",
+           "stage_files", "write_parquet"]
+
+
+def _fs(url: str):
+    import fsspec
+
+    return fsspec.core.url_to_fs(url)
+
+
+def _local_path(url: str) -> Optional[Path]:
+    """The path of a ``file://`` URL (or a plain path); None for any other protocol."""
+    if url.startswith("file://"):
+        return Path(url[len("file://"):])
+    return None if "://" in url else Path(url)
+
+
+def join(url: str, *parts: str) -> str:
+    return "/".join([url.rstrip("/"), *parts])
+
+
+def release_location(staging_url: str, release_id: str) -> str:
+    """The release's own prefix under the configured staging URL."""
+    return join(staging_url, release_id)
+
+
+def write_bytes(url: str, data: bytes) -> None:
+    """Whole or not at all: a local file is renamed into place (0600 in a 0700 folder); an
+    object store's put is atomic already."""
+    local = _local_path(url)
+    if local is not None:
+        write_bytes_atomic(local, data, private=True)
+        return
+    fs, path = _fs(url)
+    fs.pipe_file(path, data)
+
+
+def read_bytes(url: str) -> bytes:
+    local = _local_path(url)
+    if local is not None:
+        return local.read_bytes()
+    fs, path = _fs(url)
+    return fs.cat_file(path)
+
+
+def sha256_url(url: str) -> str:
+    return hashlib.sha256(read_bytes(url)).hexdigest()
+
+
+def write_parquet(frame: pd.DataFrame, url: str) -> str:
+    """``frame`` as Parquet at ``url``; returns the sha256 of the bytes written."""
+    buffer = io.BytesIO()
+    frame.to_parquet(buffer, index=False)
+    data = buffer.getvalue()
+    write_bytes(url, data)
+    return hashlib.sha256(data).hexdigest()
+
+
+def read_parquet(url: str, filters=None) -> pd.DataFrame:
+    """A Parquet file by URL, filtered while reading (only the row groups and rows asked for)."""
+    local = _local_path(url)
+    if local is not None:
+        return pd.read_parquet(local, filters=filters)
+    fs, path = _fs(url)
+    return pq.read_table(path, filesystem=fs, filters=filters).to_pandas()
+
+
+def stage_files(files: list[Path], location: str) -> dict[Path, str]:
+    """Copy each local file to ``<location>/staged/<name>``; returns each file's URL."""
+    urls = {}
+    for file in files:
+        url = join(location, "staged", Path(file).name)
+        write_bytes(url, Path(file).read_bytes())
+        urls[Path(file)] = url
+    return urls
