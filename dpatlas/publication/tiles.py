@@ -33,7 +33,11 @@ from dpatlas.core.errors import OperatorError
 LAYER = "tracts"
 TILES_FILE = "tracts.pmtiles"
 MIN_ZOOM = 4
-MAX_ZOOM = 12
+# z10, not z12: at z10 a tile's 4,096-unit grid is ~10 m on the ground (less north of the
+# equator), finer than any tract edge a choropleth needs, and MapLibre over-zooms the z10 tiles
+# beyond it. The national tracts' archive: 218 MB and 85 CPU-s of tippecanoe at z12 against
+# 68 MB and 31 CPU-s at z10 (issue 22, docs/webmap.md).
+MAX_ZOOM = 10
 
 
 @dataclass(frozen=True)

@@ -69,7 +69,7 @@ def test_archive_has_the_stable_layer_zooms_and_every_tract(built, tracts_geojso
     meta = T.read_metadata(built.path)
     (layer,) = meta["vector_layers"]
     assert layer["id"] == T.LAYER == "tracts"
-    assert (layer["minzoom"], layer["maxzoom"]) == (T.MIN_ZOOM, T.MAX_ZOOM) == (4, 12)
+    assert (layer["minzoom"], layer["maxzoom"]) == (T.MIN_ZOOM, T.MAX_ZOOM) == (4, 10)
     assert built.features == len(tracts_geojson[1]) == 40
     assert built.bytes == built.path.stat().st_size > 0
     # Every attribute that was published is in the tiles, with its JSON type.
