@@ -87,7 +87,7 @@ def state_tracts(scale: float) -> dict[str, tuple[int, int]]:
     return out
 
 
-def generate_country(data: Path, scale: float) -> dict:
+def generate_country(data: Path, scale: float, cells: int | None = None) -> dict:
     """Write ``data/microdata/state=SS/`` and ``data/tracts.parquet``; cached across runs.
 
     Each state is generated into a scratch folder by the project's generator with its own seed
@@ -113,7 +113,8 @@ def generate_country(data: Path, scale: float) -> dict:
             continue
         shutil.rmtree(scratch, ignore_errors=True)
         t0 = time.perf_counter()
-        write_synthetic(scratch, [fips], seed, StateParams(n_tracts=tracts, counties=counties))
+        write_synthetic(scratch, [fips], seed, StateParams(n_tracts=tracts, counties=counties),
+                        cells=cells)
         shutil.rmtree(microdata / f"state={fips}", ignore_errors=True)
         os.replace(scratch / "microdata" / f"state={fips}", microdata / f"state={fips}")
         os.replace(scratch / "tracts.parquet", shapes / f"{fips}.parquet")  # marks it done
@@ -129,7 +130,7 @@ def generate_country(data: Path, scale: float) -> dict:
     records = ds.dataset(microdata, format="parquet", partitioning="hive").count_rows()
     summary = {"states": len(sizes), "tracts": len(boundaries), "records": records,
                "largest_state": max(sizes.items(), key=lambda kv: kv[1][0])[0],
-               "scale": scale, "generated_seconds": round(time.perf_counter() - started, 1)}
+               "scale": scale, "cells": cells, "generated_seconds": round(time.perf_counter() - started, 1)}
     summary_file.write_text(json.dumps(summary, indent=2))
     shutil.rmtree(shapes)
     return summary
@@ -138,8 +139,10 @@ def generate_country(data: Path, scale: float) -> dict:
 # --- configs and the ledger cap -------------------------------------------------------------
 
 
-def write_config(work: Path, data: Path, runner: str, dask_address: str | None) -> Path:
-    """`dpatlas demo`'s release config (dpatlas/cli/demo.py) for the national data and one runner."""
+def write_config(work: Path, data: Path, runner: str, dask_address: str | None,
+                 cells: int | None = None) -> Path:
+    """`dpatlas demo`'s release config (dpatlas/cli/demo.py) for the national data and one runner
+    (``cells``: the data have a ``cell`` column, which the config names)."""
     import yaml
 
     from dpatlas.cli.demo import release_config
@@ -151,6 +154,8 @@ def write_config(work: Path, data: Path, runner: str, dask_address: str | None) 
                          runner=runner)
     if dask_address:
         cfg["dask_address"] = dask_address
+    if cells is not None:
+        cfg["input"]["columns"]["cell"] = "cell"
     shutil.rmtree(run, ignore_errors=True)  # a fresh publish root and ledger per run
     run.mkdir(parents=True)
     path = run / "config.yaml"
@@ -441,6 +446,9 @@ def main() -> None:
                     help="comma-separated: local, dask (a 2-worker local cluster)")
     ap.add_argument("--scale", type=float, default=1.0,
                     help="multiplies every state's tract count (1.0: ~74,000 tracts)")
+    ap.add_argument("--cells", type=int, default=None,
+                    help="every person has a record in each of N cells (the generator's "
+                         "outcome-1 ... outcome-N); default: no cells")
     ap.add_argument("--max-parameter-size", type=int, default=None,
                     help="the benchmark's Prefect server's limit on a flow run's parameters, "
                          "in bytes (0: none); default: Prefect's (512 KiB)")
@@ -450,13 +458,16 @@ def main() -> None:
         raise SystemExit("error: --runners takes local, dask or both (comma-separated)")
     if args.scale <= 0:
         raise SystemExit("error: --scale must be > 0")
+    if args.cells is not None and args.cells < 1:
+        raise SystemExit("error: --cells must be >= 1")
     work = args.work.resolve()
-    data = work / ("data" if args.scale == 1.0 else f"data-scale-{args.scale:g}")
+    data = work / (("data" if args.scale == 1.0 else f"data-scale-{args.scale:g}")
+                   + ("" if args.cells is None else f"-cells-{args.cells}"))
     data.mkdir(parents=True, exist_ok=True)
 
     t0 = time.perf_counter()
     print(f"synthetic country in {data} ...", flush=True)
-    country = generate_country(data, args.scale)
+    country = generate_country(data, args.scale, args.cells)
     print(f"country: {country['states']} states (incl. DC), {country['tracts']:,} tracts, "
           f"{country['records']:,} records (generated in {country['generated_seconds']} s; "
           f"ready in {time.perf_counter() - t0:.0f} s)", flush=True)
@@ -479,7 +490,7 @@ def main() -> None:
         print(f"Prefect server start-up (not in the wall times): "
               f"{time.perf_counter() - t_server:.1f} s", flush=True)
         if "local" in runners:
-            config = write_config(work, data, "local", None)
+            config = write_config(work, data, "local", None, args.cells)
             set_ledger_cap(config)
             results["local"] = run_release(api_url, config, "national-local",
                                            timings_folder(work, "local"))
@@ -490,7 +501,8 @@ def main() -> None:
             timings = timings_folder(work, "dask")  # before the workers start: they inherit it
             with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                               dashboard_address=None) as cluster, Client(cluster) as client:
-                config = write_config(work, data, "dask", cluster.scheduler_address)
+                config = write_config(work, data, "dask", cluster.scheduler_address,
+                                      args.cells)
                 set_ledger_cap(config)
                 results["dask"] = run_release(api_url, config, "national-dask", timings,
                                               client)
