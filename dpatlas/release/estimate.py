@@ -70,10 +70,18 @@ def split_into_chunks(geoids: dict[Path, list[str]], size: int) -> list[Chunk]:
             for path, gs in geoids.items() for i in range(0, len(gs), size)]
 
 
+# What selection and estimation read of a record. Not the person id (unique text, the
+# largest column of a staged file) or the input row: a chunk with many cells holds several
+# records per person, so those columns would dominate its memory.
+CHUNK_COLUMNS = ["geoid", "cell", "x", "y"]
+
+
 def read_chunk(chunk: Chunk) -> pd.DataFrame:
-    """Only this chunk's rows (filtered while reading, not the whole state)."""
-    return pd.read_parquet(chunk.staged, filters=[("geoid", ">=", chunk.first_geoid),
-                                                  ("geoid", "<=", chunk.last_geoid)])
+    """Only this chunk's rows (filtered while reading, not the whole state), and only the
+    columns the estimators use (``CHUNK_COLUMNS``)."""
+    return pd.read_parquet(chunk.staged, columns=CHUNK_COLUMNS,
+                           filters=[("geoid", ">=", chunk.first_geoid),
+                                    ("geoid", "<=", chunk.last_geoid)])
 
 
 def suite_columns(plan: BudgetPlan) -> list[str]:
