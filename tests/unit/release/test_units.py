@@ -179,6 +179,21 @@ def test_staged_tracts_and_read_chunk(tmp_path):
     assert set(read_chunk(chunk)["geoid"]) == {"17000000001", "17000000002"}
 
 
+def test_tract_cell_counts_in_batches_equal_one_group_by(tmp_path, monkeypatch):
+    """plan_chunks' sizes, counted a few records at a time, are those of the whole file."""
+    from dpatlas.release import estimate
+
+    df = pd.concat([_frame({"17000000001": 30, "17000000002": 5, "17000000003": 12})
+                    .assign(cell=c) for c in ("b", "a", "c")], ignore_index=True)
+    path = tmp_path / "input-17.parquet"
+    df.to_parquet(path, index=False)
+    whole = df.groupby(["geoid", "cell"]).size().rename("n").reset_index()
+    monkeypatch.setattr(estimate, "_COUNT_BATCH_ROWS", 7)
+    geoids, sizes = staged_tracts([path])
+    pd.testing.assert_frame_equal(sizes, whole)
+    assert geoids == {path: ["17000000001", "17000000002", "17000000003"]}
+
+
 def test_a_chunk_read_without_person_ids_estimates_what_the_whole_records_give(tmp_path):
     """read_chunk leaves out the person id and input row (most of a chunk's memory when a
     person has a record per cell): selection and estimates are those of the full records."""
