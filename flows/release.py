@@ -118,8 +118,14 @@ def select_and_estimate(chunks: list[Chunk], budget, min_n: int, internal: str,
     return [Path(p) for p in estimates.result()]
 
 
+# The flow's own tasks (the per-state levels) two at a time: Prefect's default thread pool is
+# unbounded, so every state's records (all cells) would be read and held at once.
+LEVEL_THREADS = 2
+
+
 @flow(name="dpatlas-release", flow_run_name=release_run_name, log_prints=True,
-      on_failure=[on_release_failure])
+      on_failure=[on_release_failure],
+      task_runner=ThreadPoolTaskRunner(max_workers=LEVEL_THREADS))
 def release(config_path: str, release_id: Optional[str] = None,
             noise_seed: Optional[int] = None) -> ReleaseOutcome:
     """Run (or resume) a release; returns its :class:`~dpatlas.release.outcome.ReleaseOutcome`.
