@@ -93,10 +93,18 @@ def release_plan(data: Path, work: Path):
     cfg = release_config(data, work / "releases", vintage="synthetic (benchmarks/bench_floor.py)",
                          ledger={"url": f"sqlite:///{work / 'ledger.db'}",
                                  "dataset": "national-synthetic"})
+    if _has_cells(data):  # bench_national.py --cells: the records carry a cell column
+        cfg["input"]["columns"]["cell"] = "cell"
     path = work / "floor-config.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     loaded = load_config(path)
     return loaded, plan(loaded, resolve_threshold(loaded.selection))
+
+
+def _has_cells(data: Path) -> bool:
+    """Whether the generated country has cells (bench_national.py's country.json says so)."""
+    summary = data / "country.json"
+    return summary.is_file() and bool(json.loads(summary.read_text()).get("cells"))
 
 
 def partitions(input_path: Path) -> list[Path]:

@@ -106,12 +106,13 @@ def state_tracts(scale: float) -> dict[str, tuple[int, int]]:
     return out
 
 
-def data_folder(work: Path, scale: float) -> Path:
-    """Where the synthetic country of ``scale`` is cached under ``work``."""
-    return work / ("data" if scale == 1.0 else f"data-scale-{scale:g}")
+def data_folder(work: Path, scale: float, cells: int | None = None) -> Path:
+    """Where the synthetic country of ``scale`` (and ``cells``) is cached under ``work``."""
+    return work / (("data" if scale == 1.0 else f"data-scale-{scale:g}")
+                   + ("" if cells is None else f"-cells-{cells}"))
 
 
-def generate_country(data: Path, scale: float) -> dict:
+def generate_country(data: Path, scale: float, cells: int | None = None) -> dict:
     """Write ``data/microdata/state=SS/`` and ``data/tracts.parquet``; cached across runs.
 
     Each state is generated into a scratch folder by the project's generator with its own seed
@@ -137,7 +138,8 @@ def generate_country(data: Path, scale: float) -> dict:
             continue
         shutil.rmtree(scratch, ignore_errors=True)
         t0 = time.perf_counter()
-        write_synthetic(scratch, [fips], seed, StateParams(n_tracts=tracts, counties=counties))
+        write_synthetic(scratch, [fips], seed, StateParams(n_tracts=tracts, counties=counties),
+                        cells=cells)
         shutil.rmtree(microdata / f"state={fips}", ignore_errors=True)
         os.replace(scratch / "microdata" / f"state={fips}", microdata / f"state={fips}")
         os.replace(scratch / "tracts.parquet", shapes / f"{fips}.parquet")  # marks it done
@@ -153,7 +155,7 @@ def generate_country(data: Path, scale: float) -> dict:
     records = ds.dataset(microdata, format="parquet", partitioning="hive").count_rows()
     summary = {"states": len(sizes), "tracts": len(boundaries), "records": records,
                "largest_state": max(sizes.items(), key=lambda kv: kv[1][0])[0],
-               "scale": scale, "generated_seconds": round(time.perf_counter() - started, 1)}
+               "scale": scale, "cells": cells, "generated_seconds": round(time.perf_counter() - started, 1)}
     summary_file.write_text(json.dumps(summary, indent=2))
     shutil.rmtree(shapes)
     return summary
@@ -162,8 +164,10 @@ def generate_country(data: Path, scale: float) -> dict:
 # --- configs and the ledger cap -------------------------------------------------------------
 
 
-def write_config(work: Path, data: Path, runner: str, dask_address: str | None) -> Path:
-    """`dpatlas demo`'s release config (dpatlas/cli/demo.py) for the national data and one runner."""
+def write_config(work: Path, data: Path, runner: str, dask_address: str | None,
+                 cells: int | None = None) -> Path:
+    """`dpatlas demo`'s release config (dpatlas/cli/demo.py) for the national data and one runner
+    (``cells``: the data have a ``cell`` column, which the config names)."""
     import yaml
 
     from dpatlas.cli.demo import release_config
@@ -175,6 +179,8 @@ def write_config(work: Path, data: Path, runner: str, dask_address: str | None) 
                          runner=runner)
     if dask_address:
         cfg["dask_address"] = dask_address
+    if cells is not None:
+        cfg["input"]["columns"]["cell"] = "cell"
     shutil.rmtree(run, ignore_errors=True)  # a fresh publish root and ledger per run
     run.mkdir(parents=True)
     path = run / "config.yaml"
@@ -572,12 +578,13 @@ def floor_ratios(results: dict, floor: dict | None) -> dict:
 # --- a Dask cluster of separate processes ---------------------------------------------------
 
 
-def staged_cluster_config(work: Path, data: Path, address: str) -> Path:
+def staged_cluster_config(work: Path, data: Path, address: str,
+                          cells: int | None = None) -> Path:
     """The dask runner's config pointed at ``address``, its chunks staged at a file:// URL (what
     a cluster of machines would share; dpatlas.release.staging)."""
     import yaml
 
-    config = write_config(work, data, "dask", address)
+    config = write_config(work, data, "dask", address, cells)
     cfg = yaml.safe_load(config.read_text())
     cfg["staging_url"] = f"file://{config.parent / 'staging'}"
     config.write_text(yaml.safe_dump(cfg, sort_keys=False))
@@ -627,7 +634,8 @@ def cluster_projection(chunks: list[dict], worker_cpu: float, machines: int = 10
                                    for c in chunks)}
 
 
-def run_on_processes(api_url: str, work: Path, data: Path, workers: int) -> dict:
+def run_on_processes(api_url: str, work: Path, data: Path, workers: int,
+                     cells: int | None = None) -> dict:
     """One release on `dask scheduler` + ``workers`` × `dask worker` started as processes;
     per-chunk costs written to ``chunks-dask-<n>w.json`` under --work."""
     from distributed import Client
@@ -645,7 +653,7 @@ def run_on_processes(api_url: str, work: Path, data: Path, workers: int) -> dict
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     with dask_processes(work / f"cluster-{key}", workers, env) as cluster, \
             Client(cluster.address) as client:
-        config = staged_cluster_config(work, data, cluster.address)
+        config = staged_cluster_config(work, data, cluster.address, cells)
         set_ledger_cap(config)
         start = time.time()
         cpu_before = client.run(time.process_time)
@@ -742,6 +750,9 @@ def main() -> None:
                     help="comma-separated: local, dask (a 2-worker local cluster)")
     ap.add_argument("--scale", type=float, default=1.0,
                     help="multiplies every state's tract count (1.0: ~74,000 tracts)")
+    ap.add_argument("--cells", type=int, default=None,
+                    help="every person has a record in each of N cells (the generator's "
+                         "outcome-1 ... outcome-N); default: no cells")
     ap.add_argument("--max-parameter-size", type=int, default=None,
                     help="the benchmark's Prefect server's limit on a flow run's parameters, "
                          "in bytes (0: none); default: Prefect's (512 KiB)")
@@ -762,13 +773,15 @@ def main() -> None:
         raise SystemExit("error: --runners takes local, dask or both (comma-separated)")
     if args.scale <= 0:
         raise SystemExit("error: --scale must be > 0")
+    if args.cells is not None and args.cells < 1:
+        raise SystemExit("error: --cells must be >= 1")
     work = args.work.resolve()
-    data = data_folder(work, args.scale)
+    data = data_folder(work, args.scale, args.cells)
     data.mkdir(parents=True, exist_ok=True)
 
     t0 = time.perf_counter()
     print(f"synthetic country in {data} ...", flush=True)
-    country = generate_country(data, args.scale)
+    country = generate_country(data, args.scale, args.cells)
     print(f"country: {country['states']} states (incl. DC), {country['tracts']:,} tracts, "
           f"{country['records']:,} records (generated in {country['generated_seconds']} s; "
           f"ready in {time.perf_counter() - t0:.0f} s)", flush=True)
@@ -800,7 +813,7 @@ def main() -> None:
             # (prefect-dask also sends each task its flow's settings, the API URL among them).
             os.environ["PREFECT_API_URL"] = api_url
             if "local" in runners:
-                config = write_config(work, data, "local", None)
+                config = write_config(work, data, "local", None, args.cells)
                 set_ledger_cap(config)
                 results["local"] = run_release(api_url, config, "national-local",
                                                timings_folder(work, "local"), runner="local")
@@ -809,7 +822,7 @@ def main() -> None:
             if "dask" in runners and args.dask_cluster == "processes":
                 for workers in [int(w) for w in args.dask_workers.split(",")]:
                     key = f"dask-{workers}w"
-                    results[key] = run_on_processes(api_url, work, data, workers)
+                    results[key] = run_on_processes(api_url, work, data, workers, args.cells)
                     print_report(f"dask ({workers} `dask worker` processes, staged by URL)",
                                  results[key], targets=False,
                                  ratio=floor_ratios(results, floor).get(key))
@@ -820,7 +833,8 @@ def main() -> None:
                 timings = timings_folder(work, "dask")  # before the workers start: inherited
                 with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   dashboard_address=None) as cluster, Client(cluster) as client:
-                    config = write_config(work, data, "dask", cluster.scheduler_address)
+                    config = write_config(work, data, "dask", cluster.scheduler_address,
+                                          args.cells)
                     set_ledger_cap(config)
                     results["dask"] = run_release(api_url, config, "national-dask", timings,
                                                   client, runner="dask")

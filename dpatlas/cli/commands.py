@@ -276,14 +276,19 @@ def synth(out: Path = typer.Option(Path("data"), help="Output folder."),
                                      "Carolina, whose real counties hold the tracts)."),
           tracts: int = typer.Option(3108, help="Tracts per state."),
           seed: int = typer.Option(0, help="Seed (state i uses seed + i)."),
+          cells: Optional[int] = typer.Option(
+              None, min=1, help="Every person gets one record in each of N cells "
+              "(outcome-1 ... outcome-N, column 'cell'; cells share people, so they compose "
+              "sequentially). Default: no cell column."),
           ) -> None:
     """Write an Opportunity-Insights-like synthetic state (or several) and its tract boundaries."""
     from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
 
     with console.status("generating synthetic microdata and boundaries"):
         info = write_synthetic(out, [s.strip() for s in states.split(",") if s.strip()], seed,
-                               StateParams(n_tracts=tracts))
-    console.print(f"{info['records']:,} records in {info['tracts']:,} tracts of "
+                               StateParams(n_tracts=tracts), cells=cells)
+    in_cells = f" ({len(info['cells'])} cells)" if info["cells"] else ""
+    console.print(f"{info['records']:,} records{in_cells} in {info['tracts']:,} tracts of "
                   f"{len(info['states'])} state(s): microdata {info['microdata']}, "
                   f"boundaries {info['boundaries']}")
 

@@ -36,6 +36,18 @@ Shares s = 0.6 and c = 0.15. The sum has variance 1, so each effect keeps the ma
 above and the evaluation's per-tract statistics stay those of the non-spatial model (measured
 in docs/files.md). Centroids come from the synthetic boundaries (`dpatlas.publication.geography`) of the
 same GEOIDs and seed, so the published map and the data agree.
+
+Cells (``cells=N``, ``dpatlas synth --cells N``). The release composes cells sequentially:
+a person may have one record in each cell (docs/privacy.md; the ledger charges every cell).
+The generator draws exactly that shape, as the Atlas's several outcomes of the same children:
+every person has one record in each of the N cells ``outcome-1`` ... ``outcome-N`` (column
+``cell``), with the same person id, tract and parent rank, and the cell's own outcome
+
+    y_c = (α_t + a_c) + (β_t + b_c)·x + e_c,   a_c ~ N(0, 0.05²), b_c ~ N(0, 0.08²),
+
+e_c ~ N(0, 0.22²) drawn afresh per cell (each cell its own random stream), so the cells'
+estimates differ as different outcomes would. Records are persons × N; the state's file holds
+one row group per cell, written one cell at a time.
 """
 
 from __future__ import annotations
@@ -48,11 +60,15 @@ import pandas as pd
 
 NORTH_CAROLINA_FIPS = "37"
 # Random streams of one state's data, each its own: the spatial parts do not shift the others.
-_PEOPLE_STREAM, _FIELD_STREAM, _COUNTY_STREAM, _TRACT_STREAM = 0, 1, 2, 3
+_PEOPLE_STREAM, _FIELD_STREAM, _COUNTY_STREAM, _TRACT_STREAM, _CELL_STREAM = 0, 1, 2, 3, 4
 _FOURIER_FEATURES = 1024
 _FIELD_CHUNK = 4096  # centroids per block of the feature sum: memory stays ~35 MB
 # The three tract effects that vary over space, in the order their fields are drawn.
 _EFFECTS = ("parent_income", "intercept", "slope")
+# Each cell's shift of the intercept and slope (standard deviations): outcomes of one child
+# differ in level and in how steeply they follow the parent's rank.
+_CELL_INTERCEPT_SD, _CELL_SLOPE_SD = 0.05, 0.08
+CELL_PREFIX = "outcome-"
 
 
 @dataclass(frozen=True)
@@ -200,6 +216,52 @@ def oi_like_state(seed: int = 0, params: StateParams = StateParams(),
     return df
 
 
+def cell_names(cells: int) -> list[str]:
+    """The names of ``cells`` cells: ``outcome-1`` ... ``outcome-N``."""
+    if cells < 1:
+        raise ValueError(f"cells must be >= 1, got {cells}")
+    return [f"{CELL_PREFIX}{k}" for k in range(1, cells + 1)]
+
+
+def cell_records(people: pd.DataFrame, truth: pd.DataFrame, cell: int, seed: int,
+                 params: StateParams = StateParams()) -> pd.DataFrame:
+    """Cell number ``cell``'s records (0-based) of the persons of ``people`` (a frame of
+    :func:`oi_like_state`, with its ``truth``): the same persons, tracts and parent ranks, the
+    cell's own outcome (see the module docstring), and a ``cell`` column."""
+    tract = np.repeat(np.arange(len(truth)), truth["n"].to_numpy())
+    rng = np.random.default_rng([seed, _CELL_STREAM, cell])
+    shift_intercept, shift_slope = rng.normal(0.0, [_CELL_INTERCEPT_SD, _CELL_SLOPE_SD])
+    intercept = truth["intercept"].to_numpy() + shift_intercept
+    slope = truth["slope"].to_numpy() + shift_slope
+    x = people["parent_rank"].to_numpy()
+    y = intercept[tract] + slope[tract] * x + rng.normal(0.0, params.noise_sd, tract.size)
+    out = people.drop(columns="child_rank").assign(child_rank=np.round(np.clip(y, 0.0, 1.0), 2),
+                                                    cell=cell_names(cell + 1)[cell])
+    return out
+
+
+def _write_state(people: pd.DataFrame, truth: pd.DataFrame, path: Path, seed: int,
+                 params: StateParams, cells: int | None) -> int:
+    """The state's microdata file: the persons as they are, or one row group per cell."""
+    if cells is None:
+        people.to_parquet(path, index=False)
+        return len(people)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    writer = None
+    try:
+        for c in range(cells):
+            table = pa.Table.from_pandas(cell_records(people, truth, c, seed, params),
+                                         preserve_index=False)
+            writer = writer or pq.ParquetWriter(path, table.schema)
+            writer.write_table(table)
+    finally:
+        if writer is not None:
+            writer.close()
+    return len(people) * cells
+
+
 def batch_of(df: pd.DataFrame):
     """The records of a state as a :class:`mechanisms.TractBatch`."""
     from mechanisms import TractBatch
@@ -209,13 +271,15 @@ def batch_of(df: pd.DataFrame):
 
 
 def write_synthetic(out: Path, states: list[str], seed: int = 0,
-                    params: StateParams = StateParams()) -> dict:
+                    params: StateParams = StateParams(), cells: int | None = None) -> dict:
     """Write microdata (Parquet, hive-partitioned by state) and tract boundaries (GeoParquet).
 
     Layout: ``out/microdata/state=SS/part-0.parquet`` and ``out/tracts.parquet``. The
     boundaries come first (seed ``seed``), and each state's data (seed ``seed + index``) is
     drawn over its tracts' centroids, so the tract effects vary smoothly on the map written
-    beside them. Returns the paths and counts.
+    beside them. ``cells``: every person gets one record in each of that many cells (column
+    ``cell``; see the module docstring); None writes no cell column. Returns the paths and
+    counts.
     """
     from dpatlas.publication.geography import (STATE_FIPS, synth_boundaries, tract_centroids,
                                                write_boundaries)
@@ -235,13 +299,14 @@ def write_synthetic(out: Path, states: list[str], seed: int = 0,
                            centroids=centroids.loc[geoids_of[fips], ["lon", "lat"]].to_numpy())
         folder = out / "microdata" / f"state={fips}"
         folder.mkdir(parents=True, exist_ok=True)
-        df.attrs = {}  # the truth stays out of the microdata file
-        # One record per synthetic person: an id that is unique across states, so the release
-        # can check the one-record-per-person assumption that parallel composition needs.
+        # One record per synthetic person (and cell): an id that is unique across states, so
+        # the release can check the one-record-per-person assumption that parallel
+        # composition needs.
         df.insert(0, "person_id", f"{fips}-" + pd.Series(np.arange(len(df))).astype(str)
                   .str.zfill(8))
-        df.to_parquet(folder / "part-0.parquet", index=False)
-        rows += len(df)
+        truth = df.attrs["truth"]
+        df.attrs = {}  # the truth stays out of the microdata file
+        rows += _write_state(df, truth, folder / "part-0.parquet", seed + i, params, cells)
     # TIGER/Line's columns, so synthetic and real boundary files go through one loader.
     g = boundaries["geoid"].astype(str)
     tiger = boundaries.assign(GEOID=g, STATEFP=g.str[:2], COUNTYFP=g.str[2:5],
@@ -249,4 +314,5 @@ def write_synthetic(out: Path, states: list[str], seed: int = 0,
                                                   "geometry"]]
     write_boundaries(tiger, out / "tracts.parquet")
     return {"microdata": out / "microdata", "boundaries": out / "tracts.parquet",
-            "states": states, "tracts": len(all_geoids), "records": rows}
+            "states": states, "tracts": len(all_geoids), "records": rows,
+            "cells": cell_names(cells) if cells is not None else None}

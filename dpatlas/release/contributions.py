@@ -20,13 +20,18 @@ Without a person id column nothing can be checked: :func:`require_person_unit` t
 the operator to state the assumption, and the manifest lists it as unverified.
 
 Memory stays bounded for millions of records: each partition's (person, cell) pairs are
-hashed to one uint64 (pandas' hashing), repeated hashes are found by sorting the hash array
-(8 bytes a record), and only the records with a repeated hash are read back and compared by
-their real ids, so a hash collision can neither remove nor reject anyone.
+hashed to one uint64 (pandas' hashing), in batches of records, and kept in a scratch file of
+the internal folder; repeated hashes are found by sorting them (8 bytes a record) a bucket at
+a time (a bucket: the hashes with the same leading bits, so equal hashes share one; as many
+buckets as keep one under ``_BUCKET_BYTES``), and only the records with a repeated hash are
+read back and compared by their real ids, so a hash collision can neither remove nor reject
+anyone. With many cells a person has many records, so the hashes of a national release grow
+with the cells while a bucket does not.
 """
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +44,9 @@ from dpatlas.core.files import write_parquet_atomic
 from dpatlas.release.validate import ValidationFailed
 
 QUARANTINE_NAME = "duplicate-persons.parquet"
+# Hashes sorted at once when looking for repeats (a sort holds about three times this).
+_BUCKET_BYTES = 256 * 2**20
+_BATCH_ROWS = 1 << 20  # records read and hashed at a time
 CLAIM = "one record per person and cell"
 
 
@@ -128,27 +136,57 @@ def _repeated(hashes: np.ndarray) -> np.ndarray:
 # --- the check ------------------------------------------------------------------------------
 
 
-def _candidates(staged: list[Path], as_integers: bool) -> tuple[pd.DataFrame, int]:
+def _partition_hashes(path: Path, as_integers: bool) -> np.ndarray:
+    """The (person, cell) hash of every record of one staged file, in file order (read and
+    hashed ``_BATCH_ROWS`` records at a time: a record's hash depends on its pair alone)."""
+    parts, missing = [], 0
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=_BATCH_ROWS,
+                                                   columns=["person_id", "cell"]):
+        frame = batch.to_pandas()
+        missing += int(frame["person_id"].isna().sum())
+        if not missing:
+            frame["person_id"] = _canonical_ids(frame["person_id"], as_integers)
+            parts.append(_key_hashes(frame))
+    if missing:  # the input contract stops null ids; a staged file should never have one
+        raise ContributionError(f"{missing} record(s) in {path} have no person id; rerun "
+                                "the release so the input contract sees them")
+    return np.concatenate(parts) if parts else np.empty(0, np.uint64)
+
+
+def _repeated_in_buckets(hash_files: list[Path], total: int) -> np.ndarray:
+    """The repeated hash values over all files (sorted, unique), sorting one bucket of
+    leading bits at a time so that no more than about ``_BUCKET_BYTES`` are sorted at once."""
+    bits = max(0, int(np.ceil(np.log2(max(1, total * 8) / _BUCKET_BYTES))))
+    if bits == 0:
+        return _repeated(np.concatenate([np.load(f) for f in hash_files]))
+    shift = np.uint64(64 - bits)
+    found = []
+    for bucket in range(2 ** bits):
+        own = [h[(h >> shift) == bucket] for h in map(np.load, hash_files)]
+        found.append(_repeated(np.concatenate(own)))
+    return np.concatenate(found)
+
+
+def _candidates(staged: list[Path], as_integers: bool,
+                scratch: Path) -> tuple[pd.DataFrame, int]:
     """The records whose (person, cell) hash is repeated, with their file, and the total count.
 
-    Two passes over the staged files: hashes first (8 bytes a record), then only the
-    candidate rows are kept in memory.
+    Two passes over the staged files: hashes first (8 bytes a record, in files under
+    ``scratch``, compared a bucket at a time), then only the candidate rows are kept in memory.
     """
-    hashes = []
-    for path in staged:
-        frame = pd.read_parquet(path, columns=["person_id", "cell"])
-        missing = int(frame["person_id"].isna().sum())
-        if missing:  # the input contract stops null ids; a staged file should never have one
-            raise ContributionError(f"{missing} record(s) in {path} have no person id; rerun "
-                                    "the release so the input contract sees them")
-        frame["person_id"] = _canonical_ids(frame["person_id"], as_integers)
-        hashes.append(_key_hashes(frame))
-    total = int(sum(len(h) for h in hashes))
-    repeated = _repeated(np.concatenate(hashes)) if hashes else np.empty(0, np.uint64)
+    hash_files, total = [], 0
+    for index, path in enumerate(staged):
+        hashes = _partition_hashes(path, as_integers)
+        hash_files.append(scratch / f"hashes-{index}.npy")
+        np.save(hash_files[-1], hashes)
+        total += len(hashes)
+    if not staged:
+        return pd.DataFrame(), total
+    repeated = _repeated_in_buckets(hash_files, total)
     parts = []
     if len(repeated):
-        for index, (path, h) in enumerate(zip(staged, hashes)):
-            hit = np.isin(h, repeated)
+        for index, (path, hash_file) in enumerate(zip(staged, hash_files)):
+            hit = np.isin(np.load(hash_file), repeated)
             if hit.any():
                 frame = pd.read_parquet(path)[hit].reset_index(drop=True)
                 frame["_file"] = index
@@ -223,7 +261,10 @@ def check_contributions(staged: list[Path], policy: str, internal: Path) -> dict
     if not staged or not _has_person_ids(staged):
         return report
     as_integers = _ids_are_integers(staged)
-    candidates, total = _candidates(staged, as_integers)
+    internal.mkdir(parents=True, exist_ok=True)
+    # person-level hashes: private scratch in the internal folder, removed when done
+    with tempfile.TemporaryDirectory(prefix="contribution-hashes-", dir=internal) as scratch:
+        candidates, total = _candidates(staged, as_integers, Path(scratch))
     repeats = _confirmed(candidates, as_integers)
     report.update(checked=True, records=total)
     if repeats.empty:

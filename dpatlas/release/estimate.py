@@ -56,12 +56,28 @@ def staged_tracts(staged: list[Path]) -> tuple[dict[Path, list[str]], pd.DataFra
     Read after contribution bounding, which may have rewritten staged files."""
     geoids, frames = {}, []
     for path in staged:
-        cols = pd.read_parquet(path, columns=["geoid", "cell"])
-        geoids[Path(path)] = sorted(cols["geoid"].unique())
-        frames.append(cols.groupby(["geoid", "cell"]).size().rename("n").reset_index())
+        counts = _tract_cell_counts(Path(path))
+        geoids[Path(path)] = sorted(counts["geoid"].unique())
+        frames.append(counts)
     sizes = (pd.concat(frames, ignore_index=True) if frames
              else pd.DataFrame({"geoid": [], "cell": [], "n": []}))
     return geoids, sizes
+
+
+_COUNT_BATCH_ROWS = 1 << 20  # records counted at a time (a partition holds every cell)
+
+
+def _tract_cell_counts(path: Path) -> pd.DataFrame:
+    """n per (geoid, cell) of one staged file (sorted), counted a batch of records at a time
+    and summed, so memory follows the tract-cells, not the records."""
+    import pyarrow.parquet as pq
+
+    parts = [batch.to_pandas().groupby(["geoid", "cell"]).size().rename("n")
+             for batch in pq.ParquetFile(path).iter_batches(batch_size=_COUNT_BATCH_ROWS,
+                                                            columns=["geoid", "cell"])]
+    if not parts:
+        return pd.DataFrame({"geoid": [], "cell": [], "n": []})
+    return pd.concat(parts).groupby(level=["geoid", "cell"]).sum().reset_index()
 
 
 def split_into_chunks(geoids: dict[Path, list[str]], size: int) -> list[Chunk]:
@@ -79,12 +95,19 @@ def stage_chunks(chunks: list[Chunk], urls: dict[Path, str]) -> list[Chunk]:
     return [replace(c, staged=urls[Path(c.staged)]) for c in chunks]
 
 
+# What selection and estimation read of a record. Not the person id (unique text, the
+# largest column of a staged file) or the input row: a chunk with many cells holds several
+# records per person, so those columns would dominate its memory.
+CHUNK_COLUMNS = ["geoid", "cell", "x", "y"]
+
+
 def read_chunk(chunk: Chunk) -> pd.DataFrame:
-    """Only this chunk's rows (filtered while reading, not the whole state)."""
+    """Only this chunk's rows (filtered while reading, not the whole state), and only the
+    columns the estimators use (``CHUNK_COLUMNS``)."""
     rows = [("geoid", ">=", chunk.first_geoid), ("geoid", "<=", chunk.last_geoid)]
     if isinstance(chunk.staged, str):  # a staging URL: read through fsspec
-        return staging.read_parquet(chunk.staged, filters=rows)
-    return pd.read_parquet(chunk.staged, filters=rows)
+        return staging.read_parquet(chunk.staged, columns=CHUNK_COLUMNS, filters=rows)
+    return pd.read_parquet(chunk.staged, columns=CHUNK_COLUMNS, filters=rows)
 
 
 def suite_columns(plan: BudgetPlan) -> list[str]:

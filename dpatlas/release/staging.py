@@ -82,13 +82,14 @@ def write_parquet(frame: pd.DataFrame, url: str) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def read_parquet(url: str, filters=None) -> pd.DataFrame:
-    """A Parquet file by URL, filtered while reading (only the row groups and rows asked for)."""
+def read_parquet(url: str, columns=None, filters=None) -> pd.DataFrame:
+    """A Parquet file by URL, filtered while reading (only the columns, row groups and rows
+    asked for)."""
     local = _local_path(url)
     if local is not None:
-        return pd.read_parquet(local, filters=filters)
+        return pd.read_parquet(local, columns=columns, filters=filters)
     fs, path = _fs(url)
-    return pq.read_table(path, filesystem=fs, filters=filters).to_pandas()
+    return pq.read_table(path, filesystem=fs, columns=columns, filters=filters).to_pandas()
 
 
 def stage_files(files: list[Path], location: str) -> dict[Path, str]:

@@ -13,8 +13,8 @@ import pytest
 
 from dpatlas.release.allocate import SuiteShare, plan
 from dpatlas.core.config import parse_config
-from dpatlas.release.estimate import (Chunk, estimate_partition, read_chunk, select_partition,
-                                      split_into_chunks, staged_tracts)
+from dpatlas.release.estimate import (CHUNK_COLUMNS, Chunk, estimate_partition, read_chunk,
+                                      select_partition, split_into_chunks, staged_tracts)
 from dpatlas.ledger import charges
 from dpatlas.release.selection import EXP_THEIL_SEN, NOISY_STATS, Rule, select
 from dpatlas.release.outcome import BudgetState, ReleaseOutcome
@@ -177,6 +177,41 @@ def test_staged_tracts_and_read_chunk(tmp_path):
                                                      "17000000003": 12}
     (chunk,) = split_into_chunks(geoids, 2)[:1]
     assert set(read_chunk(chunk)["geoid"]) == {"17000000001", "17000000002"}
+
+
+def test_tract_cell_counts_in_batches_equal_one_group_by(tmp_path, monkeypatch):
+    """plan_chunks' sizes, counted a few records at a time, are those of the whole file."""
+    from dpatlas.release import estimate
+
+    df = pd.concat([_frame({"17000000001": 30, "17000000002": 5, "17000000003": 12})
+                    .assign(cell=c) for c in ("b", "a", "c")], ignore_index=True)
+    path = tmp_path / "input-17.parquet"
+    df.to_parquet(path, index=False)
+    whole = df.groupby(["geoid", "cell"]).size().rename("n").reset_index()
+    monkeypatch.setattr(estimate, "_COUNT_BATCH_ROWS", 7)
+    geoids, sizes = staged_tracts([path])
+    pd.testing.assert_frame_equal(sizes, whole)
+    assert geoids == {path: ["17000000001", "17000000002", "17000000003"]}
+
+
+def test_a_chunk_read_without_person_ids_estimates_what_the_whole_records_give(tmp_path):
+    """read_chunk leaves out the person id and input row (most of a chunk's memory when a
+    person has a record per cell): selection and estimates are those of the full records."""
+    df = pd.concat([_frame({"17000000001": 60, "17000000002": 45}).assign(cell=c)
+                    for c in ("outcome-2", "outcome-1")], ignore_index=True)
+    df = df.assign(person_id=[f"p{i % 105}" for i in range(len(df))], row=np.arange(len(df)))
+    path = tmp_path / "input-17.parquet"
+    df.to_parquet(path, index=False)
+    (chunk,) = split_into_chunks(staged_tracts([path])[0], 10)
+    read = read_chunk(chunk)
+    assert list(read.columns) == CHUNK_COLUMNS
+    budget = plan(config(), 3.0)
+    sel_full = select_partition(df, budget, SeededRandomness(5), min_n=20)
+    sel_read = select_partition(read, budget, SeededRandomness(5), min_n=20)
+    pd.testing.assert_frame_equal(sel_read, sel_full)
+    pd.testing.assert_frame_equal(
+        estimate_partition(read, sel_read, budget, SeededRandomness(6), min_n=20),
+        estimate_partition(df, sel_full, budget, SeededRandomness(6), min_n=20))
 
 
 def test_estimate_partition_charges_released_tracts_and_suppresses_small_ones():

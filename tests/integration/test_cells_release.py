@@ -1,0 +1,139 @@
+"""Cells at scale (issue 22, item 3): the synthetic generator's cells, a seeded release that
+publishes every cell, and the memory-bounded paths giving what the whole-frame paths give."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+
+from prefect.testing.utilities import prefect_test_harness  # noqa: E402
+
+from dpatlas.evaluation.synthetic_input import (StateParams, cell_names,  # noqa: E402
+                                                write_synthetic)
+from dpatlas.release import contributions  # noqa: E402
+from dpatlas.release.contributions import check_contributions  # noqa: E402
+
+from tests.support.inputs import write_config  # noqa: E402
+
+CELLS = 3
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("cells") / "data"
+    info = write_synthetic(out, ["17", "18"], seed=5, params=StateParams(n_tracts=40, counties=3),
+                           cells=CELLS)
+    return out, info
+
+
+def test_the_generator_gives_every_person_one_record_in_each_named_cell(data):
+    out, info = data
+    df = pd.read_parquet(out / "microdata")
+    assert info["cells"] == ["outcome-1", "outcome-2", "outcome-3"] == cell_names(CELLS)
+    assert sorted(df["cell"].unique()) == info["cells"]
+    assert info["records"] == len(df)
+    # one record per (person, cell), and each person in every cell: the shape the release's
+    # accounting assumes (cells share people and compose sequentially)
+    per_pair = df.groupby(["person_id", "cell"]).size()
+    assert (per_pair == 1).all()
+    persons = df["person_id"].nunique()
+    assert len(df) == persons * CELLS
+    # a person keeps the same tract and parent rank in every cell
+    same = df.groupby("person_id")[["geoid", "parent_rank"]].nunique()
+    assert (same == 1).all().all()
+    # the cells are different outcomes: their tract means and slopes differ
+    means = df.groupby("cell")["child_rank"].mean()
+    assert means.max() - means.min() > 0.01
+    one = df[df["cell"] == "outcome-1"]
+    two = df[df["cell"] == "outcome-2"]
+    assert not np.array_equal(one["child_rank"].to_numpy(), two["child_rank"].to_numpy())
+
+
+def test_without_cells_the_generator_writes_what_it_wrote_before(tmp_path):
+    write_synthetic(tmp_path / "a", ["17"], seed=2, params=StateParams(n_tracts=15, counties=2))
+    df = pd.read_parquet(tmp_path / "a" / "microdata")
+    assert "cell" not in df.columns
+    assert list(df.columns) == ["person_id", "geoid", "parent_rank", "child_rank", "state"]
+
+
+def test_bucketed_contribution_check_finds_what_the_whole_sort_finds(data, tmp_path,
+                                                                     monkeypatch):
+    """The same repeats, reports and quarantine whether the hashes are sorted at once or a
+    bucket of leading bits at a time (forced here with a tiny bucket)."""
+    out, _ = data
+    staged = []
+    for k, part in enumerate(sorted((out / "microdata").glob("state=*/*.parquet"))):
+        frame = pd.read_parquet(part)
+        if k == 0:  # a few persons twice in a cell (another tract), one in two cells anew
+            extra = frame[frame["cell"] == "outcome-2"].head(5).assign(geoid="17999999999")
+            frame = pd.concat([frame, extra], ignore_index=True)
+        frame = frame.rename(columns={"parent_rank": "x", "child_rank": "y"})
+        frame.insert(0, "row", np.arange(len(frame)))
+        staged.append(tmp_path / f"input-{k}.parquet")
+        frame.to_parquet(staged[-1], index=False)
+
+    def run(folder: str) -> tuple[dict, pd.DataFrame]:
+        with pytest.raises(contributions.ContributionError) as err:
+            check_contributions(staged, "fail", tmp_path / folder)
+        return str(err.value), pd.read_parquet(
+            tmp_path / folder / "quarantine" / contributions.QUARANTINE_NAME)
+
+    whole_message, whole = run("whole")
+    monkeypatch.setattr(contributions, "_BUCKET_BYTES", 16 * 1024)  # 16 buckets
+    monkeypatch.setattr(contributions, "_BATCH_ROWS", 100)
+    bucket_message, bucketed = run("buckets")
+    assert "5 person(s)" in whole_message
+    assert bucket_message.replace("buckets", "whole") == whole_message
+    pd.testing.assert_frame_equal(bucketed, whole)
+    assert len(whole) == 10
+    # the scratch hashes are removed
+    assert not list((tmp_path / "buckets").glob("contribution-hashes-*"))
+
+
+@pytest.fixture(scope="module")
+def released(data, tmp_path_factory) -> Path:
+    out, _ = data
+    tmp = tmp_path_factory.mktemp("cells-release")
+    cfg = {"input": {"path": str(out / "microdata"), "columns": {"cell": "cell"}},
+           "boundaries": {"path": str(out / "tracts.parquet")},
+           "privacy": {"epsilon_per_tract": 1.0},
+           "selection": {"rule": "dp", "threshold": 3.0},
+           "publish": {"root": str(tmp / "releases"), "internal_root": str(tmp / "internal"),
+                       "min_n": 20},
+           "ledger": {"url": f"sqlite:///{tmp / 'ledger.db'}", "dataset": "cells"},
+           "partition_tracts": 25, "levels": ["tract", "county", "state"]}
+    with prefect_test_harness(server_startup_timeout=180):
+        from flows.release import release
+
+        outcome = release(str(write_config(tmp / "config.yaml", cfg)), "c1", 7)
+    assert outcome.status == "published"
+    return Path(outcome.folder)
+
+
+def test_a_release_with_cells_publishes_every_tract_county_and_state_in_every_cell(released):
+    tracts = pd.read_parquet(released / "tracts.parquet")
+    names = cell_names(CELLS)
+    assert sorted(tracts["cell"].unique()) == names
+    per_tract = tracts.groupby("geoid")["cell"].apply(sorted)
+    assert len(per_tract) == 80 and all(cells == names for cells in per_tract)
+    released_rows = tracts[tracts["status"] == "released"]
+    assert set(released_rows["cell"]) == set(names)
+    # every cell is estimated from its own outcome: the cells' released values differ
+    wide = released_rows.pivot(index="geoid", columns="cell", values="p25").dropna()
+    assert len(wide) > 10 and not np.allclose(wide[names[0]], wide[names[1]])
+    for stem in ("counties", "states"):
+        level = pd.read_parquet(released / f"{stem}.parquet")
+        assert level.groupby("geoid")["cell"].apply(sorted).map(lambda c: c == names).all()
+    m = json.loads((released / "manifest.json").read_text())
+    # cells compose sequentially: the ledger charged each cell, the total is CELLS times one
+    assert m["total_per_person"]["cells"] == CELLS
+    per_cell = m["budget"]["epsilon_per_tract_and_cell"]
+    assert m["ledger_entry"]["epsilon"] == pytest.approx(CELLS * per_cell)
