@@ -223,17 +223,17 @@ def release(config_path: str, release_id: Optional[str] = None,
                          if cfg.input.columns.person_id else None)
         record_validation(internal, reports, contributions)
         chunks, sizes = plan_chunks(staged, cfg.partition_tracts)
-        location = None
+        location, worker_chunks = None, chunks
         if cfg.staging_url:  # the workers read the partitions there, not through the scheduler
             location = staging.release_location(cfg.staging_url, rid)
-            chunks = stage_chunks(chunks, staging.stage_files(staged, location))
+            worker_chunks = stage_chunks(chunks, staging.stage_files(staged, location))
         boundaries = check_boundaries(cfg.boundaries.path, cfg.boundaries.geoid_column,
                                       set(sizes["geoid"]))
 
         # 3. Allocate the budget; check the release can complete; charge the ledger (refused
         # over the cap) and take the release's lease, before any noise.
         budget = allocate_budget(cfg)
-        stage_parameters = {"chunks": chunks, "budget": budget, "min_n": cfg.publish.min_n,
+        stage_parameters = {"chunks": worker_chunks, "budget": budget, "min_n": cfg.publish.min_n,
                             "internal": str(internal), "noise_seed": noise_seed,
                             "staging_location": location}
         preflight(cfg, rid, noise_seed, stage="before-charge", budget=budget, sizes=sizes,
@@ -247,6 +247,7 @@ def release(config_path: str, release_id: Optional[str] = None,
             stage = select_and_estimate.with_options(task_runner=chunk_task_runner(cfg),
                                                      flow_run_name=select_run_name(rid))
             results = stage(**stage_parameters)
+            # the levels run in this flow's process: they read the local partitions
             level_results = _estimate_levels(staged, chunks, sizes, budget, cfg.publish.min_n,
                                              internal, noise_seed)
 

@@ -215,9 +215,10 @@ def test_dask_runner_matches_local(api_url, state, tmp_path):
                                                        dask_workers=2)),
                   "--release-id", "x", "--noise-seed", "5")
     assert rc == 0, out
-    a = pd.read_csv(local / "releases" / "x" / "tracts.csv")
-    b = pd.read_csv(dask / "releases" / "x" / "tracts.csv")
-    pd.testing.assert_frame_equal(a, b)
+    for table in ("tracts.csv", "counties.csv", "states.csv"):
+        a = pd.read_csv(local / "releases" / "x" / table)
+        b = pd.read_csv(dask / "releases" / "x" / table)
+        pd.testing.assert_frame_equal(a, b)
 
 
 def test_dask_cluster_of_separate_processes_reads_a_staging_url(api_url, state, tmp_path):
@@ -229,15 +230,16 @@ def test_dask_cluster_of_separate_processes_reads_a_staging_url(api_url, state, 
     local, dask = tmp_path / "local", tmp_path / "dask"
     local.mkdir()
     dask.mkdir()
-    rc, out = cli(api_url, "release", "-c", str(config(local, state)), "--release-id", "x",
-                  "--noise-seed", "5")
+    levels = ["tract", "county", "state"]  # the levels read local partitions, the chunks URLs
+    rc, out = cli(api_url, "release", "-c", str(config(local, state, levels=levels)),
+                  "--release-id", "x", "--noise-seed", "5")
     assert rc == 0, out
     shared = tmp_path / "shared"
     with dask_processes(tmp_path / "cluster", workers=2,
                         env={"PREFECT_API_URL": api_url, "PREFECT_LOGGING_LEVEL": "INFO"}
                         ) as cluster:
         rc, out = cli(api_url, "release", "-c", str(config(
-            dask, state, runner="dask", dask_address=cluster.address,
+            dask, state, runner="dask", dask_address=cluster.address, levels=levels,
             staging_url=f"file://{shared}")), "--release-id", "x", "--noise-seed", "5")
         assert all(w.poll() is None for w in cluster.workers)  # the same workers throughout
     assert rc == 0, out
@@ -260,9 +262,10 @@ def test_dask_cluster_of_separate_processes_reads_a_staging_url(api_url, state, 
                            for stage, folder in (("select", "selection"),
                                                  ("estimate", "results"))
                            for name in chunks}
-    a = pd.read_csv(local / "releases" / "x" / "tracts.csv")
-    b = pd.read_csv(dask / "releases" / "x" / "tracts.csv")
-    pd.testing.assert_frame_equal(a, b)
+    for table in ("tracts.csv", "counties.csv", "states.csv"):
+        a = pd.read_csv(local / "releases" / "x" / table)
+        b = pd.read_csv(dask / "releases" / "x" / table)
+        pd.testing.assert_frame_equal(a, b)
 
 
 def test_two_hosts_one_ledger_one_release(api_url, state, tmp_path):
