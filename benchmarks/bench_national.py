@@ -86,7 +86,9 @@ TARGET_FLOOR_RATIO = 2.5  # release wall / floor CPU (issue 22)
 
 # Stages every release runs (their task keys: the task functions' names, tasks/*.py): a
 # table without one of them is wrong. (Reading a partition is part of validate_partition.)
-REQUIRED_STAGES = ("validate_partition", "select_chunk", "estimate_chunk", "publish_release")
+# A stage is one of its alternatives: chunks staged by URL run as select_staged/estimate_staged.
+REQUIRED_STAGES = ("validate_partition", ("select_chunk", "select_staged"),
+                   ("estimate_chunk", "estimate_staged"), "publish_release")
 
 LEDGER_CAP_EPSILON, LEDGER_CAP_DELTA = 1000.0, 1e-3  # far above two releases at eps = 1
 SAMPLE_SECONDS = 0.2
@@ -437,7 +439,9 @@ def check_stage_table(stages: list[dict], runner: str, runs_read: int) -> None:
             f"release ({runs_read} read): its processes did not report to the benchmark's "
             "server (PREFECT_API_URL not set where the tasks ran?) or the server had not "
             "recorded them yet; the per-stage table would be empty")
-    missing = [s for s in REQUIRED_STAGES if s not in {row["stage"] for row in stages}]
+    seen = {row["stage"] for row in stages}
+    missing = ["/".join(s) if isinstance(s, tuple) else s for s in REQUIRED_STAGES
+               if not seen.intersection(s if isinstance(s, tuple) else (s,))]
     if missing:
         raise StageTableError(
             f"runner {runner}: no task runs of stage(s) {', '.join(missing)} on the Prefect "
