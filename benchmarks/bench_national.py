@@ -385,6 +385,12 @@ def _task_name(run) -> str:
     return run.task_key.rsplit("-", 1)[0]
 
 
+def missing_stages(seen: set[str]) -> list[str]:
+    """The stages every release runs that ``seen`` lacks (alternatives joined by "/")."""
+    return ["/".join(s) if isinstance(s, tuple) else s for s in REQUIRED_STAGES
+            if not seen.intersection(s if isinstance(s, tuple) else (s,))]
+
+
 def task_runs_since(api_url: str, since: float, settle_seconds: float = 60.0) -> list[dict]:
     """Every finished task run that started after ``since`` (epoch seconds) on the
     benchmark's server.
@@ -399,7 +405,7 @@ def task_runs_since(api_url: str, since: float, settle_seconds: float = 60.0) ->
     while True:
         runs = _read_task_runs(api_url, since)
         shape = (len(runs), sum(1 for r in runs if r.end_time is None))
-        complete = set(REQUIRED_STAGES) <= {_task_name(r) for r in runs}
+        complete = not missing_stages({_task_name(r) for r in runs})
         if (shape == previous and shape[1] == 0 and complete) or time.time() > deadline:
             break
         previous = shape
@@ -439,9 +445,7 @@ def check_stage_table(stages: list[dict], runner: str, runs_read: int) -> None:
             f"release ({runs_read} read): its processes did not report to the benchmark's "
             "server (PREFECT_API_URL not set where the tasks ran?) or the server had not "
             "recorded them yet; the per-stage table would be empty")
-    seen = {row["stage"] for row in stages}
-    missing = ["/".join(s) if isinstance(s, tuple) else s for s in REQUIRED_STAGES
-               if not seen.intersection(s if isinstance(s, tuple) else (s,))]
+    missing = missing_stages({row["stage"] for row in stages})
     if missing:
         raise StageTableError(
             f"runner {runner}: no task runs of stage(s) {', '.join(missing)} on the Prefect "
