@@ -30,31 +30,18 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # tests/support/reference_kernel.py: the before path
+
+from tests.support.reference_kernel import reference_kernel_mean  # noqa: E402
+
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-
-
-def reference_kernel_mean(xy, values, weights, bandwidth_km):
-    """REFERENCE ONLY: main's kernel_mean before issue 22 (pairs queried on every call), kept
-    here for the before figure."""
-    import numpy as np
-    from scipy import spatial
-
-    pairs = spatial.cKDTree(xy).query_pairs(3 * bandwidth_km, output_type="ndarray")
-    i = np.concatenate([pairs[:, 0], pairs[:, 1]])
-    j = np.concatenate([pairs[:, 1], pairs[:, 0]])
-    ok = np.isfinite(values[j]) & (weights[j] > 0)
-    i, j = i[ok], j[ok]
-    d2 = np.sum((xy[i] - xy[j]) ** 2, axis=1)
-    w = np.exp(-0.5 * d2 / bandwidth_km ** 2) * weights[j]
-    num = np.bincount(i, w * values[j], minlength=len(xy))
-    den = np.bincount(i, w, minlength=len(xy))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 0, num / den, np.nan)
 
 
 @contextmanager

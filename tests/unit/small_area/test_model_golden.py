@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from dpatlas.small_area.published import MODEL_COLUMNS, fit_published
+from tests.support.reference_kernel import reference_kernel_mean
 
 from .test_model import published_like
 
@@ -59,23 +60,6 @@ def test_the_model_columns_are_identical_to_the_golden_file():
 
 if __name__ == "__main__":
     write_golden()
-
-
-def reference_kernel_mean(xy, values, weights, bandwidth_km):
-    """REFERENCE ONLY: main's kernel_mean at de13102 (pairs queried on every call)."""
-    from scipy import spatial
-
-    pairs = spatial.cKDTree(xy).query_pairs(3 * bandwidth_km, output_type="ndarray")
-    i = np.concatenate([pairs[:, 0], pairs[:, 1]])
-    j = np.concatenate([pairs[:, 1], pairs[:, 0]])
-    ok = np.isfinite(values[j]) & (weights[j] > 0)
-    i, j = i[ok], j[ok]
-    d2 = np.sum((xy[i] - xy[j]) ** 2, axis=1)
-    w = np.exp(-0.5 * d2 / bandwidth_km ** 2) * weights[j]
-    num = np.bincount(i, w * values[j], minlength=len(xy))
-    den = np.bincount(i, w, minlength=len(xy))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 0, num / den, np.nan)
 
 
 def test_kernel_pairs_found_once_give_the_reference_means_bit_for_bit():
