@@ -46,8 +46,6 @@ def publish_release(cfg: ReleaseConfig, release_id: str, result_files: list[Path
         verify_release(final)
         get_run_logger().info("release %s is already in place at %s; checked", release_id, final)
         return final
-    from data_contracts import ReleaseDocs, validate_published  # Great Expectations: lazily
-
     results = pd.concat([pd.read_parquet(p) for p in result_files], ignore_index=True)
     table = assemble(results, boundaries, cfg.intervals.level)
     levels = assemble_levels(level_files or [], boundaries, budget, table, cfg.intervals.level)
@@ -55,54 +53,68 @@ def publish_release(cfg: ReleaseConfig, release_id: str, result_files: list[Path
     if cfg.small_area.model:  # post-processing of the tables as published (no budget)
         table, model_fits = add_model_estimates(table, levels, get_run_logger(),
                                                 [s.as_dict() for s in budget.steps])
-    check = validate_published(pd.DataFrame(table.drop(columns="geometry")),
-                               boundary_geoids=list(boundaries["geoid"]),
-                               standard_error_max=standard_error_maximum(cfg.intervals.level),
-                               release=ReleaseDocs.in_folder(internal), run_name="published")
-    record_run(internal, "published", "the release's tract table, as it would be published",
-               check)
-    if not check.success:
-        write_release_docs(internal)  # the refused check in the Data Docs site
-        raise PublishError("the release table breaks its output contract; nothing was "
-                           f"published:\n{check.summary()}")
-    contracts = {"tract": check.suite}
-    for level, level_table in levels.items():
-        contracts[level] = _check_level_contract(level, level_table, boundaries, cfg, internal)
-    write_release_docs(internal)  # the output checks' Data Docs, rendered once
     manifest = build_manifest(cfg, release_id, budget, table,
                               input_commitment(input_sha256, internal), random_source,
                               started, input_facts, ledger_entry, levels, model_fits)
-    manifest["output_contract"] = {"suite": check.suite, "success": True}
-    if levels:
-        manifest["output_contract"]["level_suites"] = {k: v for k, v in contracts.items()
-                                                       if k != "tract"}
+    # The output contract is checked while the files are written (it needs none of them):
+    # a broken contract stops the release before anything becomes visible.
     folder = write_release(table, manifest, cfg.publish.root, release_id,
                            config=public_config(cfg), internal_dir=internal,
                            check_lease=check_lease,
                            more_files=partial(write_all_levels, levels,
                                               interval_level=cfg.intervals.level,
                                               tile_text=partial(release_tile_text, release_id,
-                                                                public_config(cfg))))
+                                                                public_config(cfg))),
+                           alongside=partial(_check_output_contracts, *_rows_to_check(
+                                               table, levels, boundaries), cfg, internal))
     get_run_logger().info("published release %s at %s (%s)", release_id, folder,
                           format_counts(manifest["counts"]["by_status"]))
     return folder
 
 
-def _check_level_contract(level: str, table: pd.DataFrame, boundaries: gpd.GeoDataFrame,
-                          cfg: ReleaseConfig, internal: Path) -> str:
-    """A county or state table against its output contract (PublishError if broken)."""
-    from data_contracts import ReleaseDocs, validate_published_level
+def _rows_to_check(table: gpd.GeoDataFrame, levels: dict, boundaries: gpd.GeoDataFrame):
+    """What the output checks read, taken apart from the frames the writers read (pandas
+    may consolidate a frame's blocks in place while reading it: no frame is shared with a
+    thread that writes): each table's rows without geometry and the boundaries' units."""
+    geoids = list(boundaries["geoid"])
+    return ({"tract": (pd.DataFrame(table.drop(columns="geometry")), geoids)}
+            | {level: (pd.DataFrame(t.drop(columns="geometry")), list(unit_of(geoids, level)))
+               for level, t in levels.items()},)
 
-    check = validate_published_level(
-        pd.DataFrame(table.drop(columns="geometry")), level,
-        boundary_units=list(unit_of(boundaries["geoid"], level)),
-        standard_error_max=standard_error_maximum(cfg.intervals.level),
-        release=ReleaseDocs.in_folder(internal), run_name=f"published-{level}")
-    record_run(internal, f"published-{level}",
-               f"the release's {level} table, as it would be published", check)
+
+def _check_output_contracts(rows: dict, cfg: ReleaseConfig, internal: Path) -> dict:
+    """Every published table (``rows``: level -> its rows and the boundaries' units) against
+    its output contract (PublishError if one is broken), then the checks' Data Docs, rendered
+    once; returns the manifest's ``output_contract``."""
+    suites = {level: _check_contract(level, table, units, cfg, internal)
+              for level, (table, units) in rows.items()}
+    write_release_docs(internal)  # the output checks' Data Docs, rendered once
+    contract = {"suite": suites.pop("tract"), "success": True}
+    if suites:
+        contract["level_suites"] = suites
+    return {"output_contract": contract}
+
+
+def _check_contract(level: str, table: pd.DataFrame, units: list, cfg: ReleaseConfig,
+                    internal: Path) -> str:
+    """One level's table against its output contract (PublishError if broken)."""
+    from data_contracts import ReleaseDocs, validate_published, validate_published_level
+
+    release, se_max = ReleaseDocs.in_folder(internal), standard_error_maximum(cfg.intervals.level)
+    if level == "tract":
+        check = validate_published(table, boundary_geoids=units, standard_error_max=se_max,
+                                   release=release, run_name="published")
+        what, run = "the release's tract table", "published"
+    else:
+        check = validate_published_level(table, level, boundary_units=units,
+                                         standard_error_max=se_max, release=release,
+                                         run_name=f"published-{level}")
+        what, run = f"the release's {level} table", f"published-{level}"
+    record_run(internal, run, f"{what}, as it would be published", check)
     if not check.success:
-        write_release_docs(internal)
-        raise PublishError(f"the {level} table breaks its output contract; nothing was "
+        write_release_docs(internal)  # the refused check in the Data Docs site
+        table_name = "release table" if level == "tract" else f"{level} table"
+        raise PublishError(f"the {table_name} breaks its output contract; nothing was "
                            f"published:\n{check.summary()}")
     return check.suite
 

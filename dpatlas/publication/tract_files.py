@@ -489,22 +489,24 @@ def in_parallel(jobs: list[Callable[[], object]], workers: int = PUBLISH_WORKERS
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _write_files(staging: Path, table: gpd.GeoDataFrame, config: dict,
-                 release_id: str) -> list[str]:
+def _write_files(staging: Path, table: gpd.GeoDataFrame, config: dict, release_id: str,
+                 alongside: Optional[Callable[[], dict]] = None) -> tuple[list[str], dict]:
     """Write every published file into ``staging``; returns the web map's files (the vector
-    tiles, the page and its assets), which the manifest lists beside PUBLISHED_FILES.
+    tiles, the page and its assets), which the manifest lists beside PUBLISHED_FILES, and
+    what ``alongside`` returned (``{}`` without it).
 
     The GeoJSON is written first (the tiles are built from it), then tippecanoe, the longest
-    writer, runs while the other files are written beside it."""
+    writer, runs while the other files are written, and ``alongside`` runs, beside it."""
     from dpatlas.publication import tiles, webmap
 
     write_geojson_rfc7946(table, staging / "tracts.geojson")
     ci = config.get("intervals") or {}
     title = (f"Release {release_id}: p25 by tract ({int((table.status == 'released').sum())}"
              f" of {len(table)} released)")
-    tile_build, web_map, *_ = in_parallel([
+    tile_build, checked, web_map, *_ = in_parallel([
         lambda: tiles.build_tiles(staging / "tracts.geojson", staging / tiles.TILES_FILE,
                                   text=tiles.release_tile_text(release_id, config)),
+        alongside or dict,
         lambda: webmap.write_web_map(staging, release_id),
         lambda: table.to_parquet(staging / "tracts.parquet", index=False),
         lambda: write_csv_with_schema(pd.DataFrame(table.drop(columns="geometry")), staging,
@@ -514,7 +516,7 @@ def _write_files(staging: Path, table: gpd.GeoDataFrame, config: dict,
         lambda: (staging / "config.json").write_text(json.dumps(
             config, indent=2, sort_keys=True, default=_json)),
     ])
-    return [tiles.TILES_FILE, *web_map]
+    return [tiles.TILES_FILE, *web_map], checked
 
 
 # ------------------------------------------------------------------ CSV and its Table Schema
@@ -717,11 +719,16 @@ def _move_into_place(staging: Path, final: Path, root: Path, release_id: str) ->
 def write_release(table: gpd.GeoDataFrame, manifest: dict, root: Path, release_id: str, *,
                   config: dict, internal_dir: Optional[Path] = None,
                   check_lease: Optional[Callable[[], None]] = None,
-                  more_files: Optional[Callable[[Path], list[str]]] = None) -> Path:
+                  more_files: Optional[Callable[[Path], list[str]]] = None,
+                  alongside: Optional[Callable[[], dict]] = None) -> Path:
     """Write the files and ``config`` (as config.json) into a staging folder outside the
     publish tree, hash them into the manifest, then rename the folder to ``<root>/<id>``.
     ``more_files``: writes further files into the staging folder (the county and state
     files) and returns their names, which the manifest lists and hashes with the rest.
+    ``alongside``: work that must succeed before anything is published but needs no file
+    (the output contract checks): it runs beside the writers once the tract GeoJSON is
+    written (so tippecanoe, the longest writer, has started), its dict joins the manifest, and
+    if it raises, the staging folder is removed and nothing is published.
 
     ``internal_dir``: the release's internal folder (staging goes there when it shares the
     root's file system). ``check_lease``: called right before the rename; it raises when this
@@ -744,13 +751,13 @@ def write_release(table: gpd.GeoDataFrame, manifest: dict, root: Path, release_i
         # The threads share one consolidated copy: pandas may consolidate a frame's blocks in
         # place while reading it, which is no read to do from several threads at once.
         table = table.copy()
-        tract_files, level_files, extent = in_parallel([
-            lambda: _write_files(staging, table, config, release_id),
+        (tract_files, checked), level_files, extent = in_parallel([
+            lambda: _write_files(staging, table, config, release_id, alongside),
             lambda: more_files(staging) if more_files is not None else [],
             lambda: footprint(table)])
         files = [*PUBLISHED_FILES, *tract_files, *level_files]
         files.append(write_datapackage(staging, files, release_id, config))
-        manifest = {**manifest,
+        manifest = {**manifest, **checked,
                     "rounding": rounding_statement(list(table.columns)),
                     "extent": extent,
                     "files": {f: {"sha256": sha256_file(staging / f),

@@ -165,3 +165,40 @@ def test_in_parallel_raises_after_every_started_job_stopped():
     with pytest.raises(ValueError, match="no"):
         in_parallel([slow, fails])
     assert finished.is_set()  # the running job was waited for, not left writing
+
+
+def test_the_output_checks_run_beside_the_tiles_and_join_the_manifest(table, tmp_path,
+                                                                       monkeypatch):
+    """``alongside`` (publish's output contract checks) starts once the GeoJSON is written,
+    overlaps tippecanoe, and what it returns is in the published manifest."""
+    spans = {}
+    monkeypatch.setattr(tiles, "build_tiles", window(spans, "tiles", tiles.build_tiles))
+    geojson_done = []
+    monkeypatch.setattr(P, "write_geojson_rfc7946", window(spans, "geojson",
+                                                           P.write_geojson_rfc7946))
+
+    def checks():
+        geojson_done.append("geojson" in spans)
+        time.sleep(0.5)
+        return {"output_contract": {"suite": "published_tracts", "success": True}}
+    folder = write_release(table, {"release_id": "r1"}, tmp_path / "root", "r1",
+                           config={"release": "r1"}, alongside=window(spans, "checks", checks))
+    manifest = verify_release(folder)
+    assert manifest["output_contract"] == {"suite": "published_tracts", "success": True}
+    assert geojson_done == [True]
+    (t0, t1), (c0, c1) = spans["tiles"], spans["checks"]
+    assert t0 < c1 and c0 < t1, f"tiles {spans['tiles']} and checks {spans['checks']} apart"
+
+
+def test_a_failing_output_check_leaves_nothing(table, tmp_path):
+    class ContractBroken(RuntimeError):
+        pass
+
+    def checks():
+        raise ContractBroken("the release table breaks its output contract")
+    root, internal = tmp_path / "root", tmp_path / "internal"
+    with pytest.raises(ContractBroken, match="output contract"):
+        write_release(table, {"release_id": "r1"}, root, "r1", config={"release": "r1"},
+                      internal_dir=internal, alongside=checks)
+    assert not os.path.lexists(root / "r1")
+    assert list(internal.iterdir()) == []  # the staging folder is gone, tippecanoe done

@@ -395,6 +395,23 @@ def test_three_state_release_has_one_data_docs_site(tmp_path):
                            "published_tracts-without-p25_model-without-p75_model"]
 
 
+def test_a_broken_output_contract_publishes_nothing(small_state, tmp_path, monkeypatch):
+    """The output checks run while the files are written (issue 22): when the table breaks
+    its contract the release fails with the check's message, nothing is visible, the staged
+    files are gone, and the refused run is in the release's Data Docs."""
+    import tasks.publish as publish_task
+
+    monkeypatch.setattr(publish_task, "standard_error_maximum", lambda level: 1e-9)
+    with pytest.raises(Exception, match="breaks its output contract; nothing was published"):
+        run(make_config(tmp_path, small_state), "broken")
+    assert not os.path.lexists(tmp_path / "releases" / "broken")
+    internal = tmp_path / "internal" / "broken"
+    assert not [p for p in internal.iterdir() if p.name.startswith("staging-")]
+    assert not list((tmp_path / "releases").glob(".staging-*"))
+    runs = sorted(p.name for p in (internal / "data_docs" / "validations").glob("*/*"))
+    assert runs == ["input-17", "published"]
+
+
 def test_estimand_is_stated_in_the_manifest_and_the_schema(published):
     """Issue 18: each mechanism's rows state which line of the tract they estimate."""
     tmp, folder = published
