@@ -10,8 +10,8 @@ published), no feature is dropped or merged at any zoom, and the layer is always
 :data:`LAYER` (``counties``, ``states`` in the level archives), so a web map written for one
 release reads every other.
 
-Zooms suit census tracts: from z4 (a state fits a screen) to z12 (the smallest urban tracts,
-a few hundred metres across, are tens of pixels wide); MapLibre over-zooms z12 beyond that.
+Zooms suit census tracts: from z4 (a state fits a screen), or z6 when the release has counties
+(:func:`tract_min_zoom`), to z10 (:data:`MAX_ZOOM`); MapLibre over-zooms z10 beyond that.
 Counties and states start at z0, so a national or multi-state release is never blank when
 zoomed out (:data:`LEVEL_TILES`). One archive per level keeps ``tracts.pmtiles`` exactly what
 it was (old releases, the audit) and lets a page fetch only the levels it shows.
@@ -33,6 +33,12 @@ from dpatlas.core.errors import OperatorError
 LAYER = "tracts"
 TILES_FILE = "tracts.pmtiles"
 MIN_ZOOM = 4
+# With a county level the map draws counties below z8 and tracts from z8 (the web map's
+# ZOOM_LEVELS; tests/integration/test_tiles.py checks they agree), and below z6 a state's tracts
+# are a pixel or two wide: there the tract tiles would only cost tippecanoe (z4-z5 are 6 of
+# its 29 CPU-s on the national tracts, issue 22) and never be drawn by zoom. From z6 a user
+# who fixes the tract level still sees a whole state's tracts.
+MIN_ZOOM_WITH_COUNTIES = 6
 # z10, not z12: at z10 a tile's 4,096-unit grid is ~10 m on the ground (less north of the
 # equator), finer than any tract edge a choropleth needs, and MapLibre over-zooms the z10 tiles
 # beyond it. The national tracts' archive: 218 MB and 85 CPU-s of tippecanoe at z12 against
@@ -122,6 +128,12 @@ def release_tile_text(release_id: str, config: dict, layer: str = LAYER) -> Tile
         attribution += f". Cite: {publish['citation']}"
     return TileText(name=f"dpatlas release {release_id}: {units}", description=description,
                     attribution=attribution)
+
+
+def tract_min_zoom(levels) -> int:
+    """The tract archive's first zoom for a release publishing ``levels`` (its config's
+    ``levels``): :data:`MIN_ZOOM_WITH_COUNTIES` with a county level, else :data:`MIN_ZOOM`."""
+    return MIN_ZOOM_WITH_COUNTIES if "county" in (levels or []) else MIN_ZOOM
 
 
 def tippecanoe_arguments(geojson: Path, out: Path, *, min_zoom: int = MIN_ZOOM,

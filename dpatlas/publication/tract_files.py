@@ -505,6 +505,7 @@ def _write_files(staging: Path, table: gpd.GeoDataFrame, config: dict, release_i
              f" of {len(table)} released)")
     tile_build, checked, web_map, *_ = in_parallel([
         lambda: tiles.build_tiles(staging / "tracts.geojson", staging / tiles.TILES_FILE,
+                                  min_zoom=tiles.tract_min_zoom(config.get("levels")),
                                   text=tiles.release_tile_text(release_id, config)),
         alongside or dict,
         lambda: webmap.write_web_map(staging, release_id),

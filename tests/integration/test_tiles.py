@@ -80,6 +80,22 @@ def test_archive_has_the_stable_layer_zooms_and_every_tract(built, tracts_geojso
                                "status": "String"}
 
 
+def test_tract_tiles_start_where_the_map_can_draw_tracts_with_counties():
+    """With a county level the tract archive starts at z6; the web map draws counties below
+    z8 and states below z5 (app.js ZOOM_LEVELS), so no zoom from z6 on is left without tract
+    tiles when the tract level is fixed, and below z6 a higher level is always drawn."""
+    import re
+
+    assert T.tract_min_zoom(["tract"]) == T.tract_min_zoom(None) == T.MIN_ZOOM == 4
+    assert T.tract_min_zoom(["tract", "state"]) == 4
+    assert T.tract_min_zoom(["tract", "county", "state"]) == T.MIN_ZOOM_WITH_COUNTIES == 6
+    app = (Path(T.__file__).parent / "webmap" / "app.js").read_text()
+    zoom_levels = dict((level, int(below)) for below, level in re.findall(
+        r'\[(\d+), "(state|county)"\]', re.search(r"ZOOM_LEVELS = \[(.*?)\];", app).group(1)))
+    assert zoom_levels == {"state": 5, "county": 8}
+    assert T.MIN_ZOOM_WITH_COUNTIES <= zoom_levels["county"]
+
+
 @pytest.mark.parametrize("zoom", [T.MIN_ZOOM, T.MAX_ZOOM])
 def test_every_tract_keeps_its_values_at_min_and_max_zoom(built, tracts_geojson, zoom):
     """Decode the tiles that hold each tract's representative point: the tract is there (not
