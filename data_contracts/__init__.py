@@ -43,6 +43,7 @@ from data_contracts.api import (  # noqa: E402
     validate_published,
     validate_published_level,
 )
+from data_contracts._context import RELEASE_CONTEXT_LOCK  # noqa: E402
 from data_contracts._spec import (  # noqa: E402
     INPUT_SUITE,
     MECHANISMS,
@@ -59,6 +60,7 @@ __all__ = [
     "Failure",
     "Outcome",
     "ReleaseDocs",
+    "RELEASE_CONTEXT_LOCK",
     "build_release_docs",
     "INPUT_SUITE",
     "MECHANISMS",

@@ -53,6 +53,10 @@ _OPEN_CONTEXTS: "OrderedDict[tuple[str, str], tuple[tuple[int, int], FileDataCon
     OrderedDict()
 _KEPT_CONTEXTS = 4  # a process runs one release at a time; tests run many, one after another
 _OPEN_LOCK = threading.Lock()
+# A file-backed GX context is not safe to use from two threads at once (its stores and
+# in-memory caches are shared): every use of a release's context holds this lock, so a flow
+# may validate partitions in threads, reading and staging one while another is checked.
+RELEASE_CONTEXT_LOCK = threading.RLock()
 
 
 def _project_identity(project_dir: Path) -> tuple[int, int] | None:

@@ -40,7 +40,12 @@ from great_expectations.checkpoint import UpdateDataDocsAction  # noqa: E402
 from great_expectations.core.run_identifier import RunIdentifier  # noqa: E402
 from great_expectations.exceptions import DataContextError  # noqa: E402
 
-from data_contracts._context import DOCS_SITE, quiet_context, release_context  # noqa: E402
+from data_contracts._context import (  # noqa: E402
+    DOCS_SITE,
+    RELEASE_CONTEXT_LOCK,
+    quiet_context,
+    release_context,
+)
 from data_contracts._spec import (  # noqa: E402
     INPUT_SUITE,
     META_KEY,
@@ -348,7 +353,16 @@ def _run_checkpoint(context, suite, batch_definition, batch_parameters: dict,
     return first
 
 
-def _validate(
+def _validate(suite_name: str, df: pd.DataFrame, docs_dir: Path | None,
+              parameters: dict[str, Any], release: ReleaseDocs | None = None,
+              run_name: str | None = None) -> ContractResult:
+    if release is None:  # a throw-away context of its own
+        return _validate_in_context(suite_name, df, docs_dir, parameters, release, run_name)
+    with RELEASE_CONTEXT_LOCK:
+        return _validate_in_context(suite_name, df, docs_dir, parameters, release, run_name)
+
+
+def _validate_in_context(
     suite_name: str,
     df: pd.DataFrame,
     docs_dir: Path | None,
@@ -527,8 +541,9 @@ def build_release_docs(release: ReleaseDocs) -> Path:
     """Render the release's Data Docs site from every validation run stored in its project
     (each run's page and the index listing them all); returns the index. One call after a
     batch of checks (every input partition; the output checks) replaces a rebuild per run."""
-    context = release_context(release.project_dir, release.docs_dir)
-    urls = context.build_data_docs(site_names=[DOCS_SITE])
+    with RELEASE_CONTEXT_LOCK:
+        context = release_context(release.project_dir, release.docs_dir)
+        urls = context.build_data_docs(site_names=[DOCS_SITE])
     index = Path(unquote(urlparse(urls[DOCS_SITE]).path))
     if not index.is_file():
         raise ContractError(f"Data Docs index was not written: {index}")

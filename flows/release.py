@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Optional
 
 from prefect import flow, unmapped
+from prefect.futures import wait
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
@@ -179,8 +180,8 @@ def _draw_on_workers(log: DrawLog, stage: str, chunks: list[Chunk], location: st
     return urls
 
 
-# The release flow's own task runner runs the per-state level tasks (the chunks have their
-# subflow's): two at a time, as the chunks run locally. Prefect's default starts all 51 states
+# The release flow's own task runner runs the partition validations and the per-state level
+# tasks (the chunks have their subflow's): two at a time, as the chunks run locally. Prefect's default starts all 51 states
 # at once, each holding its state's records: the whole country in memory, and 51 threads
 # contending for two cores (their summed task time was 43× the stage's wall time).
 LEVEL_WORKERS = 2
@@ -284,12 +285,18 @@ def _estimate_levels(staged: list[Path], chunks: list[Chunk], sizes, budget, min
 
 
 def _validate_partitions(cfg: ReleaseConfig, internal: Path) -> tuple[list[dict], list[Path]]:
-    """Read and validate every partition, one task each, in partition order (a partition that
-    breaks the contract refuses the release there, with its own message); then render the
-    release's Data Docs site once, with every partition's run."""
+    """Read and validate every partition, one task each, two at a time (the flow's task
+    runner: one partition is read and staged while another is checked; the checks
+    themselves take turns, GX's context being one per release and not thread-safe). Results
+    come back in partition order, and a partition that breaks the contract refuses the
+    release with its own message (the first such in partition order). Then the release's
+    Data Docs site is rendered once, with every partition's run."""
+    futures = [validate_partition.submit(cfg.input, cfg.validation.policy, part.key, internal)
+               for part in list_partitions(cfg.input)]
+    wait(futures)
     reports, staged = [], []
-    for part in list_partitions(cfg.input):
-        path, report = validate_partition(cfg.input, cfg.validation.policy, part.key, internal)
+    for future in futures:
+        path, report = future.result()  # raises the partition's own refusal
         reports.append(report)
         staged.append(Path(path))
     build_validation_docs(internal)

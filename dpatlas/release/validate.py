@@ -143,11 +143,12 @@ def write_release_docs(internal: Path) -> Path:
     """Render the release's Data Docs site (``internal/data_docs``) from every validation run
     stored so far, and seal it; returns its index. Called once after a batch of checks (all
     input partitions, the output checks) and when a check refuses the release."""
-    from data_contracts import ReleaseDocs, build_release_docs
+    from data_contracts import RELEASE_CONTEXT_LOCK, ReleaseDocs, build_release_docs
 
     docs = ReleaseDocs.in_folder(internal)
-    index = build_release_docs(docs)
-    seal_release_docs(docs)
+    with RELEASE_CONTEXT_LOCK:  # no check writes into the project while it is sealed
+        index = build_release_docs(docs)
+        seal_release_docs(docs)
     return index
 
 
@@ -169,7 +170,7 @@ def apply_policy(df: pd.DataFrame, policy: str, partition: str, internal: Path,
     once after the last partition (:func:`write_release_docs`), or this function before it
     refuses the release.
     """
-    from data_contracts import ReleaseDocs, validate_input
+    from data_contracts import RELEASE_CONTEXT_LOCK, ReleaseDocs, validate_input
 
     quarantine = internal / "quarantine" / f"input-{partition}.parquet"
     df = df.reset_index(drop=True)
@@ -180,10 +181,14 @@ def apply_policy(df: pd.DataFrame, policy: str, partition: str, internal: Path,
         clipped = int(out_of_bounds.sum())
         df = df.assign(x=df["x"].clip(0.0, 1.0), y=df["y"].clip(0.0, 1.0))
     docs = ReleaseDocs.in_folder(internal)
-    result = validate_input(_contract_frame(df), release=docs, run_name=f"input-{partition}")
-    seal_release_docs(docs)
-    report_index = record_run(internal, f"input-{partition}", input_asset(partition, source),
-                              result)
+    # Partitions may be validated in threads: the release's GX project, its sealing and the
+    # offline report's index are touched by one at a time (reading and staging are not).
+    with RELEASE_CONTEXT_LOCK:
+        result = validate_input(_contract_frame(df), release=docs,
+                                run_name=f"input-{partition}")
+        seal_release_docs(docs)
+        report_index = record_run(internal, f"input-{partition}",
+                                  input_asset(partition, source), result)
     failures = _failures(result)
     bad = np.asarray(result.bad_rows, dtype=bool)
     qfile = None

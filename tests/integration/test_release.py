@@ -222,6 +222,43 @@ def test_out_of_bound_ranks_stop_before_noise(small_state, tmp_path, monkeypatch
     assert (pd.read_parquet(part_file(data)).loc[[3, 10, 11], "parent_rank"] == 1.7).all()
 
 
+def test_partitions_are_checked_two_at_a_time_and_refuse_in_partition_order(tmp_path,
+                                                                            monkeypatch):
+    """Issue 22: partitions are read and validated two at a time (their windows overlap);
+    with two broken partitions the refusal is the first one's in partition order, whichever
+    finished first, and every partition's run is in the Data Docs."""
+    import threading
+    import time
+
+    import tasks.validate as validate_task
+
+    data = tmp_path / "data"
+    write_synthetic(data, ["17", "18", "19"], seed=9, params=StateParams(n_tracts=20, counties=2))
+    for state, rows in (("18", [2]), ("19", [4, 5])):
+        part = data / "microdata" / f"state={state}" / "part-0.parquet"
+        df = pd.read_parquet(part)
+        df.loc[rows, "parent_rank"] = 1.7
+        df.to_parquet(part, index=False)
+    spans, lock = {}, threading.Lock()
+    read = validate_task.ingest_partition
+
+    def slow_read(cfg, key):
+        start = time.perf_counter()
+        time.sleep(0.6 if key == "18" else 0.3)  # 19 finishes first
+        out = read(cfg, key)
+        with lock:
+            spans[key] = (start, time.perf_counter())
+        return out
+    monkeypatch.setattr(validate_task, "ingest_partition", slow_read)
+    with pytest.raises(ValidationFailed) as err:
+        run(make_config(tmp_path, data), "order")
+    assert "input partition 18 " in str(err.value) and "1 row(s)" in str(err.value)
+    (a0, a1), (b0, b1) = spans["17"], spans["18"]
+    assert a0 < b1 and b0 < a1, spans  # 17 and 18 were read side by side
+    docs = tmp_path / "internal" / "order" / "data_docs" / "validations"
+    assert sorted(p.name for p in docs.glob("*/*")) == ["input-17", "input-18", "input-19"]
+
+
 def test_clip_and_drop_policies(small_state, tmp_path):
     data = copy_input(small_state, tmp_path)
     df = pd.read_parquet(part_file(data))
