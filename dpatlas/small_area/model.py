@@ -364,10 +364,11 @@ def fit_quantity(tracts: pd.DataFrame, quantity: str, xy: np.ndarray, counties, 
     else:
         d_shrink = _variances(y, X, n, group, has, power_law_variance_function,
                               power_law_variance)
-    point = fh.fit(y[has], X[has], d_shrink[has])
+    # bounded influence (docs/small-area.md, "Heavy-tailed noise"): the DP noise is Laplace, so
+    # β and each tract's own-direct term are Huber M-estimates (Sinha & Rao 2009)
+    point = fh.robust_fit(y[has], X[has], d_shrink[has])
     y_has = np.where(has, y, np.nan)
-    estimate, _ = fh.eblup(point, X, y_has, np.where(has, d_shrink, np.inf))
-    gamma = np.where(has, point.sigma2 / (point.sigma2 + np.where(has, d_shrink, 1.0)), 0.0)
+    estimate, gamma = fh.robust_eblup(point, X, y_has, np.where(has, d_shrink, np.inf))
     sigma2 = max(point.sigma2, error.sigma2)
     mse = fh.mse_of_weights(gamma, np.where(has, d_error, 0.0), fh.synthetic_variance(point, X),
                             sigma2, error.sigma2_var)
