@@ -1,10 +1,13 @@
 """The model's columns are pinned bit for bit: the speed-ups of issue 22 (kernel pairs found
 once per state and bandwidth) must not move a single value.
 
-``data/model_golden.csv`` was written BEFORE those changes, by main's code at de13102, with
+``data/model_golden.csv`` was first written BEFORE those changes, by main's code at de13102, with
 ``.venv/bin/python -m tests.unit.small_area.test_model_golden`` (``write_golden`` below): the
 model columns of ``fit_published`` on two synthetic states of ``published_like`` (one cell),
-with the plan's noise, at full float64 precision (``%.17g`` round-trips exactly)."""
+with the plan's noise, at full float64 precision (``%.17g`` round-trips exactly). It was
+rewritten once, on purpose, when the point estimate became the bounded-influence EBLUP
+(issue 20, branch model20-1; docs/small-area.md, "Heavy-tailed noise"); the kernel pairs are
+still checked against the reference kernel bit for bit below."""
 
 from pathlib import Path
 
@@ -47,7 +50,7 @@ def write_golden() -> None:
     GOLDEN.parent.mkdir(exist_ok=True)
     with open(GOLDEN, "w") as out:
         out.write("# model columns of fit_published on test_model_golden.golden_inputs(), "
-                  "written by main's code at de13102 (before issue 22's kernel-pair cache)\n")
+                  "rewritten with the bounded-influence EBLUP (issue 20, model20-1)\n")
         model_values().to_csv(out, index=False, float_format="%.17g")
 
 
