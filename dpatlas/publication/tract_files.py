@@ -234,6 +234,20 @@ MAP_HATCH = "////"
 MAP_HATCH_COLOUR = "#555555"
 
 
+def overview_rows(table: gpd.GeoDataFrame) -> gpd.GeoDataFrame:
+    """The rows the overview PNG draws: one cell's (``all`` when the release has it, else the
+    first in order) when the table has several, since each cell's row of a tract has the same
+    polygon and drawing them all would stack every cell on the one before (and cost the
+    renderer a polygon per tract-cell). The whole table with one cell or none."""
+    if "cell" not in table.columns:
+        return table
+    cells = sorted(table["cell"].astype(str).unique())
+    if len(cells) <= 1:
+        return table
+    shown = "all" if "all" in cells else cells[0]
+    return table[table["cell"].astype(str) == shown]
+
+
 def write_map(table: gpd.GeoDataFrame, path: Path, title: str,
               max_width: float | None = None) -> None:
     """The p25 choropleth in the web map's classes and colours (dpatlas.publication.colours),
@@ -501,8 +515,10 @@ def _write_files(staging: Path, table: gpd.GeoDataFrame, config: dict, release_i
 
     write_geojson_rfc7946(table, staging / "tracts.geojson")
     ci = config.get("intervals") or {}
-    title = (f"Release {release_id}: p25 by tract ({int((table.status == 'released').sum())}"
-             f" of {len(table)} released)")
+    shown = overview_rows(table)
+    cell = f", cell {shown['cell'].iloc[0]}" if len(shown) < len(table) else ""
+    title = (f"Release {release_id}: p25 by tract{cell} ({int((shown.status == 'released').sum())}"
+             f" of {len(shown)} released)")
     tile_build, checked, web_map, *_ = in_parallel([
         lambda: tiles.build_tiles(staging / "tracts.geojson", staging / tiles.TILES_FILE,
                                   min_zoom=tiles.tract_min_zoom(config.get("levels")),
@@ -512,7 +528,7 @@ def _write_files(staging: Path, table: gpd.GeoDataFrame, config: dict, release_i
         lambda: table.to_parquet(staging / "tracts.parquet", index=False),
         lambda: write_csv_with_schema(pd.DataFrame(table.drop(columns="geometry")), staging,
                                       ci.get("level", 0.95)),
-        lambda: write_map(table, staging / "p25_map.png", title,
+        lambda: write_map(shown, staging / "p25_map.png", title,
                           ci.get("low_reliability_width") if ci.get("enabled") else None),
         lambda: (staging / "config.json").write_text(json.dumps(
             config, indent=2, sort_keys=True, default=_json)),

@@ -202,3 +202,22 @@ def test_a_failing_output_check_leaves_nothing(table, tmp_path):
                       internal_dir=internal, alongside=checks)
     assert not os.path.lexists(root / "r1")
     assert list(internal.iterdir()) == []  # the staging folder is gone, tippecanoe done
+
+
+def test_the_overview_png_draws_one_cell_named_in_its_title(table, tmp_path, monkeypatch):
+    """With several cells the PNG draws one cell's rows (``all`` if published, else the first
+    in order) and says which: stacking every cell's copy of each polygon showed the last one
+    drawn and cost a polygon per tract-cell (issue 22, cells at scale)."""
+    drawn = {}
+
+    def capture(rows, path, title, max_width=None):
+        drawn["cells"], drawn["rows"], drawn["title"] = set(rows["cell"]), len(rows), title
+        path.write_bytes(b"\x89PNG\r\n\x1a\n")
+    monkeypatch.setattr(P, "write_map", capture)
+    two = pd.concat([table.assign(cell="outcome-2"), table.assign(cell="outcome-1")],
+                    ignore_index=True)
+    write_release(two, {"release_id": "r1"}, tmp_path / "root", "r1", config={"release": "r1"})
+    assert drawn["cells"] == {"outcome-1"} and drawn["rows"] == len(table)
+    assert ", cell outcome-1 (" in drawn["title"] and f"of {len(table)} released" in drawn["title"]
+    assert P.overview_rows(pd.concat([two, table.assign(cell="all")]))["cell"].unique() == ["all"]
+    assert P.overview_rows(table) is table  # one cell: the whole table
