@@ -309,11 +309,19 @@ class MemorySampler:
     roots: list[int]
     extra: list[int] = field(default_factory=list)
     peaks: dict[int, tuple[str, float]] = field(default_factory=dict)
+    # (epoch seconds, resident MiB) of the first root (the flow), to find which stage holds
+    # the peak: the high-water mark says how much, not when
+    flow_rss: list[tuple[float, float]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def _sample(self) -> None:
         import psutil
 
+        try:
+            self.flow_rss.append((time.time(),
+                                  psutil.Process(self.roots[0]).memory_info().rss / 2**20))
+        except (psutil.NoSuchProcess, IndexError):
+            pass
         pids = set(self.extra)
         for root in self.roots:
             try:
@@ -442,6 +450,16 @@ def stage_table(runs: list[dict]) -> list[dict]:
     return rows
 
 
+def add_stage_rss(stages: list[dict], samples: list[tuple[float, float]]) -> None:
+    """Each stage's largest sampled resident memory of the flow process while it ran
+    (``flow_rss_max``, MiB; None without a sample in its window): which stage holds the
+    flow's peak. Samples are (epoch seconds, MiB), as the task runs' times."""
+    for row in stages:
+        inside = [mib for t, mib in samples
+                  if row["first_start"] - SAMPLE_SECONDS <= t <= row["last_end"] + SAMPLE_SECONDS]
+        row["flow_rss_max"] = max(inside) if inside else None
+
+
 def check_stage_table(stages: list[dict], runner: str, runs_read: int) -> None:
     """Refuse a table that says nothing: empty, or without a stage every release runs."""
     if not stages:
@@ -540,6 +558,7 @@ def run_release(api_url: str, config: Path, rid: str, timings: Path, client=None
     runs = task_runs_since(api_url, start)
     stages = stage_table(runs)
     check_stage_table(stages, runner, len(runs))
+    add_stage_rss(stages, sampler.flow_rss)
     release_cpu = rusage_cpu_seconds(usage)
     return {"wall": wall, "inside": inside, "peaks": peaks, "stages": stages,
             "tasks_union": union_seconds([(r["start"], r["end"]) for r in runs]),
@@ -739,11 +758,13 @@ def print_report(name: str, res: dict, targets: bool, ratio: dict | None = None)
           f"first task, {over['between_stages']:.1f} between stages, "
           f"{over['after_last_task']:.1f} after the last | |")
     print("\n| stage (Prefect task) | wall s (any run) | task s (sum) | runs | idle gap before "
-          "(s) |")
-    print("| --- | ---: | ---: | ---: | ---: |")
+          "(s) | flow RSS max (MiB) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for row in res["stages"]:
+        rss = row.get("flow_rss_max")
         print(f"| {row['stage']} | {row['seconds']:.1f} | {row['task_seconds']:.1f} | "
-              f"{row['runs']} | {row['gap_before']:.2f} |")
+              f"{row['runs']} | {row['gap_before']:.2f} | "
+              f"{'-' if rss is None else f'{rss:,.0f}'} |")
 
 
 def print_floor(floor: dict) -> None:

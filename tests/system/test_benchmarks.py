@@ -125,6 +125,15 @@ def test_national_stage_table_shows_the_gaps_between_stages(bench_national):
     assert over == {"before_first_task": 1.0, "between_stages": 1.25, "after_last_task": 1.0}
 
 
+def test_stage_table_shows_the_flow_memory_while_each_stage_ran(bench_national):
+    rows = bench_national.stage_table([_run("a", 0.0, 1.0), _run("b", 2.0, 3.0),
+                                       _run("c", 10.0, 11.0)])
+    samples = [(0.5, 300.0), (0.9, 350.0), (2.5, 900.0), (2.9, 400.0), (5.0, 2000.0)]
+    bench_national.add_stage_rss(rows, samples)
+    got = {r["stage"]: r["flow_rss_max"] for r in rows}
+    assert got == {"a": 350.0, "b": 900.0, "c": None}  # 2000 MiB fell between stages
+
+
 def test_memory_table_names_tippecanoe_even_when_its_text_says_dask(bench_national):
     """The peak-memory table labels each process: tippecanoe by its archive (its arguments
     quote the release's text, which on a Dask run says "dask"), a worker as a worker."""
