@@ -181,9 +181,10 @@ def _draw_on_workers(log: DrawLog, stage: str, chunks: list[Chunk], location: st
 
 
 # The release flow's own task runner runs the partition validations and the per-state level
-# tasks (the chunks have their subflow's): two at a time, as the chunks run locally. Prefect's default starts all 51 states
-# at once, each holding its state's records: the whole country in memory, and 51 threads
-# contending for two cores (their summed task time was 43× the stage's wall time).
+# tasks (the chunks have their subflow's): two at a time, as the chunks run locally.
+# Prefect's default starts all 51 states at once, each holding its state's records: the whole
+# country in memory, and 51 threads contending for two cores (their summed task time was 43×
+# the stage's wall time).
 LEVEL_WORKERS = 2
 
 

@@ -65,21 +65,24 @@ def publish_release(cfg: ReleaseConfig, release_id: str, result_files: list[Path
                                               interval_level=cfg.intervals.level,
                                               tile_text=partial(release_tile_text, release_id,
                                                                 public_config(cfg))),
-                           alongside=partial(_check_output_contracts, *_rows_to_check(
-                                               table, levels, boundaries), cfg, internal))
+                           alongside=partial(_check_output_contracts,
+                                             _rows_to_check(table, levels, boundaries), cfg,
+                                             internal))
     get_run_logger().info("published release %s at %s (%s)", release_id, folder,
                           format_counts(manifest["counts"]["by_status"]))
     return folder
 
 
-def _rows_to_check(table: gpd.GeoDataFrame, levels: dict, boundaries: gpd.GeoDataFrame):
+def _rows_to_check(table: gpd.GeoDataFrame, levels: dict,
+                   boundaries: gpd.GeoDataFrame) -> dict:
     """What the output checks read, taken apart from the frames the writers read (pandas
     may consolidate a frame's blocks in place while reading it: no frame is shared with a
-    thread that writes): each table's rows without geometry and the boundaries' units."""
+    thread that writes): level -> the table's rows without geometry and the boundaries'
+    units at that level."""
     geoids = list(boundaries["geoid"])
-    return ({"tract": (pd.DataFrame(table.drop(columns="geometry")), geoids)}
-            | {level: (pd.DataFrame(t.drop(columns="geometry")), list(unit_of(geoids, level)))
-               for level, t in levels.items()},)
+    return {"tract": (pd.DataFrame(table.drop(columns="geometry")), geoids)} | {
+        level: (pd.DataFrame(t.drop(columns="geometry")), list(unit_of(geoids, level)))
+        for level, t in levels.items()}
 
 
 def _check_output_contracts(rows: dict, cfg: ReleaseConfig, internal: Path) -> dict:
@@ -101,20 +104,19 @@ def _check_contract(level: str, table: pd.DataFrame, units: list, cfg: ReleaseCo
     from data_contracts import ReleaseDocs, validate_published, validate_published_level
 
     release, se_max = ReleaseDocs.in_folder(internal), standard_error_maximum(cfg.intervals.level)
+    run = "published" if level == "tract" else f"published-{level}"
     if level == "tract":
         check = validate_published(table, boundary_geoids=units, standard_error_max=se_max,
-                                   release=release, run_name="published")
-        what, run = "the release's tract table", "published"
+                                   release=release, run_name=run)
     else:
         check = validate_published_level(table, level, boundary_units=units,
                                          standard_error_max=se_max, release=release,
-                                         run_name=f"published-{level}")
-        what, run = f"the release's {level} table", f"published-{level}"
-    record_run(internal, run, f"{what}, as it would be published", check)
+                                         run_name=run)
+    record_run(internal, run, f"the release's {level} table, as it would be published", check)
     if not check.success:
         write_release_docs(internal)  # the refused check in the Data Docs site
-        table_name = "release table" if level == "tract" else f"{level} table"
-        raise PublishError(f"the {table_name} breaks its output contract; nothing was "
+        name = "release table" if level == "tract" else f"{level} table"
+        raise PublishError(f"the {name} breaks its output contract; nothing was "
                            f"published:\n{check.summary()}")
     return check.suite
 
