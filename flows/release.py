@@ -30,7 +30,7 @@ from dpatlas.core.files import write_bytes_atomic
 from dpatlas.release import staging
 from dpatlas.release.draws import STAGE_FOLDERS, DrawLog, noise_source
 from dpatlas.release.estimate import Chunk, stage_chunks
-from dpatlas.release.levels import partitions_holding, states_of
+from dpatlas.release.levels import level_tasks, partitions_holding
 from dpatlas.core.ids import validate_release_id
 from dpatlas.ledger import LeaseLost, Ledger, ReleaseBusy, charges
 from dpatlas.release.preflight import mark_root
@@ -271,17 +271,17 @@ def release(config_path: str, release_id: Optional[str] = None,
 
 def _estimate_levels(staged: list[Path], chunks: list[Chunk], sizes, budget, min_n: int,
                      internal: Path, noise_seed: Optional[int]) -> list[Path]:
-    """County and state estimates, one task per state (none unless the plan has levels),
-    each reading only the staged partitions that hold its records. State k's seed depends on
-    k alone, as a chunk's does."""
+    """County and state estimates, one task per state, or per group of its cells when it holds
+    many records (none unless the plan has levels), each reading only the staged partitions
+    that hold its records. Task k's seed depends on k alone, as a chunk's does."""
     if not budget.levels:
         return []
-    states = states_of(sizes["geoid"])
+    units = level_tasks(sizes)
     futures = estimate_state_levels.map(
-        [partitions_holding(staged, chunks, s) for s in states], states, unmapped(budget),
+        [partitions_holding(staged, chunks, u.state) for u in units], units, unmapped(budget),
         unmapped(min_n),
-        [internal / STAGE_FOLDERS["levels"] / f"state-{s}.parquet" for s in states],
-        unmapped(DrawLog(internal)), [_seed(noise_seed, 3, k) for k in range(len(states))])
+        [internal / STAGE_FOLDERS["levels"] / f"{u.name}.parquet" for u in units],
+        unmapped(DrawLog(internal)), [_seed(noise_seed, 3, k) for k in range(len(units))])
     return [Path(p) for p in futures.result()]
 
 

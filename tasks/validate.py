@@ -8,7 +8,9 @@ from prefect import get_run_logger, task
 
 from dpatlas.core.config import InputConfig
 from dpatlas.release.contributions import check_contributions
-from dpatlas.release.estimate import Chunk, split_into_chunks, staged_tracts
+from dpatlas.release.cell_groups import TASK_RECORDS
+from dpatlas.release.estimate import (Chunk, all_sizes, split_into_chunks, staged_counts,
+                                      tracts_of)
 from dpatlas.core.files import write_json_atomic, write_parquet_atomic
 from dpatlas.publication.geography import load_boundaries
 from dpatlas.release.validate import (BoundaryCoverageError, apply_policy, check_changed_share,
@@ -85,8 +87,12 @@ def record_validation(internal: Path, reports: list[dict], contributions: dict |
 @task(name="plan-chunks", **TASK_OPTIONS)
 def plan_chunks(staged: list[Path], chunk_tracts: int) -> tuple[list[Chunk], pd.DataFrame]:
     """The chunks to select and estimate, and n per (tract, cell) for the pre-charge checks."""
-    geoids, sizes = staged_tracts(staged)
-    chunks = split_into_chunks(geoids, chunk_tracts)
-    get_run_logger().info("%d tract-cells in %d chunk(s) of up to %d tracts", len(sizes),
-                          len(chunks), chunk_tracts)
+    counts = staged_counts(staged)
+    chunks = split_into_chunks(tracts_of(counts), chunk_tracts, counts)
+    sizes = all_sizes(counts)
+    split = sum(c.cells is not None for c in chunks)
+    get_run_logger().info("%d tract-cells in %d chunk(s) of up to %d tracts%s", len(sizes),
+                          len(chunks), chunk_tracts,
+                          f" ({split} of them a group of cells, up to {TASK_RECORDS:,} "
+                          "records each)" if split else "")
     return chunks, sizes

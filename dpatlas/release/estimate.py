@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import pandas as pd
@@ -27,6 +28,7 @@ from mechanisms.sufficient_stats import noisy_stats_split
 
 from dpatlas.core.columns import INTERVAL_COLUMNS, RESULT_COLUMNS
 from dpatlas.release import staging
+from dpatlas.release.cell_groups import TASK_RECORDS, group_cells, group_suffix
 from dpatlas.release.allocate import INTERVAL_STEP, BudgetPlan, interval_kind, suite_step
 from dpatlas.release.selection import (DP_BAND, PRIMARY_STEP, SELECTION_STEP, Selection,
                                        record_selection_spend, run_selected, select)
@@ -48,20 +50,33 @@ class Chunk:
     first_geoid: str
     last_geoid: str
     name: str
+    # The cells this chunk estimates (dpatlas.release.cell_groups): None for every cell of
+    # its tracts; a group when the range's records over all cells exceed the task bound.
+    cells: Optional[tuple[str, ...]] = None
 
 
 def staged_tracts(staged: list[Path]) -> tuple[dict[Path, list[str]], pd.DataFrame]:
     """Per staged partition its sorted tract GEOIDs, and n per (geoid, cell) over all of them.
 
     Read after contribution bounding, which may have rewritten staged files."""
-    geoids, frames = {}, []
-    for path in staged:
-        counts = _tract_cell_counts(Path(path))
-        geoids[Path(path)] = sorted(counts["geoid"].unique())
-        frames.append(counts)
-    sizes = (pd.concat(frames, ignore_index=True) if frames
-             else pd.DataFrame({"geoid": [], "cell": [], "n": []}))
-    return geoids, sizes
+    counts = staged_counts(staged)
+    return tracts_of(counts), all_sizes(counts)
+
+
+def staged_counts(staged: list[Path]) -> dict[Path, pd.DataFrame]:
+    """Per staged partition, n per (geoid, cell) (sorted): what chunks are planned from."""
+    return {Path(path): _tract_cell_counts(Path(path)) for path in staged}
+
+
+def tracts_of(counts: dict[Path, pd.DataFrame]) -> dict[Path, list[str]]:
+    return {path: sorted(c["geoid"].unique()) for path, c in counts.items()}
+
+
+def all_sizes(counts: dict[Path, pd.DataFrame]) -> pd.DataFrame:
+    """n per (geoid, cell) over every partition (the public sizes the pre-charge checks read)."""
+    frames = list(counts.values())
+    return (pd.concat(frames, ignore_index=True) if frames
+            else pd.DataFrame({"geoid": [], "cell": [], "n": []}))
 
 
 _COUNT_BATCH_ROWS = 1 << 20  # records counted at a time (a partition holds every cell)
@@ -80,14 +95,32 @@ def _tract_cell_counts(path: Path) -> pd.DataFrame:
     return pd.concat(parts).groupby(level=["geoid", "cell"]).sum().reset_index()
 
 
-def split_into_chunks(geoids: dict[Path, list[str]], size: int) -> list[Chunk]:
+def split_into_chunks(geoids: dict[Path, list[str]], size: int,
+                      counts: Optional[dict[Path, pd.DataFrame]] = None,
+                      record_bound: int = TASK_RECORDS) -> list[Chunk]:
     """Each partition's sorted GEOIDs in runs of ``size``; chunk k of ``input-17.parquet`` is
-    named ``input-17-k`` (the same names on every run of the same input, hence resumable)."""
+    named ``input-17-k`` (the same names on every run of the same input, hence resumable).
+
+    With ``counts`` (:func:`staged_counts`), a run whose records over every cell exceed
+    ``record_bound`` is split by groups of cells (:func:`~dpatlas.release.cell_groups.group_cells`),
+    chunk ``input-17-k-cj`` holding group j, so a chunk's memory does not grow with the cells."""
     if size < 1:
         raise ValueError(f"chunk size must be at least 1, got {size}")
-    return [Chunk(Path(path), gs[i], gs[min(i + size, len(gs)) - 1],
-                  f"{Path(path).stem}-{i // size}")
-            for path, gs in geoids.items() for i in range(0, len(gs), size)]
+    chunks = []
+    for path, gs in geoids.items():
+        for i in range(0, len(gs), size):
+            first, last = gs[i], gs[min(i + size, len(gs)) - 1]
+            name = f"{Path(path).stem}-{i // size}"
+            groups = ([None] if counts is None else group_cells(
+                _records_per_cell(counts[Path(path)], first, last), record_bound))
+            chunks.extend(Chunk(Path(path), first, last, name + group_suffix(j, groups), cells)
+                          for j, cells in enumerate(groups))
+    return chunks
+
+
+def _records_per_cell(counts: pd.DataFrame, first: str, last: str) -> pd.Series:
+    rows = counts["geoid"].between(first, last)
+    return counts.loc[rows].groupby("cell")["n"].sum()
 
 
 def stage_chunks(chunks: list[Chunk], urls: dict[Path, str]) -> list[Chunk]:
@@ -105,6 +138,8 @@ def read_chunk(chunk: Chunk) -> pd.DataFrame:
     """Only this chunk's rows (filtered while reading, not the whole state), and only the
     columns the estimators use (``CHUNK_COLUMNS``)."""
     rows = [("geoid", ">=", chunk.first_geoid), ("geoid", "<=", chunk.last_geoid)]
+    if chunk.cells is not None:
+        rows.append(("cell", "in", list(chunk.cells)))
     if isinstance(chunk.staged, str):  # a staging URL: read through fsspec
         return staging.read_parquet(chunk.staged, columns=CHUNK_COLUMNS, filters=rows)
     return pd.read_parquet(chunk.staged, columns=CHUNK_COLUMNS, filters=rows)

@@ -9,12 +9,15 @@ composition); each level's steps compose sequentially with the tract's (allocate
 Memory: the estimators take records, not running sums (NoisyStats centres its statistics in
 two passes and rounds them to its grid), so one state's records are read at a time (filtered
 from the staged partitions by GEOID range) and its counties and the state itself are estimated
-from them: a run holds at most one state's records, as a per-state partition does.
+from them: a run holds at most one state's records, as a per-state partition does; with many
+cells, one group of a state's cells (:func:`level_tasks`), so memory does not grow with cells.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import pandas as pd
@@ -28,6 +31,7 @@ from mechanisms.sufficient_stats import noisy_stats_split
 
 from dpatlas.core.columns import INTERVAL_COLUMNS
 from dpatlas.publication.level_files import GEOID_DIGITS, unit_of
+from dpatlas.release.cell_groups import TASK_RECORDS, group_cells, group_suffix
 from dpatlas.release.allocate import (LEVEL_MECHANISM, BudgetPlan, LevelPlan,
                                       level_estimate_step, level_interval_step)
 
@@ -52,13 +56,41 @@ def partitions_holding(staged: list[Path], chunks, state: str) -> list[Path]:
             if Path(p) in spans and spans[Path(p)][0][:2] <= state <= spans[Path(p)][1][:2]]
 
 
-def read_state(staged: list[Path], state: str) -> pd.DataFrame:
-    """The staged records of one state, from every partition (filtered while reading)."""
+def read_state(staged: list[Path], state: str,
+               cells: Optional[tuple[str, ...]] = None) -> pd.DataFrame:
+    """The staged records of one state (of ``cells`` only, if given), from every partition
+    (filtered while reading)."""
     lo, hi = state + "0" * 9, state + "9" * 9
-    frames = [pd.read_parquet(p, columns=["geoid", "cell", "x", "y"],
-                              filters=[("geoid", ">=", lo), ("geoid", "<=", hi)])
+    rows = [("geoid", ">=", lo), ("geoid", "<=", hi)]
+    if cells is not None:
+        rows.append(("cell", "in", list(cells)))
+    frames = [pd.read_parquet(p, columns=["geoid", "cell", "x", "y"], filters=rows)
               for p in staged]
     return pd.concat(frames, ignore_index=True)
+
+
+@dataclass(frozen=True)
+class LevelTask:
+    """One run of the county and state estimates: a state, and a group of its cells (None:
+    every cell) so that it reads at most ``TASK_RECORDS`` records
+    (:mod:`dpatlas.release.cell_groups`). ``name``: its draw's name, ``state-06`` or, when
+    the state's cells are split, ``state-06-c0``, ``state-06-c1``, ..."""
+
+    state: str
+    cells: Optional[tuple[str, ...]]
+    name: str
+
+
+def level_tasks(sizes: pd.DataFrame, record_bound: int = TASK_RECORDS) -> list[LevelTask]:
+    """The level tasks of a release, from n per (geoid, cell) (``sizes``), in state order."""
+    states = sizes["geoid"].astype(str).str[:GEOID_DIGITS["state"]]
+    records = sizes["n"].groupby([states.to_numpy(), sizes["cell"].astype(str).to_numpy()]).sum()
+    tasks = []
+    for state in states_of(sizes["geoid"]):
+        groups = group_cells(records.loc[state], record_bound)
+        tasks.extend(LevelTask(state, cells, f"state-{state}" + group_suffix(j, groups))
+                     for j, cells in enumerate(groups))
+    return tasks
 
 
 def estimate_levels(df: pd.DataFrame, plan: BudgetPlan, rand: Randomness,

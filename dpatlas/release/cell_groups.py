@@ -1,0 +1,54 @@
+"""Cells grouped so that one task holds a bounded number of records, however many cells.
+
+A task (a chunk's selection and estimation, a state's county and state estimates) reads the
+records of its tracts for every cell. With many cells (the Opportunity Atlas publishes 42:
+race × gender × parent-income groups) those records grow with the cells: a chunk of 2,000
+tracts holds ~140,000 records a cell, California ~570,000. So a task takes a *group* of whole
+cells: cells in sorted order, greedily, each group at most :data:`TASK_RECORDS` records (a
+single cell above it is a group on its own). Memory then follows the bound, not the cells.
+
+What a task does with its records is the same whatever its group: every estimate is per
+(unit, cell), and cells compose sequentially anyway (each is charged in the ledger). Only the
+task boundaries change, and they depend on the record counts per tract and cell (``n``, which
+the release publishes) and on the input's cells.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import pandas as pd
+
+# Records one task reads at most (unless one cell alone holds more). Selection and estimation
+# take ~370 bytes a record at their peak (the 6-cell national release: 310 MiB for a chunk
+# of 840,000 records) and two tasks run at once: a million records keeps a task near 0.4 GiB.
+# At 6 cells a chunk of 2,000 tracts stays one group, as before.
+TASK_RECORDS = 1_000_000
+
+
+def group_cells(records_per_cell: pd.Series, bound: int = TASK_RECORDS
+                ) -> list[Optional[tuple[str, ...]]]:
+    """The cell groups of one task's records: ``records_per_cell`` is indexed by cell.
+
+    ``[None]`` (every cell, one task, named as without groups) when all fit in one group, so
+    a release whose tasks were never split keeps its task names (and resumes under them)."""
+    if bound < 1:
+        raise ValueError(f"the record bound must be at least 1, got {bound}")
+    counts = records_per_cell.groupby(level=0).sum().sort_index()
+    if int(counts.sum()) <= bound:
+        return [None]
+    groups, current, held = [], [], 0
+    for cell, n in counts.items():
+        if current and held + int(n) > bound:
+            groups.append(tuple(current))
+            current, held = [], 0
+        current.append(str(cell))
+        held += int(n)
+    groups.append(tuple(current))
+    return groups
+
+
+def group_suffix(index: int, groups: list) -> str:
+    """The task name's suffix of group ``index``: none when the task was not split (cell
+    text is arbitrary, so names carry the group's index, never its cells)."""
+    return "" if len(groups) == 1 and groups[0] is None else f"-c{index}"
