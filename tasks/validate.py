@@ -8,7 +8,7 @@ from prefect import get_run_logger, task
 
 from dpatlas.core.config import InputConfig
 from dpatlas.release.contributions import check_contributions
-from dpatlas.release.cell_groups import TASK_RECORDS
+from dpatlas.release import cell_groups
 from dpatlas.release.estimate import (Chunk, all_sizes, split_into_chunks, staged_counts,
                                       tracts_of)
 from dpatlas.core.files import write_json_atomic, write_parquet_atomic
@@ -93,6 +93,6 @@ def plan_chunks(staged: list[Path], chunk_tracts: int) -> tuple[list[Chunk], pd.
     split = sum(c.cells is not None for c in chunks)
     get_run_logger().info("%d tract-cells in %d chunk(s) of up to %d tracts%s", len(sizes),
                           len(chunks), chunk_tracts,
-                          f" ({split} of them a group of cells, up to {TASK_RECORDS:,} "
+                          f" ({split} of them a group of cells, up to {cell_groups.TASK_RECORDS:,} "
                           "records each)" if split else "")
     return chunks, sizes

@@ -26,12 +26,14 @@ import pandas as pd
 TASK_RECORDS = 1_000_000
 
 
-def group_cells(records_per_cell: pd.Series, bound: int = TASK_RECORDS
+def group_cells(records_per_cell: pd.Series, bound: Optional[int] = None
                 ) -> list[Optional[tuple[str, ...]]]:
-    """The cell groups of one task's records: ``records_per_cell`` is indexed by cell.
+    """The cell groups of one task's records: ``records_per_cell`` is indexed by cell;
+    ``bound``: :data:`TASK_RECORDS` unless given.
 
     ``[None]`` (every cell, one task, named as without groups) when all fit in one group, so
     a release whose tasks were never split keeps its task names (and resumes under them)."""
+    bound = TASK_RECORDS if bound is None else bound
     if bound < 1:
         raise ValueError(f"the record bound must be at least 1, got {bound}")
     counts = records_per_cell.groupby(level=0).sum().sort_index()

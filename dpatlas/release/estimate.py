@@ -28,7 +28,7 @@ from mechanisms.sufficient_stats import noisy_stats_split
 
 from dpatlas.core.columns import INTERVAL_COLUMNS, RESULT_COLUMNS
 from dpatlas.release import staging
-from dpatlas.release.cell_groups import TASK_RECORDS, group_cells, group_suffix
+from dpatlas.release.cell_groups import group_cells, group_suffix
 from dpatlas.release.allocate import INTERVAL_STEP, BudgetPlan, interval_kind, suite_step
 from dpatlas.release.selection import (DP_BAND, PRIMARY_STEP, SELECTION_STEP, Selection,
                                        record_selection_spend, run_selected, select)
@@ -97,12 +97,12 @@ def _tract_cell_counts(path: Path) -> pd.DataFrame:
 
 def split_into_chunks(geoids: dict[Path, list[str]], size: int,
                       counts: Optional[dict[Path, pd.DataFrame]] = None,
-                      record_bound: int = TASK_RECORDS) -> list[Chunk]:
+                      record_bound: Optional[int] = None) -> list[Chunk]:
     """Each partition's sorted GEOIDs in runs of ``size``; chunk k of ``input-17.parquet`` is
     named ``input-17-k`` (the same names on every run of the same input, hence resumable).
 
     With ``counts`` (:func:`staged_counts`), a run whose records over every cell exceed
-    ``record_bound`` is split by groups of cells (:func:`~dpatlas.release.cell_groups.group_cells`),
+    ``record_bound`` is split by groups of cells (:func:`dpatlas.release.cell_groups.group_cells`),
     chunk ``input-17-k-cj`` holding group j, so a chunk's memory does not grow with the cells."""
     if size < 1:
         raise ValueError(f"chunk size must be at least 1, got {size}")

@@ -31,7 +31,7 @@ from mechanisms.sufficient_stats import noisy_stats_split
 
 from dpatlas.core.columns import INTERVAL_COLUMNS
 from dpatlas.publication.level_files import GEOID_DIGITS, unit_of
-from dpatlas.release.cell_groups import TASK_RECORDS, group_cells, group_suffix
+from dpatlas.release.cell_groups import group_cells, group_suffix
 from dpatlas.release.allocate import (LEVEL_MECHANISM, BudgetPlan, LevelPlan,
                                       level_estimate_step, level_interval_step)
 
@@ -81,7 +81,7 @@ class LevelTask:
     name: str
 
 
-def level_tasks(sizes: pd.DataFrame, record_bound: int = TASK_RECORDS) -> list[LevelTask]:
+def level_tasks(sizes: pd.DataFrame, record_bound: Optional[int] = None) -> list[LevelTask]:
     """The level tasks of a release, from n per (geoid, cell) (``sizes``), in state order."""
     states = sizes["geoid"].astype(str).str[:GEOID_DIGITS["state"]]
     records = sizes["n"].groupby([states.to_numpy(), sizes["cell"].astype(str).to_numpy()]).sum()

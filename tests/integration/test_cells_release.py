@@ -137,3 +137,43 @@ def test_a_release_with_cells_publishes_every_tract_county_and_state_in_every_ce
     assert m["total_per_person"]["cells"] == CELLS
     per_cell = m["budget"]["epsilon_per_tract_and_cell"]
     assert m["ledger_entry"]["epsilon"] == pytest.approx(CELLS * per_cell)
+
+
+def test_tasks_split_by_cells_publish_the_same_tract_cells_with_their_own_draws(
+        data, released, tmp_path):
+    """A record bound small enough to split every chunk and state by cells (what many cells
+    do to a national release): the same tract-cells, sizes and budget, published from draws
+    named per group of cells."""
+    from dpatlas.release import cell_groups
+
+    out, _ = data
+    cfg = {"input": {"path": str(out / "microdata"), "columns": {"cell": "cell"}},
+           "boundaries": {"path": str(out / "tracts.parquet")},
+           "privacy": {"epsilon_per_tract": 1.0},
+           "selection": {"rule": "dp", "threshold": 3.0},
+           "publish": {"root": str(tmp_path / "releases"),
+                       "internal_root": str(tmp_path / "internal"), "min_n": 20},
+           "ledger": {"url": f"sqlite:///{tmp_path / 'ledger.db'}", "dataset": "cells"},
+           "partition_tracts": 25, "levels": ["tract", "county", "state"]}
+    with pytest.MonkeyPatch.context() as mp, prefect_test_harness(server_startup_timeout=180):
+        mp.setattr(cell_groups, "TASK_RECORDS", 1500)
+        from flows.release import release
+
+        outcome = release(str(write_config(tmp_path / "config.yaml", cfg)), "c2", 7)
+    assert outcome.status == "published"
+    folder = Path(outcome.folder)
+    internal = tmp_path / "internal" / "c2"
+    chunk_draws = sorted(p.stem for p in (internal / "results").glob("*.parquet"))
+    level_draws = sorted(p.stem for p in (internal / "levels").glob("*.parquet"))
+    assert chunk_draws and all("-c" in name for name in chunk_draws)
+    assert level_draws == [f"state-{s}-c{j}" for s in ("17", "18") for j in range(CELLS)]
+    key = ["geoid", "cell"]
+    for stem in ("tracts", "counties", "states"):
+        split = pd.read_parquet(folder / f"{stem}.parquet").sort_values(key)
+        whole = pd.read_parquet(released / f"{stem}.parquet").sort_values(key)
+        pd.testing.assert_frame_equal(split[key + ["n"]].reset_index(drop=True),
+                                      whole[key + ["n"]].reset_index(drop=True))
+        assert (split["status"] == "released").sum() > 0
+    m_split = json.loads((folder / "manifest.json").read_text())
+    m_whole = json.loads((released / "manifest.json").read_text())
+    assert m_split["ledger_entry"]["epsilon"] == m_whole["ledger_entry"]["epsilon"]
