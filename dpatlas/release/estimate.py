@@ -73,10 +73,21 @@ def tracts_of(counts: dict[Path, pd.DataFrame]) -> dict[Path, list[str]]:
 
 
 def all_sizes(counts: dict[Path, pd.DataFrame]) -> pd.DataFrame:
-    """n per (geoid, cell) over every partition (the public sizes the pre-charge checks read)."""
-    frames = list(counts.values())
-    return (pd.concat(frames, ignore_index=True) if frames
-            else pd.DataFrame({"geoid": [], "cell": [], "n": []}))
+    """n per (geoid, cell) over every partition (the public sizes the pre-charge checks read).
+
+    GEOIDs and cells are categorical: the flow keeps this table to the end, one row per
+    tract-cell (3.1 million with 42 cells), and as text it would take ~140 bytes a row."""
+    frames = [f for f in counts.values() if len(f)]
+    if not frames:
+        return pd.DataFrame({"geoid": [], "cell": [], "n": []})
+    from pandas.api.types import union_categoricals
+
+    def joined(column: str) -> pd.Categorical:
+        return union_categoricals([pd.Categorical(f[column]) for f in frames],
+                                  sort_categories=True)
+
+    return pd.DataFrame({"geoid": joined("geoid"), "cell": joined("cell"),
+                         "n": np.concatenate([f["n"].to_numpy() for f in frames])})
 
 
 _COUNT_BATCH_ROWS = 1 << 20  # records counted at a time (a partition holds every cell)

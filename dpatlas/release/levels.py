@@ -83,10 +83,13 @@ class LevelTask:
 
 def level_tasks(sizes: pd.DataFrame, record_bound: Optional[int] = None) -> list[LevelTask]:
     """The level tasks of a release, from n per (geoid, cell) (``sizes``), in state order."""
-    states = sizes["geoid"].astype(str).str[:GEOID_DIGITS["state"]]
-    records = sizes["n"].groupby([states.to_numpy(), sizes["cell"].astype(str).to_numpy()]).sum()
+    geoids, cells = (pd.Categorical(sizes[c]) for c in ("geoid", "cell"))
+    # per row its state, through the categories (74,001 GEOIDs, not one string per row)
+    states = np.asarray(geoids.categories.astype(str).str[:GEOID_DIGITS["state"]])[geoids.codes]
+    cell_names = np.asarray(cells.categories.astype(str))[cells.codes]
+    records = pd.Series(sizes["n"].to_numpy()).groupby([states, cell_names]).sum()
     tasks = []
-    for state in states_of(sizes["geoid"]):
+    for state in sorted(set(states)):
         groups = group_cells(records.loc[state], record_bound)
         tasks.extend(LevelTask(state, cells, f"state-{state}" + group_suffix(j, groups))
                      for j, cells in enumerate(groups))
