@@ -505,8 +505,9 @@ def purge(config: Path = typer.Option(..., "--config", "-c", help="Release confi
               "DAYS days ago (default: the config's publish.internal_retention_days)."),
           dry_run: bool = typer.Option(False, "--dry-run", help="List, remove nothing."),
           ) -> None:
-    """Remove the person-level internal files (staged input, quarantined rows) of releases the
-    ledger lists as published or withdrawn, after the retention; unfinished ones are kept."""
+    """Remove the person-level internal files (staged input, quarantined rows, the staged copy
+    under staging_url) of releases the ledger lists as published or withdrawn, after the
+    retention; unfinished ones are kept."""
     from dpatlas.ledger import Ledger
     from dpatlas.release.retention import plan_purge
     from dpatlas.release.retention import purge as remove
@@ -520,7 +521,8 @@ def purge(config: Path = typer.Option(..., "--config", "-c", help="Release confi
                       "forever; nothing removed (give --older-than DAYS to purge)")
         return
     with _guard():
-        items = plan_purge(cfg.publish.internal, Ledger(cfg.ledger.url, create=False), days)
+        items = plan_purge(cfg.publish.internal, Ledger(cfg.ledger.url, create=False), days,
+                           staging_url=cfg.staging_url)
         if not dry_run:
             remove(items)
     _print_purge(items, days, dry_run)

@@ -13,6 +13,12 @@ withdrawn (in progress, failed, or never charged): resuming it needs its staged 
 draws. Nor the rest of a final release's internal folder (the draw log and draws, the selection
 and results, ``validation.json``, the input commitment key an auditor may be shown, the
 Great Expectations reports): they hold no person-level rows.
+
+A release run with ``staging_url`` (Dask workers on other machines) also copied its staged
+input to ``<staging_url>/<release id>/staged/``: the purge removes that copy with the rest,
+through the same URL (a local folder or object storage). It looks under the staging URL the
+config names when the purge runs: a release staged under another URL is purged there by a
+config that names it.
 """
 
 from __future__ import annotations
@@ -41,9 +47,10 @@ class PurgeItem:
     folder: Path  # the release's internal folder
     status: str
     age_days: Optional[float]
-    files: tuple[Path, ...]
+    files: tuple[Path | str, ...]  # local paths, and URLs of the staged copy (staging_url)
     size: int
     kept_because: Optional[str] = None
+    staged_copy: Optional[str] = None  # <staging_url>/<id>/staged, when it holds files
 
     @property
     def removed(self) -> bool:
@@ -88,24 +95,39 @@ def _why_kept(row: Optional[dict], age: Optional[float], older_than_days: float)
     return None
 
 
+def _staged_copy(staging_url: Optional[str], rid: str) -> tuple[Optional[str], dict[str, int]]:
+    """The release's staged copy under ``staging_url`` and its files (none without one)."""
+    if not staging_url:
+        return None, {}
+    from dpatlas.release import staging
+
+    url = staging.join(staging.release_location(staging_url, rid), "staged")
+    files = staging.list_files(url)
+    return (url if files else None), files
+
+
 def plan_purge(internal_root: Path, ledger, older_than_days: float,
-               now: Optional[datetime] = None) -> list[PurgeItem]:
+               now: Optional[datetime] = None,
+               staging_url: Optional[str] = None) -> list[PurgeItem]:
     """What a purge removes, and what it keeps with why: every release folder of
-    ``internal_root`` that still holds person-level files. ``ledger`` answers
-    ``release(id) -> dict | None`` (:class:`dpatlas.ledger.Ledger`)."""
+    ``internal_root`` that still holds person-level files, here or in its staged copy under
+    ``staging_url``. ``ledger`` answers ``release(id) -> dict | None``
+    (:class:`dpatlas.ledger.Ledger`)."""
     if older_than_days < 0:
         raise ValueError(f"older than {older_than_days:g} days: give 0 or more days")
     now = now or datetime.now(timezone.utc)
     items = []
     for rid, folder in _release_folders(Path(internal_root)):
         files = _person_level_files(folder)
-        if not files:
+        copy, copied = _staged_copy(staging_url, rid)
+        if not files and not copied:
             continue  # nothing person-level left (purged before, or never staged)
         row = ledger.release(rid)
         age = _age_days(row, now) if row is not None and row["status"] in _FINAL else None
         items.append(PurgeItem(rid, folder, row["status"] if row else "not in the ledger", age,
-                               tuple(files), sum(p.stat().st_size for p in files),
-                               _why_kept(row, age, older_than_days)))
+                               (*files, *copied),
+                               sum(p.stat().st_size for p in files) + sum(copied.values()),
+                               _why_kept(row, age, older_than_days), copy))
     return items
 
 
@@ -117,3 +139,7 @@ def purge(items: list[PurgeItem]) -> None:
         for name in PERSON_LEVEL_FOLDERS:
             if (item.folder / name).is_dir():
                 shutil.rmtree(item.folder / name)
+        if item.staged_copy is not None:
+            from dpatlas.release import staging
+
+            staging.remove_tree(item.staged_copy)

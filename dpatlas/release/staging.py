@@ -24,8 +24,8 @@ import pyarrow.parquet as pq
 
 from dpatlas.core.files import write_bytes_atomic
 
-__all__ = ["join", "read_bytes", "read_parquet", "release_location", "sha256_url",
-           "stage_files", "write_parquet"]
+__all__ = ["join", "list_files", "read_bytes", "read_parquet", "release_location",
+           "remove_tree", "sha256_url", "stage_files", "write_parquet"]
 
 
 def _fs(url: str):
@@ -48,6 +48,34 @@ def join(url: str, *parts: str) -> str:
 def release_location(staging_url: str, release_id: str) -> str:
     """The release's own prefix under the configured staging URL."""
     return join(staging_url, release_id)
+
+
+def list_files(url: str) -> dict[str, int]:
+    """Every file under the folder or prefix ``url`` (URL -> bytes); empty if there is none."""
+    local = _local_path(url)
+    if local is not None:
+        return ({str(p): p.stat().st_size for p in sorted(local.rglob("*")) if p.is_file()}
+                if local.is_dir() else {})
+    fs, path = _fs(url)
+    if not fs.exists(path):
+        return {}
+    protocol = url.split("://", 1)[0]
+    return {f"{protocol}://{name}": int(info.get("size") or 0)
+            for name, info in sorted(fs.find(path, detail=True).items())}
+
+
+def remove_tree(url: str) -> None:
+    """Remove the folder or prefix ``url`` and everything under it (nothing if absent)."""
+    local = _local_path(url)
+    if local is not None:
+        if local.is_dir():
+            import shutil
+
+            shutil.rmtree(local)
+        return
+    fs, path = _fs(url)
+    if fs.exists(path):
+        fs.rm(path, recursive=True)
 
 
 def write_bytes(url: str, data: bytes) -> None:

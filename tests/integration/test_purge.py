@@ -107,6 +107,36 @@ def test_purge_removes_only_final_releases_past_the_retention(releases):
         "run", "bad", "uncharged"}
 
 
+
+def test_purge_removes_the_staged_copy_under_the_staging_url_too(releases):
+    """A release run with Dask workers elsewhere copied its staged input to
+    ``<staging_url>/<id>/staged/``: person-level rows the internal folder's purge alone
+    would leave behind. Removed with it; the draws beside it and unfinished releases kept."""
+    tmp, _ = releases
+    shared = tmp / "shared"
+    for rid in ("pub", "run"):
+        for name in ("staged/input-17.parquet", "results/input-17-0.parquet"):
+            (shared / rid / name).parent.mkdir(parents=True, exist_ok=True)
+            (shared / rid / name).write_bytes(b"staged rows" if "staged" in name else b"draw")
+    # a final release whose internal folder was purged already still has its staged copy
+    purge([i for i in plan_purge(tmp / "internal", Ledger(f"sqlite:///{tmp / 'ledger.db'}",
+                                                          create=False), 0) if i.removed])
+    ledger = Ledger(f"sqlite:///{tmp / 'ledger.db'}", create=False)
+    later = datetime.now(timezone.utc) + timedelta(days=31)
+    url = shared.as_uri()
+    items = {i.release_id: i for i in plan_purge(tmp / "internal", ledger, 30, now=later,
+                                                 staging_url=url)}
+    assert items["pub"].removed and items["pub"].staged_copy == f"{url}/pub/staged"
+    assert items["pub"].files == (str(shared / "pub" / "staged" / "input-17.parquet"),)
+    assert items["pub"].size == len(b"staged rows")
+    assert not items["run"].removed
+    purge(list(items.values()))
+    assert not (shared / "pub" / "staged").exists()
+    assert (shared / "pub" / "results" / "input-17-0.parquet").is_file()
+    assert (shared / "run" / "staged" / "input-17.parquet").is_file()
+    assert "pub" not in {i.release_id for i in plan_purge(tmp / "internal", ledger, 30,
+                                                          now=later, staging_url=url)}
+
 def test_the_command_dry_run_lists_and_removes_nothing(releases):
     tmp, config = releases
     res = invoke("purge", "--config", config, "--older-than", "0", "--dry-run")

@@ -100,3 +100,16 @@ def test_a_draw_recorded_by_url_is_reused_and_a_changed_one_refused(tmp_path):
     Path(url[len("file://"):]).unlink()
     with pytest.raises(PersistedDrawChanged, match="is missing"):
         log.reuse("select", "input-17-0")
+
+
+def test_a_staged_copy_in_object_storage_is_listed_then_removed():
+    """What ``dpatlas purge`` does to a release's staged copy under an object-storage URL."""
+    root = "memory://bucket/purge/r3"
+    staging.write_bytes(f"{root}/staged/input-17.parquet", b"rows")
+    staging.write_bytes(f"{root}/results/input-17-0.parquet", b"draw")
+    assert staging.list_files(f"{root}/staged") == {
+        "memory:///bucket/purge/r3/staged/input-17.parquet": 4}
+    staging.remove_tree(f"{root}/staged")
+    assert staging.list_files(f"{root}/staged") == {}
+    assert staging.read_bytes(f"{root}/results/input-17-0.parquet") == b"draw"
+    staging.remove_tree(f"{root}/staged")  # absent: nothing to do
