@@ -77,12 +77,14 @@ class Partition:
 
 ALL, OTHER = "all", "other"
 # Records per partition before a state is split by cells. A partition is read, checked (pandas
-# and Great Expectations copies) and staged in one task, two tasks at a time; that peaks near
-# 250 bytes per record (6 cells: California's 3.4 M records took the flow to ~1.6 GiB beside
-# a second state). 4 M records is thus ~1 GiB a task, two of them and the flow's own
-# ~1 GiB well within the 4 GiB a process may take (issue 22), while the 51 states of a
-# one-cell national input (the largest 0.6 M records) and most states with 6 cells stay
-# one partition each.
+# and Great Expectations copies) and staged in one task, two tasks at a time. Measured with 42
+# cells (California: 24 M records): one task on a 4 M-record group peaks ~1 GiB above the
+# process's 0.3 GiB of code and two at a time took the process to 1.8 GiB, where California
+# unsplit took 3.9 GiB alone. 4 M thus keeps validation near 2 GiB whatever the number of
+# cells, within the 4 GiB a process may take (issue 22), while every state of a one-cell input
+# (the largest 0.6 M records) or a 6-cell one (3.4 M) stays one partition, keyed as before.
+# The price is CPU: each group streams its whole state (California in 6 groups: 34 s, 22 s
+# unsplit).
 PARTITION_RECORDS = 4_000_000
 _SPLIT_KEY = re.compile(r"([0-9]{2})-c([0-9]+)")
 _STREAM_BLOCK_BYTES = 1 << 20  # CSV bytes per block when streaming a file (pyarrow reads
@@ -295,13 +297,20 @@ def _hive_state(dataset: ds.Dataset, state: str) -> ds.Expression:
     return ds.field("state").cast(pa.string()) == state
 
 
+def _hive_batches(dataset: ds.Dataset, state: str, columns: list[str]):
+    """One state's record batches of a hive dataset, in order. With pyarrow's default
+    read-ahead (16 batches, each a decoded row group) reading a 24 M-record state held ~0.9 GiB
+    in flight; one batch and one file ahead keep a few row groups."""
+    return dataset.to_batches(columns=columns, filter=_hive_state(dataset, state),
+                              batch_size=_STREAM_BATCH_ROWS, batch_readahead=1,
+                              fragment_readahead=1)
+
+
 def _hive_cell_counts(cfg: InputConfig, dataset: ds.Dataset, state: str
                       ) -> dict[str | None, int]:
     """Records per cell of one state of a hive dataset: its cell column alone, in batches."""
     counts: dict[str | None, int] = {}
-    for batch in dataset.to_batches(columns=[cfg.columns.cell],
-                                    filter=_hive_state(dataset, state),
-                                    batch_size=_STREAM_BATCH_ROWS):
+    for batch in _hive_batches(dataset, state, [cfg.columns.cell]):
         for item in pc.value_counts(_cell_text(batch.column(0))).to_pylist():
             counts[item["values"]] = counts.get(item["values"], 0) + item["counts"]
     return counts
@@ -402,12 +411,15 @@ def _blank(text: pd.Series) -> np.ndarray:
     return missing | (stripped == "").to_numpy()
 
 
-def _geoids(column: pa.ChunkedArray) -> np.ndarray:
-    """GEOIDs as Python str, ``None`` where blank (so the contract reports them as blank)."""
-    text = _decoded(column).to_pandas().astype(object)
-    values = text.to_numpy(dtype=object, copy=True)
-    values[_blank(text)] = None
-    return values
+def _geoids(column: pa.ChunkedArray) -> pd.api.extensions.ExtensionArray:
+    """GEOIDs as text, missing where blank (so the contract reports them as blank): pandas
+    text kept in pyarrow, as the frame holds it, never a Python object per record on the way
+    (4 M GEOIDs as objects add 0.25 GiB to the peak of a partition's read)."""
+    text = _decoded(column)
+    if pa.types.is_null(text.type):
+        text = text.cast(pa.string())
+    blank = pc.fill_null(pc.equal(pc.utf8_trim_whitespace(text), ""), True)
+    return pc.if_else(blank, pa.scalar(None, text.type), text).to_pandas().array
 
 
 def _ranks(cfg: InputConfig, role: str, name: str, column: pa.ChunkedArray,
@@ -434,7 +446,7 @@ def _person_ids(column: pa.ChunkedArray) -> pd.Series | np.ndarray:
         wide = pa.uint64() if column.type == pa.uint64() else pa.int64()
         dtype = pd.UInt64Dtype() if wide == pa.uint64() else pd.Int64Dtype()
         return column.cast(wide).to_pandas(types_mapper={wide: dtype}.get).array
-    return column.to_pandas().astype(object).to_numpy(dtype=object)
+    return column.to_pandas().array  # text: pandas text, kept in pyarrow (see _geoids)
 
 
 # --- the public functions -------------------------------------------------------------------
@@ -530,9 +542,8 @@ def _hive_cells(cfg: InputConfig, dataset: ds.Dataset, state: str, columns: list
     """The records of ``cells`` in one state of a hive dataset and their positions in the
     state, streamed batch by batch (memory follows the group, not the state)."""
     try:
-        batches = dataset.to_batches(columns=columns, filter=_hive_state(dataset, state),
-                                     batch_size=_STREAM_BATCH_ROWS)
-        return _kept(batches, lambda b: _in_cells(b.column(cfg.columns.cell), cells),
+        return _kept(_hive_batches(dataset, state, columns),
+                     lambda b: _in_cells(b.column(cfg.columns.cell), cells),
                      lambda: dataset.schema, columns)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
         raise _input_error(cfg, err) from None
@@ -555,12 +566,17 @@ def _pipeline_frame(cfg: InputConfig, table: pa.Table, rows: np.ndarray) -> pd.D
         "geoid": _geoids(table.column(c.geoid)),
         "x": _ranks(cfg, "parent_rank", c.parent_rank, table.column(c.parent_rank), rows) / scale,
         "y": _ranks(cfg, "child_rank", c.child_rank, table.column(c.child_rank), rows) / scale,
-        "cell": (_decoded(table.column(c.cell)).to_pandas().astype(str).to_numpy(dtype=object)
-                 if c.cell else "all"),
+        "cell": _cell_labels(table.column(c.cell)) if c.cell else "all",
     })
     if c.person_id:
         df["person_id"] = _person_ids(table.column(c.person_id))
     return df
+
+
+def _cell_labels(column: pa.ChunkedArray) -> pd.api.extensions.ExtensionArray:
+    """Cells as pandas text (as ``astype(str)`` writes them), kept in pyarrow: not a Python
+    object per record (0.25 GiB per 4 M records at the peak of a partition's read)."""
+    return _decoded(column).to_pandas().astype(str).array
 
 
 def input_fingerprint(cfg: InputConfig) -> str:
