@@ -292,7 +292,8 @@ def _validate_partitions(cfg: ReleaseConfig, internal: Path) -> tuple[list[dict]
     come back in partition order, and a partition that breaks the contract refuses the
     release with its own message (the first such in partition order). Then the release's
     Data Docs site is rendered once, with every partition's run."""
-    futures = [validate_partition.submit(cfg.input, cfg.validation.policy, part.key, internal)
+    futures = [validate_partition.submit(cfg.input, cfg.validation.policy, part.key, internal,
+                                         part.cells)
                for part in list_partitions(cfg.input)]
     wait(futures)
     reports, staged = [], []

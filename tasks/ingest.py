@@ -17,8 +17,10 @@ def list_partitions(cfg: InputConfig) -> list[Partition]:
     return parts
 
 
-def ingest_partition(cfg: InputConfig, key: str) -> pd.DataFrame:
-    """One partition in the pipeline's columns (called inside the ``validate`` task)."""
-    df = read_partition(cfg, key)
+def ingest_partition(cfg: InputConfig, key: str,
+                     cells: tuple[str | None, ...] | None = None) -> pd.DataFrame:
+    """One partition in the pipeline's columns (called inside the ``validate`` task);
+    ``cells``: those of a split partition, as listed."""
+    df = read_partition(cfg, key, cells)
     get_run_logger().info("partition %s: read %d rows", key, len(df))
     return df

@@ -21,13 +21,13 @@ from .ingest import ingest_partition
 
 
 @task(name="validate", task_run_name="validate-{key}", **RETRY_IO)
-def validate_partition(cfg: InputConfig, policy: str, key: str,
-                       internal: Path) -> tuple[Path, dict]:
+def validate_partition(cfg: InputConfig, policy: str, key: str, internal: Path,
+                       cells: tuple[str | None, ...] | None = None) -> tuple[Path, dict]:
     """Read one partition, apply the input contract, and stage the clean rows for the later
     stages. One task, not an ingest task and a validate task: the frame never leaves the
     task, and the flow schedules half as many task runs. The validation report names the
     input file or folder as the data asset."""
-    df = ingest_partition(cfg, key)
+    df = ingest_partition(cfg, key, cells)
     clean, report = apply_policy(df, policy, key, internal, str(cfg.path))
     staged = write_parquet_atomic(clean, internal / "staged" / f"input-{key}.parquet",
                                   private=True)

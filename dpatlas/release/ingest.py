@@ -5,19 +5,26 @@ Output columns: ``row`` (position in the input, for quarantine reports), ``geoid
 validated; NaN where missing), ``cell`` (str), and ``person_id`` when the config names one. The
 raw input is never modified.
 
-Memory holds one state, whatever the input's form:
+Memory holds one partition, whatever the input's form and the number of cells. A partition
+is a state; a state with more than :data:`PARTITION_RECORDS` records and a ``cell`` column is
+split into groups of whole cells (greedy over its cells in sorted order, each group within the
+bound unless one cell alone exceeds it), keyed ``06-c0``, ``06-c1``, ... in that order: the
+same keys on every run of the same input, and never the cells' text (arbitrary) in a key or a
+file name. A state within the bound stays one partition keyed by its FIPS code.
 
 - a hive-partitioned Parquet dataset (``.../state=17/part.parquet``) is read one state at a
-  time with pyarrow; the partitions and their row counts come from the files' footers;
+  time with pyarrow; the partitions and their row counts come from the files' footers, and
+  for a state above the bound from its cell column alone, read batch by batch; a split
+  partition streams its state's records and keeps only its cells;
 - a single CSV or Parquet file is split by the state its GEOIDs name (their first two
-  characters): :func:`partitions` streams it once, counting records per state, and
-  :func:`read_partition` streams it again keeping only that state's records, in blocks of a
-  few MiB. Records whose GEOID is not 11 digits (blank, short, malformed) form one more
+  characters): :func:`partitions` streams it once, counting records per state (and cell), and
+  :func:`read_partition` streams it again keeping only that partition's records, in blocks
+  of a few MiB. Records whose GEOID is not 11 digits (blank, short, malformed) form one more
   partition, ``other``, so the input contract reports them. The key ``all`` still
   reads the whole file at once (small inputs, tests).
 
-A national CSV (5 million records) is thus parsed once per state: the cost is CPU time
-(about 51 streaming passes), not memory.
+A national CSV (5 million records) is thus parsed once per partition: the cost is CPU time
+(about 51 streaming passes, one more per split group), not memory.
 
 Column types are strict, because a silent conversion changes who is in which tract:
 
@@ -61,11 +68,25 @@ class InputError(ValueError, ReleaseRefused):
 
 @dataclass(frozen=True)
 class Partition:
-    key: str  # state FIPS, "other" (GEOIDs naming no state), or "all" (the whole input)
+    key: str  # state FIPS, "SS-cK" (group K of a large state's cells), "other" (GEOIDs
+    # naming no state), or "all" (the whole input)
     rows: int
+    cells: tuple[str | None, ...] | None = None  # a split partition's cells, as text (None
+    # for a null cell); None: every record of the key
 
 
 ALL, OTHER = "all", "other"
+# Records per partition before a state is split by cells. A partition is read, checked (pandas
+# and Great Expectations copies) and staged in one task, two tasks at a time. Measured with 42
+# cells (California: 24 M records): one task on a 4 M-record group peaks ~1 GiB above the
+# process's 0.3 GiB of code and two at a time took the process to 1.8 GiB, where California
+# unsplit took 3.9 GiB alone. 4 M thus keeps validation near 2 GiB whatever the number of
+# cells, within the 4 GiB a process may take (issue 22), while every state of a one-cell input
+# (the largest 0.6 M records) or a 6-cell one (3.4 M) stays one partition, keyed as before.
+# The price is CPU: each group streams its whole state (California in 6 groups: 34 s, 22 s
+# unsplit).
+PARTITION_RECORDS = 4_000_000
+_SPLIT_KEY = re.compile(r"([0-9]{2})-c([0-9]+)")
 _STREAM_BLOCK_BYTES = 1 << 20  # CSV bytes per block when streaming a file (pyarrow reads
 # ahead some 32 blocks: ~40 MiB in flight, whatever the size of the file)
 _STREAM_BATCH_ROWS = 256 * 1024  # Parquet rows per batch when streaming a file
@@ -173,31 +194,90 @@ def _state_keys(geoids: pa.Array) -> pa.Array:
     return pc.if_else(is_state, prefix, pa.scalar(OTHER))
 
 
+def _cell_text(cells: pa.Array) -> pa.Array:
+    """Cells as text (null stays null), whatever their stored type: how partitions name them."""
+    if pa.types.is_dictionary(cells.type):
+        cells = cells.dictionary_decode()
+    return cells if pa.types.is_string(cells.type) else pc.cast(cells, pa.string())
+
+
+def _in_cells(cells: pa.Array, group: tuple[str | None, ...]) -> pa.Array:
+    """Per record whether its cell is one of ``group`` (a null cell matches ``None``)."""
+    return pc.is_in(_cell_text(cells), value_set=pa.array(group, pa.string()), skip_nulls=False)
+
+
+def _cell_order(cell: str | None) -> tuple[bool, str]:
+    return cell is None, cell or ""
+
+
+def _state_partitions(state: str, cell_counts: dict[str | None, int]) -> list[Partition]:
+    """One state as one partition, or, above :data:`PARTITION_RECORDS`, as groups of whole
+    cells: greedy over the cells in sorted order, a group closed when the next cell would take
+    it past the bound (a group holds one cell at least, however large)."""
+    total = sum(cell_counts.values())
+    groups: list[tuple[list[str | None], int]] = []
+    if total > PARTITION_RECORDS:
+        for cell in sorted(cell_counts, key=_cell_order):
+            if not groups or groups[-1][1] + cell_counts[cell] > PARTITION_RECORDS:
+                groups.append(([], 0))
+            groups[-1] = (groups[-1][0] + [cell], groups[-1][1] + cell_counts[cell])
+    if len(groups) < 2:  # within the bound, or one cell (nothing to split)
+        return [Partition(state, total)]
+    return [Partition(f"{state}-c{k}", n, tuple(cells)) for k, (cells, n) in enumerate(groups)]
+
+
+def _listed(counts: dict[str, dict[str | None, int]]) -> list[Partition]:
+    """The partitions of records counted per state (or ``other``) and cell, in key order."""
+    return [part for key, cells in sorted(counts.items())
+            for part in (_state_partitions(key, cells) if key != OTHER
+                         else [Partition(key, sum(cells.values()))])]
+
+
 def _streamed_counts(cfg: InputConfig) -> list[Partition]:
-    """One pass over a single file: the number of records per state (and ``other``)."""
-    counts: dict[str, int] = {}
-    for batch in _batches(cfg, [cfg.columns.geoid]):
-        keys = pc.value_counts(_state_keys(batch.column(cfg.columns.geoid)))
-        for item in keys.to_pylist():
-            counts[item["values"]] = counts.get(item["values"], 0) + item["counts"]
-    return [Partition(k, n) for k, n in sorted(counts.items())]
+    """One pass over a single file: the number of records per state (and ``other``), and per
+    cell when the input has cells (to split large states)."""
+    c = cfg.columns
+    counts: dict[str, dict[str | None, int]] = {}
+    for batch in _batches(cfg, [c.geoid] + ([c.cell] if c.cell else [])):
+        keys = _state_keys(batch.column(c.geoid))
+        cells = (_cell_text(batch.column(c.cell)) if c.cell
+                 else pa.nulls(len(keys), pa.string()))
+        table = pa.table({"key": keys, "cell": cells})
+        for item in table.group_by(["key", "cell"]).aggregate([("key", "count")]).to_pylist():
+            per_cell = counts.setdefault(item["key"], {})
+            per_cell[item["cell"]] = per_cell.get(item["cell"], 0) + item["key_count"]
+    return _listed(counts)
 
 
-def _streamed_partition(cfg: InputConfig, key: str, columns: list[str]
-                        ) -> tuple[pa.Table, np.ndarray]:
-    """One state's records of a single file, streamed, and their positions in the file."""
+def _kept(batches, keep, schema_of, columns: list[str]) -> tuple[pa.Table, np.ndarray]:
+    """The records of ``batches`` for which ``keep(batch)`` is true, and their positions
+    among all the batches' records (in order). Only the kept records are held; with none,
+    an empty table of ``columns`` of the input's schema (``schema_of()``)."""
     tables, rows, offset = [], [], 0
-    for batch in _batches(cfg, columns):
-        hit = pc.equal(_state_keys(batch.column(cfg.columns.geoid)), key)
+    for batch in batches:
+        hit = keep(batch)
         positions = np.flatnonzero(hit.to_numpy(zero_copy_only=False))
         if positions.size:
             tables.append(pa.Table.from_batches([batch.filter(hit)]))
             rows.append(positions + offset)
         offset += batch.num_rows
     if not tables:
-        empty = pa.Table.from_batches([], schema=_dataset(cfg).schema).select(columns)
+        empty = pa.Table.from_batches([], schema=schema_of()).select(columns)
         return empty, np.empty(0, np.int64)
     return pa.concat_tables(tables), np.concatenate(rows).astype(np.int64)
+
+
+def _streamed_partition(cfg: InputConfig, state: str, columns: list[str],
+                        cells: tuple[str | None, ...] | None = None
+                        ) -> tuple[pa.Table, np.ndarray]:
+    """One state's records of a single file (only ``cells``' when given), streamed, and their
+    positions in the file."""
+    def keep(batch: pa.RecordBatch) -> pa.Array:
+        hit = pc.equal(_state_keys(batch.column(cfg.columns.geoid)), state)
+        return hit if cells is None else pc.and_(hit, _in_cells(batch.column(cfg.columns.cell),
+                                                                cells))
+
+    return _kept(_batches(cfg, columns), keep, lambda: _dataset(cfg).schema, columns)
 
 
 def _hive_counts(dataset: ds.Dataset) -> dict[str, int]:
@@ -208,6 +288,42 @@ def _hive_counts(dataset: ds.Dataset) -> dict[str, int]:
         key = str(state).zfill(2)
         counts[key] = counts.get(key, 0) + fragment.count_rows()
     return counts
+
+
+def _hive_state(dataset: ds.Dataset, state: str) -> ds.Expression:
+    """The filter for one state's records of a hive dataset (its ``state`` text or integer)."""
+    if pa.types.is_integer(dataset.schema.field("state").type):
+        return ds.field("state") == int(state)
+    return ds.field("state").cast(pa.string()) == state
+
+
+def _hive_batches(dataset: ds.Dataset, state: str, columns: list[str]):
+    """One state's record batches of a hive dataset, in order, with one batch and one file
+    of read-ahead: reading a 4 M-record group of a 24 M-record state took 0.86 GiB of pyarrow
+    memory with the defaults (16 batches, 4 files), 0.61 GiB so (0.28 GiB of it the group)."""
+    return dataset.to_batches(columns=columns, filter=_hive_state(dataset, state),
+                              batch_size=_STREAM_BATCH_ROWS, batch_readahead=1,
+                              fragment_readahead=1)
+
+
+def _hive_cell_counts(cfg: InputConfig, dataset: ds.Dataset, state: str
+                      ) -> dict[str | None, int]:
+    """Records per cell of one state of a hive dataset: its cell column alone, in batches."""
+    counts: dict[str | None, int] = {}
+    for batch in _hive_batches(dataset, state, [cfg.columns.cell]):
+        for item in pc.value_counts(_cell_text(batch.column(0))).to_pylist():
+            counts[item["values"]] = counts.get(item["values"], 0) + item["counts"]
+    return counts
+
+
+def _hive_partitions(cfg: InputConfig, dataset: ds.Dataset) -> list[Partition]:
+    """The partitions of a hive dataset: its states from the footers; only a state above the
+    bound (and with cells) has its cells counted, to split it."""
+    counts: dict[str, dict[str | None, int]] = {}
+    for state, n in _hive_counts(dataset).items():
+        counts[state] = ({None: n} if n <= PARTITION_RECORDS or not cfg.columns.cell
+                         else _hive_cell_counts(cfg, dataset, state))
+    return _listed(counts)
 
 
 # --- column checks --------------------------------------------------------------------------
@@ -295,12 +411,15 @@ def _blank(text: pd.Series) -> np.ndarray:
     return missing | (stripped == "").to_numpy()
 
 
-def _geoids(column: pa.ChunkedArray) -> np.ndarray:
-    """GEOIDs as Python str, ``None`` where blank (so the contract reports them as blank)."""
-    text = _decoded(column).to_pandas().astype(object)
-    values = text.to_numpy(dtype=object, copy=True)
-    values[_blank(text)] = None
-    return values
+def _geoids(column: pa.ChunkedArray) -> pd.api.extensions.ExtensionArray:
+    """GEOIDs as text, missing where blank (so the contract reports them as blank): pandas
+    text kept in pyarrow, as the frame holds it, never a Python object per record on the way
+    (4 M GEOIDs as objects add 0.25 GiB to the peak of a partition's read)."""
+    text = _decoded(column)
+    if pa.types.is_null(text.type):
+        text = text.cast(pa.string())
+    blank = pc.fill_null(pc.equal(pc.utf8_trim_whitespace(text), ""), True)
+    return pc.if_else(blank, pa.scalar(None, text.type), text).to_pandas().array
 
 
 def _ranks(cfg: InputConfig, role: str, name: str, column: pa.ChunkedArray,
@@ -327,7 +446,7 @@ def _person_ids(column: pa.ChunkedArray) -> pd.Series | np.ndarray:
         wide = pa.uint64() if column.type == pa.uint64() else pa.int64()
         dtype = pd.UInt64Dtype() if wide == pa.uint64() else pd.Int64Dtype()
         return column.cast(wide).to_pandas(types_mapper={wide: dtype}.get).array
-    return column.to_pandas().astype(object).to_numpy(dtype=object)
+    return column.to_pandas().array  # text: pandas text, kept in pyarrow (see _geoids)
 
 
 # --- the public functions -------------------------------------------------------------------
@@ -341,10 +460,9 @@ def partitions(cfg: InputConfig) -> list[Partition]:
     if _is_hive(cfg, dataset):
         _check_fragments(cfg, dataset)
         try:
-            counts = _hive_counts(dataset)
+            return _hive_partitions(cfg, dataset)
         except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
             raise _input_error(cfg, err) from None
-        return [Partition(k, n) for k, n in sorted(counts.items())]
     return _streamed_counts(cfg)
 
 
@@ -386,28 +504,58 @@ def _relative(path: str, root: Path) -> str:
         return str(path)
 
 
-def read_partition(cfg: InputConfig, key: str) -> pd.DataFrame:
+def read_partition(cfg: InputConfig, key: str,
+                   cells: tuple[str | None, ...] | None = None) -> pd.DataFrame:
     """One partition's records in the pipeline's columns (``key`` from :func:`partitions`,
-    or ``all`` for the whole input)."""
+    or ``all`` for the whole input). A split partition's ``cells`` are those its listing
+    names; without them they are listed again (one more counting pass over a single file)."""
     dataset = _dataset(cfg)
     _check_types(cfg, dataset.schema)
     c = cfg.columns
     cols = [c.geoid, c.parent_rank, c.child_rank] + [v for v in (c.person_id, c.cell) if v]
+    split = _SPLIT_KEY.fullmatch(key)
+    state = split.group(1) if split else key
+    if not split:
+        cells = None  # every record of the state (or of ``other``, or ``all``)
+    elif cells is None:
+        cells = _listed_cells(cfg, key)
     if key == ALL:
         table = _to_table(cfg, dataset, columns=cols)
         rows = np.arange(table.num_rows, dtype=np.int64)
     elif _is_hive(cfg, dataset):
         # Row positions count from the start of the whole dataset, in partition order, so a
         # quarantine report can point at the offending input rows.
-        flt = ds.field("state").cast(pa.string()) == key
-        if pa.types.is_integer(dataset.schema.field("state").type):
-            flt = ds.field("state") == int(key)
-        table = _to_table(cfg, dataset, columns=cols, filter=flt)
-        offset = sum(n for k, n in _hive_counts(dataset).items() if k < key)
-        rows = np.arange(offset, offset + table.num_rows, dtype=np.int64)
+        offset = sum(n for k, n in _hive_counts(dataset).items() if k < state)
+        if cells is None:
+            table = _to_table(cfg, dataset, columns=cols, filter=_hive_state(dataset, state))
+            rows = np.arange(offset, offset + table.num_rows, dtype=np.int64)
+        else:  # the state streamed, keeping only this group's cells
+            table, rows = _hive_cells(cfg, dataset, state, cols, cells)
+            rows += offset
     else:
-        table, rows = _streamed_partition(cfg, key, cols)  # positions in the file itself
+        table, rows = _streamed_partition(cfg, state, cols, cells)  # positions in the file
     return _pipeline_frame(cfg, table, rows)
+
+
+def _hive_cells(cfg: InputConfig, dataset: ds.Dataset, state: str, columns: list[str],
+                cells: tuple[str | None, ...]) -> tuple[pa.Table, np.ndarray]:
+    """The records of ``cells`` in one state of a hive dataset and their positions in the
+    state, streamed batch by batch (memory follows the group, not the state)."""
+    try:
+        return _kept(_hive_batches(dataset, state, columns),
+                     lambda b: _in_cells(b.column(cfg.columns.cell), cells),
+                     lambda: dataset.schema, columns)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
+        raise _input_error(cfg, err) from None
+
+
+def _listed_cells(cfg: InputConfig, key: str) -> tuple[str | None, ...]:
+    """The cells of split partition ``key``, as :func:`partitions` lists them."""
+    for part in partitions(cfg):
+        if part.key == key:
+            return part.cells
+    raise InputError(f"input {cfg.path} has no partition {key} (its partitions are listed "
+                     "again: did the input change?)")
 
 
 def _pipeline_frame(cfg: InputConfig, table: pa.Table, rows: np.ndarray) -> pd.DataFrame:
@@ -418,12 +566,17 @@ def _pipeline_frame(cfg: InputConfig, table: pa.Table, rows: np.ndarray) -> pd.D
         "geoid": _geoids(table.column(c.geoid)),
         "x": _ranks(cfg, "parent_rank", c.parent_rank, table.column(c.parent_rank), rows) / scale,
         "y": _ranks(cfg, "child_rank", c.child_rank, table.column(c.child_rank), rows) / scale,
-        "cell": (_decoded(table.column(c.cell)).to_pandas().astype(str).to_numpy(dtype=object)
-                 if c.cell else "all"),
+        "cell": _cell_labels(table.column(c.cell)) if c.cell else "all",
     })
     if c.person_id:
         df["person_id"] = _person_ids(table.column(c.person_id))
     return df
+
+
+def _cell_labels(column: pa.ChunkedArray) -> pd.api.extensions.ExtensionArray:
+    """Cells as pandas text (as ``astype(str)`` writes them), kept in pyarrow: not a Python
+    object per record (0.25 GiB per 4 M records at the peak of a partition's read)."""
+    return _decoded(column).to_pandas().astype(str).array
 
 
 def input_fingerprint(cfg: InputConfig) -> str:

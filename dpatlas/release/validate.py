@@ -154,8 +154,11 @@ def write_release_docs(internal: Path) -> Path:
 
 def input_asset(partition: str, source: str | None = None) -> str:
     """The data asset an input check validated, as its report names it."""
-    what = (f"input partition {partition} (state {partition})"
-            if re.fullmatch(r"[0-9]{2}", partition) else f"input partition {partition}")
+    what = f"input partition {partition}"
+    if re.fullmatch(r"[0-9]{2}", partition):
+        what += f" (state {partition})"
+    elif split := re.fullmatch(r"([0-9]{2})-c([0-9]+)", partition):  # a large state's cells
+        what += f" (state {split[1]}, cell group {split[2]})"
     return f"{what} of {source}" if source else what
 
 

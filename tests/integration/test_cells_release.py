@@ -177,3 +177,62 @@ def test_tasks_split_by_cells_publish_the_same_tract_cells_with_their_own_draws(
     m_split = json.loads((folder / "manifest.json").read_text())
     m_whole = json.loads((released / "manifest.json").read_text())
     assert m_split["ledger_entry"]["epsilon"] == m_whole["ledger_entry"]["epsilon"]
+
+
+@pytest.fixture(scope="module")
+def split_released(data, tmp_path_factory) -> tuple[Path, Path, Path]:
+    """The release of ``released`` (same input, config and noise seed) with a bound of 5,000
+    records per partition: each state's ~7,000 records (~2,350 per cell) are split into two
+    partitions, its first two cells and its third."""
+    out, info = data
+    tmp = tmp_path_factory.mktemp("cells-split")
+    cfg = {"input": {"path": str(out / "microdata"), "columns": {"cell": "cell"}},
+           "boundaries": {"path": str(out / "tracts.parquet")},
+           "privacy": {"epsilon_per_tract": 1.0},
+           "selection": {"rule": "dp", "threshold": 3.0},
+           "publish": {"root": str(tmp / "releases"), "internal_root": str(tmp / "internal"),
+                       "min_n": 20},
+           "ledger": {"url": f"sqlite:///{tmp / 'ledger.db'}", "dataset": "cells"},
+           "partition_tracts": 25, "levels": ["tract", "county", "state"]}
+    with pytest.MonkeyPatch.context() as mp, prefect_test_harness(server_startup_timeout=180):
+        mp.setattr("dpatlas.release.ingest.PARTITION_RECORDS", 5_000)
+        from flows.release import release
+
+        outcome = release(str(write_config(tmp / "config.yaml", cfg)), "c1", 7)
+    assert outcome.status == "published"
+    return Path(outcome.folder), tmp / "internal", out
+
+
+def _published(folder: Path, stem: str) -> pd.DataFrame:
+    cols = ["geoid", "cell", "n", "status"]
+    return (pd.read_parquet(folder / f"{stem}.parquet", columns=cols)
+            .sort_values(["geoid", "cell"], ignore_index=True))
+
+
+def test_a_release_with_large_states_split_by_cells_publishes_the_same_tracts(
+        released, split_released):
+    folder, internal, out = split_released
+    records = pd.read_parquet(out / "microdata", columns=["cell", "state"])
+    per_cell = records.groupby(["state", "cell"]).size()
+    assert (per_cell.groupby("state").sum() > 5_000).all()  # every state is split ...
+    assert (per_cell.groupby("state").head(2).groupby("state").sum() <= 5_000).all()  # 2+1
+    # the same tract-cells, counts and statuses as the release with one partition per state
+    # (their noise differs: the chunks are named after their partitions)
+    for stem in ("tracts", "counties", "states"):
+        pd.testing.assert_frame_equal(_published(folder, stem), _published(released, stem))
+    # validation reports, Data Docs runs and staged files, one per split partition
+    keys = ["17-c0", "17-c1", "18-c0", "18-c1"]
+    [validation] = list(internal.rglob("validation.json"))
+    reports = json.loads(validation.read_text())["partitions"]
+    assert [r["partition"] for r in reports] == keys
+    assert sum(r["rows_in"] for r in reports) == len(records)
+    staged = sorted(validation.parent.glob("staged/*.parquet"))
+    assert [p.name for p in staged] == [f"input-{k}.parquet" for k in keys]
+    names = cell_names(CELLS)
+    assert [sorted(pd.read_parquet(p, columns=["cell"])["cell"].unique()) for p in staged] == [
+        names[:2], names[2:]] * 2
+    [index] = list(internal.rglob("validation_report/index.html"))
+    page = index.read_text()
+    assert all(f"input-{k}" in page for k in keys)
+    assert "input partition 17-c1 (state 17, cell group 1)" in "".join(
+        p.read_text() for p in index.parent.rglob("*.html"))

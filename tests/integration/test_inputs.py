@@ -490,3 +490,69 @@ def test_hive_partition_counts_come_from_the_footers(tmp_path, two_states, monke
     monkeypatch.undo()
     df = read_partition(cfg.input, "36")
     assert list(df["row"]) == list(range(120, 127))  # positions in partition order
+
+
+# --- a large state split by whole cells ---------------------------------------------------------
+
+# Records per cell of the large state: sorted, its cells are "../etc", "a/b", "x y", "ü"
+# (text that must never reach a file name). With a bound of 70 the greedy groups are
+# ["../etc", "a/b"] (60; adding "x y" would make 100), ["x y"] (40; "ü" would make 120) and
+# ["ü"] alone (80: one cell larger than the bound is still one group).
+SPLIT_CELLS = {"x y": 40, "ü": 80, "../etc": 50, "a/b": 10}
+SPLIT_PARTITIONS = [("01", 30, None), ("17-c0", 60, ("../etc", "a/b")),
+                    ("17-c1", 40, ("x y",)), ("17-c2", 80, ("ü",))]
+
+
+def cells_of_two_states() -> dict[str, pd.DataFrame]:
+    """State 17 with 180 records in four cells, interleaved; state 01 with 30 (under the
+    bound, and first: the split state's positions do not start at 0)."""
+    cells = np.repeat(list(SPLIT_CELLS), list(SPLIT_CELLS.values()))
+    large = state_records("17", n=len(cells), tracts=8)
+    large["cell"] = np.random.default_rng(4).permutation(cells)
+    small = state_records("01", n=30, tracts=3, first_id=5000)
+    return {"01": small, "17": large}
+
+
+@pytest.mark.parametrize("form", ["hive", "csv", "parquet"])
+def test_a_state_above_the_bound_is_split_by_whole_cells(tmp_path, form, monkeypatch):
+    frames = cells_of_two_states()
+    if form == "hive":
+        cfg = input_config(write_states(tmp_path, frames))
+        monkeypatch.setattr("dpatlas.release.ingest._STREAM_BATCH_ROWS", 23)
+    else:
+        mixed = pd.concat(frames.values(), ignore_index=True)
+        mixed = mixed.iloc[np.random.default_rng(5).permutation(len(mixed))]
+        path = tmp_path / f"in.{form}"
+        if form == "csv":
+            mixed.to_csv(path, index=False)
+            monkeypatch.setattr("dpatlas.release.ingest._STREAM_BLOCK_BYTES", 2048)
+        else:
+            mixed.to_parquet(path, index=False, row_group_size=50)
+            monkeypatch.setattr("dpatlas.release.ingest._STREAM_BATCH_ROWS", 23)
+        cfg = input_config(path, fmt=form)
+    # under the default bound every state is one partition, keyed as before
+    assert [(p.key, p.rows, p.cells) for p in partitions(cfg.input)] == [("01", 30, None),
+                                                                         ("17", 180, None)]
+    monkeypatch.setattr("dpatlas.release.ingest.PARTITION_RECORDS", 70)
+    parts = partitions(cfg.input)
+    assert [(p.key, p.rows, p.cells) for p in parts] == SPLIT_PARTITIONS
+    assert parts == partitions(cfg.input)  # the same keys on every listing
+
+    whole = read_partition(cfg.input, "all")
+    state = read_partition(cfg.input, "17")
+    pieces = []
+    for part in parts[1:]:
+        df = read_partition(cfg.input, part.key, part.cells)
+        # exactly this group's records, at their positions in the input, in input order
+        expected = whole[(whole["geoid"].str[:2] == "17") & whole["cell"].isin(part.cells)]
+        assert len(df) == part.rows and sorted(set(df["cell"])) == list(part.cells)
+        pd.testing.assert_frame_equal(df.reset_index(drop=True),
+                                      expected.reset_index(drop=True))
+        # without the listed cells, the partition lists them again and reads the same
+        pd.testing.assert_frame_equal(read_partition(cfg.input, part.key), df)
+        pieces.append(df)
+    union = pd.concat(pieces).sort_values("row", ignore_index=True)
+    pd.testing.assert_frame_equal(union, state.reset_index(drop=True))
+    assert len(read_partition(cfg.input, "01")) == 30
+    with pytest.raises(InputError, match="no partition 17-c3"):
+        read_partition(cfg.input, "17-c3")

@@ -242,10 +242,10 @@ def test_partitions_are_checked_two_at_a_time_and_refuse_in_partition_order(tmp_
     spans, lock = {}, threading.Lock()
     read = validate_task.ingest_partition
 
-    def slow_read(cfg, key):
+    def slow_read(cfg, key, cells=None):
         start = time.perf_counter()
         time.sleep(0.6 if key == "18" else 0.3)  # 19 finishes first
-        out = read(cfg, key)
+        out = read(cfg, key, cells)
         with lock:
             spans[key] = (start, time.perf_counter())
         return out
