@@ -52,10 +52,11 @@ def release_cells(result_files: list[Path]) -> list[str]:
 
 
 def cell_groups(cells: list[str], tracts: int,
-                max_rows: int = CELL_GROUP_ROWS) -> list[list[str]]:
-    """``cells`` in order, cut into groups of at most ``max_rows`` tract-cells (at least one
-    cell a group); one empty group when there are no cells (the release of no records)."""
-    size = max(1, max_rows // max(1, tracts))
+                max_rows: Optional[int] = None) -> list[list[str]]:
+    """``cells`` in order, cut into groups of at most ``max_rows`` tract-cells (default
+    :data:`CELL_GROUP_ROWS`; at least one cell a group); one empty group when there are no
+    cells (the release of no records)."""
+    size = max(1, (max_rows or CELL_GROUP_ROWS) // max(1, tracts))
     return [cells[i:i + size] for i in range(0, len(cells), size)] or [[]]
 
 

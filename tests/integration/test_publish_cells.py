@@ -203,3 +203,71 @@ def test_a_group_breaking_its_contract_publishes_nothing(result_files, boundarie
     assert release_folder(tmp_path / "root", "r1") is None
     assert not [p for p in (tmp_path / "root").iterdir() if p.name.startswith(".staging")]
     assert checks.finished is None
+
+
+# ------------------------------------------------- through the flow: groups of one cell each
+
+@pytest.fixture(scope="module")
+def flow_release(tmp_path_factory):
+    """A seeded release of 3 cells over 2 states (40 tracts), all three levels and the
+    small-area model, published one cell at a time (the group bound forced down)."""
+    import os
+
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+    from prefect.testing.utilities import prefect_test_harness
+
+    from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
+    from tests.support.inputs import write_config
+
+    tmp = tmp_path_factory.mktemp("flow-cells")
+    write_synthetic(tmp / "data", ["17", "18"], seed=5,
+                    params=StateParams(n_tracts=20, counties=2), cells=3)
+    cfg = {"input": {"path": str(tmp / "data" / "microdata"), "columns": {"cell": "cell"}},
+           "boundaries": {"path": str(tmp / "data" / "tracts.parquet")},
+           "privacy": {"epsilon_per_tract": 1.0},
+           "selection": {"rule": "dp", "threshold": 3.0},
+           "publish": {"root": str(tmp / "releases"), "internal_root": str(tmp / "internal"),
+                       "min_n": 20},
+           "ledger": {"url": f"sqlite:///{tmp / 'ledger.db'}", "dataset": "cells"},
+           "partition_tracts": 25, "levels": ["tract", "county", "state"],
+           "small_area": {"model": True}}
+    patch = pytest.MonkeyPatch()
+    patch.setattr(S, "CELL_GROUP_ROWS", 40)  # 40 tracts: a group per cell
+    try:
+        with prefect_test_harness(server_startup_timeout=180):
+            from flows.release import release
+
+            outcome = release(str(write_config(tmp / "config.yaml", cfg)), "g1", 7)
+    finally:
+        patch.undo()
+    assert outcome.status == "published"
+    return Path(outcome.folder), tmp / "internal"
+
+
+def test_a_release_published_a_cell_at_a_time_passes_the_audit(flow_release):
+    import io
+
+    from dpatlas.audit import checks as audit
+
+    folder, internal = flow_release
+    out = io.StringIO()
+    assert audit.main(folder, out, allow_test=True) == 0, out.getvalue()
+    tracts = gpd.read_parquet(folder / "tracts.parquet")
+    m = json.loads((folder / "manifest.json").read_text())
+    assert len(tracts) == 120 == m["counts"]["rows"] and m["counts"]["tracts"] == 40
+    assert m["cells"] == CELLS and sorted(tracts["cell"].unique()) == CELLS
+    assert list(tracts["cell"]) == [c for c in CELLS for _ in range(40)]  # cell order
+    assert pq.ParquetFile(folder / "tracts.parquet").metadata.num_row_groups == 3
+    assert "p25_model" in tracts.columns
+    fits = m["small_area"]["fits"]  # every cell's, for each state, in order
+    assert [(f["cell"], f["state"]) for f in fits] == [(c, s) for c in CELLS
+                                                       for s in ("17", "18")]
+    # each group checked against the tract contract in a run of its own, then the levels
+    runs = {json.loads(p.read_text())["run_name"]: json.loads(p.read_text())
+            for p in internal.rglob("runs/*.json")}
+    published = sorted(r for r in runs if r.startswith("published"))
+    assert published == ["published-1-of-3", "published-2-of-3", "published-3-of-3",
+                         "published-county", "published-state"]
+    assert all(runs[r]["success"] for r in published)
+    assert m["output_contract"]["suite"] == "published_tracts"
