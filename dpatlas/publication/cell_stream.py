@@ -240,11 +240,10 @@ def write_release_by_cells(groups: Iterable[gpd.GeoDataFrame], cells: list[str],
     ``write_release``; the rows are in cell order (module docstring)."""
     def stage(staging: Path) -> tuple[list[str], dict]:
         streamed = _append_groups(staging, groups, cells, config, checks, group_count)
-        tract_files, finished, level_files = _finish_files(staging, streamed, release_id,
-                                                           config, checks, more_files)
+        tract_files, finished, level_files, extent = _finish_files(
+            staging, streamed, release_id, config, checks, more_files)
         manifest = {**manifest_of(streamed.summary), **finished,
-                    "rounding": rounding_statement(streamed.columns),
-                    "extent": streamed.extent}
+                    "rounding": rounding_statement(streamed.columns), "extent": extent}
         return [*PUBLISHED_FILES, *tract_files, *level_files], manifest
 
     return stage_release(root, release_id, stage, config=config, internal_dir=internal_dir,
@@ -253,11 +252,11 @@ def write_release_by_cells(groups: Iterable[gpd.GeoDataFrame], cells: list[str],
 
 @dataclass
 class _Streamed:
-    """What the groups left behind: the summary, the columns, the footprint (of the first
-    group: every group has the same polygons), the overview's rows, the suites checked."""
+    """What the groups left behind: the summary, the columns, the overview's rows (one cell:
+    every boundary tract's polygon, whose union is the release's footprint), the suites
+    checked."""
     summary: TractSummary
     columns: list[str]
-    extent: dict
     shown: gpd.GeoDataFrame
     suites: list[str]
 
@@ -269,7 +268,7 @@ def _append_groups(staging: Path, groups: Iterable[gpd.GeoDataFrame], cells: lis
     parquet = GeoParquetAppender(staging / "tracts.parquet")
     csv = CsvAppender(staging, ci.get("level", 0.95))
     geojson = GeoJsonAppender(staging / "tracts.geojson", several_cells=len(cells) > 1)
-    summary, suites, extent, shown, columns = TractSummary(), [], None, None, []
+    summary, suites, shown, columns = TractSummary(), [], None, []
     overview = shown_cell(cells) if cells else None
     try:
         for index, table in enumerate(_numbered(groups, group_count)):
@@ -285,14 +284,12 @@ def _append_groups(staging: Path, groups: Iterable[gpd.GeoDataFrame], cells: lis
             suites.append(suite)
             summary.add(rows)
             columns = list(table.columns)
-            if extent is None:
-                extent = footprint(table)
             if shown is None and (overview is None or overview in set(rows["cell"].astype(str))):
                 shown = table[table["cell"].astype(str) == overview] if overview else table
     finally:
         parquet.close()
         geojson.close()
-    return _Streamed(summary, columns, extent, shown, suites)
+    return _Streamed(summary, columns, shown, suites)
 
 
 def _numbered(groups: Iterable[gpd.GeoDataFrame], count: int) -> Iterator[gpd.GeoDataFrame]:
@@ -314,24 +311,28 @@ def _append(table: gpd.GeoDataFrame, rows: pd.DataFrame, parquet: GeoParquetAppe
 
 def _finish_files(staging: Path, streamed: _Streamed, release_id: str, config: dict,
                   checks: CellGroupChecks,
-                  more_files: Optional[Callable[[Path], list[str]]]) -> tuple[list, dict, list]:
+                  more_files: Optional[Callable[[Path], list[str]]]
+                  ) -> tuple[list, dict, list, dict]:
     """Once every group is written: the tiles (from the whole GeoJSON), beside them the
-    remaining checks, the web map, the PNG, config.json and the level files."""
+    remaining checks, the web map, the PNG, config.json, the level files and the footprint
+    (of the overview's cell: every tract's polygon, as the whole table's)."""
     from dpatlas.publication import tiles, webmap
 
     ci = config.get("intervals") or {}
     title = overview_title(release_id, streamed.shown,
                            several_cells=len(streamed.summary.cells) > 1)
-    _, finished, web_map, level_files, *_ = in_parallel([
+    outline = streamed.shown.copy()  # its own frame for the footprint's thread
+    _, finished, web_map, level_files, extent, *_ = in_parallel([
         lambda: tiles.build_tiles(staging / "tracts.geojson", staging / tiles.TILES_FILE,
                                   min_zoom=tiles.tract_min_zoom(config.get("levels")),
                                   text=tiles.release_tile_text(release_id, config)),
         lambda: checks.finish(streamed.suites),
         lambda: webmap.write_web_map(staging, release_id),
         lambda: more_files(staging) if more_files is not None else [],
+        lambda: footprint(outline),
         lambda: write_map(streamed.shown, staging / "p25_map.png", title,
                           ci.get("low_reliability_width") if ci.get("enabled") else None),
         lambda: (staging / "config.json").write_text(json.dumps(
             config, indent=2, sort_keys=True, default=_json)),
     ])
-    return [tiles.TILES_FILE, *web_map], finished, level_files
+    return [tiles.TILES_FILE, *web_map], finished, level_files, extent
