@@ -272,15 +272,17 @@ def _append_groups(staging: Path, groups: Iterable[gpd.GeoDataFrame], cells: lis
     overview = shown_cell(cells) if cells else None
     try:
         for index, table in enumerate(_numbered(groups, group_count)):
-            # One consolidated copy for the writer thread, another for the checks: pandas
-            # may consolidate a frame's blocks in place while reading it.
+            # The checks and the three writers side by side, each with a frame of its own:
+            # pandas may consolidate a frame's blocks in place while reading it. The copies
+            # share the polygons (a geometry array holds references).
             table = table.copy()
             rows = pd.DataFrame(table.drop(columns="geometry")).copy()
-            checked = rows.copy()
-            suite, _ = in_parallel([
+            checked, for_geojson = rows.copy(), table.copy()
+            suite, *_ = in_parallel([
                 lambda: checks.group(checked, index, group_count),
-                lambda: _append(table, rows, parquet, csv, geojson)])
-            del checked
+                lambda: parquet.append(table), lambda: csv.append(rows),
+                lambda: geojson.append(for_geojson)])
+            del checked, for_geojson
             suites.append(suite)
             summary.add(rows)
             columns = list(table.columns)
@@ -300,13 +302,6 @@ def _numbered(groups: Iterable[gpd.GeoDataFrame], count: int) -> Iterator[gpd.Ge
         yield table
     if seen != count:
         raise PublishError(f"{seen} groups of cells were assembled, {count} expected (a bug)")
-
-
-def _append(table: gpd.GeoDataFrame, rows: pd.DataFrame, parquet: GeoParquetAppender,
-            csv: CsvAppender, geojson: GeoJsonAppender) -> None:
-    parquet.append(table)
-    csv.append(rows)
-    geojson.append(table)
 
 
 def _finish_files(staging: Path, streamed: _Streamed, release_id: str, config: dict,

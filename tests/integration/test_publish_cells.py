@@ -270,4 +270,9 @@ def test_a_release_published_a_cell_at_a_time_passes_the_audit(flow_release):
     assert published == ["published-1-of-3", "published-2-of-3", "published-3-of-3",
                          "published-county", "published-state"]
     assert all(runs[r]["success"] for r in published)
+    # every boundary tract in the table: checked once, in the first group's run
+    first, later = runs["published-1-of-3"], runs["published-3-of-3"]
+    assert first["evaluated"] == later["evaluated"] + 1 == runs["published-2-of-3"]["evaluated"] + 1
+    assert "distinct_values_to_contain_set" in json.dumps(first["expectations"])
+    assert "distinct_values_to_contain_set" not in json.dumps(later["expectations"])
     assert m["output_contract"]["suite"] == "published_tracts"
