@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional
@@ -239,9 +240,14 @@ def write_release_by_cells(groups: Iterable[gpd.GeoDataFrame], cells: list[str],
     the output contract. The files, their names and what is published are those of
     ``write_release``; the rows are in cell order (module docstring)."""
     def stage(staging: Path) -> tuple[list[str], dict]:
-        streamed = _append_groups(staging, groups, cells, config, checks, group_count)
-        tract_files, finished, level_files, extent = _finish_files(
-            staging, streamed, release_id, config, checks, more_files)
+        checker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="publish-check")
+        try:
+            streamed = _append_groups(staging, groups, cells, config, checks, group_count,
+                                      checker)
+            tract_files, finished, level_files, extent = _finish_files(
+                staging, streamed, release_id, config, checks, more_files)
+        finally:
+            checker.shutdown(wait=True, cancel_futures=True)
         manifest = {**manifest_of(streamed.summary), **finished,
                     "rounding": rounding_statement(streamed.columns), "extent": extent}
         return [*PUBLISHED_FILES, *tract_files, *level_files], manifest
@@ -253,37 +259,50 @@ def write_release_by_cells(groups: Iterable[gpd.GeoDataFrame], cells: list[str],
 @dataclass
 class _Streamed:
     """What the groups left behind: the summary, the columns, the overview's rows (one cell:
-    every boundary tract's polygon, whose union is the release's footprint), the suites
-    checked."""
+    every boundary tract's polygon, whose union is the release's footprint), the suites of
+    the groups checked, and the last group's check, still running."""
     summary: TractSummary
     columns: list[str]
     shown: gpd.GeoDataFrame
     suites: list[str]
+    last_check: Future
+
+    def all_suites(self) -> list[str]:
+        """Every group's suite, once the last group's check is done (raises if it failed)."""
+        return [*self.suites, self.last_check.result()]
 
 
 def _append_groups(staging: Path, groups: Iterable[gpd.GeoDataFrame], cells: list[str],
-                   config: dict, checks: CellGroupChecks, group_count: int) -> _Streamed:
-    """Check and append each group to the tract files; what the rest of the release needs."""
+                   config: dict, checks: CellGroupChecks, group_count: int,
+                   checker: ThreadPoolExecutor) -> _Streamed:
+    """Append each group to the tract files while ``checker`` checks it; what the rest of
+    the release needs.
+
+    A group's check runs beside the writers of its group and of the next (the first group's,
+    which holds the boundary check, takes longer than writing it): the tiles start as soon
+    as the last group is written, and a failed check stops the release at the next group or
+    before anything is published. One check at a time is in flight, so the rows waiting for
+    it are one group's."""
     ci = config.get("intervals") or {}
     parquet = GeoParquetAppender(staging / "tracts.parquet")
     csv = CsvAppender(staging, ci.get("level", 0.95))
     geojson = GeoJsonAppender(staging / "tracts.geojson", several_cells=len(cells) > 1)
-    summary, suites, shown, columns = TractSummary(), [], None, []
+    summary, suites, shown, columns, pending = TractSummary(), [], None, [], None
     overview = shown_cell(cells) if cells else None
     try:
         for index, table in enumerate(_numbered(groups, group_count)):
-            # The checks and the three writers side by side, each with a frame of its own:
+            # The check and the three writers side by side, each with a frame of its own:
             # pandas may consolidate a frame's blocks in place while reading it. The copies
             # share the polygons (a geometry array holds references).
             table = table.copy()
             rows = pd.DataFrame(table.drop(columns="geometry")).copy()
             checked, for_geojson = rows.copy(), table.copy()
-            suite, *_ = in_parallel([
-                lambda: checks.group(checked, index, group_count),
-                lambda: parquet.append(table), lambda: csv.append(rows),
-                lambda: geojson.append(for_geojson)])
+            if pending is not None:
+                suites.append(pending.result())  # the previous group's (raises if broken)
+            pending = checker.submit(checks.group, checked, index, group_count)
+            in_parallel([lambda: parquet.append(table), lambda: csv.append(rows),
+                         lambda: geojson.append(for_geojson)])
             del checked, for_geojson
-            suites.append(suite)
             summary.add(rows)
             columns = list(table.columns)
             if shown is None and (overview is None or overview in set(rows["cell"].astype(str))):
@@ -291,7 +310,7 @@ def _append_groups(staging: Path, groups: Iterable[gpd.GeoDataFrame], cells: lis
     finally:
         parquet.close()
         geojson.close()
-    return _Streamed(summary, columns, shown, suites)
+    return _Streamed(summary, columns, shown, suites, pending)
 
 
 def _numbered(groups: Iterable[gpd.GeoDataFrame], count: int) -> Iterator[gpd.GeoDataFrame]:
@@ -321,7 +340,7 @@ def _finish_files(staging: Path, streamed: _Streamed, release_id: str, config: d
         lambda: tiles.build_tiles(staging / "tracts.geojson", staging / tiles.TILES_FILE,
                                   min_zoom=tiles.tract_min_zoom(config.get("levels")),
                                   text=tiles.release_tile_text(release_id, config)),
-        lambda: checks.finish(streamed.suites),
+        lambda: checks.finish(streamed.all_suites()),
         lambda: webmap.write_web_map(staging, release_id),
         lambda: more_files(staging) if more_files is not None else [],
         lambda: footprint(outline),

@@ -196,8 +196,10 @@ def test_one_group_of_all_cells_writes_the_same_files(result_files, boundaries, 
             assert (one / name).read_bytes() == (cells / name).read_bytes(), name
 
 
-def test_a_group_breaking_its_contract_publishes_nothing(result_files, boundaries, tmp_path):
-    checks = RecordingChecks(fail_group=1)
+@pytest.mark.parametrize("fail_group", [0, 1, 2])  # found at the next group, or at the end
+def test_a_group_breaking_its_contract_publishes_nothing(result_files, boundaries, tmp_path,
+                                                         fail_group):
+    checks = RecordingChecks(fail_group=fail_group)
     with pytest.raises(PublishError, match="output contract"):
         streamed_release(result_files, boundaries, tmp_path / "root", 28, checks)
     assert release_folder(tmp_path / "root", "r1") is None
