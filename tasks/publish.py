@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import os
 from functools import partial
 from pathlib import Path
@@ -14,11 +15,13 @@ from dpatlas.release.allocate import BudgetPlan
 from dpatlas.core.config import ReleaseConfig, public_config
 from dpatlas.publication.feed import update_feed
 from dpatlas.release.manifest import build_manifest, input_commitment
+from dpatlas.publication.cell_stream import (CellGroupChecks, assembled_groups, cell_groups,
+                                            release_cells, write_release_by_cells)
 from dpatlas.publication.model_estimates import add_model_estimates
 from dpatlas.publication.tiles import release_tile_text
 from dpatlas.publication.level_files import assemble_level, unit_of, write_all_levels
-from dpatlas.publication.tract_files import (PublishError, assemble, release_folder,
-                                             standard_error_maximum, verify_release, write_release)
+from dpatlas.publication.tract_files import (MANIFEST_FILE, PublishError, release_folder,
+                                             standard_error_maximum, verify_release)
 from dpatlas.release.outcome import format_counts
 from dpatlas.release.validate import write_release_docs
 from dpatlas.release.validation_report import record_run
@@ -46,51 +49,83 @@ def publish_release(cfg: ReleaseConfig, release_id: str, result_files: list[Path
         verify_release(final)
         get_run_logger().info("release %s is already in place at %s; checked", release_id, final)
         return final
-    results = pd.concat([pd.read_parquet(p) for p in result_files], ignore_index=True)
-    table = assemble(results, boundaries, cfg.intervals.level)
-    levels = assemble_levels(level_files or [], boundaries, budget, table, cfg.intervals.level)
-    model_fits = None
-    if cfg.small_area.model:  # post-processing of the tables as published (no budget)
-        table, model_fits = add_model_estimates(table, levels, get_run_logger(),
-                                                [s.as_dict() for s in budget.steps])
-    manifest = build_manifest(cfg, release_id, budget, table,
-                              input_commitment(input_sha256, internal), random_source,
+    # A group of cells at a time (dpatlas.publication.cell_stream): the flow's memory does
+    # not grow with the number of cells.
+    cells = release_cells(result_files)
+    groups = cell_groups(cells, len(boundaries))
+    levels = assemble_levels(level_files or [], boundaries, budget, cells, cfg.intervals.level)
+    model_fits = [] if cfg.small_area.model else None
+    model = (partial(_with_model_estimates, levels, [s.as_dict() for s in budget.steps],
+                     model_fits) if model_fits is not None else None)
+    commitment = input_commitment(input_sha256, internal)
+
+    def manifest_of(summary) -> dict:  # once every group is written: the fits are all in
+        return build_manifest(cfg, release_id, budget, summary, commitment, random_source,
                               started, input_facts, ledger_entry, levels, model_fits)
-    # The output contract is checked while the files are written (it needs none of them):
-    # a broken contract stops the release before anything becomes visible.
-    folder = write_release(table, manifest, cfg.publish.root, release_id,
-                           config=public_config(cfg), internal_dir=internal,
-                           check_lease=check_lease,
-                           more_files=partial(write_all_levels, levels,
-                                              interval_level=cfg.intervals.level,
-                                              tile_text=partial(release_tile_text, release_id,
-                                                                public_config(cfg))),
-                           alongside=partial(_check_output_contracts,
-                                             _rows_to_check(table, levels, boundaries), cfg,
-                                             internal))
+
+    geoids = list(boundaries["geoid"])
+    level_rows = _rows_to_check(None, levels, boundaries)
+    folder = write_release_by_cells(
+        assembled_groups(result_files, groups, boundaries, cfg.intervals.level, model), cells,
+        manifest_of, cfg.publish.root, release_id, config=public_config(cfg),
+        checks=CellGroupChecks(
+            group=partial(_check_tract_group, geoids, cfg, internal),
+            finish=partial(_check_output_contracts, level_rows, cfg, internal)),
+        group_count=len(groups), internal_dir=internal, check_lease=check_lease,
+        more_files=partial(write_all_levels, levels, interval_level=cfg.intervals.level,
+                           tile_text=partial(release_tile_text, release_id, public_config(cfg))))
+    manifest = json.loads((folder / MANIFEST_FILE).read_text())
     get_run_logger().info("published release %s at %s (%s)", release_id, folder,
                           format_counts(manifest["counts"]["by_status"]))
     return folder
 
 
-def _rows_to_check(table: gpd.GeoDataFrame, levels: dict,
+def _with_model_estimates(levels: dict, steps: list[dict], fits: list[dict],
+                          table: gpd.GeoDataFrame) -> gpd.GeoDataFrame:
+    """A group's table with the small-area model's columns (post-processing of the tables as
+    published, no budget; fitted per cell and state), its fits added to ``fits``."""
+    table, group_fits = add_model_estimates(table, levels, get_run_logger(), steps)
+    fits.extend(group_fits)
+    return table
+
+
+def _check_tract_group(geoids: Optional[list], cfg: ReleaseConfig, internal: Path, rows: pd.DataFrame,
+                       index: int, count: int) -> str:
+    """One group of cells' tract rows against the tract contract. The groups' runs make the
+    whole table's checks: each row's checks in its group's run; (geoid, cell) unique in each
+    group, and across groups since no cell is in two; every boundary tract in the table,
+    checked in the first group's run alone (a run copies the boundary GEOIDs into each of
+    its expectations: a run per group with them cost more than the checks themselves). Its
+    run is ``published``, ``published-<k>-of-<count>`` with several groups."""
+    run = "published" if count == 1 else f"published-{index + 1}-of-{count}"
+    return _check_contract("tract", rows, geoids if index == 0 else None, cfg, internal, run)
+
+
+def _rows_to_check(table: Optional[gpd.GeoDataFrame], levels: dict,
                    boundaries: gpd.GeoDataFrame) -> dict:
     """What the output checks read, taken apart from the frames the writers read (pandas
     may consolidate a frame's blocks in place while reading it: no frame is shared with a
     thread that writes): level -> the table's rows without geometry and the boundaries'
-    units at that level."""
+    units at that level (no tract entry without ``table``: its groups are checked as they
+    are written)."""
     geoids = list(boundaries["geoid"])
-    return {"tract": (pd.DataFrame(table.drop(columns="geometry")), geoids)} | {
+    tract = {} if table is None else {
+        "tract": (pd.DataFrame(table.drop(columns="geometry")), geoids)}
+    return tract | {
         level: (pd.DataFrame(t.drop(columns="geometry")), list(unit_of(geoids, level)))
         for level, t in levels.items()}
 
 
-def _check_output_contracts(rows: dict, cfg: ReleaseConfig, internal: Path) -> dict:
+def _check_output_contracts(rows: dict, cfg: ReleaseConfig, internal: Path,
+                            tract_suites: Optional[list[str]] = None) -> dict:
     """Every published table (``rows``: level -> its rows and the boundaries' units) against
     its output contract (PublishError if one is broken), then the checks' Data Docs, rendered
-    once; returns the manifest's ``output_contract``."""
+    once; returns the manifest's ``output_contract``. ``tract_suites``: the suites the tract
+    table's groups of cells were checked against already (then ``rows`` has no tract)."""
     suites = {level: _check_contract(level, table, units, cfg, internal)
               for level, (table, units) in rows.items()}
+    if tract_suites is not None:
+        suites["tract"] = tract_suites[0]
     write_release_docs(internal)  # the output checks' Data Docs, rendered once
     contract = {"suite": suites.pop("tract"), "success": True}
     if suites:
@@ -98,13 +133,14 @@ def _check_output_contracts(rows: dict, cfg: ReleaseConfig, internal: Path) -> d
     return {"output_contract": contract}
 
 
-def _check_contract(level: str, table: pd.DataFrame, units: list, cfg: ReleaseConfig,
-                    internal: Path) -> str:
-    """One level's table against its output contract (PublishError if broken)."""
+def _check_contract(level: str, table: pd.DataFrame, units: Optional[list], cfg: ReleaseConfig,
+                    internal: Path, run: Optional[str] = None) -> str:
+    """One level's table against its output contract (PublishError if broken). ``run``: the
+    run's name (default ``published``, ``published-<level>`` above the tract)."""
     from data_contracts import ReleaseDocs, validate_published, validate_published_level
 
     release, se_max = ReleaseDocs.in_folder(internal), standard_error_maximum(cfg.intervals.level)
-    run = "published" if level == "tract" else f"published-{level}"
+    run = run or ("published" if level == "tract" else f"published-{level}")
     if level == "tract":
         check = validate_published(table, boundary_geoids=units, standard_error_max=se_max,
                                    release=release, run_name=run)
@@ -122,12 +158,12 @@ def _check_contract(level: str, table: pd.DataFrame, units: list, cfg: ReleaseCo
 
 
 def assemble_levels(level_files: list[Path], boundaries: gpd.GeoDataFrame, budget: BudgetPlan,
-                    table: pd.DataFrame, interval_level: float) -> dict:
-    """Each level's table (county, state), over the tract table's cells."""
+                    cells: list[str], interval_level: float) -> dict:
+    """Each level's table (county, state), over the tract table's ``cells`` (sorted)."""
     if not budget.levels:
         return {}
     results = pd.concat([pd.read_parquet(p) for p in level_files], ignore_index=True)
-    cells = sorted(str(c) for c in table["cell"].unique())
+    cells = cells or ["all"]  # the tract table of a release without records has cell "all"
     return {lp.level: assemble_level(results, boundaries, lp.level, cells, interval_level)
             for lp in budget.levels}
 

@@ -687,24 +687,52 @@ def write_geojson_rfc7946(gdf: gpd.GeoDataFrame, path: str | Path,
     doubles, and the few GEOS prints with more than ``decimals`` decimals are printed again.
     """
     path = Path(path)
+    props, geoms, ids = geojson_parts(gdf, path, decimals)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(feature_collection_head(geoms, decimals))
+        write_features(fh, props, geoms, ids, decimals)
+        fh.write(FEATURE_COLLECTION_TAIL)
+    return path
+
+
+# What closes the FeatureCollection :func:`feature_collection_head` opens.
+FEATURE_COLLECTION_TAIL = "]}"
+
+
+def geojson_parts(gdf: gpd.GeoDataFrame, path: Path, decimals: int = GEOJSON_DECIMALS,
+                  per_cell: bool | None = None) -> tuple[pd.DataFrame, np.ndarray, list | None]:
+    """What a FeatureCollection of ``gdf`` is written from: its properties, its RFC 7946
+    geometries (WGS 84, snapped, counter-clockwise) and feature ids (:func:`feature_ids`;
+    ``per_cell`` as there). ``path``: named in the refusal of a frame without a CRS."""
     if gdf.crs is None:
         raise BoundaryError(f"{path}: refusing to write boundaries without a CRS")
     gdf = gdf.to_crs(CRS)
     geoms = rfc7946_geometries(gdf.geometry.to_numpy(), decimals)
     props = pd.DataFrame(gdf.drop(columns=gdf.geometry.name))
-    ids = feature_ids(props)
+    return props, geoms, feature_ids(props, per_cell)
+
+
+def feature_collection_head(geoms: np.ndarray, decimals: int = GEOJSON_DECIMALS) -> str:
+    """The FeatureCollection's text up to its first feature, with the ``bbox`` of ``geoms``
+    (RFC 7946 geometries: every feature's) when there are any."""
     head = '{"type":"FeatureCollection",'
     if len(geoms):
         bbox = [round(float(v), decimals) for v in shapely.total_bounds(geoms)]
         head += f'"bbox":{_json_text(bbox)},'
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(head + '"features":[')
-        for n, (a, b) in enumerate(_row_runs(props)):
-            texts = _feature_texts(props.iloc[a:b], geoms[a:b],
-                                   None if ids is None else ids[a:b], decimals)
-            fh.write(("," if n else "") + ",".join(texts))
-        fh.write("]}")
-    return path
+    return head + '"features":['
+
+
+def write_features(fh, props: pd.DataFrame, geoms: np.ndarray, ids: list | None,
+                   decimals: int = GEOJSON_DECIMALS, after_others: bool = False) -> bool:
+    """Append the features of these rows to an open FeatureCollection, a state at a time
+    (:func:`_row_runs`); ``after_others``: features were written before (a comma first).
+    Returns whether the collection now holds a feature."""
+    for a, b in _row_runs(props):
+        texts = _feature_texts(props.iloc[a:b], geoms[a:b],
+                               None if ids is None else ids[a:b], decimals)
+        fh.write(("," if after_others else "") + ",".join(texts))
+        after_others = True
+    return after_others
 
 
 # Rows per chunk of the streamed GeoJSON when the table has no ``state`` column.
@@ -783,13 +811,17 @@ def _geometry_texts(geoms: np.ndarray, decimals: int) -> list[str]:
             if t != "null" else t for t in texts]
 
 
-def feature_ids(props: pd.DataFrame) -> list[str] | None:
+def feature_ids(props: pd.DataFrame, per_cell: bool | None = None) -> list[str] | None:
     """Feature ids: the GEOID (text, leading zeros kept), or ``GEOID/cell`` when the table
-    holds a GEOID more than once (one row per cell); None without a ``geoid`` column."""
+    holds a GEOID more than once (one row per cell); None without a ``geoid`` column.
+    ``per_cell``: whether the release has several cells, when ``props`` is a part of it (one
+    cell's rows: its GEOIDs are unique, yet the ids must be those of the whole file)."""
     if "geoid" not in props.columns:
         return None
     geoids = props["geoid"].astype(str)
-    if geoids.is_unique or "cell" not in props.columns:
+    if per_cell is None:
+        per_cell = not geoids.is_unique
+    if not per_cell or "cell" not in props.columns:
         return list(geoids)
     return list(geoids + "/" + props["cell"].astype(str))
 

@@ -244,8 +244,20 @@ def overview_rows(table: gpd.GeoDataFrame) -> gpd.GeoDataFrame:
     cells = sorted(table["cell"].astype(str).unique())
     if len(cells) <= 1:
         return table
-    shown = "all" if "all" in cells else cells[0]
-    return table[table["cell"].astype(str) == shown]
+    return table[table["cell"].astype(str) == shown_cell(cells)]
+
+
+def overview_title(release_id: str, shown: pd.DataFrame, several_cells: bool) -> str:
+    """The overview PNG's title: the cell it draws when the release has several."""
+    cell = f", cell {shown['cell'].iloc[0]}" if several_cells else ""
+    return (f"Release {release_id}: p25 by tract{cell} "
+            f"({int((shown.status == 'released').sum())} of {len(shown)} released)")
+
+
+def shown_cell(cells: list[str]) -> str:
+    """The cell the overview PNG draws when a release has several: ``all`` when there is
+    one, else the first in sorted order."""
+    return "all" if "all" in cells else sorted(cells)[0]
 
 
 def write_map(table: gpd.GeoDataFrame, path: Path, title: str,
@@ -516,9 +528,7 @@ def _write_files(staging: Path, table: gpd.GeoDataFrame, config: dict, release_i
     write_geojson_rfc7946(table, staging / "tracts.geojson")
     ci = config.get("intervals") or {}
     shown = overview_rows(table)
-    cell = f", cell {shown['cell'].iloc[0]}" if len(shown) < len(table) else ""
-    title = (f"Release {release_id}: p25 by tract{cell} ({int((shown.status == 'released').sum())}"
-             f" of {len(shown)} released)")
+    title = overview_title(release_id, shown, several_cells=len(shown) < len(table))
     tile_build, checked, web_map, *_ = in_parallel([
         lambda: tiles.build_tiles(staging / "tracts.geojson", staging / tiles.TILES_FILE,
                                   min_zoom=tiles.tract_min_zoom(config.get("levels")),
@@ -751,6 +761,31 @@ def write_release(table: gpd.GeoDataFrame, manifest: dict, root: Path, release_i
     root's file system). ``check_lease``: called right before the rename; it raises when this
     run no longer holds the release (then nothing becomes visible).
     """
+    def stage(staging: Path) -> tuple[list[str], dict]:
+        # The tract files, the level files (more tippecanoe runs) and the footprint are
+        # independent: side by side (in_parallel waits for all before anything is hashed).
+        # The threads share one consolidated copy: pandas may consolidate a frame's blocks in
+        # place while reading it, which is no read to do from several threads at once.
+        whole = table.copy()
+        (tract_files, checked), level_files, extent = in_parallel([
+            lambda: _write_files(staging, whole, config, release_id, alongside),
+            lambda: more_files(staging) if more_files is not None else [],
+            lambda: footprint(whole)])
+        return ([*PUBLISHED_FILES, *tract_files, *level_files],
+                {**manifest, **checked, "rounding": rounding_statement(list(whole.columns)),
+                 "extent": extent})
+
+    return stage_release(root, release_id, stage, config=config, internal_dir=internal_dir,
+                         check_lease=check_lease)
+
+
+def stage_release(root: Path, release_id: str, stage: Callable[[Path], tuple[list[str], dict]],
+                  *, config: dict, internal_dir: Optional[Path] = None,
+                  check_lease: Optional[Callable[[], None]] = None) -> Path:
+    """Make a staging folder outside the publish tree, let ``stage`` write the release's
+    files into it (it returns their names and the manifest without ``files``), add the data
+    package, hash every file into the manifest, then rename the folder to ``<root>/<id>``.
+    Nothing is visible unless all of it succeeded (see :func:`write_release`)."""
     try:
         validate_release_id(release_id)
     except InvalidReleaseId as err:
@@ -763,20 +798,9 @@ def write_release(table: gpd.GeoDataFrame, manifest: dict, root: Path, release_i
     staging = staging_folder(root, internal_dir, release_id)
     staging.mkdir()
     try:
-        # The tract files, the level files (more tippecanoe runs) and the footprint are
-        # independent: side by side (in_parallel waits for all before anything is hashed).
-        # The threads share one consolidated copy: pandas may consolidate a frame's blocks in
-        # place while reading it, which is no read to do from several threads at once.
-        table = table.copy()
-        (tract_files, checked), level_files, extent = in_parallel([
-            lambda: _write_files(staging, table, config, release_id, alongside),
-            lambda: more_files(staging) if more_files is not None else [],
-            lambda: footprint(table)])
-        files = [*PUBLISHED_FILES, *tract_files, *level_files]
+        files, manifest = stage(staging)
         files.append(write_datapackage(staging, files, release_id, config))
-        manifest = {**manifest, **checked,
-                    "rounding": rounding_statement(list(table.columns)),
-                    "extent": extent,
+        manifest = {**manifest,
                     "files": {f: {"sha256": sha256_file(staging / f),
                                   "bytes": (staging / f).stat().st_size}
                               for f in files}}

@@ -25,6 +25,7 @@ from mechanisms.intervals import ESTIMANDS as INTERVAL_ESTIMANDS
 from mechanisms.privacy import (CONVERSION_TEXT, GROUP_PRIVACY_RULES, PROJECT_RELATION,
                                 MixedRelations, Relation, as_dict, convert_relation)
 
+from dpatlas.publication.cell_stream import TractSummary
 from dpatlas.publication.model_estimates import model_published_columns, small_area_section
 from dpatlas.publication.level_files import (GEOID_DIGITS, level_files,
                                              level_published_columns)
@@ -381,11 +382,15 @@ def levels_section(plan: BudgetPlan, level_tables: dict) -> dict:
     return out
 
 
-def build_manifest(cfg: ReleaseConfig, release_id: str, plan: BudgetPlan, table: pd.DataFrame,
+def build_manifest(cfg: ReleaseConfig, release_id: str, plan: BudgetPlan,
+                   table: pd.DataFrame | TractSummary,
                    input_commitment: dict, random_source: str, started: str, input_facts: dict,
                    ledger_entry: dict | None = None, level_tables: dict | None = None,
                    model_fits: list[dict] | None = None) -> dict:
     """The public manifest of a release (``files`` is added by ``publish.write_release``).
+
+    ``table``: the tract table, or its :class:`TractSummary` added up a group of cells at a
+    time (``dpatlas.publication.cell_stream``): the manifest reads its cells and counts only.
 
     ``ledger_entry``: the flow's entry (sums of the ledger's charges); only its public keys are
     kept and its sums are checked against the plan. ``model_fits``: the small-area model's
@@ -393,7 +398,8 @@ def build_manifest(cfg: ReleaseConfig, release_id: str, plan: BudgetPlan, table:
     """
     # Validation reports (rows quarantined, clipped) are NOT differentially private: they stay
     # in the internal folder and never enter this public manifest.
-    cells = sorted(str(c) for c in table["cell"].unique())
+    summary = table if isinstance(table, TractSummary) else TractSummary.of(table)
+    cells = summary.cells
     totals = plan.totals(len(cells))
     per_tract = plan.per_tract()
     # What the ledger charges each tract and cell (basic composition of the steps, each
@@ -440,12 +446,7 @@ def build_manifest(cfg: ReleaseConfig, release_id: str, plan: BudgetPlan, table:
         "composition": COMPOSITION,
         "cells": cells,
         "total_per_person": totals,
-        "counts": {
-            "tracts": int(table["geoid"].nunique()),
-            "rows": int(len(table)),
-            "by_status": {k: int(v) for k, v in table["status"].value_counts().items()},
-            "by_mechanism": {k: int(v) for k, v in table["mechanism"].value_counts().items()},
-        },
+        "counts": summary.counts(),
         "published_columns": {
             "p25, p75": f"display values: the raw values rounded to {PUBLISHED_DECIMALS} "
                         "decimals, then clipped to [0, 1] (post-processing; see rounding)",

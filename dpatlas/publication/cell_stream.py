@@ -1,0 +1,352 @@
+"""Publishing a release a group of cells at a time (issue 22, item 3): the flow's memory in
+publish stays flat whatever the number of cells.
+
+Each group's rows (every boundary tract in each of its cells, with its polygon) are assembled,
+checked and appended to the tract files, then dropped: ``tracts.parquet`` through one
+``ParquetWriter`` (a row group per group of cells, the ``geo`` metadata geopandas writes),
+``tracts.csv`` (its header once), ``tracts.geojson`` (one FeatureCollection written feature
+by feature, so tippecanoe builds the tiles from the same file). The manifest's counts are
+added up over the groups; the PNG draws its one cell.
+
+Row order: cell by cell (every tract of the first cell, in the boundaries' order, then the
+next cell), whatever the grouping. A release of one cell is written in the order the
+whole-table path writes (tract by tract); with several cells that path wrote a tract's cells
+together. Every reader (``dpatlas audit``, the web map, ``read_csv_with_schema``) keys rows
+by (geoid, cell), not by position.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Optional
+
+import geopandas as gpd
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from dpatlas.publication.geography import (FEATURE_COLLECTION_TAIL, feature_collection_head,
+                                           geojson_parts, write_features)
+from dpatlas.publication.tract_files import (CSV_FILE, CSV_SCHEMA_FILE, PUBLISHED_FILES,
+                                             PublishError, _json, assemble, footprint, in_parallel,
+                                             overview_title, rounding_statement, shown_cell,
+                                             stage_release, table_schema, write_map)
+
+# Tract-cells assembled at once: about 2.8 KiB each in the flow (the national release's
+# 210 MiB per cell of 74,001 tracts), so a group holds at most ~270 MiB whatever the number
+# of cells. A national release takes one cell at a time; a small one all its cells at once.
+CELL_GROUP_ROWS = 100_000
+
+
+def release_cells(result_files: list[Path]) -> list[str]:
+    """The cells the chunks' results hold (their ``cell`` column alone is read), sorted."""
+    cells: set[str] = set()
+    for path in result_files:
+        cells.update(str(c) for c in
+                     pq.read_table(path, columns=["cell"]).column("cell").unique().to_pylist())
+    return sorted(cells)
+
+
+def cell_groups(cells: list[str], tracts: int,
+                max_rows: Optional[int] = None) -> list[list[str]]:
+    """``cells`` in order, cut into groups of at most ``max_rows`` tract-cells (default
+    :data:`CELL_GROUP_ROWS`; at least one cell a group); one empty group when there are no
+    cells (the release of no records)."""
+    size = max(1, (max_rows or CELL_GROUP_ROWS) // max(1, tracts))
+    return [cells[i:i + size] for i in range(0, len(cells), size)] or [[]]
+
+
+def read_results_of(result_files: list[Path], cells: list[str]) -> pd.DataFrame:
+    """The chunks' result rows of ``cells`` only (every row when ``cells`` is empty): the
+    parquet reader skips the other cells' rows."""
+    filters = [("cell", "in", list(cells))] if cells else None
+    return pd.concat([pd.read_parquet(p, filters=filters) for p in result_files],
+                     ignore_index=True)
+
+
+def assembled_groups(result_files: list[Path], groups: list[list[str]],
+                     boundaries: gpd.GeoDataFrame, interval_level: float,
+                     then: Optional[Callable[[gpd.GeoDataFrame], gpd.GeoDataFrame]] = None
+                     ) -> Iterator[gpd.GeoDataFrame]:
+    """Each group's tract table (:func:`~dpatlas.publication.tract_files.assemble` of its
+    cells' results, ``then`` applied: the small-area model), in cell order, made when the
+    writer asks for it: one group's rows are in memory at a time."""
+    for cells in groups:
+        table = assemble(read_results_of(result_files, cells), boundaries, interval_level)
+        yield in_cell_order(then(table) if then is not None else table)
+
+
+def in_cell_order(table: gpd.GeoDataFrame) -> gpd.GeoDataFrame:
+    """The rows cell by cell, each cell's in their order (a stable sort): the files' order
+    does not depend on how the cells were grouped."""
+    cells = table["cell"].astype(str).to_numpy()
+    if len(cells) == 0 or (cells == cells[0]).all():
+        return table
+    return table.iloc[np.argsort(cells, kind="stable")].reset_index(drop=True)
+
+
+# ------------------------------------------------------------------------------- the writers
+
+
+class GeoParquetAppender:
+    """``tracts.parquet`` written a group of rows at a time: one row group per append.
+
+    Each group goes through geopandas' own conversion (``geopandas.io.arrow``, what
+    ``GeoDataFrame.to_parquet`` writes), so the columns, the pandas metadata and the ``geo``
+    metadata are what geopandas writes for the whole table: the geometries of every group are
+    the same boundary polygons (each group holds every boundary tract), so their ``bbox`` and
+    ``geometry_types`` agree, and a group whose do not is refused (a bug)."""
+
+    def __init__(self, path: Path):
+        self.path, self.writer, self.schema = Path(path), None, None
+
+    def append(self, table: gpd.GeoDataFrame) -> None:
+        from geopandas.io.arrow import _geopandas_to_arrow
+
+        arrow = _geopandas_to_arrow(table, index=False)
+        if self.writer is None:
+            self.schema = _text_for_empty(arrow.schema)
+            self.writer = pq.ParquetWriter(self.path, self.schema, compression="snappy")
+        elif _geo(arrow.schema) != _geo(self.schema):
+            raise PublishError("a group of cells has other geometries than the first (a bug: "
+                               "every cell holds every boundary tract); nothing was published")
+        self.writer.write_table(arrow.cast(self.schema))
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def _geo(schema: pa.Schema) -> dict:
+    return json.loads(schema.metadata[b"geo"])
+
+
+def _text_for_empty(schema: pa.Schema) -> pa.Schema:
+    """The schema with a column whose values are all missing (arrow's null type: ``reason``
+    in a cell where every tract is released) typed as text, the type its values take in the
+    other cells: every group is cast to the first one's schema."""
+    return pa.schema([f.with_type(pa.string()) if pa.types.is_null(f.type) else f
+                      for f in schema], metadata=schema.metadata)
+
+
+class CsvAppender:
+    """``tracts.csv`` a group of rows at a time (the header with the first), and its Table
+    Schema beside it from the first group's columns (every group has the same)."""
+
+    def __init__(self, folder: Path, interval_level: float):
+        self.folder, self.level, self.started = Path(folder), interval_level, False
+
+    def append(self, rows: pd.DataFrame) -> None:
+        rows.to_csv(self.folder / CSV_FILE, index=False, na_rep="",
+                    mode="a" if self.started else "w", header=not self.started)
+        if not self.started:
+            schema = table_schema(list(rows.columns), level=self.level)
+            (self.folder / CSV_SCHEMA_FILE).write_text(json.dumps(schema, indent=2) + "\n")
+        self.started = True
+
+
+class GeoJsonAppender:
+    """``tracts.geojson``: one FeatureCollection, its features appended a group at a time.
+    Its ``bbox`` (written first) is the first group's: every group holds every boundary
+    tract, so every group's bbox is the same (checked)."""
+
+    def __init__(self, path: Path, several_cells: bool):
+        self.path, self.per_cell = Path(path), several_cells
+        self.fh, self.head, self.wrote = None, None, False
+
+    def append(self, table: gpd.GeoDataFrame) -> None:
+        props, geoms, ids = geojson_parts(table, self.path, per_cell=self.per_cell)
+        head = feature_collection_head(geoms)
+        if self.fh is None:
+            self.fh, self.head = open(self.path, "w", encoding="utf-8"), head
+            self.fh.write(head)
+        elif head != self.head:
+            raise PublishError("a group of cells has another GeoJSON bbox than the first (a "
+                               "bug: every cell holds every boundary tract); nothing was "
+                               "published")
+        self.wrote = write_features(self.fh, props, geoms, ids, after_others=self.wrote)
+
+    def close(self) -> None:
+        if self.fh is not None:
+            self.fh.write(FEATURE_COLLECTION_TAIL)
+            self.fh.close()
+
+
+@dataclass
+class TractSummary:
+    """What the manifest says of the tract table, added up a group at a time: its cells,
+    ``counts`` (tracts, rows, by status, by mechanism) as ``value_counts`` of the whole
+    table gives them (most frequent first, ties in the rows' order)."""
+    cells: list[str] = field(default_factory=list)
+    geoids: set = field(default_factory=set)
+    rows: int = 0
+    by_status: Counter = field(default_factory=Counter)
+    by_mechanism: Counter = field(default_factory=Counter)
+
+    @classmethod
+    def of(cls, table: pd.DataFrame) -> "TractSummary":
+        """The summary of a whole table."""
+        summary = cls()
+        summary.add(table)
+        return summary
+
+    def add(self, table: pd.DataFrame) -> None:
+        self.cells = sorted(set(self.cells) | {str(c) for c in table["cell"].unique()})
+        self.geoids.update(table["geoid"].unique())
+        self.rows += len(table)
+        self.by_status.update(table["status"].value_counts(sort=False).to_dict())
+        self.by_mechanism.update(table["mechanism"].value_counts(sort=False).to_dict())
+
+    def counts(self) -> dict:
+        return {"tracts": len(self.geoids), "rows": self.rows,
+                "by_status": _most_first(self.by_status),
+                "by_mechanism": _most_first(self.by_mechanism)}
+
+
+def _most_first(counter: Counter) -> dict:
+    return {str(k): int(v) for k, v in sorted(counter.items(), key=lambda kv: -kv[1])}
+
+
+# ---------------------------------------------------------------------------- the release
+
+
+@dataclass
+class CellGroupChecks:
+    """The output contract, a group at a time: ``group(rows, index, count)`` checks one
+    group's rows (without geometry; raises on a broken contract), ``finish(suite_names)``
+    runs once all groups passed (the level tables, the Data Docs) and returns what joins the
+    manifest."""
+    group: Callable[[pd.DataFrame, int, int], str]
+    finish: Callable[[list[str]], dict]
+
+
+def write_release_by_cells(groups: Iterable[gpd.GeoDataFrame], cells: list[str],
+                           manifest_of: Callable[[TractSummary], dict], root: Path,
+                           release_id: str, *, config: dict, checks: CellGroupChecks,
+                           group_count: int, internal_dir: Optional[Path] = None,
+                           check_lease: Optional[Callable[[], None]] = None,
+                           more_files: Optional[Callable[[Path], list[str]]] = None) -> Path:
+    """:func:`~dpatlas.publication.tract_files.write_release` a group of cells at a time.
+
+    ``groups``: each group's assembled tract rows (made when asked for, so one group is in
+    memory at a time), ``group_count`` of them; ``cells``: the release's cells;
+    ``manifest_of``: the manifest (without ``files``, ``rounding``, ``extent`` and the
+    checks' keys) from the summed counts, called once every group is written; ``checks``:
+    the output contract. The files, their names and what is published are those of
+    ``write_release``; the rows are in cell order (module docstring)."""
+    def stage(staging: Path) -> tuple[list[str], dict]:
+        checker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="publish-check")
+        try:
+            streamed = _append_groups(staging, groups, cells, config, checks, group_count,
+                                      checker)
+            tract_files, finished, level_files, extent = _finish_files(
+                staging, streamed, release_id, config, checks, more_files)
+        finally:
+            checker.shutdown(wait=True, cancel_futures=True)
+        manifest = {**manifest_of(streamed.summary), **finished,
+                    "rounding": rounding_statement(streamed.columns), "extent": extent}
+        return [*PUBLISHED_FILES, *tract_files, *level_files], manifest
+
+    return stage_release(root, release_id, stage, config=config, internal_dir=internal_dir,
+                         check_lease=check_lease)
+
+
+@dataclass
+class _Streamed:
+    """What the groups left behind: the summary, the columns, the overview's rows (one cell:
+    every boundary tract's polygon, whose union is the release's footprint), the suites of
+    the groups checked, and the last group's check, still running."""
+    summary: TractSummary
+    columns: list[str]
+    shown: gpd.GeoDataFrame
+    suites: list[str]
+    last_check: Future
+
+    def all_suites(self) -> list[str]:
+        """Every group's suite, once the last group's check is done (raises if it failed)."""
+        return [*self.suites, self.last_check.result()]
+
+
+def _append_groups(staging: Path, groups: Iterable[gpd.GeoDataFrame], cells: list[str],
+                   config: dict, checks: CellGroupChecks, group_count: int,
+                   checker: ThreadPoolExecutor) -> _Streamed:
+    """Append each group to the tract files while ``checker`` checks it; what the rest of
+    the release needs.
+
+    A group's check runs beside the writers of its group and of the next (the first group's,
+    which holds the boundary check, takes longer than writing it): the tiles start as soon
+    as the last group is written, and a failed check stops the release at the next group or
+    before anything is published. One check at a time is in flight, so the rows waiting for
+    it are one group's."""
+    ci = config.get("intervals") or {}
+    parquet = GeoParquetAppender(staging / "tracts.parquet")
+    csv = CsvAppender(staging, ci.get("level", 0.95))
+    geojson = GeoJsonAppender(staging / "tracts.geojson", several_cells=len(cells) > 1)
+    summary, suites, shown, columns, pending = TractSummary(), [], None, [], None
+    overview = shown_cell(cells) if cells else None
+    try:
+        for index, table in enumerate(_numbered(groups, group_count)):
+            # The check and the three writers side by side, each with a frame of its own:
+            # pandas may consolidate a frame's blocks in place while reading it. The copies
+            # share the polygons (a geometry array holds references).
+            table = table.copy()
+            rows = pd.DataFrame(table.drop(columns="geometry")).copy()
+            checked, for_geojson = rows.copy(), table.copy()
+            if pending is not None:
+                suites.append(pending.result())  # the previous group's (raises if broken)
+            pending = checker.submit(checks.group, checked, index, group_count)
+            in_parallel([lambda: parquet.append(table), lambda: csv.append(rows),
+                         lambda: geojson.append(for_geojson)])
+            del checked, for_geojson
+            summary.add(rows)
+            columns = list(table.columns)
+            if shown is None and (overview is None or overview in set(rows["cell"].astype(str))):
+                shown = table[table["cell"].astype(str) == overview] if overview else table
+    finally:
+        parquet.close()
+        geojson.close()
+    return _Streamed(summary, columns, shown, suites, pending)
+
+
+def _numbered(groups: Iterable[gpd.GeoDataFrame], count: int) -> Iterator[gpd.GeoDataFrame]:
+    """``groups``, refusing more or fewer than ``count`` (the checks' run names count them)."""
+    seen = 0
+    for table in groups:
+        seen += 1
+        yield table
+    if seen != count:
+        raise PublishError(f"{seen} groups of cells were assembled, {count} expected (a bug)")
+
+
+def _finish_files(staging: Path, streamed: _Streamed, release_id: str, config: dict,
+                  checks: CellGroupChecks,
+                  more_files: Optional[Callable[[Path], list[str]]]
+                  ) -> tuple[list, dict, list, dict]:
+    """Once every group is written: the tiles (from the whole GeoJSON), beside them the
+    remaining checks, the web map, the PNG, config.json, the level files and the footprint
+    (of the overview's cell: every tract's polygon, as the whole table's)."""
+    from dpatlas.publication import tiles, webmap
+
+    ci = config.get("intervals") or {}
+    title = overview_title(release_id, streamed.shown,
+                           several_cells=len(streamed.summary.cells) > 1)
+    outline = streamed.shown.copy()  # its own frame for the footprint's thread
+    _, finished, web_map, level_files, extent, *_ = in_parallel([
+        lambda: tiles.build_tiles(staging / "tracts.geojson", staging / tiles.TILES_FILE,
+                                  min_zoom=tiles.tract_min_zoom(config.get("levels")),
+                                  text=tiles.release_tile_text(release_id, config)),
+        lambda: checks.finish(streamed.all_suites()),
+        lambda: webmap.write_web_map(staging, release_id),
+        lambda: more_files(staging) if more_files is not None else [],
+        lambda: footprint(outline),
+        lambda: write_map(streamed.shown, staging / "p25_map.png", title,
+                          ci.get("low_reliability_width") if ci.get("enabled") else None),
+        lambda: (staging / "config.json").write_text(json.dumps(
+            config, indent=2, sort_keys=True, default=_json)),
+    ])
+    return [tiles.TILES_FILE, *web_map], finished, level_files, extent

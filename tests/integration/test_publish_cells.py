@@ -1,0 +1,280 @@
+"""Publishing a group of cells at a time (issue 22, item 3): a release of several cells
+streamed cell by cell holds in its files what the whole-table path writes (rows in cell
+order), checks every group against the contract, and publishes nothing when one breaks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import geopandas as gpd
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+from geopandas.testing import assert_geodataframe_equal
+
+from dpatlas.evaluation.synthetic_input import tract_geoids
+from dpatlas.publication import cell_stream as S
+from dpatlas.publication.geography import synth_boundaries
+from dpatlas.publication.tract_files import (PublishError, assemble, release_folder,
+                                             verify_release, write_release)
+from dpatlas.release.manifest import TractSummary
+
+CELLS = ["outcome-1", "outcome-2", "outcome-3"]
+CONFIG = {"release": "r1", "intervals": {"enabled": True, "level": 0.95,
+                                         "low_reliability_width": 0.3}}
+
+
+@pytest.fixture(scope="module")
+def boundaries() -> gpd.GeoDataFrame:
+    geoids = np.concatenate([tract_geoids(s, 14, 3)[0] for s in ("17", "18")])
+    return synth_boundaries(list(geoids), seed=3)
+
+
+@pytest.fixture(scope="module")
+def result_files(boundaries, tmp_path_factory) -> list[Path]:
+    """Two chunks' results over three cells: released rows with intervals and a suite
+    estimator, failed rows, tracts without records (suppressed by assemble); in the first
+    cell every tract is present and released (its ``reason`` all missing: arrow's null type
+    in that group alone)."""
+    rng = np.random.default_rng(11)
+    frames = []
+    for k, cell in enumerate(CELLS):
+        present = rng.random(len(boundaries)) < 0.85 if k else np.ones(len(boundaries), bool)
+        keep = boundaries["geoid"].to_numpy()[present]
+        n = len(keep)
+        status = np.where(rng.random(n) < 0.1, "failed", "released") if k else np.full(
+            n, "released")
+        p25, p75 = rng.normal(0.4, 0.2, n), rng.normal(0.6, 0.2, n)
+        ok = status == "released"
+        frames.append(pd.DataFrame({
+            "geoid": keep, "cell": cell, "n": rng.integers(20, 400, n),
+            "mechanism": np.where(rng.random(n) < 0.5, "NoisyStats", "DPExpTheilSen"),
+            "status": status, "reason": np.where(ok, None, "noisy nvar <= 0"),
+            "p25_raw": np.where(ok, p25, np.nan), "p75_raw": np.where(ok, p75, np.nan),
+            "epsilon_spent": 1.0, "delta_spent": 0.0,
+            "p25_lo": np.where(ok, p25 - 0.1, np.nan), "p25_hi": np.where(ok, p25 + 0.1, np.nan),
+            "p75_lo": np.where(ok, p75 - 0.2, np.nan), "p75_hi": np.where(ok, p75 + 0.2, np.nan),
+            "Hybrid_p25": np.where(ok, p25 + 0.01, np.nan),
+            "Hybrid_p75": np.where(ok, p75 - 0.01, np.nan)}))
+    whole = pd.concat(frames, ignore_index=True).sample(frac=1.0, random_state=2)
+    folder = tmp_path_factory.mktemp("results")
+    paths = []
+    half = len(whole) // 2
+    for i, part in enumerate((whole.iloc[:half], whole.iloc[half:])):
+        paths.append(folder / f"chunk-{i}.parquet")
+        part.to_parquet(paths[-1], index=False)
+    return paths
+
+
+class RecordingChecks:
+    """The output checks as the release runs them, recorded: each group's rows, then the
+    finish with the suites."""
+
+    def __init__(self, fail_group: int | None = None):
+        self.groups, self.finished, self.fail_group = [], None, fail_group
+
+    def as_checks(self) -> S.CellGroupChecks:
+        return S.CellGroupChecks(group=self.group, finish=self.finish)
+
+    def group(self, rows: pd.DataFrame, index: int, count: int) -> str:
+        self.groups.append((sorted(rows["cell"].unique()), len(rows), index, count))
+        if index == self.fail_group:
+            raise PublishError("the release table breaks its output contract")
+        return "published_tracts"
+
+    def finish(self, suites: list[str]) -> dict:
+        self.finished = suites
+        return {"output_contract": {"suite": suites[0], "success": True}}
+
+
+def whole_release(result_files, boundaries, root) -> Path:
+    """The reference: every result at once, assembled, written by write_release."""
+    results = pd.concat([pd.read_parquet(p) for p in result_files], ignore_index=True)
+    table = assemble(results, boundaries)
+    manifest = {"release_id": "r1", **_manifest_counts(TractSummary.of(table))}
+    return write_release(table, manifest, root, "r1", config=CONFIG)
+
+
+def _manifest_counts(summary: TractSummary) -> dict:
+    return {"cells": summary.cells, "counts": summary.counts()}
+
+
+def streamed_release(result_files, boundaries, root, max_rows, checks) -> Path:
+    cells = S.release_cells(result_files)
+    groups = S.cell_groups(cells, len(boundaries), max_rows)
+    return S.write_release_by_cells(
+        S.assembled_groups(result_files, groups, boundaries, 0.95), cells,
+        lambda summary: {"release_id": "r1", **_manifest_counts(summary)}, root, "r1",
+        config=CONFIG, checks=checks.as_checks(), group_count=len(groups))
+
+
+@pytest.fixture(scope="module")
+def both(result_files, boundaries, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("both")
+    checks = RecordingChecks()
+    one_cell_a_group = len(boundaries)  # rows per group: one cell each
+    return (whole_release(result_files, boundaries, tmp / "whole"),
+            streamed_release(result_files, boundaries, tmp / "cells", one_cell_a_group, checks),
+            checks)
+
+
+def by_key(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.sort_values(["geoid", "cell"], kind="stable").reset_index(drop=True)
+
+
+def test_groups_of_cells_stay_under_the_bound():
+    assert S.cell_groups(CELLS, 28, 28) == [[c] for c in CELLS]
+    assert S.cell_groups(CELLS, 28, 60) == [CELLS[:2], CELLS[2:]]
+    assert S.cell_groups(CELLS, 28, 10) == [[c] for c in CELLS]  # at least one cell a group
+    assert S.cell_groups(CELLS, 28) == [CELLS]
+    assert S.cell_groups([], 28) == [[]]
+
+
+def test_results_are_read_for_the_group_cells_only(result_files):
+    assert S.release_cells(result_files) == CELLS
+    rows = S.read_results_of(result_files, ["outcome-2"])
+    assert set(rows["cell"]) == {"outcome-2"} and len(rows) > 0
+    every = pd.concat([pd.read_parquet(p) for p in result_files])
+    assert len(rows) == (every["cell"] == "outcome-2").sum()
+
+
+def test_the_geoparquet_holds_the_whole_tables_rows_and_metadata(both):
+    whole, cells, _ = both
+    a, b = gpd.read_parquet(whole / "tracts.parquet"), gpd.read_parquet(cells / "tracts.parquet")
+    assert len(b) == len(a) == 3 * 28 and list(b.columns) == list(a.columns)
+    assert_geodataframe_equal(by_key(b), by_key(a))
+    geo_a = json.loads(pq.read_schema(whole / "tracts.parquet").metadata[b"geo"])
+    geo_b = json.loads(pq.read_schema(cells / "tracts.parquet").metadata[b"geo"])
+    assert geo_b == geo_a  # bbox, geometry types, CRS, encoding: a reader sees no difference
+    assert pq.ParquetFile(cells / "tracts.parquet").metadata.num_row_groups == 3  # a cell each
+    # cell order: every tract of a cell, in the boundaries' order, then the next cell
+    assert list(b["cell"]) == [c for c in CELLS for _ in range(28)]
+    assert list(b["geoid"][:28]) == list(a["geoid"].drop_duplicates())
+
+
+def test_the_csv_and_its_schema_are_the_whole_tables(both):
+    whole, cells, _ = both
+    a, b = pd.read_csv(whole / "tracts.csv", dtype=str), pd.read_csv(cells / "tracts.csv", dtype=str)
+    pd.testing.assert_frame_equal(by_key(b), by_key(a))
+    assert (cells / "tracts.schema.json").read_text() == (whole / "tracts.schema.json").read_text()
+    assert (cells / "tracts.csv").read_text().count("geoid,") == 1  # the header once
+
+
+def test_the_geojson_holds_the_whole_tables_features(both):
+    whole, cells, _ = both
+    a = json.loads((whole / "tracts.geojson").read_text())
+    b = json.loads((cells / "tracts.geojson").read_text())
+    assert b["bbox"] == a["bbox"] and set(b) == set(a)
+    assert len(b["features"]) == len(a["features"]) == 84
+    ids = [f["id"] for f in b["features"]]
+    assert ids[0].endswith("/outcome-1") and len(set(ids)) == 84  # GEOID/cell, as the whole's
+    assert {f["id"]: f for f in b["features"]} == {f["id"]: f for f in a["features"]}
+
+
+def test_the_manifest_counts_and_extent_are_the_whole_tables(both):
+    whole, cells, checks = both
+    a, b = verify_release(whole), verify_release(cells)
+    for key in ("cells", "counts", "rounding", "extent"):
+        assert b[key] == a[key], key
+    assert set(b["files"]) == set(a["files"])
+    assert b["counts"]["rows"] == 84 and b["counts"]["tracts"] == 28
+    # each group checked once, with its own rows, then the finish with every group's suite
+    assert checks.groups == [([c], 28, k, 3) for k, c in enumerate(CELLS)]
+    assert checks.finished == ["published_tracts"] * 3
+    assert b["output_contract"] == {"suite": "published_tracts", "success": True}
+
+
+def test_one_group_of_all_cells_writes_the_same_files(result_files, boundaries, tmp_path, both):
+    _, cells, _ = both
+    one = streamed_release(result_files, boundaries, tmp_path / "one", 10_000, RecordingChecks())
+    for name in ("tracts.parquet", "tracts.csv", "tracts.geojson"):
+        if name == "tracts.parquet":  # row groups differ, the rows do not
+            pd.testing.assert_frame_equal(pd.read_parquet(one / name), pd.read_parquet(cells / name))
+        else:
+            assert (one / name).read_bytes() == (cells / name).read_bytes(), name
+
+
+@pytest.mark.parametrize("fail_group", [0, 1, 2])  # found at the next group, or at the end
+def test_a_group_breaking_its_contract_publishes_nothing(result_files, boundaries, tmp_path,
+                                                         fail_group):
+    checks = RecordingChecks(fail_group=fail_group)
+    with pytest.raises(PublishError, match="output contract"):
+        streamed_release(result_files, boundaries, tmp_path / "root", 28, checks)
+    assert release_folder(tmp_path / "root", "r1") is None
+    assert not [p for p in (tmp_path / "root").iterdir() if p.name.startswith(".staging")]
+    assert checks.finished is None
+
+
+# ------------------------------------------------- through the flow: groups of one cell each
+
+@pytest.fixture(scope="module")
+def flow_release(tmp_path_factory):
+    """A seeded release of 3 cells over 2 states (40 tracts), all three levels and the
+    small-area model, published one cell at a time (the group bound forced down)."""
+    import os
+
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+    from prefect.testing.utilities import prefect_test_harness
+
+    from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
+    from tests.support.inputs import write_config
+
+    tmp = tmp_path_factory.mktemp("flow-cells")
+    write_synthetic(tmp / "data", ["17", "18"], seed=5,
+                    params=StateParams(n_tracts=20, counties=2), cells=3)
+    cfg = {"input": {"path": str(tmp / "data" / "microdata"), "columns": {"cell": "cell"}},
+           "boundaries": {"path": str(tmp / "data" / "tracts.parquet")},
+           "privacy": {"epsilon_per_tract": 1.0},
+           "selection": {"rule": "dp", "threshold": 3.0},
+           "publish": {"root": str(tmp / "releases"), "internal_root": str(tmp / "internal"),
+                       "min_n": 20},
+           "ledger": {"url": f"sqlite:///{tmp / 'ledger.db'}", "dataset": "cells"},
+           "partition_tracts": 25, "levels": ["tract", "county", "state"],
+           "small_area": {"model": True}}
+    patch = pytest.MonkeyPatch()
+    patch.setattr(S, "CELL_GROUP_ROWS", 40)  # 40 tracts: a group per cell
+    try:
+        with prefect_test_harness(server_startup_timeout=180):
+            from flows.release import release
+
+            outcome = release(str(write_config(tmp / "config.yaml", cfg)), "g1", 7)
+    finally:
+        patch.undo()
+    assert outcome.status == "published"
+    return Path(outcome.folder), tmp / "internal"
+
+
+def test_a_release_published_a_cell_at_a_time_passes_the_audit(flow_release):
+    import io
+
+    from dpatlas.audit import checks as audit
+
+    folder, internal = flow_release
+    out = io.StringIO()
+    assert audit.main(folder, out, allow_test=True) == 0, out.getvalue()
+    tracts = gpd.read_parquet(folder / "tracts.parquet")
+    m = json.loads((folder / "manifest.json").read_text())
+    assert len(tracts) == 120 == m["counts"]["rows"] and m["counts"]["tracts"] == 40
+    assert m["cells"] == CELLS and sorted(tracts["cell"].unique()) == CELLS
+    assert list(tracts["cell"]) == [c for c in CELLS for _ in range(40)]  # cell order
+    assert pq.ParquetFile(folder / "tracts.parquet").metadata.num_row_groups == 3
+    assert "p25_model" in tracts.columns
+    fits = m["small_area"]["fits"]  # every cell's, for each state, in order
+    assert [(f["cell"], f["state"]) for f in fits] == [(c, s) for c in CELLS
+                                                       for s in ("17", "18")]
+    # each group checked against the tract contract in a run of its own, then the levels
+    runs = {json.loads(p.read_text())["run_name"]: json.loads(p.read_text())
+            for p in internal.rglob("runs/*.json")}
+    published = sorted(r for r in runs if r.startswith("published"))
+    assert published == ["published-1-of-3", "published-2-of-3", "published-3-of-3",
+                         "published-county", "published-state"]
+    assert all(runs[r]["success"] for r in published)
+    # every boundary tract in the table: checked once, in the first group's run
+    first, later = runs["published-1-of-3"], runs["published-3-of-3"]
+    assert first["evaluated"] == later["evaluated"] + 1 == runs["published-2-of-3"]["evaluated"] + 1
+    assert "distinct_values_to_contain_set" in json.dumps(first["expectations"])
+    assert "distinct_values_to_contain_set" not in json.dumps(later["expectations"])
+    assert m["output_contract"]["suite"] == "published_tracts"
