@@ -107,7 +107,8 @@ def main() -> None:
                                         states_of)
     from dpatlas.release.thresholds import resolve_threshold
     from mechanisms.noise import default_randomness
-    from tasks.publish import _check_level_contract, assemble_levels
+    from dpatlas.publication.level_files import unit_of
+    from tasks.publish import _check_contract, assemble_levels
 
     cfg = load_config(args.run / "config.yaml")
     (internal,) = [p for p in (args.run / "releases-internal").iterdir() if p.is_dir()]
@@ -145,7 +146,8 @@ def main() -> None:
                         ignore_index=True)
     table = assemble(results, boundaries, cfg.intervals.level)
     level_files = sorted((internal / "levels").glob("*.parquet"))
-    assemble_all = lambda: assemble_levels(level_files, boundaries, budget, table,
+    cells = sorted(str(c) for c in table["cell"].unique())
+    assemble_all = lambda: assemble_levels(level_files, boundaries, budget, cells,
                                            cfg.intervals.level)
     levels = compare("assemble levels", assemble_all, assemble_all, None)
 
@@ -161,7 +163,9 @@ def main() -> None:
     import data_contracts  # noqa: F401  (publish imported it for the tract table already)
 
     with tempfile.TemporaryDirectory() as docs:
-        check = lambda: [_check_level_contract(lv, t, boundaries, cfg, Path(docs))
+        geoids = list(boundaries["geoid"])
+        check = lambda: [_check_contract(lv, pd.DataFrame(t.drop(columns="geometry")),
+                                         list(unit_of(geoids, lv)), cfg, Path(docs))
                          for lv, t in levels.items()]
         compare("level checks", check, check, None)
 

@@ -21,6 +21,7 @@ import json
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Optional
 
@@ -172,7 +173,7 @@ class GeoJsonAppender:
         self.wrote = write_features(self.fh, props, geoms, ids, after_others=self.wrote)
 
     def close(self) -> None:
-        if self.fh is not None:
+        if self.fh is not None and not self.fh.closed:
             self.fh.write(FEATURE_COLLECTION_TAIL)
             self.fh.close()
 
@@ -241,13 +242,16 @@ def write_release_by_cells(groups: Iterable[gpd.GeoDataFrame], cells: list[str],
     ``write_release``; the rows are in cell order (module docstring)."""
     def stage(staging: Path) -> tuple[list[str], dict]:
         checker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="publish-check")
+        tiler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="publish-tiles")
         try:
             streamed = _append_groups(staging, groups, cells, config, checks, group_count,
-                                      checker)
+                                      checker, partial(tiler.submit, _build_tract_tiles,
+                                                       staging, release_id, config))
             tract_files, finished, level_files, extent = _finish_files(
                 staging, streamed, release_id, config, checks, more_files)
         finally:
             checker.shutdown(wait=True, cancel_futures=True)
+            tiler.shutdown(wait=True, cancel_futures=True)
         manifest = {**manifest_of(streamed.summary), **finished,
                     "rounding": rounding_statement(streamed.columns), "extent": extent}
         return [*PUBLISHED_FILES, *tract_files, *level_files], manifest
@@ -266,6 +270,7 @@ class _Streamed:
     shown: gpd.GeoDataFrame
     suites: list[str]
     last_check: Future
+    tiles: Future  # tippecanoe on the whole GeoJSON, started once it was written
 
     def all_suites(self) -> list[str]:
         """Every group's suite, once the last group's check is done (raises if it failed)."""
@@ -274,9 +279,11 @@ class _Streamed:
 
 def _append_groups(staging: Path, groups: Iterable[gpd.GeoDataFrame], cells: list[str],
                    config: dict, checks: CellGroupChecks, group_count: int,
-                   checker: ThreadPoolExecutor) -> _Streamed:
+                   checker: ThreadPoolExecutor, start_tiles: Callable[[], Future]) -> _Streamed:
     """Append each group to the tract files while ``checker`` checks it; what the rest of
-    the release needs.
+    the release needs. ``start_tiles`` is called as soon as the last group's GeoJSON is
+    written, so tippecanoe (the longest writer) runs beside the last group's other writers
+    and everything after them.
 
     A group's check runs beside the writers of its group and of the next (the first group's,
     which holds the boundary check, takes longer than writing it): the tiles start as soon
@@ -289,6 +296,14 @@ def _append_groups(staging: Path, groups: Iterable[gpd.GeoDataFrame], cells: lis
     geojson = GeoJsonAppender(staging / "tracts.geojson", several_cells=len(cells) > 1)
     summary, suites, shown, columns, pending = TractSummary(), [], None, [], None
     overview = shown_cell(cells) if cells else None
+    started: list[Future] = []
+
+    def geojson_then_tiles(table: gpd.GeoDataFrame, last: bool) -> None:
+        geojson.append(table)
+        if last:
+            geojson.close()
+            started.append(start_tiles())
+
     try:
         for index, table in enumerate(_numbered(groups, group_count)):
             # The check and the three writers side by side, each with a frame of its own:
@@ -300,8 +315,9 @@ def _append_groups(staging: Path, groups: Iterable[gpd.GeoDataFrame], cells: lis
             if pending is not None:
                 suites.append(pending.result())  # the previous group's (raises if broken)
             pending = checker.submit(checks.group, checked, index, group_count)
+            last = index == group_count - 1
             in_parallel([lambda: parquet.append(table), lambda: csv.append(rows),
-                         lambda: geojson.append(for_geojson)])
+                         lambda: geojson_then_tiles(for_geojson, last)])
             del checked, for_geojson
             summary.add(rows)
             columns = list(table.columns)
@@ -310,7 +326,15 @@ def _append_groups(staging: Path, groups: Iterable[gpd.GeoDataFrame], cells: lis
     finally:
         parquet.close()
         geojson.close()
-    return _Streamed(summary, columns, shown, suites, pending)
+    return _Streamed(summary, columns, shown, suites, pending, started[0])
+
+
+def _build_tract_tiles(staging: Path, release_id: str, config: dict):
+    from dpatlas.publication import tiles
+
+    return tiles.build_tiles(staging / "tracts.geojson", staging / tiles.TILES_FILE,
+                             min_zoom=tiles.tract_min_zoom(config.get("levels")),
+                             text=tiles.release_tile_text(release_id, config))
 
 
 def _numbered(groups: Iterable[gpd.GeoDataFrame], count: int) -> Iterator[gpd.GeoDataFrame]:
@@ -337,9 +361,7 @@ def _finish_files(staging: Path, streamed: _Streamed, release_id: str, config: d
                            several_cells=len(streamed.summary.cells) > 1)
     outline = streamed.shown.copy()  # its own frame for the footprint's thread
     _, finished, web_map, level_files, extent, *_ = in_parallel([
-        lambda: tiles.build_tiles(staging / "tracts.geojson", staging / tiles.TILES_FILE,
-                                  min_zoom=tiles.tract_min_zoom(config.get("levels")),
-                                  text=tiles.release_tile_text(release_id, config)),
+        streamed.tiles.result,  # started with the last group (raises if tippecanoe failed)
         lambda: checks.finish(streamed.all_suites()),
         lambda: webmap.write_web_map(staging, release_id),
         lambda: more_files(staging) if more_files is not None else [],

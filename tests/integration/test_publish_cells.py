@@ -196,6 +196,33 @@ def test_one_group_of_all_cells_writes_the_same_files(result_files, boundaries, 
             assert (one / name).read_bytes() == (cells / name).read_bytes(), name
 
 
+def test_the_tiles_start_from_the_whole_geojson_before_the_last_groups_other_writers_end(
+        result_files, boundaries, tmp_path, monkeypatch):
+    """tippecanoe, the longest writer, starts as soon as the last group's GeoJSON is
+    written (beside that group's GeoParquet and CSV): it is given the whole, closed file."""
+    import threading
+
+    parquet_done, seen = threading.Event(), {}
+    append = S.GeoParquetAppender.append
+
+    def slow_append(self, table):
+        append(self, table)
+        if (table["cell"] == CELLS[-1]).all():  # the last group: hold its GeoParquet back
+            assert parquet_done.wait(timeout=60), "the tiles never started"
+
+    def tiles(staging, release_id, config):
+        doc = json.loads((staging / "tracts.geojson").read_text())  # whole and closed
+        seen["features"] = len(doc["features"])
+        parquet_done.set()
+        (staging / "tracts.pmtiles").write_bytes(b"tiles")
+
+    monkeypatch.setattr(S.GeoParquetAppender, "append", slow_append)
+    monkeypatch.setattr(S, "_build_tract_tiles", tiles)
+    folder = streamed_release(result_files, boundaries, tmp_path / "root", len(boundaries),
+                              RecordingChecks())
+    assert seen["features"] == len(boundaries) * len(CELLS)
+    assert len(pd.read_parquet(folder / "tracts.parquet")) == len(boundaries) * len(CELLS)
+
 @pytest.mark.parametrize("fail_group", [0, 1, 2])  # found at the next group, or at the end
 def test_a_group_breaking_its_contract_publishes_nothing(result_files, boundaries, tmp_path,
                                                          fail_group):
