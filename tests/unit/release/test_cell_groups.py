@@ -133,3 +133,19 @@ def test_level_tasks_split_a_large_state_by_cells_and_read_only_them(tmp_path):
     key = ["level", "geoid", "cell"]
     pd.testing.assert_frame_equal(split[key + ["n"]].sort_values(key).reset_index(drop=True),
                                   whole[key + ["n"]].sort_values(key).reset_index(drop=True))
+
+
+def test_a_chunk_of_a_group_of_cells_reads_the_same_rows_from_a_staging_url(tmp_path):
+    """On Dask workers a chunk reads its partition by URL (``staging_url``): its cell group
+    is filtered there as it is locally."""
+    from dpatlas.release import staging
+    from dpatlas.release.estimate import stage_chunks
+
+    path = staged_partition(tmp_path)
+    found = staged_counts([path])
+    chunks = split_into_chunks(tracts_of(found), 3, found, record_bound=250)
+    urls = staging.stage_files([path], staging.release_location("memory://bucket/cells", "r9"))
+    for local, remote in zip(chunks, stage_chunks(chunks, urls)):
+        assert remote.cells == local.cells and isinstance(remote.staged, str)
+        pd.testing.assert_frame_equal(sorted_records(read_chunk(remote)),
+                                      sorted_records(read_chunk(local)))
