@@ -436,15 +436,18 @@ def test_single_file_is_split_by_state_with_file_row_positions(tmp_path, fmt, mo
 
 
 def test_csv_state_read_holds_one_state_not_the_file(tmp_path, monkeypatch):
-    """Arrow memory while reading one of ten states from a ~9 MB CSV stays far below what the
-    whole file takes: the file is streamed in blocks and only that state's rows are kept.
-    (Blocks of 64 KiB here stand for the 1 MiB blocks of a national file of ~300 MB: pyarrow
-    reads some 32 blocks ahead, so the bound is a multiple of the block size.)"""
+    """Arrow memory while reading one of twenty states from a ~9 MB CSV stays far below what
+    the whole file takes: the file is streamed in blocks and only that state's rows are kept.
+    (Blocks of 16 KiB here stand for the 1 MiB blocks of a national file of ~300 MB: pyarrow
+    reads some 32 blocks ahead, so the bound is a multiple of the block size.) Measured: one
+    state 1.44 MB, the file 7.03 MB. With ten states and 64 KiB blocks the margin was 3%, and
+    read-ahead under a loaded CI machine took it (3.54 vs 7.03 MB)."""
     import pyarrow as pa
 
-    monkeypatch.setattr("dpatlas.release.ingest._STREAM_BLOCK_BYTES", 64 << 10)
-    states = ("01", "04", "05", "06", "08", "09", "10", "11", "12", "13")
-    frame = interleaved_states(n_per_state=20_000, states=states)
+    monkeypatch.setattr("dpatlas.release.ingest._STREAM_BLOCK_BYTES", 16 << 10)
+    states = tuple(f"{s:02d}" for s in (1, 4, 5, 6, 8, 9, 10, 11, 12, 13,
+                                        15, 16, 17, 18, 19, 20, 21, 22, 23, 24))
+    frame = interleaved_states(n_per_state=10_000, states=states)
     path = tmp_path / "in.csv"
     frame.to_csv(path, index=False)
     cfg = input_config(path, fmt="csv")
@@ -459,11 +462,11 @@ def test_csv_state_read_holds_one_state_not_the_file(tmp_path, monkeypatch):
             df = read_partition(cfg.input, key)
         finally:
             pa.set_memory_pool(previous)
-        assert len(df) == (20_000 if key != "all" else 200_000)
+        assert len(df) == (10_000 if key != "all" else 200_000)
         return pools[-1].max_memory()
 
     one_state, whole = arrow_peak("06"), arrow_peak("all")
-    assert one_state < whole / 2, (one_state, whole)
+    assert one_state < whole / 3, (one_state, whole)
 
 
 def test_csv_type_change_after_the_first_block_is_an_input_error(tmp_path, monkeypatch):
