@@ -15,7 +15,7 @@ the release publishes) and on the input's cells.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Mapping, Optional
 
 import pandas as pd
 
@@ -26,28 +26,39 @@ import pandas as pd
 TASK_RECORDS = 1_000_000
 
 
+def greedy_groups(counts: Mapping[Optional[str], int], bound: int
+                  ) -> list[tuple[tuple[Optional[str], ...], int]]:
+    """Cells with their record ``counts`` as groups of at most ``bound`` records, with each
+    group's total: cells in sorted order (a null cell last), a group closed when the next
+    cell would take it past the bound, so a group holds one cell at least, however large.
+    The one grouping of the release: tasks here, validation partitions in
+    :mod:`dpatlas.release.ingest`."""
+    if bound < 1:
+        raise ValueError(f"the record bound must be at least 1, got {bound}")
+    groups: list[tuple[tuple[Optional[str], ...], int]] = []
+    for cell in sorted(counts, key=lambda c: (c is None, c or "")):
+        n = int(counts[cell])
+        if groups and groups[-1][1] + n <= bound:
+            groups[-1] = (groups[-1][0] + (cell,), groups[-1][1] + n)
+        else:
+            groups.append(((cell,), n))
+    return groups
+
+
 def group_cells(records_per_cell: pd.Series, bound: Optional[int] = None
                 ) -> list[Optional[tuple[str, ...]]]:
     """The cell groups of one task's records: ``records_per_cell`` is indexed by cell;
     ``bound``: :data:`TASK_RECORDS` unless given.
 
-    ``[None]`` (every cell, one task, named as without groups) when all fit in one group, so
-    a release whose tasks were never split keeps its task names (and resumes under them)."""
+    ``[None]`` (every cell, one task, named as without groups) when there is nothing to
+    split (all fit in one group, or there is one cell), so a release whose tasks were never
+    split keeps its task names (and resumes under them)."""
     bound = TASK_RECORDS if bound is None else bound
-    if bound < 1:
-        raise ValueError(f"the record bound must be at least 1, got {bound}")
-    counts = records_per_cell.groupby(level=0).sum().sort_index()
-    if int(counts.sum()) <= bound:
+    counts = records_per_cell.groupby(level=0).sum()
+    groups = greedy_groups({str(cell): int(n) for cell, n in counts.items()}, bound)
+    if len(groups) < 2:
         return [None]
-    groups, current, held = [], [], 0
-    for cell, n in counts.items():
-        if current and held + int(n) > bound:
-            groups.append(tuple(current))
-            current, held = [], 0
-        current.append(str(cell))
-        held += int(n)
-    groups.append(tuple(current))
-    return groups
+    return [cells for cells, _ in groups]
 
 
 def group_suffix(index: int, groups: list) -> str:

@@ -57,6 +57,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from dpatlas.core.config import InputConfig
+from dpatlas.release.cell_groups import greedy_groups
 from dpatlas.core.errors import ReleaseRefused
 
 _EXAMPLES = 5
@@ -206,24 +207,14 @@ def _in_cells(cells: pa.Array, group: tuple[str | None, ...]) -> pa.Array:
     return pc.is_in(_cell_text(cells), value_set=pa.array(group, pa.string()), skip_nulls=False)
 
 
-def _cell_order(cell: str | None) -> tuple[bool, str]:
-    return cell is None, cell or ""
-
-
 def _state_partitions(state: str, cell_counts: dict[str | None, int]) -> list[Partition]:
     """One state as one partition, or, above :data:`PARTITION_RECORDS`, as groups of whole
-    cells: greedy over the cells in sorted order, a group closed when the next cell would take
-    it past the bound (a group holds one cell at least, however large)."""
-    total = sum(cell_counts.values())
-    groups: list[tuple[list[str | None], int]] = []
-    if total > PARTITION_RECORDS:
-        for cell in sorted(cell_counts, key=_cell_order):
-            if not groups or groups[-1][1] + cell_counts[cell] > PARTITION_RECORDS:
-                groups.append(([], 0))
-            groups[-1] = (groups[-1][0] + [cell], groups[-1][1] + cell_counts[cell])
+    cells (:func:`dpatlas.release.cell_groups.greedy_groups`: a group holds one cell at least,
+    however large)."""
+    groups = greedy_groups(cell_counts, PARTITION_RECORDS)
     if len(groups) < 2:  # within the bound, or one cell (nothing to split)
-        return [Partition(state, total)]
-    return [Partition(f"{state}-c{k}", n, tuple(cells)) for k, (cells, n) in enumerate(groups)]
+        return [Partition(state, sum(cell_counts.values()))]
+    return [Partition(f"{state}-c{k}", n, cells) for k, (cells, n) in enumerate(groups)]
 
 
 def _listed(counts: dict[str, dict[str | None, int]]) -> list[Partition]:

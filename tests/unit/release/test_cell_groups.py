@@ -12,7 +12,7 @@ import pytest
 
 from dpatlas.core.config import parse_config
 from dpatlas.release.allocate import plan
-from dpatlas.release.cell_groups import group_cells, group_suffix
+from dpatlas.release.cell_groups import greedy_groups, group_cells, group_suffix
 from dpatlas.release.estimate import (all_sizes, estimate_partition, read_chunk,
                                       select_partition, split_into_chunks, staged_counts,
                                       tracts_of)
@@ -38,8 +38,17 @@ def test_cells_are_grouped_greedily_in_sorted_order_under_the_bound():
 
 def test_a_cell_above_the_bound_is_a_group_of_its_own():
     assert group_cells(counts(a=2, b=50, c=2), bound=10) == [("a",), ("b",), ("c",)]
+    assert group_cells(counts(b=50), bound=10) == [None]  # one cell: nothing to split
     with pytest.raises(ValueError, match="at least 1"):
         group_cells(counts(a=1), bound=0)
+
+
+def test_validation_partitions_and_tasks_share_one_grouping_with_a_null_cell_last():
+    """Validation splits a large state by the same greedy rule (with the records of a null
+    cell, which only the input can have, grouped last)."""
+    assert greedy_groups({None: 2, "b": 3, "a": 4}, 7) == [(("a", "b"), 7), ((None,), 2)]
+    assert greedy_groups({"a": 9}, 7) == [(("a",), 9)]
+    assert greedy_groups({}, 7) == []
 
 
 def staged_partition(folder: Path, state: str = "17") -> Path:
