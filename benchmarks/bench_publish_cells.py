@@ -64,11 +64,13 @@ def fabricate_results(boundaries, cells: int, folder: Path) -> list[Path]:
 
 
 def publish_whole(result_files, boundaries, root: Path, internal: Path) -> Path:
-    """main's path: every result at once, assembled, checked and written as one table."""
+    """The path before streaming: every result at once, assembled, checked and written as
+    one table (one group of the streamed writer)."""
     import pandas as pd
 
     from dpatlas.publication import cell_stream as S
-    from dpatlas.publication.tract_files import assemble, write_release
+    from dpatlas.publication.cell_stream import write_release
+    from dpatlas.publication.tract_files import assemble
     from tasks.publish import _check_output_contracts, _rows_to_check
 
     results = pd.concat([pd.read_parquet(p) for p in result_files], ignore_index=True)

@@ -31,13 +31,13 @@ import geopandas as gpd
 
 from dpatlas.publication.level_files import write_all_levels
 from dpatlas.publication.tiles import release_tile_text
-from dpatlas.publication.tract_files import write_release
+from dpatlas.publication.cell_stream import write_release
 
 # Writers whose CPU is reported under --profile (cProfile cumulative, process-time clock).
-WRITERS = ("write_release", "_write_files", "to_parquet", "write_geojson_rfc7946",
-           "build_tiles", "write_csv_with_schema", "write_map", "write_web_map",
+WRITERS = ("write_release", "write_release_by_cells", "append", "write_features",
+           "build_tiles", "to_csv", "write_map", "write_web_map",
            "write_level_files", "write_all_levels", "footprint", "sha256_file",
-           "write_datapackage", "write_shared_library", "to_csv")
+           "write_datapackage", "write_shared_library")
 
 
 def load(folder: Path):

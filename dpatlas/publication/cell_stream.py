@@ -9,10 +9,12 @@ by feature, so tippecanoe builds the tiles from the same file). The manifest's c
 added up over the groups; the PNG draws its one cell.
 
 Row order: cell by cell (every tract of the first cell, in the boundaries' order, then the
-next cell), whatever the grouping. A release of one cell is written in the order the
-whole-table path writes (tract by tract); with several cells that path wrote a tract's cells
-together. Every reader (``dpatlas audit``, the web map, ``read_csv_with_schema``) keys rows
-by (geoid, cell), not by position.
+next cell), whatever the grouping (before streaming, a tract's cells were written together).
+Every reader (``dpatlas audit``, the web map, ``read_csv_with_schema``) keys rows by (geoid,
+cell), not by position.
+
+This is the one publishing path: :func:`write_release` publishes a table already in memory as
+one group.
 """
 
 from __future__ import annotations
@@ -33,10 +35,10 @@ import pyarrow.parquet as pq
 
 from dpatlas.publication.geography import (FEATURE_COLLECTION_TAIL, feature_collection_head,
                                            geojson_parts, write_features)
-from dpatlas.publication.tract_files import (CSV_FILE, CSV_SCHEMA_FILE, PUBLISHED_FILES,
-                                             PublishError, _json, assemble, footprint, in_parallel,
-                                             overview_title, rounding_statement, shown_cell,
-                                             stage_release, table_schema, write_map)
+from dpatlas.publication.tract_files import (CSV_FILE, PUBLISHED_FILES, PublishError, _json,
+                                             assemble, footprint, in_parallel, overview_title,
+                                             rounding_statement, shown_cell, stage_release,
+                                             write_map, write_table_schema)
 
 # Tract-cells assembled at once: about 2.8 KiB each in the flow (the national release's
 # 210 MiB per cell of 74,001 tracts), so a group holds at most ~270 MiB whatever the number
@@ -146,8 +148,7 @@ class CsvAppender:
         rows.to_csv(self.folder / CSV_FILE, index=False, na_rep="",
                     mode="a" if self.started else "w", header=not self.started)
         if not self.started:
-            schema = table_schema(list(rows.columns), level=self.level)
-            (self.folder / CSV_SCHEMA_FILE).write_text(json.dumps(schema, indent=2) + "\n")
+            write_table_schema(list(rows.columns), self.folder, self.level)
         self.started = True
 
 
@@ -232,14 +233,16 @@ def write_release_by_cells(groups: Iterable[gpd.GeoDataFrame], cells: list[str],
                            group_count: int, internal_dir: Optional[Path] = None,
                            check_lease: Optional[Callable[[], None]] = None,
                            more_files: Optional[Callable[[Path], list[str]]] = None) -> Path:
-    """:func:`~dpatlas.publication.tract_files.write_release` a group of cells at a time.
+    """Publish a release a group of cells at a time.
 
     ``groups``: each group's assembled tract rows (made when asked for, so one group is in
     memory at a time), ``group_count`` of them; ``cells``: the release's cells;
     ``manifest_of``: the manifest (without ``files``, ``rounding``, ``extent`` and the
     checks' keys) from the summed counts, called once every group is written; ``checks``:
-    the output contract. The files, their names and what is published are those of
-    ``write_release``; the rows are in cell order (module docstring)."""
+    the output contract; ``more_files``: writes further files into the staging folder (the
+    county and state files) and returns their names, which the manifest lists and hashes
+    with the rest. The rows are in cell order (module docstring). Nothing is visible unless
+    all of it succeeded (:func:`~dpatlas.publication.tract_files.stage_release`)."""
     def stage(staging: Path) -> tuple[list[str], dict]:
         checker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="publish-check")
         tiler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="publish-tiles")
@@ -258,6 +261,26 @@ def write_release_by_cells(groups: Iterable[gpd.GeoDataFrame], cells: list[str],
 
     return stage_release(root, release_id, stage, config=config, internal_dir=internal_dir,
                          check_lease=check_lease)
+
+
+def write_release(table: gpd.GeoDataFrame, manifest: dict, root: Path, release_id: str, *,
+                  config: dict, internal_dir: Optional[Path] = None,
+                  check_lease: Optional[Callable[[], None]] = None,
+                  more_files: Optional[Callable[[Path], list[str]]] = None,
+                  alongside: Optional[Callable[[], dict]] = None) -> Path:
+    """A whole tract table published as one group of :func:`write_release_by_cells` (its
+    rows in the table's order): for callers that hold the table already (tests, benchmarks,
+    small releases made by hand). ``manifest``: without ``files``, ``rounding`` and
+    ``extent``; ``alongside``: work that must succeed before anything is published but needs
+    no file (output contract checks): it runs beside tippecanoe once the GeoJSON is written,
+    its dict joins the manifest, and if it raises nothing is published."""
+    cells = sorted({str(c) for c in table["cell"].unique()}) if "cell" in table else []
+    checks = CellGroupChecks(group=lambda rows, index, count: "",
+                             finish=lambda suites: alongside() if alongside else {})
+    return write_release_by_cells([table], cells, lambda summary: manifest, root, release_id,
+                                  config=config, checks=checks, group_count=1,
+                                  internal_dir=internal_dir, check_lease=check_lease,
+                                  more_files=more_files)
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 Layout of the publish root::
 
-    <root>/<release_id>/          one folder per release (made visible by publish.write_release)
+    <root>/<release_id>/          one folder per release (made visible by tract_files.stage_release)
     <root>/feed.json              every release in the feed, newest first
     <root>/feed.atom              the same as an Atom 1.0 feed
     <root>/latest.json            {"release_id": ..., "manifest": "<id>/manifest.json"}

@@ -33,8 +33,7 @@ from mechanisms import intervals as CI
 from dpatlas.core.columns import INTERVAL_COLUMNS, RESULT_COLUMNS, SE_COLUMNS
 from dpatlas.publication import colours
 from dpatlas.publication.datapackage import write_datapackage
-from dpatlas.publication.geography import (geojson_geometry, rfc7946_geometries,
-                                           write_geojson_rfc7946)
+from dpatlas.publication.geography import geojson_geometry, rfc7946_geometries
 from dpatlas.core.hashing import sha256_file
 from dpatlas.core.errors import OperatorError
 from dpatlas.core.ids import InvalidReleaseId, validate_release_id
@@ -234,19 +233,6 @@ MAP_HATCH = "////"
 MAP_HATCH_COLOUR = "#555555"
 
 
-def overview_rows(table: gpd.GeoDataFrame) -> gpd.GeoDataFrame:
-    """The rows the overview PNG draws: one cell's (``all`` when the release has it, else the
-    first in order) when the table has several, since each cell's row of a tract has the same
-    polygon and drawing them all would stack every cell on the one before (and cost the
-    renderer a polygon per tract-cell). The whole table with one cell or none."""
-    if "cell" not in table.columns:
-        return table
-    cells = sorted(table["cell"].astype(str).unique())
-    if len(cells) <= 1:
-        return table
-    return table[table["cell"].astype(str) == shown_cell(cells)]
-
-
 def overview_title(release_id: str, shown: pd.DataFrame, several_cells: bool) -> str:
     """The overview PNG's title: the cell it draws when the release has several."""
     cell = f", cell {shown['cell'].iloc[0]}" if several_cells else ""
@@ -407,7 +393,7 @@ def release_folder(root: Path, release_id: str) -> Optional[Path]:
     """``<root>/<id>`` if it is a real folder, None if nothing is there.
 
     A symbolic link (dangling or not) or a non-folder at that name is refused: a release
-    folder is only ever made by the rename in :func:`write_release`, and ``exists()`` would
+    folder is only ever made by the rename in :func:`stage_release`, and ``exists()`` would
     follow a link and mistake a dangling one for free space.
     """
     final = Path(root) / release_id
@@ -513,37 +499,6 @@ def in_parallel(jobs: list[Callable[[], object]], workers: int = PUBLISH_WORKERS
         return [f.result() for f in futures]
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
-
-
-def _write_files(staging: Path, table: gpd.GeoDataFrame, config: dict, release_id: str,
-                 alongside: Optional[Callable[[], dict]] = None) -> tuple[list[str], dict]:
-    """Write every published file into ``staging``; returns the web map's files (the vector
-    tiles, the page and its assets), which the manifest lists beside PUBLISHED_FILES, and
-    what ``alongside`` returned (``{}`` without it).
-
-    The GeoJSON is written first (the tiles are built from it), then tippecanoe, the longest
-    writer, runs while the other files are written, and ``alongside`` runs, beside it."""
-    from dpatlas.publication import tiles, webmap
-
-    write_geojson_rfc7946(table, staging / "tracts.geojson")
-    ci = config.get("intervals") or {}
-    shown = overview_rows(table)
-    title = overview_title(release_id, shown, several_cells=len(shown) < len(table))
-    tile_build, checked, web_map, *_ = in_parallel([
-        lambda: tiles.build_tiles(staging / "tracts.geojson", staging / tiles.TILES_FILE,
-                                  min_zoom=tiles.tract_min_zoom(config.get("levels")),
-                                  text=tiles.release_tile_text(release_id, config)),
-        alongside or dict,
-        lambda: webmap.write_web_map(staging, release_id),
-        lambda: table.to_parquet(staging / "tracts.parquet", index=False),
-        lambda: write_csv_with_schema(pd.DataFrame(table.drop(columns="geometry")), staging,
-                                      ci.get("level", 0.95)),
-        lambda: write_map(shown, staging / "p25_map.png", title,
-                          ci.get("low_reliability_width") if ci.get("enabled") else None),
-        lambda: (staging / "config.json").write_text(json.dumps(
-            config, indent=2, sort_keys=True, default=_json)),
-    ])
-    return [tiles.TILES_FILE, *web_map], checked
 
 
 # ------------------------------------------------------------------ CSV and its Table Schema
@@ -656,14 +611,20 @@ def table_schema(columns, decimals: int = PUBLISHED_DECIMALS, level: float = 0.9
     }
 
 
+def write_table_schema(columns: list[str], folder: Path, interval_level: float = 0.95) -> Path:
+    """``tracts.schema.json``: the Table Schema of ``tracts.csv`` with these columns."""
+    schema_path = Path(folder) / CSV_SCHEMA_FILE
+    schema_path.write_text(json.dumps(table_schema(columns, level=interval_level), indent=2)
+                           + "\n")
+    return schema_path
+
+
 def write_csv_with_schema(table: pd.DataFrame, folder: Path,
                           interval_level: float = 0.95) -> tuple[Path, Path]:
     """``tracts.csv`` and, beside it, its Table Schema ``tracts.schema.json``."""
-    schema = table_schema(list(table.columns), level=interval_level)
-    csv_path, schema_path = Path(folder) / CSV_FILE, Path(folder) / CSV_SCHEMA_FILE
+    csv_path = Path(folder) / CSV_FILE
     table.to_csv(csv_path, index=False, na_rep="")
-    schema_path.write_text(json.dumps(schema, indent=2) + "\n")
-    return csv_path, schema_path
+    return csv_path, write_table_schema(list(table.columns), folder, interval_level)
 
 
 _PANDAS_TYPES = {"string": "string", "integer": "Int64", "number": "float64",
@@ -743,49 +704,16 @@ def _move_into_place(staging: Path, final: Path, root: Path, release_id: str) ->
     shutil.rmtree(staging, ignore_errors=True)
 
 
-def write_release(table: gpd.GeoDataFrame, manifest: dict, root: Path, release_id: str, *,
-                  config: dict, internal_dir: Optional[Path] = None,
-                  check_lease: Optional[Callable[[], None]] = None,
-                  more_files: Optional[Callable[[Path], list[str]]] = None,
-                  alongside: Optional[Callable[[], dict]] = None) -> Path:
-    """Write the files and ``config`` (as config.json) into a staging folder outside the
-    publish tree, hash them into the manifest, then rename the folder to ``<root>/<id>``.
-    ``more_files``: writes further files into the staging folder (the county and state
-    files) and returns their names, which the manifest lists and hashes with the rest.
-    ``alongside``: work that must succeed before anything is published but needs no file
-    (the output contract checks): it runs beside the writers once the tract GeoJSON is
-    written (so tippecanoe, the longest writer, has started), its dict joins the manifest, and
-    if it raises, the staging folder is removed and nothing is published.
-
-    ``internal_dir``: the release's internal folder (staging goes there when it shares the
-    root's file system). ``check_lease``: called right before the rename; it raises when this
-    run no longer holds the release (then nothing becomes visible).
-    """
-    def stage(staging: Path) -> tuple[list[str], dict]:
-        # The tract files, the level files (more tippecanoe runs) and the footprint are
-        # independent: side by side (in_parallel waits for all before anything is hashed).
-        # The threads share one consolidated copy: pandas may consolidate a frame's blocks in
-        # place while reading it, which is no read to do from several threads at once.
-        whole = table.copy()
-        (tract_files, checked), level_files, extent = in_parallel([
-            lambda: _write_files(staging, whole, config, release_id, alongside),
-            lambda: more_files(staging) if more_files is not None else [],
-            lambda: footprint(whole)])
-        return ([*PUBLISHED_FILES, *tract_files, *level_files],
-                {**manifest, **checked, "rounding": rounding_statement(list(whole.columns)),
-                 "extent": extent})
-
-    return stage_release(root, release_id, stage, config=config, internal_dir=internal_dir,
-                         check_lease=check_lease)
-
-
 def stage_release(root: Path, release_id: str, stage: Callable[[Path], tuple[list[str], dict]],
                   *, config: dict, internal_dir: Optional[Path] = None,
                   check_lease: Optional[Callable[[], None]] = None) -> Path:
     """Make a staging folder outside the publish tree, let ``stage`` write the release's
     files into it (it returns their names and the manifest without ``files``), add the data
     package, hash every file into the manifest, then rename the folder to ``<root>/<id>``.
-    Nothing is visible unless all of it succeeded (see :func:`write_release`)."""
+    Nothing is visible unless all of it succeeded: on any error the staging folder is
+    removed; ``check_lease`` (called right before the rename) raises when this run no longer
+    holds the release. ``internal_dir``: the release's internal folder (staging goes there
+    when it shares the root's file system)."""
     try:
         validate_release_id(release_id)
     except InvalidReleaseId as err:

@@ -387,7 +387,7 @@ def build_manifest(cfg: ReleaseConfig, release_id: str, plan: BudgetPlan,
                    input_commitment: dict, random_source: str, started: str, input_facts: dict,
                    ledger_entry: dict | None = None, level_tables: dict | None = None,
                    model_fits: list[dict] | None = None) -> dict:
-    """The public manifest of a release (``files`` is added by ``publish.write_release``).
+    """The public manifest of a release (``files`` is added by ``tract_files.stage_release``).
 
     ``table``: the tract table, or its :class:`TractSummary` added up a group of cells at a
     time (``dpatlas.publication.cell_stream``): the manifest reads its cells and counts only.

@@ -21,7 +21,8 @@ from dpatlas.publication import stac
 from dpatlas.publication.geography import synth_boundaries, write_geojson_rfc7946
 from dpatlas.publication.tract_files import (CSV_SCHEMA_FILE, PUBLISHED_DECIMALS, PUBLISHED_FILES,
                                              PublishError, assemble, read_csv_with_schema,
-                                             table_schema, write_release)
+                                             table_schema)
+from dpatlas.publication.cell_stream import write_release
 from dpatlas.evaluation.synthetic_input import tract_geoids
 
 TABLE_SCHEMA_TYPES = {"string", "number", "integer", "boolean", "object", "array", "date",

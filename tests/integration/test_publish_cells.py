@@ -1,6 +1,8 @@
 """Publishing a group of cells at a time (issue 22, item 3): a release of several cells
-streamed cell by cell holds in its files what the whole-table path writes (rows in cell
-order), checks every group against the contract, and publishes nothing when one breaks."""
+streamed cell by cell holds in its files what the libraries write for the whole table
+(geopandas' GeoParquet, the RFC 7946 GeoJSON writer, the CSV with its Table Schema; rows in
+cell order), as does the whole table published as one group; every group is checked against
+the contract, and nothing is published when one breaks."""
 
 from __future__ import annotations
 
@@ -17,8 +19,10 @@ from geopandas.testing import assert_geodataframe_equal
 from dpatlas.evaluation.synthetic_input import tract_geoids
 from dpatlas.publication import cell_stream as S
 from dpatlas.publication.geography import synth_boundaries
+from dpatlas.publication.cell_stream import write_release
+from dpatlas.publication.geography import write_geojson_rfc7946
 from dpatlas.publication.tract_files import (PublishError, assemble, release_folder,
-                                             verify_release, write_release)
+                                             verify_release, write_csv_with_schema)
 from dpatlas.release.manifest import TractSummary
 
 CELLS = ["outcome-1", "outcome-2", "outcome-3"]
@@ -89,12 +93,27 @@ class RecordingChecks:
         return {"output_contract": {"suite": suites[0], "success": True}}
 
 
-def whole_release(result_files, boundaries, root) -> Path:
-    """The reference: every result at once, assembled, written by write_release."""
+def whole_table(result_files, boundaries) -> gpd.GeoDataFrame:
     results = pd.concat([pd.read_parquet(p) for p in result_files], ignore_index=True)
-    table = assemble(results, boundaries)
+    return assemble(results, boundaries)
+
+
+def whole_release(result_files, boundaries, root) -> Path:
+    """Every result at once, assembled, published as one group (write_release)."""
+    table = whole_table(result_files, boundaries)
     manifest = {"release_id": "r1", **_manifest_counts(TractSummary.of(table))}
     return write_release(table, manifest, root, "r1", config=CONFIG)
+
+
+def reference_files(result_files, boundaries, folder: Path) -> Path:
+    """The reference: the whole table's tract files as the libraries write them at once
+    (the writers publish used before it streamed)."""
+    table = whole_table(result_files, boundaries)
+    folder.mkdir(parents=True)
+    table.to_parquet(folder / "tracts.parquet", index=False)
+    write_geojson_rfc7946(table, folder / "tracts.geojson")
+    write_csv_with_schema(pd.DataFrame(table.drop(columns="geometry")), folder, 0.95)
+    return folder
 
 
 def _manifest_counts(summary: TractSummary) -> dict:
@@ -117,7 +136,7 @@ def both(result_files, boundaries, tmp_path_factory):
     one_cell_a_group = len(boundaries)  # rows per group: one cell each
     return (whole_release(result_files, boundaries, tmp / "whole"),
             streamed_release(result_files, boundaries, tmp / "cells", one_cell_a_group, checks),
-            checks)
+            checks, reference_files(result_files, boundaries, tmp / "reference"))
 
 
 def by_key(frame: pd.DataFrame) -> pd.DataFrame:
@@ -140,41 +159,55 @@ def test_results_are_read_for_the_group_cells_only(result_files):
     assert len(rows) == (every["cell"] == "outcome-2").sum()
 
 
-def test_the_geoparquet_holds_the_whole_tables_rows_and_metadata(both):
-    whole, cells, _ = both
-    a, b = gpd.read_parquet(whole / "tracts.parquet"), gpd.read_parquet(cells / "tracts.parquet")
+@pytest.mark.parametrize("published", ["cells", "whole"])
+def test_the_geoparquet_holds_the_whole_tables_rows_and_metadata(both, published):
+    whole, cells, _, reference = both
+    folder = cells if published == "cells" else whole
+    a, b = (gpd.read_parquet(reference / "tracts.parquet"),
+            gpd.read_parquet(folder / "tracts.parquet"))
     assert len(b) == len(a) == 3 * 28 and list(b.columns) == list(a.columns)
     assert_geodataframe_equal(by_key(b), by_key(a))
-    geo_a = json.loads(pq.read_schema(whole / "tracts.parquet").metadata[b"geo"])
-    geo_b = json.loads(pq.read_schema(cells / "tracts.parquet").metadata[b"geo"])
+    geo_a = json.loads(pq.read_schema(reference / "tracts.parquet").metadata[b"geo"])
+    geo_b = json.loads(pq.read_schema(folder / "tracts.parquet").metadata[b"geo"])
     assert geo_b == geo_a  # bbox, geometry types, CRS, encoding: a reader sees no difference
+    if published == "whole":  # one group: the table's own order, one row group
+        assert pq.ParquetFile(folder / "tracts.parquet").metadata.num_row_groups == 1
+        assert_geodataframe_equal(b, a)
+        return
     assert pq.ParquetFile(cells / "tracts.parquet").metadata.num_row_groups == 3  # a cell each
     # cell order: every tract of a cell, in the boundaries' order, then the next cell
     assert list(b["cell"]) == [c for c in CELLS for _ in range(28)]
     assert list(b["geoid"][:28]) == list(a["geoid"].drop_duplicates())
 
 
-def test_the_csv_and_its_schema_are_the_whole_tables(both):
-    whole, cells, _ = both
-    a, b = pd.read_csv(whole / "tracts.csv", dtype=str), pd.read_csv(cells / "tracts.csv", dtype=str)
+@pytest.mark.parametrize("published", ["cells", "whole"])
+def test_the_csv_and_its_schema_are_the_whole_tables(both, published):
+    whole, cells, _, reference = both
+    folder = cells if published == "cells" else whole
+    a = pd.read_csv(reference / "tracts.csv", dtype=str)
+    b = pd.read_csv(folder / "tracts.csv", dtype=str)
     pd.testing.assert_frame_equal(by_key(b), by_key(a))
-    assert (cells / "tracts.schema.json").read_text() == (whole / "tracts.schema.json").read_text()
-    assert (cells / "tracts.csv").read_text().count("geoid,") == 1  # the header once
+    assert ((folder / "tracts.schema.json").read_text()
+            == (reference / "tracts.schema.json").read_text())
+    assert (folder / "tracts.csv").read_text().count("geoid,") == 1  # the header once
 
 
-def test_the_geojson_holds_the_whole_tables_features(both):
-    whole, cells, _ = both
-    a = json.loads((whole / "tracts.geojson").read_text())
-    b = json.loads((cells / "tracts.geojson").read_text())
+@pytest.mark.parametrize("published", ["cells", "whole"])
+def test_the_geojson_holds_the_whole_tables_features(both, published):
+    whole, cells, _, reference = both
+    a = json.loads((reference / "tracts.geojson").read_text())
+    b = json.loads(((cells if published == "cells" else whole) / "tracts.geojson").read_text())
     assert b["bbox"] == a["bbox"] and set(b) == set(a)
     assert len(b["features"]) == len(a["features"]) == 84
     ids = [f["id"] for f in b["features"]]
-    assert ids[0].endswith("/outcome-1") and len(set(ids)) == 84  # GEOID/cell, as the whole's
+    assert len(set(ids)) == 84  # GEOID/cell, as the libraries' writer names them
+    if published == "cells":
+        assert ids[0].endswith("/outcome-1")
     assert {f["id"]: f for f in b["features"]} == {f["id"]: f for f in a["features"]}
 
 
 def test_the_manifest_counts_and_extent_are_the_whole_tables(both):
-    whole, cells, checks = both
+    whole, cells, checks, _ = both
     a, b = verify_release(whole), verify_release(cells)
     for key in ("cells", "counts", "rounding", "extent"):
         assert b[key] == a[key], key
@@ -187,7 +220,7 @@ def test_the_manifest_counts_and_extent_are_the_whole_tables(both):
 
 
 def test_one_group_of_all_cells_writes_the_same_files(result_files, boundaries, tmp_path, both):
-    _, cells, _ = both
+    _, cells, _, _ = both
     one = streamed_release(result_files, boundaries, tmp_path / "one", 10_000, RecordingChecks())
     for name in ("tracts.parquet", "tracts.csv", "tracts.geojson"):
         if name == "tracts.parquet":  # row groups differ, the rows do not

@@ -9,7 +9,6 @@ import os
 import re
 import threading
 import time
-from pathlib import Path
 
 import geopandas as gpd
 import numpy as np
@@ -18,11 +17,13 @@ import pytest
 import shapely
 from shapely.geometry import Polygon
 
+import dpatlas.publication.cell_stream as S
 import dpatlas.publication.tract_files as P
 from dpatlas.publication import geography, tiles
 from dpatlas.publication.geography import (geojson_geometry, rfc7946_geometries, synth_boundaries,
                                            write_geojson_rfc7946)
-from dpatlas.publication.tract_files import assemble, in_parallel, verify_release, write_release
+from dpatlas.publication.cell_stream import write_release
+from dpatlas.publication.tract_files import assemble, in_parallel, verify_release
 from dpatlas.evaluation.synthetic_input import tract_geoids
 
 
@@ -118,15 +119,20 @@ def window(spans: dict, name: str, fn):
     return timed
 
 
+def slowed(seconds: float, fn):
+    """``fn`` taking ``seconds`` longer: windows of a few milliseconds would not overlap
+    however the work is scheduled, so each side of an overlap test takes this long."""
+    def slow(*args, **kwargs):
+        time.sleep(seconds)
+        return fn(*args, **kwargs)
+    return slow
+
+
 def test_the_tiles_are_built_while_the_other_files_are_written(table, tmp_path, monkeypatch):
     spans = {}
-    monkeypatch.setattr(tiles, "build_tiles", window(spans, "tiles", tiles.build_tiles))
-
-    def slow_map(*args, **kwargs):
-        time.sleep(0.5)  # longer than nothing: the tiles' window must overlap it
-        return original_map(*args, **kwargs)
-    original_map = P.write_map
-    monkeypatch.setattr(P, "write_map", window(spans, "map", slow_map))
+    monkeypatch.setattr(tiles, "build_tiles",
+                        window(spans, "tiles", slowed(0.5, tiles.build_tiles)))
+    monkeypatch.setattr(S, "write_map", window(spans, "map", slowed(0.5, S.write_map)))
     folder = write_release(table, {"release_id": "r1"}, tmp_path / "root", "r1",
                            config={"release": "r1"})
     manifest = verify_release(folder)  # every file there, as hashed
@@ -135,14 +141,16 @@ def test_the_tiles_are_built_while_the_other_files_are_written(table, tmp_path, 
     assert t0 < m1 and m0 < t1, f"tiles {spans['tiles']} and map {spans['map']} did not overlap"
 
 
-@pytest.mark.parametrize("writer", ["write_map", "write_csv_with_schema", "footprint"])
-def test_a_failing_writer_fails_publish_and_leaves_nothing(table, tmp_path, monkeypatch, writer):
+@pytest.mark.parametrize("owner, writer", [(S, "write_map"), (S.CsvAppender, "append"),
+                                           (S.GeoParquetAppender, "append"), (S, "footprint")])
+def test_a_failing_writer_fails_publish_and_leaves_nothing(table, tmp_path, monkeypatch, owner,
+                                                           writer):
     class Broken(RuntimeError):
         pass
 
     def broken(*args, **kwargs):
         raise Broken(f"{writer} failed")
-    monkeypatch.setattr(P, writer, broken)
+    monkeypatch.setattr(owner, writer, broken)
     root, internal = tmp_path / "root", tmp_path / "internal"
     with pytest.raises(Broken, match=writer):
         write_release(table, {"release_id": "r1"}, root, "r1", config={"release": "r1"},
@@ -172,10 +180,11 @@ def test_the_output_checks_run_beside_the_tiles_and_join_the_manifest(table, tmp
     """``alongside`` (publish's output contract checks) starts once the GeoJSON is written,
     overlaps tippecanoe, and what it returns is in the published manifest."""
     spans = {}
-    monkeypatch.setattr(tiles, "build_tiles", window(spans, "tiles", tiles.build_tiles))
+    monkeypatch.setattr(tiles, "build_tiles",
+                        window(spans, "tiles", slowed(0.5, tiles.build_tiles)))
     geojson_done = []
-    monkeypatch.setattr(P, "write_geojson_rfc7946", window(spans, "geojson",
-                                                           P.write_geojson_rfc7946))
+    monkeypatch.setattr(S.GeoJsonAppender, "close",
+                        window(spans, "geojson", S.GeoJsonAppender.close))
 
     def checks():
         geojson_done.append("geojson" in spans)
@@ -213,11 +222,14 @@ def test_the_overview_png_draws_one_cell_named_in_its_title(table, tmp_path, mon
     def capture(rows, path, title, max_width=None):
         drawn["cells"], drawn["rows"], drawn["title"] = set(rows["cell"]), len(rows), title
         path.write_bytes(b"\x89PNG\r\n\x1a\n")
-    monkeypatch.setattr(P, "write_map", capture)
+    monkeypatch.setattr(S, "write_map", capture)
     two = pd.concat([table.assign(cell="outcome-2"), table.assign(cell="outcome-1")],
                     ignore_index=True)
     write_release(two, {"release_id": "r1"}, tmp_path / "root", "r1", config={"release": "r1"})
     assert drawn["cells"] == {"outcome-1"} and drawn["rows"] == len(table)
     assert ", cell outcome-1 (" in drawn["title"] and f"of {len(table)} released" in drawn["title"]
-    assert P.overview_rows(pd.concat([two, table.assign(cell="all")]))["cell"].unique() == ["all"]
-    assert P.overview_rows(table) is table  # one cell: the whole table
+    three = pd.concat([two, table.assign(cell="all")], ignore_index=True)
+    write_release(three, {"release_id": "r2"}, tmp_path / "root", "r2", config={"release": "r2"})
+    assert drawn["cells"] == {"all"} and drawn["rows"] == len(table)
+    write_release(table, {"release_id": "r3"}, tmp_path / "root", "r3", config={"release": "r3"})
+    assert drawn["cells"] == {"all"} and "cell" not in drawn["title"]  # one cell: not named

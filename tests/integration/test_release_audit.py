@@ -32,7 +32,8 @@ from dpatlas.publication.geography import load_boundaries
 from dpatlas.core.hashing import sha256_file
 from dpatlas.release.manifest import (RANDOM_BITS_OS, RANDOM_BITS_SEEDED, build_manifest,
                                       input_commitment, machine_paths)
-from dpatlas.publication.tract_files import PublishError, assemble, write_release
+from dpatlas.publication.cell_stream import write_release
+from dpatlas.publication.tract_files import PublishError, assemble
 from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
 from mechanisms import noise as N
 from mechanisms.noise import SeededRandomness
@@ -501,7 +502,7 @@ def release_entries(root) -> list[str]:
 
 
 def test_staging_is_never_inside_the_publish_root(state, tmp_path, monkeypatch):
-    import dpatlas.publication.tract_files as P
+    import dpatlas.publication.cell_stream as P
 
     seen = {}
     original = P.write_map
@@ -523,10 +524,11 @@ def test_staging_is_never_inside_the_publish_root(state, tmp_path, monkeypatch):
 
 
 def test_other_file_system_stages_under_a_dot_name(state, tmp_path, monkeypatch):
-    import dpatlas.publication.tract_files as P
+    import dpatlas.publication.cell_stream as P
+    import dpatlas.publication.tract_files as T
 
     seen = {}
-    monkeypatch.setattr(P, "_same_file_system", lambda a, b: False)
+    monkeypatch.setattr(T, "_same_file_system", lambda a, b: False)
     original = P.write_map
     monkeypatch.setattr(P, "write_map", lambda t, p, title, *args: (
         seen.setdefault("staging", Path(p).parent), original(t, p, title, *args)))
@@ -605,7 +607,7 @@ def test_stale_staging_of_the_same_id_is_removed(state, tmp_path):
 KILLED_CHILD = """
 import pickle, sys, time
 from pathlib import Path
-import dpatlas.publication.tract_files as P
+import dpatlas.publication.cell_stream as P
 table, manifest, config, root, internal, marker = pickle.load(open(sys.argv[1], "rb"))
 def stall(t, path, title, *args):
     Path(marker).write_text(str(Path(path).parent))

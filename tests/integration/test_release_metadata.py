@@ -21,7 +21,8 @@ from dpatlas.publication import feed as F
 from dpatlas.publication import stac, tiles
 from dpatlas.publication.datapackage import DATAPACKAGE_FILE
 from dpatlas.publication.geography import feature_ids, synth_boundaries
-from dpatlas.publication.tract_files import assemble, write_release
+from dpatlas.publication.cell_stream import write_release
+from dpatlas.publication.tract_files import assemble
 
 from tests.integration.test_publication_files import fake_results
 

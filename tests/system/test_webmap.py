@@ -26,6 +26,7 @@ import shapely
 from dpatlas.core.hashing import sha256_file
 from dpatlas.publication import feed as F
 from dpatlas.publication import tract_files as P
+from dpatlas.publication.cell_stream import write_release
 from dpatlas.publication import tiles as T
 from dpatlas.publication import webmap as W
 from dpatlas.publication.geography import synth_boundaries
@@ -160,12 +161,12 @@ def _results(geoids: np.ndarray, seed: int) -> pd.DataFrame:
 def _publish(root: Path, release_id: str, published: datetime, seed: int,
              boundaries) -> Path:
     """A release made as the pipeline makes one (publish.assemble, write_release, the feed),
-    then its tiles and page (until publish.write_release builds them itself)."""
+    with its tiles and page."""
     table = P.assemble(_results(boundaries["geoid"].to_numpy(), seed), boundaries)
     manifest = {"release_id": release_id, "published": published.isoformat()}
     config = {"intervals": {"enabled": True, "level": 0.95,
                             "low_reliability_width": LOW_RELIABILITY_WIDTH, "share": 0.25}}
-    folder = P.write_release(table, manifest, root, release_id, config=config)
+    folder = write_release(table, manifest, root, release_id, config=config)
     if not (folder / T.TILES_FILE).exists():
         T.build_tiles(folder / "tracts.geojson", folder / T.TILES_FILE)
     if not (folder / W.PAGE).exists():
@@ -298,7 +299,7 @@ def levels_root(tmp_path_factory) -> dict:
     config = {"intervals": {"enabled": True, "level": 0.95,
                             "low_reliability_width": LOW_RELIABILITY_WIDTH, "share": 0.25},
               "levels": LEVELS}
-    folder = P.write_release(table, {"release_id": rid, "published": "2026-11-04"}, root,
+    folder = write_release(table, {"release_id": rid, "published": "2026-11-04"}, root,
                              rid, config=config, more_files=partial(write_all_levels, levels))
     _add_model_columns(folder)
     _add_county_names(folder)
