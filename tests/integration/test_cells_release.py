@@ -98,10 +98,10 @@ def test_bucketed_contribution_check_finds_what_the_whole_sort_finds(data, tmp_p
     assert not list((tmp_path / "buckets").glob("contribution-hashes-*"))
 
 
-@pytest.fixture(scope="module")
-def released(data, tmp_path_factory) -> Path:
-    out, _ = data
-    tmp = tmp_path_factory.mktemp("cells-release")
+def release_cells(out: Path, tmp: Path, release_id: str, **bounds: int) -> Path:
+    """The release of the generated cells ``out`` (noise seed 7) with its work under ``tmp``;
+    ``bounds``: module constants set for the run (``"dpatlas.release.ingest.PARTITION_RECORDS"``
+    and the like, by dotted name), the published folder returned."""
     cfg = {"input": {"path": str(out / "microdata"), "columns": {"cell": "cell"}},
            "boundaries": {"path": str(out / "tracts.parquet")},
            "privacy": {"epsilon_per_tract": 1.0},
@@ -110,12 +110,20 @@ def released(data, tmp_path_factory) -> Path:
                        "min_n": 20},
            "ledger": {"url": f"sqlite:///{tmp / 'ledger.db'}", "dataset": "cells"},
            "partition_tracts": 25, "levels": ["tract", "county", "state"]}
-    with prefect_test_harness(server_startup_timeout=180):
+    with pytest.MonkeyPatch.context() as mp, prefect_test_harness(server_startup_timeout=180):
+        for name, value in bounds.items():
+            mp.setattr(name, value)
         from flows.release import release
 
-        outcome = release(str(write_config(tmp / "config.yaml", cfg)), "c1", 7)
+        outcome = release(str(write_config(tmp / "config.yaml", cfg)), release_id, 7)
     assert outcome.status == "published"
     return Path(outcome.folder)
+
+
+@pytest.fixture(scope="module")
+def released(data, tmp_path_factory) -> Path:
+    out, _ = data
+    return release_cells(out, tmp_path_factory.mktemp("cells-release"), "c1")
 
 
 def test_a_release_with_cells_publishes_every_tract_county_and_state_in_every_cell(released):
@@ -144,24 +152,9 @@ def test_tasks_split_by_cells_publish_the_same_tract_cells_with_their_own_draws(
     """A record bound small enough to split every chunk and state by cells (what many cells
     do to a national release): the same tract-cells, sizes and budget, published from draws
     named per group of cells."""
-    from dpatlas.release import cell_groups
-
     out, _ = data
-    cfg = {"input": {"path": str(out / "microdata"), "columns": {"cell": "cell"}},
-           "boundaries": {"path": str(out / "tracts.parquet")},
-           "privacy": {"epsilon_per_tract": 1.0},
-           "selection": {"rule": "dp", "threshold": 3.0},
-           "publish": {"root": str(tmp_path / "releases"),
-                       "internal_root": str(tmp_path / "internal"), "min_n": 20},
-           "ledger": {"url": f"sqlite:///{tmp_path / 'ledger.db'}", "dataset": "cells"},
-           "partition_tracts": 25, "levels": ["tract", "county", "state"]}
-    with pytest.MonkeyPatch.context() as mp, prefect_test_harness(server_startup_timeout=180):
-        mp.setattr(cell_groups, "TASK_RECORDS", 1500)
-        from flows.release import release
-
-        outcome = release(str(write_config(tmp_path / "config.yaml", cfg)), "c2", 7)
-    assert outcome.status == "published"
-    folder = Path(outcome.folder)
+    folder = release_cells(out, tmp_path, "c2",
+                           **{"dpatlas.release.cell_groups.TASK_RECORDS": 1500})
     internal = tmp_path / "internal" / "c2"
     chunk_draws = sorted(p.stem for p in (internal / "results").glob("*.parquet"))
     level_draws = sorted(p.stem for p in (internal / "levels").glob("*.parquet"))
@@ -186,21 +179,9 @@ def split_released(data, tmp_path_factory) -> tuple[Path, Path, Path]:
     partitions, its first two cells and its third."""
     out, info = data
     tmp = tmp_path_factory.mktemp("cells-split")
-    cfg = {"input": {"path": str(out / "microdata"), "columns": {"cell": "cell"}},
-           "boundaries": {"path": str(out / "tracts.parquet")},
-           "privacy": {"epsilon_per_tract": 1.0},
-           "selection": {"rule": "dp", "threshold": 3.0},
-           "publish": {"root": str(tmp / "releases"), "internal_root": str(tmp / "internal"),
-                       "min_n": 20},
-           "ledger": {"url": f"sqlite:///{tmp / 'ledger.db'}", "dataset": "cells"},
-           "partition_tracts": 25, "levels": ["tract", "county", "state"]}
-    with pytest.MonkeyPatch.context() as mp, prefect_test_harness(server_startup_timeout=180):
-        mp.setattr("dpatlas.release.ingest.PARTITION_RECORDS", 5_000)
-        from flows.release import release
-
-        outcome = release(str(write_config(tmp / "config.yaml", cfg)), "c1", 7)
-    assert outcome.status == "published"
-    return Path(outcome.folder), tmp / "internal", out
+    folder = release_cells(out, tmp, "c1",
+                           **{"dpatlas.release.ingest.PARTITION_RECORDS": 5_000})
+    return folder, tmp / "internal", out
 
 
 def _published(folder: Path, stem: str) -> pd.DataFrame:
