@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import json
 import os
 from functools import partial
 from pathlib import Path
@@ -20,7 +19,7 @@ from dpatlas.publication.cell_stream import (CellGroupChecks, assembled_groups, 
 from dpatlas.publication.model_estimates import add_model_estimates
 from dpatlas.publication.tiles import release_tile_text
 from dpatlas.publication.level_files import assemble_level, unit_of, write_all_levels
-from dpatlas.publication.tract_files import (MANIFEST_FILE, PublishError, release_folder,
+from dpatlas.publication.tract_files import (PublishError, release_folder,
                                              standard_error_maximum, verify_release)
 from dpatlas.release.outcome import format_counts
 from dpatlas.release.validate import write_release_docs
@@ -59,9 +58,13 @@ def publish_release(cfg: ReleaseConfig, release_id: str, result_files: list[Path
                      model_fits) if model_fits is not None else None)
     commitment = input_commitment(input_sha256, internal)
 
+    counts: dict = {}  # the manifest's counts, for the log line
+
     def manifest_of(summary) -> dict:  # once every group is written: the fits are all in
-        return build_manifest(cfg, release_id, budget, summary, commitment, random_source,
-                              started, input_facts, ledger_entry, levels, model_fits)
+        manifest = build_manifest(cfg, release_id, budget, summary, commitment, random_source,
+                                  started, input_facts, ledger_entry, levels, model_fits)
+        counts.update(manifest["counts"])
+        return manifest
 
     geoids = list(boundaries["geoid"])
     level_rows = _rows_to_check(None, levels, boundaries)
@@ -74,9 +77,8 @@ def publish_release(cfg: ReleaseConfig, release_id: str, result_files: list[Path
         group_count=len(groups), internal_dir=internal, check_lease=check_lease,
         more_files=partial(write_all_levels, levels, interval_level=cfg.intervals.level,
                            tile_text=partial(release_tile_text, release_id, public_config(cfg))))
-    manifest = json.loads((folder / MANIFEST_FILE).read_text())
     get_run_logger().info("published release %s at %s (%s)", release_id, folder,
-                          format_counts(manifest["counts"]["by_status"]))
+                          format_counts(counts["by_status"]))
     return folder
 
 
