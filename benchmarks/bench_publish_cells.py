@@ -65,32 +65,20 @@ def fabricate_results(boundaries, cells: int, folder: Path) -> list[Path]:
 
 def publish_whole(result_files, boundaries, root: Path, internal: Path) -> Path:
     """The path before streaming: every result at once, assembled, checked and written as
-    one table (one group of the streamed writer)."""
-    import pandas as pd
-
-    from dpatlas.publication import cell_stream as S
-    from dpatlas.publication.cell_stream import write_release
-    from dpatlas.publication.tract_files import assemble
-    from tasks.publish import _check_output_contracts, _rows_to_check
-
-    results = pd.concat([pd.read_parquet(p) for p in result_files], ignore_index=True)
-    table = assemble(results, boundaries, INTERVALS.level)
-    cfg = SimpleNamespace(intervals=INTERVALS)
-    manifest = {"release_id": "bench", "counts": S.TractSummary.of(table).counts()}
-    return write_release(table, manifest, root, "bench", config=CONFIG,
-                         internal_dir=internal,
-                         alongside=partial(_check_output_contracts,
-                                           _rows_to_check(table, {}, boundaries), cfg, internal))
+    one group."""
+    return publish_by_cells(result_files, boundaries, root, internal, max_rows=2**62)
 
 
-def publish_by_cells(result_files, boundaries, root: Path, internal: Path) -> Path:
-    """The streamed path, as tasks/publish.py runs it (without model and levels)."""
+def publish_by_cells(result_files, boundaries, root: Path, internal: Path,
+                     max_rows: int | None = None) -> Path:
+    """The streamed path, as tasks/publish.py runs it (without model and levels); groups of
+    at most ``max_rows`` tract-cells (default: publish's own bound)."""
     from dpatlas.publication import cell_stream as S
     from tasks.publish import _check_output_contracts, _check_tract_group
 
     cfg = SimpleNamespace(intervals=INTERVALS)
     cells = S.release_cells(result_files)
-    groups = S.cell_groups(cells, len(boundaries))
+    groups = S.cell_groups(cells, len(boundaries), max_rows)
     checks = S.CellGroupChecks(
         group=partial(_check_tract_group, list(boundaries["geoid"]), cfg, internal),
         finish=partial(_check_output_contracts, {}, cfg, internal))

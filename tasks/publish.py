@@ -67,7 +67,7 @@ def publish_release(cfg: ReleaseConfig, release_id: str, result_files: list[Path
         return manifest
 
     geoids = list(boundaries["geoid"])
-    level_rows = _rows_to_check(None, levels, boundaries)
+    level_rows = _level_rows_to_check(levels, boundaries)
     folder = write_release_by_cells(
         assembled_groups(result_files, groups, boundaries, cfg.intervals.level, model), cells,
         manifest_of, cfg.publish.root, release_id, config=public_config(cfg),
@@ -103,33 +103,27 @@ def _check_tract_group(geoids: Optional[list], cfg: ReleaseConfig, internal: Pat
     return _check_contract("tract", rows, geoids if index == 0 else None, cfg, internal, run)
 
 
-def _rows_to_check(table: Optional[gpd.GeoDataFrame], levels: dict,
-                   boundaries: gpd.GeoDataFrame) -> dict:
-    """What the output checks read, taken apart from the frames the writers read (pandas
-    may consolidate a frame's blocks in place while reading it: no frame is shared with a
-    thread that writes): level -> the table's rows without geometry and the boundaries'
-    units at that level (no tract entry without ``table``: its groups are checked as they
-    are written)."""
+def _level_rows_to_check(levels: dict, boundaries: gpd.GeoDataFrame) -> dict:
+    """What the output checks of the county and state tables read, taken apart from the
+    frames the writers read (pandas may consolidate a frame's blocks in place while reading
+    it: no frame is shared with a thread that writes): level -> the table's rows without
+    geometry and the boundaries' units at that level. (The tract table's groups are checked
+    as they are written: :func:`_check_tract_group`.)"""
     geoids = list(boundaries["geoid"])
-    tract = {} if table is None else {
-        "tract": (pd.DataFrame(table.drop(columns="geometry")), geoids)}
-    return tract | {
-        level: (pd.DataFrame(t.drop(columns="geometry")), list(unit_of(geoids, level)))
-        for level, t in levels.items()}
+    return {level: (pd.DataFrame(t.drop(columns="geometry")), list(unit_of(geoids, level)))
+            for level, t in levels.items()}
 
 
 def _check_output_contracts(rows: dict, cfg: ReleaseConfig, internal: Path,
-                            tract_suites: Optional[list[str]] = None) -> dict:
-    """Every published table (``rows``: level -> its rows and the boundaries' units) against
-    its output contract (PublishError if one is broken), then the checks' Data Docs, rendered
-    once; returns the manifest's ``output_contract``. ``tract_suites``: the suites the tract
-    table's groups of cells were checked against already (then ``rows`` has no tract)."""
+                            tract_suites: list[str]) -> dict:
+    """The county and state tables (``rows``: level -> its rows and the boundaries' units)
+    against their output contracts (PublishError if one is broken), then the checks' Data
+    Docs, rendered once; returns the manifest's ``output_contract``. ``tract_suites``: the
+    suites the tract table's groups of cells were checked against already."""
     suites = {level: _check_contract(level, table, units, cfg, internal)
               for level, (table, units) in rows.items()}
-    if tract_suites is not None:
-        suites["tract"] = tract_suites[0]
     write_release_docs(internal)  # the output checks' Data Docs, rendered once
-    contract = {"suite": suites.pop("tract"), "success": True}
+    contract = {"suite": tract_suites[0], "success": True}
     if suites:
         contract["level_suites"] = suites
     return {"output_contract": contract}
