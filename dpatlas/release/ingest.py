@@ -87,7 +87,7 @@ ALL, OTHER = "all", "other"
 # The price is CPU: each group streams its whole state (California in 6 groups: 34 s, 22 s
 # unsplit).
 PARTITION_RECORDS = 4_000_000
-_SPLIT_KEY = re.compile(r"([0-9]{2})-c([0-9]+)")
+SPLIT_KEY = re.compile(r"([0-9]{2})-c([0-9]+)")  # a split partition: state, group
 _STREAM_BLOCK_BYTES = 1 << 20  # CSV bytes per block when streaming a file (pyarrow reads
 # ahead some 32 blocks: ~40 MiB in flight, whatever the size of the file)
 _STREAM_BATCH_ROWS = 256 * 1024  # Parquet rows per batch when streaming a file
@@ -504,7 +504,7 @@ def read_partition(cfg: InputConfig, key: str,
     _check_types(cfg, dataset.schema)
     c = cfg.columns
     cols = [c.geoid, c.parent_rank, c.child_rank] + [v for v in (c.person_id, c.cell) if v]
-    split = _SPLIT_KEY.fullmatch(key)
+    split = SPLIT_KEY.fullmatch(key)
     state = split.group(1) if split else key
     if not split:
         cells = None  # every record of the state (or of ``other``, or ``all``)

@@ -29,6 +29,7 @@ import pandas as pd
 
 from dpatlas.core.errors import ReleaseRefused
 from dpatlas.core.files import seal_private, write_parquet_atomic
+from dpatlas.release.ingest import SPLIT_KEY
 from dpatlas.release.validation_report import record_run
 
 if TYPE_CHECKING:  # Great Expectations is imported when something is validated, not before
@@ -157,7 +158,7 @@ def input_asset(partition: str, source: str | None = None) -> str:
     what = f"input partition {partition}"
     if re.fullmatch(r"[0-9]{2}", partition):
         what += f" (state {partition})"
-    elif split := re.fullmatch(r"([0-9]{2})-c([0-9]+)", partition):  # a large state's cells
+    elif split := SPLIT_KEY.fullmatch(partition):  # a large state's cells
         what += f" (state {split[1]}, cell group {split[2]})"
     return f"{what} of {source}" if source else what
 
