@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import shutil
 from pathlib import Path
 from typing import Optional
 
@@ -69,8 +70,6 @@ def remove_tree(url: str) -> None:
     local = _local_path(url)
     if local is not None:
         if local.is_dir():
-            import shutil
-
             shutil.rmtree(local)
         return
     fs, path = _fs(url)
