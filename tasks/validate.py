@@ -14,7 +14,7 @@ from dpatlas.release.estimate import (Chunk, all_sizes, split_into_chunks, stage
 from dpatlas.core.files import write_json_atomic, write_parquet_atomic
 from dpatlas.publication.geography import load_boundaries
 from dpatlas.release.validate import (BoundaryCoverageError, apply_policy, check_changed_share,
-                                      write_release_docs)
+                                      check_one_partition_per_tract, write_release_docs)
 
 from .common import RETRY_IO, TASK_OPTIONS
 from .ingest import ingest_partition
@@ -88,6 +88,7 @@ def record_validation(internal: Path, reports: list[dict], contributions: dict |
 def plan_chunks(staged: list[Path], chunk_tracts: int) -> tuple[list[Chunk], pd.DataFrame]:
     """The chunks to select and estimate, and n per (tract, cell) for the pre-charge checks."""
     counts = staged_counts(staged)
+    check_one_partition_per_tract(counts)
     chunks = split_into_chunks(tracts_of(counts), chunk_tracts, counts)
     sizes = all_sizes(counts)
     split = sum(c.cells is not None for c in chunks)

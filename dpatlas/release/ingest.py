@@ -523,9 +523,51 @@ def read_partition(cfg: InputConfig, key: str,
         else:  # the state streamed, keeping only this group's cells
             table, rows = _hive_cells(cfg, dataset, state, cols, cells)
             rows += offset
+        _check_hive_state(cfg, dataset, state, table.column(c.geoid))
     else:
         table, rows = _streamed_partition(cfg, state, cols, cells)  # positions in the file
     return _pipeline_frame(cfg, table, rows)
+
+
+def _check_hive_state(cfg: InputConfig, dataset: ds.Dataset, state: str,
+                      geoids: pa.ChunkedArray) -> None:
+    """Every record of folder ``state=SS`` has a GEOID of state SS (or a malformed one, which
+    the contract reports). A tract whose records lie in two state folders would be validated,
+    charged and estimated as two tracts, and could never be published (issue 31)."""
+    keys = _state_keys(geoids)
+    elsewhere = pc.and_(pc.not_equal(keys, state), pc.not_equal(keys, OTHER))
+    if pc.any(elsewhere).as_py():
+        raise _misfiled(cfg, dataset, state)
+
+
+def _misfiled(cfg: InputConfig, dataset: ds.Dataset, state: str) -> InputError:
+    """The refusal for records of another state in folder ``state=SS``: the files holding
+    them, with their first rows (counting from 0 in each file) and GEOIDs. Read again file by
+    file, only once such a record was found."""
+    files, total = [], 0
+    for fragment in dataset.get_fragments(filter=_hive_state(dataset, state)):
+        rows, shown, offset = [], [], 0
+        for batch in fragment.to_batches(columns=[cfg.columns.geoid],
+                                         batch_size=_STREAM_BATCH_ROWS):
+            keys = _state_keys(batch.column(0))
+            hit = pc.and_(pc.not_equal(keys, state), pc.not_equal(keys, OTHER))
+            positions = np.flatnonzero(hit.to_numpy(zero_copy_only=False))
+            rows += (positions + offset).tolist()
+            shown += batch.column(0).take(positions[:_EXAMPLES]).to_pylist()
+            offset += batch.num_rows
+        if rows:
+            total += len(rows)
+            geoids = ", ".join(dict.fromkeys(map(repr, shown)))
+            files.append(f"{_relative(fragment.path, cfg.path)}, {len(rows)} record(s) at "
+                         f"rows {', '.join(map(str, rows[:_EXAMPLES]))} of the file (counting "
+                         f"from 0), e.g. GEOID {geoids}")
+    listed = "; ".join(files[:_EXAMPLES]) + (f"; and {len(files) - _EXAMPLES} more file(s)"
+                                             if len(files) > _EXAMPLES else "")
+    return InputError(
+        f"input {cfg.path}: {total} record(s) in folder state={state} have a GEOID of another "
+        f"state (column '{cfg.columns.geoid}'): {listed}. A record belongs to the state its "
+        "GEOID names (its first two digits), and a tract filed under two states cannot be "
+        "released: move these records to their state's folder.")
 
 
 def _hive_cells(cfg: InputConfig, dataset: ds.Dataset, state: str, columns: list[str],

@@ -216,6 +216,30 @@ def apply_policy(df: pd.DataFrame, policy: str, partition: str, internal: Path,
     return df, report
 
 
+def check_one_partition_per_tract(counts: dict[Path, pd.DataFrame]) -> None:
+    """Refuse a tract and cell whose records lie in two staged partitions (``counts``: n per
+    (geoid, cell) of each, :func:`dpatlas.release.estimate.staged_counts`). Each partition
+    would estimate its part as a tract of its own, and the release could never be published;
+    the input checks keep every state's records in one partition (a split state's cells in one
+    group each), and this makes sure of it before the charge, whatever the input's layout."""
+    keys = pd.concat([frame[["geoid", "cell"]].assign(partition=Path(path).stem)
+                      for path, frame in counts.items() if len(frame)] or [pd.DataFrame()])
+    if keys.empty:
+        return
+    twice = keys[keys.duplicated(["geoid", "cell"], keep=False)]
+    if twice.empty:
+        return
+    first = twice.iloc[0]
+    held = sorted(twice.loc[(twice["geoid"] == first["geoid"])
+                            & (twice["cell"] == first["cell"]), "partition"])
+    tracts = twice["geoid"].nunique()
+    raise ValidationFailed(
+        f"{tracts} tract(s) have records in more than one input partition, e.g. tract "
+        f"{first['geoid']} (cell {first['cell']!r}) in {', '.join(held)}; a tract's records "
+        "must all lie in one partition (the folder of the state its GEOID names), so no noise "
+        "was drawn and nothing was published")
+
+
 def check_changed_share(reports: list[dict], max_share: float) -> None:
     """Refuse a release whose clip/drop policy changed too much of the input.
 

@@ -1,0 +1,103 @@
+"""Issue 31's input defects: records filed under another state's folder (item 2), null cells
+dropped silently (O3), unit ranks declared as percentiles (O4), and ingest's misleading
+messages (O12). Each test failed on the code before the fix."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dpatlas.release.ingest import InputError, partitions, read_partition
+from dpatlas.release.validate import ValidationFailed
+
+from tests.support.cli import OWN_SERVER, refusal_block
+from tests.support.cli import run_in_process as dpatlas
+from tests.support.inputs import write_config
+from tests.integration.test_inputs import input_config, state_records, write_states
+
+
+def ledger_entries(db: Path) -> int:
+    if not db.exists():
+        return 0
+    with sqlite3.connect(db) as con:
+        return con.execute("SELECT count(*) FROM ledger_releases").fetchone()[0]
+
+
+def release_config(tmp: Path, microdata: Path, boundaries_of: list[str], **over) -> Path:
+    """A release config over ``microdata`` with synthetic boundaries of the given states."""
+    from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
+
+    write_synthetic(tmp / "b", boundaries_of, seed=3, params=StateParams(n_tracts=6, counties=2))
+    base = {"input": {"path": str(microdata)},
+            "boundaries": {"path": str(tmp / "b" / "tracts.parquet")},
+            "selection": {"rule": "dp", "threshold": 3.0},
+            "publish": {"root": str(tmp / "releases"), "internal_root": str(tmp / "internal"),
+                        "min_n": 5},
+            "ledger": {"url": f"sqlite:///{tmp / 'ledger.db'}", "dataset": "d"}}
+    return write_config(tmp / "config.yaml", base, **over)
+
+
+# --- item 2: every record's GEOID belongs to its partition -----------------------------------
+
+
+def split_tract(tmp: Path) -> tuple[Path, str]:
+    """States 37 and 45, with every other record of tract 37's first tract filed in
+    ``state=45/part-1.parquet`` (the issue's repro)."""
+    frames = {"37": state_records("37", n=120, tracts=6),
+              "45": state_records("45", n=120, tracts=6, first_id=1000)}
+    root = write_states(tmp, frames)
+    tract = frames["37"]["geoid"].iloc[0]
+    moved = frames["37"][frames["37"]["geoid"] == tract].iloc[::2]
+    frames["37"].drop(moved.index).to_parquet(root / "state=37" / "part-0.parquet", index=False)
+    moved.to_parquet(root / "state=45" / "part-1.parquet", index=False)
+    return root, tract
+
+
+def test_a_record_of_another_state_in_a_state_folder_is_refused_naming_file_and_rows(tmp_path):
+    root, tract = split_tract(tmp_path)
+    cfg = input_config(root)
+    assert len(read_partition(cfg.input, "37")) == 110
+    with pytest.raises(InputError) as err:
+        read_partition(cfg.input, "45")
+    message = str(err.value)
+    assert "state=45/part-1.parquet" in message and "10 record(s)" in message
+    assert "rows 0, 1, 2, 3, 4 of the file" in message and repr(tract) in message
+    assert "\n" not in message
+
+
+def test_a_split_state_group_is_checked_too(tmp_path, monkeypatch):
+    root, _ = split_tract(tmp_path)
+    cfg = input_config(root)
+    monkeypatch.setattr("dpatlas.release.ingest.PARTITION_RECORDS", 70)
+    parts = [p for p in partitions(cfg.input) if p.key.startswith("45-")]
+    assert [p.cells for p in parts] == [("female",), ("male",)]
+    with pytest.raises(InputError, match="state=45/part-1.parquet"):  # the moved records'
+        read_partition(cfg.input, parts[0].key, parts[0].cells)
+    assert len(read_partition(cfg.input, parts[1].key, parts[1].cells)) == 60
+
+
+def test_a_tract_in_two_staged_partitions_is_refused_before_the_charge():
+    from dpatlas.release.validate import check_one_partition_per_tract
+
+    counts = {Path("input-37.parquet"): pd.DataFrame({"geoid": ["37001000100"],
+                                                      "cell": ["all"], "n": [4]}),
+              Path("input-45.parquet"): pd.DataFrame({"geoid": ["37001000100", "45001000100"],
+                                                      "cell": ["all", "all"], "n": [4, 9]})}
+    with pytest.raises(ValidationFailed, match="37001000100.*input-37, input-45"):
+        check_one_partition_per_tract(counts)
+    check_one_partition_per_tract({p: c.iloc[-1:] for p, c in counts.items()})  # distinct
+
+
+def test_the_split_tract_release_is_refused_before_the_charge(tmp_path):
+    root, tract = split_tract(tmp_path)
+    cfg = release_config(tmp_path, root, ["37", "45"])
+    res = dpatlas("release", "-c", str(cfg), "--release-id", "r1", "--noise-seed", "1",
+                  env=OWN_SERVER)
+    out = refusal_block(res)
+    assert "state=45/part-1.parquet" in out and "rows 0, 1, 2, 3, 4" in out and tract in out
+    assert ledger_entries(tmp_path / "ledger.db") == 0
+    assert not (tmp_path / "releases" / "r1").exists()
