@@ -9,13 +9,14 @@ unchanged tree rewrites byte-identical files (a test checks this).
 Serialisation is GX's own: ``ExpectationSuiteSchema().dumps(suite, indent=2,
 sort_keys=True)``, exactly what a GX file-backed expectations store writes.
 
-Two expectations are *conditional*; they are stored in the suite like any other,
+Some expectations are *conditional*; they are stored in the suite like any other,
 tagged in their ``meta`` under the key ``"dpatlas"``, and the run-time API decides
 whether to keep them:
 
 * ``{"only_if_column": "person_id"}`` -- ``person_id`` is never null, in the input
   suite; dropped when the frame has no ``person_id`` column. (Records per person are
   counted across all partitions by :mod:`dpatlas.release.contributions`, not here.)
+  Likewise ``{"only_if_column": "cell"}``: ``cell`` is never null nor blank.
 * ``{"only_if_parameter": "boundary_geoids"}`` -- the published table must
   contain every tract of the boundary file.  Its ``value_set`` is a GX suite
   parameter (``{"$PARAMETER": "boundary_geoids"}``) filled in at validation
@@ -112,6 +113,23 @@ def input_suite() -> gx.ExpectationSuite:
             column="person_id",
             description="person_id is never null (checked only when the column is present)",
             meta={META_KEY: {"only_if_column": "person_id"}},
+        )
+    )
+    # cell: every record names one. A record without a cell has no group to be estimated in
+    # (it was dropped unseen, issue 31 O3), and an empty label cannot be charged.
+    suite.add_expectation(
+        gxe.ExpectColumnValuesToNotBeNull(
+            column="cell",
+            description="cell is never null (checked only when the column is present)",
+            meta={META_KEY: {"only_if_column": "cell"}},
+        )
+    )
+    suite.add_expectation(
+        gxe.ExpectColumnValuesToMatchRegex(
+            column="cell",
+            regex=r"\S",
+            description="cell is not blank (checked only when the column is present)",
+            meta={META_KEY: {"only_if_column": "cell"}},
         )
     )
     return suite

@@ -14,7 +14,8 @@ from dpatlas.release.estimate import (Chunk, all_sizes, split_into_chunks, stage
 from dpatlas.core.files import write_json_atomic, write_parquet_atomic
 from dpatlas.publication.geography import load_boundaries
 from dpatlas.release.validate import (BoundaryCoverageError, apply_policy, check_changed_share,
-                                      check_one_partition_per_tract, write_release_docs)
+                                      check_one_partition_per_tract, input_column_names,
+                                      write_release_docs)
 
 from .common import RETRY_IO, TASK_OPTIONS
 from .ingest import ingest_partition
@@ -28,7 +29,8 @@ def validate_partition(cfg: InputConfig, policy: str, key: str, internal: Path,
     task, and the flow schedules half as many task runs. The validation report names the
     input file or folder as the data asset."""
     df = ingest_partition(cfg, key, cells)
-    clean, report = apply_policy(df, policy, key, internal, str(cfg.path))
+    clean, report = apply_policy(df, policy, key, internal, str(cfg.path),
+                                 input_column_names(cfg.columns))
     staged = write_parquet_atomic(clean, internal / "staged" / f"input-{key}.parquet",
                                   private=True)
     get_run_logger().info("partition %s: %d rows valid, %d quarantined, %d clipped, %d dropped",

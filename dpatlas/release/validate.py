@@ -70,8 +70,16 @@ class PartitionReport:
 
 
 def _contract_frame(df: pd.DataFrame) -> pd.DataFrame:
-    cols = ["geoid", "x", "y"] + (["person_id"] if "person_id" in df.columns else [])
+    cols = ["geoid", "x", "y"] + [c for c in ("person_id", "cell") if c in df.columns]
     return df[cols].reset_index(drop=True)
+
+
+def input_column_names(columns) -> dict[str, str]:
+    """The pipeline's column names (geoid, x, y, person_id, cell) to the input's, as the
+    config maps them (``input.columns``): what a refusal names."""
+    named = {"geoid": columns.geoid, "x": columns.parent_rank, "y": columns.child_rank,
+             "person_id": columns.person_id, "cell": columns.cell}
+    return {ours: theirs for ours, theirs in named.items() if theirs}
 
 
 def _failures(result: "ContractResult") -> list[dict]:
@@ -111,15 +119,32 @@ def _lost_leading_zeros(df: pd.DataFrame) -> str:
             "they keep all 11 digits")
 
 
+def _bad_cells(df: pd.DataFrame, expectation: str) -> str:
+    """The first input rows whose cell is missing (or blank, for the regex expectation)."""
+    cells = df["cell"]
+    missing = cells.isna().to_numpy()
+    bad = missing if expectation == "expect_column_values_to_not_be_null" else (
+        ~missing & (cells.where(~missing, "x").astype(str).str.strip() == "").to_numpy())
+    if not bad.any():
+        return ""
+    rows = ", ".join(str(r) for r in df.loc[bad, "row"].head(_EXAMPLES))
+    what = "no cell" if expectation == "expect_column_values_to_not_be_null" else "a blank cell"
+    return f" have {what}, e.g. input rows {rows} (counting from 0)"
+
+
 def _failure_message(df: pd.DataFrame, policy: str, partition: str, failures: list[dict],
-                     qfile: Path | None, docs_index: Path | None) -> str:
+                     qfile: Path | None, docs_index: Path | None,
+                     columns: dict[str, str] | None = None) -> str:
     lines = [f"input partition {partition} breaks its contract (policy '{policy}'); "
              "no noise was drawn and nothing was published:"]
     for f in failures:
-        col = f" on column '{f['column']}'" if f["column"] else ""
+        name = (columns or {}).get(f["column"], f["column"])
+        col = f" on column '{name}'" if f["column"] else ""
         extra = ""
         if f["column"] == "geoid" and f["expectation"] == "expect_column_values_to_not_be_null":
             extra = _blank_geoids(df)
+        elif f["column"] == "cell" and "row" in df.columns:
+            extra = _bad_cells(df, f["expectation"])
         lines.append(f"  - {f['expectation']}{col}: {f['count']} row(s){extra}")
     if any(f["column"] == "geoid" for f in failures):
         lines += [hint for hint in (_lost_leading_zeros(df),) if hint]
@@ -164,7 +189,8 @@ def input_asset(partition: str, source: str | None = None) -> str:
 
 
 def apply_policy(df: pd.DataFrame, policy: str, partition: str, internal: Path,
-                 source: str | None = None) -> tuple[pd.DataFrame, PartitionReport]:
+                 source: str | None = None, columns: dict[str, str] | None = None
+                 ) -> tuple[pd.DataFrame, PartitionReport]:
     """Validate one partition against the input contract and apply ``policy``.
 
     The validation is a run named ``input-<partition>`` of the release's input Checkpoint:
@@ -172,7 +198,8 @@ def apply_policy(df: pd.DataFrame, policy: str, partition: str, internal: Path,
     which names ``source``, the input file or folder, as the data asset; ``docs_index`` is its
     index) and in its one Data Docs site (``internal/data_docs``), which the caller renders
     once after the last partition (:func:`write_release_docs`), or this function before it
-    refuses the release.
+    refuses the release. ``columns`` (:func:`input_column_names`) names the input's columns
+    in a refusal.
     """
     from data_contracts import RELEASE_CONTEXT_LOCK, ReleaseDocs, validate_input
 
@@ -208,7 +235,7 @@ def apply_policy(df: pd.DataFrame, policy: str, partition: str, internal: Path,
     if not result.success and not droppable:
         write_release_docs(internal)  # the refused run (and the ones before) in the site
         raise ValidationFailed(_failure_message(df, policy, partition, failures, qfile,
-                                                report_index))
+                                                report_index, columns))
     if bad.any():  # policy drop
         df = df[~bad].reset_index(drop=True)
         report.rows_out = len(df)

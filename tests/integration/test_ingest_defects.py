@@ -101,3 +101,55 @@ def test_the_split_tract_release_is_refused_before_the_charge(tmp_path):
     assert "state=45/part-1.parquet" in out and "rows 0, 1, 2, 3, 4" in out and tract in out
     assert ledger_entries(tmp_path / "ledger.db") == 0
     assert not (tmp_path / "releases" / "r1").exists()
+
+
+# --- O3: records without a cell are refused or quarantined, never dropped unseen --------------
+
+
+def cells_file(tmp: Path, blank: bool = False) -> Path:
+    """One state's records in cells under the input column ``group``: 110 of 120 have none
+    (null; the issue's repro, smaller), or with ``blank`` one has an empty label instead."""
+    frame = state_records("37", n=120, tracts=6).rename(columns={"cell": "group"})
+    frame["group"] = frame["group"].astype(object)
+    if blank:
+        frame.loc[12, "group"] = ""
+    else:
+        frame.loc[frame.index % 12 != 0, "group"] = None
+    path = tmp / "data" / "microdata.parquet"
+    path.parent.mkdir(parents=True)
+    frame.to_parquet(path, index=False)
+    return path
+
+
+def test_null_cells_under_policy_fail_refuse_the_release_before_the_charge(tmp_path):
+    cfg = release_config(tmp_path, cells_file(tmp_path), ["37"],
+                         input={"columns": {"person_id": "person_id", "cell": "group"}})
+    out = refusal_block(dpatlas("release", "-c", str(cfg), "--release-id", "r1",
+                                "--noise-seed", "1", env=OWN_SERVER))
+    assert "on column 'group': 110 row(s) have no cell, e.g. input rows 1, 2, 3, 4, 5" in out
+    assert ledger_entries(tmp_path / "ledger.db") == 0
+
+
+def test_null_cells_under_policy_drop_are_quarantined_and_counted(tmp_path):
+    from dpatlas.release.validate import apply_policy
+
+    cfg = input_config(cells_file(tmp_path), cell="group")
+    clean, report = apply_policy(read_partition(cfg.input, "37"), "drop", "37",
+                                 tmp_path / "internal")
+    assert len(clean) == 10 and clean["cell"].notna().all()
+    assert report.dropped == report.quarantined == 110
+    quarantined = pd.read_parquet(report.quarantine_file)
+    assert sorted(quarantined["row"]) == sorted(set(range(120)) - set(range(0, 120, 12)))
+
+
+def test_an_empty_cell_label_is_refused_at_validation_naming_column_and_rows(tmp_path):
+    # before: refused only at the charge, "cell must be a non-empty string, got ''"
+    from dpatlas.release import validate
+
+    cfg = input_config(cells_file(tmp_path, blank=True), cell="group")
+    with pytest.raises(ValidationFailed) as err:
+        validate.apply_policy(read_partition(cfg.input, "37"), "fail", "37",
+                              tmp_path / "internal",
+                              **({"columns": validate.input_column_names(cfg.input.columns)}
+                                 if hasattr(validate, "input_column_names") else {}))
+    assert "on column 'group': 1 row(s) have a blank cell, e.g. input rows 12" in str(err.value)
