@@ -220,7 +220,7 @@ def release(config_path: str, release_id: Optional[str] = None,
         # 1-2. Ingest and validate every partition, then the checks that span partitions,
         # all before any noise is drawn or any budget charged.
         reports, staged = _validate_partitions(cfg, internal)
-        check_change_limit(reports, cfg.validation.max_changed_share)
+        check_change_limit(reports, cfg.validation.max_changed_share, cfg.input.rank_scale)
         contributions = (bound_contributions(staged, cfg.validation.contributions, internal)
                          if cfg.input.columns.person_id else None)
         record_validation(internal, reports, contributions)

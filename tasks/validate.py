@@ -14,8 +14,8 @@ from dpatlas.release.estimate import (Chunk, all_sizes, split_into_chunks, stage
 from dpatlas.core.files import write_json_atomic, write_parquet_atomic
 from dpatlas.publication.geography import load_boundaries
 from dpatlas.release.validate import (BoundaryCoverageError, apply_policy, check_changed_share,
-                                      check_one_partition_per_tract, input_column_names,
-                                      write_release_docs)
+                                      check_one_partition_per_tract, check_rank_scale,
+                                      input_column_names, write_release_docs)
 
 from .common import RETRY_IO, TASK_OPTIONS
 from .ingest import ingest_partition
@@ -47,9 +47,12 @@ def build_validation_docs(internal: Path) -> Path:
 
 
 @task(name="check-changed-share", **TASK_OPTIONS)
-def check_change_limit(reports: list[dict], max_share: float) -> None:
-    """Refuse when clip/drop changed more than ``max_share`` of all input rows."""
+def check_change_limit(reports: list[dict], max_share: float,
+                       rank_scale: str = "unit") -> None:
+    """Refuse when clip/drop changed more than ``max_share`` of all input rows, or when
+    declared percentiles never exceed 1 (ranks on [0, 1])."""
     check_changed_share(reports, max_share)
+    check_rank_scale(reports, rank_scale)
 
 
 @task(name="check-contributions", **TASK_OPTIONS)

@@ -148,6 +148,8 @@ def _failure_message(df: pd.DataFrame, policy: str, partition: str, failures: li
         lines.append(f"  - {f['expectation']}{col}: {f['count']} row(s){extra}")
     if any(f["column"] == "geoid" for f in failures):
         lines += [hint for hint in (_lost_leading_zeros(df),) if hint]
+    if any(f["column"] in ("x", "y") for f in failures):  # ranks out of [0, 1]
+        lines += [f"  {hint}" for hint in (_percentile_hint(_largest_rank(df)),) if hint]
     if qfile:
         lines.append(f"  offending rows written to {qfile}")
     if docs_index:
@@ -267,6 +269,38 @@ def check_one_partition_per_tract(counts: dict[Path, pd.DataFrame]) -> None:
         "was drawn and nothing was published")
 
 
+def _percentile_hint(largest: float | None) -> str:
+    """Advice when the largest rank (read as on [0, 1]) is in (1, 100]: percentiles."""
+    if largest is not None and 1.0 < largest <= 100.0:
+        return (f"the ranks go up to {largest:g}, so they look like percentiles: set "
+                "input.rank_scale: percentile")
+    return ""
+
+
+def _largest_over(reports: list[dict]) -> float | None:
+    """The largest rank of every partition (on the [0, 1] scale, before clipping)."""
+    return max((r["largest_rank"] for r in reports if r.get("largest_rank") is not None),
+               default=None)
+
+
+def check_rank_scale(reports: list[dict], rank_scale: str) -> None:
+    """Refuse percentiles (``input.rank_scale: percentile``) none of which exceeds 1: ranks on
+    [0, 1] declared as percentiles would be divided by 100 and published squeezed into
+    [0, 0.01], every tract's estimate wrong, with no other check noticing (issue 31 O4).
+
+    ``reports`` are every partition's :meth:`PartitionReport.as_dict`. This reads the
+    confidential ranks, so it only decides whether the release runs (an operator's refusal
+    before the charge); it never changes what is published."""
+    largest = _largest_over(reports)
+    if rank_scale != "percentile" or largest is None or largest > 0.01:
+        return
+    raise ValidationFailed(
+        "input.rank_scale is 'percentile' (ranks on [0, 100]) but no rank in the input "
+        "exceeds 1: these look like ranks on [0, 1], which read as percentiles would be "
+        "divided by 100 and published within [0, 0.01]. Set input.rank_scale: unit in the "
+        "config; no noise was drawn and nothing was published.")
+
+
 def check_changed_share(reports: list[dict], max_share: float) -> None:
     """Refuse a release whose clip/drop policy changed too much of the input.
 
@@ -283,12 +317,8 @@ def check_changed_share(reports: list[dict], max_share: float) -> None:
         return
     share = changed / rows_in
     policy = "/".join(sorted({r["policy"] for r in reports}))
-    largest = max((r["largest_rank"] for r in reports if r.get("largest_rank") is not None),
-                  default=None)
-    if largest is not None and 1.0 < largest <= 100.0:
-        advice = (f"the ranks go up to {largest:g}, so they look like percentiles: set "
-                  "input.rank_scale: percentile")
-    else:
+    advice = _percentile_hint(_largest_over(reports))
+    if not advice:
         advice = ("fix the input (the rows are in the quarantine files of the internal folder) "
                   "or, if this much change is expected, raise validation.max_changed_share")
     raise ValidationFailed(

@@ -153,3 +153,38 @@ def test_an_empty_cell_label_is_refused_at_validation_naming_column_and_rows(tmp
                               **({"columns": validate.input_column_names(cfg.input.columns)}
                                  if hasattr(validate, "input_column_names") else {}))
     assert "on column 'group': 1 row(s) have a blank cell, e.g. input rows 12" in str(err.value)
+
+
+# --- O4: the declared rank scale against the ranks ----------------------------------------------
+
+
+def test_unit_ranks_declared_as_percentiles_are_refused_before_the_charge(tmp_path):
+    root = write_states(tmp_path, {"37": state_records("37", n=120, tracts=6)})  # on [0, 1]
+    cfg = release_config(tmp_path, root, ["37"], input={"rank_scale": "percentile"})
+    out = refusal_block(dpatlas("release", "-c", str(cfg), "--release-id", "r1",
+                                "--noise-seed", "1", env=OWN_SERVER))
+    assert "no rank in the input exceeds 1" in out and "input.rank_scale: unit" in out
+    assert ledger_entries(tmp_path / "ledger.db") == 0
+    assert not (tmp_path / "releases" / "r1").exists()
+
+
+def test_the_rank_scale_check_reads_every_partition():
+    from dpatlas.release.validate import check_rank_scale
+
+    unit = [{"largest_rank": 0.0099}, {"largest_rank": None}, {"largest_rank": 0.01}]
+    with pytest.raises(ValidationFailed, match="input.rank_scale: unit"):
+        check_rank_scale(unit, "percentile")
+    check_rank_scale(unit, "unit")
+    check_rank_scale(unit + [{"largest_rank": 0.0101}], "percentile")  # one rank above 1
+    check_rank_scale([{"largest_rank": None}], "percentile")  # no ranks: the contract's job
+
+
+def test_percentiles_declared_as_unit_ranks_are_refused_with_the_scale_hint(tmp_path):
+    from dpatlas.release.validate import apply_policy
+
+    frame = state_records("37", n=40, tracts=4)
+    frame[["parent_rank", "child_rank"]] *= 100
+    cfg = input_config(write_states(tmp_path, {"37": frame}))
+    with pytest.raises(ValidationFailed) as err:  # refused already; now it says why
+        apply_policy(read_partition(cfg.input, "37"), "fail", "37", tmp_path / "internal")
+    assert "look like percentiles: set input.rank_scale: percentile" in str(err.value)
