@@ -168,7 +168,7 @@ def _check_config_files(cfg) -> tuple[list[str], list[str]]:
                      "ledger is outside the publish root")
     unit = _attempt(lambda: require_person_unit(cfg), problems)
     if unit:
-        found.append(f"one record per person and cell: {unit['status']}")
+        found.append(_person_unit_line(cfg, unit))
     if Path(cfg.input.path).exists():
         parts = _attempt(lambda: partitions(cfg.input), problems, report=True)
         if parts is not None:
@@ -188,6 +188,18 @@ def _check_config_files(cfg) -> tuple[list[str], list[str]]:
         found.append(f"ledger {cap[0]}: dataset {cfg.ledger.dataset} has the lifetime cap "
                      f"eps={cap[1][0]:g} delta={cap[1][1]:g}")
     return found, problems
+
+
+def _person_unit_line(cfg, unit: dict) -> str:
+    """What config check says of the one-record-per-person claim: it reads no record, so it
+    says who checks it (the release, over the person id column) or that nobody does; never
+    "verified" (issue 31 O12: it said so for duplicates and for a missing input)."""
+    if unit["status"] != "verified":
+        return (f"{unit['claim']}: an unverified assumption "
+                "(privacy.assume_one_record_per_person: true), which nothing checks")
+    return (f"{unit['claim']}: not read here; each release checks it before its charge, over "
+            f"person id column '{cfg.input.columns.person_id}' across all partitions "
+            f"(validation.contributions: {cfg.validation.contributions})")
 
 
 def _ledger_cap(ledger_class, cfg):

@@ -89,14 +89,24 @@ def _geoid_problems(geoids: pd.Series) -> list[str]:
     well_formed = np.array([isinstance(g, str) and _GEOID.fullmatch(g) is not None for g in text],
                            dtype=bool)
     problems = []
-    if not well_formed.all():
+    # Numbers are not GEOIDs whatever their digits: 37001000100 stored as an integer is said
+    # so, not "not 11 digits" (issue 31 O12), and 6001000100 has lost its leading zero.
+    numbers = np.array([isinstance(g, (int, float, np.number)) and not isinstance(g, bool)
+                        for g in text], dtype=bool)
+    if numbers.any():
+        column = f"column '{geoids.name}'" if isinstance(geoids.name, str) else "column"
+        problems.append(f"the GEOID {column} holds numbers, not text ({int(numbers.sum())} of "
+                        f"{total}, e.g. {_examples(text[numbers])}): GEOIDs must be 11-digit "
+                        "text, and as numbers their leading zeros may be lost (06001000100 "
+                        "becomes 6001000100); store and read the column as text")
+    malformed = ~well_formed & ~numbers
+    if malformed.any():
         hint = ""
-        ten_digits = any(isinstance(g, str) and len(g) == 10 and g.isdigit() for g in text)
-        if pd.api.types.is_numeric_dtype(geoids.dtype) or ten_digits:
-            hint = (" (numeric or 10-digit GEOIDs: leading zeros were probably lost, e.g. "
+        if any(isinstance(g, str) and len(g) == 10 and g.isdigit() for g in text):
+            hint = (" (10-digit GEOIDs: leading zeros were probably lost, e.g. "
                     "6001000100 for 06001000100; store and read GEOIDs as text)")
-        problems.append(f"{int((~well_formed).sum())} of {total} GEOIDs are not 11 digits "
-                        f"(2 state + 3 county + 6 tract), e.g. {_examples(text[~well_formed])}{hint}")
+        problems.append(f"{int(malformed.sum())} of {total} GEOIDs are not 11 digits "
+                        f"(2 state + 3 county + 6 tract), e.g. {_examples(text[malformed])}{hint}")
     valid = text[well_formed]
     unknown = valid[~valid.str[:2].isin(list(STATE_FIPS))]
     if len(unknown):

@@ -105,17 +105,49 @@ def _text_columns(cfg: InputConfig) -> list[str]:
 _UNREADABLE = re.compile(r"(?:Could not open|Could not read schema from) [^']*'([^']+)'")
 
 
+# pyarrow's "Row #N" counts the file's lines from 1, the header included (when it is known)
+_NOT_UTF8 = re.compile(r"(?:Row #([0-9]+): )?CSV conversion error to [a-z]+: invalid UTF8")
+_PARQUET_MAGIC = b"PAR1"  # a Parquet file's first and last four bytes
+
+
+def _not_parquet(name: Path) -> bool:
+    """A non-empty file that does not begin as every Parquet file does (a README, a CSV),
+    as opposed to a Parquet file cut short (which still begins with the magic bytes)."""
+    try:
+        with open(name, "rb") as fh:
+            head = fh.read(len(_PARQUET_MAGIC))
+    except OSError:
+        return False
+    return bool(head) and head != _PARQUET_MAGIC
+
+
 def _input_error(cfg: InputConfig, err: Exception) -> InputError:
     """What an operator reads for pyarrow's error: a file that is not a whole CSV or Parquet
-    file (empty, truncated, corrupt), named; or column types that do not agree."""
+    file (empty, truncated, corrupt, not Parquet at all, not UTF-8), named; or column types
+    that do not agree."""
     text = str(err).strip()
     unreadable = _UNREADABLE.findall(text)
+    name = Path(unreadable[-1]) if unreadable else Path(cfg.path)
+    if not_utf8 := _NOT_UTF8.search(text):
+        # a Latin-1 (or Windows-1252) export: its accented letters are not UTF-8
+        line = f"line {not_utf8[1]} holds" if not_utf8[1] else "it holds"
+        return InputError(
+            f"input file {name} is not UTF-8 text ({line} bytes that are not UTF-8, as a "
+            "Latin-1 or Windows-1252 export has): convert it to UTF-8, "
+            f"e.g. `iconv -f latin1 -t utf-8 {name} > converted.csv`, and point input.path at "
+            "the converted file (nothing was charged)")
     if unreadable or "Empty CSV file" in text or "magic bytes" in text:
-        name = Path(unreadable[-1]) if unreadable else Path(cfg.path)
         try:
             empty = name.is_file() and name.stat().st_size == 0
         except OSError:
             empty = False
+        if cfg.format == "parquet" and not empty and _not_parquet(name):
+            where = (f"input folder {cfg.path} holds {_relative(str(name), cfg.path)}, which"
+                     if Path(cfg.path).is_dir() else f"input file {name}")
+            return InputError(
+                f"{where} is not a Parquet file: every file in the input folder is read as "
+                "data, so move any other file (a README, notes, a CSV) out of it "
+                "(nothing was charged)")
         what = ("is empty (0 bytes)" if empty else
                 f"is not a complete {cfg.format} file (truncated or corrupt)")
         return InputError(f"input file {name} {what}: replace it with the complete file "
@@ -139,9 +171,14 @@ def _dataset(cfg: InputConfig) -> ds.Dataset:
                 column_types={n: pa.string() for n in _text_columns(cfg)})
             return ds.dataset(path, format=ds.CsvFileFormat(convert_options=convert))
         partitioning = "hive" if path.is_dir() else None
-        return ds.dataset(path, format="parquet", partitioning=partitioning)
+        dataset = ds.dataset(path, format="parquet", partitioning=partitioning)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
         raise _input_error(cfg, err) from None
+    if path.is_dir() and not dataset.files:
+        raise InputError(f"input folder {path} holds no data files (files and folders whose "
+                         "names begin with '.' or '_' are not read): point input.path at the "
+                         "folder that holds the state=SS folders, or at a single file")
+    return dataset
 
 
 def _to_table(cfg: InputConfig, dataset: ds.Dataset, **kwargs) -> pa.Table:
@@ -446,6 +483,12 @@ def _person_ids(column: pa.ChunkedArray) -> pd.Series | np.ndarray:
 def partitions(cfg: InputConfig) -> list[Partition]:
     """The partitions of the input (states, in order), with their row counts."""
     dataset = _dataset(cfg)
+    if Path(cfg.path).is_dir() and not _is_hive(cfg, dataset):
+        raise InputError(
+            f"input folder {cfg.path} is not partitioned by state: a folder input is a Parquet "
+            "dataset with one folder per state, named state=SS by its FIPS code (e.g. "
+            "state=06/part-0.parquet); for a single CSV or Parquet file, point input.path at "
+            "the file")
     _check_columns(cfg, dataset.schema.names)
     _check_types(cfg, dataset.schema)
     if _is_hive(cfg, dataset):

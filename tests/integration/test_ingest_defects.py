@@ -188,3 +188,106 @@ def test_percentiles_declared_as_unit_ranks_are_refused_with_the_scale_hint(tmp_
     with pytest.raises(ValidationFailed) as err:  # refused already; now it says why
         apply_policy(read_partition(cfg.input, "37"), "fail", "37", tmp_path / "internal")
     assert "look like percentiles: set input.rank_scale: percentile" in str(err.value)
+
+
+# --- O12: what ingest and config check say -------------------------------------------------------
+
+
+def test_config_check_does_not_call_duplicates_or_a_missing_input_verified(tmp_path):
+    frame = state_records("37", n=120, tracts=6)
+    frame.loc[5, "person_id"] = frame.loc[7, "person_id"]
+    frame.loc[5, "cell"] = frame.loc[7, "cell"]  # one person twice in one cell
+    root = write_states(tmp_path, {"37": frame})
+    cfg = release_config(tmp_path, root, ["37"])
+    dup = dpatlas("config", "check", str(cfg))
+    assert dup.returncode == 0, dup.stdout
+    assert "verified" not in dup.stdout
+    assert ("one record per person and cell: not read here; each release checks it before its "
+            "charge, over person id column 'person_id'") in dup.stdout
+    (root / "state=37" / "part-0.parquet").rename(tmp_path / "moved.parquet")
+    (root / "state=37").rmdir()
+    root.rmdir()
+    missing = dpatlas("config", "check", str(cfg))
+    assert missing.returncode == 2 and "input not found" in missing.stdout
+    assert "verified" not in missing.stdout
+
+
+def test_a_latin1_csv_is_said_to_be_not_utf8(tmp_path):
+    frame = state_records("37", n=20, tracts=2)
+    frame.loc[3, "cell"] = "Bézier"
+    frame.to_csv(tmp_path / "in.csv", index=False, encoding="latin-1")
+    cfg = input_config(tmp_path / "in.csv", fmt="csv")
+    for call in (lambda: partitions(cfg.input), lambda: read_partition(cfg.input, "37")):
+        with pytest.raises(InputError) as err:
+            call()
+        message = str(err.value)
+        assert "is not UTF-8 text (line 5 holds" in message and "iconv -f latin1" in message
+        assert "truncated or corrupt" not in message
+
+
+def test_a_latin1_byte_after_the_first_block_is_said_to_be_not_utf8(tmp_path, monkeypatch):
+    frame = state_records("37", n=3000, tracts=2)
+    frame.loc[2500, "cell"] = "Bézier"
+    frame.to_csv(tmp_path / "in.csv", index=False, encoding="latin-1")
+    monkeypatch.setattr("dpatlas.release.ingest._STREAM_BLOCK_BYTES", 4096)
+    with pytest.raises(InputError, match="is not UTF-8 text"):
+        partitions(input_config(tmp_path / "in.csv", fmt="csv").input)
+
+
+@pytest.mark.parametrize("where", ["", "state=37"])
+def test_a_readme_in_a_parquet_folder_is_named_as_not_parquet(tmp_path, where):
+    root = write_states(tmp_path, {"37": state_records("37", n=20, tracts=2)})
+    (root / where / "README.txt").write_text("Exported by the census team.\n")
+    with pytest.raises(InputError) as err:
+        partitions(input_config(root).input)
+    message = str(err.value)
+    readme = str(Path(where) / "README.txt")
+    assert f"holds {readme}, which is not a Parquet file" in message, message
+    assert "truncated or corrupt" not in message
+
+
+def test_a_truncated_parquet_file_is_still_called_truncated(tmp_path):
+    path = tmp_path / "in.parquet"
+    state_records("37", n=20, tracts=2).to_parquet(path, index=False)
+    path.write_bytes(path.read_bytes()[:200])
+    with pytest.raises(InputError, match="truncated or corrupt"):
+        partitions(input_config(path).input)
+
+
+@pytest.mark.parametrize("inside", [[], ["state=37/"], [".hidden.parquet", "_SUCCESS"]])
+def test_an_input_folder_without_data_files_says_so(tmp_path, inside):
+    folder = tmp_path / "microdata"
+    folder.mkdir()
+    for name in inside:
+        (folder / name).mkdir() if name.endswith("/") else (folder / name).write_text("")
+    cfg = input_config(folder)
+    for call in (lambda: partitions(cfg.input), lambda: read_partition(cfg.input, "37")):
+        with pytest.raises(InputError) as err:
+            call()
+        assert "holds no data files" in str(err.value) and "[]" not in str(err.value)
+
+
+def test_a_folder_of_files_not_partitioned_by_state_says_so(tmp_path):
+    folder = tmp_path / "microdata"
+    folder.mkdir()
+    state_records("37", n=20, tracts=2).to_parquet(folder / "part-0.parquet", index=False)
+    with pytest.raises(InputError, match="is not partitioned by state.*state=SS"):
+        partitions(input_config(folder).input)
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".geojson"])
+def test_integer_boundary_geoids_are_said_to_be_numbers(tmp_path, suffix):
+    from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
+    from dpatlas.publication.geography import BoundaryError, load_boundaries, write_boundaries
+
+    import geopandas as gpd
+
+    write_synthetic(tmp_path, ["37"], seed=3, params=StateParams(n_tracts=4, counties=2))
+    tracts = gpd.read_parquet(tmp_path / "tracts.parquet")
+    tracts["GEOID"] = tracts["GEOID"].astype("int64")
+    path = write_boundaries(tracts, tmp_path / f"numbers{suffix}")
+    with pytest.raises(BoundaryError) as err:
+        load_boundaries(path, "GEOID")
+    message = str(err.value)
+    assert "column 'GEOID' holds numbers, not text (4 of 4, e.g. 37001" in message, message
+    assert "leading zeros may be lost" in message and "not 11 digits" not in message
