@@ -193,6 +193,12 @@ def test_percentiles_declared_as_unit_ranks_are_refused_with_the_scale_hint(tmp_
 # --- O12: what ingest and config check say -------------------------------------------------------
 
 
+def ingest_refusals(cfg, key: str = "37") -> list[str]:
+    """What listing the partitions and reading one say: each must refuse (InputError)."""
+    return [str(pytest.raises(InputError, call).value)
+            for call in (lambda: partitions(cfg.input), lambda: read_partition(cfg.input, key))]
+
+
 def test_config_check_does_not_call_duplicates_or_a_missing_input_verified(tmp_path):
     frame = state_records("37", n=120, tracts=6)
     frame.loc[5, "person_id"] = frame.loc[7, "person_id"]
@@ -216,11 +222,7 @@ def test_a_latin1_csv_is_said_to_be_not_utf8(tmp_path):
     frame = state_records("37", n=20, tracts=2)
     frame.loc[3, "cell"] = "Bézier"
     frame.to_csv(tmp_path / "in.csv", index=False, encoding="latin-1")
-    cfg = input_config(tmp_path / "in.csv", fmt="csv")
-    for call in (lambda: partitions(cfg.input), lambda: read_partition(cfg.input, "37")):
-        with pytest.raises(InputError) as err:
-            call()
-        message = str(err.value)
+    for message in ingest_refusals(input_config(tmp_path / "in.csv", fmt="csv")):
         assert "is not UTF-8 text (line 5 holds" in message and "iconv -f latin1" in message
         assert "truncated or corrupt" not in message
 
@@ -260,11 +262,8 @@ def test_an_input_folder_without_data_files_says_so(tmp_path, inside):
     folder.mkdir()
     for name in inside:
         (folder / name).mkdir() if name.endswith("/") else (folder / name).write_text("")
-    cfg = input_config(folder)
-    for call in (lambda: partitions(cfg.input), lambda: read_partition(cfg.input, "37")):
-        with pytest.raises(InputError) as err:
-            call()
-        assert "holds no data files" in str(err.value) and "[]" not in str(err.value)
+    for message in ingest_refusals(input_config(folder)):
+        assert "holds no data files" in message and "[]" not in message
 
 
 def test_a_folder_of_files_not_partitioned_by_state_says_so(tmp_path):
