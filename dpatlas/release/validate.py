@@ -132,6 +132,19 @@ def _bad_cells(df: pd.DataFrame, expectation: str) -> str:
     return f" have {what}, e.g. input rows {rows} (counting from 0)"
 
 
+def _written_as_floats(df: pd.DataFrame) -> str:
+    """A hint when GEOIDs end in ``.0``: a numeric column written out (a float, or an integer
+    with a blank cell), not 11-character text."""
+    geoids = df["geoid"].dropna().astype(str)
+    floats = geoids[geoids.str.fullmatch(r"[0-9]{1,11}\.0+")]
+    if floats.empty:
+        return ""
+    shown = ", ".join(repr(g) for g in floats.unique()[:_EXAMPLES])
+    return (f"  {len(floats)} GEOIDs end in a decimal part, e.g. {shown}: they were written "
+            "from a numeric column, where leading zeros may be lost too; GEOIDs must be text: "
+            "write and read them as text (e.g. pandas dtype=str) so they keep all 11 digits")
+
+
 def _failure_message(df: pd.DataFrame, policy: str, partition: str, failures: list[dict],
                      qfile: Path | None, docs_index: Path | None,
                      columns: dict[str, str] | None = None) -> str:
@@ -147,7 +160,7 @@ def _failure_message(df: pd.DataFrame, policy: str, partition: str, failures: li
             extra = _bad_cells(df, f["expectation"])
         lines.append(f"  - {f['expectation']}{col}: {f['count']} row(s){extra}")
     if any(f["column"] == "geoid" for f in failures):
-        lines += [hint for hint in (_lost_leading_zeros(df),) if hint]
+        lines += [hint for hint in (_lost_leading_zeros(df), _written_as_floats(df)) if hint]
     if any(f["column"] in ("x", "y") for f in failures):  # ranks out of [0, 1]
         lines += [f"  {hint}" for hint in (_percentile_hint(_largest_rank(df)),) if hint]
     if qfile:

@@ -290,3 +290,17 @@ def test_integer_boundary_geoids_are_said_to_be_numbers(tmp_path, suffix):
     message = str(err.value)
     assert "column 'GEOID' holds numbers, not text (4 of 4, e.g. 37001" in message, message
     assert "leading zeros may be lost" in message and "not 11 digits" not in message
+
+
+def test_geoids_written_from_a_numeric_column_are_said_to_be_numbers(tmp_path):
+    from dpatlas.release.validate import apply_policy
+
+    frame = state_records("37", n=20, tracts=2)
+    frame["geoid"] = frame["geoid"].astype(float)  # as a spreadsheet or pandas writes them
+    frame.to_csv(tmp_path / "in.csv", index=False)
+    df = read_partition(input_config(tmp_path / "in.csv", fmt="csv").input, "all")
+    with pytest.raises(ValidationFailed) as err:
+        apply_policy(df, "fail", "other", tmp_path / "internal")
+    said = " ".join(str(err.value).split())
+    assert "20 GEOIDs end in a decimal part, e.g. '37001000100.0'" in said, said
+    assert "written from a numeric column" in said and "must be text" in said
