@@ -106,13 +106,18 @@ def _blank_geoids(df: pd.DataFrame) -> str:
     return f"; {int(blank.sum())} rows have a blank GEOID, e.g. input rows {rows}"
 
 
+def _geoids_like(df: pd.DataFrame, pattern: str) -> tuple[pd.Series, str]:
+    """The GEOIDs that match ``pattern`` whole, and the first few of them, quoted."""
+    geoids = df["geoid"].dropna().astype(str)
+    found = geoids[geoids.str.fullmatch(pattern)]
+    return found, ", ".join(repr(g) for g in found.unique()[:_EXAMPLES])
+
+
 def _lost_leading_zeros(df: pd.DataFrame) -> str:
     """A hint when GEOIDs are 10 digits: integers that lost their leading zero."""
-    geoids = df["geoid"].dropna().astype(str)
-    ten = geoids[geoids.str.fullmatch(r"[0-9]{10}")]
+    ten, shown = _geoids_like(df, r"[0-9]{10}")
     if ten.empty:
         return ""
-    shown = ", ".join(repr(g) for g in ten.unique()[:_EXAMPLES])
     return (f"  {len(ten)} GEOIDs are 10 digits, e.g. {shown}: they look like integers that "
             f"lost their leading zero ({ten.iloc[0]} is 0{ten.iloc[0]}, state "
             f"0{ten.iloc[0][0]}); write and read GEOIDs as text (e.g. pandas dtype=str) so "
@@ -135,11 +140,9 @@ def _bad_cells(df: pd.DataFrame, expectation: str) -> str:
 def _written_as_floats(df: pd.DataFrame) -> str:
     """A hint when GEOIDs end in ``.0``: a numeric column written out (a float, or an integer
     with a blank cell), not 11-character text."""
-    geoids = df["geoid"].dropna().astype(str)
-    floats = geoids[geoids.str.fullmatch(r"[0-9]{1,11}\.0+")]
+    floats, shown = _geoids_like(df, r"[0-9]{1,11}\.0+")
     if floats.empty:
         return ""
-    shown = ", ".join(repr(g) for g in floats.unique()[:_EXAMPLES])
     return (f"  {len(floats)} GEOIDs end in a decimal part, e.g. {shown}: they were written "
             "from a numeric column, where leading zeros may be lost too; GEOIDs must be text: "
             "write and read them as text (e.g. pandas dtype=str) so they keep all 11 digits")
