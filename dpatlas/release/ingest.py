@@ -142,12 +142,14 @@ def _input_error(cfg: InputConfig, err: Exception) -> InputError:
         except OSError:
             empty = False
         if cfg.format == "parquet" and not empty and _not_parquet(name):
-            where = (f"input folder {cfg.path} holds {_relative(str(name), cfg.path)}, which"
-                     if Path(cfg.path).is_dir() else f"input file {name}")
+            if not Path(cfg.path).is_dir():
+                return InputError(f"input file {name} is not a Parquet file: point input.path "
+                                  "at the Parquet file, or for a CSV file set input.format: "
+                                  "csv (nothing was charged)")
             return InputError(
-                f"{where} is not a Parquet file: every file in the input folder is read as "
-                "data, so move any other file (a README, notes, a CSV) out of it "
-                "(nothing was charged)")
+                f"input folder {cfg.path} holds {_relative(str(name), cfg.path)}, which is not "
+                "a Parquet file: every file in the input folder is read as data, so move any "
+                "other file (a README, notes, a CSV) out of it (nothing was charged)")
         what = ("is empty (0 bytes)" if empty else
                 f"is not a complete {cfg.format} file (truncated or corrupt)")
         return InputError(f"input file {name} {what}: replace it with the complete file "

@@ -304,3 +304,9 @@ def test_geoids_written_from_a_numeric_column_are_said_to_be_numbers(tmp_path):
     said = " ".join(str(err.value).split())
     assert "20 GEOIDs end in a decimal part, e.g. '37001000100.0'" in said, said
     assert "written from a numeric column" in said and "must be text" in said
+
+
+def test_a_csv_file_configured_as_parquet_is_said_to_be_not_parquet(tmp_path):
+    state_records("37", n=20, tracts=2).to_csv(tmp_path / "in.parquet", index=False)
+    with pytest.raises(InputError, match="is not a Parquet file.*input.format: csv"):
+        partitions(input_config(tmp_path / "in.parquet").input)
