@@ -591,19 +591,21 @@ def _misfiled(cfg: InputConfig, dataset: ds.Dataset, state: str) -> InputError:
     file, only once such a record was found."""
     files, total = [], 0
     for fragment in dataset.get_fragments(filter=_hive_state(dataset, state)):
-        rows, shown, offset = [], [], 0
+        # only the first rows are kept: a whole state's file may be in the wrong folder
+        count, rows, shown, offset = 0, [], [], 0
         for batch in fragment.to_batches(columns=[cfg.columns.geoid],
                                          batch_size=_STREAM_BATCH_ROWS):
             keys = _state_keys(batch.column(0))
             hit = pc.and_(pc.not_equal(keys, state), pc.not_equal(keys, OTHER))
             positions = np.flatnonzero(hit.to_numpy(zero_copy_only=False))
-            rows += (positions + offset).tolist()
+            count += positions.size
+            rows += (positions[:_EXAMPLES] + offset).tolist()
             shown += batch.column(0).take(positions[:_EXAMPLES]).to_pylist()
             offset += batch.num_rows
-        if rows:
-            total += len(rows)
-            geoids = ", ".join(dict.fromkeys(map(repr, shown)))
-            files.append(f"{_relative(fragment.path, cfg.path)}, {len(rows)} record(s) at "
+        if count:
+            total += count
+            geoids = ", ".join(list(dict.fromkeys(map(repr, shown)))[:_EXAMPLES])
+            files.append(f"{_relative(fragment.path, cfg.path)}, {count} record(s) at "
                          f"rows {', '.join(map(str, rows[:_EXAMPLES]))} of the file (counting "
                          f"from 0), e.g. GEOID {geoids}")
     listed = "; ".join(files[:_EXAMPLES]) + (f"; and {len(files) - _EXAMPLES} more file(s)"
