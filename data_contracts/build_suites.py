@@ -63,8 +63,9 @@ def input_suite() -> gx.ExpectationSuite:
         name=INPUT_SUITE,
         meta={
             "dpatlas_contract": "input microdata: one row per person and cell, columns geoid, x, y "
-            "(parent and child ranks normalised to [0, 1]) and optional person_id (never null; "
-            "records per person are checked across partitions outside this suite)",
+            "(parent and child ranks normalised to [0, 1]), optional person_id (never null; "
+            "records per person are checked across partitions outside this suite) and optional "
+            "cell (never null nor blank)",
         },
     )
     for col in INPUT_COLUMNS:
