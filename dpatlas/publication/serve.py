@@ -7,8 +7,8 @@ end) and ``bytes=-n`` (the last n bytes); a range that starts past the end of th
 ``416 Range Not Satisfiable`` with ``Content-Range: bytes */size``. A syntactically invalid
 Range, or several ranges at once, is ignored and the whole file is sent with 200, which
 RFC 9110 §14.2 allows. It is for local viewing and tests, not production hosting: it binds
-127.0.0.1 unless told otherwise, serves only files and folders whose real path is inside the
-root, and never a database file.
+127.0.0.1 unless told otherwise, serves only a publish root (dpatlas.publication.publish_root)
+and in it only published files whose real path is inside the root, and never a database file.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ import threading
 from functools import partial
 from http import HTTPStatus
 from pathlib import Path
+
+from dpatlas.publication.publish_root import check_publish_root, unpublished_reason
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -141,7 +143,11 @@ class RangeRequestHandler(http.server.SimpleHTTPRequestHandler):
             if real is None:
                 self.send_error(HTTPStatus.NOT_FOUND, "File not found")
                 return None
-        if real.lower().endswith(_DATABASE_SUFFIXES):
+        if (real.lower().endswith(_DATABASE_SUFFIXES)
+                or unpublished_reason(self._root, os.path.relpath(real, self._root)
+                                      .replace(os.sep, "/")) is not None):
+            # a second line behind the start's check: only published files, whatever was
+            # copied into the root since (staged rows, a key, the input)
             self.send_error(HTTPStatus.NOT_FOUND, "File not found")
             return None
         try:
@@ -235,7 +241,11 @@ def make_server(root: Path, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST, 
 
 
 def serve(root: Path, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST) -> None:
-    """Serve ``root`` until interrupted (Ctrl-C), printing the URL of its page."""
+    """Serve ``root`` until interrupted (Ctrl-C), printing the URL of its page. Refuses
+    (:class:`~dpatlas.publication.publish_root.NotAPublishRoot`) a folder that is not a
+    publish root, or one holding files that are never published."""
+    if Path(root).is_dir():
+        check_publish_root(root)
     server = make_server(root, port, host)
     bound_host, bound_port = server.server_address[:2]
     print(f"serving {Path(root).resolve()} at http://{bound_host}:{bound_port}/ "

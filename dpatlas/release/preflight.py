@@ -20,10 +20,9 @@ from dpatlas.core.config import ReleaseConfig
 from dpatlas.release.contributions import require_person_unit
 from dpatlas.core.files import write_atomic
 from dpatlas.core.ids import validate_release_id
+from dpatlas.publication.publish_root import ROOT_MARKER
 from dpatlas.publication.tract_files import release_folder
 from dpatlas.core.errors import ReleaseRefused
-
-ROOT_MARKER = ".dpatlas-root.json"
 
 
 class PreflightError(RuntimeError, ReleaseRefused):
