@@ -5,16 +5,21 @@ never overwrites an operator's folder. Each test reproduces the defect as it was
 from __future__ import annotations
 
 import http.client
+import importlib.util
 import json
 import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
+from dpatlas.core.config import load_config
 from dpatlas.publication import serve as S
 
 from tests.support.cli import invoke as cli  # in-process, a dead Prefect URL (NO_SERVER)
 from tests.integration.test_operator_defects_cli import one_line
+from tests.integration.test_preflight import charges, config, data  # noqa: F401  (fixture)
+from tests.integration.test_purge import releases  # noqa: F401  (fixture)
 
 RID = "r1"
 PUBLISHED = b"PAR1 published tract values"
@@ -108,3 +113,61 @@ def test_o1_served_root_answers_only_published_files(tmp_path):
     finally:
         server.shutdown()
         server.server_close()
+
+
+# --- O2: staging_url resolved against the config, refused where rows must not go ---------------
+
+
+def _staging_config(tmp: Path, data: Path, url: str) -> Path:
+    return config(tmp, data, staging_url=url)
+
+
+@pytest.mark.parametrize("url", ["stage", "./stage", "file://stage"])
+def test_o2_a_relative_staging_url_is_the_config_folders(tmp_path, data, url, monkeypatch):
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    cfg = load_config(_staging_config(tmp_path, data, url))
+    expected = str((tmp_path / "stage").resolve())
+    assert cfg.staging_url == (f"file://{expected}" if url.startswith("file://") else expected)
+    assert load_config(_staging_config(tmp_path, data, "s3://bucket/p")).staging_url == \
+        "s3://bucket/p"
+
+
+def _refused_where(tmp: Path, data: Path) -> dict[str, tuple[str, str]]:
+    """staging_url -> what the refusal must say."""
+    root = tmp / "releases"
+    return {f"file://{root}/stage": ("inside the publish root", str(root)),
+            str(data / "microdata" / "stage"): ("inside the input", str(data / "microdata")),
+            "s3://bucket/prefix": ("needs the package s3fs", "not installed"),
+            "bogus://x/y": ("unknown scheme bogus://", "file://")}
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_o2_config_check_and_release_refuse_a_bad_staging_url(tmp_path, data, case):
+    """Found before a row is read: `config check` lists it, a release is refused before it
+    writes or charges anything (s3:// and bogus:// went down the bug path after the ingest)."""
+    if case == 2 and importlib.util.find_spec("s3fs") is not None:
+        pytest.skip("s3fs is installed here")
+    url, (said, named) = list(_refused_where(tmp_path, data).items())[case]
+    cfg = _staging_config(tmp_path, data, url)
+    res = cli("config", "check", cfg)
+    assert res.exit_code == 2 and said in res.output and named in res.output, res.output
+    message = one_line(cli("release", "-c", cfg, "--release-id", "r1"))
+    assert said in message and "nothing was read or charged" in message
+    assert not (tmp_path / "internal").exists() and charges(tmp_path) == 0
+    assert not (data / "microdata" / "stage").exists()
+
+
+def test_o2_purge_from_another_folder_removes_a_relative_staging_urls_copy(releases,
+                                                                           monkeypatch):
+    tmp, config_path = releases
+    doc = yaml.safe_load(config_path.read_text())
+    config_path.write_text(yaml.safe_dump({**doc, "staging_url": "stage"}))
+    staged = tmp / "stage" / "pub" / "staged" / "input-17.parquet"
+    staged.parent.mkdir(parents=True)
+    staged.write_bytes(b"staged rows")
+    (tmp / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp / "elsewhere")
+    res = cli("purge", "--config", config_path, "--older-than", "0")
+    assert res.exit_code == 0, res.output
+    assert not staged.exists() and not (tmp / "elsewhere" / "stage").exists()
