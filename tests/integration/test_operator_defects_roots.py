@@ -171,3 +171,41 @@ def test_o2_purge_from_another_folder_removes_a_relative_staging_urls_copy(relea
     res = cli("purge", "--config", config_path, "--older-than", "0")
     assert res.exit_code == 0, res.output
     assert not staged.exists() and not (tmp / "elsewhere" / "stage").exists()
+
+
+# --- O6c: the demo never takes an operator's folder -------------------------------------------
+
+
+def test_o6c_demo_refuses_a_folder_holding_an_operators_config_and_data(tmp_path):
+    out = tmp_path / "mine"
+    partition = out / "data" / "microdata" / "state=37" / "part-0.parquet"
+    partition.parent.mkdir(parents=True)
+    partition.write_bytes(STAGED)
+    (out / "config.yaml").write_text("# the operator's own release config\n")
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    message = one_line(cli("demo", "--out", out))
+    assert f"--out {out} already holds files the demo did not create" in message
+    assert "config.yaml" in message and "nothing was written" in message
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_o6c_demo_takes_a_new_folder_or_its_own(tmp_path):
+    from dpatlas.cli.demo import DEMO_MARKER, DemoFolderInUse, claim_demo_folder, write_demo_config
+
+    for fresh in (tmp_path / "new", tmp_path / "empty"):
+        (tmp_path / "empty").mkdir(exist_ok=True)
+        claim_demo_folder(fresh)
+        assert (fresh / DEMO_MARKER).is_file()
+        claim_demo_folder(fresh)                               # a rerun of the demo
+    earlier = tmp_path / "earlier"                             # a demo's, before the marker
+    write_demo_config(earlier, "full-suite")
+    (earlier / "releases").mkdir()
+    claim_demo_folder(earlier)
+    assert (earlier / DEMO_MARKER).is_file()
+    edited = tmp_path / "edited"                               # its config changed by hand
+    write_demo_config(edited)
+    (edited / "config.yaml").write_text((edited / "config.yaml").read_text()
+                                        .replace("1.0", "2.0"))
+    with pytest.raises(DemoFolderInUse, match="config.yaml"):
+        claim_demo_folder(edited)
+    assert not (edited / DEMO_MARKER).exists()
