@@ -14,10 +14,17 @@ import pytest
 import yaml
 
 from dpatlas.core.config import load_config
+from dpatlas.ledger import Charge
+from dpatlas.publication import feed as FEED
 from dpatlas.publication import serve as S
+from dpatlas.publication.withdraw import withdraw_everywhere
+from tasks.publish import show_in_feed
 
 from tests.support.cli import invoke as cli  # in-process, a dead Prefect URL (NO_SERVER)
+from tests.integration.test_feed import CFG, at, make_release, pub, publish  # noqa: F401
 from tests.integration.test_operator_defects_cli import one_line
+from tests.integration.test_operator_defects_ops import (  # noqa: F401  (fixtures)
+    _flow_config, prefect_harness, small_state)
 from tests.integration.test_preflight import charges, config, data  # noqa: F401  (fixture)
 from tests.integration.test_purge import releases  # noqa: F401  (fixture)
 
@@ -209,3 +216,76 @@ def test_o6c_demo_takes_a_new_folder_or_its_own(tmp_path):
     with pytest.raises(DemoFolderInUse, match="config.yaml"):
         claim_demo_folder(edited)
     assert not (edited / DEMO_MARKER).exists()
+
+
+# --- O6b: the feed's indexes rebuilt from the release folders and the ledger -------------------
+
+
+INDEXES = (FEED.FEED_JSON, FEED.FEED_ATOM, "collection.json")
+
+
+def _listing(root: Path) -> dict:
+    """What every index says: feed.json's entries (status, reason, time), the Atom entries'
+    ids, the STAC collection's item links."""
+    feed = FEED.read_feed(root)
+    atom = (root / FEED.FEED_ATOM).read_text()
+    collection = json.loads((root / "collection.json").read_text())
+    return {"feed": {r["release_id"]: (r["status"], r["withdrawn_reason"], r["withdrawn_at"])
+                     for r in feed["releases"]},
+            "latest": (feed["latest"], FEED.latest(root)),
+            "atom": sorted(rid for rid in ("r0", "r1", "r2", "r3", "r4", "r5")
+                           if f"urn:dpatlas:release:{rid}<" in atom),
+            "stac": sorted(Path(link["href"]).stem for link in collection["links"]
+                           if link["rel"] == "item")}
+
+
+@pytest.fixture
+def three_published(pub):
+    """r0, r1, r2 published and in the feed, r1 then withdrawn; r3's folder is charged but
+    unfinished in the ledger, r4's never charged: neither may enter a rebuilt feed."""
+    led, root = pub
+    publish(led, root, "r2", at(2))
+    withdraw_everywhere(led, root, "r1", "wrong boundaries")
+    led.begin_release("r3", "ds", [Charge("all", "s", "pure", 0.5, 0.0)], CFG, "host")
+    make_release(root, "r3", at(3))
+    make_release(root, "r4", at(4))
+    return led, root, _listing(root)
+
+
+def test_o6b_deleted_indexes_are_rebuilt_with_every_release_on_the_next_publish(
+        three_published):
+    led, root, before = three_published
+    assert before["feed"]["r1"][0] == "withdrawn" and before["latest"] == ("r2", "r2")
+    for name in INDEXES:
+        (root / name).unlink()
+    publish(led, root, "r5", at(5), in_feed=False)
+    show_in_feed.fn(root, "r5", ledger_url=led.url)
+    after = _listing(root)
+    assert after["feed"] == {**before["feed"], "r5": ("published", None, None)}
+    assert after["latest"] == ("r5", "r5")
+    assert after["atom"] == after["stac"] == ["r0", "r1", "r2", "r5"]
+
+
+def test_o6b_a_withdrawal_after_the_feed_was_deleted_keeps_every_release(three_published):
+    led, root, before = three_published
+    (root / FEED.FEED_JSON).unlink()
+    withdraw_everywhere(led, root, "r2", "a second withdrawal")
+    after = _listing(root)
+    assert set(after["feed"]) == {"r0", "r1", "r2"} and after["feed"]["r1"] == before["feed"]["r1"]
+    assert after["feed"]["r2"][:2] == ("withdrawn", "a second withdrawal")
+    assert after["latest"] == ("r0", "r0") and after["atom"] == ["r0", "r1", "r2"]
+
+
+def test_o6b_a_corrupt_feed_no_longer_stops_a_release_after_its_charge(
+        prefect_harness, small_state, tmp_path):
+    """feed.json corrupted between two releases: the second was charged and published, then
+    refused with "feed.json is not valid JSON". Now it is listed, with the first."""
+    import flows.release as R
+
+    config = _flow_config(tmp_path, small_state)
+    assert R.release(str(config), "a", 3).status == "published"
+    (tmp_path / "releases" / FEED.FEED_JSON).write_text('{"releases": [')
+    assert R.release(str(config), "b", 4).status == "published"
+    feed = FEED.read_feed(tmp_path / "releases")
+    assert [r["release_id"] for r in feed["releases"]] == ["b", "a"] and feed["latest"] == "b"
+    assert R.release(str(config), "b", 4).status == "already_published"
