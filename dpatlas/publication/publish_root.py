@@ -20,9 +20,11 @@ from functools import lru_cache
 from pathlib import Path
 
 from dpatlas.core.errors import OperatorError
-from dpatlas.publication.feed import FEED_JSON as FEED_FILE, LOCK_NAME, MANIFEST, TMP_PREFIX
-
 ROOT_MARKER = ".dpatlas-root.json"
+# The feed's names (dpatlas.publication.feed; importing it here would make a cycle, through
+# the web map and this server; a test checks they agree).
+FEED_FILE, MANIFEST, LOCK_NAME, TMP_PREFIX = ("feed.json", "manifest.json", ".feed.lock",
+                                              ".feed-tmp-")
 # What a publish root serves: pages, scripts, styles, metadata, tiles, images, licences.
 PUBLISHED_SUFFIXES = frozenset({".html", ".htm", ".js", ".mjs", ".css", ".json", ".geojson",
                                 ".atom", ".pmtiles", ".parquet", ".csv", ".png", ".svg", ".txt",

@@ -90,6 +90,13 @@ def test_o1_serve_refuses_a_publish_root_holding_internal_files(tmp_path, no_ser
     assert no_serving == []
 
 
+def test_o1_the_servers_names_are_the_feeds():
+    from dpatlas.publication import publish_root as P
+
+    assert (P.FEED_FILE, P.MANIFEST, P.LOCK_NAME, P.TMP_PREFIX) == (
+        FEED.FEED_JSON, FEED.MANIFEST, FEED.LOCK_NAME, FEED.TMP_PREFIX)
+
+
 def _get(server, path):
     host, port = server.server_address[:2]
     conn = http.client.HTTPConnection(host, port, timeout=10)
