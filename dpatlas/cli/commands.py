@@ -116,6 +116,9 @@ def estimators(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) ->
 from dpatlas.cli.server_commands import server_app  # noqa: E402 - beside its `add_typer`
 
 app.add_typer(server_app, name="server")
+from dpatlas.cli.feed_commands import feed_app  # noqa: E402 - beside its `add_typer`
+
+app.add_typer(feed_app, name="feed")
 
 config_app = typer.Typer(help="Release configuration.")
 app.add_typer(config_app, name="config")

@@ -21,6 +21,7 @@ from dpatlas.publication.withdraw import withdraw_everywhere
 from tasks.publish import show_in_feed
 
 from tests.support.cli import invoke as cli  # in-process, a dead Prefect URL (NO_SERVER)
+from tests.support.inputs import write_config
 from tests.integration.test_feed import CFG, at, make_release, pub, publish  # noqa: F401
 from tests.integration.test_operator_defects_cli import one_line
 from tests.integration.test_operator_defects_ops import (  # noqa: F401  (fixtures)
@@ -296,3 +297,24 @@ def test_o6b_a_corrupt_feed_no_longer_stops_a_release_after_its_charge(
     feed = FEED.read_feed(tmp_path / "releases")
     assert [r["release_id"] for r in feed["releases"]] == ["b", "a"] and feed["latest"] == "b"
     assert R.release(str(config), "b", 4).status == "already_published"
+
+
+def test_o6b_feed_rebuild_restores_a_feed_that_lists_too_little(three_published, tmp_path):
+    """The state the defect left behind: a readable feed with the newest release only."""
+    led, root, before = three_published
+    for name in INDEXES:
+        (root / name).unlink()
+    publish(led, root, "r5", at(5))                            # as the old code did
+    assert [r["release_id"] for r in FEED.read_feed(root)["releases"]] == ["r5"]
+    cfg = write_config(tmp_path / "feed.yaml", {
+        "input": {"path": "in"}, "boundaries": {"path": "b.parquet"},
+        "selection": {"rule": "fixed"}, "publish": {"root": str(root)},
+        "ledger": {"url": led.url, "dataset": "ds"}})
+    res = cli("feed", "rebuild", "-c", cfg)
+    assert res.exit_code == 0, res.output
+    assert "4 release(s)" in res.output and "withdrawn: r1" in res.output
+    assert "not listed: r3: the ledger holds it as in_progress" in res.output
+    assert "not listed: r4: the ledger holds it as never charged" in res.output
+    after = _listing(root)
+    assert after["feed"] == {**before["feed"], "r5": ("published", None, None)}
+    assert after["atom"] == after["stac"] == ["r0", "r1", "r2", "r5"]
