@@ -8,6 +8,7 @@ import http.client
 import importlib.util
 import json
 import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,7 @@ from tests.integration.test_operator_defects_ops import (  # noqa: F401  (fixtur
     _flow_config, prefect_harness, small_state)
 from tests.integration.test_preflight import charges, config, data  # noqa: F401  (fixture)
 from tests.integration.test_purge import releases  # noqa: F401  (fixture)
+from tests.integration.test_synthesize import published  # noqa: F401  (fixture)
 
 RID = "r1"
 PUBLISHED = b"PAR1 published tract values"
@@ -318,3 +320,30 @@ def test_o6b_feed_rebuild_restores_a_feed_that_lists_too_little(three_published,
     after = _listing(root)
     assert after["feed"] == {**before["feed"], "r5": ("published", None, None)}
     assert after["atom"] == after["stac"] == ["r0", "r1", "r2", "r5"]
+
+
+def test_o6b_synthesize_rebuilds_a_corrupt_feed_and_lists_itself_beside_its_source(published):
+    from dpatlas.core.hashing import sha256_file
+    from dpatlas.ledger import Ledger
+    from dpatlas.release.synthetic_data import synthesize_release
+    from tests.integration.test_synthesize import EPS, SEED, SOURCE, _list_source_in_feed
+
+    cfg_path, _ = published
+    cfg = load_config(cfg_path)
+    root = cfg.publish.root
+    _list_source_in_feed(root)
+    # the fixture completed the source with a stand-in sha; the flow records its manifest's
+    with sqlite3.connect(cfg.ledger.url[len("sqlite:///"):]) as db:
+        db.execute("update ledger_releases set manifest_sha256 = ? where release_id = ?",
+                   (sha256_file(root / SOURCE / "manifest.json"), SOURCE))
+    with Ledger(cfg.ledger.url) as ledger:                     # an earlier release beside it
+        ledger.begin_release("r0", cfg.ledger.dataset, [Charge("all", "s", "pure", 0.5, 0.0)],
+                             CFG, "host")
+        make_release(root, "r0", "2026-11-24")
+        ledger.complete_release("r0", sha256_file(root / "r0" / "manifest.json"), "host")
+    FEED.update_feed(root, "r0")
+    (root / FEED.FEED_JSON).write_text("{ corrupt")
+    synthesize_release(cfg_path, SOURCE, EPS, noise_seed=SEED)
+    feed = FEED.read_feed(root)
+    assert [r["release_id"] for r in feed["releases"]] == [SOURCE, "r0"]
+    assert [s["release_id"] for s in feed["synthetic"]] == [f"{SOURCE}-synthetic"]
