@@ -172,7 +172,7 @@ def show_in_feed(root: Path, release_id: str, only_if_incomplete: bool = False,
     ``only_if_incomplete``: write nothing when the feed already shows the release whole (a
     rerun of a published id must work on a read-only publish root). With ``ledger_url``, a
     missing or corrupt feed is first rebuilt from the release folders and that ledger."""
-    damage = feed_files.feed_damage(root) if ledger_url else None
+    damage = feed_files.feed_damage(root, adding=release_id) if ledger_url else None
     if damage is not None:
         rebuild_feed_from_ledger(root, ledger_url, damage)
     if only_if_incomplete and feed_shows(root, release_id):

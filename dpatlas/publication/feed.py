@@ -202,17 +202,19 @@ def withdraw(root: Path, release_id: str, reason: str, *, withdrawn_at: str | No
     return {**entry, "changed": True}
 
 
-def feed_damage(root: Path) -> str | None:
+def feed_damage(root: Path, adding: str | None = None) -> str | None:
     """Why the feed's indexes must be rebuilt before they are updated (None: they need not):
-    feed.json unreadable, not a feed of this version, or missing beside a release folder.
-    Updated as they are, a corrupt feed refused every release after its charge, and a missing
-    one was written again with the newest release only."""
+    feed.json unreadable, not a feed of this version, or missing beside a release folder
+    other than ``adding`` (the one about to be listed: the first release of a root has no
+    feed yet). Updated as they are, a corrupt feed refused every release after its charge,
+    and a missing one was written again with the newest release only."""
     root = Path(root)
     try:
         _load(root)
     except FeedError as e:
         return str(e)
-    if not (root / FEED_JSON).exists() and any(_release_folders(root)):
+    if not (root / FEED_JSON).exists() and any(f.name != adding
+                                                for f in _release_folders(root)):
         return f"{root / FEED_JSON} is missing"
     return None
 

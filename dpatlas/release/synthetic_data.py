@@ -513,7 +513,7 @@ def _list_in_feed(plan: SyntheticPlan) -> None:
     if Path(os.path.realpath(plan.out)).parent != root:
         return
     try:
-        if feed_damage(root) is not None:  # updated as it is, it would lose the releases
+        if feed_damage(root, adding=plan.synthetic_id) is not None:  # would lose releases
             with Ledger(plan.cfg.ledger.url, create=False) as ledger:
                 rebuild_feed(root, ledger.release)
         if listed(root, plan.source_id) is None:

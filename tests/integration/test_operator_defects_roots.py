@@ -347,3 +347,12 @@ def test_o6b_synthesize_rebuilds_a_corrupt_feed_and_lists_itself_beside_its_sour
     feed = FEED.read_feed(root)
     assert [r["release_id"] for r in feed["releases"]] == [SOURCE, "r0"]
     assert [s["release_id"] for s in feed["synthetic"]] == [f"{SOURCE}-synthetic"]
+
+
+def test_o6b_the_first_release_of_a_root_is_no_damage(tmp_path):
+    root = tmp_path / "root"
+    make_release(root, "first")
+    assert FEED.feed_damage(root, adding="first") is None
+    assert FEED.feed_damage(root) == f"{root / FEED.FEED_JSON} is missing"
+    (root / FEED.FEED_JSON).write_text("[]")
+    assert "is not a dpatlas feed" in FEED.feed_damage(root, adding="first")
