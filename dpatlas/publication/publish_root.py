@@ -20,6 +20,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from dpatlas.core.errors import OperatorError
+
 ROOT_MARKER = ".dpatlas-root.json"
 # The feed's names (dpatlas.publication.feed; importing it here would make a cycle, through
 # the web map and this server; a test checks they agree).
@@ -34,7 +35,10 @@ PUBLISHED_SUFFIXES = frozenset({".html", ".htm", ".js", ".mjs", ".css", ".json",
 DATA_SUFFIXES = frozenset({".parquet", ".csv"})
 # Files of the internal folder that are never published, whatever folder they are found in.
 INTERNAL_FILES = frozenset({"draws.jsonl", "input_commitment.key", "validation.json"})
-_DATABASE_SUFFIXES = (".db", ".sqlite", ".sqlite3", ".db-journal", ".db-wal", ".db-shm")
+# A database (a ledger put in the root by mistake holds every release's charges and the
+# owner's paths) is never served, whatever else its name says.
+DATABASE_SUFFIXES = (".db", ".sqlite", ".sqlite3", ".db-journal", ".db-wal", ".db-shm",
+                     "-journal", "-wal", "-shm")
 _SHOWN = 3  # offending files named in a refusal
 
 
@@ -78,7 +82,7 @@ def unpublished_reason(root: Path, relative: str) -> str | None:
     suffix = Path(name).suffix.lower()
     if name in INTERNAL_FILES or suffix == ".key":
         return "an internal file of a release"
-    if name.lower().endswith(_DATABASE_SUFFIXES):
+    if name.lower().endswith(DATABASE_SUFFIXES):
         return "a database"
     if suffix not in PUBLISHED_SUFFIXES:
         return f"not a published file type ({suffix or 'no suffix'})"

@@ -31,11 +31,9 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 _BEYOND_ANY_FILE = 10**18
-# Never served, whatever their name: a database (a ledger put in the root by mistake holds
-# every release's charges and the owner's paths) is not a release artefact.
+# Never served, whatever their name: a database is not a release artefact (and by name:
+# publish_root.DATABASE_SUFFIXES).
 _SQLITE_MAGIC = b"SQLite format 3\x00"
-_DATABASE_SUFFIXES = (".db", ".sqlite", ".sqlite3", ".db-journal", ".db-wal", ".db-shm",
-                      "-journal", "-wal", "-shm")
 # Types the standard table lacks or gets wrong for a publish root.
 _TYPES = {".pmtiles": "application/vnd.pmtiles", ".geojson": "application/geo+json",
           ".json": "application/json", ".js": "text/javascript", ".mjs": "text/javascript",
@@ -143,11 +141,10 @@ class RangeRequestHandler(http.server.SimpleHTTPRequestHandler):
             if real is None:
                 self.send_error(HTTPStatus.NOT_FOUND, "File not found")
                 return None
-        if (real.lower().endswith(_DATABASE_SUFFIXES)
-                or unpublished_reason(self._root, os.path.relpath(real, self._root)
-                                      .replace(os.sep, "/")) is not None):
-            # a second line behind the start's check: only published files, whatever was
-            # copied into the root since (staged rows, a key, the input)
+        if unpublished_reason(self._root, os.path.relpath(real, self._root)
+                              .replace(os.sep, "/")) is not None:
+            # a second line behind the start's check: only published files (never a database
+            # by name, nor staged rows, a key or the input copied into the root since)
             self.send_error(HTTPStatus.NOT_FOUND, "File not found")
             return None
         try:
