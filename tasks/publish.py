@@ -165,14 +165,41 @@ def assemble_levels(level_files: list[Path], boundaries: gpd.GeoDataFrame, budge
 
 
 @task(name="feed", **RETRY_IO)
-def show_in_feed(root: Path, release_id: str, only_if_incomplete: bool = False) -> None:
+def show_in_feed(root: Path, release_id: str, only_if_incomplete: bool = False,
+                 ledger_url: Optional[str] = None) -> None:
     """Add the release to the feed (idempotent: also completes an update a crash interrupted).
 
     ``only_if_incomplete``: write nothing when the feed already shows the release whole (a
-    rerun of a published id must work on a read-only publish root)."""
+    rerun of a published id must work on a read-only publish root). With ``ledger_url``, a
+    missing or corrupt feed is first rebuilt from the release folders and that ledger."""
+    damage = feed_files.feed_damage(root, adding=release_id) if ledger_url else None
+    if damage is not None:
+        rebuild_feed_from_ledger(root, ledger_url, damage)
     if only_if_incomplete and feed_shows(root, release_id):
         return
-    update_feed(root, release_id)
+    try:
+        update_feed(root, release_id)
+    except feed_files.FeedError as e:
+        raise feed_files.FeedError(
+            f"release {release_id} is published and charged (its folder {Path(root) / release_id}"
+            f" and the ledger say so), but the feed at {root} could not list it: {e}; fix "
+            f"that, then rerun the same release id to list it") from e
+
+
+def rebuild_feed_from_ledger(root: Path, ledger_url: str, damage: str) -> dict:
+    """Rebuild the feed's indexes from the release folders and the ledger, saying why and
+    what they list now."""
+    from dpatlas.ledger import Ledger
+
+    with Ledger(ledger_url, create=False) as ledger:
+        done = feed_files.rebuild_feed(root, ledger.release)
+    skipped = "; ".join(f"{rid}: {why}" for rid, why in done["skipped"].items()) or "none"
+    print(  # a flow logs its tasks' prints (log_prints); outside one, the console shows it
+        f"{damage}: feed.json, feed.atom and the STAC catalogue were rebuilt from the release "
+        f"folders and the ledger: {len(done['releases'])} release(s) "
+        f"({len(done['withdrawn'])} withdrawn), {len(done['synthetic'])} synthetic; folders "
+        f"not listed: {skipped}")
+    return done
 
 
 def feed_shows(root: Path, release_id: str) -> bool:

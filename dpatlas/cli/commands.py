@@ -116,6 +116,9 @@ def estimators(as_json: bool = typer.Option(False, "--json", help=JSON_HELP)) ->
 from dpatlas.cli.server_commands import server_app  # noqa: E402 - beside its `add_typer`
 
 app.add_typer(server_app, name="server")
+from dpatlas.cli.feed_commands import feed_app  # noqa: E402 - beside its `add_typer`
+
+app.add_typer(feed_app, name="feed")
 
 config_app = typer.Typer(help="Release configuration.")
 app.add_typer(config_app, name="config")
@@ -413,11 +416,12 @@ def demo(out: Path = typer.Option(Path("demo"), help="Folder for data, config an
          profile: str = typer.Option("primary", help="primary | full-suite"),
          ) -> None:
     """Generate the default synthetic state and publish a full release of it."""
-    from dpatlas.cli.demo import (demo_data_current, ensure_demo_cap, generate_demo_data,
-                                  write_demo_config)
+    from dpatlas.cli.demo import (claim_demo_folder, demo_data_current, ensure_demo_cap,
+                                  generate_demo_data, write_demo_config)
 
     data = out / "data"
     with _guard():  # e.g. an unwritable --out: one line and exit 2, as for every operator error
+        claim_demo_folder(out)  # never an operator's folder: refused before anything is written
         if not demo_data_current(data):
             with console.status("generating the default synthetic state (North Carolina)"):
                 info = generate_demo_data(data)

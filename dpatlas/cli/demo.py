@@ -5,14 +5,62 @@ cap. One place for `dpatlas demo` and the benchmarks, so a benchmark runs what t
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+
+from dpatlas.core.errors import OperatorError
 
 DEMO_CAP_EPSILON, DEMO_CAP_DELTA = 10.0, 1e-5
 DEMO_VINTAGE = "synthetic (dpatlas synth, seed 0)"
 
 
 DEMO_STATE = "37"  # North Carolina: real outline and counties (dpatlas.publication.geography)
+# Written first into a folder the demo takes: it then writes its config, data, ledger cap and
+# releases there, so it must never take a folder that holds anyone else's.
+DEMO_MARKER = ".dpatlas-demo.json"
+PROFILES = ("primary", "full-suite")
+
+
+class DemoFolderInUse(RuntimeError, OperatorError):
+    """``dpatlas demo --out`` names a folder the demo did not create; nothing was written."""
+
+
+def claim_demo_folder(out: Path) -> None:
+    """Take ``out`` for the demo: a new or empty folder, or one a demo made (its marker, or,
+    made before the marker existed, only the demo's files with the demo's config), and mark
+    it. Anything else is refused before a byte is written: the demo would overwrite its
+    config, set its ledger's cap and publish its data."""
+    if (out / DEMO_MARKER).is_file():
+        return
+    if out.exists() and not out.is_dir():
+        raise DemoFolderInUse(f"--out {out} is a file, not a folder: give a new or empty folder")
+    entries = sorted(p.name for p in out.iterdir()) if out.exists() else []
+    if entries and not _earlier_demo(out, entries):
+        shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more"
+                                          if len(entries) > 5 else "")
+        raise DemoFolderInUse(
+            f"--out {out} already holds files the demo did not create ({shown}): the demo "
+            "writes its own config.yaml, synthetic data, ledger cap and releases there and "
+            "would overwrite or publish what is there; give a new or empty folder with --out "
+            "(nothing was written)")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / DEMO_MARKER).write_text(json.dumps({"created_by": "dpatlas demo"}) + "\n")
+
+
+def _earlier_demo(out: Path, entries: list[str]) -> bool:
+    """``out`` holds only what a demo of a version before the marker wrote, with its config."""
+    import yaml
+
+    if not set(entries) <= {"config.yaml", "data", "releases", "releases-internal",
+                            "ledger.db", "ledger.db-journal"} or "config.yaml" not in entries:
+        return False
+    try:
+        found = yaml.safe_load((out / "config.yaml").read_text())
+    except (OSError, ValueError, yaml.YAMLError):
+        return False
+    return any(found == release_config(out / "data", out / "releases", profile=profile,
+                                       relative_to=out) for profile in PROFILES)
 
 
 def demo_data_current(data: Path) -> bool:

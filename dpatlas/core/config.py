@@ -376,11 +376,24 @@ def _resolve_paths(cfg: ReleaseConfig, base: Path) -> ReleaseConfig:
         if rel and rel != ":memory:":
             updates["ledger"] = cfg.ledger.model_copy(
                 update={"url": "sqlite:///" + str((base / rel).resolve())})
+    if cfg.staging_url:
+        updates["staging_url"] = _resolve_staging_url(cfg.staging_url, base)
     if cfg.selection.threshold_file is not None:
         updates["selection"] = cfg.selection.model_copy(
             update={"threshold_file": fix(cfg.selection.threshold_file)
                     or cfg.selection.threshold_file})
     return cfg.model_copy(update=updates)
+
+
+def _resolve_staging_url(url: str, base: Path) -> str:
+    """A local staging location (a path or a ``file://`` URL) made absolute against ``base``,
+    as the config's other paths are: resolved against the working directory instead, a
+    person-level copy landed where no configured folder (and no purge from elsewhere) saw it."""
+    if url.startswith("file://"):
+        return "file://" + str((base / Path(url[len("file://"):]).expanduser()).resolve())
+    if "://" in url:
+        return url  # object storage: not a path
+    return str((base / Path(url).expanduser()).resolve())
 
 
 def fingerprint(cfg: ReleaseConfig) -> str:
@@ -524,6 +537,7 @@ runner: local                 # local | dask (prefect-dask)
 dask_address: null            # runner dask: scheduler address, e.g. tcp://10.0.0.5:8786; null = a local cluster
 dask_workers: 2               # workers of the local cluster
 staging_url: null             # e.g. file:///shared/dpatlas-staging or s3://bucket/prefix: workers read chunks there
+                              # (person-level rows: never inside the publish root or the input)
 
 limits:
   memory_gib: 4.0             # a tract whose mechanism needs more memory is refused up front

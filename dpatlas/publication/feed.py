@@ -202,6 +202,95 @@ def withdraw(root: Path, release_id: str, reason: str, *, withdrawn_at: str | No
     return {**entry, "changed": True}
 
 
+def feed_damage(root: Path, adding: str | None = None) -> str | None:
+    """Why the feed's indexes must be rebuilt before they are updated (None: they need not):
+    feed.json unreadable, not a feed of this version, or missing beside a release folder
+    other than ``adding`` (the one about to be listed: the first release of a root has no
+    feed yet). Updated as they are, a corrupt feed refused every release after its charge,
+    and a missing one was written again with the newest release only."""
+    root = Path(root)
+    try:
+        _load(root)
+    except FeedError as e:
+        return str(e)
+    if not (root / FEED_JSON).exists() and any(f.name != adding
+                                                for f in _release_folders(root)):
+        return f"{root / FEED_JSON} is missing"
+    return None
+
+
+def rebuild_feed(root: Path, status_of) -> dict:
+    """Write feed.json, feed.atom, the STAC catalogue and the ``latest`` pointer again from
+    the truth: the release folders in ``root`` (each verified against its manifest) and the
+    ledger, ``status_of(id)`` giving a release's ledger row (None: never charged).
+
+    A folder is listed only if the ledger holds it as published or withdrawn, with the
+    manifest the ledger completed it with; a withdrawn one is listed withdrawn with the
+    ledger's reason and time. Synthetic-microdata folders go to the synthetic list. Returns
+    ``{"releases": [...], "synthetic": [...], "withdrawn": [...], "skipped": {id: why}}``."""
+    root = Path(root)
+    with _locked(root):
+        found: dict[str, list] = {"releases": [], "synthetic": []}
+        skipped: dict[str, str] = {}
+        for folder in _release_folders(root):
+            rid = folder.name
+            row = status_of(rid) or {}
+            try:
+                kind, entry = _rebuilt_entry(root, rid, row)
+            except FeedError as e:
+                skipped[rid] = str(e)
+                continue
+            found[kind].append((row.get("published_at") or "", entry))
+        releases, synthetic = ([e for _, e in sorted(found[k], key=lambda p: p[0], reverse=True)]
+                               for k in ("releases", "synthetic"))
+        feed = {"updated": _now(), "releases": _sorted(releases), "synthetic": synthetic}
+        feed["latest"] = _newest_published(feed["releases"])
+        _write_feed(root, feed)
+        _write_latest(root, feed["latest"])
+    return {"releases": [r["release_id"] for r in feed["releases"]],
+            "synthetic": [r["release_id"] for r in synthetic],
+            "withdrawn": [r["release_id"] for r in feed["releases"]
+                          if r["status"] == STATUS_WITHDRAWN],
+            "skipped": skipped}
+
+
+def _release_folders(root: Path) -> list[Path]:
+    """The real folders of ``root`` named as a release may be, that hold a manifest."""
+    folders = []
+    for folder in sorted(root.iterdir()) if root.is_dir() else []:
+        try:
+            validate_release_id(folder.name)
+        except InvalidReleaseId:
+            continue  # the web map's, the catalogue's folders
+        if not folder.is_symlink() and folder.is_dir() and (folder / MANIFEST).is_file():
+            folders.append(folder)
+    return folders
+
+
+def _rebuilt_entry(root: Path, rid: str, row: dict) -> tuple[str, dict]:
+    """A folder's feed entry from its verified manifest and its ledger ``row``, and which
+    list it goes to; FeedError says why it is not listed."""
+    status = row.get("status")
+    if status not in (STATUS_PUBLISHED, STATUS_WITHDRAWN):
+        raise FeedError(f"the ledger holds it as {status or 'never charged'}")
+    try:
+        manifest = json.loads((root / rid / MANIFEST).read_bytes())
+    except (OSError, ValueError) as e:
+        raise FeedError(f"its manifest cannot be read: {e}") from None
+    synthetic = isinstance(manifest, dict) and manifest.get("kind") == SYNTHETIC_KIND
+    entry = _verified_entry(root, rid, time_key="created" if synthetic else "published")
+    if row.get("manifest_sha256") and row["manifest_sha256"] != entry["manifest_sha256"]:
+        raise FeedError("its manifest is not the one the ledger completed it with")
+    if synthetic:
+        _check_id(manifest.get("source_release"))
+        return "synthetic", {**entry, "kind": SYNTHETIC_KIND,
+                             "source_release": manifest["source_release"]}
+    if status == STATUS_WITHDRAWN:
+        entry.update(status=STATUS_WITHDRAWN, withdrawn_at=row.get("withdrawn_at"),
+                     withdrawn_reason=row.get("reason"))
+    return "releases", entry
+
+
 def listed(root: Path, release_id: str) -> dict | None:
     """The feed entry of ``release_id``, or None if the feed does not list it. Takes no lock."""
     _check_id(release_id)

@@ -7,8 +7,8 @@ end) and ``bytes=-n`` (the last n bytes); a range that starts past the end of th
 ``416 Range Not Satisfiable`` with ``Content-Range: bytes */size``. A syntactically invalid
 Range, or several ranges at once, is ignored and the whole file is sent with 200, which
 RFC 9110 §14.2 allows. It is for local viewing and tests, not production hosting: it binds
-127.0.0.1 unless told otherwise, serves only files and folders whose real path is inside the
-root, and never a database file.
+127.0.0.1 unless told otherwise, serves only a publish root (dpatlas.publication.publish_root)
+and in it only published files whose real path is inside the root, and never a database file.
 """
 
 from __future__ import annotations
@@ -25,15 +25,15 @@ from functools import partial
 from http import HTTPStatus
 from pathlib import Path
 
+from dpatlas.publication.publish_root import check_publish_root, unpublished_reason
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 _BEYOND_ANY_FILE = 10**18
-# Never served, whatever their name: a database (a ledger put in the root by mistake holds
-# every release's charges and the owner's paths) is not a release artefact.
+# Never served, whatever their name: a database is not a release artefact (and by name:
+# publish_root.DATABASE_SUFFIXES).
 _SQLITE_MAGIC = b"SQLite format 3\x00"
-_DATABASE_SUFFIXES = (".db", ".sqlite", ".sqlite3", ".db-journal", ".db-wal", ".db-shm",
-                      "-journal", "-wal", "-shm")
 # Types the standard table lacks or gets wrong for a publish root.
 _TYPES = {".pmtiles": "application/vnd.pmtiles", ".geojson": "application/geo+json",
           ".json": "application/json", ".js": "text/javascript", ".mjs": "text/javascript",
@@ -141,7 +141,10 @@ class RangeRequestHandler(http.server.SimpleHTTPRequestHandler):
             if real is None:
                 self.send_error(HTTPStatus.NOT_FOUND, "File not found")
                 return None
-        if real.lower().endswith(_DATABASE_SUFFIXES):
+        if unpublished_reason(self._root, os.path.relpath(real, self._root)
+                              .replace(os.sep, "/")) is not None:
+            # a second line behind the start's check: only published files (never a database
+            # by name, nor staged rows, a key or the input copied into the root since)
             self.send_error(HTTPStatus.NOT_FOUND, "File not found")
             return None
         try:
@@ -235,7 +238,11 @@ def make_server(root: Path, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST, 
 
 
 def serve(root: Path, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST) -> None:
-    """Serve ``root`` until interrupted (Ctrl-C), printing the URL of its page."""
+    """Serve ``root`` until interrupted (Ctrl-C), printing the URL of its page. Refuses
+    (:class:`~dpatlas.publication.publish_root.NotAPublishRoot`) a folder that is not a
+    publish root, or one holding files that are never published."""
+    if Path(root).is_dir():
+        check_publish_root(root)
     server = make_server(root, port, host)
     bound_host, bound_port = server.server_address[:2]
     print(f"serving {Path(root).resolve()} at http://{bound_host}:{bound_port}/ "

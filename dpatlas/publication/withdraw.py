@@ -69,6 +69,8 @@ def withdraw_everywhere(ledger: Ledger, root: Path, release_id: str, reason: str
                           "published: only a published release can be withdrawn")
     if not root.is_dir():
         raise FeedError(f"publish root {root} does not exist: is this the release's config?")
+    if feed_mod.feed_damage(root) is not None:  # updated as it is, it would lose releases
+        feed_mod.rebuild_feed(root, ledger.release)
     entry = feed_mod.listed(root, rid)  # also proves feed.json readable before any write
     unlisted = entry is None and os.path.lexists(root / rid)
     if unlisted:

@@ -20,10 +20,9 @@ from dpatlas.core.config import ReleaseConfig
 from dpatlas.release.contributions import require_person_unit
 from dpatlas.core.files import write_atomic
 from dpatlas.core.ids import validate_release_id
+from dpatlas.publication.publish_root import ROOT_MARKER
 from dpatlas.publication.tract_files import release_folder
 from dpatlas.core.errors import ReleaseRefused
-
-ROOT_MARKER = ".dpatlas-root.json"
 
 
 class PreflightError(RuntimeError, ReleaseRefused):
@@ -46,6 +45,7 @@ def check_before_writing(cfg: ReleaseConfig, release_id: str | None,
     server; the flow runs it again, since deployments call the flow directly."""
     if release_id is not None:
         check_paths(cfg, validate_release_id(release_id))
+    check_staging(cfg)
     check_noise_source(cfg, noise_seed)
     require_person_unit(cfg)
 
@@ -97,8 +97,8 @@ def _ledger_entry(ledger, release_id: str | None) -> dict | None:
 
 def _refusals_without_ledger(cfg: ReleaseConfig, release_id: str | None) -> list[str]:
     found = []
-    for check in (lambda: check_paths(cfg, release_id), lambda: require_person_unit(cfg),
-                  lambda: _check_thresholds(cfg)):
+    for check in (lambda: check_paths(cfg, release_id), lambda: check_staging(cfg),
+                  lambda: require_person_unit(cfg), lambda: _check_thresholds(cfg)):
         found += _refusal_of(check)
     return found + _missing_inputs(cfg) + _unwritable_roots(cfg)
 
@@ -185,6 +185,14 @@ def check_paths(cfg: ReleaseConfig, release_id: str | None = None) -> None:
             raise PreflightError(f"{p} exists and is not a folder")
     if release_id is not None:
         release_folder(cfg.publish.root, release_id)  # no link or file where the release goes
+
+
+def check_staging(cfg: ReleaseConfig) -> None:
+    """``staging_url`` (if set) is usable, and outside the publish root and the input."""
+    from dpatlas.release.staging import check_staging_url
+
+    check_staging_url(cfg.staging_url, {"the publish root": cfg.publish.root,
+                                        "the input": cfg.input.path})
 
 
 def ledger_file(url: str) -> Path | None:

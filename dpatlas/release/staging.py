@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import shutil
 from pathlib import Path
 from typing import Optional
@@ -23,10 +24,58 @@ from typing import Optional
 import pandas as pd
 import pyarrow.parquet as pq
 
+from dpatlas.core.errors import ReleaseRefused
 from dpatlas.core.files import write_bytes_atomic
 
-__all__ = ["join", "list_files", "read_bytes", "read_parquet", "release_location",
-           "remove_tree", "sha256_url", "stage_files", "write_parquet"]
+__all__ = ["check_staging_url", "join", "list_files", "read_bytes", "read_parquet",
+           "release_location", "remove_tree", "sha256_url", "stage_files", "write_parquet"]
+
+
+class StagingLocationError(ValueError, ReleaseRefused):
+    """``staging_url`` cannot take a release's staged rows; nothing was read or charged."""
+
+
+def check_staging_url(url: Optional[str], forbidden: dict[str, Path]) -> None:
+    """Refuse a staging location the release could not use, or must not write person-level
+    rows to: a scheme fsspec does not know or whose package is not installed (found before
+    the input is read, not after), or a local folder inside one of ``forbidden`` (what ->
+    folder: the publish root, which is public; the input, which the staged copy would join).
+    A relative path is the config's to resolve (dpatlas.core.config), so it is absolute here."""
+    if not url:
+        return
+    local = _local_path(url)
+    if local is None:
+        _check_scheme(url)
+        return
+    real = Path(os.path.realpath(local))
+    for what, folder in forbidden.items():
+        folder = Path(os.path.realpath(folder))
+        if real == folder or folder in real.parents:
+            raise StagingLocationError(
+                f"staging_url {url} lies inside {what} {folder}: the staged copy holds "
+                "person-level rows, so it must be a folder of its own (outside the publish "
+                "root, which is public, and the input, which it would join); nothing was read "
+                "or charged")
+
+
+def _check_scheme(url: str) -> None:
+    import fsspec
+    from fsspec.registry import known_implementations
+
+    scheme = url.split("://", 1)[0]
+    try:
+        fsspec.get_filesystem_class(scheme)
+    except ImportError:
+        package = known_implementations.get(scheme, {}).get("class", scheme).split(".")[0]
+        raise StagingLocationError(
+            f"staging_url {url}: the {scheme}:// scheme needs the package {package}, which is "
+            f"not installed here (install {package}, or use a file:// folder); nothing was read "
+            "or charged") from None
+    except ValueError:
+        raise StagingLocationError(
+            f"staging_url {url}: unknown scheme {scheme}:// (use file:///shared/folder, a "
+            "path, s3://bucket/prefix or gs://bucket/prefix); nothing was read or charged"
+        ) from None
 
 
 def _fs(url: str):

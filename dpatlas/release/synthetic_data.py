@@ -506,12 +506,16 @@ def _list_in_feed(plan: SyntheticPlan) -> None:
     """A folder written in the publish root (the default ``--out``) whose source release the
     root's feed lists enters that feed and its STAC catalogue beside the source; one written
     elsewhere is the operator's to place."""
-    from dpatlas.publication.feed import FeedError, listed, update_synthetic
+    from dpatlas.publication.feed import (FeedError, feed_damage, listed, rebuild_feed,
+                                          update_synthetic)
 
     root = Path(os.path.realpath(plan.cfg.publish.root))
     if Path(os.path.realpath(plan.out)).parent != root:
         return
     try:
+        if feed_damage(root, adding=plan.synthetic_id) is not None:  # would lose releases
+            with Ledger(plan.cfg.ledger.url, create=False) as ledger:
+                rebuild_feed(root, ledger.release)
         if listed(root, plan.source_id) is None:
             return
     except FeedError as err:
