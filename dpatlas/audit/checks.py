@@ -597,7 +597,10 @@ def _json_object(path: Path, name: str, error: type[Exception],
         if size > limit:
             raise error(f"{name} is {size:,} bytes, over the {limit:,} this audit reads")
         with open(path, "rb") as fh:
-            raw = fh.read(limit + 1)
+            # its size, not the limit: read(n) sets n bytes aside before it reads
+            raw = fh.read(size + 1)
+        if len(raw) > limit:
+            raise error(f"{name} grew past the {limit:,} bytes this audit reads")
         obj = json.loads(raw)
     except (OSError, ValueError) as err:
         raise error(f"{name} cannot be read: {err}") from None
@@ -2807,7 +2810,7 @@ MACHINE_PATH_IN_TEXT = re.compile(
     rb"/(?<!" + _NOT_AFTER + rb"/)" + _PATH_PART + rb"+" + _SLASH + _PATH_PART
     + rb"|\\/(?<!" + _NOT_AFTER + rb"\\/)" + _PATH_PART + rb"+" + _SLASH + _PATH_PART
     + rb"|~(?<![A-Za-z0-9._-]~)" + _SLASH + _PATH_PART
-    + rb"|:(?<=[A-Za-z]:)(?<![A-Za-z0-9][A-Za-z]:)(?:\\\\|\\|/)" + _PATH_PART
+    + rb"|:(?<=[A-Za-z]:)(?<![A-Za-z0-9][A-Za-z]:)(?:\\+|/)" + _PATH_PART
     + rb"|:(?i:" + b"|".join(rb"(?<=" + s.encode() + rb":)" for s in _SCHEMES) + rb")//"
     + rb"|:(?i:(?<=http:)|(?<=https:))//(?i:localhost|127\.|10\.|192\.168\."
       rb"|172\.(?:1[6-9]|2[0-9]|3[01])\.)")
