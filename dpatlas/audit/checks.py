@@ -1,10 +1,11 @@
 """Check a published release from its folder alone: ``dpatlas audit RELEASE_DIR``.
 
 An auditor needs the release folder and nothing of this project's code: this module imports
-only the standard library, numpy, pyarrow (with pandas), dp-accounting (for the zCDP → (ε, δ)
-conversion the manifest states it used), for ``--ledger`` only, SQLAlchemy, and for the
-``small_area`` check only geopandas and ``dpatlas.small_area`` (which imports nothing of
-ours). It reads the vector tiles with its own PMTiles/MVT reader. It re-derives every
+only the standard library, numpy, pyarrow (with pandas), shapely (to compare polygons),
+dp-accounting (for the zCDP → (ε, δ) conversion the manifest states it used), for
+``--ledger`` only, SQLAlchemy, and for the ``small_area`` check and ``--boundaries`` only
+geopandas and ``dpatlas.small_area`` (which imports nothing of ours). It reads the vector
+tiles with its own PMTiles/MVT reader. It re-derives every
 privacy figure of the manifest from first principles, checks the manifest's structure
 against fixed rules rather than against itself, and compares:
 
@@ -19,7 +20,14 @@ against fixed rules rather than against itself, and compares:
     fixed keys and meanings, the public columns are exactly geoid, state, county, cell, n,
     status, geometry, and "n per tract and cell is public" is an unverified assumption;
 (a) files: every file listed in ``files`` exists with its sha256 and size; nothing else is
-    in the folder except manifest.json;
+    in the folder except manifest.json; a symlink, FIFO, socket, device or folder in the
+    folder is named, and no check ever opens one, nor a file larger than twice its recorded
+    size plus 1 MiB (:func:`readable`), so a hostile folder can neither hang nor exhaust
+    the audit;
+(x) machine paths: no string of manifest.json or config.json is an absolute path or URL,
+    and no other published file (text streamed; a PMTiles archive's metadata and a Parquet
+    file's key-value metadata) holds a path or address of a machine
+    (:data:`MACHINE_PATH_IN_TEXT`);
 (b) config: config.json parses and agrees with the manifest's selection and budget figures;
 (c) noise: each noise step's guarantee is recomputed from its parameters
     - grid Laplace: discrete Laplace of scale t = scale_num/scale_den on an integer query of
@@ -76,7 +84,9 @@ against fixed rules rather than against itself, and compares:
     the per-tract-and-cell figures where spent,
     and the manifest's counts;
 (f) formats: tracts.csv and tracts.geojson row for row, and the features of tracts.pmtiles
-    (its lowest zoom) attribute for attribute, hold the values of tracts.parquet.
+    (its lowest zoom) attribute for attribute, hold the values of tracts.parquet, and its
+    polygons (one per GEOID): the GeoJSON's within GEOMETRY_TOLERANCE_DEGREES, the tiles'
+    within TILE_TOLERANCE_UNITS of their lowest zoom's grid (:func:`tile_distance`).
 (l) levels: a release with county or state levels (manifest ``levels``) has each level's
     budget steps ("level county: NoisyStats", "level county: interval") in the budget, so in
     the per-person total (d) recomposes, with the epsilons the level states; counties.* and
@@ -84,18 +94,20 @@ against fixed rules rather than against itself, and compares:
     table rules of (e) (values where released, suppression by n < min_n, spend, reasons,
     intervals, standard errors); n per unit the sum of its tracts' n; the CSV and GeoJSON
     (and the level's vector tiles ``counties.pmtiles``/``states.pmtiles``, when listed, at
-    their lowest zoom) holding the parquet's values; and no level file without its level.
+    their lowest zoom) holding the parquet's values and polygons, each unit's polygon the
+    union of its tracts' in tracts.parquet; and no level file without its level.
 (m) small_area: model-based tract columns (``p25_model``, ``_lo``, ``_hi``, ``_se``, and p75's)
     are there exactly with the manifest's ``small_area`` section and are declared
     post-processing (no budget step); the model is re-fitted from the published files alone
     (tracts.parquet with its geometry, counties.parquet, states.parquet) by
     ``dpatlas.small_area`` (the one package of ours the audit imports; it imports nothing of
-    ours, and this check alone reads geometry, with geopandas), and every published model
+    ours; it reads the tracts with geopandas), and every published model
     value must be within one rounding step of the re-fit, with the fits' σ² and β as stated.
 
 External anchors, run only when given (otherwise a ``skip`` line says what was not checked):
 ``--boundaries FILE`` (the boundary file whose sha256 the manifest states has every tract
-exactly once per cell in the table: no row deleted) and ``--ledger URL`` (the ledger charged
+exactly once per cell in the table: no row deleted; and every polygon of tracts.parquet,
+tracts.geojson and tracts.pmtiles is its boundary tract's, within the tolerances of (f)) and ``--ledger URL`` (the ledger charged
 this release id exactly what its steps cost, recorded this manifest's sha256 as published, and
 the dataset's spend, zCDP charges composed as rho (:func:`lifetime_spend`), is within its
 cap; SQLite or PostgreSQL, read only).
@@ -2274,8 +2286,8 @@ def _level_format_problems(folder: Path, level: str, files: set = frozenset()) -
                          table, columns, exact_columns=True, reference=f"{stem}.parquet")
     reference, unequal = _reference_by_geoid(f"{stem}.parquet",
                                              *parquet_geometries(folder / f"{stem}.parquet"))
-    problems += unequal + format_geometry_problems(stem, reference, f"{stem}.parquet",
-                                                   features=features or [])
+    problems += unequal + dissolve_problems(folder, level, reference) + format_geometry_problems(
+        stem, reference, f"{stem}.parquet", features=features or [])
     if f"{stem}.pmtiles" in files:
         problems += _level_tiles_problems(folder, stem, table, columns, reference)
     return problems
@@ -2353,7 +2365,8 @@ def check_levels(folder: Path, m: dict) -> str:
         return "tracts only: no county or state level, no level file"
     return (f"{', '.join(sorted(levels))}: steps in the per-person total, every column paid "
             "or public, values, suppression, spend, intervals and n agree; CSV, GeoJSON "
-            "(and tiles, where published) hold the tables' values")
+            "(and tiles, where published) hold the tables' values and polygons, each unit's "
+            "polygon the union of its tracts'")
 
 
 # ------------------------------------------ small_area: model-based tract estimates (issue 20)
@@ -2959,8 +2972,8 @@ def _geometry_differences(fmt: str, keys: list, geoms: np.ndarray, reference: di
                           tolerance: float, unit: str, against: str,
                           measure: Callable | None = None) -> list[str]:
     """Rows of ``fmt`` whose polygon is farther than ``tolerance`` (in ``unit``; ``measure``,
-    by default the Hausdorff distance) from their GEOID's in ``reference``; rows of no
-    reference GEOID are left to the row checks."""
+    by default the Hausdorff distance) from their GEOID's in ``reference`` (``against``: whose
+    polygon that is); rows of no reference GEOID are left to the row checks."""
     shapely = _shapely()
     index = [i for i, (geoid, _) in enumerate(keys) if geoid in reference]
     if not index:
@@ -2974,7 +2987,7 @@ def _geometry_differences(fmt: str, keys: list, geoms: np.ndarray, reference: di
     worst = np.nanmax(np.where(off, distance, np.nan)) if np.isfinite(distance[off]).any() \
         else math.nan
     example = keys[index[int(np.argmax(off))]][0]
-    return [f"{fmt}: the polygon of {int(off.sum())} row(s) is not {against}'s (Hausdorff "
+    return [f"{fmt}: the polygon of {int(off.sum())} row(s) is not {against} (Hausdorff "
             f"distance up to {worst:.3g} {unit}, tolerance {tolerance:g}), e.g. {example}"]
 
 
@@ -3150,7 +3163,7 @@ def format_geometry_problems(stem: str, reference: dict, against: str, *,
     polygons) and the GeoJSON's ``features`` within GEOMETRY_TOLERANCE_DEGREES, the vector
     tiles' features (``tiles``: the header and entries of their lowest zoom) within
     TILE_TOLERANCE_UNITS of that zoom."""
-    problems = []
+    problems, against = [], f"{against}'s"
     if parquet is not None:
         problems += _geometry_differences(f"{stem}.parquet", *parquet, reference,
                                           GEOMETRY_TOLERANCE_DEGREES, "degrees", against)
@@ -3164,6 +3177,26 @@ def format_geometry_problems(stem: str, reference: dict, against: str, *,
             f"{stem}.pmtiles", keys, geoms, to_tile_units(reference, zoom, extent),
             TILE_TOLERANCE_UNITS, f"units of the z{zoom} tile grid", against, tile_distance)
     return problems
+
+
+def dissolve_problems(folder: Path, level: str, units: dict) -> list[str]:
+    """Each unit's polygon in the level's GeoParquet (``units``: {geoid: polygon}) is the
+    union of its tracts' in tracts.parquet, as publish dissolves the boundaries: a coverage
+    union, or the general one where that is not valid; within GEOMETRY_TOLERANCE_DEGREES."""
+    shapely = _shapely()
+    tracts, _ = _reference_by_geoid("tracts.parquet",
+                                    *parquet_geometries(folder / "tracts.parquet"))
+    digits, groups = LEVEL_DIGITS[level], {}
+    for geoid, polygon in tracts.items():
+        groups.setdefault(geoid[:digits], []).append(polygon)
+    union = {}
+    for unit, polygons in groups.items():
+        merged = shapely.coverage_union_all(polygons)
+        union[unit] = merged if shapely.is_valid(merged) else shapely.union_all(polygons)
+    return _geometry_differences(f"{LEVEL_STEMS[level]}.parquet", [(u, "") for u in units],
+                                 np.array(list(units.values()), dtype=object), union,
+                                 GEOMETRY_TOLERANCE_DEGREES, "degrees",
+                                 "the union of its tracts' in tracts.parquet")
 
 
 def boundary_polygons(path: Path, column: str) -> dict:
