@@ -1780,6 +1780,9 @@ def _standard_error_column_problems(m: dict, columns: list[str], intervals: bool
 
 PMTILES_HEADER = 127
 MAX_PMTILES_ENTRIES = 1_000_000
+# A directory or tile inflated to more than this is refused (a gzip bomb would exhaust the
+# audit's memory): the largest tile of a national release at its lowest zoom is tens of MB.
+MAX_UNPACKED_BYTES = 512 << 20
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -1798,10 +1801,13 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
 
 
 def _unpack(raw: bytes, compression: int) -> bytes:
-    import gzip
-
-    if compression == 2:
-        return gzip.decompress(raw)
+    if compression == 2:  # one gzip member, inflated no further than MAX_UNPACKED_BYTES
+        inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        out = inflate.decompress(raw, MAX_UNPACKED_BYTES + 1)
+        if len(out) > MAX_UNPACKED_BYTES or inflate.unconsumed_tail:
+            raise ValueError(f"a gzip'd directory or tile of more than {MAX_UNPACKED_BYTES:,} "
+                             "bytes: not inflated")
+        return out
     if compression == 1:
         return raw
     raise ValueError(f"compression {compression} is not supported (1 none, 2 gzip)")
@@ -3323,6 +3329,10 @@ def audit_release(folder: Path, *, ledger: str | None = None,
                "ledger": ledger}
     if anchors["boundaries"] is not None and not anchors["boundaries"].exists():
         raise AuditUnreadable(f"--boundaries {anchors['boundaries']}: no such file")
+    if anchors["boundaries"] is not None and not (anchors["boundaries"].is_file()
+                                                  or anchors["boundaries"].is_dir()):
+        raise AuditUnreadable(f"--boundaries {anchors['boundaries']}: not a file or folder "
+                              "(a FIFO, socket or device is not read)")
     report = AuditReport(folder, test=is_test_release(m))
     with _reading_limited_to(folder, m):
         for name, fn in (SYNTHETIC_CHECKS if _synthetic(m) else CHECKS):

@@ -1046,7 +1046,8 @@ def test_the_published_tile_metadata_has_no_machine_path(anchored):
 # --- 18. hostile files: the audit never hangs or reads without end (issue 31, O10) -------------
 
 
-def audit_in_a_subprocess(folder: Path) -> tuple[subprocess.CompletedProcess, float]:
+def audit_in_a_subprocess(folder: Path, *options: str
+                          ) -> tuple[subprocess.CompletedProcess, float]:
     """``dpatlas audit`` of ``folder`` in a subprocess with a timeout and its memory limited
     (a reader of /dev/zero fails there rather than on this machine); (the run, seconds)."""
     import resource
@@ -1057,8 +1058,8 @@ def audit_in_a_subprocess(folder: Path) -> tuple[subprocess.CompletedProcess, fl
 
     started = time.monotonic()
     run = subprocess.run([sys.executable, "-m", "dpatlas.audit.checks", str(folder),
-                          "--allow-test"], capture_output=True, text=True, timeout=60,
-                         preexec_fn=limit_memory)
+                          "--allow-test", *options], capture_output=True, text=True,
+                         timeout=60, preexec_fn=limit_memory)
     return run, time.monotonic() - started
 
 
@@ -1106,3 +1107,21 @@ def test_a_file_far_larger_than_its_recorded_size_is_not_read(forged):
     formats = next(ln for ln in run.stdout.splitlines() if ln.startswith("FAIL  formats: "))
     assert "tracts.pmtiles is 68,719,476,736 bytes (the manifest records" in formats
     assert seconds < 30
+
+
+def test_a_fifo_given_as_the_boundaries_is_unreadable_not_a_hang(anchored, tmp_path):
+    fifo = tmp_path / "tracts.parquet"
+    os.mkfifo(fifo)
+    run, _ = audit_in_a_subprocess(anchored[0], "--boundaries", str(fifo))
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "not a file or folder" in run.stdout
+
+
+def test_tiles_that_inflate_past_the_limit_are_not_inflated(forged, monkeypatch):
+    """A gzip bomb in a tile archive would exhaust the audit's memory: inflating stops at
+    MAX_UNPACKED_BYTES (lowered here to below the test archive's tiles)."""
+    monkeypatch.setattr(audit, "MAX_UNPACKED_BYTES", 64)
+    code, bad, lines = run_audit(forged)
+    assert code == 1 and set(bad) == {"formats", "machine paths"}, lines
+    assert "tracts.pmtiles cannot be read: ValueError a gzip'd directory or tile of more " \
+        "than 64 bytes: not inflated" in bad["formats"]
