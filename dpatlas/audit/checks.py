@@ -107,10 +107,10 @@ against fixed rules rather than against itself, and compares:
 External anchors, run only when given (otherwise a ``skip`` line says what was not checked):
 ``--boundaries FILE`` (the boundary file whose sha256 the manifest states has every tract
 exactly once per cell in the table: no row deleted; and every polygon of tracts.parquet,
-tracts.geojson and tracts.pmtiles is its boundary tract's, within the tolerances of (f)) and ``--ledger URL`` (the ledger charged
-this release id exactly what its steps cost, recorded this manifest's sha256 as published, and
-the dataset's spend, zCDP charges composed as rho (:func:`lifetime_spend`), is within its
-cap; SQLite or PostgreSQL, read only).
+tracts.geojson and tracts.pmtiles is its boundary tract's, within the tolerances of (f)) and
+``--ledger URL`` (the ledger charged this release id exactly what its steps cost, recorded
+this manifest's sha256 as published, and the dataset's spend, zCDP charges composed as rho
+(:func:`lifetime_spend`), is within its cap; SQLite or PostgreSQL, read only).
 
 A synthetic-microdata folder (``dpatlas synthesize``, manifest ``kind: synthetic
 microdata``) gets the same files, mode, machine-path, relations, noise and totals checks, and
@@ -575,8 +575,8 @@ def check_files(folder: Path, m: dict) -> str:
             problems.append(f"{name!r} is not a plain file name")
             continue
         path = folder / name
-        if not_regular(path):
-            problems.append(f"{name} is {not_regular(path)}, not a regular file: not read")
+        if kind := not_regular(path):
+            problems.append(f"{name} is {kind}, not a regular file: not read")
         elif not path.is_file():
             problems.append(f"{name} missing")
         elif path.stat().st_size != info.get("bytes"):
@@ -587,7 +587,7 @@ def check_files(folder: Path, m: dict) -> str:
     extra = sorted(p.name for p in folder.iterdir() if p.name not in files and p.name != MANIFEST)
     if extra:
         problems.append(f"files not in the manifest: {extra}")
-    odd = [f"{name} ({not_regular(folder / name)})" for name in extra if not_regular(folder / name)]
+    odd = [f"{name} ({kind})" for name in extra if (kind := not_regular(folder / name))]
     if odd:
         problems.append(f"not regular files, not read: {', '.join(odd)}")
     required = ((SYNTHETIC_PARQUET, SYNTHETIC_CSV, CONFIG) if _synthetic(m)
@@ -3168,20 +3168,33 @@ def format_geometry_problems(stem: str, reference: dict, against: str, *,
     longitude/latitude, named ``against``): the GeoParquet's rows (``parquet``: keys and
     polygons) and the GeoJSON's ``features`` within GEOMETRY_TOLERANCE_DEGREES, the vector
     tiles' features (``tiles``: the header and entries of their lowest zoom) within
-    TILE_TOLERANCE_UNITS of that zoom."""
-    problems, against = [], f"{against}'s"
-    if parquet is not None:
-        problems += _geometry_differences(f"{stem}.parquet", *parquet, reference,
-                                          GEOMETRY_TOLERANCE_DEGREES, "degrees", against)
-    if features is not None:
-        problems += _geometry_differences(f"{stem}.geojson", *geojson_geometries(features),
-                                          reference, GEOMETRY_TOLERANCE_DEGREES, "degrees",
-                                          against)
-    if tiles is not None:
+    TILE_TOLERANCE_UNITS of that zoom. A format whose polygons cannot be decoded or compared
+    is a finding too."""
+    against = f"{against}'s"
+
+    def compare_tiles():
         keys, geoms, zoom, extent = tile_geometries(tiles[1], layer or stem)
-        problems += _geometry_differences(
+        return _geometry_differences(
             f"{stem}.pmtiles", keys, geoms, to_tile_units(reference, zoom, extent),
             TILE_TOLERANCE_UNITS, f"units of the z{zoom} tile grid", against, tile_distance)
+
+    comparisons = [
+        ("parquet", parquet, lambda: _geometry_differences(
+            f"{stem}.parquet", *parquet, reference, GEOMETRY_TOLERANCE_DEGREES, "degrees",
+            against)),
+        ("geojson", features, lambda: _geometry_differences(
+            f"{stem}.geojson", *geojson_geometries(features), reference,
+            GEOMETRY_TOLERANCE_DEGREES, "degrees", against)),
+        ("pmtiles", tiles, compare_tiles)]
+    problems = []
+    for suffix, given, compare in comparisons:
+        if given is None:
+            continue
+        try:
+            problems += compare()
+        except Exception as err:  # noqa: BLE001 - malformed polygons are a finding
+            problems.append(f"{stem}.{suffix}: its polygons cannot be compared with "
+                            f"{against} ({type(err).__name__}: {err})")
     return problems
 
 
@@ -3231,8 +3244,12 @@ def boundary_geometry_problems(folder: Path, m: dict, path: Path, column: str) -
         raise AuditUnreadable(f"--boundaries {path}: its polygons cannot be read "
                               f"({type(err).__name__}: {err})") from None
     against = f"the boundary file {path.name}"
-    problems = format_geometry_problems(
-        "tracts", reference, against, parquet=parquet_geometries(folder / "tracts.parquet"))
+    try:
+        problems = format_geometry_problems(
+            "tracts", reference, against, parquet=parquet_geometries(folder / "tracts.parquet"))
+    except Exception as err:  # noqa: BLE001 - any reader error is a finding
+        problems = [f"tracts.parquet: its polygons cannot be read ({type(err).__name__}: "
+                    f"{err})"]
     try:
         features = _json_object(folder / "tracts.geojson", "tracts.geojson", Mismatch,
                                 MAX_GEOJSON_BYTES).get("features") or []

@@ -894,7 +894,8 @@ def swap_geojson_polygons(path: Path, a: str, b: str) -> None:
 def swap_table_polygons(table: gpd.GeoDataFrame, a: str, b: str) -> gpd.GeoDataFrame:
     ia, ib = table.index[table.geoid == a], table.index[table.geoid == b]
     geometry = table.geometry.copy()
-    geometry.loc[ia], geometry.loc[ib] = table.geometry.loc[ib].values, table.geometry.loc[ia].values
+    geometry.loc[ia] = table.geometry.loc[ib].values
+    geometry.loc[ib] = table.geometry.loc[ia].values
     return table.set_geometry(geometry)
 
 
@@ -1016,6 +1017,19 @@ def test_a_machine_path_in_any_published_text_file_fails(forged, name, text):
     code, bad, lines = run_audit(forged)
     assert code == 1 and set(bad) == {"machine paths"}, lines
     assert f"e.g. {name}: " in bad["machine paths"]
+
+
+def test_a_machine_path_in_the_csv_fails(forged):
+    """A path in a CSV cell: the values differ from the table too, and the path is named."""
+    rows = (forged / "tracts.csv").read_text().splitlines()
+    first = rows[1].split(",")
+    first[0] = "/home/op/x"  # the first row's geoid
+    rows[1] = ",".join(first)
+    (forged / "tracts.csv").write_text("\n".join(rows) + "\n")
+    rehash_all(forged)
+    code, bad, lines = run_audit(forged)
+    assert code == 1 and "machine paths" in bad, lines
+    assert "e.g. tracts.csv: '/home/op/x" in bad["machine paths"]
 
 
 def test_a_machine_path_in_the_tile_metadata_fails(forged, tmp_path):
