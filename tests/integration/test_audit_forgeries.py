@@ -998,6 +998,14 @@ def test_the_tile_reader_decodes_polygons_where_tippecanoe_decode_puts_them(anch
 # --- 17. machine paths in every published file (issue 31) ----------------------------------------
 
 
+def published_beside(folder: Path, name: str, text: str) -> None:
+    """A file ``name`` holding ``text`` added to the release, listed and hashed."""
+    (folder / name).write_text(text)
+    files = manifest_of(folder)["files"]
+    write_manifest(folder, {**manifest_of(folder), "files": {**files, name: {}}})
+    rehash_all(folder)
+
+
 @pytest.mark.parametrize("name, text", [
     ("index.html", '<a href="file:///home/op/dpatlas/demo/data">data</a>'),
     ("README.txt", "built on /tmp/build-7/dpatlas from the operator's copy"),
@@ -1008,12 +1016,9 @@ def test_a_machine_path_in_any_published_text_file_fails(forged, name, text):
         schema = json.loads((forged / name).read_text())
         schema["description"] = "made from C:\\Users\\op\\tracts.parquet"
         (forged / name).write_text(json.dumps(schema))
+        rehash_all(forged)
     else:
-        (forged / name).write_text(text)
-        m = manifest_of(forged)
-        m["files"][name] = {}
-        write_manifest(forged, m)
-    rehash_all(forged)
+        published_beside(forged, name, text)
     code, bad, lines = run_audit(forged)
     assert code == 1 and set(bad) == {"machine paths"}, lines
     assert f"e.g. {name}: " in bad["machine paths"]
