@@ -2814,6 +2814,8 @@ def _reading_limited_to(folder: Path, m: dict):
 # --- machine paths in every published file, not only manifest.json and config.json
 
 _PATH_PART = rb"[A-Za-z0-9._~+@%-]"
+# A folder's name begins so; not "%3E" or "-" (a data URI's or a minified regex's /%3E/, /-/g)
+_PART_START = rb"[A-Za-z0-9_.~]"
 _SLASH = rb"(?:/|\\/)"  # a JSON writer may escape "/" as "\/"
 _NOT_AFTER = rb"[A-Za-z0-9._~:/\\+@%-]"  # a "/" after one of these does not begin a path
 _SCHEMES = ("file", "sqlite", "postgres", "postgresql", "psycopg", "psycopg2", "mysql", "s3",
@@ -2826,11 +2828,13 @@ _SCHEMES = ("file", "sqlite", "postgres", "postgresql", "psycopg", "psycopg2", "
 # with one literal character ("/", "\\", "~", ":") and looks behind it, so the regex engine
 # skips to those characters (tens of MB/s on GeoJSON).
 MACHINE_PATH_IN_TEXT = re.compile(
-    rb"/(?<!" + _NOT_AFTER + rb"/)" + _PATH_PART + rb"+" + _SLASH + _PATH_PART
-    + rb"|\\/(?<!" + _NOT_AFTER + rb"\\/)" + _PATH_PART + rb"+" + _SLASH + _PATH_PART
+    rb"/(?<!" + _NOT_AFTER + rb"/)" + _PART_START + _PATH_PART + rb"*" + _SLASH + _PART_START
+    + rb"|\\/(?<!" + _NOT_AFTER + rb"\\/)" + _PART_START + _PATH_PART + rb"*" + _SLASH
+    + _PART_START
     + rb"|~(?<![A-Za-z0-9._-]~)" + _SLASH + _PATH_PART
     + rb"|:(?<=[A-Za-z]:)(?<![A-Za-z0-9][A-Za-z]:)(?:\\+|/)" + _PATH_PART
     + rb"|:(?i:" + b"|".join(rb"(?<=" + s.encode() + rb":)" for s in _SCHEMES) + rb")//"
+    + rb"[A-Za-z0-9_.~/\[@]"  # a host or a path follows (a bare "file://" names nothing)
     + rb"|:(?i:(?<=http:)|(?<=https:))//(?i:localhost|127\.|10\.|192\.168\."
       rb"|172\.(?:1[6-9]|2[0-9]|3[01])\.)")
 TEXT_CHUNK = 1 << 20
