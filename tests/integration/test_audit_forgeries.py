@@ -1072,13 +1072,15 @@ def audit_in_a_subprocess(folder: Path, *options: str
     import resource
     import time
 
-    def limit_memory():
-        resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
+    def limit_memory():  # the whole audit of the demo release runs within 2 GiB
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
 
+    # one BLAS thread: each reserves address space, which the limit counts
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     started = time.monotonic()
     run = subprocess.run([sys.executable, "-m", "dpatlas.audit.checks", str(folder),
                           "--allow-test", *options], capture_output=True, text=True,
-                         timeout=60, preexec_fn=limit_memory)
+                         timeout=60, preexec_fn=limit_memory, env=env)
     return run, time.monotonic() - started
 
 
