@@ -2838,7 +2838,7 @@ MACHINE_PATH_IN_TEXT = re.compile(
     + rb"|:(?i:(?<=http:)|(?<=https:))//(?i:localhost|127\.|10\.|192\.168\."
       rb"|172\.(?:1[6-9]|2[0-9]|3[01])\.)")
 TEXT_CHUNK = 1 << 20
-_TEXT_OVERLAP = 512  # longer than any match's start, so a path across two chunks is seen
+_TEXT_OVERLAP = 512  # more than a match needs to be recognised: one across two chunks is seen
 
 
 def machine_path_in_text(raw: bytes) -> str | None:
@@ -2899,9 +2899,9 @@ def _published_machine_paths(folder: Path, m: dict) -> tuple[list[str], int]:
                 hit, is_text = machine_path_in_text(b"\n".join(metadata.values())), True
             else:
                 hit, is_text = _text_file_machine_path(path)
-        except NotRead:
+        except (NotRead, FileNotFoundError):  # the files check names it
             continue
-        except Exception as err:  # noqa: BLE001 - unreadable: the other checks say so
+        except Exception as err:  # noqa: BLE001 - a file that cannot be read is not cleared
             found.append(f"{name} cannot be read ({type(err).__name__}), so not checked")
             continue
         read += is_text
@@ -2935,6 +2935,7 @@ _MERCATOR_MAX_LATITUDE = 85.0511287798066
 
 
 def _shapely():
+    """shapely, imported when polygons are compared (a synthetic folder's audit never is)."""
     import shapely
 
     return shapely
@@ -2997,8 +2998,8 @@ def _geometry_differences(fmt: str, keys: list, geoms: np.ndarray, reference: di
     worst = np.nanmax(np.where(off, distance, np.nan)) if np.isfinite(distance[off]).any() \
         else math.nan
     example = keys[index[int(np.argmax(off))]][0]
-    return [f"{fmt}: the polygon of {int(off.sum())} row(s) is not {against} (Hausdorff "
-            f"distance up to {worst:.3g} {unit}, tolerance {tolerance:g}), e.g. {example}"]
+    return [f"{fmt}: the polygon of {int(off.sum())} row(s) is not {against} (off by up to "
+            f"{worst:.3g} {unit}, tolerance {tolerance:g}), e.g. {example}"]
 
 
 def geojson_geometries(features: list) -> tuple[list[tuple[str, str]], np.ndarray]:
