@@ -1,10 +1,11 @@
 """Check a published release from its folder alone: ``dpatlas audit RELEASE_DIR``.
 
 An auditor needs the release folder and nothing of this project's code: this module imports
-only the standard library, numpy, pyarrow (with pandas), dp-accounting (for the zCDP → (ε, δ)
-conversion the manifest states it used), for ``--ledger`` only, SQLAlchemy, and for the
-``small_area`` check only geopandas and ``dpatlas.small_area`` (which imports nothing of
-ours). It reads the vector tiles with its own PMTiles/MVT reader. It re-derives every
+only the standard library, numpy, pyarrow (with pandas), shapely (to compare polygons),
+dp-accounting (for the zCDP → (ε, δ) conversion the manifest states it used), for
+``--ledger`` only, SQLAlchemy, and for the ``small_area`` check and ``--boundaries`` only
+geopandas and ``dpatlas.small_area`` (which imports nothing of ours). It reads the vector
+tiles with its own PMTiles/MVT reader. It re-derives every
 privacy figure of the manifest from first principles, checks the manifest's structure
 against fixed rules rather than against itself, and compares:
 
@@ -19,7 +20,14 @@ against fixed rules rather than against itself, and compares:
     fixed keys and meanings, the public columns are exactly geoid, state, county, cell, n,
     status, geometry, and "n per tract and cell is public" is an unverified assumption;
 (a) files: every file listed in ``files`` exists with its sha256 and size; nothing else is
-    in the folder except manifest.json;
+    in the folder except manifest.json; a symlink, FIFO, socket, device or folder in the
+    folder is named, and no check ever opens one, nor a file larger than twice its recorded
+    size plus 1 MiB (:func:`readable`), so a hostile folder can neither hang nor exhaust
+    the audit;
+(x) machine paths: no string of manifest.json or config.json is an absolute path or URL,
+    and no other published file (text streamed; a PMTiles archive's metadata and a Parquet
+    file's key-value metadata) holds a path or address of a machine
+    (:data:`MACHINE_PATH_IN_TEXT`);
 (b) config: config.json parses and agrees with the manifest's selection and budget figures;
 (c) noise: each noise step's guarantee is recomputed from its parameters
     - grid Laplace: discrete Laplace of scale t = scale_num/scale_den on an integer query of
@@ -76,7 +84,9 @@ against fixed rules rather than against itself, and compares:
     the per-tract-and-cell figures where spent,
     and the manifest's counts;
 (f) formats: tracts.csv and tracts.geojson row for row, and the features of tracts.pmtiles
-    (its lowest zoom) attribute for attribute, hold the values of tracts.parquet.
+    (its lowest zoom) attribute for attribute, hold the values of tracts.parquet, and its
+    polygons (one per GEOID): the GeoJSON's within GEOMETRY_TOLERANCE_DEGREES, the tiles'
+    within TILE_TOLERANCE_UNITS of their lowest zoom's grid (:func:`tile_distance`).
 (l) levels: a release with county or state levels (manifest ``levels``) has each level's
     budget steps ("level county: NoisyStats", "level county: interval") in the budget, so in
     the per-person total (d) recomposes, with the epsilons the level states; counties.* and
@@ -84,21 +94,23 @@ against fixed rules rather than against itself, and compares:
     table rules of (e) (values where released, suppression by n < min_n, spend, reasons,
     intervals, standard errors); n per unit the sum of its tracts' n; the CSV and GeoJSON
     (and the level's vector tiles ``counties.pmtiles``/``states.pmtiles``, when listed, at
-    their lowest zoom) holding the parquet's values; and no level file without its level.
+    their lowest zoom) holding the parquet's values and polygons, each unit's polygon the
+    union of its tracts' in tracts.parquet; and no level file without its level.
 (m) small_area: model-based tract columns (``p25_model``, ``_lo``, ``_hi``, ``_se``, and p75's)
     are there exactly with the manifest's ``small_area`` section and are declared
     post-processing (no budget step); the model is re-fitted from the published files alone
     (tracts.parquet with its geometry, counties.parquet, states.parquet) by
     ``dpatlas.small_area`` (the one package of ours the audit imports; it imports nothing of
-    ours, and this check alone reads geometry, with geopandas), and every published model
+    ours; it reads the tracts with geopandas), and every published model
     value must be within one rounding step of the re-fit, with the fits' σ² and β as stated.
 
 External anchors, run only when given (otherwise a ``skip`` line says what was not checked):
 ``--boundaries FILE`` (the boundary file whose sha256 the manifest states has every tract
-exactly once per cell in the table: no row deleted) and ``--ledger URL`` (the ledger charged
-this release id exactly what its steps cost, recorded this manifest's sha256 as published, and
-the dataset's spend, zCDP charges composed as rho (:func:`lifetime_spend`), is within its
-cap; SQLite or PostgreSQL, read only).
+exactly once per cell in the table: no row deleted; and every polygon of tracts.parquet,
+tracts.geojson and tracts.pmtiles is its boundary tract's, within the tolerances of (f)) and
+``--ledger URL`` (the ledger charged this release id exactly what its steps cost, recorded
+this manifest's sha256 as published, and the dataset's spend, zCDP charges composed as rho
+(:func:`lifetime_spend`), is within its cap; SQLite or PostgreSQL, read only).
 
 A synthetic-microdata folder (``dpatlas synthesize``, manifest ``kind: synthetic
 microdata``) gets the same files, mode, machine-path, relations, noise and totals checks, and
@@ -118,11 +130,14 @@ import contextlib
 import hashlib
 import json
 import math
+import os
 import re
+import stat
 import statistics
 import struct
 import sys
 import zlib
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -560,8 +575,10 @@ def check_files(folder: Path, m: dict) -> str:
             problems.append(f"{name!r} is not a plain file name")
             continue
         path = folder / name
-        if path.is_symlink() or not path.is_file():
-            problems.append(f"{name} missing (or not a regular file)")
+        if kind := not_regular(path):
+            problems.append(f"{name} is {kind}, not a regular file: not read")
+        elif not path.is_file():
+            problems.append(f"{name} missing")
         elif path.stat().st_size != info.get("bytes"):
             problems.append(f"{name} has {path.stat().st_size} bytes, manifest says "
                             f"{info.get('bytes')}")
@@ -570,6 +587,9 @@ def check_files(folder: Path, m: dict) -> str:
     extra = sorted(p.name for p in folder.iterdir() if p.name not in files and p.name != MANIFEST)
     if extra:
         problems.append(f"files not in the manifest: {extra}")
+    odd = [f"{name} ({kind})" for name in extra if (kind := not_regular(folder / name))]
+    if odd:
+        problems.append(f"not regular files, not read: {', '.join(odd)}")
     required = ((SYNTHETIC_PARQUET, SYNTHETIC_CSV, CONFIG) if _synthetic(m)
                 else ("tracts.parquet", CONFIG))
     for required in required:
@@ -585,11 +605,14 @@ def _json_object(path: Path, name: str, error: type[Exception],
     """The JSON object in ``path``; ``error`` (with ``name`` in the message) if there is none,
     if the file is over ``limit`` bytes (refused before reading) or nests too deeply."""
     try:
-        size = path.stat().st_size
+        size = readable(path).stat().st_size
         if size > limit:
             raise error(f"{name} is {size:,} bytes, over the {limit:,} this audit reads")
         with open(path, "rb") as fh:
-            raw = fh.read(limit + 1)
+            # its size, not the limit: read(n) sets n bytes aside before it reads
+            raw = fh.read(size + 1)
+        if len(raw) > limit:
+            raise error(f"{name} grew past the {limit:,} bytes this audit reads")
         obj = json.loads(raw)
     except (OSError, ValueError) as err:
         raise error(f"{name} cannot be read: {err}") from None
@@ -682,9 +705,12 @@ def check_no_machine_paths(folder: Path, m: dict) -> str:
 
     walk(m, "")
     walk(_config(folder), "config.json")
+    in_files, n_read = _published_machine_paths(folder, m)
+    bad += in_files
     if bad:
         raise Mismatch(f"{len(bad)} machine path(s), e.g. {bad[0]}")
-    return "no absolute path or URL in manifest.json or config.json"
+    return (f"no absolute path or URL in manifest.json or config.json, no machine path in the "
+            f"{n_read} other published file(s) read as text (tile and Parquet metadata too)")
 
 
 def check_noise(folder: Path, m: dict) -> str:
@@ -912,7 +938,7 @@ def _accounted_columns(m: dict) -> set[str]:
 
 def check_table(folder: Path, m: dict) -> str:
     try:
-        df = pq.read_table(folder / "tracts.parquet").to_pandas()
+        df = pq.read_table(readable(folder / "tracts.parquet")).to_pandas()
     except Exception as err:  # noqa: BLE001 - any reader error is a finding
         raise Mismatch(f"tracts.parquet cannot be read: {err}") from None
     budget, problems = m["budget"], []
@@ -1094,7 +1120,7 @@ def _synthetic(m: dict) -> bool:
 
 def check_synthetic_table(folder: Path, m: dict) -> str:
     try:
-        df = pq.read_table(folder / SYNTHETIC_PARQUET).to_pandas()
+        df = pq.read_table(readable(folder / SYNTHETIC_PARQUET)).to_pandas()
     except Exception as err:  # noqa: BLE001 - any reader error is a finding
         raise Mismatch(f"{SYNTHETIC_PARQUET} cannot be read: {err}") from None
     problems = []
@@ -1117,8 +1143,8 @@ def check_synthetic_table(folder: Path, m: dict) -> str:
     if len(df) != counts["rows"]:
         problems.append(f"{len(df)} rows, manifest says {counts['rows']}")
     try:
-        n_csv = sum(1 for _ in open(folder / SYNTHETIC_CSV)) - 1
-        header = open(folder / SYNTHETIC_CSV).readline().strip().split(",")
+        n_csv = sum(1 for _ in open(readable(folder / SYNTHETIC_CSV))) - 1
+        header = open(readable(folder / SYNTHETIC_CSV)).readline().strip().split(",")
     except OSError as err:
         raise Mismatch(f"{SYNTHETIC_CSV} cannot be read: {err}") from None
     if header != SYNTHETIC_COLUMNS or n_csv != len(df):
@@ -1646,7 +1672,7 @@ def check_columns(folder: Path, m: dict) -> str:
     their budget step (interval columns by the interval step, whose epsilon the manifest's
     intervals section states)."""
     try:
-        columns = pq.read_schema(folder / "tracts.parquet").names
+        columns = pq.read_schema(readable(folder / "tracts.parquet")).names
     except Exception as err:  # noqa: BLE001 - any reader error is a finding
         raise Mismatch(f"tracts.parquet cannot be read: {err}") from None
     steps = {s.get("step"): s for s in m["budget"]["steps"]}
@@ -1754,6 +1780,9 @@ def _standard_error_column_problems(m: dict, columns: list[str], intervals: bool
 
 PMTILES_HEADER = 127
 MAX_PMTILES_ENTRIES = 1_000_000
+# A directory or tile inflated to more than this is refused (a gzip bomb would exhaust the
+# audit's memory): the largest tile of a national release at its lowest zoom is tens of MB.
+MAX_UNPACKED_BYTES = 512 << 20
 
 
 def _varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -1772,10 +1801,13 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
 
 
 def _unpack(raw: bytes, compression: int) -> bytes:
-    import gzip
-
-    if compression == 2:
-        return gzip.decompress(raw)
+    if compression == 2:  # one gzip member, inflated no further than MAX_UNPACKED_BYTES
+        inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        out = inflate.decompress(raw, MAX_UNPACKED_BYTES + 1)
+        if len(out) > MAX_UNPACKED_BYTES or inflate.unconsumed_tail:
+            raise ValueError(f"a gzip'd directory or tile of more than {MAX_UNPACKED_BYTES:,} "
+                             "bytes: not inflated")
+        return out
     if compression == 1:
         return raw
     raise ValueError(f"compression {compression} is not supported (1 none, 2 gzip)")
@@ -1814,27 +1846,47 @@ def _zoom_of(tile_id: int) -> int:
 def pmtiles_tiles(path: Path, zoom: int | None = None) -> tuple[dict, list[bytes]]:
     """The header fields and the (decompressed) tiles of ``zoom`` (default: the archive's
     minimum zoom) of a PMTiles v3 archive."""
-    with open(path, "rb") as fh:
-        data = fh.read()
-    if len(data) < PMTILES_HEADER or data[:7] != b"PMTiles" or data[7] != 3:
-        raise ValueError("not a PMTiles v3 archive")
-    u64 = [int.from_bytes(data[i:i + 8], "little") for i in range(8, 96, 8)]
-    header = {"root": (u64[0], u64[1]), "leaves": (u64[4], u64[5]), "tiles": (u64[6], u64[7]),
-              "internal_compression": data[97], "tile_compression": data[98],
-              "tile_type": data[99], "min_zoom": data[100], "max_zoom": data[101]}
-    if header["tile_type"] != 1:
-        raise ValueError(f"tile type {header['tile_type']} is not MVT")
-    zoom = header["min_zoom"] if zoom is None else zoom
-    tiles, pending = [], [(header["root"][0], header["root"][1], True)]
-    while pending:
-        offset, length, is_root = pending.pop()
-        raw = _unpack(data[offset:offset + length], header["internal_compression"])
-        for tile_id, off, ln, run in pmtiles_entries(raw):
-            if run == 0:  # a leaf directory
-                pending.append((header["leaves"][0] + off, ln, False))
-            elif _zoom_of(tile_id) == zoom:
-                start = header["tiles"][0] + off
-                tiles.append(_unpack(data[start:start + ln], header["tile_compression"]))
+    header, entries = pmtiles_tile_entries(path, zoom)
+    return header, [tile for _, _, tile in entries]
+
+
+def pmtiles_tile_entries(path: Path, zoom: int | None = None
+                         ) -> tuple[dict, list[tuple[int, int, bytes]]]:
+    """The header fields and (tile id, run length, decompressed tile) of each directory entry
+    of ``zoom`` (default: the minimum zoom) of a PMTiles v3 archive; a run of n stands for the
+    n tiles from its id on. Only the header, the directories and those tiles are read, each
+    range checked against the file's size (:func:`readable` refuses what is not a regular file
+    within its read limit)."""
+    with open(readable(path), "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+
+        def read(offset: int, length: int) -> bytes:
+            if offset < 0 or length < 0 or offset + length > size:
+                raise ValueError(f"a range {offset}+{length} past the archive's {size} bytes")
+            fh.seek(offset)
+            return fh.read(length)
+
+        data = read(0, PMTILES_HEADER) if size >= PMTILES_HEADER else b""
+        if len(data) < PMTILES_HEADER or data[:7] != b"PMTiles" or data[7] != 3:
+            raise ValueError("not a PMTiles v3 archive")
+        u64 = [int.from_bytes(data[i:i + 8], "little") for i in range(8, 96, 8)]
+        header = {"root": (u64[0], u64[1]), "metadata": (u64[2], u64[3]),
+                  "leaves": (u64[4], u64[5]), "tiles": (u64[6], u64[7]),
+                  "internal_compression": data[97], "tile_compression": data[98],
+                  "tile_type": data[99], "min_zoom": data[100], "max_zoom": data[101]}
+        if header["tile_type"] != 1:
+            raise ValueError(f"tile type {header['tile_type']} is not MVT")
+        zoom = header["min_zoom"] if zoom is None else zoom
+        tiles, pending = [], [(header["root"][0], header["root"][1], True)]
+        while pending:
+            offset, length, is_root = pending.pop()
+            raw = _unpack(read(offset, length), header["internal_compression"])
+            for tile_id, off, ln, run in pmtiles_entries(raw):
+                if run == 0:  # a leaf directory
+                    pending.append((header["leaves"][0] + off, ln, False))
+                elif _zoom_of(tile_id) == zoom:
+                    tile = read(header["tiles"][0] + off, ln)
+                    tiles.append((tile_id, run, _unpack(tile, header["tile_compression"])))
     return header, tiles
 
 
@@ -1877,11 +1929,17 @@ def _mvt_value(buf: bytes):
 
 def mvt_features(tile: bytes, layer_name: str = "tracts") -> list[dict]:
     """The attributes of every feature of one layer of a vector tile."""
-    out = []
+    return [attributes for attributes, _, _, _ in mvt_layer_features(tile, layer_name)]
+
+
+def mvt_layer_features(tile: bytes, layer_name: str = "tracts"):
+    """(attributes, geometry type, encoded geometry, layer extent) of every feature of one
+    layer of a vector tile (Mapbox Vector Tile 2.1: layer fields 1 name, 2 features, 3 keys,
+    4 values, 5 extent; feature fields 2 tags, 3 type, 4 geometry)."""
     for number, _, layer in _protobuf(tile):
         if number != 3:
             continue
-        name, keys, values, features = None, [], [], []
+        name, keys, values, features, extent = None, [], [], [], 4096
         for f, _, v in _protobuf(layer):
             if f == 1:
                 name = v.decode("utf-8")
@@ -1891,18 +1949,24 @@ def mvt_features(tile: bytes, layer_name: str = "tracts") -> list[dict]:
                 keys.append(v.decode("utf-8"))
             elif f == 4:
                 values.append(_mvt_value(v))
+            elif f == 5:
+                extent = v
         if name != layer_name:
             continue
         for feature in features:
-            tags = []
+            tags, kind, geometry = [], 0, b""
             for f, wire, v in _protobuf(feature):
                 if f == 2 and wire == 2:
                     pos = 0
                     while pos < len(v):
                         t, pos = _varint(v, pos)
                         tags.append(t)
-            out.append({keys[k]: values[i] for k, i in zip(tags[::2], tags[1::2])})
-    return out
+                elif f == 3 and wire == 0:
+                    kind = v
+                elif f == 4 and wire == 2:
+                    geometry = v
+            yield ({keys[k]: values[i] for k, i in zip(tags[::2], tags[1::2])}, kind, geometry,
+                   extent)
 
 
 FLOAT_ATOL = 1e-9   # the formats print floats from the same float64 (shortest repr)
@@ -1924,7 +1988,7 @@ def _same_value(a, b, *, missing_is_empty: bool = False) -> bool:
 
 def _table_rows(folder: Path, stem: str = "tracts"
                 ) -> tuple[list[str], dict[tuple[str, str], dict]]:
-    table = pq.read_table(folder / f"{stem}.parquet")
+    table = pq.read_table(readable(folder / f"{stem}.parquet"))
     columns = [c for c in table.column_names if c != "geometry"]
     rows = table.select(columns).to_pylist()
     return columns, {(r["geoid"], r["cell"]): r for r in rows}
@@ -1934,7 +1998,7 @@ def _csv_rows(folder: Path, columns: list[str], kinds: dict,
               stem: str = "tracts") -> tuple[list[str], list[dict]]:
     import csv
 
-    with open(folder / f"{stem}.csv", newline="") as fh:
+    with open(readable(folder / f"{stem}.csv"), newline="") as fh:
         reader = csv.reader(fh)
         header = next(reader, [])
         rows = []
@@ -1958,7 +2022,7 @@ def _kinds(folder: Path, stem: str = "tracts") -> dict[str, str]:
     import pyarrow as pa
 
     kinds = {}
-    for f in pq.read_schema(folder / f"{stem}.parquet"):
+    for f in pq.read_schema(readable(folder / f"{stem}.parquet")):
         kinds[f.name] = ("integer" if pa.types.is_integer(f.type) else "number"
                          if pa.types.is_floating(f.type) else "string")
     return kinds
@@ -2000,13 +2064,16 @@ def _compare(fmt: str, rows: list[dict], table: dict, columns: list[str], *,
 
 def check_formats(folder: Path, m: dict) -> str:
     """Every format holds the table's values: CSV and GeoJSON row for row, the PMTiles
-    archive's features (at its lowest zoom) attribute for attribute."""
+    archive's features (at its lowest zoom) attribute for attribute; and the table's polygons:
+    the GeoJSON's within its coordinate precision, the tiles' within their grid's tolerance
+    (:func:`format_geometry_problems`)."""
     try:
         columns, table = _table_rows(folder)
         kinds = _kinds(folder)
+        reference, problems = _reference_by_geoid(
+            "tracts.parquet", *parquet_geometries(folder / "tracts.parquet"))
     except Exception as err:  # noqa: BLE001 - any reader error is a finding
         raise Mismatch(f"tracts.parquet cannot be read: {err}") from None
-    problems = []
     try:
         header, rows = _csv_rows(folder, columns, kinds)
         if header != columns:
@@ -2021,16 +2088,20 @@ def check_formats(folder: Path, m: dict) -> str:
                                 MAX_GEOJSON_BYTES).get("features")
         rows = [f.get("properties") or {} for f in features or ()]
         problems += _compare("tracts.geojson", rows, table, columns, exact_columns=True)
+        problems += format_geometry_problems("tracts", reference, "tracts.parquet",
+                                             features=features or [])
     except (Mismatch, AttributeError, TypeError) as err:
         problems.append(f"tracts.geojson cannot be read: {err}")
     n_tiles, n_shown = 0, 0
     if (folder / "tracts.pmtiles").exists() or "tracts.pmtiles" in m.get("files", {}):
         try:
-            _, tiles = pmtiles_tiles(folder / "tracts.pmtiles")
-            n_tiles = len(tiles)
-            rows = [f for t in tiles for f in mvt_features(t)]
+            header, entries = pmtiles_tile_entries(folder / "tracts.pmtiles")
+            n_tiles = len(entries)
+            rows = [f for _, _, t in entries for f in mvt_features(t)]
             problems += _compare("tracts.pmtiles", rows, table, columns, exact_columns=False,
                                  complete=False)
+            problems += format_geometry_problems("tracts", reference, "tracts.parquet",
+                                                 tiles=(header, entries), layer="tracts")
             shown = {(r.get("geoid"), r.get("cell")) for r in rows}
             n_shown = len(shown & set(table))
             if not shown:
@@ -2044,7 +2115,8 @@ def check_formats(folder: Path, m: dict) -> str:
     # polygon reduction), so the rows shown are counted, not required.
     return (f"tracts.csv and tracts.geojson hold the values of tracts.parquet ({len(table):,} "
             f"rows, {len(columns)} columns), and so do the {n_shown:,} rows tracts.pmtiles "
-            f"shows at its lowest zoom ({n_tiles} tile(s))")
+            f"shows at its lowest zoom ({n_tiles} tile(s)); the GeoJSON's and the tiles' "
+            "polygons are the table's (within tolerance)")
 
 
 # ------------------------------------------------- levels: county and state tables (issue 20)
@@ -2088,7 +2160,8 @@ def _level_file_names(level: str) -> list[str]:
 
 def _tract_n_by_unit(folder: Path, digits: int) -> dict[tuple[str, str], int]:
     """n per (unit, cell) summed over the tracts of tracts.parquet (public values)."""
-    t = pq.read_table(folder / "tracts.parquet", columns=["geoid", "cell", "n"]).to_pydict()
+    t = pq.read_table(readable(folder / "tracts.parquet"),
+                  columns=["geoid", "cell", "n"]).to_pydict()
     out: dict[tuple[str, str], int] = {}
     for geoid, cell, n in zip(t["geoid"], t["cell"], t["n"]):
         key = (str(geoid)[:digits], str(cell))
@@ -2134,7 +2207,7 @@ def _level_step_problems(level: str, sec: dict, steps: dict, m: dict) -> list[st
 def _level_table_problems(folder: Path, level: str, sec: dict, steps: dict,
                           m: dict) -> list[str]:
     stem, digits = LEVEL_STEMS[level], LEVEL_DIGITS[level]
-    df = pq.read_table(folder / f"{stem}.parquet").to_pandas()
+    df = pq.read_table(readable(folder / f"{stem}.parquet")).to_pandas()
     problems = []
     for column in df.columns:
         payer = level_column_payer(column, level)
@@ -2217,25 +2290,32 @@ def _level_format_problems(folder: Path, level: str, files: set = frozenset()) -
                             MAX_GEOJSON_BYTES).get("features")
     problems += _compare(f"{stem}.geojson", [f.get("properties") or {} for f in features or ()],
                          table, columns, exact_columns=True, reference=f"{stem}.parquet")
+    reference, unequal = _reference_by_geoid(f"{stem}.parquet",
+                                             *parquet_geometries(folder / f"{stem}.parquet"))
+    problems += unequal + dissolve_problems(folder, level, reference) + format_geometry_problems(
+        stem, reference, f"{stem}.parquet", features=features or [])
     if f"{stem}.pmtiles" in files:
-        problems += _level_tiles_problems(folder, stem, table, columns)
+        problems += _level_tiles_problems(folder, stem, table, columns, reference)
     return problems
 
 
-def _level_tiles_problems(folder: Path, stem: str, table: dict, columns: list[str]) -> list[str]:
+def _level_tiles_problems(folder: Path, stem: str, table: dict, columns: list[str],
+                          reference: dict) -> list[str]:
     """The level's vector tiles (layer ``stem``) at their lowest zoom hold its table's values
-    (a web map's county or state colours are the published ones)."""
+    (a web map's county or state colours are the published ones) and polygons."""
     name = f"{stem}.pmtiles"
     try:
-        _, tiles = pmtiles_tiles(folder / name)
-        rows = [f for t in tiles for f in mvt_features(t, stem)]
+        header, entries = pmtiles_tile_entries(folder / name)
+        rows = [f for _, _, t in entries for f in mvt_features(t, stem)]
+        shapes = format_geometry_problems(stem, reference, f"{stem}.parquet",
+                                          tiles=(header, entries), layer=stem)
     except (OSError, ValueError, IndexError, UnicodeDecodeError, EOFError, zlib.error,
             struct.error) as err:
         return [f"{name} cannot be read: {type(err).__name__} {err}"]
     if not rows:
         return [f"{name} has no {stem} at its lowest zoom"]
     return _compare(name, rows, table, columns, exact_columns=False, complete=False,
-                    reference=f"{stem}.parquet")
+                    reference=f"{stem}.parquet") + shapes
 
 
 def check_levels(folder: Path, m: dict) -> str:
@@ -2291,7 +2371,8 @@ def check_levels(folder: Path, m: dict) -> str:
         return "tracts only: no county or state level, no level file"
     return (f"{', '.join(sorted(levels))}: steps in the per-person total, every column paid "
             "or public, values, suppression, spend, intervals and n agree; CSV, GeoJSON "
-            "(and tiles, where published) hold the tables' values")
+            "(and tiles, where published) hold the tables' values and polygons, each unit's "
+            "polygon the union of its tracts'")
 
 
 # ------------------------------------------ small_area: model-based tract estimates (issue 20)
@@ -2356,7 +2437,7 @@ def check_small_area(folder: Path, m: dict) -> str:
     """Model-based columns re-fitted from the published files: tracts.parquet (with its
     geometry), counties.parquet and states.parquet; each value within one rounding step."""
     try:
-        columns = pq.read_schema(folder / "tracts.parquet").names
+        columns = pq.read_schema(readable(folder / "tracts.parquet")).names
     except Exception as err:  # noqa: BLE001 - any reader error is a finding
         raise Mismatch(f"tracts.parquet cannot be read: {err}") from None
     section = m.get("small_area")
@@ -2376,8 +2457,8 @@ def check_small_area(folder: Path, m: dict) -> str:
 
     levels = m.get("levels") or {}
     try:
-        tracts = geopandas.read_parquet(folder / "tracts.parquet")
-        tables = [pd.read_parquet(folder / f"{LEVEL_STEMS[lv]}.parquet") if lv in levels
+        tracts = geopandas.read_parquet(readable(folder / "tracts.parquet"))
+        tables = [pd.read_parquet(readable(folder / f"{LEVEL_STEMS[lv]}.parquet")) if lv in levels
                   else None for lv in ("county", "state")]
         refit, fits = fit_published(tracts, *tables,
                                     noise_from_steps((m.get("budget") or {}).get("steps")))
@@ -2501,7 +2582,8 @@ def check_boundaries(folder: Path, m: dict, path: Path) -> str:
         column = "GEOID"
     geoids = boundary_geoids(path, column)
     try:
-        table = pq.read_table(folder / "tracts.parquet", columns=["geoid", "cell"]).to_pylist()
+        table = pq.read_table(readable(folder / "tracts.parquet"),
+                              columns=["geoid", "cell"]).to_pylist()
     except Exception as err:  # noqa: BLE001 - any reader error is a finding
         raise Mismatch(f"tracts.parquet cannot be read: {err}") from None
     cells = [str(c) for c in m["cells"]]
@@ -2517,10 +2599,12 @@ def check_boundaries(folder: Path, m: dict, path: Path) -> str:
                        ("more than once", twice)):
         if keys:
             problems.append(f"{len(keys)} (tract, cell) row(s) {what}, e.g. {keys[0]}")
+    problems += boundary_geometry_problems(folder, m, path, column)
     if problems:
         raise Mismatch("; ".join(problems))
     return (f"{len(set(geoids)):,} boundary tracts x {len(cells)} cell(s): exactly one row "
-            "each")
+            "each; every polygon of tracts.parquet, tracts.geojson and tracts.pmtiles (its "
+            "lowest zoom) is its boundary tract's (within tolerance)")
 
 
 def _ledger_rows(url: str, release_id: str, dataset: str) -> tuple[dict | None, list[dict],
@@ -2646,6 +2730,548 @@ def check_ledger(folder: Path, m: dict, url: str) -> str:
             f"cap ({float(cap[0]):.6g}, {float(cap[1]):.3g})")
 
 
+# ------------------------------------------------------------------------------------------------
+# Issue 31: files the audit will not open (O10), machine paths in every published file, and
+# the geometry of every format. Grouped here; the checks above call into it.
+
+# --- hostile files: nothing but a regular file within its recorded size is ever opened
+
+
+class NotRead(Mismatch, OSError):
+    """A file the audit will not open: not a regular file (a symlink, FIFO, socket, device or
+    folder), or larger than the manifest says it is. An OSError too, so every reader's
+    ``except OSError`` reports it as that file's finding."""
+
+
+# The audit under way (set by audit_release): its folder and each listed file's recorded
+# size, so no reader reads a file far past what the manifest says it holds. A file edited
+# without re-hashing is still read (one report names every problem) up to twice its recorded
+# size plus READ_SLACK; a sparse file of terabytes named tracts.pmtiles is not.
+_LISTED_SIZES: ContextVar[tuple[Path, dict] | None] = ContextVar("_LISTED_SIZES", default=None)
+READ_SLACK = 1 << 20
+
+
+def not_regular(path: Path) -> str | None:
+    """What ``path`` is when it is there but not a regular file (lstat: a symlink is named as
+    one, never followed), else None."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISLNK(mode):
+        try:
+            return f"a symbolic link to {os.readlink(path)!r}"
+        except OSError:
+            return "a symbolic link"
+    return ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a folder" if stat.S_ISDIR(mode) else "not a regular file")
+
+
+def _read_limit(path: Path) -> tuple[int, str] | None:
+    """The most bytes the audit under way reads of ``path`` and why (None: no limit here)."""
+    listed = _LISTED_SIZES.get()
+    if listed is None or path.parent != listed[0] or path.name == MANIFEST:
+        return None
+    recorded = listed[1].get(path.name)
+    if isinstance(recorded, bool) or not isinstance(recorded, int) or recorded < 0:
+        return 0, "not listed in the manifest with its size"
+    return 2 * recorded + READ_SLACK, f"the manifest records {recorded:,}"
+
+
+def readable(path: Path) -> Path:
+    """``path``, once it is known to be a regular file within its read limit; NotRead (naming
+    it) otherwise, before anything opens it. A missing file is left to its reader to report."""
+    path = Path(path)
+    kind = not_regular(path)
+    if kind:
+        raise NotRead(f"{path.name} is {kind}, not a regular file: not read")
+    limit = _read_limit(path)
+    if limit is not None:
+        try:
+            size = os.lstat(path).st_size
+        except FileNotFoundError:
+            return path
+        if size > limit[0]:
+            raise NotRead(f"{path.name} is {size:,} bytes ({limit[1]}): not read")
+    return path
+
+
+@contextlib.contextmanager
+def _reading_limited_to(folder: Path, m: dict):
+    """Within: every read of a file of ``folder`` limited by the manifest's recorded size."""
+    files = m.get("files") if isinstance(m.get("files"), dict) else {}
+    sizes = {name: info.get("bytes") for name, info in files.items() if isinstance(info, dict)}
+    token = _LISTED_SIZES.set((folder, sizes))
+    try:
+        yield
+    finally:
+        _LISTED_SIZES.reset(token)
+
+
+# --- machine paths in every published file, not only manifest.json and config.json
+
+_PATH_PART = rb"[A-Za-z0-9._~+@%-]"
+# A folder's name begins so; not "%3E" or "-" (a data URI's or a minified regex's /%3E/, /-/g)
+_PART_START = rb"[A-Za-z0-9_.~]"
+_SLASH = rb"(?:/|\\/)"  # a JSON writer may escape "/" as "\/"
+_NOT_AFTER = rb"[A-Za-z0-9._~:/\\+@%-]"  # a "/" after one of these does not begin a path
+_SCHEMES = ("file", "sqlite", "postgres", "postgresql", "psycopg", "psycopg2", "mysql", "s3",
+            "s3a", "gs", "gcs", "abfs", "abfss", "az", "hdfs", "smb", "sftp", "ssh", "ftp")
+# What a path or address of the machine that made the release looks like inside text: an
+# absolute POSIX path of two parts or more (not a relative ../x, a URL's /path after its host,
+# a closing </tag>, "p25/p75"), a Windows drive path, a home-relative path, a URL of a file,
+# database or bucket, and a web address of this machine or its private network. Public web
+# addresses (a licence, the map's libraries) are not machine paths. Every alternative begins
+# with one literal character ("/", "\\", "~", ":") and looks behind it, so the regex engine
+# skips to those characters (tens of MB/s on GeoJSON).
+MACHINE_PATH_IN_TEXT = re.compile(
+    rb"/(?<!" + _NOT_AFTER + rb"/)" + _PART_START + _PATH_PART + rb"*" + _SLASH + _PART_START
+    + rb"|\\/(?<!" + _NOT_AFTER + rb"\\/)" + _PART_START + _PATH_PART + rb"*" + _SLASH
+    + _PART_START
+    + rb"|~(?<![A-Za-z0-9._-]~)" + _SLASH + _PATH_PART
+    + rb"|:(?<=[A-Za-z]:)(?<![A-Za-z0-9][A-Za-z]:)(?:\\+|/)" + _PATH_PART
+    + rb"|:(?i:" + b"|".join(rb"(?<=" + s.encode() + rb":)" for s in _SCHEMES) + rb")//"
+    + rb"[A-Za-z0-9_.~/\[@]"  # a host or a path follows (a bare "file://" names nothing)
+    + rb"|:(?i:(?<=http:)|(?<=https:))//(?i:localhost|127\.|10\.|192\.168\."
+      rb"|172\.(?:1[6-9]|2[0-9]|3[01])\.)")
+TEXT_CHUNK = 1 << 20
+_TEXT_OVERLAP = 512  # more than a match needs to be recognised: one across two chunks is seen
+
+
+def machine_path_in_text(raw: bytes) -> str | None:
+    """The first machine path in ``raw`` with a little context, or None."""
+    found = MACHINE_PATH_IN_TEXT.search(raw)
+    if not found:
+        return None
+    start = found.start()
+    return raw[start:start + 60].split(b"\n")[0].decode("utf-8", "replace")
+
+
+def _text_file_machine_path(path: Path) -> tuple[str | None, bool]:
+    """(the first machine path in a published file, whether it was read as text): streamed in
+    chunks; a binary file (a NUL byte in its first chunk) is not text and not read further."""
+    tail = b""
+    with open(readable(path), "rb") as fh:
+        first = True
+        while chunk := fh.read(TEXT_CHUNK):
+            if first and b"\0" in chunk[:8192]:
+                return None, False
+            first = False
+            found = machine_path_in_text(tail + chunk)
+            if found:
+                return found, True
+            tail = chunk[-_TEXT_OVERLAP:]
+    return None, True
+
+
+def pmtiles_metadata(path: Path) -> bytes:
+    """The (decompressed) JSON metadata of a PMTiles v3 archive: tippecanoe's name,
+    description, attribution and generator_options (its command line) among them."""
+    with open(readable(path), "rb") as fh:
+        head = fh.read(PMTILES_HEADER)
+        if len(head) < PMTILES_HEADER or head[:7] != b"PMTiles" or head[7] != 3:
+            raise ValueError("not a PMTiles v3 archive")
+        offset, length = (int.from_bytes(head[i:i + 8], "little") for i in (24, 32))
+        if offset + length > os.fstat(fh.fileno()).st_size:
+            raise ValueError("its metadata runs past the end of the file")
+        fh.seek(offset)
+        return _unpack(fh.read(length), head[97])
+
+
+def _published_machine_paths(folder: Path, m: dict) -> tuple[list[str], int]:
+    """(machine paths found, files read) in every published file but manifest.json and
+    config.json (checked string by string): text files streamed, a PMTiles archive's metadata,
+    a Parquet file's key-value metadata; other binary files (an image) and files the audit
+    does not open (not regular, over their size: the files check names them) skipped."""
+    found, read = [], 0
+    for name in sorted(m.get("files") or {}):
+        if name in (MANIFEST, CONFIG) or not isinstance(name, str) or "/" in name:
+            continue
+        path = folder / name
+        try:
+            if name.endswith(".pmtiles"):
+                hit, is_text = machine_path_in_text(pmtiles_metadata(path)), True
+            elif name.endswith(".parquet"):
+                metadata = pq.read_schema(readable(path)).metadata or {}
+                hit, is_text = machine_path_in_text(b"\n".join(metadata.values())), True
+            else:
+                hit, is_text = _text_file_machine_path(path)
+        except (NotRead, FileNotFoundError):  # the files check names it
+            continue
+        except Exception as err:  # noqa: BLE001 - a file that cannot be read is not cleared
+            found.append(f"{name} cannot be read ({type(err).__name__}), so not checked")
+            continue
+        read += is_text
+        if hit:
+            found.append(f"{name}: {hit!r}")
+    return found, read
+
+
+# --- geometry: every format's polygons are the GeoParquet's, and (--boundaries) the boundaries'
+
+# GeoParquet against the boundary file, and GeoJSON against either: 1e-6 degrees (11 cm north
+# to south, less east to west). Publish copies the boundaries' polygons (reprojected to EPSG:4326
+# by pyproj, as here) into the GeoParquet unchanged, and writes the GeoJSON snapped to a grid of
+# 1e-7 degrees (at most 0.71e-7 per vertex); ten grid steps leave room for the snapping's
+# repairs, while a polygon moved, swapped or redrawn is off by metres at least.
+GEOMETRY_TOLERANCE_DEGREES = 1e-6
+# Vector tiles against the GeoParquet or the boundaries, at their lowest zoom, in units of that
+# zoom's tile grid (4,096 per tile: ~150 m at z6, ~600 m at z4, ~10 km at z0 on the equator;
+# :func:`tile_distance`): tippecanoe rounds every vertex to the grid (half a unit), simplifies
+# each polygon by about one unit, simplifies shared borders once for both sides, and draws a
+# polygon of a few square units as a square of its area. Measured on the demo release (North
+# Carolina, 3,108 tracts at z6, 100 counties and a state at z0): at most 0.9 units for tracts,
+# 0.7 for counties, 1.4 for the state; four units leave a margin of about three. A tract
+# drawn in another's place is off by the distance between them (~80 units per 10 km at z6),
+# and the GeoJSON and GeoParquet comparisons hold the exact shape.
+TILE_TOLERANCE_UNITS = 4.0
+# A part of a polygon this large (16 x 16 units at the lowest zoom) is drawn in the tiles: one
+# smaller or thinner may vanish in simplification at that zoom.
+TILE_LARGE_PART = (4 * TILE_TOLERANCE_UNITS) ** 2
+_MERCATOR_MAX_LATITUDE = 85.0511287798066
+
+
+def _shapely():
+    """shapely, imported when polygons are compared (a synthetic folder's audit never is)."""
+    import shapely
+
+    return shapely
+
+
+def parquet_geometries(path: Path) -> tuple[list[tuple[str, str]], np.ndarray]:
+    """(geoid, cell) and the polygon of every row of a published GeoParquet file: WKB in
+    longitude/latitude (EPSG:4326 or OGC:CRS84, as publish writes it), read with pyarrow."""
+    shapely = _shapely()
+    schema = pq.read_schema(readable(path))
+    geo = json.loads((schema.metadata or {}).get(b"geo", b"{}"))
+    column = (geo.get("columns") or {}).get("geometry") if isinstance(geo, dict) else None
+    if not isinstance(column, dict) or column.get("encoding") != "WKB":
+        raise Mismatch(f"{path.name}: no WKB geometry column in its GeoParquet metadata")
+    crs_id = (column.get("crs") or {}).get("id") if column.get("crs") is not None else None
+    if column.get("crs") is not None and crs_id not in (
+            {"authority": "EPSG", "code": 4326}, {"authority": "OGC", "code": "CRS84"}):
+        raise Mismatch(f"{path.name}: geometry in {crs_id or 'an unnamed CRS'}, not the "
+                       "EPSG:4326 longitude/latitude publish writes")
+    table = pq.read_table(path, columns=["geoid", "cell", "geometry"])
+    keys = list(zip((str(g) for g in table.column("geoid").to_pylist()),
+                    (str(c) for c in table.column("cell").to_pylist())))
+    wkb = np.array(table.column("geometry").to_pylist(), dtype=object)
+    return keys, shapely.from_wkb(wkb)
+
+
+def _reference_by_geoid(name: str, keys: list, geoms: np.ndarray) -> tuple[dict, list[str]]:
+    """{geoid: polygon} of a published table (its first row's), and a problem if another of
+    its rows (another cell) carries another polygon for the same GEOID."""
+    shapely = _shapely()
+    first, differing = {}, []
+    wkb = shapely.to_wkb(geoms)
+    seen: dict[str, bytes] = {}
+    for (geoid, _), g, w in zip(keys, geoms, wkb):
+        if geoid not in first:
+            first[geoid], seen[geoid] = g, w
+        elif w != seen[geoid]:
+            differing.append(geoid)
+    problems = [f"{name}: {len(differing)} row(s) whose polygon is not their GEOID's in "
+                f"another cell, e.g. {differing[0]}"] if differing else []
+    return first, problems
+
+
+def _geometry_differences(fmt: str, keys: list, geoms: np.ndarray, reference: dict,
+                          tolerance: float, unit: str, against: str,
+                          measure: Callable | None = None) -> list[str]:
+    """Rows of ``fmt`` whose polygon is farther than ``tolerance`` (in ``unit``; ``measure``,
+    by default the Hausdorff distance) from their GEOID's in ``reference`` (``against``: whose
+    polygon that is); rows of no reference GEOID are left to the row checks."""
+    shapely = _shapely()
+    index = [i for i, (geoid, _) in enumerate(keys) if geoid in reference]
+    if not index:
+        return []
+    got = geoms[index]
+    want = np.array([reference[keys[i][0]] for i in index], dtype=object)
+    distance = (measure or shapely.hausdorff_distance)(got, want)
+    off = ~(distance <= tolerance) & ~(shapely.is_missing(got) & shapely.is_missing(want))
+    if not off.any():
+        return []
+    worst = np.nanmax(np.where(off, distance, np.nan)) if np.isfinite(distance[off]).any() \
+        else math.nan
+    example = keys[index[int(np.argmax(off))]][0]
+    return [f"{fmt}: the polygon of {int(off.sum())} row(s) is not {against} (off by up to "
+            f"{worst:.3g} {unit}, tolerance {tolerance:g}), e.g. {example}"]
+
+
+def geojson_geometries(features: list) -> tuple[list[tuple[str, str]], np.ndarray]:
+    """(geoid, cell) and the polygon of every feature of a published FeatureCollection."""
+    shapely = _shapely()
+    keys, geoms = [], []
+    for f in features:
+        props = (f.get("properties") or {}) if isinstance(f, dict) else {}
+        keys.append((str(props.get("geoid")), str(props.get("cell"))))
+        try:
+            geoms.append(shapely.geometry.shape(f["geometry"]) if f.get("geometry") else None)
+        except Exception:  # noqa: BLE001 - malformed: compared as missing
+            geoms.append(None)
+    return keys, np.array(geoms, dtype=object)
+
+
+def _farthest_vertex(sources: np.ndarray, owner: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """Per target: the largest distance from a vertex of the sources it owns (``owner[i]``:
+    the target of ``sources[i]``) to the target's boundary; 0 where it owns none."""
+    shapely = _shapely()
+    out = np.zeros(len(targets))
+    coords, index = shapely.get_coordinates(sources, return_index=True)
+    if len(coords):
+        lines = shapely.boundary(targets)
+        np.maximum.at(out, owner[index], shapely.distance(shapely.points(coords),
+                                                          lines[owner[index]]))
+    return out
+
+
+def tile_distance(tiles: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """How far a tile polygon is from its reference polygon (both in tile units): the larger
+    of the farthest tile vertex from the reference's outline, and the farthest vertex of the
+    reference's large parts (TILE_LARGE_PART units² or more) from the tile polygon's outline;
+    NaN where either is missing. Not the Hausdorff distance: a part too small or thin to draw
+    at this zoom may be left out of the tiles (an island of a coastal tract), but nothing
+    drawn may be away from the polygon, and no large part may be left out or redrawn."""
+    shapely = _shapely()
+    count = np.arange(len(tiles))
+    drawn = _farthest_vertex(tiles, count, reference)
+    parts, owner = shapely.get_parts(reference, return_index=True)
+    large = shapely.area(parts) >= TILE_LARGE_PART
+    kept = _farthest_vertex(parts[large], owner[large], tiles)
+    distance = np.maximum(drawn, kept)
+    distance[shapely.is_missing(tiles) | shapely.is_missing(reference)] = np.nan
+    return distance
+
+
+def tile_zxy(tile_id: int) -> tuple[int, int, int]:
+    """Zoom, column and row of a PMTiles tile id (PMTiles v3: tiles are numbered zoom by zoom,
+    each zoom along a Hilbert curve)."""
+    z, start = 0, 0
+    while start + 4 ** z <= tile_id:
+        start += 4 ** z
+        z += 1
+    t, x, y, s = tile_id - start, 0, 0, 1
+    while s < 1 << z:
+        rx = 1 & (t // 2)
+        ry = 1 & (t ^ rx)
+        if ry == 0:
+            if rx == 1:
+                x, y = s - 1 - x, s - 1 - y
+            x, y = y, x
+        x, y, t, s = x + s * rx, y + s * ry, t // 4, s * 2
+    return z, x, y
+
+
+def mvt_rings(encoded: bytes) -> list[list[tuple[int, int]]]:
+    """The rings of an encoded MVT polygon in tile units: MoveTo (1) and LineTo (2) with
+    zigzag-coded deltas from a cursor kept across the feature, ClosePath (7)."""
+    ints, pos = [], 0
+    while pos < len(encoded):
+        v, pos = _varint(encoded, pos)
+        ints.append(v)
+    rings, ring, x, y, i = [], [], 0, 0, 0
+    while i < len(ints):
+        command, count = ints[i] & 7, ints[i] >> 3
+        i += 1
+        if command in (1, 2):
+            if i + 2 * count > len(ints):
+                raise ValueError("truncated MVT geometry")
+            for _ in range(count):
+                x += (ints[i] >> 1) ^ -(ints[i] & 1)
+                y += (ints[i + 1] >> 1) ^ -(ints[i + 1] & 1)
+                i += 2
+                if command == 1:
+                    if ring:
+                        rings.append(ring)
+                    ring = [(x, y)]
+                else:
+                    ring.append((x, y))
+        elif command == 7:
+            if ring:
+                rings.append(ring)
+            ring = []
+        else:
+            raise ValueError(f"MVT command {command} is not a polygon's")
+    if ring:
+        rings.append(ring)
+    return rings
+
+
+def _mvt_polygon(rings: list, dx: float, dy: float):
+    """A (valid) polygon of MVT rings shifted by (dx, dy): a ring of positive area in tile
+    units (y down) begins a polygon, a negative one is a hole of the last (MVT 2.1, 4.3.4.4)."""
+    shapely = _shapely()
+    polygons: list[tuple[list, list]] = []
+    for ring in rings:
+        if len(ring) < 3:
+            continue
+        xs, ys = np.array(ring, dtype=float).T
+        area = float(np.dot(xs, np.roll(ys, -1)) - np.dot(np.roll(xs, -1), ys))
+        points = np.column_stack([xs + dx, ys + dy])
+        if area > 0:
+            polygons.append((points, []))
+        elif area < 0 and polygons:
+            polygons[-1][1].append(points)
+    if not polygons:
+        return None
+    parts = [shapely.Polygon(shell, holes) for shell, holes in polygons]
+    return shapely.make_valid(parts[0] if len(parts) == 1 else shapely.MultiPolygon(parts))
+
+
+def tile_geometries(entries: list, layer: str) -> tuple[list, np.ndarray, int, int]:
+    """(geoid, cell), polygon in world tile units (column * extent + x, row * extent + y) of
+    every feature of ``layer`` in PMTiles entries of one zoom (:func:`pmtiles_tile_entries`),
+    the pieces of a polygon cut at tile edges joined; with the zoom and the tiles' extent."""
+    shapely = _shapely()
+    pieces: dict[tuple[str, str], list] = {}
+    zoom, extents = 0, set()
+    for tile_id, run, tile in entries:
+        features = [(attrs, mvt_rings(geometry), extent) for attrs, kind, geometry, extent
+                    in mvt_layer_features(tile, layer) if kind == 3]
+        zoom = _zoom_of(tile_id)
+        if run > 4 ** zoom:
+            raise ValueError(f"a run of {run} tiles at zoom {zoom}")
+        for copy in range(run):  # a run repeats one tile at the ids that follow its own
+            _, column, row = tile_zxy(tile_id + copy)
+            for attrs, rings, extent in features:
+                extents.add(extent)
+                polygon = _mvt_polygon(rings, column * extent, row * extent)
+                if polygon is not None:
+                    key = (str(attrs.get("geoid")), str(attrs.get("cell")))
+                    pieces.setdefault(key, []).append(polygon)
+    if len(extents) > 1:
+        raise ValueError(f"tiles of different extents {sorted(extents)}")
+    geoms = [p[0] if len(p) == 1 else shapely.union_all(p) for p in pieces.values()]
+    return list(pieces), np.array(geoms, dtype=object), zoom, extents.pop() if extents else 4096
+
+
+def to_tile_units(reference: dict, zoom: int, extent: int) -> dict:
+    """{geoid: polygon} from longitude/latitude to world tile units of ``zoom`` (Web
+    Mercator, y down, ``extent`` units per tile): the grid tippecanoe drew the tiles on."""
+    shapely = _shapely()
+    scale = float(1 << zoom) * extent
+
+    def project(xy):
+        lat = np.radians(np.clip(xy[:, 1], -_MERCATOR_MAX_LATITUDE, _MERCATOR_MAX_LATITUDE))
+        return np.column_stack([(xy[:, 0] + 180.0) / 360.0 * scale,
+                                (1.0 - np.arcsinh(np.tan(lat)) / math.pi) / 2.0 * scale])
+
+    geoids = list(reference)
+    projected = shapely.transform(np.array([reference[g] for g in geoids], dtype=object),
+                                  project)
+    return dict(zip(geoids, projected))
+
+
+def format_geometry_problems(stem: str, reference: dict, against: str, *,
+                             parquet: tuple | None = None, features: list | None = None,
+                             tiles: tuple | None = None, layer: str | None = None) -> list[str]:
+    """Every given format of ``stem``'s polygons against ``reference`` ({geoid: polygon} in
+    longitude/latitude, named ``against``): the GeoParquet's rows (``parquet``: keys and
+    polygons) and the GeoJSON's ``features`` within GEOMETRY_TOLERANCE_DEGREES, the vector
+    tiles' features (``tiles``: the header and entries of their lowest zoom) within
+    TILE_TOLERANCE_UNITS of that zoom. A format whose polygons cannot be decoded or compared
+    is a finding too."""
+    against = f"{against}'s"
+
+    def compare_tiles():
+        keys, geoms, zoom, extent = tile_geometries(tiles[1], layer or stem)
+        return _geometry_differences(
+            f"{stem}.pmtiles", keys, geoms, to_tile_units(reference, zoom, extent),
+            TILE_TOLERANCE_UNITS, f"units of the z{zoom} tile grid", against, tile_distance)
+
+    comparisons = [
+        ("parquet", parquet, lambda: _geometry_differences(
+            f"{stem}.parquet", *parquet, reference, GEOMETRY_TOLERANCE_DEGREES, "degrees",
+            against)),
+        ("geojson", features, lambda: _geometry_differences(
+            f"{stem}.geojson", *geojson_geometries(features), reference,
+            GEOMETRY_TOLERANCE_DEGREES, "degrees", against)),
+        ("pmtiles", tiles, compare_tiles)]
+    problems = []
+    for suffix, given, compare in comparisons:
+        if given is None:
+            continue
+        try:
+            problems += compare()
+        except Exception as err:  # noqa: BLE001 - malformed polygons are a finding
+            problems.append(f"{stem}.{suffix}: its polygons cannot be compared with "
+                            f"{against} ({type(err).__name__}: {err})")
+    return problems
+
+
+def dissolve_problems(folder: Path, level: str, units: dict) -> list[str]:
+    """Each unit's polygon in the level's GeoParquet (``units``: {geoid: polygon}) is the
+    union of its tracts' in tracts.parquet, as publish dissolves the boundaries: a coverage
+    union, or the general one where that is not valid; within GEOMETRY_TOLERANCE_DEGREES."""
+    shapely = _shapely()
+    tracts, _ = _reference_by_geoid("tracts.parquet",
+                                    *parquet_geometries(folder / "tracts.parquet"))
+    digits, groups = LEVEL_DIGITS[level], {}
+    for geoid, polygon in tracts.items():
+        groups.setdefault(geoid[:digits], []).append(polygon)
+    union = {}
+    for unit, polygons in groups.items():
+        merged = shapely.coverage_union_all(polygons)
+        union[unit] = merged if shapely.is_valid(merged) else shapely.union_all(polygons)
+    return _geometry_differences(f"{LEVEL_STEMS[level]}.parquet", [(u, "") for u in units],
+                                 np.array(list(units.values()), dtype=object), union,
+                                 GEOMETRY_TOLERANCE_DEGREES, "degrees",
+                                 "the union of its tracts' in tracts.parquet")
+
+
+def boundary_polygons(path: Path, column: str) -> dict:
+    """{geoid: polygon} of a boundary file, in EPSG:4326 longitude/latitude (reprojected by
+    pyproj, as the release's boundaries were), read with geopandas (--boundaries only)."""
+    import geopandas
+
+    if path.suffix.lower() == ".parquet":
+        frame = geopandas.read_parquet(path)
+    else:
+        frame = geopandas.read_file(path)
+    if frame.crs is None:
+        raise AuditUnreadable(f"--boundaries {path}: no coordinate reference system")
+    frame = frame.to_crs("EPSG:4326")
+    return dict(zip((str(g) for g in frame[column]), frame.geometry.to_numpy()))
+
+
+def boundary_geometry_problems(folder: Path, m: dict, path: Path, column: str) -> list[str]:
+    """The polygons of tracts.parquet, tracts.geojson and tracts.pmtiles (when listed) are
+    the boundary file's, by GEOID (the formats check compares them with one another)."""
+    try:
+        reference = boundary_polygons(path, column)
+    except AuditUnreadable:
+        raise
+    except Exception as err:  # noqa: BLE001 - the anchor itself cannot be read
+        raise AuditUnreadable(f"--boundaries {path}: its polygons cannot be read "
+                              f"({type(err).__name__}: {err})") from None
+    against = f"the boundary file {path.name}"
+    try:
+        problems = format_geometry_problems(
+            "tracts", reference, against, parquet=parquet_geometries(folder / "tracts.parquet"))
+    except Exception as err:  # noqa: BLE001 - any reader error is a finding
+        problems = [f"tracts.parquet: its polygons cannot be read ({type(err).__name__}: "
+                    f"{err})"]
+    try:
+        features = _json_object(folder / "tracts.geojson", "tracts.geojson", Mismatch,
+                                MAX_GEOJSON_BYTES).get("features") or []
+        problems += format_geometry_problems("tracts", reference, against, features=features)
+    except (Mismatch, AttributeError, TypeError) as err:
+        problems.append(f"tracts.geojson cannot be read: {err}")
+    if "tracts.pmtiles" in (m.get("files") or {}):
+        try:
+            problems += format_geometry_problems(
+                "tracts", reference, against, tiles=pmtiles_tile_entries(
+                    folder / "tracts.pmtiles"), layer="tracts")
+        except (OSError, ValueError, IndexError, UnicodeDecodeError, EOFError, zlib.error,
+                struct.error) as err:
+            problems.append(f"tracts.pmtiles cannot be read: {type(err).__name__} {err}")
+    return problems
+
+
 SYNTHETIC_CHECKS: list[tuple[str, Callable[[Path, dict], str]]] = []  # filled below
 
 
@@ -2725,16 +3351,21 @@ def audit_release(folder: Path, *, ledger: str | None = None,
                "ledger": ledger}
     if anchors["boundaries"] is not None and not anchors["boundaries"].exists():
         raise AuditUnreadable(f"--boundaries {anchors['boundaries']}: no such file")
+    if anchors["boundaries"] is not None and not (anchors["boundaries"].is_file()
+                                                  or anchors["boundaries"].is_dir()):
+        raise AuditUnreadable(f"--boundaries {anchors['boundaries']}: not a file or folder "
+                              "(a FIFO, socket or device is not read)")
     report = AuditReport(folder, test=is_test_release(m))
-    for name, fn in (SYNTHETIC_CHECKS if _synthetic(m) else CHECKS):
-        _run(report, name, fn, folder, m)
-    for name, fn in ANCHOR_CHECKS.items():
-        if anchors[name] is None:
-            report.skipped.append((name, ANCHOR_SKIPPED[name]))
-        elif name == "boundaries" and _synthetic(m):
-            report.skipped.append((name, "not done: a synthetic folder has no tract table"))
-        else:
-            _run(report, name, fn, folder, m, anchors[name])
+    with _reading_limited_to(folder, m):
+        for name, fn in (SYNTHETIC_CHECKS if _synthetic(m) else CHECKS):
+            _run(report, name, fn, folder, m)
+        for name, fn in ANCHOR_CHECKS.items():
+            if anchors[name] is None:
+                report.skipped.append((name, ANCHOR_SKIPPED[name]))
+            elif name == "boundaries" and _synthetic(m):
+                report.skipped.append((name, "not done: a synthetic folder has no tract table"))
+            else:
+                _run(report, name, fn, folder, m, anchors[name])
     report.ok = all(good for _, good, _ in report.checks)
     return report
 

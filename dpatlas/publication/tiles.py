@@ -62,6 +62,9 @@ class LevelTiles:
 LEVEL_TILES = {"county": LevelTiles("counties.pmtiles", "counties", 0, 10),
                "state": LevelTiles("states.pmtiles", "states", 0, 8)}
 
+# argv[0] of tippecanoe's run: the archive's generator_options starts with it.
+GENERATOR_NAME = "tippecanoe"
+
 log = logging.getLogger(__name__)
 
 
@@ -190,17 +193,19 @@ def build_tiles(geojson: Path, out: Path, *, min_zoom: int = MIN_ZOOM,
         raise TilesError(f"zooms {min_zoom}..{max_zoom} are not 0 <= min <= max <= 15")
     binary = tippecanoe_binary()
     partial = out.with_name(f".{out.name}.partial.pmtiles")
-    # tippecanoe records its command line in the archive's metadata (generator_options): run
-    # it in the output's folder with relative names, so the same GeoJSON gives the same bytes
-    # wherever the folder is (a resumed release must publish what an uninterrupted one would).
-    command = [str(binary), *tippecanoe_arguments(
+    # tippecanoe records its command line, argv[0] included, in the archive's metadata
+    # (generator_options): run it in the output's folder with relative names and the bare
+    # program name as argv[0] (the binary itself given as ``executable``), so no path of this
+    # machine is published and the same GeoJSON gives the same bytes wherever the folder is
+    # (a resumed release must publish what an uninterrupted one would).
+    command = [GENERATOR_NAME, *tippecanoe_arguments(
         Path(os.path.relpath(geojson, out.parent)), Path(partial.name), min_zoom=min_zoom,
         max_zoom=max_zoom, layer=layer, text=text)]
     log.info("tiles: building %s from %s (z%d-z%d)", out.name, geojson, min_zoom, max_zoom)
     started = time.perf_counter()
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                              cwd=out.parent)
+        done = subprocess.run(command, executable=binary, capture_output=True, text=True,
+                              timeout=timeout, cwd=out.parent)
     except subprocess.TimeoutExpired:
         partial.unlink(missing_ok=True)
         raise TilesError(f"tippecanoe took more than {timeout:.0f} s on {geojson}") from None

