@@ -360,7 +360,8 @@ def _checked_release(config: Path, release_id: str | None, noise_seed: int | Non
     from dpatlas.release.preflight import check_before_ingest, check_before_writing
 
     cfg = load_config(config)
-    rid = release_id or cfg.release_id
+    # `--release-id ''` is an id given (and refused below), not a request for a fresh one
+    rid = release_id if release_id is not None else cfg.release_id
     if rid is None:
         from flows.release import new_release_id
         rid = new_release_id()

@@ -1,0 +1,146 @@
+"""Operator defects of issue 31 in the command line and the servers (O3b, O6, O7, O8, O9,
+O11, O12): each test reproduces the defect as the reviewer found it."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dpatlas.core.config import load_config
+from dpatlas.ledger import Ledger
+from dpatlas.release.synthetic_data import PARQUET
+
+from tests.support.cli import ENV, refusal_block, run_in_process
+from tests.integration.test_synthesize import SOURCE, published  # noqa: F401 - a fixture
+
+CRASH_AT = Path(__file__).resolve().parents[1] / "support" / "crash_at.py"
+SYNTHETIC = f"{SOURCE}-synthetic"
+
+
+def _crash_at(point: str, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(CRASH_AT), point, *map(str, args)],
+                          capture_output=True, text=True, env=ENV, timeout=300)
+
+
+def _entry(cfg_path, release_id: str) -> dict | None:
+    with Ledger(load_config(cfg_path).ledger.url, create=False) as ledger:
+        return ledger.release(release_id)
+
+
+def _charges(cfg_path) -> int:
+    cfg = load_config(cfg_path)
+    with Ledger(cfg.ledger.url, create=False) as ledger:
+        return len(ledger.entries(cfg.ledger.dataset))
+
+
+def _expire_lease(cfg_path, release_id: str) -> None:
+    """What waiting out the killed run's lease does (60 s), at once."""
+    url = load_config(cfg_path).ledger.url
+    con = sqlite3.connect(url.removeprefix("sqlite:///"))
+    con.execute("update ledger_releases set lease_expires = 0 where release_id = ?",
+                (release_id,))
+    con.commit()
+    con.close()
+
+
+# --- O3b: a synthesize killed after its charge is finished by a rerun -------------------------
+
+
+def _synthesize(cfg_path, *extra):
+    return ("synthesize", "-c", cfg_path, "--release-id", SOURCE, "--epsilon", "2", *extra)
+
+
+@pytest.mark.parametrize("point", ["synthesize-after-charge", "before-record-synthetic",
+                                   "synthesize-after-move"])
+def test_o3b_a_killed_synthesize_is_finished_by_a_rerun_charged_once(published, point):
+    cfg_path, _ = published
+    before = _charges(cfg_path)
+    killed = _crash_at(point, *_synthesize(cfg_path))
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    assert _entry(cfg_path, SYNTHETIC)["status"] == "in_progress"
+    folder = Path(cfg_path).parent / "releases" / SYNTHETIC
+    drawn = (folder / PARQUET).read_bytes() if point == "synthesize-after-move" else None
+
+    busy = run_in_process(*_synthesize(cfg_path))  # the killed run's lease is still live
+    assert "being run by" in refusal_block(busy)
+    _expire_lease(cfg_path, SYNTHETIC)
+    res = run_in_process(*_synthesize(cfg_path))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert _entry(cfg_path, SYNTHETIC)["status"] == "published"
+    assert _charges(cfg_path) == before + 1  # charged once, by the killed run
+    if point == "synthesize-after-move":
+        assert (folder / PARQUET).read_bytes() == drawn  # the recorded draw, never redrawn
+    elif point == "before-record-synthetic":
+        assert (folder / PARQUET).is_file()  # unrecorded: nothing read it, drawn again
+    from dpatlas.audit import checks as audit
+    assert audit.audit_release(folder).ok
+
+
+def test_o3b_a_recorded_draw_is_reused_not_redrawn(published):
+    cfg_path, _ = published
+    killed = _crash_at("synthesize-after-move", *_synthesize(cfg_path, "--out",
+                                                             Path(cfg_path).parent / "syn"))
+    assert killed.returncode == -9
+    out = Path(cfg_path).parent / "syn"
+    drawn = (out / PARQUET).read_bytes()
+    _expire_lease(cfg_path, SYNTHETIC)
+    # another --out is another request: refused, the charge kept for the right rerun
+    other = run_in_process(*_synthesize(cfg_path, "--out", Path(cfg_path).parent / "syn2"))
+    assert "exactly as it was begun" in refusal_block(other)
+    res = run_in_process(*_synthesize(cfg_path, "--out", out))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert (out / PARQUET).read_bytes() == drawn
+    assert _entry(cfg_path, SYNTHETIC)["status"] == "published"
+
+
+def test_o3b_a_recorded_draw_that_changed_is_refused_not_redrawn(published):
+    cfg_path, _ = published
+    killed = _crash_at("synthesize-after-move", *_synthesize(cfg_path))
+    assert killed.returncode == -9
+    folder = Path(cfg_path).parent / "releases" / SYNTHETIC
+    (folder / PARQUET).write_bytes(b"tampered")
+    _expire_lease(cfg_path, SYNTHETIC)
+    res = run_in_process(*_synthesize(cfg_path))
+    assert "never drawn again" in refusal_block(res)
+    assert (folder / PARQUET).read_bytes() == b"tampered"
+
+
+def test_o3b_a_charged_synthesize_whose_draw_log_is_gone_is_refused(published):
+    cfg_path, _ = published
+    killed = _crash_at("synthesize-after-move", *_synthesize(cfg_path))
+    assert killed.returncode == -9
+    (load_config(cfg_path).publish.internal / SYNTHETIC / "draws.jsonl").unlink()
+    _expire_lease(cfg_path, SYNTHETIC)
+    res = run_in_process(*_synthesize(cfg_path))
+    assert "never drawn again" in refusal_block(res)
+    assert _entry(cfg_path, SYNTHETIC)["status"] == "in_progress"
+
+
+# --- O6: an empty release id is refused, never replaced by a fresh one ------------------------
+
+
+@pytest.mark.parametrize("args", [("release", "--release-id", ""),
+                                  ("release", "--release-id", " "),
+                                  ("synthesize", "--release-id", SOURCE, "--epsilon", "2",
+                                   "--synthetic-id", "")])
+def test_o6_an_empty_release_id_is_refused(published, args):
+    cfg_path, _ = published
+    before = _charges(cfg_path)
+    res = run_in_process(args[0], "-c", cfg_path, *args[1:])
+    assert "invalid release id" in refusal_block(res)
+    assert _charges(cfg_path) == before
+
+
+def test_o6_the_flow_refuses_an_empty_release_id(published):
+    from dpatlas.core.ids import InvalidReleaseId
+    from flows.release import release
+
+    cfg_path, _ = published
+    with pytest.raises(InvalidReleaseId):
+        release.fn(str(cfg_path), "")
