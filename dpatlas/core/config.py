@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Literal, Optional
 
 import yaml
-from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator,
                       model_validator)
 
 from mechanisms import DEFAULT_SUITE, PUBLISHABLE
@@ -259,6 +259,9 @@ class ReleaseConfig(_Strict):
     levels: tuple[Literal["tract", "county", "state"], ...] = ("tract",)
     level_shares: Optional[dict[str, float]] = None
     small_area: SmallAreaConfig = SmallAreaConfig()
+    # The folder of the config file its relative paths were resolved against (load_config):
+    # the fingerprint states paths inside it relative to it.
+    _base: Optional[Path] = PrivateAttr(default=None)
 
     @field_validator("level_shares", mode="before")
     @classmethod
@@ -380,7 +383,9 @@ def _resolve_paths(cfg: ReleaseConfig, base: Path) -> ReleaseConfig:
         updates["selection"] = cfg.selection.model_copy(
             update={"threshold_file": fix(cfg.selection.threshold_file)
                     or cfg.selection.threshold_file})
-    return cfg.model_copy(update=updates)
+    resolved = cfg.model_copy(update=updates)
+    resolved._base = base.expanduser().resolve()
+    return resolved
 
 
 def fingerprint(cfg: ReleaseConfig) -> str:
@@ -398,7 +403,35 @@ def fingerprint(cfg: ReleaseConfig) -> str:
     for key in PUBLISH_METADATA_KEYS:  # housekeeping and metadata, not the release
         data["publish"].pop(key, None)
     _drop_default_levels(cfg, data)
+    _paths_inside_config_folder(cfg, data)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+CONFIG_FOLDER = "<config folder>"
+
+
+def _paths_inside_config_folder(cfg: ReleaseConfig, data: dict) -> None:
+    """Paths inside the config file's folder stated relative to it: a folder moved whole (the
+    demo's, whose config names its files relatively) holds the same config wherever it lies.
+    A path outside it stays absolute: moving the config alone changes what it names."""
+    base = cfg._base
+    if base is None:
+        return
+
+    def inside(text: Optional[str]) -> Optional[str]:
+        if text is None:
+            return None
+        try:
+            return f"{CONFIG_FOLDER}/{Path(text).relative_to(base).as_posix()}"
+        except ValueError:
+            return text
+
+    for section, key in (("input", "path"), ("boundaries", "path"), ("publish", "root"),
+                         ("selection", "threshold_file")):
+        data[section][key] = inside(data[section].get(key))
+    url, sqlite = data["ledger"]["url"], "sqlite:///"
+    if url.startswith(sqlite):
+        data["ledger"]["url"] = sqlite + inside(url[len(sqlite):])
 
 
 def ledger_backend(url: str) -> str:

@@ -17,6 +17,7 @@ from dpatlas.ledger import Ledger
 from dpatlas.release.synthetic_data import PARQUET
 
 from tests.support.cli import ENV, refusal_block, run_in_process
+from tests.integration.test_preflight import data  # noqa: F401 - a fixture
 from tests.integration.test_synthesize import SOURCE, published  # noqa: F401 - a fixture
 
 CRASH_AT = Path(__file__).resolve().parents[1] / "support" / "crash_at.py"
@@ -144,3 +145,66 @@ def test_o6_the_flow_refuses_an_empty_release_id(published):
     cfg_path, _ = published
     with pytest.raises(InvalidReleaseId):
         release.fn(str(cfg_path), "")
+
+
+# --- O9: a withdrawn id is refused at the start; a moved folder keeps its config -----------------
+
+
+def _relative_folder(folder: Path, data: Path) -> Path:
+    """A demo-like folder: its data inside, its config naming everything relatively."""
+    import shutil
+
+    from tests.support.inputs import write_config
+
+    shutil.copytree(data, folder / "data")
+    return write_config(folder / "config.yaml", {
+        "input": {"path": "data/microdata"}, "boundaries": {"path": "data/tracts.parquet"},
+        "selection": {"rule": "dp", "threshold": 3.0}, "publish": {"root": "releases"},
+        "ledger": {"url": "sqlite:///ledger.db", "dataset": "il"}})
+
+
+def test_o9_a_moved_folder_with_a_relative_config_holds_the_same_config(tmp_path, data):
+    from dpatlas.core.config import fingerprint
+
+    cfg_path = _relative_folder(tmp_path / "a", data)
+    before = fingerprint(load_config(cfg_path))
+    (tmp_path / "a").rename(tmp_path / "b")
+    assert fingerprint(load_config(tmp_path / "b" / "config.yaml")) == before
+    # a config naming files outside its folder names other files once moved alone
+    text = (tmp_path / "b" / "config.yaml").read_text().replace(
+        "data/microdata", str(tmp_path / "b" / "data" / "microdata"))
+    (tmp_path / "b" / "config.yaml").write_text(text)
+    absolute = fingerprint(load_config(tmp_path / "b" / "config.yaml"))
+    assert absolute == before  # the same files, named absolutely: the same config
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "config.yaml").write_text(text.replace("sqlite:///ledger.db",
+                                                             f"sqlite:///{tmp_path}/b/ledger.db"))
+    assert fingerprint(load_config(tmp_path / "c" / "config.yaml")) != before
+
+
+@pytest.mark.parametrize("moved", [False, True])
+def test_o9_a_withdrawn_id_is_refused_before_its_input_is_read(tmp_path, data, moved):
+    from dpatlas.core.config import fingerprint
+    from dpatlas.ledger import Charge
+    from dpatlas.release.draws import DrawLog
+    from dpatlas.release.ingest import input_fingerprint
+    from tests.support.cli import OWN_SERVER
+
+    cfg_path = _relative_folder(tmp_path / "a", data)
+    cfg = load_config(cfg_path)  # r1 as its run left it: charged, its draw log begun
+    DrawLog.open(cfg.publish.internal / "r1", "r1", fingerprint(cfg),
+                 input_fingerprint(cfg.input))
+    with Ledger(cfg.ledger.url) as ledger:
+        ledger.begin_release("r1", "il", [Charge("all", "primary", "pure", 1.0, 0.0)],
+                             fingerprint(cfg), "test-owner")
+        ledger.complete_release("r1", "manifest-sha", "test-owner")
+        ledger.withdraw_release("r1", "wrong boundaries")
+    if moved:
+        (tmp_path / "a").rename(tmp_path / "b")
+        cfg_path = tmp_path / "b" / "config.yaml"
+    before = _charges(cfg_path)
+    res = run_in_process("release", "-c", cfg_path, "--release-id", "r1", env=OWN_SERVER)
+    text = refusal_block(res)
+    assert "withdrawn" in text and "config changed" not in text, text
+    assert not (cfg_path.parent / "releases-internal" / "r1" / "staged").exists()  # nothing read
+    assert _charges(cfg_path) == before
