@@ -210,8 +210,10 @@ def _attempt(check, problems: list[str], report: bool = False):
         return None
 
 
-def _fail(message: str, code: int = 2) -> None:
-    console.print(_styled("error:", "bold red", f" {message}"), soft_wrap=True)
+def _fail(message: str, code: int = 2, to: Console | None = None) -> None:
+    """Print ``error: message`` (on the console, or ``to``: stderr for a command whose stdout
+    is a JSON document) and exit with ``code``."""
+    (to or console).print(_styled("error:", "bold red", f" {message}"), soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -226,15 +228,15 @@ def _operator_errors() -> tuple[type[BaseException], ...]:
 
 
 @contextlib.contextmanager
-def _guard(log_dir: Path | None = None):
+def _guard(log_dir: Path | None = None, to: Console | None = None):
     """Operator errors: their message and exit 2. Anything else is a bug: one line naming a
-    file with the traceback, and exit 1."""
+    file with the traceback, and exit 1. ``to``: where the message goes (see :func:`_fail`)."""
     try:
         yield
     except typer.Exit:
         raise
     except _operator_errors() as err:
-        _fail(_one_line(err))
+        _fail(_one_line(err), to=to)
     except Exception as err:  # noqa: BLE001 - a bug must still not print a wall of text
         import tempfile
         import traceback
@@ -242,7 +244,8 @@ def _guard(log_dir: Path | None = None):
         folder = log_dir if log_dir and log_dir.is_dir() else Path(tempfile.gettempdir())
         log = folder / f"dpatlas-error-{os.getpid()}.log"
         log.write_text("".join(traceback.format_exception(err)))
-        _fail(f"internal error ({type(err).__name__}: {_one_line(err)}); traceback in {log}", 1)
+        _fail(f"internal error ({type(err).__name__}: {_one_line(err)}); traceback in {log}", 1,
+              to)
 
 
 def _quiet_operator_tracebacks() -> None:
@@ -284,13 +287,46 @@ def synth(out: Path = typer.Option(Path("data"), help="Output folder."),
     """Write an Opportunity-Insights-like synthetic state (or several) and its tract boundaries."""
     from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
 
-    with console.status("generating synthetic microdata and boundaries"):
-        info = write_synthetic(out, [s.strip() for s in states.split(",") if s.strip()], seed,
-                               StateParams(n_tracts=tracts), cells=cells)
+    fips = _synth_states(states)
+    _at_least(("--tracts", tracts, 1), ("--seed", seed, 0))
+    with _guard(), console.status("generating synthetic microdata and boundaries"):
+        info = write_synthetic(out, fips, seed, StateParams(n_tracts=tracts), cells=cells)
     in_cells = f" ({len(info['cells'])} cells)" if info["cells"] else ""
     console.print(f"{info['records']:,} records{in_cells} in {info['tracts']:,} tracts of "
                   f"{len(info['states'])} state(s): microdata {info['microdata']}, "
                   f"boundaries {info['boundaries']}")
+
+
+def _at_least(*checks: tuple[str, int, int]) -> None:
+    """Each (option, value, lowest allowed): one line and exit 2 for the first value below
+    its lowest (a count of 0 or a negative seed was a traceback deep in numpy)."""
+    for option, value, low in checks:
+        if value < low:
+            _fail(f"{option} {value}: give {low} or more")
+
+
+def _output_folder(out: Path) -> None:
+    """Create ``out`` before the work whose results go there (minutes of it, for an
+    evaluation), so an unwritable place is one line and exit 2 at once."""
+    with _guard():
+        out.mkdir(parents=True, exist_ok=True)
+
+
+def _synth_states(text: str) -> list[str]:
+    """``--states``: distinct two-digit state FIPS codes, or one line saying what is wrong."""
+    from dpatlas.publication.geography import STATE_FIPS
+
+    fips = [s.strip() for s in text.split(",") if s.strip()]
+    if not fips:
+        _fail(f"--states {text!r}: give one or more state FIPS codes, e.g. 37 or 17,37")
+    unknown = [s for s in fips if s not in STATE_FIPS]
+    if unknown:
+        _fail(f"--states: not state FIPS codes: {', '.join(unknown)} (two digits, e.g. 37 for "
+              f"North Carolina; known: {', '.join(sorted(STATE_FIPS))})")
+    twice = sorted({s for s in fips if fips.count(s) > 1})
+    if twice:
+        _fail(f"--states names {', '.join(twice)} more than once: give each state once")
+    return fips
 
 
 def run_release(config: Path, release_id: str | None, noise_seed: int | None = None):
@@ -423,10 +459,10 @@ ledger_app = typer.Typer(help="The privacy budget ledger.")
 app.add_typer(ledger_app, name="ledger")
 
 
-def _config_or_fail(config: Path):
+def _config_or_fail(config: Path, to: Console | None = None):
     from dpatlas.core.config import load_config
 
-    with _guard():
+    with _guard(to=to):
         return load_config(config)
 
 
@@ -438,8 +474,10 @@ def ledger_show(config: Path = typer.Option(..., "--config", "-c", help="Release
     Reads only: it never writes to the ledger."""
     from dpatlas.ledger import Ledger
 
-    cfg = _config_or_fail(config)
-    with _guard():
+    # With --json, stdout is the document alone: an error is text on stderr (and exit 2).
+    to = err_console if as_json else None
+    cfg = _config_or_fail(config, to)
+    with _guard(to=to):
         with Ledger(cfg.ledger.url, create=False) as ledger:
             if as_json:
                 _emit_json(ledger.summary())
@@ -721,6 +759,8 @@ def evaluate(out: Path = typer.Option(Path("evaluation"), help="Output folder.")
     from dpatlas.core.config import SelectionConfig
     from dpatlas.release.selection import Rule, RuleEstimate
 
+    _at_least(("--reps", reps, 1), ("--seed", seed, 0), ("--tracts", tracts, 1))
+    _output_folder(out)
     mechs = tuple(mechanism) or DEFAULT_MECHANISMS
     extra = {}
     if rule:
@@ -802,6 +842,9 @@ def evaluate_rule(
     from dpatlas.evaluation.stress import SCENARIOS
 
     t0 = time.perf_counter()
+    _at_least(("--reps", reps, 1), ("--seed", seed, 0), ("--tracts", tracts, 1),
+              ("--large-tracts", large_tracts, 1))
+    _output_folder(out)
     with _guard():
         unknown = [s for s in scenario if s not in SCENARIOS]
         if unknown:
@@ -850,6 +893,8 @@ def evaluate_intervals(
     from dpatlas.evaluation.stress import SCENARIOS
 
     t0 = time.perf_counter()
+    _at_least(("--reps", reps, 1), ("--seed", seed, 0), ("--tracts", tracts, 1))
+    _output_folder(out)
     scenarios = SCENARIOS if "all" in scenario else tuple(scenario)
     with _guard():
         try:
@@ -902,6 +947,8 @@ def evaluate_small_area(
                                                     target_check, write_report)
 
     t0 = time.perf_counter()
+    _at_least(*(("--seed", s, 0) for s in seed), ("--tracts", 1 if tracts is None else tracts, 1))
+    _output_folder(out)
     if stress:
         _evaluate_small_area_stress(out, seed, epsilon, split[0], tracts, quick, t0, as_json)
         return

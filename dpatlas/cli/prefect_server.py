@@ -211,14 +211,42 @@ def _restart_advice(record: ServerRecord) -> str:
             f"(with --home {record.home} if that is not the default)")
 
 
-def read_server_record(home: Optional[Path] = None) -> Optional[ServerRecord]:
-    """The server recorded in the home, or None (never started, or stopped)."""
-    home = server_home(home)
+class ServerRecordCorrupt(RuntimeError, OperatorError):
+    """The server's record in its home cannot be read, or names no process it could be."""
+
+
+def _pid_max() -> int:
     try:
-        data = json.loads((home / _STATE_FILE).read_text())
-        return ServerRecord(int(data["pid"]), str(data["url"]), home)
-    except (OSError, ValueError, KeyError, TypeError):
+        return int(Path("/proc/sys/kernel/pid_max").read_text())
+    except (OSError, ValueError):
+        return 2**22  # Linux's largest
+
+
+def read_server_record(home: Optional[Path] = None,
+                       strict: bool = False) -> Optional[ServerRecord]:
+    """The server recorded in the home, or None (never started, or stopped).
+
+    A record that cannot be read, or whose pid could not be a server this command started (0,
+    1 or negative: kill() would signal this process's group, init, or every process; above
+    the kernel's largest pid), is None, or with ``strict`` a :class:`ServerRecordCorrupt`
+    naming the file."""
+    home = server_home(home)
+    path = home / _STATE_FILE
+    try:
+        data = json.loads(path.read_text())
+        pid = data["pid"]
+        if isinstance(pid, bool) or not isinstance(pid, int) or not 1 < pid <= _pid_max():
+            raise ValueError(f"pid {pid!r} is no process a server could run as")
+        return ServerRecord(pid, str(data["url"]), home)
+    except FileNotFoundError:
         return None
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        if not strict:
+            return None
+        raise ServerRecordCorrupt(
+            f"the server record {path} is damaged ({type(err).__name__}: {err}): nothing was "
+            f"signalled; stop any `prefect server` you started there by hand, then remove "
+            f"{path}") from None
 
 
 def _port_free(port: int) -> bool:

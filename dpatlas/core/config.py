@@ -93,6 +93,9 @@ class BoundariesConfig(_Strict):
     vintage: Optional[str] = None  # e.g. "TIGER/Line 2020 tracts": printed in the manifest
 
 
+MIN_EPSILON_PER_TRACT = 1e-3
+
+
 class PrivacyConfig(_Strict):
     unit: Literal["person"] = "person"
     neighbouring: Literal["replace-one"] = "replace-one"
@@ -102,6 +105,19 @@ class PrivacyConfig(_Strict):
     # person id column that is checked; without one the operator must state it, and the
     # manifest lists it as an unverified assumption.
     assume_one_record_per_person: bool = False
+
+    @field_validator("epsilon_per_tract")
+    @classmethod
+    def _sensible_epsilon(cls, value: float) -> float:
+        # Refused here, before any input is read: below it the mechanisms' noise grids cannot
+        # be calibrated (1e-300 failed in the allocation, after the ingest), and the noise
+        # would swamp every tract's estimate long before that.
+        if value < MIN_EPSILON_PER_TRACT:
+            raise ValueError(f"must be at least {MIN_EPSILON_PER_TRACT:g}, the smallest "
+                             "sensible budget per tract (below it the noise swamps every "
+                             "estimate; far below it the mechanisms' noise grids cannot be "
+                             "calibrated at all)")
+        return value
 
 
 class SelectionConfig(_Strict):

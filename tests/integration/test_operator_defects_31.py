@@ -208,3 +208,64 @@ def test_o9_a_withdrawn_id_is_refused_before_its_input_is_read(tmp_path, data, m
     assert "withdrawn" in text and "config changed" not in text, text
     assert not (cfg_path.parent / "releases-internal" / "r1" / "staged").exists()  # nothing read
     assert _charges(cfg_path) == before
+
+
+# --- O11: bad arguments are one line and exit 2, never a traceback ---------------------------
+
+FAST = ("--mechanism", "NoisyStats", "--no-rule", "--epsilon", "1")
+
+
+@pytest.mark.parametrize("args,says", [
+    (("synth", "--tracts", "-5"), "--tracts -5"),
+    (("synth", "--states", "99"), "not state FIPS codes: 99"),
+    (("synth", "--states", ""), "one or more state FIPS codes"),
+    (("synth", "--states", "37,37"), "37 more than once"),
+    (("synth", "--states", "ab"), "not state FIPS codes: ab"),
+    (("synth", "--tracts", "3", "--out", "/proc/x"), "/proc/x"),
+    # (small, so that today's code, which ran them until it failed, fails fast too)
+    (("evaluate", "--reps", "0", "--tracts", "5", *FAST), "--reps 0"),
+    (("evaluate", "--reps", "-5", "--tracts", "5", *FAST), "--reps -5"),
+    (("evaluate-rule", "--reps", "0", "--tracts", "5", "--large-tracts", "5",
+      "--scenario", "demo"), "--reps 0"),
+    (("evaluate-small-area", "--seed", "-1", "--quick", "--tracts", "20"), "--seed -1"),
+    (("evaluate", "--out", "/proc/x", "--reps", "1", "--tracts", "5", *FAST), "/proc/x"),
+    (("server", "start", "--port", "70000"), "--port 70000"),
+    (("server", "start", "--port", "-1"), "--port -1"),
+])
+def test_o11_bad_arguments_are_one_line(tmp_path, args, says):
+    res = run_in_process(*args, cwd=tmp_path)
+    assert says in refusal_block(res)
+
+
+@pytest.mark.parametrize("pid", [10**20, 0, -1, 1, "12"])
+@pytest.mark.parametrize("command", ["status", "stop"])
+def test_o11_a_corrupt_server_record_is_named_and_nothing_is_signalled(tmp_path, pid, command,
+                                                                      monkeypatch):
+    import os
+
+    signalled = []
+    monkeypatch.setattr(os, "killpg", lambda *a: signalled.append(a))
+    monkeypatch.setattr(os, "kill", lambda *a: signalled.append(a))
+    record = tmp_path / "dpatlas-server.json"
+    record.write_text(json.dumps({"pid": pid, "url": "http://127.0.0.1:9/api", "port": 9}))
+    res = run_in_process("server", command, "--home", tmp_path)
+    text = refusal_block(res)
+    assert str(record) in text and "damaged" in text, text
+    assert signalled == []
+
+
+def test_o11_a_tiny_epsilon_is_a_config_error_before_the_input_is_read(tmp_path, data):
+    from tests.integration.test_preflight import config
+
+    cfg = config(tmp_path, data, privacy={"epsilon_per_tract": 0.5})
+    cfg.write_text(cfg.read_text().replace("epsilon_per_tract: 0.5", "epsilon_per_tract: 1e-300"))
+    res = run_in_process("release", "-c", cfg, "--release-id", "r1")
+    text = refusal_block(res)
+    assert "privacy.epsilon_per_tract" in text and "at least 0.001" in text, text
+    assert not (tmp_path / "internal").exists()
+
+
+def test_o11_ledger_show_json_keeps_stdout_for_json(tmp_path):
+    res = run_in_process("ledger", "show", "--json", "-c", tmp_path / "missing.yaml")
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr.startswith("error:") and "missing.yaml" in res.stderr
