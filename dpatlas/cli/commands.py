@@ -163,6 +163,7 @@ def _check_config_files(cfg) -> tuple[list[str], list[str]]:
 
     problems = refusals_before_ingest(cfg)  # what a release refuses before reading any data
     found = []
+    _check_schedule(cfg, found, problems)
     if _attempt(lambda: check_paths(cfg) or True, problems):
         found.append("paths: publish root, internal folder and input are separate; the "
                      "ledger is outside the publish root")
@@ -188,6 +189,15 @@ def _check_config_files(cfg) -> tuple[list[str], list[str]]:
         found.append(f"ledger {cap[0]}: dataset {cfg.ledger.dataset} has the lifetime cap "
                      f"eps={cap[1][0]:g} delta={cap[1][1]:g}")
     return found, problems
+
+
+def _check_schedule(cfg, found: list[str], problems: list[str]) -> None:
+    """The schedule as `python -m deploy.serve` registers it: refused by the same check."""
+    from deploy.schedule import cron_schedule
+
+    if cfg.schedule.cron and _attempt(lambda: cron_schedule(cfg.schedule), problems,
+                                      report=True) is not None:
+        found.append(f"schedule: {cfg.schedule.cron!r} in {cfg.schedule.timezone}")
 
 
 def _ledger_cap(ledger_class, cfg):
@@ -353,12 +363,15 @@ def run_release(config: Path, release_id: str | None, noise_seed: int | None = N
             try:
                 return release_flow(str(config), rid, noise_seed)
             except OSError as err:
-                if err.errno not in _DISK_FULL:
+                if err.errno not in (*_DISK_FULL, *_NOT_WRITABLE):
                     raise
                 _fail(_disk_full_message(err, cfg, config, rid))
 
 
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+# A folder of the run not writable (e.g. a read-only internal folder): its error may name no
+# file (`[Errno 30] Read-only file system`), so the message names where the run writes.
+_NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
 
 
 def _stage_of(err: BaseException) -> str | None:
@@ -378,12 +391,14 @@ def _stage_of(err: BaseException) -> str | None:
 
 
 def _disk_full_message(err: OSError, cfg, config: Path, rid: str) -> str:
-    """A full disk during a run: where, in which stage, and that a rerun finishes it (a bare
-    `[Errno 28]` said neither)."""
+    """A full disk, or a folder not writable, during a run: where, in which stage, and that
+    a rerun finishes it (a bare `[Errno 28]` or `[Errno 30]` said neither)."""
     where = (str(err.filename) if err.filename else
-             f"under {cfg.publish.root} or {cfg.publish.internal / rid}")
+             f"under the internal folder {cfg.publish.internal / rid} or the publish root "
+             f"{cfg.publish.root}")
+    fix = "free space there" if err.errno in _DISK_FULL else "make it writable by this user"
     return (f"{err.strerror or err} in {_stage_of(err) or 'the release run'} of release {rid}, "
-            f"writing {where}: free space there, then run `dpatlas release -c {config} "
+            f"writing {where}: {fix}, then run `dpatlas release -c {config} "
             f"--release-id {rid}` again (or `dpatlas rerun {rid}`); it finishes the release "
             "without charging it again or redrawing noise already drawn")
 
@@ -438,11 +453,12 @@ def demo(out: Path = typer.Option(Path("demo"), help="Folder for data, config an
          profile: str = typer.Option("primary", help="primary | full-suite"),
          ) -> None:
     """Generate the default synthetic state and publish a full release of it."""
-    from dpatlas.cli.demo import (demo_data_current, ensure_demo_cap, generate_demo_data,
-                                  write_demo_config)
+    from dpatlas.cli.demo import (check_demo_arguments, demo_data_current, ensure_demo_cap,
+                                  generate_demo_data, write_demo_config)
 
     data = out / "data"
     with _guard():  # e.g. an unwritable --out: one line and exit 2, as for every operator error
+        check_demo_arguments(release_id, profile)  # before anything is written
         if not demo_data_current(data):
             with console.status("generating the default synthetic state (North Carolina)"):
                 info = generate_demo_data(data)
@@ -489,7 +505,9 @@ def ledger_show(config: Path = typer.Option(..., "--config", "-c", help="Release
 def ledger_set_cap(
         dataset: str = typer.Option(..., help="The dataset (population) whose cap this is."),
         epsilon: float = typer.Option(..., help="Lifetime epsilon per person."),
-        delta: float = typer.Option(0.0, help="Lifetime delta per person."),
+        delta: Optional[float] = typer.Option(
+            None, help="Lifetime delta per person (default: the cap's current delta; a "
+            "dataset's first cap needs it, 0 for pure DP only)."),
         reason: str = typer.Option(..., help="Why: recorded with the time in the ledger."),
         config: Path = typer.Option(..., "--config", "-c", help="Config naming the ledger."),
         force: bool = typer.Option(False, "--force", help="Allow a cap below what is already "
@@ -501,9 +519,17 @@ def ledger_set_cap(
 
     cfg = _config_or_fail(config)
     with _guard():
-        # every value checked before the ledger is opened: opening may create it
-        dataset, epsilon, delta = check_cap(dataset, epsilon, delta)
+        # every value checked before the ledger is opened to write: opening may create it
+        dataset, epsilon, _ = check_cap(dataset, epsilon, 0.0 if delta is None else delta)
         why = validate_reason(reason)
+        if delta is None:  # the delta cap stays what it is (it silently became 0)
+            with Ledger(cfg.ledger.url, create=False) as reading:
+                current = reading.cap(dataset)
+            if current is None:
+                _fail(f"dataset {dataset} has no cap yet: give its lifetime --delta too (0 "
+                      "for pure DP only: no release with a delta could be charged)")
+            delta = current[1]
+        dataset, epsilon, delta = check_cap(dataset, epsilon, delta)
         ledger = Ledger(cfg.ledger.url)
         before = ledger.cap(dataset)
         ledger.set_cap(dataset, epsilon, delta, reason=why, force=force)
@@ -525,14 +551,15 @@ def withdraw(release_id: str,
              ) -> None:
     """Withdraw a published release: it stays in the feed, marked withdrawn; its budget stays spent."""
     from dpatlas.core.ids import validate_reason, validate_release_id
-    from dpatlas.ledger import Ledger
+    from dpatlas.ledger.existing import open_existing_ledger
     from dpatlas.publication.withdraw import withdraw_everywhere
 
     cfg = _config_or_fail(config)
     with _guard():
         validate_release_id(release_id)
         why = validate_reason(reason)
-        result = withdraw_everywhere(Ledger(cfg.ledger.url), cfg.publish.root, release_id, why)
+        result = withdraw_everywhere(open_existing_ledger(cfg.ledger.url, write=True),
+                                     cfg.publish.root, release_id, why)
     console.print(result.get("message", f"withdrew {release_id}: {why}"), highlight=False,
                   markup=False)
 
@@ -547,7 +574,7 @@ def purge(config: Path = typer.Option(..., "--config", "-c", help="Release confi
     """Remove the person-level internal files (staged input, quarantined rows, the staged copy
     under staging_url) of releases the ledger lists as published or withdrawn, after the
     retention; unfinished ones are kept."""
-    from dpatlas.ledger import Ledger
+    from dpatlas.ledger.existing import open_existing_ledger
     from dpatlas.release.retention import plan_purge
     from dpatlas.release.retention import purge as remove
 
@@ -560,7 +587,7 @@ def purge(config: Path = typer.Option(..., "--config", "-c", help="Release confi
                       "forever; nothing removed (give --older-than DAYS to purge)")
         return
     with _guard():
-        items = plan_purge(cfg.publish.internal, Ledger(cfg.ledger.url, create=False), days,
+        items = plan_purge(cfg.publish.internal, open_existing_ledger(cfg.ledger.url), days,
                            staging_url=cfg.staging_url)
         if not dry_run:
             remove(items)

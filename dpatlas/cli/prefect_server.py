@@ -232,6 +232,8 @@ def read_server_record(home: Optional[Path] = None,
     naming the file."""
     home = server_home(home)
     path = home / _STATE_FILE
+    if strict:
+        _check_home(home)
     try:
         data = json.loads(path.read_text())
         pid = data["pid"]
@@ -249,6 +251,36 @@ def read_server_record(home: Optional[Path] = None,
             f"{path}") from None
 
 
+def _check_home(home: Path) -> None:
+    """A home that exists must be a folder (a file there was a bare `[Errno 17]`)."""
+    if home.exists() and not home.is_dir():
+        raise ServerStartError(f"--home {home} is not a folder: give a folder for the server's "
+                               "database, pid and log files")
+
+
+_START_LOCK = "dpatlas-server.lock"
+
+
+@contextlib.contextmanager
+def _starting(home: Path) -> Iterator[None]:
+    """Hold the home's start lock: of two `dpatlas server start` at once, one starts the
+    server, the other is told it is starting (both reported success, and raced for the port
+    and the record)."""
+    import fcntl
+
+    fd = os.open(home / _START_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ServerStartError(f"another `dpatlas server start` is starting the server in "
+                                   f"{home} now: wait for it, then `dpatlas server status` "
+                                   f"(with --home {home} if that is not the default)") from None
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def _port_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         try:
@@ -264,6 +296,13 @@ def start_server(home: Optional[Path] = None, port: int = DEFAULT_PORT,
     command) with its database in the home, and wait for its health check. Returns the record
     and whether it was started now (False: it was already running)."""
     home = server_home(home)
+    _check_home(home)
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with _starting(home):
+        return _start_locked(home, port, timeout)
+
+
+def _start_locked(home: Path, port: int, timeout: float) -> tuple[ServerRecord, bool]:
     record = read_server_record(home)
     if record is not None and record.running():
         check_api_answers(record.url, f"the dpatlas server recorded in {home}",
@@ -272,7 +311,6 @@ def start_server(home: Optional[Path] = None, port: int = DEFAULT_PORT,
     if not _port_free(port):
         raise ServerStartError(f"port {port} on 127.0.0.1 is in use; choose another with "
                                "--port")
-    home.mkdir(parents=True, exist_ok=True, mode=0o700)
     url = f"http://127.0.0.1:{port}/api"
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false")

@@ -269,3 +269,135 @@ def test_o11_ledger_show_json_keeps_stdout_for_json(tmp_path):
     res = run_in_process("ledger", "show", "--json", "-c", tmp_path / "missing.yaml")
     assert res.returncode == 2 and res.stdout == ""
     assert res.stderr.startswith("error:") and "missing.yaml" in res.stderr
+
+
+# --- O12, the command line's parts ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("schedule,key", [({"cron": "61 * * * *"}, "schedule.cron"),
+                                          ({"cron": "0 3 1 * *", "timezone": "Mars/Olympus"},
+                                           "schedule.timezone")])
+def test_o12_config_check_refuses_what_serving_refuses(tmp_path, data, schedule, key):
+    from deploy.schedule import cron_schedule
+    from dpatlas.core.config import ConfigError
+    from tests.integration.test_preflight import config
+
+    cfg = config(tmp_path, data, schedule=schedule)
+    with pytest.raises(ConfigError, match=key):  # what `python -m deploy.serve` says
+        cron_schedule(load_config(cfg).schedule)
+    res = run_in_process("config", "check", cfg)
+    assert key in refusal_block(res)
+
+
+def test_o12_set_cap_without_delta_keeps_the_delta_cap(tmp_path, data):
+    from tests.integration.test_preflight import config
+
+    cfg = config(tmp_path, data)  # cap eps 10, delta 1e-5
+    res = run_in_process("ledger", "set-cap", "-c", cfg, "--dataset", "il", "--epsilon", "12",
+                         "--reason", "more releases")
+    assert res.returncode == 0, res.stdout + res.stderr
+    with Ledger(load_config(cfg).ledger.url, create=False) as ledger:
+        assert ledger.cap("il") == (12.0, 1e-5)
+        # a dataset's first cap needs its delta: refused, nothing written
+        first = run_in_process("ledger", "set-cap", "-c", cfg, "--dataset", "new",
+                               "--epsilon", "1", "--reason", "first")
+        assert "--delta" in refusal_block(first)
+        assert ledger.cap("new") is None
+
+
+@pytest.mark.parametrize("command", [("withdraw", "r1", "--reason", "wrong"),
+                                     ("purge", "--older-than", "0")])
+def test_o12_withdraw_and_purge_refuse_a_ledger_that_is_not_there(tmp_path, data, command):
+    from tests.integration.test_preflight import config
+
+    cfg = config(tmp_path, data)
+    typo = tmp_path / "ledgr.db"
+    cfg.write_text(cfg.read_text().replace(str(tmp_path / "ledger.db"), str(typo)))
+    res = run_in_process(*command, "-c", cfg)
+    assert str(typo) in refusal_block(res) and "no privacy-budget ledger" in res.stdout
+    assert not typo.exists()
+
+
+def test_o12_purge_never_follows_a_linked_staged_folder_and_names_it(tmp_path, data):
+    import os
+
+    from tests.integration.test_operator_defects_cli import charge
+    from tests.integration.test_preflight import config
+
+    cfg = config(tmp_path, data)
+    internal = load_config(cfg).publish.internal
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "keep.parquet").write_bytes(b"someone else's")
+    for rid in ("r1", "r2"):
+        charge(cfg, rid, 1.0)
+        (internal / rid).mkdir(parents=True)
+    os.symlink(outside, internal / "r1" / "staged")
+    (internal / "r2" / "staged").mkdir()
+    (internal / "r2" / "staged" / "part.parquet").write_bytes(b"rows")
+    res = run_in_process("purge", "-c", cfg, "--older-than", "0")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert (outside / "keep.parquet").read_bytes() == b"someone else's"
+    assert str(internal / "r1" / "staged") in res.stdout and "symbolic link" in res.stdout
+    assert not (internal / "r2" / "staged").exists()  # the others are purged all the same
+
+
+def test_o12_server_start_with_a_file_as_home_says_so(tmp_path):
+    home = tmp_path / "file"
+    home.write_text("")
+    res = run_in_process("server", "start", "--home", home, "--port", "4299")
+    assert f"--home {home} is not a folder" in refusal_block(res)
+
+
+def test_o12_a_second_server_start_at_once_is_told_one_is_starting(tmp_path):
+    import fcntl
+    import os
+
+    from tests.support.prefect_server import free_port
+
+    lock = os.open(tmp_path / "dpatlas-server.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(lock, fcntl.LOCK_EX)  # the first `server start`, still starting
+    try:
+        res = run_in_process("server", "start", "--home", tmp_path, "--port",
+                             free_port(), "--timeout", "1")
+    finally:
+        os.close(lock)
+    assert "another `dpatlas server start` is starting" in refusal_block(res)
+    assert not (tmp_path / "dpatlas-server.json").exists()
+
+
+def test_o12_a_read_only_internal_folder_is_named(tmp_path, monkeypatch):
+    import contextlib
+    import errno
+
+    import flows.release
+    import dpatlas.cli.prefect_server as ps
+    from tests.support.inputs import write_config
+
+    class Api:
+        used = "a stand-in Prefect API"
+
+        def ready(self):
+            pass
+
+    def read_only(config, rid, seed):  # as os.fsync of a folder says it: no file named
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(ps, "prefect_api", lambda *a, **k: contextlib.nullcontext(Api()))
+    monkeypatch.setattr("dpatlas.cli.commands._checked_release",
+                        lambda c, rid, seed: (load_config(c), rid))
+    monkeypatch.setattr(flows.release, "release", read_only)
+    cfg = write_config(tmp_path / "c.yaml", {"input": {"path": "x"}, "boundaries": {"path": "y"},
+                                              "selection": {"rule": "public", "threshold": 3},
+                                              "publish": {"root": str(tmp_path / "out")},
+                                              "ledger": {"url": f"sqlite:///{tmp_path}/l.db"}})
+    text = refusal_block(run_in_process("release", "-c", cfg, "--release-id", "r7"))
+    assert "Read-only file system" in text and str(tmp_path / "out-internal" / "r7") in text
+
+
+@pytest.mark.parametrize("args,says", [(("--release-id", "latest"), "reserved"),
+                                       (("--profile", "bogus"), "--profile 'bogus'")])
+def test_o12_demo_refuses_bad_arguments_before_writing_anything(tmp_path, args, says):
+    res = run_in_process("demo", "--out", tmp_path / "demo", *args)
+    assert says in refusal_block(res)
+    assert not (tmp_path / "demo").exists()
