@@ -720,6 +720,8 @@ def rerun(release_id: str,
         console.print("the run completed but its result could not be read; see its summary "
                       "artifact in the Prefect UI", highlight=False, markup=False)
         return
+    if run.state not in _FINAL_RUN_STATES:
+        _still_going(run, cfg, config, release_id, timeout)
     console.print("nothing was published by this run"
                   + (f": {run.message}" if run.message else ""), highlight=False, markup=False,
                   soft_wrap=True)
@@ -728,12 +730,40 @@ def rerun(release_id: str,
     raise typer.Exit(1)
 
 
-def _charge_status(cfg, release_id: str) -> str:
-    """Whether the ledger holds a charge for ``release_id`` (read only)."""
+# Prefect's final state types; any other (SCHEDULED, PENDING, RUNNING, PAUSED, CANCELLING, or
+# none read) means the wait ended before the run did.
+_FINAL_RUN_STATES = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
+
+
+def _still_going(run, cfg, config: Path, release_id: str, timeout: float) -> None:
+    """The wait timed out with the run not finished: it goes on in the serving process and
+    may still publish and charge (it said "nothing was published / nothing was charged")."""
+    api = os.environ.get("PREFECT_API_URL", "").rstrip("/")
+    ui = f" ({api.removesuffix('/api')}/runs/flow-run/{run.flow_run_id})" if api else ""
+    console.print(f"still {run.state or 'not started'} after {timeout:g} s of waiting: the run "
+                  f"goes on in the process serving the deployment and may still publish and "
+                  f"charge release {release_id}", highlight=False, markup=False, soft_wrap=True)
+    console.print(f"  follow it in the Prefect UI{ui}, or with `prefect flow-run inspect "
+                  f"{run.flow_run_id}`; `dpatlas ledger show -c {config}` shows its charge",
+                  highlight=False, markup=False, soft_wrap=True)
+    entry = _ledger_entry(cfg, release_id)
+    console.print("  so far " + ("the ledger holds no charge for it" if entry is None else
+                                 f"the ledger holds it as {entry['status']} (charged: epsilon "
+                                 f"{entry.get('epsilon', 0):.4g})"),
+                  highlight=False, markup=False, soft_wrap=True)
+    raise typer.Exit(1)
+
+
+def _ledger_entry(cfg, release_id: str) -> dict | None:
     from dpatlas.ledger import Ledger
 
     with _guard():
-        entry = Ledger(cfg.ledger.url, create=False).release(release_id)
+        return Ledger(cfg.ledger.url, create=False).release(release_id)
+
+
+def _charge_status(cfg, release_id: str) -> str:
+    """Whether the ledger holds a charge for ``release_id`` (read only)."""
+    entry = _ledger_entry(cfg, release_id)
     if entry is None:
         return f"nothing was charged: the ledger has no release {release_id}"
     return (f"the ledger holds release {release_id} as {entry['status']} (charged: epsilon "

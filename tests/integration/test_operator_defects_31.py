@@ -401,3 +401,23 @@ def test_o12_demo_refuses_bad_arguments_before_writing_anything(tmp_path, args, 
     res = run_in_process("demo", "--out", tmp_path / "demo", *args)
     assert says in refusal_block(res)
     assert not (tmp_path / "demo").exists()
+
+
+# --- O8: a rerun whose wait times out says the run goes on -----------------------------------
+
+
+def test_o8_a_rerun_that_times_out_says_the_run_may_still_publish_and_charge(tmp_path, data,
+                                                                              monkeypatch):
+    import deploy.trigger
+    from tests.integration.test_preflight import config
+
+    cfg = config(tmp_path, data)
+    scheduled = deploy.trigger.TriggeredRun("0f0e", "gentle-fox", "SCHEDULED", None, None)
+    monkeypatch.setattr(deploy.trigger, "trigger_release", lambda *a, **k: scheduled)
+    res = run_in_process("rerun", "r1", "-c", cfg, "--timeout", "0.001",
+                         env={"PREFECT_API_URL": "http://127.0.0.1:4200/api"})
+    out = " ".join(res.stdout.split())
+    assert res.returncode == 1, out
+    assert "nothing was published" not in out and "nothing was charged" not in out, out
+    assert "may still publish and charge release r1" in out, out
+    assert "http://127.0.0.1:4200/runs/flow-run/0f0e" in out and "SCHEDULED" in out, out
