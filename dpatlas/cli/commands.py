@@ -349,6 +349,7 @@ def run_release(config: Path, release_id: str | None, noise_seed: int | None = N
     those checks pass.
     """
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from dpatlas.cli.api_watch import watching_api
     from dpatlas.cli.prefect_server import prefect_api
 
     with prefect_api() as api:
@@ -361,11 +362,31 @@ def run_release(config: Path, release_id: str | None, noise_seed: int | None = N
             api.ready()  # a configured API that does not answer: exit 2, before any data
             typer.echo(f"Prefect: {api.used}", err=True)
             try:
-                return release_flow(str(config), rid, noise_seed)
+                with watching_api(api.url, lambda s: _prefect_gone(api.url, s, config, rid)):
+                    return release_flow(str(config), rid, noise_seed)
             except OSError as err:
                 if err.errno not in (*_DISK_FULL, *_NOT_WRITABLE):
                     raise
                 _fail(_disk_full_message(err, cfg, config, rid))
+
+
+def _prefect_gone(url: str, seconds: float, config: Path, rid: str) -> None:
+    """The Prefect server went away during the run (dpatlas/cli/api_watch.py): say so, and
+    what finishes the release, then stop this process as a crash would (the release is made
+    to survive one; the Prefect client would only retry for minutes, then fail)."""
+    import sys
+
+    message = (f"the Prefect server at {url} went away during release {rid} (it has refused "
+               f"connections for {seconds:.0f} s: stopped or killed), so this run stopped. "
+               "Whatever the release charged is kept and is never charged again: start the "
+               "server again (`dpatlas server start`), or leave it stopped (a release then "
+               f"uses a temporary one), and run `dpatlas release -c {config} --release-id "
+               f"{rid}` to finish it")
+    with contextlib.suppress(Exception):
+        console.print(_styled("error:", "bold red", f" {message}"), soft_wrap=True)
+        console.file.flush()
+        sys.stderr.flush()
+    os._exit(2)
 
 
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)

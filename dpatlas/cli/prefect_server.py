@@ -350,6 +350,23 @@ def stop_server(home: Optional[Path] = None, grace: float = 20.0) -> Optional[Se
     return record
 
 
+_UNFINISHED_RUN_STATES = ["PENDING", "RUNNING", "CANCELLING", "PAUSED"]
+
+
+def runs_in_progress(record: ServerRecord, timeout: float = 5.0) -> Optional[list[str]]:
+    """The names of the flow runs the recorded server holds as in progress (pending, running,
+    cancelling, paused): stopping it stops them (a release then stops, and a rerun finishes
+    it). None when the server does not answer (then there is nothing to ask)."""
+    query = {"flow_runs": {"state": {"type": {"any_": _UNFINISHED_RUN_STATES}}}, "limit": 50}
+    try:
+        with httpx.Client(timeout=timeout) as client:
+            answer = client.post(f"{record.url.rstrip('/')}/flow_runs/filter", json=query)
+        answer.raise_for_status()
+        return [str(run.get("name") or run.get("id")) for run in answer.json()]
+    except (httpx.HTTPError, ValueError, TypeError, AttributeError):
+        return None
+
+
 def server_health(record: ServerRecord) -> Optional[str]:
     """None if the recorded server answers, else why not."""
     if not record.running():

@@ -61,13 +61,26 @@ def start(home: Optional[Path] = typer.Option(None, help=_HOME_HELP),
 
 
 @server_app.command("stop")
-def stop(home: Optional[Path] = typer.Option(None, help=_HOME_HELP)) -> None:
-    """Stop the server `dpatlas server start` started (its database stays in the home)."""
-    from dpatlas.cli.prefect_server import read_server_record, server_home, stop_server
+def stop(home: Optional[Path] = typer.Option(None, help=_HOME_HELP),
+         force: bool = typer.Option(False, "--force", help="Stop it even while flow runs (a "
+                                    "release) are in progress on it."),
+         ) -> None:
+    """Stop the server `dpatlas server start` started (its database stays in the home);
+    refused while a flow run is in progress on it, unless --force."""
+    from dpatlas.cli.prefect_server import (read_server_record, runs_in_progress, server_home,
+                                            stop_server)
 
     try:
         record = read_server_record(home, strict=True)
         was_running = record is not None and record.running()
+        running = runs_in_progress(record) if was_running else None
+        if running and not force:
+            shown = ", ".join(running[:5]) + (f" and {len(running) - 5} more"
+                                              if len(running) > 5 else "")
+            _error(f"{len(running)} flow run(s) are in progress on the Prefect server at "
+                   f"{record.url} ({shown}): stopping it stops them (a release stops; its "
+                   "charge is kept and a rerun of its id finishes it). Wait for them to "
+                   "finish, or add --force")
         record = stop_server(home)
     except _SERVER_ERRORS as err:
         _error(_one_line(err))

@@ -421,3 +421,117 @@ def test_o8_a_rerun_that_times_out_says_the_run_may_still_publish_and_charge(tmp
     assert "nothing was published" not in out and "nothing was charged" not in out, out
     assert "may still publish and charge release r1" in out, out
     assert "http://127.0.0.1:4200/runs/flow-run/0f0e" in out and "SCHEDULED" in out, out
+
+
+# --- O7: the Prefect server going away during a release ---------------------------------------
+
+_SERVER_GOES_AWAY = """
+import contextlib, sys, threading, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import flows.release
+import dpatlas.cli.commands as C
+import dpatlas.cli.prefect_server as ps
+from dpatlas.core.config import load_config
+
+
+class Health(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"true")
+
+    def log_message(self, *args):
+        pass
+
+
+RUN_SECONDS = float(sys.argv[1])
+server = ThreadingHTTPServer(("127.0.0.1", 0), Health)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+
+
+class Api:
+    url = f"http://127.0.0.1:{server.server_address[1]}/api"
+    used = "a stand-in Prefect server"
+
+    def ready(self):
+        pass
+
+
+def release(config, rid, seed):  # the run is under way when its server is stopped
+    server.shutdown()
+    server.server_close()
+    time.sleep(RUN_SECONDS)
+
+
+ps.prefect_api = lambda *a, **k: contextlib.nullcontext(Api())
+C._checked_release = lambda c, rid, seed: (load_config(c), rid)
+flows.release.release = release
+sys.argv = ["dpatlas", *sys.argv[2:]]
+C.main()
+"""
+
+
+def test_o7_a_release_whose_prefect_server_goes_away_stops_at_once_and_says_so(tmp_path):
+    import time
+
+    from tests.support.inputs import write_config
+
+    cfg = write_config(tmp_path / "c.yaml", {"input": {"path": "x"}, "boundaries": {"path": "y"},
+                                              "selection": {"rule": "public", "threshold": 3},
+                                              "publish": {"root": str(tmp_path / "out")},
+                                              "ledger": {"url": f"sqlite:///{tmp_path}/l.db"}})
+    start = time.monotonic()
+    res = subprocess.run([sys.executable, "-c", _SERVER_GOES_AWAY, "45", "release", "-c",
+                          str(cfg), "--release-id", "r7"], capture_output=True, text=True,
+                         env=ENV, timeout=120)
+    took = time.monotonic() - start
+    text = refusal_block(res)
+    assert took < 40, took  # it hung for minutes in the client's retries
+    assert "Prefect server" in text and "went away" in text, text
+    assert f"dpatlas release -c {cfg} --release-id r7" in " ".join(text.split()), text
+
+
+def test_o7_server_stop_refuses_while_a_flow_run_is_in_progress(tmp_path):
+    import json as json_
+    import os
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Api(BaseHTTPRequestHandler):
+        def do_POST(self):  # /api/flow_runs/filter: one release running
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            body = json_.dumps([{"id": "0f0e", "name": "r1-release"}]).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    api = ThreadingHTTPServer(("127.0.0.1", 0), Api)
+    threading.Thread(target=api.serve_forever, daemon=True).start()
+    prefect = tmp_path / "bin" / "prefect"  # a process that looks like `prefect server`
+    prefect.parent.mkdir()
+    os.symlink(sys.executable, prefect)
+    server = subprocess.Popen([str(prefect), "-c", "import time; time.sleep(120)", "server"],
+                              start_new_session=True)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "dpatlas-server.json").write_text(json_.dumps({
+        "pid": server.pid, "url": f"http://127.0.0.1:{api.server_address[1]}/api"}))
+    try:
+        res = run_in_process("server", "stop", "--home", home)
+        text = refusal_block(res)
+        assert "r1-release" in text and "--force" in text, text
+        assert server.poll() is None and (home / "dpatlas-server.json").exists()
+        forced = run_in_process("server", "stop", "--home", home, "--force")
+        assert forced.returncode == 0, forced.stdout + forced.stderr
+        assert server.wait(timeout=30) is not None
+    finally:
+        if server.poll() is None:
+            server.kill()
+        api.shutdown()
+        api.server_close()
