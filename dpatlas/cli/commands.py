@@ -547,8 +547,9 @@ def ledger_set_cap(
             with Ledger(cfg.ledger.url, create=False) as reading:
                 current = reading.cap(dataset)
             if current is None:
-                _fail(f"dataset {dataset} has no cap yet: give its lifetime --delta too (0 "
-                      "for pure DP only: no release with a delta could be charged)")
+                _fail(f"dataset {dataset} has no cap in the ledger at {reading.url} yet: give "
+                      "its lifetime --delta too (0 for pure DP only: no release with a delta "
+                      "could be charged)")
             delta = current[1]
         dataset, epsilon, delta = check_cap(dataset, epsilon, delta)
         ledger = Ledger(cfg.ledger.url)

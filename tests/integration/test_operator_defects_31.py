@@ -376,6 +376,7 @@ def test_o12_a_read_only_internal_folder_is_named(tmp_path, monkeypatch):
 
     class Api:
         used = "a stand-in Prefect API"
+        url = "http://127.0.0.1:9/api"  # watched (the run ends long before it counts as gone)
 
         def ready(self):
             pass
