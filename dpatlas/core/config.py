@@ -514,7 +514,7 @@ boundaries:
 privacy:
   unit: person                # the privacy unit
   neighbouring: replace-one   # n per tract is public, as in the Opportunity Atlas
-  epsilon_per_tract: 1.0      # budget per tract and cell (pure epsilon unless the suite needs delta)
+  epsilon_per_tract: 1.0      # per tract and cell, 0.001 to 100 (pure unless the suite needs delta)
   delta: 1.0e-6               # used only by (epsilon, delta) estimators in the full suite
   assume_one_record_per_person: false   # true only without a person id: then the manifest
                               # lists "one record per person" as an unverified assumption
