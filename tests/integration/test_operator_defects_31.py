@@ -367,31 +367,15 @@ def test_o12_a_second_server_start_at_once_is_told_one_is_starting(tmp_path):
 
 
 def test_o12_a_read_only_internal_folder_is_named(tmp_path, monkeypatch):
-    import contextlib
     import errno
 
-    import flows.release
-    import dpatlas.cli.prefect_server as ps
-    from tests.support.inputs import write_config
-
-    class Api:
-        used = "a stand-in Prefect API"
-        url = "http://127.0.0.1:9/api"  # watched (the run ends long before it counts as gone)
-
-        def ready(self):
-            pass
+    from tests.support.cli import stand_in_config, stand_in_release
 
     def read_only(config, rid, seed):  # as os.fsync of a folder says it: no file named
         raise OSError(errno.EROFS, "Read-only file system")
 
-    monkeypatch.setattr(ps, "prefect_api", lambda *a, **k: contextlib.nullcontext(Api()))
-    monkeypatch.setattr("dpatlas.cli.commands._checked_release",
-                        lambda c, rid, seed: (load_config(c), rid))
-    monkeypatch.setattr(flows.release, "release", read_only)
-    cfg = write_config(tmp_path / "c.yaml", {"input": {"path": "x"}, "boundaries": {"path": "y"},
-                                              "selection": {"rule": "public", "threshold": 3},
-                                              "publish": {"root": str(tmp_path / "out")},
-                                              "ledger": {"url": f"sqlite:///{tmp_path}/l.db"}})
+    stand_in_release(monkeypatch, read_only)
+    cfg = stand_in_config(tmp_path)
     text = refusal_block(run_in_process("release", "-c", cfg, "--release-id", "r7"))
     assert "Read-only file system" in text and str(tmp_path / "out-internal" / "r7") in text
 
@@ -476,12 +460,9 @@ C.main()
 def test_o7_a_release_whose_prefect_server_goes_away_stops_at_once_and_says_so(tmp_path):
     import time
 
-    from tests.support.inputs import write_config
+    from tests.support.cli import stand_in_config
 
-    cfg = write_config(tmp_path / "c.yaml", {"input": {"path": "x"}, "boundaries": {"path": "y"},
-                                              "selection": {"rule": "public", "threshold": 3},
-                                              "publish": {"root": str(tmp_path / "out")},
-                                              "ledger": {"url": f"sqlite:///{tmp_path}/l.db"}})
+    cfg = stand_in_config(tmp_path)
     start = time.monotonic()
     res = subprocess.run([sys.executable, "-c", _SERVER_GOES_AWAY, "45", "release", "-c",
                           str(cfg), "--release-id", "r7"], capture_output=True, text=True,
