@@ -315,6 +315,13 @@ def _at_least(*checks: tuple[str, int, int]) -> None:
             _fail(f"{option} {value}: give {low} or more")
 
 
+def _known_scenarios(names, known: tuple[str, ...]) -> None:
+    """Refuse scenario names that are not ``known`` (before anything is written)."""
+    unknown = [s for s in names if s not in known]
+    if unknown:
+        _fail(f"unknown scenario(s) {unknown}; known: {', '.join(known)}")
+
+
 def _output_folder(out: Path) -> None:
     """Create ``out`` before the work whose results go there (minutes of it, for an
     evaluation), so an unwritable place is one line and exit 2 at once."""
@@ -839,6 +846,10 @@ def evaluate(out: Path = typer.Option(Path("evaluation"), help="Output folder.")
     from dpatlas.release.selection import Rule, RuleEstimate
 
     _at_least(("--reps", reps, 1), ("--seed", seed, 0), ("--tracts", tracts, 1))
+    if scenario:
+        from dpatlas.evaluation.stress import SCENARIOS
+
+        _known_scenarios(scenario, (*SCENARIOS, "all"))
     _output_folder(out)
     mechs = tuple(mechanism) or DEFAULT_MECHANISMS
     extra = {}
@@ -875,9 +886,7 @@ def _evaluate_scenarios(names: list[str], out: Path, reps: int, seed: int, epsil
                                              write_scenario_reports)
     from dpatlas.evaluation.stress import SCENARIOS
 
-    unknown = [s for s in names if s not in (*SCENARIOS, "all")]
-    if unknown:
-        _fail(f"unknown scenario(s) {unknown}; known: {', '.join(SCENARIOS)}, all")
+    _known_scenarios(names, (*SCENARIOS, "all"))
     t0 = time.perf_counter()
     log = _log_to(as_json)
     if not as_json:
@@ -923,13 +932,10 @@ def evaluate_rule(
     t0 = time.perf_counter()
     _at_least(("--reps", reps, 1), ("--seed", seed, 0), ("--tracts", tracts, 1),
               ("--large-tracts", large_tracts, 1))
-    _output_folder(out)
+    _known_scenarios(scenario, SCENARIOS)
+    if seed in CALIBRATION_SEEDS:
+        _fail(f"seed {seed} is a calibration seed: evaluate on another")
     with _guard():
-        unknown = [s for s in scenario if s not in SCENARIOS]
-        if unknown:
-            _fail(f"unknown scenario(s) {unknown}; known: {', '.join(SCENARIOS)}")
-        if seed in CALIBRATION_SEEDS:
-            _fail(f"seed {seed} is a calibration seed: evaluate on another")
         path = thresholds or DEFAULT_THRESHOLDS
         try:
             banded = SelectionConfig(rule="banded", threshold_file=path)
@@ -938,6 +944,7 @@ def evaluate_rule(
             dp = resolve_threshold(SelectionConfig(rule="dp", threshold_file=path))
         except (FileNotFoundError, ValueError) as err:
             _fail(str(err))
+        out.mkdir(parents=True, exist_ok=True)  # before the work, not after it
         table = run(rule, dp, seed, tuple(epsilon), tuple(scenario) or SCENARIOS, tracts,
                     large_tracts, reps, progress=_log_to(as_json))
         out.mkdir(parents=True, exist_ok=True)
@@ -973,7 +980,6 @@ def evaluate_intervals(
 
     t0 = time.perf_counter()
     _at_least(("--reps", reps, 1), ("--seed", seed, 0), ("--tracts", tracts, 1))
-    _output_folder(out)
     scenarios = SCENARIOS if "all" in scenario else tuple(scenario)
     with _guard():
         try:
@@ -1027,7 +1033,6 @@ def evaluate_small_area(
 
     t0 = time.perf_counter()
     _at_least(*(("--seed", s, 0) for s in seed), ("--tracts", 1 if tracts is None else tracts, 1))
-    _output_folder(out)
     if stress:
         _evaluate_small_area_stress(out, seed, epsilon, split[0], tracts, quick, t0, as_json)
         return
@@ -1041,6 +1046,7 @@ def evaluate_small_area(
            or min(v) <= 0]
     if bad:
         _fail(f"--split: three positive shares summing to 1, got {bad}")
+    _output_folder(out)
     with _guard():
         rows, shown = run(tuple(seed), tuple(epsilon), splits, tracts,
                           progress=_log_to(as_json))
@@ -1066,6 +1072,7 @@ def _evaluate_small_area_stress(out: Path, seed: list[int], epsilon: list[float]
     scenarios = SCENARIOS
     if quick:
         seeds, epsilon, tracts, scenarios = seeds[:1], [1.0], tracts or 400, SCENARIOS[:2]
+    _output_folder(out)
     with _guard():
         rows = evaluate_stress(scenarios, seeds, tuple(epsilon), split, tracts,
                                progress=_log_to(as_json))

@@ -56,7 +56,7 @@ from dpatlas.release.allocate import Step
 from dpatlas.core.config import ReleaseConfig, fingerprint, load_config, public_config
 from dpatlas.core.hashing import sha256_file
 from dpatlas.core.ids import MAX_RELEASE_ID_CHARS, validate_release_id
-from dpatlas.ledger import Charge, Ledger
+from dpatlas.ledger import Charge, Ledger, redact_url
 from dpatlas.release.manifest import day_of
 from dpatlas.release.crash import crashpoint
 from dpatlas.release.draws import DrawLog, noise_source
@@ -497,7 +497,7 @@ def _open_draw_log(plan: SyntheticPlan) -> DrawLog:
         if len(log.lines()) > 1:
             raise SynthesizeError(
                 f"{log.path} records a synthetic draw but the ledger at "
-                f"{Ledger(plan.cfg.ledger.url, create=False).url} has no {plan.synthetic_id}: "
+                f"{redact_url(plan.cfg.ledger.url)} has no {plan.synthetic_id}: "
                 "is this the right ledger? Nothing was charged")
         log.path.unlink()
     elif plan.resume and not log.path.exists():
