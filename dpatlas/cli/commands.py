@@ -260,10 +260,14 @@ def _guard(log_dir: Path | None = None, to: Console | None = None):
 
 def _quiet_operator_tracebacks() -> None:
     """Prefect logs a failed flow run with its traceback on the console; for an operator error
-    the one-line message is the whole story (the run's logs on the server keep the rest)."""
+    the one-line message is the whole story (the run's logs on the server keep the rest). So is
+    its Prefect server refusing connections: the run then stops with the message that the
+    server went away (dpatlas/cli/api_watch.py)."""
     import logging
 
-    errors = _operator_errors()
+    import httpx
+
+    errors = (*_operator_errors(), httpx.ConnectError)
 
     class _NoOperatorTraceback(logging.Filter):
         def filter(self, record: logging.LogRecord) -> bool:

@@ -517,3 +517,57 @@ def test_o7_server_stop_refuses_while_a_flow_run_is_in_progress(tmp_path):
             server.kill()
         api.shutdown()
         api.server_close()
+
+
+_KILL_SERVER_AFTER_CHARGE = """
+import os, signal, sys
+
+from dpatlas.cli.commands import main
+from dpatlas.cli.prefect_server import read_server_record
+from dpatlas.release import crash
+
+
+def kill_the_server(point):
+    if point == "after-ledger-charge":
+        os.killpg(read_server_record().pid, signal.SIGKILL)
+
+
+crash.install_fault_hook(kill_the_server)
+sys.argv = ["dpatlas", *sys.argv[1:]]
+main()
+"""
+
+
+@pytest.mark.slow
+def test_o7_the_dpatlas_server_killed_during_a_release_then_the_rerun_finishes_it(tmp_path,
+                                                                                  data):
+    import time
+
+    from tests.integration.test_preflight import charges, config
+    from tests.support.prefect_server import free_port
+
+    cfg = config(tmp_path, data)
+    env = {**ENV, "PREFECT_HOME": str(tmp_path / "prefect-home")}
+    started = subprocess.run([sys.executable, "-m", "dpatlas.cli.commands", "server", "start",
+                              "--port", str(free_port())], env=env, capture_output=True,
+                             text=True, timeout=300)
+    assert started.returncode == 0, started.stdout + started.stderr
+    try:
+        start = time.monotonic()
+        res = subprocess.run([sys.executable, "-c", _KILL_SERVER_AFTER_CHARGE, "release", "-c",
+                              str(cfg), "--release-id", "r1", "--noise-seed", "3"], env=env,
+                             capture_output=True, text=True, timeout=600)
+        took = time.monotonic() - start
+        text = refusal_block(res)
+        assert "went away" in text and f"--release-id r1" in text, text
+        assert took < 150, took  # the run is short; the client's retries took minutes more
+        charged = charges(tmp_path)
+        assert charged > 0 and _entry(cfg, "r1")["status"] == "in_progress"
+    finally:
+        subprocess.run([sys.executable, "-m", "dpatlas.cli.commands", "server", "stop",
+                        "--force"], env=env, capture_output=True, timeout=120)
+    again = subprocess.run([sys.executable, "-m", "dpatlas.cli.commands", "release", "-c",
+                            str(cfg), "--release-id", "r1", "--noise-seed", "3"], env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert _entry(cfg, "r1")["status"] == "published" and charges(tmp_path) == charged
