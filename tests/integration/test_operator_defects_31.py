@@ -571,3 +571,24 @@ def test_o7_the_dpatlas_server_killed_during_a_release_then_the_rerun_finishes_i
                            capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stdout + again.stderr
     assert _entry(cfg, "r1")["status"] == "published" and charges(tmp_path) == charged
+
+
+@pytest.mark.slow
+def test_o9_a_release_killed_then_its_folder_moved_resumes_there(tmp_path, data):
+    from tests.integration.test_preflight import charges
+
+    cfg_path = _relative_folder(tmp_path / "a", data)
+    killed = _crash_at("after-ledger-charge", "release", "-c", cfg_path, "--release-id", "r1",
+                       "--noise-seed", "3")
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    charged = charges(tmp_path / "a")
+    (tmp_path / "a").rename(tmp_path / "b")  # the demo folder moved, byte for byte
+    # its lease names the old internal folder, as another host's would: waited out
+    _expire_lease(tmp_path / "b" / "config.yaml", "r1")
+    res = subprocess.run([sys.executable, "-m", "dpatlas.cli.commands", "release", "-c",
+                          str(tmp_path / "b" / "config.yaml"), "--release-id", "r1",
+                          "--noise-seed", "3"], capture_output=True, text=True, env=ENV,
+                         timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert (tmp_path / "b" / "releases" / "r1" / "manifest.json").is_file()
+    assert charges(tmp_path / "b") == charged
