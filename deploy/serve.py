@@ -36,12 +36,11 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from prefect import serve
-from prefect.schedules import Cron
 
 from deploy.automations import budget_automation_name, dataset_tag, install_budget_automation
+from deploy.schedule import cron_schedule
 from dpatlas.core.config import ConfigError, load_config
 from flows.release import release
 
@@ -75,18 +74,8 @@ def build_deployments(config_path: str) -> list:
     cfg = load_config(path)  # ConfigError with the operator's message if invalid
     flow = release_with_result
 
-    schedule = None
-    if cfg.schedule.cron:
-        try:
-            ZoneInfo(cfg.schedule.timezone)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ConfigError(f"schedule.timezone: unknown IANA time zone "
-                              f"{cfg.schedule.timezone!r} (e.g. UTC, America/Chicago)") from None
-        try:
-            schedule = Cron(cfg.schedule.cron, timezone=cfg.schedule.timezone)
-        except ValueError as err:
-            raise ConfigError(f"schedule.cron: invalid cron expression "
-                              f"{cfg.schedule.cron!r}: {err}") from None
+    schedule = cron_schedule(cfg.schedule)  # ConfigError as `dpatlas config check` says
+    if schedule is not None:
         if cfg.release_id:
             print(f"warning: {path} fixes release_id {cfg.release_id!r}: only the first "
                   "scheduled run publishes it, later ones do nothing", file=sys.stderr)

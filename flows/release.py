@@ -200,7 +200,9 @@ def release(config_path: str, release_id: Optional[str] = None,
     noise comes from the operating system's CSPRNG.
     """
     cfg = load_config(Path(config_path))
-    rid = validate_release_id(release_id or cfg.release_id or new_release_id())
+    # an empty id given is refused, not replaced by a fresh one (issue 31, O6)
+    rid = validate_release_id(release_id if release_id is not None
+                              else cfg.release_id or new_release_id())
     _name_run_after(rid)
     preflight(cfg, rid, noise_seed)  # before anything is written
     root, internal = cfg.publish.root, cfg.publish.internal / rid

@@ -8,7 +8,7 @@ from prefect import get_run_logger, task
 from dpatlas.release.allocate import BudgetPlan
 from dpatlas.core.config import LedgerConfig
 from dpatlas.core.hashing import sha256_file
-from dpatlas.ledger import Ledger, charges
+from dpatlas.ledger import Ledger, LedgerError, charges, display_text
 
 from .common import TASK_OPTIONS
 
@@ -41,12 +41,18 @@ def charge_release(cfg: LedgerConfig, release_id: str, budget: BudgetPlan, cells
 @task(name="ledger-status", **TASK_OPTIONS)
 def release_status(cfg: LedgerConfig, release_id: str, published_folder: Path) -> str | None:
     """The release's status in the ledger (None: not there). A folder at the release's path
-    that the ledger does not know means the wrong ledger: refused before anything is done."""
+    that the ledger does not know means the wrong ledger, and a withdrawn id can never run
+    again: both refused before anything is done (no input read)."""
     ledger = Ledger(cfg.url)
     entry = ledger.release(release_id)
     if os.path.lexists(published_folder) and not entry:
         raise FileExistsError(f"{published_folder} exists but the ledger at {ledger.url} has "
                               f"no release {release_id}: is this the right ledger?")
+    if entry and entry["status"] == "withdrawn":
+        raise LedgerError(f"release {release_id} was withdrawn ({display_text(entry['reason'])})"
+                          f" in the ledger at {ledger.url}: its budget stays spent and it can "
+                          "never be run or published again; use a new release id (nothing "
+                          "was read or charged)")
     return entry["status"] if entry else None
 
 

@@ -166,6 +166,7 @@ def _check_config_files(cfg) -> tuple[list[str], list[str]]:
 
     problems = refusals_before_ingest(cfg)  # what a release refuses before reading any data
     found = []
+    _check_schedule(cfg, found, problems)
     if _attempt(lambda: check_paths(cfg) or True, problems):
         found.append("paths: publish root, internal folder and input are separate; the "
                      "ledger is outside the publish root")
@@ -205,6 +206,15 @@ def _person_unit_line(cfg, unit: dict) -> str:
             f"(validation.contributions: {cfg.validation.contributions})")
 
 
+def _check_schedule(cfg, found: list[str], problems: list[str]) -> None:
+    """The schedule as `python -m deploy.serve` registers it: refused by the same check."""
+    from deploy.schedule import cron_schedule
+
+    if cfg.schedule.cron and _attempt(lambda: cron_schedule(cfg.schedule), problems,
+                                      report=True) is not None:
+        found.append(f"schedule: {cfg.schedule.cron!r} in {cfg.schedule.timezone}")
+
+
 def _ledger_cap(ledger_class, cfg):
     """The ledger's URL (redacted) and the dataset's cap (None: no cap)."""
     with ledger_class(cfg.ledger.url, create=False) as ledger:
@@ -225,8 +235,10 @@ def _attempt(check, problems: list[str], report: bool = False):
         return None
 
 
-def _fail(message: str, code: int = 2) -> None:
-    console.print(_styled("error:", "bold red", f" {message}"), soft_wrap=True)
+def _fail(message: str, code: int = 2, to: Console | None = None) -> None:
+    """Print ``error: message`` (on the console, or ``to``: stderr for a command whose stdout
+    is a JSON document) and exit with ``code``."""
+    (to or console).print(_styled("error:", "bold red", f" {message}"), soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -241,15 +253,15 @@ def _operator_errors() -> tuple[type[BaseException], ...]:
 
 
 @contextlib.contextmanager
-def _guard(log_dir: Path | None = None):
+def _guard(log_dir: Path | None = None, to: Console | None = None):
     """Operator errors: their message and exit 2. Anything else is a bug: one line naming a
-    file with the traceback, and exit 1."""
+    file with the traceback, and exit 1. ``to``: where the message goes (see :func:`_fail`)."""
     try:
         yield
     except typer.Exit:
         raise
     except _operator_errors() as err:
-        _fail(_one_line(err))
+        _fail(_one_line(err), to=to)
     except Exception as err:  # noqa: BLE001 - a bug must still not print a wall of text
         import tempfile
         import traceback
@@ -257,15 +269,20 @@ def _guard(log_dir: Path | None = None):
         folder = log_dir if log_dir and log_dir.is_dir() else Path(tempfile.gettempdir())
         log = folder / f"dpatlas-error-{os.getpid()}.log"
         log.write_text("".join(traceback.format_exception(err)))
-        _fail(f"internal error ({type(err).__name__}: {_one_line(err)}); traceback in {log}", 1)
+        _fail(f"internal error ({type(err).__name__}: {_one_line(err)}); traceback in {log}", 1,
+              to)
 
 
 def _quiet_operator_tracebacks() -> None:
     """Prefect logs a failed flow run with its traceback on the console; for an operator error
-    the one-line message is the whole story (the run's logs on the server keep the rest)."""
+    the one-line message is the whole story (the run's logs on the server keep the rest). So is
+    its Prefect server refusing connections: the run then stops with the message that the
+    server went away (dpatlas/cli/api_watch.py)."""
     import logging
 
-    errors = _operator_errors()
+    import httpx
+
+    errors = (*_operator_errors(), httpx.ConnectError)
 
     class _NoOperatorTraceback(logging.Filter):
         def filter(self, record: logging.LogRecord) -> bool:
@@ -299,13 +316,53 @@ def synth(out: Path = typer.Option(Path("data"), help="Output folder."),
     """Write an Opportunity-Insights-like synthetic state (or several) and its tract boundaries."""
     from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
 
-    with console.status("generating synthetic microdata and boundaries"):
-        info = write_synthetic(out, [s.strip() for s in states.split(",") if s.strip()], seed,
-                               StateParams(n_tracts=tracts), cells=cells)
+    fips = _synth_states(states)
+    _at_least(("--tracts", tracts, 1), ("--seed", seed, 0))
+    with _guard(), console.status("generating synthetic microdata and boundaries"):
+        info = write_synthetic(out, fips, seed, StateParams(n_tracts=tracts), cells=cells)
     in_cells = f" ({len(info['cells'])} cells)" if info["cells"] else ""
     console.print(f"{info['records']:,} records{in_cells} in {info['tracts']:,} tracts of "
                   f"{len(info['states'])} state(s): microdata {info['microdata']}, "
                   f"boundaries {info['boundaries']}")
+
+
+def _at_least(*checks: tuple[str, int, int]) -> None:
+    """Each (option, value, lowest allowed): one line and exit 2 for the first value below
+    its lowest (a count of 0 or a negative seed was a traceback deep in numpy)."""
+    for option, value, low in checks:
+        if value < low:
+            _fail(f"{option} {value}: give {low} or more")
+
+
+def _known_scenarios(names, known: tuple[str, ...]) -> None:
+    """Refuse scenario names that are not ``known`` (before anything is written)."""
+    unknown = [s for s in names if s not in known]
+    if unknown:
+        _fail(f"unknown scenario(s) {unknown}; known: {', '.join(known)}")
+
+
+def _output_folder(out: Path) -> None:
+    """Create ``out`` before the work whose results go there (minutes of it, for an
+    evaluation), so an unwritable place is one line and exit 2 at once."""
+    with _guard():
+        out.mkdir(parents=True, exist_ok=True)
+
+
+def _synth_states(text: str) -> list[str]:
+    """``--states``: distinct two-digit state FIPS codes, or one line saying what is wrong."""
+    from dpatlas.publication.geography import STATE_FIPS
+
+    fips = [s.strip() for s in text.split(",") if s.strip()]
+    if not fips:
+        _fail(f"--states {text!r}: give one or more state FIPS codes, e.g. 37 or 17,37")
+    unknown = [s for s in fips if s not in STATE_FIPS]
+    if unknown:
+        _fail(f"--states: not state FIPS codes: {', '.join(unknown)} (two digits, e.g. 37 for "
+              f"North Carolina; known: {', '.join(sorted(STATE_FIPS))})")
+    twice = sorted({s for s in fips if fips.count(s) > 1})
+    if twice:
+        _fail(f"--states names {', '.join(twice)} more than once: give each state once")
+    return fips
 
 
 def run_release(config: Path, release_id: str | None, noise_seed: int | None = None):
@@ -318,6 +375,7 @@ def run_release(config: Path, release_id: str | None, noise_seed: int | None = N
     those checks pass.
     """
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from dpatlas.cli.api_watch import watching_api
     from dpatlas.cli.prefect_server import prefect_api
 
     with prefect_api() as api:
@@ -330,14 +388,37 @@ def run_release(config: Path, release_id: str | None, noise_seed: int | None = N
             api.ready()  # a configured API that does not answer: exit 2, before any data
             typer.echo(f"Prefect: {api.used}", err=True)
             try:
-                return release_flow(str(config), rid, noise_seed)
+                with watching_api(api.url, lambda s: _prefect_gone(api.url, s, config, rid)):
+                    return release_flow(str(config), rid, noise_seed)
             except OSError as err:
-                if err.errno not in _DISK_FULL:
+                if err.errno not in (*_DISK_FULL, *_NOT_WRITABLE):
                     raise
                 _fail(_disk_full_message(err, cfg, config, rid))
 
 
+def _prefect_gone(url: str, seconds: float, config: Path, rid: str) -> None:
+    """The Prefect server went away during the run (dpatlas/cli/api_watch.py): say so, and
+    what finishes the release, then stop this process as a crash would (the release is made
+    to survive one; the Prefect client would only retry for minutes, then fail)."""
+    import sys
+
+    message = (f"the Prefect server at {url} went away during release {rid} (it has refused "
+               f"connections for {seconds:.0f} s: stopped or killed), so this run stopped. "
+               "Whatever the release charged is kept and is never charged again: start the "
+               "server again (`dpatlas server start`), or leave it stopped (a release then "
+               f"uses a temporary one), and run `dpatlas release -c {config} --release-id "
+               f"{rid}` to finish it")
+    with contextlib.suppress(Exception):
+        console.print(_styled("error:", "bold red", f" {message}"), soft_wrap=True)
+        console.file.flush()
+        sys.stderr.flush()
+    os._exit(2)
+
+
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+# A folder of the run not writable (e.g. a read-only internal folder): its error may name no
+# file (`[Errno 30] Read-only file system`), so the message names where the run writes.
+_NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
 
 
 def _stage_of(err: BaseException) -> str | None:
@@ -357,12 +438,14 @@ def _stage_of(err: BaseException) -> str | None:
 
 
 def _disk_full_message(err: OSError, cfg, config: Path, rid: str) -> str:
-    """A full disk during a run: where, in which stage, and that a rerun finishes it (a bare
-    `[Errno 28]` said neither)."""
+    """A full disk, or a folder not writable, during a run: where, in which stage, and that
+    a rerun finishes it (a bare `[Errno 28]` or `[Errno 30]` said neither)."""
     where = (str(err.filename) if err.filename else
-             f"under {cfg.publish.root} or {cfg.publish.internal / rid}")
+             f"under the internal folder {cfg.publish.internal / rid} or the publish root "
+             f"{cfg.publish.root}")
+    fix = "free space there" if err.errno in _DISK_FULL else "make it writable by this user"
     return (f"{err.strerror or err} in {_stage_of(err) or 'the release run'} of release {rid}, "
-            f"writing {where}: free space there, then run `dpatlas release -c {config} "
+            f"writing {where}: {fix}, then run `dpatlas release -c {config} "
             f"--release-id {rid}` again (or `dpatlas rerun {rid}`); it finishes the release "
             "without charging it again or redrawing noise already drawn")
 
@@ -375,7 +458,8 @@ def _checked_release(config: Path, release_id: str | None, noise_seed: int | Non
     from dpatlas.release.preflight import check_before_ingest, check_before_writing
 
     cfg = load_config(config)
-    rid = release_id or cfg.release_id
+    # `--release-id ''` is an id given (and refused below), not a request for a fresh one
+    rid = release_id if release_id is not None else cfg.release_id
     if rid is None:
         from flows.release import new_release_id
         rid = new_release_id()
@@ -416,11 +500,13 @@ def demo(out: Path = typer.Option(Path("demo"), help="Folder for data, config an
          profile: str = typer.Option("primary", help="primary | full-suite"),
          ) -> None:
     """Generate the default synthetic state and publish a full release of it."""
-    from dpatlas.cli.demo import (claim_demo_folder, demo_data_current, ensure_demo_cap,
+    from dpatlas.cli.demo import (check_demo_arguments, claim_demo_folder, demo_data_current,
+                                  ensure_demo_cap,
                                   generate_demo_data, write_demo_config)
 
     data = out / "data"
     with _guard():  # e.g. an unwritable --out: one line and exit 2, as for every operator error
+        check_demo_arguments(release_id, profile)  # before anything is written
         claim_demo_folder(out)  # never an operator's folder: refused before anything is written
         if not demo_data_current(data):
             with console.status("generating the default synthetic state (North Carolina)"):
@@ -438,10 +524,10 @@ ledger_app = typer.Typer(help="The privacy budget ledger.")
 app.add_typer(ledger_app, name="ledger")
 
 
-def _config_or_fail(config: Path):
+def _config_or_fail(config: Path, to: Console | None = None):
     from dpatlas.core.config import load_config
 
-    with _guard():
+    with _guard(to=to):
         return load_config(config)
 
 
@@ -453,8 +539,10 @@ def ledger_show(config: Path = typer.Option(..., "--config", "-c", help="Release
     Reads only: it never writes to the ledger."""
     from dpatlas.ledger import Ledger
 
-    cfg = _config_or_fail(config)
-    with _guard():
+    # With --json, stdout is the document alone: an error is text on stderr (and exit 2).
+    to = err_console if as_json else None
+    cfg = _config_or_fail(config, to)
+    with _guard(to=to):
         with Ledger(cfg.ledger.url, create=False) as ledger:
             if as_json:
                 _emit_json(ledger.summary())
@@ -466,7 +554,9 @@ def ledger_show(config: Path = typer.Option(..., "--config", "-c", help="Release
 def ledger_set_cap(
         dataset: str = typer.Option(..., help="The dataset (population) whose cap this is."),
         epsilon: float = typer.Option(..., help="Lifetime epsilon per person."),
-        delta: float = typer.Option(0.0, help="Lifetime delta per person."),
+        delta: Optional[float] = typer.Option(
+            None, help="Lifetime delta per person (default: the cap's current delta; a "
+            "dataset's first cap needs it, 0 for pure DP only)."),
         reason: str = typer.Option(..., help="Why: recorded with the time in the ledger."),
         config: Path = typer.Option(..., "--config", "-c", help="Config naming the ledger."),
         force: bool = typer.Option(False, "--force", help="Allow a cap below what is already "
@@ -478,9 +568,18 @@ def ledger_set_cap(
 
     cfg = _config_or_fail(config)
     with _guard():
-        # every value checked before the ledger is opened: opening may create it
-        dataset, epsilon, delta = check_cap(dataset, epsilon, delta)
+        # every value checked before the ledger is opened to write: opening may create it
+        dataset, epsilon, _ = check_cap(dataset, epsilon, 0.0 if delta is None else delta)
         why = validate_reason(reason)
+        if delta is None:  # the delta cap stays what it is (it silently became 0)
+            with Ledger(cfg.ledger.url, create=False) as reading:
+                current = reading.cap(dataset)
+            if current is None:
+                _fail(f"dataset {dataset} has no cap in the ledger at {reading.url} yet: give "
+                      "its lifetime --delta too (0 for pure DP only: no release with a delta "
+                      "could be charged)")
+            delta = current[1]
+        dataset, epsilon, delta = check_cap(dataset, epsilon, delta)
         ledger = Ledger(cfg.ledger.url)
         before = ledger.cap(dataset)
         ledger.set_cap(dataset, epsilon, delta, reason=why, force=force)
@@ -502,14 +601,15 @@ def withdraw(release_id: str,
              ) -> None:
     """Withdraw a published release: it stays in the feed, marked withdrawn; its budget stays spent."""
     from dpatlas.core.ids import validate_reason, validate_release_id
-    from dpatlas.ledger import Ledger
+    from dpatlas.ledger.existing import open_existing_ledger
     from dpatlas.publication.withdraw import withdraw_everywhere
 
     cfg = _config_or_fail(config)
     with _guard():
         validate_release_id(release_id)
         why = validate_reason(reason)
-        result = withdraw_everywhere(Ledger(cfg.ledger.url), cfg.publish.root, release_id, why)
+        result = withdraw_everywhere(open_existing_ledger(cfg.ledger.url, write=True),
+                                     cfg.publish.root, release_id, why)
     console.print(result.get("message", f"withdrew {release_id}: {why}"), highlight=False,
                   markup=False)
 
@@ -524,7 +624,7 @@ def purge(config: Path = typer.Option(..., "--config", "-c", help="Release confi
     """Remove the person-level internal files (staged input, quarantined rows, the staged copy
     under staging_url) of releases the ledger lists as published or withdrawn, after the
     retention; unfinished ones are kept."""
-    from dpatlas.ledger import Ledger
+    from dpatlas.ledger.existing import open_existing_ledger
     from dpatlas.release.retention import plan_purge
     from dpatlas.release.retention import purge as remove
 
@@ -537,7 +637,7 @@ def purge(config: Path = typer.Option(..., "--config", "-c", help="Release confi
                       "forever; nothing removed (give --older-than DAYS to purge)")
         return
     with _guard():
-        items = plan_purge(cfg.publish.internal, Ledger(cfg.ledger.url, create=False), days,
+        items = plan_purge(cfg.publish.internal, open_existing_ledger(cfg.ledger.url), days,
                            staging_url=cfg.staging_url)
         if not dry_run:
             remove(items)
@@ -670,6 +770,8 @@ def rerun(release_id: str,
         console.print("the run completed but its result could not be read; see its summary "
                       "artifact in the Prefect UI", highlight=False, markup=False)
         return
+    if run.state not in _FINAL_RUN_STATES:
+        _still_going(run, cfg, config, release_id, timeout)
     console.print("nothing was published by this run"
                   + (f": {run.message}" if run.message else ""), highlight=False, markup=False,
                   soft_wrap=True)
@@ -678,12 +780,40 @@ def rerun(release_id: str,
     raise typer.Exit(1)
 
 
-def _charge_status(cfg, release_id: str) -> str:
-    """Whether the ledger holds a charge for ``release_id`` (read only)."""
+# Prefect's final state types; any other (SCHEDULED, PENDING, RUNNING, PAUSED, CANCELLING, or
+# none read) means the wait ended before the run did.
+_FINAL_RUN_STATES = ("COMPLETED", "FAILED", "CRASHED", "CANCELLED")
+
+
+def _still_going(run, cfg, config: Path, release_id: str, timeout: float) -> None:
+    """The wait timed out with the run not finished: it goes on in the serving process and
+    may still publish and charge (it said "nothing was published / nothing was charged")."""
+    api = os.environ.get("PREFECT_API_URL", "").rstrip("/")
+    ui = f" ({api.removesuffix('/api')}/runs/flow-run/{run.flow_run_id})" if api else ""
+    console.print(f"still {run.state or 'not started'} after {timeout:g} s of waiting: the run "
+                  f"goes on in the process serving the deployment and may still publish and "
+                  f"charge release {release_id}", highlight=False, markup=False, soft_wrap=True)
+    console.print(f"  follow it in the Prefect UI{ui}, or with `prefect flow-run inspect "
+                  f"{run.flow_run_id}`; `dpatlas ledger show -c {config}` shows its charge",
+                  highlight=False, markup=False, soft_wrap=True)
+    entry = _ledger_entry(cfg, release_id)
+    console.print("  so far " + ("the ledger holds no charge for it" if entry is None else
+                                 f"the ledger holds it as {entry['status']} (charged: epsilon "
+                                 f"{entry.get('epsilon', 0):.4g})"),
+                  highlight=False, markup=False, soft_wrap=True)
+    raise typer.Exit(1)
+
+
+def _ledger_entry(cfg, release_id: str) -> dict | None:
     from dpatlas.ledger import Ledger
 
     with _guard():
-        entry = Ledger(cfg.ledger.url, create=False).release(release_id)
+        return Ledger(cfg.ledger.url, create=False).release(release_id)
+
+
+def _charge_status(cfg, release_id: str) -> str:
+    """Whether the ledger holds a charge for ``release_id`` (read only)."""
+    entry = _ledger_entry(cfg, release_id)
     if entry is None:
         return f"nothing was charged: the ledger has no release {release_id}"
     return (f"the ledger holds release {release_id} as {entry['status']} (charged: epsilon "
@@ -736,6 +866,12 @@ def evaluate(out: Path = typer.Option(Path("evaluation"), help="Output folder.")
     from dpatlas.core.config import SelectionConfig
     from dpatlas.release.selection import Rule, RuleEstimate
 
+    _at_least(("--reps", reps, 1), ("--seed", seed, 0), ("--tracts", tracts, 1))
+    if scenario:
+        from dpatlas.evaluation.stress import SCENARIOS
+
+        _known_scenarios(scenario, (*SCENARIOS, "all"))
+    _output_folder(out)
     mechs = tuple(mechanism) or DEFAULT_MECHANISMS
     extra = {}
     if rule:
@@ -771,9 +907,7 @@ def _evaluate_scenarios(names: list[str], out: Path, reps: int, seed: int, epsil
                                              write_scenario_reports)
     from dpatlas.evaluation.stress import SCENARIOS
 
-    unknown = [s for s in names if s not in (*SCENARIOS, "all")]
-    if unknown:
-        _fail(f"unknown scenario(s) {unknown}; known: {', '.join(SCENARIOS)}, all")
+    _known_scenarios(names, (*SCENARIOS, "all"))
     t0 = time.perf_counter()
     log = _log_to(as_json)
     if not as_json:
@@ -817,12 +951,12 @@ def evaluate_rule(
     from dpatlas.evaluation.stress import SCENARIOS
 
     t0 = time.perf_counter()
+    _at_least(("--reps", reps, 1), ("--seed", seed, 0), ("--tracts", tracts, 1),
+              ("--large-tracts", large_tracts, 1))
+    _known_scenarios(scenario, SCENARIOS)
+    if seed in CALIBRATION_SEEDS:
+        _fail(f"seed {seed} is a calibration seed: evaluate on another")
     with _guard():
-        unknown = [s for s in scenario if s not in SCENARIOS]
-        if unknown:
-            _fail(f"unknown scenario(s) {unknown}; known: {', '.join(SCENARIOS)}")
-        if seed in CALIBRATION_SEEDS:
-            _fail(f"seed {seed} is a calibration seed: evaluate on another")
         path = thresholds or DEFAULT_THRESHOLDS
         try:
             banded = SelectionConfig(rule="banded", threshold_file=path)
@@ -831,6 +965,7 @@ def evaluate_rule(
             dp = resolve_threshold(SelectionConfig(rule="dp", threshold_file=path))
         except (FileNotFoundError, ValueError) as err:
             _fail(str(err))
+        out.mkdir(parents=True, exist_ok=True)  # before the work, not after it
         table = run(rule, dp, seed, tuple(epsilon), tuple(scenario) or SCENARIOS, tracts,
                     large_tracts, reps, progress=_log_to(as_json))
         out.mkdir(parents=True, exist_ok=True)
@@ -865,6 +1000,7 @@ def evaluate_intervals(
     from dpatlas.evaluation.stress import SCENARIOS
 
     t0 = time.perf_counter()
+    _at_least(("--reps", reps, 1), ("--seed", seed, 0), ("--tracts", tracts, 1))
     scenarios = SCENARIOS if "all" in scenario else tuple(scenario)
     with _guard():
         try:
@@ -917,6 +1053,7 @@ def evaluate_small_area(
                                                     target_check, write_report)
 
     t0 = time.perf_counter()
+    _at_least(*(("--seed", s, 0) for s in seed), ("--tracts", 1 if tracts is None else tracts, 1))
     if stress:
         _evaluate_small_area_stress(out, seed, epsilon, split[0], tracts, quick, t0, as_json)
         return
@@ -930,6 +1067,7 @@ def evaluate_small_area(
            or min(v) <= 0]
     if bad:
         _fail(f"--split: three positive shares summing to 1, got {bad}")
+    _output_folder(out)
     with _guard():
         rows, shown = run(tuple(seed), tuple(epsilon), splits, tracts,
                           progress=_log_to(as_json))
@@ -955,6 +1093,7 @@ def _evaluate_small_area_stress(out: Path, seed: list[int], epsilon: list[float]
     scenarios = SCENARIOS
     if quick:
         seeds, epsilon, tracts, scenarios = seeds[:1], [1.0], tracts or 400, SCENARIOS[:2]
+    _output_folder(out)
     with _guard():
         rows = evaluate_stress(scenarios, seeds, tuple(epsilon), split, tracts,
                                progress=_log_to(as_json))

@@ -139,3 +139,22 @@ def ensure_demo_cap(config: Path) -> str | None:
                    reason="dpatlas demo: default lifetime cap for the synthetic state")
     return (f"ledger: lifetime cap of dataset {loaded.ledger.dataset} set to "
             f"eps={DEMO_CAP_EPSILON:g}, delta={DEMO_CAP_DELTA:g} (demo default)")
+
+
+class DemoArgumentError(ValueError, OperatorError):
+    """A `dpatlas demo` argument that cannot be used: refused before anything is written."""
+
+
+def check_demo_arguments(release_id: str | None, profile: str) -> None:
+    """Refuse a bad ``--release-id`` or ``--profile`` first: they were refused only after the
+    demo had generated its data and set the ledger's cap, blaming the config it wrote."""
+    from typing import get_args
+
+    from dpatlas.core.config import ProfileConfig
+    from dpatlas.core.ids import validate_release_id
+
+    if release_id is not None:
+        validate_release_id(release_id)
+    profiles = get_args(ProfileConfig.model_fields["name"].annotation)
+    if profile not in profiles:
+        raise DemoArgumentError(f"--profile {profile!r}: use one of {', '.join(profiles)}")

@@ -211,14 +211,74 @@ def _restart_advice(record: ServerRecord) -> str:
             f"(with --home {record.home} if that is not the default)")
 
 
-def read_server_record(home: Optional[Path] = None) -> Optional[ServerRecord]:
-    """The server recorded in the home, or None (never started, or stopped)."""
-    home = server_home(home)
+class ServerRecordCorrupt(RuntimeError, OperatorError):
+    """The server's record in its home cannot be read, or names no process it could be."""
+
+
+def _pid_max() -> int:
     try:
-        data = json.loads((home / _STATE_FILE).read_text())
-        return ServerRecord(int(data["pid"]), str(data["url"]), home)
-    except (OSError, ValueError, KeyError, TypeError):
+        return int(Path("/proc/sys/kernel/pid_max").read_text())
+    except (OSError, ValueError):
+        return 2**22  # Linux's largest
+
+
+def read_server_record(home: Optional[Path] = None,
+                       strict: bool = False) -> Optional[ServerRecord]:
+    """The server recorded in the home, or None (never started, or stopped).
+
+    A record that cannot be read, or whose pid could not be a server this command started (0,
+    1 or negative: kill() would signal this process's group, init, or every process; above
+    the kernel's largest pid), is None, or with ``strict`` a :class:`ServerRecordCorrupt`
+    naming the file."""
+    home = server_home(home)
+    path = home / _STATE_FILE
+    if strict:
+        _check_home(home)
+    try:
+        data = json.loads(path.read_text())
+        pid = data["pid"]
+        if isinstance(pid, bool) or not isinstance(pid, int) or not 1 < pid <= _pid_max():
+            raise ValueError(f"pid {pid!r} is no process a server could run as")
+        return ServerRecord(pid, str(data["url"]), home)
+    except FileNotFoundError:
         return None
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        if not strict:
+            return None
+        raise ServerRecordCorrupt(
+            f"the server record {path} is damaged ({type(err).__name__}: {err}): nothing was "
+            f"signalled; stop any `prefect server` you started there by hand, then remove "
+            f"{path}") from None
+
+
+def _check_home(home: Path) -> None:
+    """A home that exists must be a folder (a file there was a bare `[Errno 17]`)."""
+    if home.exists() and not home.is_dir():
+        raise ServerStartError(f"--home {home} is not a folder: give a folder for the server's "
+                               "database, pid and log files")
+
+
+_START_LOCK = "dpatlas-server.lock"
+
+
+@contextlib.contextmanager
+def _starting(home: Path) -> Iterator[None]:
+    """Hold the home's start lock: of two `dpatlas server start` at once, one starts the
+    server, the other is told it is starting (both reported success, and raced for the port
+    and the record)."""
+    import fcntl
+
+    fd = os.open(home / _START_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ServerStartError(f"another `dpatlas server start` is starting the server in "
+                                   f"{home} now: wait for it, then `dpatlas server status` "
+                                   f"(with --home {home} if that is not the default)") from None
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _port_free(port: int) -> bool:
@@ -236,6 +296,13 @@ def start_server(home: Optional[Path] = None, port: int = DEFAULT_PORT,
     command) with its database in the home, and wait for its health check. Returns the record
     and whether it was started now (False: it was already running)."""
     home = server_home(home)
+    _check_home(home)
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with _starting(home):
+        return _start_locked(home, port, timeout)
+
+
+def _start_locked(home: Path, port: int, timeout: float) -> tuple[ServerRecord, bool]:
     record = read_server_record(home)
     if record is not None and record.running():
         check_api_answers(record.url, f"the dpatlas server recorded in {home}",
@@ -244,7 +311,6 @@ def start_server(home: Optional[Path] = None, port: int = DEFAULT_PORT,
     if not _port_free(port):
         raise ServerStartError(f"port {port} on 127.0.0.1 is in use; choose another with "
                                "--port")
-    home.mkdir(parents=True, exist_ok=True, mode=0o700)
     url = f"http://127.0.0.1:{port}/api"
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false")
@@ -282,6 +348,23 @@ def stop_server(home: Optional[Path] = None, grace: float = 20.0) -> Optional[Se
             time.sleep(0.2)
     (home / _STATE_FILE).unlink(missing_ok=True)
     return record
+
+
+_UNFINISHED_RUN_STATES = ["PENDING", "RUNNING", "CANCELLING", "PAUSED"]
+
+
+def runs_in_progress(record: ServerRecord, timeout: float = 5.0) -> Optional[list[str]]:
+    """The names of the flow runs the recorded server holds as in progress (pending, running,
+    cancelling, paused): stopping it stops them (a release then stops, and a rerun finishes
+    it). None when the server does not answer (then there is nothing to ask)."""
+    query = {"flow_runs": {"state": {"type": {"any_": _UNFINISHED_RUN_STATES}}}, "limit": 50}
+    try:
+        with httpx.Client(timeout=timeout) as client:
+            answer = client.post(f"{record.url.rstrip('/')}/flow_runs/filter", json=query)
+        answer.raise_for_status()
+        return [str(run.get("name") or run.get("id")) for run in answer.json()]
+    except (httpx.HTTPError, ValueError, TypeError, AttributeError):
+        return None
 
 
 def server_health(record: ServerRecord) -> Optional[str]:

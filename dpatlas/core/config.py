@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Literal, Optional
 
 import yaml
-from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator,
                       model_validator)
 
 from mechanisms import DEFAULT_SUITE, PUBLISHABLE
@@ -93,6 +93,9 @@ class BoundariesConfig(_Strict):
     vintage: Optional[str] = None  # e.g. "TIGER/Line 2020 tracts": printed in the manifest
 
 
+MIN_EPSILON_PER_TRACT = 1e-3
+
+
 class PrivacyConfig(_Strict):
     unit: Literal["person"] = "person"
     neighbouring: Literal["replace-one"] = "replace-one"
@@ -102,6 +105,19 @@ class PrivacyConfig(_Strict):
     # person id column that is checked; without one the operator must state it, and the
     # manifest lists it as an unverified assumption.
     assume_one_record_per_person: bool = False
+
+    @field_validator("epsilon_per_tract")
+    @classmethod
+    def _sensible_epsilon(cls, value: float) -> float:
+        # Refused here, before any input is read: below it the mechanisms' noise grids cannot
+        # be calibrated (1e-300 failed in the allocation, after the ingest), and the noise
+        # would swamp every tract's estimate long before that.
+        if value < MIN_EPSILON_PER_TRACT:
+            raise ValueError(f"must be at least {MIN_EPSILON_PER_TRACT:g}, the smallest "
+                             "sensible budget per tract (below it the noise swamps every "
+                             "estimate; far below it the mechanisms' noise grids cannot be "
+                             "calibrated at all)")
+        return value
 
 
 class SelectionConfig(_Strict):
@@ -259,6 +275,9 @@ class ReleaseConfig(_Strict):
     levels: tuple[Literal["tract", "county", "state"], ...] = ("tract",)
     level_shares: Optional[dict[str, float]] = None
     small_area: SmallAreaConfig = SmallAreaConfig()
+    # The folder of the config file its relative paths were resolved against (load_config):
+    # the fingerprint states paths inside it relative to it.
+    _base: Optional[Path] = PrivateAttr(default=None)
 
     @field_validator("level_shares", mode="before")
     @classmethod
@@ -382,7 +401,9 @@ def _resolve_paths(cfg: ReleaseConfig, base: Path) -> ReleaseConfig:
         updates["selection"] = cfg.selection.model_copy(
             update={"threshold_file": fix(cfg.selection.threshold_file)
                     or cfg.selection.threshold_file})
-    return cfg.model_copy(update=updates)
+    resolved = cfg.model_copy(update=updates)
+    resolved._base = base.expanduser().resolve()
+    return resolved
 
 
 def _resolve_staging_url(url: str, base: Path) -> str:
@@ -411,7 +432,35 @@ def fingerprint(cfg: ReleaseConfig) -> str:
     for key in PUBLISH_METADATA_KEYS:  # housekeeping and metadata, not the release
         data["publish"].pop(key, None)
     _drop_default_levels(cfg, data)
+    _paths_inside_config_folder(cfg, data)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+CONFIG_FOLDER = "<config folder>"
+
+
+def _paths_inside_config_folder(cfg: ReleaseConfig, data: dict) -> None:
+    """Paths inside the config file's folder stated relative to it: a folder moved whole (the
+    demo's, whose config names its files relatively) holds the same config wherever it lies.
+    A path outside it stays absolute: moving the config alone changes what it names."""
+    base = cfg._base
+    if base is None:
+        return
+
+    def inside(text: Optional[str]) -> Optional[str]:
+        if text is None:
+            return None
+        try:
+            return f"{CONFIG_FOLDER}/{Path(text).relative_to(base).as_posix()}"
+        except ValueError:
+            return text
+
+    for section, key in (("input", "path"), ("boundaries", "path"), ("publish", "root"),
+                         ("selection", "threshold_file")):
+        data[section][key] = inside(data[section].get(key))
+    url, sqlite = data["ledger"]["url"], "sqlite:///"
+    if url.startswith(sqlite):
+        data["ledger"]["url"] = sqlite + inside(url[len(sqlite):])
 
 
 def ledger_backend(url: str) -> str:
@@ -478,7 +527,7 @@ boundaries:
 privacy:
   unit: person                # the privacy unit
   neighbouring: replace-one   # n per tract is public, as in the Opportunity Atlas
-  epsilon_per_tract: 1.0      # budget per tract and cell (pure epsilon unless the suite needs delta)
+  epsilon_per_tract: 1.0      # per tract and cell, 0.001 to 100 (pure unless the suite needs delta)
   delta: 1.0e-6               # used only by (epsilon, delta) estimators in the full suite
   assume_one_record_per_person: false   # true only without a person id: then the manifest
                               # lists "one record per person" as an unverified assumption

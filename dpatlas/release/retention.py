@@ -83,6 +83,18 @@ def _release_folders(internal_root: Path) -> list[tuple[str, Path]]:
     return out
 
 
+def _linked(folder: Path) -> Optional[str]:
+    """Why a release folder is never purged by following a link: it, or one of its
+    person-level folders, is a symbolic link (removing through it would remove files outside
+    the internal root; shutil.rmtree refused it and stopped the purge half-done, naming
+    nothing). None: no link."""
+    for path in (folder, *(folder / name for name in PERSON_LEVEL_FOLDERS)):
+        if path.is_symlink():
+            return (f"{path} is a symbolic link (to {path.readlink()}): not followed; remove "
+                    "the link, or what it points to, by hand")
+    return None
+
+
 def _why_kept(row: Optional[dict], age: Optional[float], older_than_days: float) -> Optional[str]:
     if row is None:
         return ("not in the ledger (never charged): a run of this id resumes from it; delete "
@@ -127,7 +139,7 @@ def plan_purge(internal_root: Path, ledger, older_than_days: float,
         items.append(PurgeItem(rid, folder, row["status"] if row else "not in the ledger", age,
                                (*files, *copied),
                                sum(p.stat().st_size for p in files) + sum(copied.values()),
-                               _why_kept(row, age, older_than_days), copy))
+                               _linked(folder) or _why_kept(row, age, older_than_days), copy))
     return items
 
 
@@ -135,6 +147,8 @@ def purge(items: list[PurgeItem]) -> None:
     """Remove the person-level folders of the releases ``plan_purge`` marked removed."""
     for item in items:
         if not item.removed:
+            continue
+        if _linked(item.folder) is not None:  # linked since it was planned: never followed
             continue
         for name in PERSON_LEVEL_FOLDERS:
             if (item.folder / name).is_dir():

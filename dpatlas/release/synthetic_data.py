@@ -13,9 +13,13 @@ How it is paid for, honestly:
   sequentially with every other release of the dataset by the ledger's sum;
 - everything is checked before the charge (ids, the source release published and its staged
   input present, the output path, ε and δ, the calibration, memory per tract, the cap left);
-- the charge is taken once: an id already in the ledger is refused, whatever its status (a
-  resumed or repeated draw would be a second draw for one charge); a run that fails after the
-  charge is marked failed and its budget stays spent;
+- the charge is taken once, and the draw made once (draw once, as a release does:
+  dpatlas/release/draws.py): the staged folder is recorded in ``draws.jsonl`` in the internal
+  folder before it is moved into place. A run stopped after the charge (failed, or killed)
+  is finished by a rerun with the same id and request once its lease expired: it reuses the
+  recorded draw (never drawing noise that may have been seen again), or draws when none was
+  recorded (nothing has read it), and charges nothing more. A published or withdrawn id is
+  refused; so is an unfinished one asked for with another request;
 - the files are staged in the internal folder, with a manifest listing the guarantee and each
   noise draw's parameters, and renamed into place in one step; ``dpatlas audit FOLDER``
   recomputes the guarantee from the manifest alone.
@@ -52,9 +56,12 @@ from dpatlas.release.allocate import Step
 from dpatlas.core.config import ReleaseConfig, fingerprint, load_config, public_config
 from dpatlas.core.hashing import sha256_file
 from dpatlas.core.ids import MAX_RELEASE_ID_CHARS, validate_release_id
-from dpatlas.ledger import Charge, Ledger
+from dpatlas.ledger import Charge, Ledger, redact_url
 from dpatlas.release.manifest import day_of
+from dpatlas.release.crash import crashpoint
+from dpatlas.release.draws import DrawLog, noise_source
 from dpatlas.release.preflight import PreflightError, check_noise_source
+from dpatlas.release.run_state import InputChanged
 from dpatlas.publication.tract_files import code_version, release_folder
 
 ESTIMATOR = "BinAgg"
@@ -125,6 +132,7 @@ class SyntheticPlan:
     step: Step
     charged_epsilon: float  # the step's (ε, δ) at δ, what the ledger charges per cell
     hyper: dict = field(default_factory=dict)
+    resume: bool = False  # the ledger holds this id unfinished: finish it, charge nothing
 
     @property
     def guarantee(self) -> ZCDP:
@@ -137,10 +145,15 @@ class SyntheticPlan:
     def request_sha256(self) -> str:
         """What the ledger records as this entry's configuration: the release config and the
         synthetic request (source, budget, hyperparameters)."""
-        text = json.dumps({"config": fingerprint(self.cfg), "source_release": self.source_id,
-                           "epsilon": self.epsilon, "delta": self.delta,
-                           "estimator": ESTIMATOR, "hyper": self.hyper}, sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()
+        return _request_sha256(self.cfg, self.source_id, self.epsilon, self.delta, self.hyper)
+
+
+def _request_sha256(cfg: ReleaseConfig, source_id: str, epsilon: float, delta: float,
+                    hyper: dict) -> str:
+    text = json.dumps({"config": fingerprint(cfg), "source_release": source_id,
+                       "epsilon": epsilon, "delta": delta, "estimator": ESTIMATOR,
+                       "hyper": hyper}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def synthetic_release_id(source_id: str) -> str:
@@ -190,9 +203,11 @@ def _inside(a: Path, b: Path) -> bool:
     return a == b or b in a.parents
 
 
-def _check_out(cfg: ReleaseConfig, out: Optional[Path], synthetic_id: str) -> Path:
+def _check_out(cfg: ReleaseConfig, out: Optional[Path], synthetic_id: str,
+               resume: bool = False) -> Path:
     """Where the folder goes: ``<publish root>/<synthetic id>`` by default. Nothing may be
-    there yet, and it must lie outside the internal folder and the input."""
+    there yet (unless ``resume``: the recorded draw may have been moved there already, checked
+    when it is finished), and it must lie outside the internal folder and the input."""
     if out is None:
         root = Path(cfg.publish.root)
         try:
@@ -205,7 +220,7 @@ def _check_out(cfg: ReleaseConfig, out: Optional[Path], synthetic_id: str) -> Pa
         if os.path.islink(target):
             raise SynthesizeError(f"--out {target} is a symbolic link: give a new folder path")
         taken = target if os.path.lexists(target) else None
-    if taken is not None:
+    if taken is not None and not resume:
         raise SynthesizeError(f"{target} already exists: give --out a new folder (nothing was "
                               "charged)")
     real = Path(os.path.realpath(target))
@@ -269,15 +284,35 @@ def _require_published(cfg: ReleaseConfig, source_id: str) -> None:
         ledger.close()
 
 
-def _check_ledger(cfg: ReleaseConfig, synthetic_id: str, charge: tuple[float, float]) -> None:
+def _resumable(cfg: ReleaseConfig, synthetic_id: str, request_sha256: str) -> bool:
+    """Whether the ledger holds ``synthetic_id`` unfinished (in progress or failed) with this
+    very request: then this run finishes it without a new charge. Refused: a published or
+    withdrawn id (a new draw needs a new id), or an unfinished one of another request."""
     ledger = Ledger(cfg.ledger.url, create=False)
     try:
         existing = ledger.release(synthetic_id)
-        if existing is not None:
-            raise SynthesizeError(
-                f"{synthetic_id} is already in the ledger ({existing['status']}, charged "
-                f"epsilon {existing['epsilon']:.6g}): a new draw needs a new id "
-                "(--synthetic-id); nothing was charged")
+    finally:
+        ledger.close()
+    if existing is None:
+        return False
+    if existing["status"] in ("published", "withdrawn"):
+        raise SynthesizeError(
+            f"{synthetic_id} is already in the ledger ({existing['status']}, charged "
+            f"epsilon {existing['epsilon']:.6g}): a new draw needs a new id "
+            "(--synthetic-id); nothing was charged")
+    if (existing["config_sha256"] != request_sha256
+            or existing["dataset"] != cfg.ledger.dataset):
+        raise SynthesizeError(
+            f"{synthetic_id} is already in the ledger ({existing['status']}, charged epsilon "
+            f"{existing['epsilon']:.6g}) for another request: rerun it with the config, "
+            "release, --epsilon and --delta it was begun with to finish it (no new charge), "
+            "or give a new --synthetic-id; nothing was charged")
+    return True
+
+
+def _check_ledger(cfg: ReleaseConfig, synthetic_id: str, charge: tuple[float, float]) -> None:
+    ledger = Ledger(cfg.ledger.url, create=False)
+    try:
         spent = ledger.spent(cfg.ledger.dataset)
     finally:
         ledger.close()
@@ -311,7 +346,8 @@ def plan_synthetic(config_path: Path, release_id: str, epsilon: float, *,
     cfg = load_config(Path(config_path))
     try:
         source = validate_release_id(release_id)
-        sid = validate_release_id(synthetic_id or synthetic_release_id(source))
+        sid = validate_release_id(synthetic_release_id(source) if synthetic_id is None
+                                  else synthetic_id)  # '' is refused, not the default
         check_noise_source(cfg, noise_seed)
     except (ValueError, PreflightError) as err:
         raise SynthesizeError(str(err)) from None
@@ -320,15 +356,17 @@ def plan_synthetic(config_path: Path, release_id: str, epsilon: float, *,
     eps, dlt = _budget(epsilon, cfg.privacy.delta if delta is None else delta)
     hp = M.get(ESTIMATOR).hyper(hyper)
     param, step, charged = _calibrate(eps, dlt, hp)
-    target = _check_out(cfg, out, sid)
+    resume = _resumable(cfg, sid, _request_sha256(cfg, source, eps, dlt, hyper))
+    target = _check_out(cfg, out, sid, resume)
     _require_published(cfg, source)
     staged = _staged_input(cfg, source)
     sizes = _sizes(staged)
     _check_memory(cfg, sizes[sizes["n"] >= cfg.publish.min_n], hp)
     cells = tuple(sorted(sizes["cell"].astype(str).unique()))
-    _check_ledger(cfg, sid, (charged * len(cells), dlt * len(cells)))
+    if not resume:  # a resume was charged when it began
+        _check_ledger(cfg, sid, (charged * len(cells), dlt * len(cells)))
     return SyntheticPlan(cfg, source, sid, target, staged, cells, eps, dlt, param, step,
-                         charged, hyper)
+                         charged, hyper, resume)
 
 
 # ------------------------------------------------------------------------------- the drawing
@@ -439,6 +477,80 @@ def _stage(plan: SyntheticPlan, rand: Randomness, random_bits: str,
     return staging
 
 
+# --------------------------------------------------------------------- draw once, reuse after
+
+
+DRAW_STAGE, DRAW_CHUNK = "synthesize", "all"  # the one draw of a synthetic file, in its log
+
+
+def _open_draw_log(plan: SyntheticPlan) -> DrawLog:
+    """The draw log of this synthetic id, begun for a new charge or checked for a resume.
+
+    Its header holds the request and output folder (as config) and the staged input: a resume
+    must ask for the same file. An unfinished charge whose log is gone is refused: whether its
+    noise was drawn and seen cannot be told, and it is never drawn again."""
+    internal = Path(plan.cfg.publish.internal) / plan.synthetic_id
+    log = DrawLog(internal)
+    if not plan.resume and log.path.exists():
+        # No charge in the ledger, so no draw was made under this log (a charge refused, or
+        # an interrupted first run before its charge): begun again, unless it records a draw.
+        if len(log.lines()) > 1:
+            raise SynthesizeError(
+                f"{log.path} records a synthetic draw but the ledger at "
+                f"{redact_url(plan.cfg.ledger.url)} has no {plan.synthetic_id}: "
+                "is this the right ledger? Nothing was charged")
+        log.path.unlink()
+    elif plan.resume and not log.path.exists():
+        raise SynthesizeError(
+            f"{plan.synthetic_id} is charged but unfinished in the ledger, and its draw log "
+            f"{log.path} is missing: whether its noise was drawn and seen cannot be told, so it "
+            "is never drawn again; restore the log from a backup to finish it, or give a new "
+            "--synthetic-id (the charge stays spent)")
+    internal.mkdir(parents=True, exist_ok=True)
+    request = hashlib.sha256(f"{plan.request_sha256()} {os.path.realpath(plan.out)}"
+                             .encode()).hexdigest()
+    inputs = hashlib.sha256(" ".join(f"{p.name}:{sha256_file(p)}" for p in plan.staged)
+                            .encode()).hexdigest()
+    try:
+        DrawLog.open(internal, plan.synthetic_id, request, inputs)
+    except InputChanged:
+        raise SynthesizeError(
+            f"{plan.synthetic_id} was begun with another --out, request or staged input of "
+            f"{plan.source_id} ({log.path}): rerun it exactly as it was begun to finish it (no "
+            "new charge), or give a new --synthetic-id") from None
+    return log
+
+
+def _recorded_draw(log: DrawLog, plan: SyntheticPlan) -> tuple[Optional[Path], bool]:
+    """The recorded draw's folder and whether it is in place already ((None, False): no draw
+    recorded). A recorded draw found nowhere intact is refused, never drawn again."""
+    draw = log.draws().get((DRAW_STAGE, DRAW_CHUNK))
+    if draw is None:
+        if os.path.lexists(plan.out):
+            raise SynthesizeError(f"{plan.out} exists but is not the recorded draw of "
+                                  f"{plan.synthetic_id}: move it away and run again to finish "
+                                  "it (no new charge)")
+        return None, False
+    staged = log.internal / Path(draw["path"]).parent
+    for folder, in_place in ((Path(plan.out), True), (staged, False)):
+        if (folder / MANIFEST).is_file() and _intact(folder, draw["sha256"]):
+            return folder, in_place
+    raise SynthesizeError(
+        f"the recorded synthetic draw of {plan.synthetic_id} ({staged}, manifest sha256 "
+        f"{draw['sha256']}) is neither there nor in {plan.out}, or differs: noise that may have "
+        "been seen is never drawn again; restore it from a backup and run again, or give a new "
+        "--synthetic-id (the charge stays spent)")
+
+
+def _intact(folder: Path, manifest_sha256: str) -> bool:
+    """The folder's manifest is the recorded one and every file it lists has its sha256."""
+    if sha256_file(folder / MANIFEST) != manifest_sha256:
+        return False
+    files = json.loads((folder / MANIFEST).read_text()).get("files", {})
+    return all((folder / name).is_file() and sha256_file(folder / name) == f["sha256"]
+               for name, f in files.items())
+
+
 def _move_into_place(staging: Path, target: Path) -> None:
     """One rename where possible; across file systems a copy beside the target, then one
     rename, so a reader never sees a half-written folder."""
@@ -468,6 +580,7 @@ def synthesize_release(config_path: Path, release_id: str, epsilon: float,
                           synthetic_id=synthetic_id, out=out, noise_seed=noise_seed, **hyper)
     cfg = plan.cfg
     owner = f"{socket.gethostname()}:{os.getpid()}:synthesize"
+    log = _open_draw_log(plan)  # before the charge: a charged id always has its log
     ledger = Ledger(cfg.ledger.url)
     try:
         expected = None
@@ -475,21 +588,29 @@ def synthesize_release(config_path: Path, release_id: str, epsilon: float,
             expected = (cfg.ledger.cap_epsilon, cfg.ledger.cap_delta)
         status = ledger.begin_release(plan.synthetic_id, cfg.ledger.dataset, plan.charges(),
                                       plan.request_sha256(), owner, LEASE_SECONDS, expected)
-        if status != "new":  # another process got there between the check and the charge
-            raise SynthesizeError(f"{plan.synthetic_id} is already in the ledger ({status}): "
-                                  "a new draw needs a new id (--synthetic-id); nothing was "
-                                  "charged by this run")
+        if status != ("resume" if plan.resume else "new"):  # another run got there between
+            raise SynthesizeError(f"{plan.synthetic_id} is {status} in the ledger by another "
+                                  "run since this one began: nothing was charged by this run")
         with ledger.leased(plan.synthetic_id, owner, LEASE_SECONDS) as lease:
             try:
-                bits = RANDOM_BITS_OS if noise_seed is None else RANDOM_BITS_SEEDED
-                staging = _stage(plan, default_randomness(noise_seed), bits, progress)
+                crashpoint("synthesize-after-charge")
+                folder, in_place = _recorded_draw(log, plan)
+                if folder is None:
+                    bits = RANDOM_BITS_OS if noise_seed is None else RANDOM_BITS_SEEDED
+                    folder = _stage(plan, default_randomness(noise_seed), bits, progress)
+                    crashpoint("before-record-synthetic")
+                    log.record(DRAW_STAGE, DRAW_CHUNK, folder / MANIFEST,
+                               noise_source(noise_seed))
                 lease.check()
-                _move_into_place(staging, plan.out)
+                if not in_place:
+                    _move_into_place(folder, plan.out)
+                    crashpoint("synthesize-after-move")
                 ledger.complete_release(plan.synthetic_id,
                                         sha256_file(plan.out / MANIFEST), owner)
             except BaseException as err:
                 # Noise may have been drawn: the entry is marked failed (while this run still
-                # holds the lease) and its charge stays; a new draw needs a new id.
+                # holds the lease) and its charge stays; a rerun with the same id and request
+                # finishes it from its recorded draw.
                 try:
                     reason = " ".join(f"{type(err).__name__}: {err}".split())[:300]
                     ledger.fail_release(plan.synthetic_id, reason, owner)

@@ -375,7 +375,8 @@ def test_d12_a_full_disk_names_the_stage_the_path_and_the_rerun(tmp_path, monkey
     from tasks import publish
 
     class Api:
-        used = "a stand-in Prefect API"  # the command names the API it used
+        used = "a stand-in Prefect API"
+        url = "http://127.0.0.1:9/api"  # watched (the run ends long before it counts as gone)  # the command names the API it used
 
         def ready(self):
             pass

@@ -65,3 +65,36 @@ def refusal_block(res) -> str:
     assert len(errors) == 1, res.stdout
     assert all(ln.startswith(" ") for ln in lines[errors[0] + 1:]), res.stdout
     return "\n".join(lines[errors[0]:])
+
+
+def stand_in_release(monkeypatch, flow) -> None:
+    """``dpatlas release`` in this process with ``flow(config, rid, seed)`` as its flow, a
+    stand-in Prefect API (watched, at a dead URL: the flow ends long before it counts as gone)
+    and no pre-flight checks: for what the command says about an error the flow raises."""
+    import flows.release
+    import dpatlas.cli.prefect_server as ps
+    from dpatlas.core.config import load_config
+
+    class Api:
+        used = "a stand-in Prefect API"  # the command names the API it used
+        url = "http://127.0.0.1:9/api"
+
+        def ready(self):
+            pass
+
+    monkeypatch.setattr(ps, "prefect_api", lambda *a, **k: contextlib.nullcontext(Api()))
+    monkeypatch.setattr("dpatlas.cli.commands._checked_release",
+                        lambda c, rid, seed: (load_config(c), rid))
+    monkeypatch.setattr(flows.release, "release", flow)
+
+
+def stand_in_config(tmp_path):
+    """A config whose input is never read (the flow is a stand-in): releases in
+    ``tmp_path/out``, the ledger ``tmp_path/l.db``."""
+    from tests.support.inputs import write_config
+
+    return write_config(tmp_path / "c.yaml", {
+        "input": {"path": "x"}, "boundaries": {"path": "y"},
+        "selection": {"rule": "public", "threshold": 3},
+        "publish": {"root": str(tmp_path / "out")},
+        "ledger": {"url": f"sqlite:///{tmp_path}/l.db"}})
