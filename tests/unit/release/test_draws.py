@@ -69,7 +69,7 @@ def test_the_header_is_written_once_and_a_resume_keeps_the_original_start(intern
     DrawLog.open(internal, "r1", CFG, INP, clock=lambda: "2026-01-01T00:00:00+00:00")
     header = DrawLog.open(internal, "r1", CFG, INP, clock=lambda: "2026-12-31T00:00:00+00:00")
     assert header == {"release_id": "r1", "config_sha256": CFG, "input_sha256": INP,
-                      "started": "2026-01-01T00:00:00+00:00"}
+                      "started": "2026-01-01T00:00:00+00:00", "protocol": 2}
     assert len((internal / DRAWS_FILE).read_text().splitlines()) == 1
     assert not (internal / "state.json").exists()
 
@@ -108,8 +108,10 @@ def test_a_crash_between_the_rename_and_the_record_redraws_the_unseen_draw(inter
     monkeypatch.setattr(crash, "fault_hook", crash_at("before-record-select-c1"))
     with pytest.raises(Crash):
         run(log, draws, "select", "c1")
-    unseen = internal / "selection" / "c1.parquet"
+    # persisted under its pending name, never recorded: nothing may have read it
+    unseen = internal / "selection" / "c1.parquet.unrecorded"
     assert unseen.exists() and ("select", "c1") not in DrawLog(internal).draws()
+    assert not (internal / "selection" / "c1.parquet").exists()
     monkeypatch.setattr(crash, "fault_hook", None)
 
     said = []
@@ -122,8 +124,9 @@ def test_a_crash_between_the_rename_and_the_record_redraws_the_unseen_draw(inter
     assert any("never recorded" in s and "c1.parquet" in s for s in said)
     recorded = DrawLog(internal).draws()
     assert sorted(recorded) == [("select", "c0"), ("select", "c1")]
-    assert recorded[("select", "c1")]["sha256"] == sha256_file(unseen)
-    assert pd.read_parquet(unseen)["noise"].tolist() == [3.0]  # the redraw is what is kept
+    kept = internal / "selection" / "c1.parquet"
+    assert recorded[("select", "c1")]["sha256"] == sha256_file(kept) and not unseen.exists()
+    assert pd.read_parquet(kept)["noise"].tolist() == [3.0]  # the redraw is what is kept
 
 
 def test_a_crash_in_the_draw_leaves_nothing_and_draws_once_on_resume(internal,
@@ -151,6 +154,8 @@ def test_a_torn_last_line_is_reported_cut_off_and_its_draw_made_again(internal):
     whole = (internal / DRAWS_FILE).read_bytes()
     torn = whole[:-40]  # a crash in the middle of c1's append
     (internal / DRAWS_FILE).write_bytes(torn)
+    c1 = internal / "selection" / "c1.parquet"  # which came before c1's rename
+    c1.rename(c1.with_name("c1.parquet.unrecorded"))
     assert list(DrawLog(internal).draws()) == [("select", "c0")]  # read: the torn line ignored
 
     said = []
@@ -234,7 +239,8 @@ def test_a_release_begun_with_state_json_resumes_from_its_persisted_draws(intern
     said = []
     header = DrawLog.open(internal, "r1", CFG, INP, clock=lambda: "later", say=said.append)
     assert header == {"release_id": "r1", "config_sha256": CFG, "input_sha256": INP,
-                      "started": "2026-11-20T08:00:00+00:00"}  # the original start
+                      "started": "2026-11-20T08:00:00+00:00",  # the original start
+                      "protocol": 2}  # every persisted file is recorded: the pending rule holds
     assert not (internal / "state.json").exists() and "migrated state.json" in said[0]
     log, before = DrawLog(internal), len(draws.calls)
     recorded = log.draws()

@@ -1,0 +1,87 @@
+"""The budget plan as a release records it at its charge: canonical JSON, its sha256, and what
+changed between two plans (issue 31).
+
+A resumed release must draw under the plan it was charged for: the draw log's header and the
+ledger both keep the plan (``dpatlas.release.plan_record`` builds it from the BudgetPlan), and a
+resume whose plan differs is refused with :class:`PlanChanged`, naming what changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any
+
+from dpatlas.core.errors import ReleaseRefused
+
+__all__ = ["PlanChanged", "canonical_plan", "describe_changes", "plan_changes", "plan_sha256"]
+
+SHOWN_CHANGES = 5  # the differences a refusal names (the rest are counted)
+
+
+class PlanChanged(ValueError, ReleaseRefused):
+    """A resumed release's budget plan differs from the one it was charged (and drew) under:
+    its draws would compose to more than the ledger charged and the manifest states."""
+
+    def __init__(self, message: str, changes: list[str]):
+        super().__init__(message)
+        self.changes = changes
+
+
+def _plain(value: Any) -> Any:
+    """JSON-ready: tuples as lists, non-finite floats as text (JSON has no infinity)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # a numpy scalar
+        return _plain(value.item())
+    return value
+
+
+def canonical_plan(plan: dict) -> str:
+    """The plan as canonical JSON: sorted keys, no spaces, floats by their shortest repr."""
+    return json.dumps(_plain(plan), sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def plan_sha256(plan: dict) -> str:
+    return hashlib.sha256(canonical_plan(plan).encode()).hexdigest()
+
+
+def _flat(value: Any, path: str, out: dict[str, Any]) -> None:
+    if isinstance(value, dict) and value:
+        for key, v in value.items():
+            _flat(v, f"{path}/{key}" if path else str(key), out)
+    elif isinstance(value, list) and value:
+        for i, v in enumerate(value):
+            _flat(v, f"{path}[{i}]", out)
+    else:
+        out[path] = value
+
+
+def _shown(value: Any) -> str:
+    return "(none)" if value is _ABSENT else json.dumps(value, sort_keys=True)
+
+
+_ABSENT = object()
+
+
+def plan_changes(old: dict, new: dict) -> list[str]:
+    """Every leaf that differs, e.g. ``levels/county/epsilon: 0.31 → 0.45``: the shallowest
+    first (a step's budget before the noise parameters derived from it), then by path."""
+    before, after = {}, {}
+    _flat(_plain(old), "", before)
+    _flat(_plain(new), "", after)
+    paths = sorted(set(before) | set(after), key=lambda p: (p.count("/") + p.count("["), p))
+    return [f"{p}: {_shown(before.get(p, _ABSENT))} → {_shown(after.get(p, _ABSENT))}"
+            for p in paths if before.get(p, _ABSENT) != after.get(p, _ABSENT)]
+
+
+def describe_changes(changes: list[str], limit: int = SHOWN_CHANGES) -> str:
+    """The first ``limit`` changes, '; '-separated, and how many more."""
+    shown = "; ".join(changes[:limit])
+    more = len(changes) - limit
+    return shown + (f"; and {more} more difference(s)" if more > 0 else "")
