@@ -51,33 +51,37 @@ def plan_sha256(plan: dict) -> str:
     return hashlib.sha256(canonical_plan(plan).encode()).hexdigest()
 
 
-def _flat(value: Any, path: str, out: dict[str, Any]) -> None:
-    if isinstance(value, dict) and value:
-        for key, v in value.items():
-            _flat(v, f"{path}/{key}" if path else str(key), out)
-    elif isinstance(value, list) and value:
-        for i, v in enumerate(value):
-            _flat(v, f"{path}[{i}]", out)
-    else:
-        out[path] = value
+_ABSENT = object()
+_SHOWN_CHARS = 60  # a removed or added section is shown this long
 
 
 def _shown(value: Any) -> str:
-    return "(none)" if value is _ABSENT else json.dumps(value, sort_keys=True)
+    if value is _ABSENT:
+        return "(none)"
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS - 3] + "..."
 
 
-_ABSENT = object()
+def _diff(old: Any, new: Any, path: str, out: list[tuple[str, Any, Any]]) -> None:
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(set(old) | set(new)):
+            where = f"{path}/{key}" if path else str(key)
+            _diff(old.get(key, _ABSENT), new.get(key, _ABSENT), where, out)
+    elif isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        for i, (a, b) in enumerate(zip(old, new)):
+            _diff(a, b, f"{path}[{i}]", out)
+    elif old is _ABSENT or new is _ABSENT or old != new:
+        out.append((path, old, new))
 
 
 def plan_changes(old: dict, new: dict) -> list[str]:
-    """Every leaf that differs, e.g. ``levels/county/epsilon: 0.31 → 0.45``: the shallowest
-    first (a step's budget before the noise parameters derived from it), then by path."""
-    before, after = {}, {}
-    _flat(_plain(old), "", before)
-    _flat(_plain(new), "", after)
-    paths = sorted(set(before) | set(after), key=lambda p: (p.count("/") + p.count("["), p))
-    return [f"{p}: {_shown(before.get(p, _ABSENT))} → {_shown(after.get(p, _ABSENT))}"
-            for p in paths if before.get(p, _ABSENT) != after.get(p, _ABSENT)]
+    """Every difference, e.g. ``levels/county/epsilon: 0.31 → 0.45`` (a section only one plan
+    has is named whole): the shallowest first (a step's budget before the noise parameters
+    derived from it), then by path."""
+    found: list[tuple[str, Any, Any]] = []
+    _diff(_plain(old), _plain(new), "", found)
+    found.sort(key=lambda d: (d[0].count("/") + d[0].count("["), d[0]))
+    return [f"{path or '(the plan)'}: {_shown(a)} → {_shown(b)}" for path, a, b in found]
 
 
 def describe_changes(changes: list[str], limit: int = SHOWN_CHANGES) -> str:
