@@ -17,7 +17,7 @@ from dpatlas.core.errors import ReleaseRefused
 
 __all__ = ["PlanChanged", "canonical_plan", "describe_changes", "plan_changes", "plan_sha256"]
 
-SHOWN_CHANGES = 5  # the differences a refusal names (the rest are counted)
+SHOWN_CHANGES = 8  # the differences a refusal names (the rest are counted)
 
 
 class PlanChanged(ValueError, ReleaseRefused):
