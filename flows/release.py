@@ -29,7 +29,7 @@ from dpatlas.core.config import ReleaseConfig, load_config
 from dpatlas.release.crash import crashpoint
 from dpatlas.core.files import write_bytes_atomic
 from dpatlas.release import staging
-from dpatlas.release.draws import STAGE_FOLDERS, DrawLog, noise_source
+from dpatlas.release.draws import STAGE_FOLDERS, DrawLog, DrawLogMissing, noise_source
 from dpatlas.release.estimate import Chunk, stage_chunks
 from dpatlas.release.levels import level_tasks, partitions_holding
 from dpatlas.core.ids import validate_release_id
@@ -331,6 +331,16 @@ def _open_release_or_refuse(cfg: ReleaseConfig, rid: str, internal: Path, owner:
     ``charged``: the ledger holds its charge (a missing draw log is refused)."""
     try:
         return open_release(cfg, internal, charged)
+    except DrawLogMissing:
+        row = Ledger(cfg.ledger.url).release(rid)
+        holder = row.get("lease_owner") if row else None
+        if holder and holder != owner:  # another host's run: its log is in its own folder
+            raise DrawLogMissing(
+                f"release {rid} is charged and its lease in the ledger is held (or was last "
+                f"held) by {holder}: its draw log is in that owner's internal folder, not in "
+                f"{internal}; wait for that run to finish, or resume it there (a release "
+                "resumes only where its draw log is)") from None
+        raise
     except InputChanged as err:
         what = err.what
         status = _fail_charge(cfg, rid, owner, f"the {what} changed since the charge; "

@@ -214,3 +214,18 @@ def test_a_crash_past_publish_with_a_damaged_log_is_refused_never_redrawn(
         log.write_text(log.read_text().splitlines(keepends=True)[0])
     refused_with_nothing_done(tmp_path, internal, draws_made, PersistedDrawChanged)
     assert ledger_of(tmp_path).release("r1")["status"] == "in_progress"
+
+
+def test_a_missing_log_of_a_release_another_host_holds_names_that_host(
+        small_state, tmp_path, monkeypatch, draws_made):
+    """Two hosts, one ledger, their own internal folders: the log is in the other host's."""
+    config = make_config(tmp_path, small_state)
+    internal = tmp_path / "internal" / "r1"
+    crashed(monkeypatch, config, "after-estimate-input-17-0")
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
+    with engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE ledger_releases SET lease_owner = 'host-b:/scratch/r1'")
+    engine.dispose()
+    (internal / DRAWS_FILE).unlink()
+    err = refused_with_nothing_done(tmp_path, internal, draws_made, DrawLogMissing)
+    assert "held (or was last held) by host-b:/scratch/r1" in str(err) and "lease" in str(err)
