@@ -152,9 +152,11 @@ class DrawLog:
                 f"again to resume, or start a new release id (the budget charged for "
                 f"{release_id} stays spent)")
         else:
+            log._refuse_unrecorded(set())  # draw files and no log: refused before writing one
             header = log._begin(release_id, config_sha256, input_sha256, clock())
         log._check_same(header, config_sha256, input_sha256)
-        log._check_nothing_unrecorded(header)
+        if log._pending_rule(header):
+            log._refuse_unrecorded(set(log.draws()))
         return header
 
     def _begin(self, release_id: str, config_sha256: str, input_sha256: str, started: str,
@@ -174,12 +176,9 @@ class DrawLog:
         """Whether this log's draws keep their pending name until recorded (protocol 2)."""
         return (header or self.header()).get("protocol", 1) >= DRAW_PROTOCOL
 
-    def _check_nothing_unrecorded(self, header: dict) -> None:
+    def _refuse_unrecorded(self, recorded: set[tuple[str, str]]) -> None:
         """A draw file under its own name that the log does not record: its line was lost
         (the log was cut or replaced), since a draw takes its name only once recorded."""
-        if not self._pending_rule(header):
-            return
-        recorded = set(self.draws())
         lost = sorted(f"{folder}/{f.name}" for stage, folder in STAGE_FOLDERS.items()
                       for f in (self.internal / folder).glob("*.parquet")
                       if (stage, f.stem) not in recorded)

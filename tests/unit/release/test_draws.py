@@ -326,6 +326,7 @@ def test_a_missing_log_of_a_charged_release_is_refused_never_begun_afresh(intern
     # whatever the ledger says, draw files the new log would not record are refused too
     with pytest.raises(PersistedDrawChanged, match="selection/c0.parquet"):
         DrawLog.open(internal, "r1", CFG, INP)
+    assert not (internal / DRAWS_FILE).exists()  # refused before a new log is begun
 
 
 def test_a_cut_log_is_refused_when_opened_and_its_draws_never_redrawn(internal):
