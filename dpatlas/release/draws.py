@@ -388,19 +388,12 @@ def draw_once(log: DrawLog, stage: str, chunk: str, out: Path, draw: Callable[[]
     if reused is not None:
         say(f"{chunk}: reusing the recorded {stage} draw (no new noise)")
         return reused, None
+    pending = _pending(out)
     if not log._pending_rule():  # a log begun before pending names: its old rule
-        if out.exists():
-            say(f"{chunk}: {out.name} was persisted but never recorded (a crash came "
-                "between), so nothing has read it: drawing it again")
-        frame = draw()
-        write_parquet_atomic(frame, out, private=True)
-        crashpoint(f"before-record-{stage}-{chunk}")
-        log.record(stage, chunk, out, noise)
-        return out, frame
-    if out.exists():  # named only once recorded: its line was cut from the log
+        pending = out
+    elif out.exists():  # named only once recorded: its line was cut from the log
         raise PersistedDrawChanged(log._changed({"stage": stage, "chunk": chunk}, out,
                                                 "is not recorded in the log (lines were cut)"))
-    pending = _pending(out)
     if pending.exists():
         say(f"{chunk}: {pending.name} was persisted but never recorded (a crash came between), "
             "so nothing has read it: drawing it again")
@@ -408,5 +401,6 @@ def draw_once(log: DrawLog, stage: str, chunk: str, out: Path, draw: Callable[[]
     write_parquet_atomic(frame, pending, private=True)
     crashpoint(f"before-record-{stage}-{chunk}")
     log.record(stage, chunk, out, noise, written=pending)
-    os.replace(pending, out)
+    if pending != out:
+        os.replace(pending, out)
     return out, frame
