@@ -160,11 +160,9 @@ class DrawLog:
         return header
 
     def _begin(self, release_id: str, config_sha256: str, input_sha256: str, started: str,
-               draws: tuple[dict, ...] = (), protocol: Optional[int] = DRAW_PROTOCOL) -> dict:
+               draws: tuple[dict, ...] = ()) -> dict:
         header = {"release_id": release_id, "config_sha256": config_sha256,
-                  "input_sha256": input_sha256, "started": started}
-        if protocol is not None:
-            header["protocol"] = protocol
+                  "input_sha256": input_sha256, "started": started, "protocol": DRAW_PROTOCOL}
         self._write(header, draws)
         return header
 

@@ -229,3 +229,35 @@ def test_a_missing_log_of_a_release_another_host_holds_names_that_host(
     (internal / DRAWS_FILE).unlink()
     err = refused_with_nothing_done(tmp_path, internal, draws_made, DrawLogMissing)
     assert "held (or was last held) by host-b:/scratch/r1" in str(err) and "lease" in str(err)
+
+
+def test_a_release_charged_before_plans_were_recorded_is_compared_by_its_charges(
+        small_state, tmp_path, monkeypatch, draws_made):
+    """A header and a ledger entry without a plan (the previous version's): the ledger's
+    charges per step and cell decide; other level shares are refused, the same resume."""
+    config = make_config(tmp_path, small_state, levels=LEVELS)
+    internal = tmp_path / "internal" / "r1"
+    crashed(monkeypatch, config, "before-record-levels-state-17")
+    log = internal / DRAWS_FILE
+    lines = log.read_text().splitlines(keepends=True)
+    header = {k: v for k, v in json.loads(lines[0]).items()
+              if k not in ("plan", "plan_sha256", "code_version", "protocol")}
+    lines[0] = json.dumps(header, sort_keys=True) + "\n"
+    log.write_text("".join(lines))
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DELETE FROM ledger_release_plans")
+    engine.dispose()
+
+    began_with = config_module.DEFAULT_LEVEL_SHARES
+    monkeypatch.setattr(config_module, "DEFAULT_LEVEL_SHARES",
+                        {"tract": 0.5, "county": 0.45, "state": 0.05})
+    err = refused_with_nothing_done(tmp_path, internal, draws_made, PlanChanged)
+    assert "before plans were recorded" in str(err)
+    assert "step level county: NoisyStats, cell all: epsilon" in str(err)
+
+    monkeypatch.setattr(config_module, "DEFAULT_LEVEL_SHARES", began_with)
+    draws_made.clear()
+    assert run(config).status == "published"
+    assert draws_made == [("levels", "state-17")]
+    assert ledger_of(tmp_path).release_plan("r1")["recorded_by"] == "resume"
