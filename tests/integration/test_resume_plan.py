@@ -52,6 +52,25 @@ def ledger_state(tmp_path: Path) -> tuple:
     return led.release("r1"), led.entries().to_dict("records"), led.release_plan("r1")
 
 
+def ledger_sql(tmp_path: Path, statement: str, *params) -> None:
+    """Edit the ledger as another version (or another host) would have left it."""
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
+    with engine.begin() as conn:
+        conn.exec_driver_sql(statement, params)
+    engine.dispose()
+
+
+def refused_under_other_level_shares(tmp_path, internal, draws_made, monkeypatch):
+    """Resumed by a version whose default level shares are 0.5/0.45/0.05: refused with
+    nothing done (returns the error); then the version that began it is back."""
+    began_with = config_module.DEFAULT_LEVEL_SHARES
+    monkeypatch.setattr(config_module, "DEFAULT_LEVEL_SHARES",
+                        {"tract": 0.5, "county": 0.45, "state": 0.05})
+    err = refused_with_nothing_done(tmp_path, internal, draws_made, PlanChanged)
+    monkeypatch.setattr(config_module, "DEFAULT_LEVEL_SHARES", began_with)
+    return err
+
+
 def snapshot(folder: Path) -> dict:
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.rglob("*")) if p.is_file()}
@@ -91,16 +110,12 @@ def test_a_resume_under_other_default_level_shares_is_refused_before_any_draw(
     assert ("estimate", "input-17-2") in DrawLog(internal).draws()
     assert ("levels", "state-17") not in DrawLog(internal).draws()
 
-    began_with = config_module.DEFAULT_LEVEL_SHARES
-    monkeypatch.setattr(config_module, "DEFAULT_LEVEL_SHARES",
-                        {"tract": 0.5, "county": 0.45, "state": 0.05})
-    err = refused_with_nothing_done(tmp_path, internal, draws_made, PlanChanged)
+    err = refused_under_other_level_shares(tmp_path, internal, draws_made, monkeypatch)
     assert "levels/county/epsilon: 0.31 → 0.45" in str(err)
     assert "levels/state/epsilon: 0.03 → 0.05" in str(err)
     assert not (tmp_path / "releases" / "r1").exists()  # nothing published
     assert ledger_of(tmp_path).release("r1")["status"] == "in_progress"
 
-    monkeypatch.setattr(config_module, "DEFAULT_LEVEL_SHARES", began_with)
     # the version that began it finishes it
     draws_made.clear()
     outcome = run(config)
@@ -131,11 +146,7 @@ def test_the_same_plan_under_another_code_version_resumes_and_publishes(
     assert header["plan_sha256"] == ledger_of(tmp_path).release_plan("r1")["plan_sha256"]
     lines[0] = json.dumps({**header, "code_version": old}, sort_keys=True) + "\n"
     log.write_text("".join(lines))
-    engine = sa.create_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
-    with engine.begin() as conn:
-        conn.exec_driver_sql("UPDATE ledger_release_plans SET code_version = ?",
-                             (json.dumps(old),))
-    engine.dispose()
+    ledger_sql(tmp_path, "UPDATE ledger_release_plans SET code_version = ?", json.dumps(old))
     draws_made.clear()
 
     outcome = run(config)
@@ -222,10 +233,7 @@ def test_a_missing_log_of_a_release_another_host_holds_names_that_host(
     config = make_config(tmp_path, small_state)
     internal = tmp_path / "internal" / "r1"
     crashed(monkeypatch, config, "after-estimate-input-17-0")
-    engine = sa.create_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
-    with engine.begin() as conn:
-        conn.exec_driver_sql("UPDATE ledger_releases SET lease_owner = 'host-b:/scratch/r1'")
-    engine.dispose()
+    ledger_sql(tmp_path, "UPDATE ledger_releases SET lease_owner = 'host-b:/scratch/r1'")
     (internal / DRAWS_FILE).unlink()
     err = refused_with_nothing_done(tmp_path, internal, draws_made, DrawLogMissing)
     assert "held (or was last held) by host-b:/scratch/r1" in str(err) and "lease" in str(err)
@@ -244,19 +252,12 @@ def test_a_release_charged_before_plans_were_recorded_is_compared_by_its_charges
               if k not in ("plan", "plan_sha256", "code_version", "protocol")}
     lines[0] = json.dumps(header, sort_keys=True) + "\n"
     log.write_text("".join(lines))
-    engine = sa.create_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
-    with engine.begin() as conn:
-        conn.exec_driver_sql("DELETE FROM ledger_release_plans")
-    engine.dispose()
+    ledger_sql(tmp_path, "DELETE FROM ledger_release_plans")
 
-    began_with = config_module.DEFAULT_LEVEL_SHARES
-    monkeypatch.setattr(config_module, "DEFAULT_LEVEL_SHARES",
-                        {"tract": 0.5, "county": 0.45, "state": 0.05})
-    err = refused_with_nothing_done(tmp_path, internal, draws_made, PlanChanged)
+    err = refused_under_other_level_shares(tmp_path, internal, draws_made, monkeypatch)
     assert "before plans were recorded" in str(err)
     assert "step level county: NoisyStats, cell all: epsilon" in str(err)
 
-    monkeypatch.setattr(config_module, "DEFAULT_LEVEL_SHARES", began_with)
     draws_made.clear()
     assert run(config).status == "published"
     assert draws_made == [("levels", "state-17")]
