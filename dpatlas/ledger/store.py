@@ -39,8 +39,8 @@ lacked): ``ledger_caps`` (one row per dataset), ``ledger_cap_changes`` (one row 
 ``ledger_releases`` (one row per release id, its primary key), ``ledger_charges`` (one row per
 charged budget step), ``ledger_release_plans`` (the budget plan a release was charged under,
 canonical JSON and sha256, and the code version that charged it: a resume must draw under the
-same plan, see :meth:`Ledger.begin_release`). ``Ledger(url, create=False)`` opens a ledger for reading only: it never
-writes, not even the tables.
+same plan, see :meth:`Ledger.begin_release`). ``Ledger(url, create=False)`` opens a ledger
+for reading only: it never writes, not even the tables.
 """
 
 from __future__ import annotations
