@@ -240,6 +240,10 @@ def release(config_path: str, release_id: Optional[str] = None,
         # over the cap) and take the release's lease, before any noise.
         budget = allocate_budget(cfg)
         plan = record_plan(internal, budget)  # a resume under another plan is refused here
+        if os.path.lexists(root / rid):  # a crash past publish: nothing is drawn again
+            DrawLog(internal).require_recorded(
+                _needed_draws(chunks, sizes, budget),
+                f"release {rid} is already published at {root / rid}")
         stage_parameters = {"chunks": worker_chunks, "budget": budget, "min_n": cfg.publish.min_n,
                             "internal": str(internal), "noise_seed": noise_seed,
                             "staging_location": location}
@@ -249,10 +253,6 @@ def release(config_path: str, release_id: Optional[str] = None,
         charge_release(cfg.ledger, rid, budget, cells, start.config_sha256, owner, plan)
         with Ledger(cfg.ledger.url).leased(rid, owner, LEASE_SECONDS) as lease:
             crashpoint("after-ledger-charge")
-            if os.path.lexists(root / rid):  # a crash past publish: draw nothing again
-                DrawLog(internal).require_recorded(
-                    _needed_draws(chunks, sizes, budget),
-                    f"release {rid} is already published at {root / rid}")
 
             # 4-5. Select a mechanism per tract, then estimate, chunk by chunk.
             stage = select_and_estimate.with_options(task_runner=chunk_task_runner(cfg),

@@ -262,3 +262,19 @@ def test_a_release_charged_before_plans_were_recorded_is_compared_by_its_charges
     assert run(config).status == "published"
     assert draws_made == [("levels", "state-17")]
     assert ledger_of(tmp_path).release_plan("r1")["recorded_by"] == "resume"
+
+
+def test_a_crash_past_publish_with_its_lines_and_files_gone_is_refused_never_redrawn(
+        small_state, tmp_path, monkeypatch, draws_made):
+    """Past publish, every draw the published folder needs must be recorded: with the log cut
+    and the draw files deleted too, nothing can be reused, and nothing is drawn again."""
+    config = make_config(tmp_path, small_state)
+    internal = tmp_path / "internal" / "r1"
+    crashed(monkeypatch, config, "after-publish")
+    log = internal / DRAWS_FILE
+    log.write_text(log.read_text().splitlines(keepends=True)[0])
+    for folder in ("selection", "results"):
+        for file in (internal / folder).glob("*.parquet"):
+            file.unlink()
+    err = refused_with_nothing_done(tmp_path, internal, draws_made, PersistedDrawChanged)
+    assert "is already published at" in str(err) and "does not record 6" in str(err)
