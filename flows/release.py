@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
@@ -28,7 +29,7 @@ from dpatlas.core.config import ReleaseConfig, load_config
 from dpatlas.release.crash import crashpoint
 from dpatlas.core.files import write_bytes_atomic
 from dpatlas.release import staging
-from dpatlas.release.draws import STAGE_FOLDERS, DrawLog, noise_source
+from dpatlas.release.draws import STAGE_FOLDERS, DrawLog, DrawLogMissing, noise_source
 from dpatlas.release.estimate import Chunk, stage_chunks
 from dpatlas.release.levels import level_tasks, partitions_holding
 from dpatlas.core.ids import validate_release_id
@@ -43,7 +44,7 @@ from tasks.ledger import LEASE_SECONDS, charge_release, complete_release, releas
 from tasks.preflight import preflight
 from tasks.publish import publish_release, show_in_feed
 from tasks.report import report_release
-from tasks.state import open_release
+from tasks.state import open_release, record_plan
 from tasks.validate import (bound_contributions, build_validation_docs, check_boundaries,
                             check_change_limit, plan_chunks, record_validation,
                             validate_partition)
@@ -215,9 +216,12 @@ def release(config_path: str, release_id: Optional[str] = None,
     if release_status(cfg.ledger, rid, root / rid) == "published":
         return _already_published(cfg, rid)
     with ReleaseLock(internal, rid):
-        if release_status(cfg.ledger, rid, root / rid) == "published":  # by a run just now
+        status = release_status(cfg.ledger, rid, root / rid)
+        if status == "published":  # by a run just now
             return _already_published(cfg, rid)
-        start = _open_release_or_refuse(cfg, rid, internal, owner)
+        # charged (in progress or failed): its draw log must be there, never begun afresh
+        start = _open_release_or_refuse(cfg, rid, internal, owner,
+                                        charged=status in ("in_progress", "failed"))
 
         # 1-2. Ingest and validate every partition, then the checks that span partitions,
         # all before any noise is drawn or any budget charged.
@@ -237,13 +241,18 @@ def release(config_path: str, release_id: Optional[str] = None,
         # 3. Allocate the budget; check the release can complete; charge the ledger (refused
         # over the cap) and take the release's lease, before any noise.
         budget = allocate_budget(cfg)
+        plan = record_plan(internal, budget)  # a resume under another plan is refused here
+        if os.path.lexists(root / rid):  # a crash past publish: nothing is drawn again
+            DrawLog(internal).require_recorded(
+                _needed_draws(chunks, sizes, budget),
+                f"release {rid} is already published at {root / rid}")
         stage_parameters = {"chunks": worker_chunks, "budget": budget, "min_n": cfg.publish.min_n,
                             "internal": str(internal), "noise_seed": noise_seed,
                             "staging_location": location}
         preflight(cfg, rid, noise_seed, stage="before-charge", budget=budget, sizes=sizes,
                   subflow=select_and_estimate, subflow_parameters=stage_parameters)
         cells = sorted(sizes["cell"].unique())
-        charge_release(cfg.ledger, rid, budget, cells, start.config_sha256, owner)
+        charge_release(cfg.ledger, rid, budget, cells, start.config_sha256, owner, plan)
         with Ledger(cfg.ledger.url).leased(rid, owner, LEASE_SECONDS) as lease:
             crashpoint("after-ledger-charge")
 
@@ -259,7 +268,7 @@ def release(config_path: str, release_id: Optional[str] = None,
             # complete the ledger entry, then show the release in the feed.
             mark_root(cfg)
             folder = publish_release(cfg, rid, results, boundaries, budget, start.input_sha256,
-                                     _noise_source(noise_seed), start.started, internal,
+                                     _noise_source(internal, noise_seed), start.started, internal,
                                      _ledger_entry(cfg, rid, budget, cells),
                                      _input_facts(cfg, contributions), lease.check,
                                      level_results)
@@ -269,6 +278,15 @@ def release(config_path: str, release_id: Optional[str] = None,
             crashpoint("after-ledger-complete")
         show_in_feed(root, rid, ledger_url=cfg.ledger.url)
         return report_release(cfg.ledger, folder, "published")
+
+
+def _needed_draws(chunks: list[Chunk], sizes, budget) -> set[tuple[str, str]]:
+    """Every draw the release publishes: each chunk's selection and estimates, and each level
+    task's (with levels), as (stage, chunk) in its draw log."""
+    needed = {(stage, c.name) for c in chunks for stage in ("select", "estimate")}
+    if budget.levels:
+        needed |= {("levels", u.name) for u in level_tasks(sizes)}
+    return needed
 
 
 def _estimate_levels(staged: list[Path], chunks: list[Chunk], sizes, budget, min_n: int,
@@ -307,12 +325,24 @@ def _validate_partitions(cfg: ReleaseConfig, internal: Path) -> tuple[list[dict]
     return reports, staged
 
 
-def _open_release_or_refuse(cfg: ReleaseConfig, rid: str, internal: Path, owner: str):
+def _open_release_or_refuse(cfg: ReleaseConfig, rid: str, internal: Path, owner: str,
+                            charged: bool = False):
     """Open (or resume) the release. A resume whose input or config changed is refused; if it
     was charged, the ledger marks it failed with why (its budget stays spent, never refunded),
-    so it is not left looking in progress; the original input resumes it, failed or not."""
+    so it is not left looking in progress; the original input resumes it, failed or not.
+    ``charged``: the ledger holds its charge (a missing draw log is refused)."""
     try:
-        return open_release(cfg, internal)
+        return open_release(cfg, internal, charged)
+    except DrawLogMissing:
+        row = Ledger(cfg.ledger.url).release(rid)
+        holder = row.get("lease_owner") if row else None
+        if holder and holder != owner:  # another host's run: its log is in its own folder
+            raise DrawLogMissing(
+                f"release {rid} is charged and its lease in the ledger is held (or was last "
+                f"held) by {holder}: its draw log is in that owner's internal folder, not in "
+                f"{internal}; wait for that run to finish, or resume it there (a release "
+                "resumes only where its draw log is)") from None
+        raise
     except InputChanged as err:
         what = err.what
         status = _fail_charge(cfg, rid, owner, f"the {what} changed since the charge; "
@@ -355,8 +385,16 @@ def _already_published(cfg: ReleaseConfig, rid: str) -> ReleaseOutcome:
     return report_release(cfg.ledger, root / rid, "already_published")
 
 
-def _noise_source(noise_seed: Optional[int]) -> str:
-    return "os.urandom" if noise_seed is None else "seeded (test only, NOT FOR RELEASE)"
+def _noise_source(internal: Path, noise_seed: Optional[int]) -> Counter:
+    """The noise sources of the release's draws, as its log records them (a release begun
+    seeded and resumed without a seed drew from both); draws recorded without one (migrated
+    from state.json) are counted as this run's."""
+    sources = DrawLog(internal).noise_sources()
+    unknown = sum(n for source, n in sources.items() if source.startswith("unknown"))
+    known = Counter({s: n for s, n in sources.items() if not s.startswith("unknown")})
+    if unknown or not known:
+        known[noise_source(noise_seed)] += unknown
+    return known
 
 
 def _ledger_entry(cfg: ReleaseConfig, rid: str, budget, cells: list[str]) -> dict:

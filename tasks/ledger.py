@@ -19,11 +19,12 @@ LEASE_SECONDS = 60.0
 
 @task(name="ledger-charge", **TASK_OPTIONS)
 def charge_release(cfg: LedgerConfig, release_id: str, budget: BudgetPlan, cells: list[str],
-                   config_sha256: str, owner: str) -> str:
+                   config_sha256: str, owner: str, plan: dict | None = None) -> str:
     """Record the release's charges and take its lease before any noise is drawn.
 
     Refused over the ledger's lifetime cap, when the ledger has no cap, when the config states
-    a cap other than the ledger's, or while another owner holds the release's lease.
+    a cap other than the ledger's, or while another owner holds the release's lease; on resume,
+    when ``plan`` (``plan_record.plan_entry``) is not the plan it was charged under.
     """
     ledger = Ledger(cfg.url)
     expected = None
@@ -31,7 +32,7 @@ def charge_release(cfg: LedgerConfig, release_id: str, budget: BudgetPlan, cells
         expected = (cfg.cap_epsilon, cfg.cap_delta)
     status = ledger.begin_release(release_id, cfg.dataset, charges(budget, cells),
                                   config_sha256, owner, lease_seconds=LEASE_SECONDS,
-                                  expected_cap=expected)
+                                  expected_cap=expected, plan=plan)
     spent = ledger.spent(cfg.dataset)
     get_run_logger().info("ledger: release %s is %s; dataset %s has spent eps=%.4g of %.4g",
                           release_id, status, cfg.dataset, spent["epsilon"], spent["cap_epsilon"])

@@ -3,7 +3,7 @@ from __future__ import annotations
 import os
 from functools import partial
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Mapping, Optional
 
 import geopandas as gpd
 import pandas as pd
@@ -31,7 +31,7 @@ from .common import RETRY_IO
 @task(name="publish", **RETRY_IO)
 def publish_release(cfg: ReleaseConfig, release_id: str, result_files: list[Path],
                     boundaries: gpd.GeoDataFrame, budget: BudgetPlan, input_sha256: str,
-                    random_source: str, started: str, internal: Path,
+                    random_source: str | Mapping[str, int], started: str, internal: Path,
                     ledger_entry: dict, input_facts: dict,
                     check_lease: Optional[Callable[[], None]] = None,
                     level_files: Optional[list[Path]] = None) -> Path:

@@ -6,8 +6,10 @@ from pathlib import Path
 from prefect import get_run_logger, task
 
 from dpatlas.core.config import ReleaseConfig, fingerprint
+from dpatlas.release.allocate import BudgetPlan
 from dpatlas.release.draws import DrawLog
 from dpatlas.release.ingest import input_fingerprint
+from dpatlas.release.plan_record import plan_entry
 
 from .common import TASK_OPTIONS
 
@@ -23,10 +25,22 @@ class ReleaseStart:
 
 
 @task(name="open-release", **TASK_OPTIONS)
-def open_release(cfg: ReleaseConfig, internal: Path) -> ReleaseStart:
+def open_release(cfg: ReleaseConfig, internal: Path, charged: bool = False) -> ReleaseStart:
     """Begin the release's draw log (the internal folder is named after the release id) or,
-    on resume, check its config and input against the log's header."""
+    on resume, check its config and input against the log's header. ``charged``: the ledger
+    holds the release's charge, so its log must be there (never begun afresh)."""
     config_sha, input_sha = fingerprint(cfg), input_fingerprint(cfg.input)
     header = DrawLog.open(internal, internal.name, config_sha, input_sha,
-                          say=get_run_logger().warning)
+                          say=get_run_logger().warning, charged=charged)
     return ReleaseStart(header["started"], config_sha, input_sha)
+
+
+@task(name="record-plan", **TASK_OPTIONS)
+def record_plan(internal: Path, budget: BudgetPlan) -> dict:
+    """The plan this run charges and draws under, in the draw log's header; a resume whose
+    plan differs from the one its recorded draws were made under is refused here, before the
+    charge and before any noise (dpatlas.release.draws). Returns the plan entry for the
+    ledger."""
+    entry = plan_entry(budget)
+    DrawLog(internal).settle_plan(entry, say=get_run_logger().warning)
+    return entry

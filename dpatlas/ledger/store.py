@@ -37,13 +37,16 @@ string.
 Tables (created if missing, and migrated in place from the previous version by adding what it
 lacked): ``ledger_caps`` (one row per dataset), ``ledger_cap_changes`` (one row per cap change),
 ``ledger_releases`` (one row per release id, its primary key), ``ledger_charges`` (one row per
-charged budget step). ``Ledger(url, create=False)`` opens a ledger for reading only: it never
-writes, not even the tables.
+charged budget step), ``ledger_release_plans`` (the budget plan a release was charged under,
+canonical JSON and sha256, and the code version that charged it: a resume must draw under the
+same plan, see :meth:`Ledger.begin_release`). ``Ledger(url, create=False)`` opens a ledger
+for reading only: it never writes, not even the tables.
 """
 
 from __future__ import annotations
 
 import getpass
+import json
 import logging
 import math
 import re
@@ -64,6 +67,8 @@ from sqlalchemy import exc as sa_exc
 from mechanisms.accounting import lifetime_epsilon, within
 
 from dpatlas.core.files import now_utc
+from dpatlas.core.plan_record import (PlanChanged, canonical_plan, describe_changes,
+                                      plan_changes)
 from dpatlas.core.ids import (InvalidDatasetName, InvalidReason, InvalidReleaseId,
                               validate_dataset_name, validate_reason, validate_release_id)
 
@@ -162,6 +167,19 @@ charges_table = sa.Table(
     sa.CheckConstraint("delta >= 0 AND delta <= 1", name="ck_ledger_charges_delta"),
     sa.CheckConstraint("guarantee_type IN ('pure', 'approx', 'zcdp', 'gdp')",
                        name="ck_ledger_charges_type"),
+)
+
+# The plan each release was charged under (issue 31). Releases charged before it have no row:
+# their first resume compares the charges per step and cell instead, then records the plan.
+plans_table = sa.Table(
+    "ledger_release_plans", metadata,
+    sa.Column("release_id", sa.String(200), sa.ForeignKey("ledger_releases.release_id"),
+              primary_key=True),
+    sa.Column("plan_sha256", sa.String(64), nullable=False),
+    sa.Column("plan", sa.Text, nullable=False),  # canonical JSON (dpatlas.core.plan_record)
+    sa.Column("code_version", sa.Text, nullable=False),  # JSON: recorded, never compared
+    sa.Column("recorded_at", sa.String(40), nullable=False),
+    sa.Column("recorded_by", sa.String(20), nullable=False),  # "charge" or "resume"
 )
 
 TABLES = frozenset(t.name for t in metadata.sorted_tables)
@@ -686,7 +704,8 @@ class Ledger:
     def begin_release(self, release_id: str, dataset: str, charges: list[Charge],
                       config_sha256: str, owner: str,
                       lease_seconds: float = DEFAULT_LEASE_SECONDS,
-                      expected_cap: tuple[float | None, float | None] | None = None) -> str:
+                      expected_cap: tuple[float | None, float | None] | None = None,
+                      plan: dict | None = None) -> str:
         """Record a release and its charges if the dataset's cap allows, and take its lease.
 
         Returns
@@ -698,6 +717,12 @@ class Ledger:
 
         ``expected_cap``: the cap the config states, if any ((eps, delta); None parts are not
         compared); checked when the release is charged (a resume charges nothing).
+
+        ``plan``: the plan entry (``{"plan", "plan_sha256", "code_version"}``), recorded with a
+        new charge; a resume whose plan is not the recorded one raises :class:`PlanChanged`
+        naming what changed, and writes nothing (no attempt, no lease). A release charged
+        before plans were recorded is compared by its charges (each step's and cell's type,
+        ε, δ, ρ), and its plan recorded when they agree.
 
         Raises :class:`ReleaseBusy` (another owner's lease is live: the message names it and
         when it expires; or the ledger stayed locked past ``lock_timeout``),
@@ -725,7 +750,8 @@ class Ledger:
                                .with_for_update()).mappings().first()
             now = self._db_clock(conn)  # after the locks: a wait does not age it
             if row is not None:
-                return self._existing(conn, row, dataset, config_sha256, owner, now, lease)
+                return self._existing(conn, row, dataset, config_sha256, owner, now, lease,
+                                      plan, rows)
             if cap is None:
                 raise LedgerError(
                     f"no lifetime budget cap is set for dataset {dataset!r} in the ledger at "
@@ -758,12 +784,15 @@ class Ledger:
                 lease_owner=owner, lease_expires=now + lease))
             conn.execute(charges_table.insert(),
                          [{**x, "release_id": release_id, "charged_at": stamp} for x in rows])
+            if plan is not None:
+                self._record_plan(conn, release_id, plan, "charge")
             return "new"
 
         return self._run_write(attempt, f"release {release_id}")
 
     def _existing(self, conn: sa.Connection, row, dataset: str, config_sha256: str,
-                  owner: str, now: float, lease: float) -> str:
+                  owner: str, now: float, lease: float, plan: dict | None = None,
+                  rows: list[dict] = ()) -> str:
         rid = row["release_id"]
         if row["dataset"] != dataset:
             raise LedgerError(f"release {rid} exists for dataset {row['dataset']!r}, "
@@ -786,11 +815,88 @@ class Ledger:
                 "database's clock); wait for that run to finish, or, if it died, for the lease "
                 "to expire, then run again",
                 holder=holder, lease_expires=expires)
+        if plan is not None:
+            self._check_plan(conn, rid, plan, rows)
         r = releases_table.c
         conn.execute(releases_table.update().where(r.release_id == rid).values(
             status="in_progress", owner=owner, attempts=r.attempts + 1, updated_at=_now(),
             lease_owner=owner, lease_expires=now + lease))
         return "resume"
+
+    def _check_plan(self, conn: sa.Connection, rid: str, plan: dict, rows: list[dict]) -> None:
+        """A resume draws under the plan its release was charged under (refused otherwise,
+        before anything is written); one charged before plans were recorded must have the
+        same charges, and then records this plan."""
+        p = plans_table.c
+        stored = conn.execute(sa.select(p.plan_sha256, p.plan, p.code_version)
+                              .where(p.release_id == rid)).mappings().first()
+        if stored is not None:
+            if stored["plan_sha256"] == plan["plan_sha256"]:
+                return  # the code version may differ: recorded, never compared
+            changes = plan_changes(json.loads(stored["plan"]), plan["plan"])
+            code = json.loads(stored["code_version"])
+            raise PlanChanged(
+                f"release {rid} was charged in the ledger at {self.url} under another budget "
+                f"plan than this run's ({describe_changes(changes)}): its draws must be made "
+                "under the plan it was charged for; finish it with the version that charged it "
+                f"(dpatlas {code.get('package', '?')}, git {code.get('git_commit') or 'unknown'})"
+                " or start a new release id (the charge is unchanged)", changes)
+        changes = self._charge_changes(conn, rid, rows)
+        if changes:
+            raise PlanChanged(
+                f"release {rid} was charged in the ledger at {self.url} (before plans were "
+                f"recorded) for other budget steps than this run's ({describe_changes(changes)})"
+                ": its draws must be made under the plan it was charged for; finish it with "
+                "the version that charged it or start a new release id (the charge is "
+                "unchanged)", changes)
+        self._record_plan(conn, rid, plan, "resume")
+
+    @staticmethod
+    def _charge_changes(conn: sa.Connection, rid: str, rows: list[dict]) -> list[str]:
+        """How this run's charges differ from the recorded ones, per step and cell."""
+        ch = charges_table.c
+        keys = ("guarantee_type", "epsilon", "delta", "rho")
+        recorded = {(x["step"], x["cell"]): x for x in conn.execute(
+            sa.select(ch.step, ch.cell, *[ch[k] for k in keys])
+            .where(ch.release_id == rid)).mappings()}
+        now = {(x["step"], x["cell"]): x for x in rows}
+        changes = []
+        for step, cell in sorted(set(recorded) | set(now)):
+            old, new = recorded.get((step, cell)), now.get((step, cell))
+            where = f"step {step}, cell {cell}"
+            if old is None or new is None:
+                changes.append(f"{where}: {'charged' if old else 'not charged'} → "
+                               f"{'charged' if new else 'not charged'}")
+                continue
+            for k in keys:
+                a, b = old[k], new[k]
+                same = (a == b if isinstance(a, str) or a is None or b is None
+                        else math.isclose(a, b, rel_tol=CAP_MATCH_TOL, abs_tol=0.0))
+                if not same:
+                    changes.append(f"{where}: {k} {a!r} → {b!r}")
+        return changes
+
+    @staticmethod
+    def _record_plan(conn: sa.Connection, rid: str, plan: dict, how: str) -> None:
+        conn.execute(plans_table.insert().values(
+            release_id=rid, plan_sha256=plan["plan_sha256"], plan=canonical_plan(plan["plan"]),
+            code_version=json.dumps(plan["code_version"], sort_keys=True), recorded_at=_now(),
+            recorded_by=how))
+
+    def release_plan(self, release_id: str) -> dict | None:
+        """The plan entry a release was charged under (None: none recorded)."""
+        _release_id(release_id)
+        if plans_table.name not in self._tables:
+            return None
+        p = plans_table.c
+        with self._reading(f"release {release_id}") as conn:
+            row = conn.execute(sa.select(plans_table).where(p.release_id == release_id)
+                               ).mappings().first()
+        if row is None:
+            return None
+        return {"plan": json.loads(row["plan"]), "plan_sha256": row["plan_sha256"],
+                "code_version": json.loads(row["code_version"]),
+                "recorded_at": row["recorded_at"], "recorded_by": row["recorded_by"]}
 
     @staticmethod
     def _check_charges(release_id: str, charges: Iterable[Charge]) -> list[dict]:

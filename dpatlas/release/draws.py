@@ -1,37 +1,69 @@
 """Draw once: the one checkpoint a release resumes from, ``draws.jsonl`` in its internal folder.
 
 The log is append-only. Its first line is the header: the release id, the sha256 of its config
-and of its input, and when the release first began (the manifest states that start). Every
-later line records one completed noise draw: its stage (``select``, ``estimate``), its chunk,
-the file it was persisted to (relative to the internal folder) with that file's sha256, its
-noise source, and when.
+and of its input, when the release first began (the manifest states that start), the protocol
+of its draws, and, from the charge on, the budget plan the release is charged for with its
+sha256 and the code version that recorded it. Every later line records one completed noise
+draw: its stage (``select``, ``estimate``, ``levels``), its chunk, the file it was persisted to
+(relative to the internal folder) with that file's sha256, its noise source, and when.
 
 The rule behind the order: a draw nothing has read yet may be drawn again (noise that no one
 has seen leaks nothing); a draw that anything downstream may have read (a later stage's input,
 a published file) is never replaced. So each draw is, in this order (:func:`draw_once`):
 
-1. drawn, written under a temporary name and renamed into place (``dpatlas.core.files``);
+1. drawn, and written under its pending name ``<chunk>.parquet.unrecorded`` (written under a
+   temporary name and renamed into place: ``dpatlas.core.files``);
 2. recorded: one line appended in one ``write``, then fsync'd;
-3. only then handed downstream: the tasks pass on the path :func:`draw_once` returns, so a
+3. renamed to its own name ``<chunk>.parquet``;
+4. only then handed downstream: the tasks pass on the path :func:`draw_once` returns, so a
    later stage reads only recorded draws.
 
 What a resume finds after a crash at each point (tests/unit/release/test_draws.py):
 
 - before 1 completes: no file (at most a stray temporary one): the draw is made afresh;
-- between 1 and 2 (crash point ``before-record-<stage>-<chunk>``): a file the log does not
-  record, which nothing has read: it is drawn again, over that file, and the log says so;
+- between 1 and 2 (crash point ``before-record-<stage>-<chunk>``): a pending file the log does
+  not record, which nothing has read: it is drawn again, over that file, and the log says so;
 - during 2: a torn last line (no newline): it is reported and cut off when the log is opened,
   and the draw is made again as above;
-- after 2: the recorded draw is reused when its file still has the recorded sha256. A
+- between 2 and 3: a recorded draw still under its pending name: renamed (its sha256 checked)
+  and reused;
+- after 3: the recorded draw is reused when its file still has the recorded sha256. A
   recorded file that is missing or differs (tampering, disk loss) stops the release with
   :class:`PersistedDrawChanged`, naming the file: it is never drawn again, since what was
   drawn may already have been read downstream.
+
+Draw once does not rest on this file alone (issue 31, O5), since an operator can delete or cut
+it:
+
+- deleted: the ledger knows the release was charged; a charged release (in progress or failed
+  in the ledger) whose internal folder holds no log is refused (:class:`DrawLogMissing`),
+  never drawn afresh;
+- cut (lines lost, header intact): a draw file under its own name exists only once its line was
+  written (step 3 after step 2), so a ``<chunk>.parquet`` the log does not record means lines
+  were lost: the resume is refused when the log is opened, before anything is drawn;
+- past publish: the published folder is there; every draw it needs must be recorded
+  (:meth:`DrawLog.require_recorded`), else the resume is refused: published values are never
+  drawn again.
+
+What is left: a draw made on a worker into the staging URL is persisted there under its own
+name before the flow records it, so a cut log redraws such draws as long as nothing was
+published; and whoever deletes both lines and their files before publish gets those (never
+published) draws drawn again.
+
+The plan (issue 31, item 1): at the charge the flow records the plan in the header
+(:meth:`DrawLog.settle_plan`) and in the ledger. A resume whose plan differs from the header's
+is refused with :class:`~dpatlas.core.plan_record.PlanChanged` once a draw is recorded (while
+none is, nothing was drawn under the old plan and the header takes the new one; the ledger
+still compares it with what was charged). A header written before plans were recorded has none
+to compare: the ledger's charges per step and cell are compared instead.
 
 The header replaces the previous version's ``state.json``: a resume whose config or input
 differs is refused with :class:`~dpatlas.release.run_state.InputChanged`. A release begun by
 that version (``state.json`` and no log) is migrated when it resumes: its header is taken from
 ``state.json``, and its persisted selections and estimates, complete by their atomic rename
-and perhaps already read, are recorded as draws with their present sha256.
+and perhaps already read, are recorded as draws with their present sha256. A header without a
+``protocol`` (written before pending names) keeps its old rule: a file under its own name that
+the log does not record is drawn again.
 
 The chunks of one run draw in parallel (threads, or Dask worker processes), so an append holds
 an exclusive ``flock`` on the log; other runs of the release are kept out by the ReleaseLock.
@@ -43,19 +75,26 @@ import fcntl
 import json
 import logging
 import os
+from collections import Counter
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterable, Optional
 
 from dpatlas.core.errors import OperatorError
+from dpatlas.core.plan_record import PlanChanged, describe_changes, plan_changes
 from dpatlas.core.files import now_utc, write_bytes_atomic, write_parquet_atomic
 from dpatlas.core.hashing import sha256_file
 from dpatlas.release import staging
 from dpatlas.release.crash import crashpoint
 from dpatlas.release.run_state import InputChanged
 
-__all__ = ["DRAWS_FILE", "DrawLog", "PersistedDrawChanged", "draw_once", "noise_source"]
+__all__ = ["DRAWS_FILE", "DrawLog", "DrawLogMissing", "PersistedDrawChanged", "draw_once",
+           "noise_source"]
 
 DRAWS_FILE = "draws.jsonl"
+# 2: a draw stays under its pending name until its line is written (module doc); a header
+# without "protocol" was written before, by the rule that a file may be unrecorded.
+DRAW_PROTOCOL = 2
+PENDING_SUFFIX = ".unrecorded"
 LEGACY_STATE_FILE = "state.json"  # the run state of the version before the log
 # Where each stage persists its draws (flows/release.py), for migrating a legacy release.
 STAGE_FOLDERS = {"select": "selection", "estimate": "results", "levels": "levels"}
@@ -67,6 +106,11 @@ _log = logging.getLogger(__name__)
 class PersistedDrawChanged(RuntimeError, OperatorError):
     """A recorded noise draw's file is missing or differs from what was recorded (tampering or
     disk loss), or the log itself is damaged. Never redrawn: it may have been read downstream."""
+
+
+class DrawLogMissing(PersistedDrawChanged):
+    """The ledger charged this release, but its internal folder holds no draw log: whatever
+    was drawn is no longer known, so nothing may be drawn afresh."""
 
 
 def noise_source(seed: Optional[int]) -> str:
@@ -85,9 +129,13 @@ class DrawLog:
 
     @classmethod
     def open(cls, internal: Path, release_id: str, config_sha256: str, input_sha256: str,
-             clock: Callable[[], str] = now_utc, say: Say = _log.warning) -> dict:
+             clock: Callable[[], str] = now_utc, say: Say = _log.warning,
+             charged: bool = False) -> dict:
         """Begin the log, or check a resumed one against this run's config and input (raises
-        InputChanged); returns its header. Migrates a legacy ``state.json`` release first."""
+        InputChanged); returns its header. Migrates a legacy ``state.json`` release first.
+
+        ``charged``: the ledger holds this release's charge (in progress or failed): a missing
+        log is then refused (:class:`DrawLogMissing`) instead of begun afresh."""
         log = cls(internal)
         legacy = log.internal / LEGACY_STATE_FILE
         if log.path.exists():
@@ -96,18 +144,78 @@ class DrawLog:
             header = log.header()
         elif legacy.exists():
             header = log._migrate(legacy, release_id, clock, say)
+        elif charged:
+            raise DrawLogMissing(
+                f"release {release_id} was charged in the ledger but {log.path} is missing: "
+                "the log of its noise draws says which were made, and without it none may be "
+                "drawn again; restore the log (and the internal folder) from a backup and run "
+                f"again to resume, or start a new release id (the budget charged for "
+                f"{release_id} stays spent)")
         else:
+            log._refuse_unrecorded(set())  # draw files and no log: refused before writing one
             header = log._begin(release_id, config_sha256, input_sha256, clock())
         log._check_same(header, config_sha256, input_sha256)
+        if log._pending_rule(header):
+            log._refuse_unrecorded(set(log.draws()))
         return header
 
     def _begin(self, release_id: str, config_sha256: str, input_sha256: str, started: str,
                draws: tuple[dict, ...] = ()) -> dict:
         header = {"release_id": release_id, "config_sha256": config_sha256,
-                  "input_sha256": input_sha256, "started": started}
+                  "input_sha256": input_sha256, "started": started, "protocol": DRAW_PROTOCOL}
+        self._write(header, draws)
+        return header
+
+    def _write(self, header: dict, draws: tuple[dict, ...] = ()) -> None:
         text = "".join(json.dumps(line, sort_keys=True) + "\n" for line in (header, *draws))
         write_bytes_atomic(self.path, text.encode(), private=True)  # the header appears whole or not at all
-        return header
+
+    def _pending_rule(self, header: Optional[dict] = None) -> bool:
+        """Whether this log's draws keep their pending name until recorded (protocol 2)."""
+        return (header or self.header()).get("protocol", 1) >= DRAW_PROTOCOL
+
+    def _refuse_unrecorded(self, recorded: set[tuple[str, str]]) -> None:
+        """A draw file under its own name that the log does not record: its line was lost
+        (the log was cut or replaced), since a draw takes its name only once recorded."""
+        lost = sorted(f"{folder}/{f.name}" for stage, folder in STAGE_FOLDERS.items()
+                      for f in (self.internal / folder).glob("*.parquet")
+                      if (stage, f.stem) not in recorded)
+        if lost:
+            raise PersistedDrawChanged(
+                f"{self.path} does not record {len(lost)} persisted noise draw(s) "
+                f"({', '.join(lost[:3])}{', ...' if len(lost) > 3 else ''}): a draw takes that "
+                "name only once its line is written, so lines were cut from the log; a "
+                "recorded draw may already have been read downstream and is never drawn "
+                "again: restore the log from a backup and run again to resume, or start a "
+                f"new release id (the budget charged for {self.internal.name} stays spent)")
+
+    # -- the plan --------------------------------------------------------------------------
+
+    def settle_plan(self, entry: dict, say: Say = _log.warning) -> None:
+        """At the charge: the header's plan must be ``entry``'s (``plan_record.plan_entry``)
+        once a draw is recorded (raises PlanChanged, naming what changed, and writes nothing);
+        while none is, the header takes ``entry``'s plan and code version."""
+        header = self.header()
+        if header.get("plan_sha256") == entry["plan_sha256"]:
+            return  # the code version may differ: it is recorded, not compared
+        draws = tuple(self.lines()[1:])
+        if draws and "plan" in header:
+            changes = plan_changes(header["plan"], entry["plan"])
+            began = header.get("code_version") or {}
+            raise PlanChanged(
+                f"release {self.internal.name} drew noise under another budget plan than this "
+                f"run's ({describe_changes(changes)}): resuming would mix the two and spend "
+                "more than was charged; finish it with the version that began it (dpatlas "
+                f"{began.get('package', '?')}, git {began.get('git_commit') or 'unknown'}) or "
+                "start a new release id (nothing was drawn or published by this run)",
+                changes)
+        if draws:
+            return  # a header from before plans were recorded: the ledger compares the charges
+        if "plan" in header:
+            say(f"release {self.internal.name}: no draw was made under the plan its log "
+                "recorded; it now records this run's plan")
+        self._write({**header, "plan": entry["plan"], "plan_sha256": entry["plan_sha256"],
+                     "code_version": entry["code_version"]})
 
     def _check_same(self, header: dict, config_sha256: str, input_sha256: str) -> None:
         now = {"input": input_sha256, "config": config_sha256}
@@ -176,6 +284,21 @@ class DrawLog:
         """The recorded draws by (stage, chunk)."""
         return {(d["stage"], d["chunk"]): d for d in self.lines()[1:]}
 
+    def noise_sources(self) -> Counter:
+        """How many recorded draws each noise source made (the manifest's random bits)."""
+        return Counter(d.get("noise", "unknown") for d in self.draws().values())
+
+    def require_recorded(self, needed: Iterable[tuple[str, str]], why: str) -> None:
+        """Every (stage, chunk) in ``needed`` is recorded, else refused: nothing of them may
+        be drawn now (``why``: e.g. the release is already published)."""
+        missing = sorted(set(needed) - set(self.draws()))
+        if missing:
+            names = ", ".join(f"{stage} {chunk}" for stage, chunk in missing[:3])
+            raise PersistedDrawChanged(
+                f"{why}, but {self.path} does not record {len(missing)} of its noise draws "
+                f"({names}{', ...' if len(missing) > 3 else ''}): they are never drawn again; "
+                "restore the log from a backup and run again to resume")
+
     def reuse(self, stage: str, chunk: str) -> Optional[Path]:
         """The persisted file of this recorded draw, checked against its recorded sha256; None
         if the draw is not recorded. A recorded file missing or changed is refused."""
@@ -185,6 +308,9 @@ class DrawLog:
         if "url" in draw:  # drawn on a worker into the staging location
             return self._reuse_url(draw)
         path = self.internal / draw["path"]
+        pending = _pending(path)
+        if not path.exists() and pending.exists() and sha256_file(pending) == draw["sha256"]:
+            os.replace(pending, path)  # recorded, and a crash came before its rename
         if not path.exists():
             raise PersistedDrawChanged(self._changed(draw, path, "is missing"))
         if sha256_file(path) != draw["sha256"]:
@@ -214,9 +340,11 @@ class DrawLog:
     # -- recording -------------------------------------------------------------------------
 
     def record(self, stage: str, chunk: str, path: Path, noise: str,
-               clock: Callable[[], str] = now_utc) -> None:
-        """Append the line of a draw whose file is in place (one write, fsync'd, under a lock)."""
-        line = json.dumps(self._line(stage, chunk, path, noise, clock()), sort_keys=True) + "\n"
+               clock: Callable[[], str] = now_utc, written: Optional[Path] = None) -> None:
+        """Append the line of a draw whose file is in place (one write, fsync'd, under a lock);
+        ``written``: where its bytes are now, when not yet at ``path`` (its pending name)."""
+        line = json.dumps(self._line(stage, chunk, path, noise, clock(), written),
+                          sort_keys=True) + "\n"
         self._append(line)
 
     def _append(self, line: str) -> None:
@@ -237,10 +365,16 @@ class DrawLog:
                 "url": url, "sha256": sha256}
         self._append(json.dumps(line, sort_keys=True) + "\n")
 
-    def _line(self, stage: str, chunk: str, path: Path, noise: str, time: str) -> dict:
+    def _line(self, stage: str, chunk: str, path: Path, noise: str, time: str,
+              written: Optional[Path] = None) -> dict:
         return {"stage": stage, "chunk": chunk, "noise": noise, "recorded": time,
                 "path": str(Path(path).relative_to(self.internal)),
-                "sha256": sha256_file(path)}
+                "sha256": sha256_file(written or path)}
+
+
+def _pending(out: Path) -> Path:
+    """Where a draw persisted to ``out`` waits for its record (module doc)."""
+    return out.with_name(out.name + PENDING_SUFFIX)
 
 
 def draw_once(log: DrawLog, stage: str, chunk: str, out: Path, draw: Callable[[], object],
@@ -252,11 +386,19 @@ def draw_once(log: DrawLog, stage: str, chunk: str, out: Path, draw: Callable[[]
     if reused is not None:
         say(f"{chunk}: reusing the recorded {stage} draw (no new noise)")
         return reused, None
-    if out.exists():
-        say(f"{chunk}: {out.name} was persisted but never recorded (a crash came between), so "
-            "nothing has read it: drawing it again")
+    pending = _pending(out)
+    if not log._pending_rule():  # a log begun before pending names: its old rule
+        pending = out
+    elif out.exists():  # named only once recorded: its line was cut from the log
+        raise PersistedDrawChanged(log._changed({"stage": stage, "chunk": chunk}, out,
+                                                "is not recorded in the log (lines were cut)"))
+    if pending.exists():
+        say(f"{chunk}: {pending.name} was persisted but never recorded (a crash came between), "
+            "so nothing has read it: drawing it again")
     frame = draw()
-    write_parquet_atomic(frame, out, private=True)
+    write_parquet_atomic(frame, pending, private=True)
     crashpoint(f"before-record-{stage}-{chunk}")
-    log.record(stage, chunk, out, noise)
+    log.record(stage, chunk, out, noise, written=pending)
+    if pending != out:
+        os.replace(pending, out)
     return out, frame

@@ -15,7 +15,7 @@ import re
 import secrets
 from datetime import date, datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import pandas as pd
 
@@ -49,6 +49,9 @@ ACROSS_LEVELS = ("sequential: each person is in one tract, one county and one st
 
 RANDOM_BITS_OS = "os.urandom"
 RANDOM_BITS_SEEDED = "seeded (test only, NOT FOR RELEASE)"
+# A release whose draws came from more than one source (begun seeded, resumed without a seed):
+# said as such, never one of them picked (the audit accepts it in test mode only).
+RANDOM_BITS_MIXED = "mixed (NOT FOR RELEASE): "
 CONFIG_FILE = "config.json"
 
 # The manifest's schema version: dpatlas.audit.checks checks the fields this version requires.
@@ -98,20 +101,33 @@ def day_of(timestamp: str) -> str:
         timestamp).isoformat()
 
 
-def random_bits_description(random_source: str) -> str:
+def random_bits_description(random_source: str | Mapping[str, int]) -> str:
     """What the manifest says about the noise's random bits: never a seed value.
 
     Anything but the OS CSPRNG is described as seeded, so an unexpected source string (which
-    might carry a seed) is never copied into the public manifest.
+    might carry a seed) is never copied into the public manifest. ``random_source`` may be the
+    draw log's sources with their counts (``DrawLog.noise_sources``): several are said so.
     """
-    return RANDOM_BITS_OS if random_source == RANDOM_BITS_OS else RANDOM_BITS_SEEDED
+    if isinstance(random_source, str):
+        return RANDOM_BITS_OS if random_source == RANDOM_BITS_OS else RANDOM_BITS_SEEDED
+    described = sorted({random_bits_description(s) for s in random_source})
+    if len(described) == 1:
+        return described[0]
+    return RANDOM_BITS_MIXED + " and ".join(described)
 
 
-def sampler_description(plan: BudgetPlan, random_source: str) -> dict:
+def sampler_description(plan: BudgetPlan, random_source: str | Mapping[str, int]) -> dict:
     used = {"NoisyStats", "DPExpTheilSen"} | {s.estimator for s in plan.suite}
-    return {"random_bits": random_bits_description(random_source),
-            "per_estimator": {name: M.get(name).sampler for name in sorted(used)},
-            "note": "see README, 'Noise: why it is safe against floating-point attacks'"}
+    out = {"random_bits": random_bits_description(random_source),
+           "per_estimator": {name: M.get(name).sampler for name in sorted(used)},
+           "note": "see README, 'Noise: why it is safe against floating-point attacks'"}
+    if not isinstance(random_source, str):  # from the draw log: how many draws each made
+        by_bits: dict[str, int] = {}
+        for source, n in random_source.items():
+            bits = random_bits_description(source)
+            by_bits[bits] = by_bits.get(bits, 0) + int(n)
+        out["draws_by_random_bits"] = dict(sorted(by_bits.items()))
+    return out
 
 
 def tree_sha256(path: Path) -> str:
@@ -384,7 +400,8 @@ def levels_section(plan: BudgetPlan, level_tables: dict) -> dict:
 
 def build_manifest(cfg: ReleaseConfig, release_id: str, plan: BudgetPlan,
                    table: pd.DataFrame | TractSummary,
-                   input_commitment: dict, random_source: str, started: str, input_facts: dict,
+                   input_commitment: dict, random_source: str | Mapping[str, int],
+                   started: str, input_facts: dict,
                    ledger_entry: dict | None = None, level_tables: dict | None = None,
                    model_fits: list[dict] | None = None) -> dict:
     """The public manifest of a release (``files`` is added by ``tract_files.stage_release``).

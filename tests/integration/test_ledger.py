@@ -563,7 +563,7 @@ def test_previous_version_ledger_is_migrated_in_place(url):
 
     with Ledger(url) as led:
         tables, cols = _columns(url)
-        assert {"ledger_cap_changes"} | old_tables == tables
+        assert {"ledger_cap_changes", "ledger_release_plans"} | old_tables == tables
         assert cols == old_cols | {"lease_owner", "lease_expires"}
         assert led.spent(DS)["epsilon"] == pytest.approx(3.0) and led.cap(DS) == (5.0, 1e-6)
         assert led.release("old-pub")["status"] == "published"

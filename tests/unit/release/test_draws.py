@@ -69,7 +69,7 @@ def test_the_header_is_written_once_and_a_resume_keeps_the_original_start(intern
     DrawLog.open(internal, "r1", CFG, INP, clock=lambda: "2026-01-01T00:00:00+00:00")
     header = DrawLog.open(internal, "r1", CFG, INP, clock=lambda: "2026-12-31T00:00:00+00:00")
     assert header == {"release_id": "r1", "config_sha256": CFG, "input_sha256": INP,
-                      "started": "2026-01-01T00:00:00+00:00"}
+                      "started": "2026-01-01T00:00:00+00:00", "protocol": 2}
     assert len((internal / DRAWS_FILE).read_text().splitlines()) == 1
     assert not (internal / "state.json").exists()
 
@@ -108,8 +108,10 @@ def test_a_crash_between_the_rename_and_the_record_redraws_the_unseen_draw(inter
     monkeypatch.setattr(crash, "fault_hook", crash_at("before-record-select-c1"))
     with pytest.raises(Crash):
         run(log, draws, "select", "c1")
-    unseen = internal / "selection" / "c1.parquet"
+    # persisted under its pending name, never recorded: nothing may have read it
+    unseen = internal / "selection" / "c1.parquet.unrecorded"
     assert unseen.exists() and ("select", "c1") not in DrawLog(internal).draws()
+    assert not (internal / "selection" / "c1.parquet").exists()
     monkeypatch.setattr(crash, "fault_hook", None)
 
     said = []
@@ -122,8 +124,9 @@ def test_a_crash_between_the_rename_and_the_record_redraws_the_unseen_draw(inter
     assert any("never recorded" in s and "c1.parquet" in s for s in said)
     recorded = DrawLog(internal).draws()
     assert sorted(recorded) == [("select", "c0"), ("select", "c1")]
-    assert recorded[("select", "c1")]["sha256"] == sha256_file(unseen)
-    assert pd.read_parquet(unseen)["noise"].tolist() == [3.0]  # the redraw is what is kept
+    kept = internal / "selection" / "c1.parquet"
+    assert recorded[("select", "c1")]["sha256"] == sha256_file(kept) and not unseen.exists()
+    assert pd.read_parquet(kept)["noise"].tolist() == [3.0]  # the redraw is what is kept
 
 
 def test_a_crash_in_the_draw_leaves_nothing_and_draws_once_on_resume(internal,
@@ -151,6 +154,8 @@ def test_a_torn_last_line_is_reported_cut_off_and_its_draw_made_again(internal):
     whole = (internal / DRAWS_FILE).read_bytes()
     torn = whole[:-40]  # a crash in the middle of c1's append
     (internal / DRAWS_FILE).write_bytes(torn)
+    c1 = internal / "selection" / "c1.parquet"  # which came before c1's rename
+    c1.rename(c1.with_name("c1.parquet.unrecorded"))
     assert list(DrawLog(internal).draws()) == [("select", "c0")]  # read: the torn line ignored
 
     said = []
@@ -234,7 +239,8 @@ def test_a_release_begun_with_state_json_resumes_from_its_persisted_draws(intern
     said = []
     header = DrawLog.open(internal, "r1", CFG, INP, clock=lambda: "later", say=said.append)
     assert header == {"release_id": "r1", "config_sha256": CFG, "input_sha256": INP,
-                      "started": "2026-11-20T08:00:00+00:00"}  # the original start
+                      "started": "2026-11-20T08:00:00+00:00",  # the original start
+                      "protocol": 2}  # every persisted file is recorded: the pending rule holds
     assert not (internal / "state.json").exists() and "migrated state.json" in said[0]
     log, before = DrawLog(internal), len(draws.calls)
     recorded = log.draws()
@@ -256,3 +262,106 @@ def test_a_legacy_release_resumed_with_another_input_is_refused_and_keeps_its_he
     header = DrawLog(internal).header()
     assert header["input_sha256"] == INP and header["started"] == "now"
     assert DrawLog.open(internal, "r1", CFG, INP)["started"] == "now"  # restored: resumes
+
+
+# -- issue 31: the plan in the header, and draw once without trusting the log alone ------------
+
+def entry(epsilon: float = 0.31, package: str = "1.0") -> dict:
+    from dpatlas.core.plan_record import plan_sha256
+
+    plan = {"levels": {"county": {"epsilon": epsilon}}, "steps": {"level county": {"e": epsilon}}}
+    return {"plan": plan, "plan_sha256": plan_sha256(plan),
+            "code_version": {"package": package, "git_commit": None, "source_sha256": "s"}}
+
+
+def test_the_charge_records_the_plan_in_the_header_and_a_resume_under_another_is_refused(
+        internal):
+    from dpatlas.core.plan_record import PlanChanged
+
+    log, draws = opened(internal), Draws()
+    log.settle_plan(entry())
+    header = DrawLog(internal).header()
+    assert header["plan"] == entry()["plan"] and header["plan_sha256"] == entry()["plan_sha256"]
+    assert header["code_version"]["package"] == "1.0"
+    run(log, draws, "select", "c0")
+    before = (internal / DRAWS_FILE).read_bytes()
+
+    with pytest.raises(PlanChanged) as err:
+        opened(internal).settle_plan(entry(0.45, package="2.0"))
+    assert "levels/county/epsilon: 0.31 → 0.45" in str(err.value)
+    assert "dpatlas 1.0" in str(err.value)  # the version that began it can finish it
+    assert isinstance(err.value, OperatorError)
+    assert (internal / DRAWS_FILE).read_bytes() == before  # nothing written
+
+    opened(internal).settle_plan(entry(package="2.0"))  # same plan, new code: resumes
+    assert (internal / DRAWS_FILE).read_bytes() == before  # the code version is not compared
+
+
+def test_a_plan_no_draw_was_made_under_is_replaced(internal):
+    log = opened(internal)
+    log.settle_plan(entry())
+    said = []
+    log.settle_plan(entry(0.45), say=said.append)  # e.g. refused over the cap, then upgraded
+    assert DrawLog(internal).header()["plan"] == entry(0.45)["plan"]
+    assert "no draw was made under the plan" in said[0]
+
+
+def test_a_header_from_before_plans_with_draws_is_left_to_the_ledger(internal):
+    log, draws = opened(internal), Draws()
+    run(log, draws, "select", "c0")
+    before = (internal / DRAWS_FILE).read_bytes()
+    log.settle_plan(entry())  # nothing to compare here: the ledger compares the charges
+    assert (internal / DRAWS_FILE).read_bytes() == before
+
+
+def test_a_missing_log_of_a_charged_release_is_refused_never_begun_afresh(internal):
+    from dpatlas.release.draws import DrawLogMissing
+
+    log, draws = opened(internal), Draws()
+    run(log, draws, "select", "c0")
+    (internal / DRAWS_FILE).unlink()
+    with pytest.raises(DrawLogMissing, match="charged in the ledger but .*draws.jsonl is missing"):
+        DrawLog.open(internal, "r1", CFG, INP, charged=True)
+    assert not (internal / DRAWS_FILE).exists() and draws.calls == [("select", "c0")]
+    # whatever the ledger says, draw files the new log would not record are refused too
+    with pytest.raises(PersistedDrawChanged, match="selection/c0.parquet"):
+        DrawLog.open(internal, "r1", CFG, INP)
+    assert not (internal / DRAWS_FILE).exists()  # refused before a new log is begun
+
+
+def test_a_cut_log_is_refused_when_opened_and_its_draws_never_redrawn(internal):
+    log, draws = opened(internal), Draws()
+    run(log, draws, "select", "c0")
+    run(log, draws, "select", "c1")
+    lines = (internal / DRAWS_FILE).read_text().splitlines(keepends=True)
+    (internal / DRAWS_FILE).write_text(lines[0])  # header intact, every draw's line cut
+    with pytest.raises(PersistedDrawChanged, match="does not record 2 persisted noise draw"):
+        opened(internal)
+    with pytest.raises(PersistedDrawChanged, match="is not recorded in the log"):
+        run(DrawLog(internal), draws, "select", "c1")  # and draw_once refuses it too
+    assert draws.calls == [("select", "c0"), ("select", "c1")]
+
+
+def test_a_recorded_draw_still_under_its_pending_name_is_renamed_and_reused(internal):
+    log, draws = opened(internal), Draws()
+    path = run(log, draws, "select", "c0")
+    path.rename(path.with_name("c0.parquet.unrecorded"))  # a crash between record and rename
+    again = run(opened(internal), draws, "select", "c0")
+    assert again == path and path.exists() and draws.calls == [("select", "c0")]
+
+
+def test_require_recorded_names_the_draws_the_log_does_not_hold(internal):
+    log, draws = opened(internal), Draws()
+    run(log, draws, "select", "c0")
+    log.require_recorded({("select", "c0")}, "published")
+    with pytest.raises(PersistedDrawChanged, match="published, but .* does not record 1 .*"
+                                                   "estimate c0"):
+        log.require_recorded({("select", "c0"), ("estimate", "c0")}, "published")
+
+
+def test_the_noise_sources_are_counted_from_the_log(internal):
+    log = opened(internal)
+    for k, seed in enumerate((7, None, None)):
+        out = internal / "selection" / f"c{k}.parquet"
+        draw_once(log, "select", f"c{k}", out, Draws()("select", f"c{k}"), noise_source(seed))
+    assert DrawLog(internal).noise_sources() == {"os.urandom": 2, "seeded 7 (test only)": 1}
