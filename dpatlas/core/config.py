@@ -417,7 +417,7 @@ def _resolve_staging_url(url: str, base: Path) -> str:
     return str((base / Path(url).expanduser()).resolve())
 
 
-def fingerprint(cfg: ReleaseConfig) -> str:
+def fingerprint(cfg: ReleaseConfig, relative_paths: bool = True) -> str:
     """sha256 of the validated configuration with its paths resolved (canonical JSON).
 
     Paths are resolved when the config is loaded, so a config read through a relative or an
@@ -425,6 +425,9 @@ def fingerprint(cfg: ReleaseConfig) -> str:
     (the internal scratch folder, the task runner, the Dask cluster) does not change what is
     published, so it is left out: two hosts running one release with their own scratch folders
     hold the same config.
+
+    ``relative_paths=False``: the fingerprint of the versions before issue 31 (every path
+    absolute), which a release they began was recorded under (``tasks.state.open_release``).
     """
     data = cfg.model_dump(mode="json", exclude={"runner", "dask_address", "dask_workers",
                                                "staging_url"})
@@ -432,7 +435,8 @@ def fingerprint(cfg: ReleaseConfig) -> str:
     for key in PUBLISH_METADATA_KEYS:  # housekeeping and metadata, not the release
         data["publish"].pop(key, None)
     _drop_default_levels(cfg, data)
-    _paths_inside_config_folder(cfg, data)
+    if relative_paths:
+        _paths_inside_config_folder(cfg, data)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
