@@ -141,7 +141,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -1837,12 +1837,42 @@ def pmtiles_entries(raw: bytes) -> list[tuple[int, int, int, int]]:
     return list(zip(ids, offsets, lengths, runs))
 
 
-def _zoom_of(tile_id: int) -> int:
+def _zoom_and_first_id(tile_id: int) -> tuple[int, int]:
+    """A PMTiles tile id's zoom and the id of that zoom's first tile (ids run zoom by zoom,
+    4**z tiles to zoom z)."""
     z, start = 0, 0
     while start + 4 ** z <= tile_id:
         start += 4 ** z
         z += 1
-    return z
+    return z, start
+
+
+def _zoom_of(tile_id: int) -> int:
+    return _zoom_and_first_id(tile_id)[0]
+
+
+@contextlib.contextmanager
+def _pmtiles_archive(path: Path) -> Iterator[tuple[dict, Callable[[int, int], bytes]]]:
+    """A PMTiles v3 archive's header fields and a reader of its byte ranges, each range checked
+    against the file's size (:func:`readable` refuses what is not a regular file within its
+    read limit)."""
+    with open(readable(path), "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+
+        def read(offset: int, length: int) -> bytes:
+            if offset < 0 or length < 0 or offset + length > size:
+                raise ValueError(f"a range {offset}+{length} past the archive's {size} bytes")
+            fh.seek(offset)
+            return fh.read(length)
+
+        data = read(0, PMTILES_HEADER) if size >= PMTILES_HEADER else b""
+        if len(data) < PMTILES_HEADER or data[:7] != b"PMTiles" or data[7] != 3:
+            raise ValueError("not a PMTiles v3 archive")
+        u64 = [int.from_bytes(data[i:i + 8], "little") for i in range(8, 96, 8)]
+        yield ({"root": (u64[0], u64[1]), "metadata": (u64[2], u64[3]),
+                "leaves": (u64[4], u64[5]), "tiles": (u64[6], u64[7]),
+                "internal_compression": data[97], "tile_compression": data[98],
+                "tile_type": data[99], "min_zoom": data[100], "max_zoom": data[101]}, read)
 
 
 def pmtiles_tiles(path: Path, zoom: int | None = None) -> tuple[dict, list[bytes]]:
@@ -1859,23 +1889,7 @@ def pmtiles_tile_entries(path: Path, zoom: int | None = None
     n tiles from its id on. Only the header, the directories and those tiles are read, each
     range checked against the file's size (:func:`readable` refuses what is not a regular file
     within its read limit)."""
-    with open(readable(path), "rb") as fh:
-        size = os.fstat(fh.fileno()).st_size
-
-        def read(offset: int, length: int) -> bytes:
-            if offset < 0 or length < 0 or offset + length > size:
-                raise ValueError(f"a range {offset}+{length} past the archive's {size} bytes")
-            fh.seek(offset)
-            return fh.read(length)
-
-        data = read(0, PMTILES_HEADER) if size >= PMTILES_HEADER else b""
-        if len(data) < PMTILES_HEADER or data[:7] != b"PMTiles" or data[7] != 3:
-            raise ValueError("not a PMTiles v3 archive")
-        u64 = [int.from_bytes(data[i:i + 8], "little") for i in range(8, 96, 8)]
-        header = {"root": (u64[0], u64[1]), "metadata": (u64[2], u64[3]),
-                  "leaves": (u64[4], u64[5]), "tiles": (u64[6], u64[7]),
-                  "internal_compression": data[97], "tile_compression": data[98],
-                  "tile_type": data[99], "min_zoom": data[100], "max_zoom": data[101]}
+    with _pmtiles_archive(path) as (header, read):
         if header["tile_type"] != 1:
             raise ValueError(f"tile type {header['tile_type']} is not MVT")
         zoom = header["min_zoom"] if zoom is None else zoom
@@ -2872,15 +2886,8 @@ def _text_file_machine_path(path: Path) -> tuple[str | None, bool]:
 def pmtiles_metadata(path: Path) -> bytes:
     """The (decompressed) JSON metadata of a PMTiles v3 archive: tippecanoe's name,
     description, attribution and generator_options (its command line) among them."""
-    with open(readable(path), "rb") as fh:
-        head = fh.read(PMTILES_HEADER)
-        if len(head) < PMTILES_HEADER or head[:7] != b"PMTiles" or head[7] != 3:
-            raise ValueError("not a PMTiles v3 archive")
-        offset, length = (int.from_bytes(head[i:i + 8], "little") for i in (24, 32))
-        if offset + length > os.fstat(fh.fileno()).st_size:
-            raise ValueError("its metadata runs past the end of the file")
-        fh.seek(offset)
-        return _unpack(fh.read(length), head[97])
+    with _pmtiles_archive(path) as (header, read):
+        return _unpack(read(*header["metadata"]), header["internal_compression"])
 
 
 def _published_machine_paths(folder: Path, m: dict) -> tuple[list[str], int]:
@@ -3052,10 +3059,7 @@ def tile_distance(tiles: np.ndarray, reference: np.ndarray) -> np.ndarray:
 def tile_zxy(tile_id: int) -> tuple[int, int, int]:
     """Zoom, column and row of a PMTiles tile id (PMTiles v3: tiles are numbered zoom by zoom,
     each zoom along a Hilbert curve)."""
-    z, start = 0, 0
-    while start + 4 ** z <= tile_id:
-        start += 4 ** z
-        z += 1
+    z, start = _zoom_and_first_id(tile_id)
     t, x, y, s = tile_id - start, 0, 0, 1
     while s < 1 << z:
         rx = 1 & (t // 2)
