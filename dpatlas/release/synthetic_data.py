@@ -55,11 +55,13 @@ from mechanisms.privacy import ZCDP, as_dict, rho_for_approx, sequential, to_app
 from dpatlas.release.allocate import Step
 from dpatlas.core.config import ReleaseConfig, fingerprint, load_config, public_config
 from dpatlas.core.hashing import sha256_file
+from dpatlas.core.plan_record import plan_sha256
 from dpatlas.core.ids import MAX_RELEASE_ID_CHARS, validate_release_id
 from dpatlas.ledger import Charge, Ledger, redact_url
 from dpatlas.release.manifest import day_of
 from dpatlas.release.crash import crashpoint
 from dpatlas.release.draws import DrawLog, noise_source
+from dpatlas.release.plan_record import running_code
 from dpatlas.release.preflight import PreflightError, check_noise_source
 from dpatlas.release.run_state import InputChanged
 from dpatlas.publication.tract_files import code_version, release_folder
@@ -141,6 +143,17 @@ class SyntheticPlan:
     def charges(self) -> list[Charge]:
         return [Charge(cell, STEP, "zcdp", self.charged_epsilon, self.delta,
                        self.guarantee.rho) for cell in self.cells]
+
+    def plan_entry(self) -> dict:
+        """The plan this draw is charged and made under (issue 31): the step as the manifest
+        states it (noise, parameters, sensitivity), the charge, and the estimator's
+        hyperparameters with their defaults filled in (the request's sha256 holds only those
+        given); the ledger refuses a resume under another, as for a release."""
+        record = {"estimator": ESTIMATOR, "step": self.step.as_dict(),
+                  "charged_epsilon": self.charged_epsilon, "delta": self.delta,
+                  "hyper": M.get(ESTIMATOR).hyper(self.hyper), "cells": list(self.cells)}
+        return {"plan": record, "plan_sha256": plan_sha256(record),
+                "code_version": running_code()}
 
     def request_sha256(self) -> str:
         """What the ledger records as this entry's configuration: the release config and the
@@ -587,7 +600,8 @@ def synthesize_release(config_path: Path, release_id: str, epsilon: float,
         if cfg.ledger.cap_epsilon is not None or cfg.ledger.cap_delta is not None:
             expected = (cfg.ledger.cap_epsilon, cfg.ledger.cap_delta)
         status = ledger.begin_release(plan.synthetic_id, cfg.ledger.dataset, plan.charges(),
-                                      plan.request_sha256(), owner, LEASE_SECONDS, expected)
+                                      plan.request_sha256(), owner, LEASE_SECONDS, expected,
+                                      plan=plan.plan_entry())
         if status != ("resume" if plan.resume else "new"):  # another run got there between
             raise SynthesizeError(f"{plan.synthetic_id} is {status} in the ledger by another "
                                   "run since this one began: nothing was charged by this run")

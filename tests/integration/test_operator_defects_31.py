@@ -83,6 +83,31 @@ def test_o3b_a_killed_synthesize_is_finished_by_a_rerun_charged_once(published, 
     assert audit.audit_release(folder).ok
 
 
+def test_o3b_a_synthesize_resumed_under_other_estimator_defaults_is_refused(published,
+                                                                            monkeypatch):
+    """A charged synthetic id is finished only under the plan it was charged for: a version
+    whose BinAgg defaults differ (the request names none) is refused, nothing drawn."""
+    import mechanisms as M
+    from dpatlas.release.synthetic_data import ESTIMATOR
+
+    cfg_path, _ = published
+    killed = _crash_at("synthesize-after-charge", *_synthesize(cfg_path))
+    assert killed.returncode == -9, killed.stdout + killed.stderr
+    _expire_lease(cfg_path, SYNTHETIC)
+    estimator = M.get(ESTIMATOR)
+    defaults = estimator.hyper
+    monkeypatch.setattr(estimator, "hyper", lambda given: {**defaults(given), "min_count": 3})
+    res = run_in_process(*_synthesize(cfg_path))
+    text = refusal_block(res)
+    assert "another budget plan" in text and "hyper/min_count: 2 → 3" in text, text
+    assert not (Path(cfg_path).parent / "releases" / SYNTHETIC).exists()  # nothing drawn
+    assert _entry(cfg_path, SYNTHETIC)["status"] == "in_progress"  # the charge as it was
+    monkeypatch.setattr(estimator, "hyper", defaults)
+    res = run_in_process(*_synthesize(cfg_path))  # the plan it was charged for finishes it
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert _entry(cfg_path, SYNTHETIC)["status"] == "published"
+
+
 def test_o3b_a_recorded_draw_is_reused_not_redrawn(published):
     cfg_path, _ = published
     killed = _crash_at("synthesize-after-move", *_synthesize(cfg_path, "--out",
