@@ -7,7 +7,7 @@ from prefect import get_run_logger, task
 
 from dpatlas.core.config import ReleaseConfig, fingerprint
 from dpatlas.release.allocate import BudgetPlan
-from dpatlas.release.draws import DrawLog, PersistedDrawChanged
+from dpatlas.release.draws import DrawLog
 from dpatlas.release.ingest import input_fingerprint
 from dpatlas.release.plan_record import plan_entry
 
@@ -29,28 +29,13 @@ def open_release(cfg: ReleaseConfig, internal: Path, charged: bool = False) -> R
     """Begin the release's draw log (the internal folder is named after the release id) or,
     on resume, check its config and input against the log's header. ``charged``: the ledger
     holds the release's charge, so its log must be there (never begun afresh)."""
-    config_sha, input_sha = _recorded_fingerprint(cfg, internal), input_fingerprint(cfg.input)
-    header = DrawLog.open(internal, internal.name, config_sha, input_sha,
-                          say=get_run_logger().warning, charged=charged)
-    return ReleaseStart(header["started"], config_sha, input_sha)
-
-
-def _recorded_fingerprint(cfg: ReleaseConfig, internal: Path) -> str:
-    """The config's fingerprint as the release's draw log states it: a release begun before
-    paths inside the config's folder were stated relative to it (issue 31, O9) was recorded
-    under the absolute form, and the same config must still resume it (the ledger compares
-    the same value)."""
-    config_sha = fingerprint(cfg)
-    log = DrawLog(internal)
-    try:
-        recorded = log.header().get("config_sha256") if log.path.is_file() else None
-    except (PersistedDrawChanged, ValueError, OSError):
-        return config_sha  # a damaged log: DrawLog.open says what is wrong with it
-    if recorded is not None:
-        absolute = fingerprint(cfg, relative_paths=False)
-        if recorded == absolute != config_sha:
-            return absolute
-    return config_sha
+    # a release begun before paths inside the config's folder were stated relative to it
+    # (issue 31, O9) holds the absolute form: the same config still resumes it
+    header = DrawLog.open(internal, internal.name, fingerprint(cfg),
+                          input_fingerprint(cfg.input), say=get_run_logger().warning,
+                          charged=charged,
+                          earlier_config_sha256=fingerprint(cfg, relative_paths=False))
+    return ReleaseStart(header["started"], header["config_sha256"], header["input_sha256"])
 
 
 @task(name="record-plan", **TASK_OPTIONS)

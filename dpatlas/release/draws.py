@@ -130,12 +130,15 @@ class DrawLog:
     @classmethod
     def open(cls, internal: Path, release_id: str, config_sha256: str, input_sha256: str,
              clock: Callable[[], str] = now_utc, say: Say = _log.warning,
-             charged: bool = False) -> dict:
+             charged: bool = False, earlier_config_sha256: Optional[str] = None) -> dict:
         """Begin the log, or check a resumed one against this run's config and input (raises
         InputChanged); returns its header. Migrates a legacy ``state.json`` release first.
 
         ``charged``: the ledger holds this release's charge (in progress or failed): a missing
-        log is then refused (:class:`DrawLogMissing`) instead of begun afresh."""
+        log is then refused (:class:`DrawLogMissing`) instead of begun afresh.
+        ``earlier_config_sha256``: the same config's fingerprint as earlier versions computed
+        it, which a release they began (log or ``state.json``) holds; a resume uses the
+        header's, which the ledger compares too."""
         log = cls(internal)
         legacy = log.internal / LEGACY_STATE_FILE
         if log.path.exists():
@@ -154,7 +157,7 @@ class DrawLog:
         else:
             log._refuse_unrecorded(set())  # draw files and no log: refused before writing one
             header = log._begin(release_id, config_sha256, input_sha256, clock())
-        log._check_same(header, config_sha256, input_sha256)
+        log._check_same(header, config_sha256, input_sha256, earlier_config_sha256)
         if log._pending_rule(header):
             log._refuse_unrecorded(set(log.draws()))
         return header
@@ -217,9 +220,10 @@ class DrawLog:
         self._write({**header, "plan": entry["plan"], "plan_sha256": entry["plan_sha256"],
                      "code_version": entry["code_version"]})
 
-    def _check_same(self, header: dict, config_sha256: str, input_sha256: str) -> None:
-        now = {"input": input_sha256, "config": config_sha256}
-        changed = [k for k in now if header.get(f"{k}_sha256") != now[k]]
+    def _check_same(self, header: dict, config_sha256: str, input_sha256: str,
+                    earlier_config_sha256: Optional[str] = None) -> None:
+        now = {"input": {input_sha256}, "config": {config_sha256, earlier_config_sha256}}
+        changed = [k for k in now if header.get(f"{k}_sha256") not in now[k]]
         if changed:
             what = " and ".join(changed)
             raise InputChanged(f"the {what} changed since release {self.internal.name} began; "

@@ -207,30 +207,40 @@ def test_o9_a_moved_folder_with_a_relative_config_holds_the_same_config(tmp_path
     assert fingerprint(load_config(tmp_path / "c" / "config.yaml")) != before
 
 
-def test_o9_a_release_begun_under_the_absolute_fingerprint_still_resumes(tmp_path, data):
-    """A release begun by the version before relative paths: its log and ledger hold the
-    absolute form, and the same config resumes it (another config is still refused)."""
+@pytest.mark.parametrize("began_with", ["draws.jsonl", "state.json"])
+def test_o9_a_release_begun_under_the_absolute_fingerprint_still_resumes(tmp_path, data,
+                                                                         began_with):
+    """A release begun by a version before relative paths (its draw log, or the older
+    state.json, and its ledger entry hold the absolute form): the same config resumes it
+    under the recorded form; another config is still refused."""
+    import json
+
     from dpatlas.core.config import fingerprint
     from dpatlas.release.draws import DrawLog
     from dpatlas.release.ingest import input_fingerprint
     from dpatlas.release.run_state import InputChanged
-    from tasks.state import _recorded_fingerprint
 
     cfg = load_config(_relative_folder(tmp_path / "a", data))
     internal = cfg.publish.internal / "r1"
-    absolute = fingerprint(cfg, relative_paths=False)
+    absolute, inputs = fingerprint(cfg, relative_paths=False), input_fingerprint(cfg.input)
     assert absolute != fingerprint(cfg)
-    assert _recorded_fingerprint(cfg, internal) == fingerprint(cfg)  # no log yet: the new form
-    DrawLog.open(internal, "r1", absolute, input_fingerprint(cfg.input))
-    assert _recorded_fingerprint(cfg, internal) == absolute
-    DrawLog.open(internal, "r1", _recorded_fingerprint(cfg, internal),
-                 input_fingerprint(cfg.input))  # resumes: not "the config changed"
+    if began_with == "state.json":
+        internal.mkdir(parents=True)
+        (internal / "state.json").write_text(json.dumps(
+            {"config_sha256": absolute, "input_sha256": inputs, "started": "2026-11-20"}))
+    else:
+        DrawLog.open(internal, "r1", absolute, inputs)
+
+    def resume(c):
+        return DrawLog.open(internal, "r1", fingerprint(c), inputs,
+                            earlier_config_sha256=fingerprint(c, relative_paths=False))
+
+    assert resume(cfg)["config_sha256"] == absolute  # resumed, not "the config changed"
     other = load_config(_relative_folder(tmp_path / "b", data))
     other = other.model_copy(update={"privacy": other.privacy.model_copy(
         update={"epsilon_per_tract": 2.0})})
     with pytest.raises(InputChanged):
-        DrawLog.open(internal, "r1", _recorded_fingerprint(other, internal),
-                     input_fingerprint(cfg.input))
+        resume(other)
 
 
 @pytest.mark.parametrize("moved", [False, True])
