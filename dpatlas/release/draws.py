@@ -124,6 +124,7 @@ class DrawLog:
     def __init__(self, internal: Path):
         self.internal = Path(internal)
         self.path = self.internal / DRAWS_FILE
+        self._protocol: Optional[int] = None  # the header's, read once: it never changes
 
     # -- opening: the header ------------------------------------------------------------
 
@@ -175,7 +176,11 @@ class DrawLog:
 
     def _pending_rule(self, header: Optional[dict] = None) -> bool:
         """Whether this log's draws keep their pending name until recorded (protocol 2)."""
-        return (header or self.header()).get("protocol", 1) >= DRAW_PROTOCOL
+        if header is not None:
+            return header.get("protocol", 1) >= DRAW_PROTOCOL
+        if self._protocol is None:  # each draw asks: the log is not read again for it
+            self._protocol = self.header().get("protocol", 1)
+        return self._protocol >= DRAW_PROTOCOL
 
     def _refuse_unrecorded(self, recorded: set[tuple[str, str]]) -> None:
         """A draw file under its own name that the log does not record: its line was lost
