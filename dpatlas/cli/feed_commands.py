@@ -22,12 +22,13 @@ def rebuild(config: Path = typer.Option(..., "--config", "-c", help="Release con
     release the ledger holds as published or withdrawn, withdrawn ones as withdrawn."""
     from dpatlas.core.config import load_config
     from dpatlas.core.errors import OperatorError
-    from dpatlas.ledger import Ledger
+    from dpatlas.ledger.existing import open_existing_ledger
     from dpatlas.publication.feed import rebuild_feed
 
     try:
         cfg = load_config(config)
-        with Ledger(cfg.ledger.url, create=False) as ledger:
+        # a mistyped ledger URL is refused: read as an empty ledger it listed no release
+        with open_existing_ledger(cfg.ledger.url) as ledger:
             done = rebuild_feed(cfg.publish.root, ledger.release)
     except (OperatorError, OSError) as err:
         typer.echo(f"error: {err}")

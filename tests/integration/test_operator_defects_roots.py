@@ -322,6 +322,21 @@ def test_o6b_feed_rebuild_restores_a_feed_that_lists_too_little(three_published,
     assert after["atom"] == after["stac"] == ["r0", "r1", "r2", "r5"]
 
 
+def test_o6b_feed_rebuild_refuses_a_mistyped_ledger_and_keeps_the_feed(three_published,
+                                                                       tmp_path):
+    """Read as an empty ledger, a mistyped URL listed no release: the feed was emptied."""
+    led, root, before = three_published
+    cfg = write_config(tmp_path / "feed.yaml", {
+        "input": {"path": "in"}, "boundaries": {"path": "b.parquet"},
+        "selection": {"rule": "fixed"}, "publish": {"root": str(root)},
+        "ledger": {"url": f"sqlite:///{tmp_path / 'ledgr.db'}", "dataset": "ds"}})
+    (tmp_path / "ledgr.db").unlink(missing_ok=True)  # write_config set a cap there
+    res = cli("feed", "rebuild", "-c", cfg)
+    assert res.exit_code == 2 and "no privacy-budget ledger" in res.output, res.output
+    assert not (tmp_path / "ledgr.db").exists()  # nothing created
+    assert _listing(root) == before  # every release still listed
+
+
 def test_o6b_synthesize_rebuilds_a_corrupt_feed_and_lists_itself_beside_its_source(published):
     from dpatlas.core.hashing import sha256_file
     from dpatlas.ledger import Ledger
