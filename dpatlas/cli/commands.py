@@ -569,7 +569,7 @@ def ledger_set_cap(
     cfg = _config_or_fail(config)
     with _guard():
         # every value checked before the ledger is opened to write: opening may create it
-        dataset, epsilon, _ = check_cap(dataset, epsilon, 0.0 if delta is None else delta)
+        dataset, epsilon, given = check_cap(dataset, epsilon, 0.0 if delta is None else delta)
         why = validate_reason(reason)
         if delta is None:  # the delta cap stays what it is (it silently became 0)
             with Ledger(cfg.ledger.url, create=False) as reading:
@@ -578,8 +578,8 @@ def ledger_set_cap(
                 _fail(f"dataset {dataset} has no cap in the ledger at {reading.url} yet: give "
                       "its lifetime --delta too (0 for pure DP only: no release with a delta "
                       "could be charged)")
-            delta = current[1]
-        dataset, epsilon, delta = check_cap(dataset, epsilon, delta)
+            given = current[1]  # the ledger's own, checked when it was set
+        delta = given
         ledger = Ledger(cfg.ledger.url)
         before = ledger.cap(dataset)
         ledger.set_cap(dataset, epsilon, delta, reason=why, force=force)
@@ -907,7 +907,6 @@ def _evaluate_scenarios(names: list[str], out: Path, reps: int, seed: int, epsil
                                              write_scenario_reports)
     from dpatlas.evaluation.stress import SCENARIOS
 
-    _known_scenarios(names, (*SCENARIOS, "all"))
     t0 = time.perf_counter()
     log = _log_to(as_json)
     if not as_json:
@@ -968,7 +967,6 @@ def evaluate_rule(
         out.mkdir(parents=True, exist_ok=True)  # before the work, not after it
         table = run(rule, dp, seed, tuple(epsilon), tuple(scenario) or SCENARIOS, tracts,
                     large_tracts, reps, progress=_log_to(as_json))
-        out.mkdir(parents=True, exist_ok=True)
         table.to_csv(out / "rule.csv", index=False)
         (out / "rule.md").write_text(to_markdown(table))
     if as_json:
