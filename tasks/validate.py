@@ -93,9 +93,9 @@ def record_validation(internal: Path, reports: list[dict], contributions: dict |
 def plan_chunks(staged: list[Path], chunk_tracts: int) -> tuple[list[Chunk], pd.DataFrame]:
     """The chunks to select and estimate, and n per (tract, cell) for the pre-charge checks."""
     counts = staged_counts(staged)
-    check_one_partition_per_tract(counts)
-    chunks = split_into_chunks(tracts_of(counts), chunk_tracts, counts)
     sizes = all_sizes(counts)
+    check_one_partition_per_tract(counts, sizes)
+    chunks = split_into_chunks(tracts_of(counts), chunk_tracts, counts)
     split = sum(c.cells is not None for c in chunks)
     get_run_logger().info("%d tract-cells in %d chunk(s) of up to %d tracts%s", len(sizes),
                           len(chunks), chunk_tracts,

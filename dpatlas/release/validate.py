@@ -261,26 +261,24 @@ def apply_policy(df: pd.DataFrame, policy: str, partition: str, internal: Path,
     return df, report
 
 
-def check_one_partition_per_tract(counts: dict[Path, pd.DataFrame]) -> None:
+def check_one_partition_per_tract(counts: dict[Path, pd.DataFrame], sizes: pd.DataFrame
+                                  ) -> None:
     """Refuse a tract and cell whose records lie in two staged partitions (``counts``: n per
-    (geoid, cell) of each, :func:`dpatlas.release.estimate.staged_counts`). Each partition
-    would estimate its part as a tract of its own, and the release could never be published;
-    the input checks keep every state's records in one partition (a split state's cells in one
-    group each), and this makes sure of it before the charge, whatever the input's layout."""
-    keys = pd.concat([frame[["geoid", "cell"]].assign(partition=Path(path).stem)
-                      for path, frame in counts.items() if len(frame)] or [pd.DataFrame()])
-    if keys.empty:
-        return
-    twice = keys[keys.duplicated(["geoid", "cell"], keep=False)]
+    (geoid, cell) of each, :func:`dpatlas.release.estimate.staged_counts`; ``sizes``: their
+    rows joined, :func:`~dpatlas.release.estimate.all_sizes`, where each partition's keys are
+    unique, so a key seen twice is in two partitions). Each partition would estimate its part
+    as a tract of its own, and the release could never be published; the input checks keep
+    every state's records in one partition (a split state's cells in one group each), and
+    this makes sure of it before the charge, whatever the input's layout."""
+    twice = sizes[sizes.duplicated(["geoid", "cell"], keep=False)]
     if twice.empty:
         return
-    first = twice.iloc[0]
-    held = sorted(twice.loc[(twice["geoid"] == first["geoid"])
-                            & (twice["cell"] == first["cell"]), "partition"])
-    tracts = twice["geoid"].nunique()
+    geoid, cell = twice["geoid"].iloc[0], twice["cell"].iloc[0]
+    held = sorted(Path(path).stem for path, frame in counts.items()
+                  if ((frame["geoid"] == geoid) & (frame["cell"] == cell)).any())
     raise ValidationFailed(
-        f"{tracts} tract(s) have records in more than one input partition, e.g. tract "
-        f"{first['geoid']} (cell {first['cell']!r}) in {', '.join(held)}; a tract's records "
+        f"{twice['geoid'].nunique()} tract(s) have records in more than one input partition, "
+        f"e.g. tract {geoid} (cell {cell!r}) in {', '.join(held)}; a tract's records "
         "must all lie in one partition (the folder of the state its GEOID names), so no noise "
         "was drawn and nothing was published")
 

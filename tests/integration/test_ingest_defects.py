@@ -81,6 +81,7 @@ def test_a_split_state_group_is_checked_too(tmp_path, monkeypatch):
 
 
 def test_a_tract_in_two_staged_partitions_is_refused_before_the_charge():
+    from dpatlas.release.estimate import all_sizes
     from dpatlas.release.validate import check_one_partition_per_tract
 
     counts = {Path("input-37.parquet"): pd.DataFrame({"geoid": ["37001000100"],
@@ -88,8 +89,9 @@ def test_a_tract_in_two_staged_partitions_is_refused_before_the_charge():
               Path("input-45.parquet"): pd.DataFrame({"geoid": ["37001000100", "45001000100"],
                                                       "cell": ["all", "all"], "n": [4, 9]})}
     with pytest.raises(ValidationFailed, match="37001000100.*input-37, input-45"):
-        check_one_partition_per_tract(counts)
-    check_one_partition_per_tract({p: c.iloc[-1:] for p, c in counts.items()})  # distinct
+        check_one_partition_per_tract(counts, all_sizes(counts))
+    distinct = {p: c.iloc[-1:] for p, c in counts.items()}
+    check_one_partition_per_tract(distinct, all_sizes(distinct))
 
 
 def test_the_split_tract_release_is_refused_before_the_charge(tmp_path):
