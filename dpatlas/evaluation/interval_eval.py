@@ -43,13 +43,14 @@ def released_by(mechanism: str, batch, eps: float, rand, reps: int, threshold: f
         return Released(p25, p75, out.extras["noisy_nvar"], eps_nvar, eps_ncov, eps_intercept)
     if mechanism == "DPExpTheilSen":
         out = M.estimate_batch("DPExpTheilSen", batch, eps, rand=rand, reps=reps)
-        return Released(out.p25, out.p75)
+        return Released(out.p25, out.p75, eps_theil_sen=eps)
     rule = Rule("dp", threshold=threshold)
     sel = select(batch, eps, rule, rand, reps)
     out = run_selected(batch, rule, sel, rand, reps)
     eps_sel, rest = rule.budgets(eps)
+    # NoisyStats where eps·nvar~ >= t
     return Released(out.p25, out.p75, sel.noisy_nvar, eps_sel, rest / 2, rest / 2,
-                    out.mechanism, nvar_floor=threshold / eps)  # NoisyStats where eps·nvar~ >= t
+                    out.mechanism, nvar_floor=threshold / eps, eps_theil_sen=rest)
 
 
 # Which line each mechanism's published p25/p75 estimates (its estimand; docs/uncertainty.md).

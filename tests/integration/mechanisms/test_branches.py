@@ -201,7 +201,7 @@ def test_selection_rule_branches_on_public_values_only(rule, neighbours):
 def _released(mech: str, batch, eps: float, rand, reps: int) -> Released:
     if mech == EXP_THEIL_SEN:
         out = M.estimate_batch(EXP_THEIL_SEN, batch, eps, rand=rand, reps=reps)
-        return Released(out.p25, out.p75)
+        return Released(out.p25, out.p75, eps_theil_sen=eps)
     if mech == NOISY_STATS:
         out = M.estimate_batch(NOISY_STATS, batch, eps, rand=rand, reps=reps)
         third = eps / 3
@@ -212,7 +212,8 @@ def _released(mech: str, batch, eps: float, rand, reps: int) -> Released:
     sel = select(batch, eps, rule, rand, reps)
     out = run_selected(batch, rule, sel, rand, reps)
     eps_sel, rest = rule.budgets(eps)
-    return Released(out.p25, out.p75, sel.noisy_nvar, eps_sel, rest / 2, rest / 2, out.mechanism)
+    return Released(out.p25, out.p75, sel.noisy_nvar, eps_sel, rest / 2, rest / 2, out.mechanism,
+                    eps_theil_sen=rest)
 
 
 @pytest.mark.parametrize("mech", [NOISY_STATS, EXP_THEIL_SEN, RULE])
@@ -250,7 +251,7 @@ def test_theil_sen_interval_tie_repro_is_indistinguishable():
     batch, a, b = neighbour_batch([(x, y, x2, y2)])
     reps = 300
     p = np.full((reps, 2), 0.45)  # released values: the same DP outputs on both
-    res = intervals(EXP_THEIL_SEN, batch, Released(p, p + 0.2), 0.25, SeededRandomness(1705),
+    res = intervals(EXP_THEIL_SEN, batch, Released(p, p + 0.2, eps_theil_sen=1.0), 0.25, SeededRandomness(1705),
                     0.95, reps)
     ends = np.stack([res.p25_lo, res.p25_hi, res.p75_lo, res.p75_hi])
     all_trivial = ((ends == 0.0) | (ends == 1.0)).all(axis=0).astype(np.float64)

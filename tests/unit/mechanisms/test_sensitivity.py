@@ -146,7 +146,7 @@ def _assert_exactly_the_steps(name, used, steps):
 
 @pytest.mark.parametrize("mechanism", [CI.NOISY_STATS, CI.EXP_THEIL_SEN])
 def test_each_interval_draw_is_scaled_to_its_steps_sensitivity(mechanism, monkeypatch):
-    n, eps = 100, 8.0  # large enough that the Theil-Sen ends are drawn (2r < n(n - 1)/2)
+    n, eps = 200, 8.0  # large enough that the Theil-Sen ends are drawn (2r < n(n - 1)/2)
     x, y = line_tract(n, seed=3)
     batch, rand = TractBatch.single(x, y), noise.SeededRandomness(5)
     if mechanism == CI.NOISY_STATS:
@@ -155,7 +155,7 @@ def test_each_interval_draw_is_scaled_to_its_steps_sensitivity(mechanism, monkey
         released = CI.Released(out.p25, out.p75, out.extras["noisy_nvar"], third, third, third)
     else:
         out = M.estimate_batch("DPExpTheilSen", batch, eps, rand=rand, reps=1)
-        released = CI.Released(out.p25, out.p75)
+        released = CI.Released(out.p25, out.p75, eps_theil_sen=eps)
     spy = SensitivitySpy(monkeypatch)
     CI.intervals(mechanism, batch, released, eps, rand)
     used = _checked_draws(mechanism, spy.draws(), n)

@@ -4,7 +4,9 @@ estimation (unit labels grouped as fixed-width text) must not move a single valu
 ``data/levels_golden.csv`` was written BEFORE those changes, by main's ``estimate_levels`` (at
 de13102; the file is unchanged there) with ``.venv/bin/python -m
 tests.unit.release.test_levels_golden`` (``write_golden`` below): two states, two cells, a
-fixed noise seed, at full float64 precision (``%.17g`` round-trips exactly)."""
+fixed noise seed, at full float64 precision (``%.17g`` round-trips exactly). Rewritten at
+issue 32, whose interval step changed on purpose (a third draw, the total error, standard
+errors): from then on it pins that code the same way."""
 
 from pathlib import Path
 
@@ -46,7 +48,7 @@ def write_golden() -> None:
     GOLDEN.parent.mkdir(exist_ok=True)
     with open(GOLDEN, "w") as out:
         out.write("# estimate_levels on test_levels_golden.golden_records(), seed 2022, "
-                  "written by main's code at de13102 (before issue 22's level speed-ups)\n")
+                  "written by the code of issue 32 (intervals of the total error)\n")
         estimates().to_csv(out, index=False, float_format="%.17g")
 
 

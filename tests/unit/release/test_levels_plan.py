@@ -61,7 +61,7 @@ def test_level_steps_pay_noisy_stats_and_its_interval():
     assert [ns.name for ns in est.alternatives()["NoisyStats"]] == ["nvar", "ncov", "intercept"]
     ci = p.step(level_interval_step("county"))
     assert [ns.name for ns in ci.alternatives()["NoisyStats"]] == [
-        "interval: mean of x", "interval: nvar"]
+        "interval: mean of x", "interval: nvar", "interval: nvar of y"]
 
 
 def test_without_intervals_a_level_has_one_step():

@@ -1,20 +1,16 @@
 """The estimates and their intervals share the pairwise work (issue 22, item 2): the published
-values must be bit-for-bit what they were before the sharing.
+values must be bit-for-bit what they are without the sharing.
 
-``golden/estimate_partition_before_issue22.parquet`` holds ``estimate_partition``'s output for
-the cases below, made with the code of commit de13102 (main before the sharing, whose Theil–Sen
-interval rebuilt the pairs, their predictions and their sort) by
-
-    .venv/bin/python -m tests.unit.release.test_shared_pair_work
-
-run from the repository's root on that commit. Same mechanisms, sensitivities, budget split
-and draws in the same order: with a fixed seed every published number, status and reason is
-identical.
+Until issue 32 this compared against a golden file made on the commit before the sharing; the
+intervals then changed on purpose (they cover the total error: a new draw and wider Theil–Sen
+offsets), so the comparison is now with the sharing switched off (``sharing_sorted_predictions``
+replaced by a context that shares nothing, so the interval rebuilds its pairs, their
+predictions and their sort, as the code before the sharing did). Same mechanisms, draws in the
+same order: with a fixed seed every published number, status and reason is identical.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,23 +18,25 @@ import pandas as pd
 import pytest
 
 from dpatlas.core.config import parse_config
-from dpatlas.core.columns import INTERVAL_COLUMNS
+import contextlib
+
+from dpatlas.core.columns import UNCERTAINTY_COLUMNS
+from dpatlas.release import estimate as estimate_module
 from dpatlas.release.allocate import plan
 from dpatlas.release.estimate import estimate_partition, select_partition
 from mechanisms import intervals as CI
 from mechanisms import theil_sen
 from mechanisms.noise import SeededRandomness
 
-GOLDEN = Path(__file__).parent / "golden" / "estimate_partition_before_issue22.parquet"
 # (case, selection config, epsilon per tract, pairs per chunk or None for the default)
-# At ε = 40 the Theil-Sen intervals of tracts from n ≈ 60 are drawn (not [0, 1]).
+# At ε = 40 the Theil-Sen intervals of the larger tracts are drawn (not [0, 1]).
 CASES = [("dp-eps1", {"rule": "dp", "threshold": 2.79}, 1.0, None),
          ("dp-eps8", {"rule": "dp", "threshold": 2.79}, 8.0, None),
          ("theil-sen-eps40", {"rule": "fixed", "mechanism": "DPExpTheilSen"}, 40.0, None),
          ("theil-sen-eps40-small-chunks", {"rule": "fixed", "mechanism": "DPExpTheilSen"}, 40.0,
           3_000)]
 PUBLISHED = ["geoid", "cell", "n", "mechanism", "status", "reason", "p25_raw", "p75_raw",
-             "epsilon_spent", "delta_spent", *INTERVAL_COLUMNS]
+             "epsilon_spent", "delta_spent", *UNCERTAINTY_COLUMNS]
 
 
 def microdata(seed: int = 2205) -> pd.DataFrame:
@@ -85,37 +83,22 @@ def _chunked(monkeypatch, pairs: int | None) -> None:
 def test_published_values_are_those_of_the_code_before_the_sharing(monkeypatch, case, selection,
                                                                     epsilon, pairs):
     _chunked(monkeypatch, pairs)
-    golden = pd.read_parquet(GOLDEN)
-    expected = golden[golden["case"] == case].drop(columns="case").reset_index(drop=True)
     got = run_case(selection, epsilon).reset_index(drop=True)
+    with monkeypatch.context() as mp:
+        mp.setattr(estimate_module, "sharing_sorted_predictions", contextlib.nullcontext)
+        expected = run_case(selection, epsilon).reset_index(drop=True)
     assert len(expected) == len(got) > 0
     # the cases must reach what the sharing touches: drawn Theil-Sen intervals
     drawn = got[(got["mechanism"] == "DPExpTheilSen")
                 & (got["p25_hi"] - got["p25_lo"] < 1.0)]
     if epsilon == 40.0:
-        assert len(drawn) >= 10
+        assert len(drawn) >= 4
     for col in PUBLISHED:
         a, b = expected[col].to_numpy(), got[col].to_numpy()
         if a.dtype.kind == "f":
             assert np.array_equal(a, b, equal_nan=True), col  # bit-for-bit, not allclose
         else:
             assert (a == b).all(), col
-
-
-def write_golden() -> None:
-    from _pytest.monkeypatch import MonkeyPatch
-
-    frames = []
-    for case, selection, epsilon, pairs in CASES:
-        with MonkeyPatch.context() as mp:
-            _chunked(mp, pairs)
-            frames.append(run_case(selection, epsilon).assign(case=case))
-    GOLDEN.parent.mkdir(exist_ok=True)
-    pd.concat(frames, ignore_index=True).to_parquet(GOLDEN, index=False)
-
-
-if __name__ == "__main__":
-    sys.exit(write_golden())
 
 
 def test_the_interval_uses_the_predictions_the_estimate_sorted(monkeypatch):
@@ -130,4 +113,4 @@ def test_the_interval_uses_the_predictions_the_estimate_sorted(monkeypatch):
     got = run_case({"rule": "fixed", "mechanism": "DPExpTheilSen"}, 40.0)
     chunks_per_cell = len(built)
     assert chunks_per_cell >= 4 and all(tracts is None for tracts in built)
-    assert ((got["p25_hi"] - got["p25_lo"]) < 1).sum() >= 10  # ends drawn from shared work
+    assert ((got["p25_hi"] - got["p25_lo"]) < 1).sum() >= 4  # ends drawn from shared work
