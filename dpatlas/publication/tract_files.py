@@ -29,6 +29,8 @@ import pandas as pd
 import shapely
 
 from mechanisms import intervals as CI
+from mechanisms.estimand import (ESTIMAND, ESTIMAND_ID, INTERVAL_MEANING, MOE90_MEANING,
+                                 SE_MEANING)
 
 from dpatlas.core.columns import INTERVAL_COLUMNS, RESULT_COLUMNS, SE_COLUMNS
 from dpatlas.publication import colours
@@ -155,7 +157,7 @@ def rounding_statement(columns, decimals: int = PUBLISHED_DECIMALS) -> dict:
         "to_nearest": points + [c for c in ("p25", "p75") if c in columns]
         + [c for c in model if c.endswith("_model")],
         "outwards": {"down": lower + [c for c in model if c.endswith("_lo")],
-                     "up": upper + [c for c in SE_COLUMNS if c in columns]
+                     "up": upper + [c for c in (*SE_COLUMNS, *MOE90_COLUMNS) if c in columns]
                      + [c for c in model if c.endswith(("_hi", "_se"))]},
         "rule": (f"released values rounded to {decimals} decimals before p25/p75 are clipped to "
                  "[0, 1]: point values to nearest (numpy.round: ties of x·10^decimals to even), "
@@ -506,10 +508,12 @@ def in_parallel(jobs: list[Callable[[], object]], workers: int = PUBLISH_WORKERS
 # Frictionless Table Schema (https://specs.frictionlessdata.io/table-schema/): one field per
 # column, in order, typed, described and constrained; readers take GEOIDs as text from it.
 _RANK = {"minimum": 0, "maximum": 1}
-# What the value estimates depends on the row's mechanism (mechanisms/intervals.py ESTIMANDS).
-_ESTIMAND = ("Estimand: the tract's least-squares line of its own records where mechanism is "
-             "NoisyStats, its Theil-Sen (median-type) line where DPExpTheilSen; the two differ "
-             "when child ranks are skewed or censored (manifest: intervals.estimand)")
+# One estimand for every value, interval and standard error, direct and model-based alike
+# (mechanisms/estimand.py): every such column's description carries ESTIMAND_ID, which
+# ``dpatlas audit`` checks.
+_ESTIMAND = f"Estimand (direct and model-based values alike): the {ESTIMAND}."
+# The 90% margins of error beside the standard errors (value ± moe90).
+MOE90_COLUMNS = ("p25_moe90", "p75_moe90")
 _FIELDS: dict[str, tuple[str, str, dict]] = {
     "geoid": ("string", "Census tract GEOID: 2-digit state, 3-digit county and 6-digit tract "
               "FIPS codes; text, leading zeros kept",
@@ -528,9 +532,9 @@ _FIELDS: dict[str, tuple[str, str, dict]] = {
                {"required": True, "enum": ["released", "suppressed", "failed"]}),
     "reason": ("string", "Why the tract was suppressed or failed; empty when released", {}),
     "p25": ("number", "Predicted child income rank at parent rank 0.25 (DP), p25_raw clipped "
-            "to [0, 1]; empty unless released. " + _ESTIMAND, _RANK),
+            "to [0, 1]; empty unless released", _RANK),
     "p75": ("number", "Predicted child income rank at parent rank 0.75 (DP), p75_raw clipped "
-            "to [0, 1]; empty unless released. " + _ESTIMAND, _RANK),
+            "to [0, 1]; empty unless released", _RANK),
     "p25_raw": ("number", "The DP release of p25 before clipping (may lie outside [0, 1])", {}),
     "p75_raw": ("number", "The DP release of p75 before clipping (may lie outside [0, 1])", {}),
     "epsilon_spent": ("number", "Privacy budget epsilon charged to this tract and cell",
@@ -540,8 +544,9 @@ _FIELDS: dict[str, tuple[str, str, dict]] = {
 }
 _INTERVAL_TEXT = {"lo": "lower", "hi": "upper"}
 # The small-area model's columns (dpatlas/publication/model_estimates.py).
-_MODEL = ("model-based (Fay–Herriot) estimate from published values only; shrinks towards "
-          "neighbours and the county; see docs/small-area.md")
+_MODEL = (f"model-based (Fay–Herriot) estimate of the {ESTIMAND_ID} (the estimand of p25 and "
+          "p75) from published values only; shrinks towards neighbours and the county; see "
+          "docs/small-area.md")
 _MODEL_TEXT = {
     **{f"{q}_model": f"{q}: {_MODEL}. Rounded to {{decimals}} decimals; empty where the "
        "model was not fitted (manifest small_area.fits)" for q in ("p25", "p75")},
@@ -556,18 +561,18 @@ _MODEL_TEXT = {
 
 def _standard_error_text(column: str, level: float, decimals: int) -> str:
     value = column[:-len("_se")]
-    return (f"Standard error of {value} implied by its {level:.0%} interval: ({value}_hi - "
-            f"{value}_lo)/(2z), z the standard normal quantile at (1 + {level:g})/2 "
-            f"({_z(level):.4f}), so {value} ± z·{column} spans the interval's width (the "
-            "Opportunity Atlas's reading of a standard error). Not the standard deviation of "
-            "the estimate: the privacy noise is Laplace and the interval conservative. "
-            f"Post-processing of the interval (no budget of its own), rounded up to {decimals} "
-            f"decimals; empty unless released; at most {standard_error_maximum(level, decimals)}"
-            " (an interval of [0, 1])")
+    return (f"{value}'s {SE_MEANING}. Computed from published "
+            f"values only (no budget of its own), rounded up to {decimals} decimals; empty "
+            f"unless released; at most {standard_error_maximum(level, decimals)}. "
+            f"{value} ± 1.645·{column} is the 90% margin ({value}_moe90 where published). "
+            + _ESTIMAND)
 
 
-def _z(level: float) -> float:
-    return 1.0 / (2.0 * _unit_interval_se(level))
+def _moe90_text(column: str, decimals: int) -> str:
+    value = column[:-len("_moe90")]
+    return (f"{value}'s {MOE90_MEANING}: 1.645 x {value}_se "
+            f"rounded up to {decimals} decimals, the ± of {value} on the map; empty where "
+            f"{value}_se is. " + _ESTIMAND)
 
 
 def _field(column: str, decimals: int, level: float = 0.95) -> dict:
@@ -576,15 +581,20 @@ def _field(column: str, decimals: int, level: float = 0.95) -> dict:
         kind, text, constraints = _FIELDS[column]
         if column in ("p25", "p75", "p25_raw", "p75_raw"):
             text += rounded
+        if column in ("p25", "p75"):
+            text += ". " + _ESTIMAND
     elif column in INTERVAL_COLUMNS:
         value, side = column.split("_")
         kind, constraints = "number", dict(_RANK)
-        text = (f"{_INTERVAL_TEXT[side].capitalize()} bound of the confidence interval for "
-                f"{value} (DP), rounded {'down' if side == 'lo' else 'up'} to {decimals} "
-                "decimals; empty unless released. " + _ESTIMAND)
+        text = (f"{_INTERVAL_TEXT[side].capitalize()} bound of the {level:.0%} "
+                f"{INTERVAL_MEANING}, for {value} (DP), rounded "
+                f"{'down' if side == 'lo' else 'up'} to {decimals} decimals; empty unless "
+                "released. " + _ESTIMAND)
     elif column in SE_COLUMNS:
         kind, text = "number", _standard_error_text(column, level, decimals)
         constraints = {"minimum": 0, "maximum": standard_error_maximum(level, decimals)}
+    elif column in MOE90_COLUMNS:
+        kind, text, constraints = "number", _moe90_text(column, decimals), {"minimum": 0}
     elif column in _MODEL_TEXT:
         kind, text = "number", _MODEL_TEXT[column].format(decimals=decimals)
         constraints = {"minimum": 0} if column.endswith("_se") else dict(_RANK)
