@@ -544,9 +544,9 @@ _FIELDS: dict[str, tuple[str, str, dict]] = {
 }
 _INTERVAL_TEXT = {"lo": "lower", "hi": "upper"}
 # The small-area model's columns (dpatlas/publication/model_estimates.py).
-_MODEL = (f"model-based (Fay–Herriot) estimate of the {ESTIMAND_ID} (the estimand of p25 and "
-          "p75) from published values only; shrinks towards neighbours and the county; see "
-          "docs/small-area.md")
+_MODEL = ("model-based (Fay–Herriot) estimate from published values only, of the "
+          f"{ESTIMAND_ID} (the estimand of p25 and p75); shrinks towards neighbours and the "
+          "county; see docs/small-area.md")
 _MODEL_TEXT = {
     **{f"{q}_model": f"{q}: {_MODEL}. Rounded to {{decimals}} decimals; empty where the "
        "model was not fitted (manifest small_area.fits)" for q in ("p25", "p75")},

@@ -284,7 +284,7 @@
   // The one estimand's wording (legend.json), a county's or state's said of its own records.
   function estimandText(key, level) {
     const text = String((state.legend.estimand || {})[key] || "see the manifest (estimand)");
-    return level && level !== "tract" ? text.replace(/tract/g, level) : text;
+    return level && level !== "tract" ? text.split("tract").join(level) : text;
   }
 
   // What the shown value and its ± and interval estimate: the one estimand, for every value.
