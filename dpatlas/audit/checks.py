@@ -9,7 +9,8 @@ tiles with its own PMTiles/MVT reader. It re-derives every
 privacy figure of the manifest from first principles, checks the manifest's structure
 against fixed rules rather than against itself, and compares:
 
-(s) schema: ``manifest_version`` is one this audit reads (2; 3 adds the standard errors);
+(s) schema: ``manifest_version`` is one this audit reads (2; 3 adds the standard errors; 4
+    one estimand that every interval, SE, margin of error and model column declares);
     every required field is there
     with its type (``min_n``, ``ledger_entry``, ``assumptions``, ``public_values``,
     ``public``...); ``release_id`` is a valid id and the folder's name (and the ledger entry's);
@@ -73,14 +74,19 @@ against fixed rules rather than against itself, and compares:
 (u) columns: every column of the table is public (the fixed list) or paid for by its step
     (p25/p75 by the primary step, ``X_p25`` by ``suite: X``, the interval columns by the
     interval step, whose ``intervals.epsilon`` must be the step's, and their standard errors
-    ``p25_se``/``p75_se``, present exactly with them, as post-processing of that step);
-    nothing else may be declared public;
+    ``p25_se``/``p75_se``, present exactly with them, as post-processing of that step, and
+    ``p25_moe90``/``p75_moe90`` only with them); nothing else may be declared public; from
+    version 4, every value, interval, SE, margin of error and model column declares the one
+    estimand: its ``published_columns`` entry and its ``tracts.schema.json`` description
+    contain :data:`ESTIMAND_ID`;
 (e) table: tracts.parquet has only accounted-for columns, values exactly where released,
     nothing spent where suppressed, suppression exactly where n < min_n, ``failed`` only with
     its mechanism's DP failure, ``reason`` one of an enumerated set, interval values only on
-    released rows and around the released value, each standard error recomputed from its
-    interval as (hi − lo)/(2z) at ``intervals.level`` (z from the standard library's
-    NormalDist) and found rounded up by at most one unit of the 4th decimal,
+    released rows and around the released value, each standard error finite, in
+    [0, SE_CAP] exactly where its interval is (up to version 3, when it was the interval's
+    (hi − lo)/(2z) at ``intervals.level``, recomputed so, z from the standard library's
+    NormalDist, and found rounded up by at most one unit of the 4th decimal), each 90% margin
+    of error exactly where its SE is and equal to ceil(MOE90_Z·se·10⁴)/10⁴,
     the per-tract-and-cell figures where spent,
     and the manifest's counts;
 (f) formats: tracts.csv and tracts.geojson row for row, and the features of tracts.pmtiles
@@ -1059,7 +1065,7 @@ def _mechanism_and_reason_problems(df, m: dict) -> list[str]:
 
 
 def _interval_value_problems(df, released) -> list[str]:
-    cols = [c for c in (*INTERVAL_COLUMNS, *SE_COLUMNS) if c in df.columns]
+    cols = [c for c in (*INTERVAL_COLUMNS, *SE_COLUMNS, *MOE90_COLUMNS) if c in df.columns]
     if not cols:
         return []
     problems = []
@@ -1092,9 +1098,18 @@ def interval_standard_error(lo, hi, level: float):
     return (np.asarray(hi, dtype=float) - np.asarray(lo, dtype=float)) / (2.0 * z)
 
 
+# The one estimand's identifier (mechanisms/estimand.py ESTIMAND_ID), its SE cap and the 90%
+# margin's z: fixed rules here, not the manifest's word (the audit imports nothing of ours).
+ESTIMAND_ID = "tract expected outcome"
+SE_CAP = 0.5
+MOE90_Z = 1.6448536269514722
+
+
 def _standard_error_problems(df, m: dict) -> list[str]:
-    """Each published standard error is its own row's interval's, rounded up by less than one
-    step; NaN exactly where the interval is."""
+    """Each published standard error is finite and in [0, SE_CAP] exactly where its row's
+    interval is, NaN elsewhere (up to manifest version 3 it was the interval's (hi − lo)/(2z),
+    rounded up by less than one step, and is checked so); each 90% margin of error is there
+    exactly where its SE is and is ceil(MOE90_Z·se·10⁴)/10⁴."""
     pairs = [p for p in ("p25", "p75") if f"{p}_se" in df.columns
              and {f"{p}_lo", f"{p}_hi"} <= set(df.columns)]
     level = (m.get("intervals") or {}).get("level")
@@ -1102,17 +1117,37 @@ def _standard_error_problems(df, m: dict) -> list[str]:
             or not 0 < level < 1:
         return []  # columns without intervals or a level: the columns check reports it
     problems, geoid = [], df["geoid"].astype(str).to_numpy()
-    for p in pairs:
-        want = interval_standard_error(df[f"{p}_lo"], df[f"{p}_hi"], float(level))
-        se = df[f"{p}_se"].astype(float).to_numpy()
-        has = ~np.isnan(want)
-        wrong = (has != ~np.isnan(se)) | (has & ~((se >= want - FLOAT_ATOL)
-                                                  & (se <= want + SE_ROUNDING_STEP + FLOAT_ATOL)))
+
+    def report(wrong, what: str, values, want=None) -> None:
         if wrong.any():
             i = int(np.argmax(wrong))
-            problems.append(f"{int(wrong.sum())} {p}_se value(s) are not ({p}_hi - {p}_lo)/(2z) "
-                            f"at level {level:g} rounded up to 4 decimals, e.g. {geoid[i]}: "
-                            f"{se[i]!r} for {want[i]!r}")
+            problems.append(f"{int(wrong.sum())} {what}, e.g. {geoid[i]}: {values[i]!r}"
+                            + ("" if want is None else f" for {want[i]!r}"))
+
+    for p in pairs:
+        lo, hi = df[f"{p}_lo"].astype(float).to_numpy(), df[f"{p}_hi"].astype(float).to_numpy()
+        se = df[f"{p}_se"].astype(float).to_numpy()
+        has = ~np.isnan(lo) & ~np.isnan(hi)
+        with np.errstate(invalid="ignore"):
+            fine = np.isfinite(se) & (se >= 0) & (se <= SE_CAP)
+        report(has & ~fine, f"{p}_se value(s) where the interval is published are not finite "
+                            f"in [0, {SE_CAP:g}]", se)
+        report(~has & ~np.isnan(se), f"{p}_se value(s) where no interval is published", se)
+        if m.get("manifest_version") in (2, 3):
+            want = interval_standard_error(lo, hi, float(level))
+            wrong = has & ~((se >= want - FLOAT_ATOL)
+                            & (se <= want + SE_ROUNDING_STEP + FLOAT_ATOL))
+            report(wrong, f"{p}_se value(s) are not ({p}_hi - {p}_lo)/(2z) at level "
+                          f"{level:g} rounded up to 4 decimals", se, want)
+        if f"{p}_moe90" in df.columns:
+            moe = df[f"{p}_moe90"].astype(float).to_numpy()
+            report(np.isnan(moe) != np.isnan(se), f"{p}_moe90 value(s) are not there exactly "
+                                                   f"where {p}_se is", moe)
+            want = np.ceil(MOE90_Z * se * 1e4) / 1e4
+            with np.errstate(invalid="ignore"):
+                wrong = ~np.isnan(moe) & ~np.isnan(se) & ~(np.abs(moe - want) <= FLOAT_ATOL)
+            report(wrong, f"{p}_moe90 value(s) are not ceil({MOE90_Z:.4f}·{p}_se, 4 decimals)",
+                   moe, want)
     return problems
 
 
@@ -1160,7 +1195,9 @@ def check_synthetic_table(folder: Path, m: dict) -> str:
 
 # ----------------------------------------------------------------------- schema (version 2)
 
-MANIFEST_VERSIONS = (2, 3)  # 3: the tract tables carry p25_se, p75_se with the intervals
+# 3: the tract tables carry p25_se, p75_se with the intervals; 4: one estimand, declared by
+# every value, interval, SE, margin-of-error and model column (ESTIMAND_ID).
+MANIFEST_VERSIONS = (2, 3, 4)
 # Release ids (dpatlas/core/ids.py): 1-64 of A-Z a-z 0-9 . _ -, not a name the publish root uses.
 RELEASE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 RESERVED_IDS = frozenset({"latest", "feed", "index", "collection", "catalog", "tiles", "map",
@@ -1631,6 +1668,7 @@ PRIMARY_STEP = "primary: p25 and p75"
 INTERVAL_STEP = "interval: p25 and p75"
 INTERVAL_COLUMNS = ("p25_lo", "p25_hi", "p75_lo", "p75_hi")
 SE_COLUMNS = ("p25_se", "p75_se")  # post-processing of the interval step
+MOE90_COLUMNS = ("p25_moe90", "p75_moe90")  # value ± moe90: 90% margins, from the SEs
 SPEND_COLUMNS = ("epsilon_spent", "delta_spent")
 PRIMARY_MECHANISMS = ("NoisyStats", "DPExpTheilSen")
 # `reason` may say only these: where nothing ran, the public n; where a mechanism failed, the
@@ -1658,7 +1696,7 @@ def column_payer(column: str, m: dict) -> str | None:
         return MODEL_PAYER
     if column in VALUE_COLUMNS:
         return PRIMARY_STEP
-    if column in INTERVAL_COLUMNS or column in SE_COLUMNS:
+    if column in INTERVAL_COLUMNS or column in SE_COLUMNS or column in MOE90_COLUMNS:
         return INTERVAL_STEP
     if column == "mechanism":
         return SELECTION_STEP if m["selection"]["rule"] == "dp" else "public (the rule and n)"
@@ -1696,9 +1734,13 @@ def check_columns(folder: Path, m: dict) -> str:
                                 f"{', '.join(PUBLIC_COLUMNS)} may be")
     problems += _interval_problems(m, columns, steps)
     problems += _model_column_problems(m, columns)
+    declared = _estimand_declaration_problems(folder, m, columns)
+    problems += declared
     if problems:
         raise Mismatch("; ".join(problems))
-    return f"{len(columns)} columns, each public or paid for by its budget step"
+    return (f"{len(columns)} columns, each public or paid for by its budget step"
+            + ("" if m.get("manifest_version") in (2, 3) else
+               f"; every value, interval, SE and model column declares the {ESTIMAND_ID}"))
 
 
 def _model_column_problems(m: dict, columns: list[str]) -> list[str]:
@@ -1719,6 +1761,38 @@ def _model_column_problems(m: dict, columns: list[str]) -> list[str]:
         if not (isinstance(text, str) and "post-processing" in text):
             problems.append(f"{column!r} is not declared in published_columns as "
                             "post-processing of published columns")
+    return problems
+
+
+def _estimand_columns(columns) -> list[str]:
+    """The published columns that must declare the one estimand: the values, their intervals,
+    standard errors and margins of error, and the model's estimates with theirs (a model
+    diagnostic, such as a standardised difference, estimates nothing)."""
+    model = [c for c in columns if c.startswith(("p25_model", "p75_model"))
+             and c.endswith(("_model", "_lo", "_hi", "_se"))]
+    return [c for c in columns if c in ("p25", "p75", *INTERVAL_COLUMNS, *SE_COLUMNS,
+                                        *MOE90_COLUMNS)] + model
+
+
+def _estimand_declaration_problems(folder: Path, m: dict, columns: list[str]) -> list[str]:
+    """From manifest version 4: each value, interval, SE, margin and model column declares the
+    one estimand (ESTIMAND_ID) where the release declares its columns, its manifest
+    ``published_columns`` entry and, where published, its ``tracts.schema.json`` field."""
+    if m.get("manifest_version") in (2, 3):
+        return []  # published before the one estimand: they state the estimand per mechanism
+    wanted = _estimand_columns(columns)
+    declared = {c.strip(): text for key, text in m["published_columns"].items()
+                for c in str(key).split(",")}
+    problems = [f"{c!r} is not declared with the {ESTIMAND_ID} in published_columns"
+                for c in wanted if ESTIMAND_ID not in str(declared.get(c, ""))]
+    if "tracts.schema.json" in (m.get("files") or {}):
+        try:
+            schema = json.loads(readable(folder / "tracts.schema.json").read_text())
+            fields = {f.get("name"): f.get("description") for f in schema["fields"]}
+        except Exception as err:  # noqa: BLE001 - any reader error is a finding
+            return problems + [f"tracts.schema.json cannot be read: {err}"]
+        problems += [f"{c!r} is not declared with the {ESTIMAND_ID} in tracts.schema.json"
+                     for c in wanted if ESTIMAND_ID not in str(fields.get(c, ""))]
     return problems
 
 
@@ -1760,6 +1834,9 @@ def _standard_error_column_problems(m: dict, columns: list[str], intervals: bool
     has = [c for c in SE_COLUMNS if c in columns]
     # Version 2 manifests predate the standard errors: their releases are audited as published.
     required = m.get("manifest_version") != 2
+    margins = [c for c in MOE90_COLUMNS if c in columns]
+    if margins and len(has) != len(SE_COLUMNS):
+        return [f"margins of error {margins} without the standard errors {list(SE_COLUMNS)}"]
     if intervals and len(has) != len(SE_COLUMNS) and (required or has):
         return [f"interval columns without their standard errors {list(SE_COLUMNS)}"]
     if has and not intervals:
@@ -1767,7 +1844,7 @@ def _standard_error_column_problems(m: dict, columns: list[str], intervals: bool
     problems = []
     for key, text in m["published_columns"].items():
         declared = {c.strip() for c in str(key).split(",")}
-        if declared & set(has) and not (isinstance(text, str) and "post-processing" in text
+        if declared & {*has, *margins} and not (isinstance(text, str) and "post-processing" in text
                                         and f"'{INTERVAL_STEP}'" in text):
             problems.append(f"published_columns {key!r} must state them as post-processing of "
                             f"the step '{INTERVAL_STEP}'")
@@ -2162,7 +2239,7 @@ def level_column_payer(column: str, level: str) -> str | None:
         return "public"
     if column in VALUE_COLUMNS:
         return estimate
-    if column in INTERVAL_COLUMNS or column in SE_COLUMNS:
+    if column in INTERVAL_COLUMNS or column in SE_COLUMNS or column in MOE90_COLUMNS:
         return interval
     if column in ("mechanism", "reason") or column in SPEND_COLUMNS:
         return "public (the level's one mechanism, the public n and its DP failure)"

@@ -164,8 +164,11 @@ class ProfileConfig(_Strict):
 
 
 class IntervalsConfig(_Strict):
-    # A confidence interval for p25 and p75 of every released tract, covering the tract's
-    # regression line (sampling error and privacy noise), paid from the primary budget.
+    # A confidence interval for p25 and p75 of every released tract, for the tract expected
+    # outcome (mechanisms/estimand.py: the population least-squares prediction of the law that
+    # generated the tract's records), covering the total error (sampling error and privacy
+    # noise), with the standard error and 90% margin of error beside it; paid from the primary
+    # budget.
     enabled: bool = True
     share: float = Field(0.25, gt=0, lt=1)  # of the primary budget, spent on the interval
     level: float = Field(0.95, ge=0.5, lt=1)

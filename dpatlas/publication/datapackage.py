@@ -16,6 +16,8 @@ import json
 import re
 from pathlib import Path
 
+from mechanisms.estimand import ESTIMAND
+
 from dpatlas.core.config import DEFAULT_LICENSE
 from dpatlas.core.hashing import sha256_file
 
@@ -78,7 +80,9 @@ def build_datapackage(folder: Path, files: list[str], release_id: str, config: d
                         "income rank at parent rank 25 and 75) of dataset "
                         f"{ledger.get('dataset', 'default')}. Every value is a differentially "
                         "private release or post-processing of one; manifest.json states the "
-                        "guarantee, the budget spent and every file's sha256."),
+                        "guarantee, the budget spent and every file's sha256. Every value, "
+                        "interval, standard error and margin of error, direct and model-based, "
+                        f"estimates one thing: the {ESTIMAND}."),
         "keywords": ["differential privacy", "economic mobility", "census tracts"],
         "licenses": [licence_entry(spdx)],
         "resources": [r for stem, unit in TABLES

@@ -14,6 +14,8 @@ import geopandas as gpd
 import numpy as np
 import pandas as pd
 
+from mechanisms.estimand import ESTIMAND_ID, TOTAL_ERROR
+
 from dpatlas.core.columns import INTERVAL_COLUMNS, SE_COLUMNS
 from dpatlas.publication import tiles
 from dpatlas.publication.geography import county_names, write_geojson_rfc7946
@@ -151,12 +153,14 @@ def level_published_columns(level: str, estimate_step: str, interval_step: str |
         "epsilon_spent, delta_spent": "the budget charged per person and cell",
     }
     if interval_step:
+        error = TOTAL_ERROR.replace("the tract's", f"the {level}'s")
         out[", ".join(INTERVAL_COLUMNS)] = (
             f"the step '{interval_step}': {interval_level:.0%} confidence intervals for the "
-            f"{level}'s least-squares line, covering the privacy noise (mechanisms/intervals.py; "
-            "nvar bounded from both noisy nvar draws, the estimate's and the interval's)")
+            f"{level}'s expected outcome (the {ESTIMAND_ID} of the {level}'s pooled records), "
+            f"covering the {error} (mechanisms/intervals.py)")
         out[", ".join(SE_COLUMNS)] = (f"post-processing of the step '{interval_step}' (no "
-                                     "budget of its own): (hi - lo)/(2z) rounded up")
+                                     f"budget of its own): the estimated standard deviation "
+                                     f"of the value's {error}, rounded up")
     return out
 
 

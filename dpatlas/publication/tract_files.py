@@ -29,7 +29,8 @@ import pandas as pd
 import shapely
 
 
-from mechanisms.estimand import MOE90_MEANING, MOE90_Z, SE_CAP, SE_MEANING
+from mechanisms.estimand import (ESTIMAND, ESTIMAND_ID, INTERVAL_MEANING, MOE90_MEANING,
+                                 MOE90_Z, SE_CAP, SE_MEANING)
 
 from dpatlas.core.columns import INTERVAL_COLUMNS, MOE_COLUMNS, RESULT_COLUMNS, SE_COLUMNS
 from dpatlas.publication import colours
@@ -166,7 +167,7 @@ def rounding_statement(columns, decimals: int = PUBLISHED_DECIMALS) -> dict:
         "to_nearest": points + [c for c in ("p25", "p75") if c in columns]
         + [c for c in model if c.endswith("_model")],
         "outwards": {"down": lower + [c for c in model if c.endswith("_lo")],
-                     "up": upper + [c for c in SE_COLUMNS + MOE_COLUMNS if c in columns]
+                     "up": upper + [c for c in (*SE_COLUMNS, *MOE_COLUMNS) if c in columns]
                      + [c for c in model if c.endswith(("_hi", "_se"))]},
         "rule": (f"released values rounded to {decimals} decimals before p25/p75 are clipped to "
                  "[0, 1]: point values to nearest (numpy.round: ties of x·10^decimals to even), "
@@ -517,10 +518,12 @@ def in_parallel(jobs: list[Callable[[], object]], workers: int = PUBLISH_WORKERS
 # Frictionless Table Schema (https://specs.frictionlessdata.io/table-schema/): one field per
 # column, in order, typed, described and constrained; readers take GEOIDs as text from it.
 _RANK = {"minimum": 0, "maximum": 1}
-# What the value estimates depends on the row's mechanism (mechanisms/intervals.py ESTIMANDS).
-_ESTIMAND = ("Estimand: the tract's least-squares line of its own records where mechanism is "
-             "NoisyStats, its Theil-Sen (median-type) line where DPExpTheilSen; the two differ "
-             "when child ranks are skewed or censored (manifest: intervals.estimand)")
+# One estimand for every value, interval and standard error, direct and model-based alike
+# (mechanisms/estimand.py): every such column's description carries ESTIMAND_ID, which
+# ``dpatlas audit`` checks.
+_ESTIMAND = f"Estimand (direct and model-based values alike): the {ESTIMAND}."
+# The 90% margins of error beside the standard errors (value ± moe90).
+MOE90_COLUMNS = tuple(MOE_COLUMNS)
 _FIELDS: dict[str, tuple[str, str, dict]] = {
     "geoid": ("string", "Census tract GEOID: 2-digit state, 3-digit county and 6-digit tract "
               "FIPS codes; text, leading zeros kept",
@@ -539,9 +542,9 @@ _FIELDS: dict[str, tuple[str, str, dict]] = {
                {"required": True, "enum": ["released", "suppressed", "failed"]}),
     "reason": ("string", "Why the tract was suppressed or failed; empty when released", {}),
     "p25": ("number", "Predicted child income rank at parent rank 0.25 (DP), p25_raw clipped "
-            "to [0, 1]; empty unless released. " + _ESTIMAND, _RANK),
+            "to [0, 1]; empty unless released", _RANK),
     "p75": ("number", "Predicted child income rank at parent rank 0.75 (DP), p75_raw clipped "
-            "to [0, 1]; empty unless released. " + _ESTIMAND, _RANK),
+            "to [0, 1]; empty unless released", _RANK),
     "p25_raw": ("number", "The DP release of p25 before clipping (may lie outside [0, 1])", {}),
     "p75_raw": ("number", "The DP release of p75 before clipping (may lie outside [0, 1])", {}),
     "epsilon_spent": ("number", "Privacy budget epsilon charged to this tract and cell",
@@ -551,8 +554,9 @@ _FIELDS: dict[str, tuple[str, str, dict]] = {
 }
 _INTERVAL_TEXT = {"lo": "lower", "hi": "upper"}
 # The small-area model's columns (dpatlas/publication/model_estimates.py).
-_MODEL = ("model-based (Fay–Herriot) estimate from published values only; shrinks towards "
-          "neighbours and the county; see docs/small-area.md")
+_MODEL = ("model-based (Fay–Herriot) estimate from published values only, of the "
+          f"{ESTIMAND_ID} (the estimand of p25 and p75); shrinks towards neighbours and the "
+          "county; see docs/small-area.md")
 _MODEL_TEXT = {
     **{f"{q}_model": f"{q}: {_MODEL}. Rounded to {{decimals}} decimals; empty where the "
        "model was not fitted (manifest small_area.fits)" for q in ("p25", "p75")},
@@ -567,14 +571,17 @@ _MODEL_TEXT = {
 
 def _standard_error_text(column: str, level: float, decimals: int) -> str:
     value = column[:-len("_se")]
-    return (f"{value}: {SE_MEANING}. Drawn for by the interval step (mechanisms/intervals.py); "
-            f"rounded up to {decimals} decimals; empty unless released; at most {SE_CAP}")
+    return (f"{value}'s {SE_MEANING}. Drawn for by the interval step (mechanisms/intervals.py, "
+            f"its own budget), rounded up to {decimals} decimals; empty unless released; at "
+            f"most {standard_error_maximum(level, decimals)}. {value} ± 1.645·{column} is the "
+            f"90% margin ({value}_moe90 where published). " + _ESTIMAND)
 
 
-def _margin_of_error_text(column: str, decimals: int) -> str:
+def _moe90_text(column: str, decimals: int) -> str:
     value = column[:-len("_moe90")]
-    return (f"{value}: {MOE90_MEANING}. Computed from the published {value}_se, rounded up to "
-            f"{decimals} decimals; empty unless released")
+    return (f"{value}'s {MOE90_MEANING}: 1.645 x {value}_se "
+            f"rounded up to {decimals} decimals, the ± of {value} on the map; empty where "
+            f"{value}_se is. " + _ESTIMAND)
 
 
 def _field(column: str, decimals: int, level: float = 0.95) -> dict:
@@ -583,17 +590,20 @@ def _field(column: str, decimals: int, level: float = 0.95) -> dict:
         kind, text, constraints = _FIELDS[column]
         if column in ("p25", "p75", "p25_raw", "p75_raw"):
             text += rounded
+        if column in ("p25", "p75"):
+            text += ". " + _ESTIMAND
     elif column in INTERVAL_COLUMNS:
         value, side = column.split("_")
         kind, constraints = "number", dict(_RANK)
-        text = (f"{_INTERVAL_TEXT[side].capitalize()} bound of the confidence interval for "
-                f"{value} (DP), rounded {'down' if side == 'lo' else 'up'} to {decimals} "
-                "decimals; empty unless released. " + _ESTIMAND)
+        text = (f"{_INTERVAL_TEXT[side].capitalize()} bound of the {level:.0%} "
+                f"{INTERVAL_MEANING}, for {value} (DP), rounded "
+                f"{'down' if side == 'lo' else 'up'} to {decimals} decimals; empty unless "
+                "released. " + _ESTIMAND)
     elif column in SE_COLUMNS:
         kind, text = "number", _standard_error_text(column, level, decimals)
         constraints = {"minimum": 0, "maximum": standard_error_maximum(level, decimals)}
     elif column in MOE_COLUMNS:
-        kind, text = "number", _margin_of_error_text(column, decimals)
+        kind, text = "number", _moe90_text(column, decimals)
         constraints = {"minimum": 0, "maximum": float(margin_of_error_90(SE_CAP, decimals))}
     elif column in _MODEL_TEXT:
         kind, text = "number", _MODEL_TEXT[column].format(decimals=decimals)

@@ -21,7 +21,8 @@ import pandas as pd
 
 import mechanisms as M
 from mechanisms.accounting import agrees, within
-from mechanisms.intervals import ESTIMANDS as INTERVAL_ESTIMANDS
+from mechanisms.estimand import (ESTIMAND, ESTIMAND_ID, INTERVAL_MEANING, MOE90_MEANING,
+                                 SE_MEANING, TOTAL_ERROR)
 from mechanisms.privacy import (CONVERSION_TEXT, GROUP_PRIVACY_RULES, PROJECT_RELATION,
                                 MixedRelations, Relation, as_dict, convert_relation)
 
@@ -55,7 +56,9 @@ RANDOM_BITS_MIXED = "mixed (NOT FOR RELEASE): "
 CONFIG_FILE = "config.json"
 
 # The manifest's schema version: dpatlas.audit.checks checks the fields this version requires.
-MANIFEST_VERSION = 3  # 3: p25_se, p75_se beside the intervals (issue 18)
+# 3: p25_se, p75_se beside the intervals (issue 18); 4: one estimand, the tract expected
+# outcome, for every value, interval, SE and margin of error, each column declaring it (issue 32).
+MANIFEST_VERSION = 4
 
 # Columns whose values are published without noise: public under the replace-one relation
 # (status is a function of the public n and of DP outputs). Every other column is paid for by
@@ -466,7 +469,8 @@ def build_manifest(cfg: ReleaseConfig, release_id: str, plan: BudgetPlan,
         "counts": summary.counts(),
         "published_columns": {
             "p25, p75": f"display values: the raw values rounded to {PUBLISHED_DECIMALS} "
-                        "decimals, then clipped to [0, 1] (post-processing; see rounding)",
+                        "decimals, then clipped to [0, 1] (post-processing; see rounding); "
+                        f"they estimate the {ESTIMAND_ID} (section estimand)",
             "p25_raw, p75_raw": "the primary step's release for the tract's mechanism, "
                                 f"rounded to {PUBLISHED_DECIMALS} decimals",
             **{f"{name}_p25, {name}_p75": f"the step 'suite: {name}', rounded to "
@@ -478,21 +482,26 @@ def build_manifest(cfg: ReleaseConfig, release_id: str, plan: BudgetPlan,
                                          "DP outputs (failure of NoisyStats = its noisy nvar <= 0)",
             "epsilon_spent, delta_spent": "the budget charged to the tract and cell",
             **({"p25_lo, p25_hi, p75_lo, p75_hi":
-                f"the step 'interval: p25 and p75': {plan.interval_level:.0%} confidence "
-                "intervals for each row's estimand (intervals.estimand: the line of the "
-                "tract's own records its mechanism estimates), covering the privacy noise "
-                "(mechanisms/intervals.py; post-processing of the primary release plus the "
-                "interval step's own noise)",
+                f"the step 'interval: p25 and p75': {plan.interval_level:.0%} "
+                f"{INTERVAL_MEANING} (mechanisms/intervals.py; post-processing of the primary "
+                "release plus the interval step's own noise)",
                 "p25_se, p75_se":
                 "post-processing of the step 'interval: p25 and p75' (no budget of its own): "
-                "the interval-implied standard error (hi - lo)/(2z) of the published bounds, "
-                f"z the standard normal quantile at (1 + {plan.interval_level:g})/2, rounded "
-                f"up to {PUBLISHED_DECIMALS} decimals; not the standard deviation of the "
-                "estimate"} if plan.interval_epsilon else {}),
-            **(model_published_columns() if model_fits is not None else {}),
+                f"the {SE_MEANING}; rounded up to {PUBLISHED_DECIMALS} decimals",
+                "p25_moe90, p75_moe90":
+                "post-processing of the step 'interval: p25 and p75' (no budget of its own): "
+                f"the {MOE90_MEANING}; ceil(1.645 x se) at {PUBLISHED_DECIMALS} decimals"}
+               if plan.interval_epsilon else {}),
+            **({key: f"{text}; they estimate the {ESTIMAND_ID}, as p25 and p75 do"
+                for key, text in model_published_columns().items()}
+               if model_fits is not None else {}),
         },
+        "estimand": {"id": ESTIMAND_ID, "definition": ESTIMAND, "error": TOTAL_ERROR,
+                     "applies_to": "every published value, interval, standard error and "
+                                   "margin of error, direct and model-based alike "
+                                   "(mechanisms/estimand.py)"},
         "intervals": ({"level": plan.interval_level, "epsilon": plan.interval_epsilon,
-                       "estimand": dict(INTERVAL_ESTIMANDS),
+                       "estimand": f"the {ESTIMAND_ID}, covering the {TOTAL_ERROR}",
                        "method": {"NoisyStats": "Laplace bounds on n var(x), the slope and "
                                   "the mean of x, the release's three Laplace noises "
                                   "integrated exactly (docs/uncertainty.md)",

@@ -29,8 +29,8 @@ from dpatlas.core.config import fingerprint
 from dpatlas.publication.geography import write_geojson_rfc7946
 from dpatlas.core.hashing import sha256_file
 from dpatlas.ledger import Ledger, charges
-from dpatlas.publication.tract_files import (_FIELDS, INTERVAL_COLUMNS, SE_COLUMNS,
-                                             write_csv_with_schema)
+from dpatlas.publication.tract_files import (_FIELDS, INTERVAL_COLUMNS, MOE90_COLUMNS,
+                                             SE_COLUMNS, write_csv_with_schema)
 from dpatlas.publication.tiles import build_tiles
 
 from tests.integration.test_release_audit import RID, build_release, make_cfg, state  # noqa: F401 (fixture)
@@ -106,7 +106,7 @@ def republish(folder: Path, table: gpd.GeoDataFrame) -> None:
     write_geojson_rfc7946(table, folder / "tracts.geojson")
     build_tiles(folder / "tracts.geojson", folder / "tracts.pmtiles")
     flat = pd.DataFrame(table.drop(columns="geometry"))
-    known = set(_FIELDS) | set(INTERVAL_COLUMNS) | set(SE_COLUMNS)
+    known = set(_FIELDS) | set(INTERVAL_COLUMNS) | set(SE_COLUMNS) | set(MOE90_COLUMNS)
     if all(c in known or c.endswith(("_p25", "_p75")) for c in flat.columns):
         write_csv_with_schema(flat, folder)
     else:  # a column publish would refuse: the forger writes the CSV alone
@@ -233,9 +233,18 @@ def test_the_untouched_release_publishes_standard_errors_the_audit_recomputes(an
                        atol=1e-4)
 
 
+def as_version_3(folder: Path) -> None:
+    """The release as published before the one estimand (manifest_version 3): its standard
+    errors were the interval's (hi - lo)/(2z), and are audited so."""
+    m = manifest_of(folder)
+    m["manifest_version"] = 3
+    write_manifest(folder, m)
+
+
 def test_a_standard_error_narrowed_in_every_format(forged):
     """A forger shows one tract as more precise than its interval says: its p25_se halved,
     in every file (parquet, CSV, GeoJSON, tiles), the manifest re-hashed."""
+    as_version_3(forged)
     table = table_of(forged)
     i = table.index[table.status == "released"][0]
     table.loc[i, "p25_se"] = round(table.loc[i, "p25_se"] / 2, 4)
@@ -246,6 +255,7 @@ def test_a_standard_error_narrowed_in_every_format(forged):
 
 
 def test_a_standard_error_two_rounding_steps_above_its_interval(forged):
+    as_version_3(forged)
     table = table_of(forged)
     i = table.index[table.status == "released"][1]
     table.loc[i, "p75_se"] = round(table.loc[i, "p75_se"] + 2e-4, 4)
@@ -253,6 +263,120 @@ def test_a_standard_error_two_rounding_steps_above_its_interval(forged):
     code, bad, lines = run_audit(forged)
     assert code == 1 and set(bad) == {"table"}, lines
     assert "1 p75_se value(s) are not (p75_hi - p75_lo)/(2z)" in bad["table"]
+
+
+# --- issue 32: standard errors of the total error, their 90% margins, one declared estimand ----
+
+
+def with_margins(table: pd.DataFrame) -> pd.DataFrame:
+    """The table with p25_moe90, p75_moe90 as publish computes them: ceil(1.645·se) at 4
+    decimals, NaN where the SE is."""
+    out = table.copy()
+    for p in ("p25", "p75"):
+        se = out[f"{p}_se"].astype(float)
+        out[f"{p}_moe90"] = (np.ceil(audit.MOE90_Z * se * 1e4) / 1e4).round(4) + 0.0
+    return out
+
+
+def test_the_audits_estimand_rules_are_the_products():
+    """The audit imports nothing of ours: its fixed copies of the estimand's id, the SE cap
+    and the margin's z are mechanisms/estimand.py's."""
+    from mechanisms import estimand
+
+    assert (audit.ESTIMAND_ID, audit.SE_CAP, audit.MOE90_Z) == (
+        estimand.ESTIMAND_ID, estimand.SE_CAP, estimand.MOE90_Z)
+
+
+def test_standard_errors_need_not_be_the_interval_width_but_stay_within_the_cap(forged):
+    """From version 4 the SE estimates the total error's SD (not (hi - lo)/(2z)): a value
+    other than the width's passes; one above SE_CAP, negative, or missing where the interval
+    is, or present where it is not, fails, naming the column."""
+    table = table_of(forged)
+    released = table.index[table.status == "released"]
+    table.loc[released[0], "p25_se"] = round(table.loc[released[0], "p25_se"] / 2, 4)
+    republish(forged, table)
+    code, bad, lines = run_audit(forged)
+    assert "table" not in bad and "columns" not in bad, lines
+    for column, value, words in (("p25_se", 0.5001, "p25_se value(s) where the interval is "
+                                  "published are not finite in [0, 0.5]"),
+                                 ("p75_se", -0.01, "p75_se value(s) where the interval is "
+                                  "published are not finite"),
+                                 ("p25_se", np.nan, "p25_se value(s) where the interval is "
+                                  "published are not finite")):
+        forged_table = table.copy()
+        forged_table.loc[released[1], column] = value
+        republish(forged, forged_table)
+        code, bad, lines = run_audit(forged)
+        assert code == 1 and set(bad) == {"table"}, lines
+        assert f"1 {words}" in bad["table"], bad["table"]
+    unreleased = table.index[table.status != "released"][0]
+    forged_table = table.copy()
+    forged_table.loc[unreleased, "p75_se"] = 0.1
+    republish(forged, forged_table)
+    code, bad, lines = run_audit(forged)
+    assert code == 1 and "1 p75_se value(s) where no interval is published" in bad["table"]
+
+
+def test_margins_of_error_are_ceil_of_z_times_the_standard_error_where_it_is(forged):
+    """p25_moe90 = ceil(1.645·p25_se, 4 decimals), there exactly where p25_se is: right ones
+    pass; one a step short, one where the SE is not, one missing where it is, fail."""
+    table = with_margins(table_of(forged))
+    republish(forged, table)
+    code, bad, lines = run_audit(forged)
+    assert "table" not in bad and "columns" not in bad, lines
+    released = table.index[table.status == "released"]
+    unreleased = table.index[table.status != "released"][0]
+    for row, column, value, words in (
+            (released[0], "p25_moe90", round(table.loc[released[0], "p25_moe90"] - 1e-4, 4),
+             "1 p25_moe90 value(s) are not ceil(1.6449·p25_se, 4 decimals)"),
+            (unreleased, "p75_moe90", 0.1, "1 p75_moe90 value(s) are not there exactly"),
+            (released[1], "p75_moe90", np.nan, "1 p75_moe90 value(s) are not there exactly")):
+        forged_table = table.copy()
+        forged_table.loc[row, column] = value
+        republish(forged, forged_table)
+        code, bad, lines = run_audit(forged)
+        assert code == 1 and "table" in bad and words in bad["table"], lines
+
+
+def test_margins_of_error_without_their_standard_errors(forged):
+    table = with_margins(table_of(forged)).drop(columns=list(SE_COLUMNS))
+    republish(forged, table)
+    code, bad, lines = run_audit(forged)
+    assert code == 1 and "margins of error ['p25_moe90', 'p75_moe90'] without the standard " \
+        "errors" in bad["columns"], lines
+
+
+@pytest.mark.parametrize("column", ["p25_lo", "p75_se", "p25"])
+def test_a_column_not_declared_with_the_estimand_in_the_manifest(forged, column):
+    """A release whose interval/SE/value column is described as something else (the old
+    census reading) than the one estimand fails the columns check, naming the column."""
+    m = manifest_of(forged)
+    key = next(k for k in m["published_columns"] if column in [c.strip() for c in k.split(",")])
+    m["published_columns"][key] = m["published_columns"][key].replace(
+        audit.ESTIMAND_ID, "tract's own least-squares line")
+    write_manifest(forged, m)
+    code, bad, lines = run_audit(forged)
+    assert code == 1 and set(bad) == {"columns"}, lines
+    assert f"{column!r} is not declared with the tract expected outcome in published_columns" \
+        in bad["columns"]
+
+
+def test_a_column_not_declared_with_the_estimand_in_the_table_schema(forged):
+    schema = json.loads((forged / "tracts.schema.json").read_text())
+    for field in schema["fields"]:
+        if field["name"] == "p75_hi":
+            field["description"] = "Upper bound of the interval for the tract's own line"
+    (forged / "tracts.schema.json").write_text(json.dumps(schema, indent=2))
+    rehash_all(forged)
+    code, bad, lines = run_audit(forged)
+    assert code == 1 and set(bad) == {"columns"}, lines
+    assert "'p75_hi' is not declared with the tract expected outcome in tracts.schema.json" \
+        in bad["columns"]
+    # a version 3 release stated the estimand per mechanism: not required of it
+    as_version_3(forged)
+    rehash_all(forged)
+    code, bad, lines = run_audit(forged)
+    assert "columns" not in bad, lines
 
 
 def test_standard_errors_dropped_or_declared_a_budget_of_their_own(forged):
@@ -473,7 +597,7 @@ def test_public_section_and_values_have_fixed_meanings(forged, change, expected)
     assert code == 1 and set(bad) == {"public"} and expected in bad["public"], lines
 
 
-@pytest.mark.parametrize("version", [None, 1, 4, "3", True])
+@pytest.mark.parametrize("version", [None, 1, 5, "3", True])
 def test_manifest_version_must_be_one_the_audit_reads(forged, version):
     m = manifest_of(forged)
     m["manifest_version"] = version
@@ -837,7 +961,7 @@ def test_cli_passes_the_anchors_and_allow_test(anchored):
 
 def test_manifest_states_what_is_public_and_rounds_times_to_the_day(anchored):
     m = manifest_of(anchored[0])
-    assert m["manifest_version"] == 3
+    assert m["manifest_version"] == 4
     assert m["public"]["columns"] == list(audit.PUBLIC_COLUMNS)
     assert sorted(m["public"]) == sorted(audit.PUBLIC_SECTION_KEYS)
     assert "n per tract and cell" in m["public"]["counts"]

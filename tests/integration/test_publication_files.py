@@ -308,8 +308,10 @@ def test_standard_errors_in_every_file_are_the_interval_width_over_2z(release):
     schema = {f["name"]: f for f in json.loads((folder / CSV_SCHEMA_FILE).read_text())["fields"]}
     assert schema["p25_se"]["type"] == "number"
     assert schema["p25_se"]["constraints"] == {"minimum": 0, "maximum": 0.2552}
-    assert "(p25_hi - p25_lo)/(2z)" in schema["p25_se"]["description"]
-    assert "Not the standard deviation" in schema["p25_se"]["description"]
+    # the one estimand (issue 32): the SE of the total error around the tract expected outcome
+    assert "standard deviation of the published value's total error" in \
+        schema["p25_se"]["description"]
+    assert "tract expected outcome" in schema["p25_se"]["description"]
 
 
 def test_standard_errors_follow_the_interval_level(alabama):

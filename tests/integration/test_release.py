@@ -450,13 +450,21 @@ def test_a_broken_output_contract_publishes_nothing(small_state, tmp_path, monke
 
 
 def test_estimand_is_stated_in_the_manifest_and_the_schema(published):
-    """Issue 18: each mechanism's rows state which line of the tract they estimate."""
+    """Issue 32: one estimand, the tract expected outcome, for every value, interval and SE,
+    stated once in the manifest and by every such column of the manifest and the schema."""
+    from mechanisms.estimand import ESTIMAND, ESTIMAND_ID, TOTAL_ERROR
+
     tmp, folder = published
     m = json.loads((folder / "manifest.json").read_text())
-    estimand = m["intervals"]["estimand"]
-    assert "least-squares" in estimand["NoisyStats"]
-    assert "Theil-Sen" in estimand["DPExpTheilSen"] and "skewed" in estimand["DPExpTheilSen"]
+    assert m["estimand"]["id"] == ESTIMAND_ID and m["estimand"]["definition"] == ESTIMAND
+    assert m["estimand"]["error"] == TOTAL_ERROR
+    assert ESTIMAND_ID in m["intervals"]["estimand"] and "sampling" in m["intervals"]["estimand"]
+    declared = {c.strip(): text for key, text in m["published_columns"].items()
+                for c in key.split(",")}
     schema = json.loads((folder / "tracts.schema.json").read_text())
     text = {f["name"]: f.get("description", "") for f in schema["fields"]}
-    for column in ("p25", "p75", "p25_lo", "p25_hi", "p75_lo", "p75_hi"):
-        assert "least-squares" in text[column] and "Theil-Sen" in text[column], column
+    for column in ("p25", "p75", "p25_lo", "p25_hi", "p75_lo", "p75_hi", "p25_se", "p75_se"):
+        assert ESTIMAND_ID in text[column] and ESTIMAND_ID in declared[column], column
+        assert "least-squares line of its own" not in text[column] + declared[column], column
+    for column in ("p25_lo", "p25_se"):
+        assert "sampling error" in text[column] and "privacy noise" in text[column], column

@@ -34,6 +34,7 @@ from dpatlas.publication.serve import serve_in_thread
 from dpatlas.evaluation.synthetic_input import tract_geoids
 from dpatlas.publication.webmap import screenshot as B
 from dpatlas.publication.webmap import vendor
+from mechanisms.estimand import ESTIMAND as ESTIMAND_DEFINITION
 from tests.support.browser import browser  # noqa: F401 (the shared Chromium fixture)
 from tests.support.paths import REPO
 
@@ -45,24 +46,21 @@ COLOUR_TOLERANCE = 3          # per channel, 0-255: SwiftShader blends exactly, 
 # ------------------------------------------------------------------------- tests without one
 
 
-# The start of the text the map shows for each mechanism's estimand (app.js's ESTIMANDS).
-ESTIMAND_TEXT = {"NoisyStats": "the least-squares line of the tract's observed ranks",
-                 "DPExpTheilSen": "the Theil–Sen (median-type) line of the tract's observed "
-                                  "ranks"}
+def test_the_maps_estimand_is_the_one_of_mechanisms_estimand():
+    """Issue 32: the legend and popups state one estimand for every value, from legend.json,
+    written from mechanisms/estimand.py; app.js holds no estimand text of its own (the old
+    per-mechanism lines of the tract's own records are gone)."""
+    from mechanisms import estimand as E
 
-
-def test_the_maps_estimand_texts_cover_every_mechanism_the_manifest_states():
-    """app.js names the estimand of every mechanism of mechanisms.intervals.ESTIMANDS that a
-    row's mechanism column can hold (a rule's row names the mechanism it chose), in the
-    manifest's sense."""
-    from mechanisms.intervals import ESTIMANDS, RULE
-
+    text = W.legend()["estimand"]
+    assert text["id"] == E.ESTIMAND_ID and text["definition"] == E.ESTIMAND
+    assert E.MOE90_MEANING in text["plus_minus"] and E.INTERVAL_MEANING in text["interval"]
+    assert text["model_z_limit"] == 2.58 and "model may not apply here" in text["model_flag"]
     app = (Path(W.__file__).parent / "app.js").read_text()
-    block = app[app.index("const ESTIMANDS = {"):app.index("};", app.index("const ESTIMANDS"))]
-    for mechanism in set(ESTIMANDS) - {RULE}:
-        assert f"{mechanism}: \"{ESTIMAND_TEXT[mechanism]}" in block, mechanism
-    assert "least-squares" in ESTIMANDS["NoisyStats"]
-    assert "Theil-Sen" in ESTIMANDS["DPExpTheilSen"]
+    assert "const ESTIMANDS" not in app and "observed ranks" not in app
+    assert "least-squares" not in app and "Theil" not in app
+    page = (Path(W.__file__).parent / "index.html").read_text()
+    assert "expected outcome" in page and "which line" not in page
 
 
 def test_class_colours_follow_the_breaks_as_maplibre_step_does():
@@ -202,6 +200,7 @@ def _published(folder: Path, stem: str = "tracts"):
 
 LEVELS = ["tract", "county", "state"]
 MODEL_SHIFT = 0.35   # model = direct + 0.35 (mod 1): another colour class for most tracts
+MODEL_Z = {"p25": 3.1, "p75": -1.2}   # p25's model check flags, p75's does not (|z| > 2.58)
 
 
 def _level_results(geoids: np.ndarray, seed: int) -> pd.DataFrame:
@@ -251,7 +250,12 @@ def _add_model_columns(folder: Path) -> None:
             model = round((props[v] + MODEL_SHIFT) % 1.0, 4)
             props.update({f"{v}_model": model, f"{v}_model_lo": round(max(model - 0.05, 0), 4),
                           f"{v}_model_hi": round(min(model + 0.05, 1), 4),
-                          f"{v}_model_se": 0.0256})
+                          f"{v}_model_se": 0.0256,
+                          # issue 32: the direct value's 90% margin of error (its ± on the
+                          # map), and the model check, p25 beyond the flag's limit
+                          f"{v}_moe90": float(np.ceil(1.6448536269514722 * props[f"{v}_se"]
+                                                      * 1e4) / 1e4),
+                          f"{v}_model_z": MODEL_Z[v]})
     path.write_text(json.dumps(doc))
     T.build_tiles(path, folder / T.TILES_FILE)
     manifest = json.loads((folder / "manifest.json").read_text())
@@ -444,11 +448,12 @@ def test_feed_page_draws_the_latest_release_with_legend_colours_popup_and_picker
         for text in ["< 0.20", "≥ 0.80", "suppressed", "failed",
                      f"low reliability: interval wider than {LOW_RELIABILITY_WIDTH:g}"]:
             assert text in legend
-        # ... and the line each mechanism's rows estimate (issue 18, item 1).
-        for text in ["What p25 estimates", f"NoisyStats rows: {ESTIMAND_TEXT['NoisyStats']}",
-                     f"DPExpTheilSen rows: {ESTIMAND_TEXT['DPExpTheilSen']}",
-                     "at parent rank 25"]:
+        # ... and the one estimand of every value, and what its ± and interval are (issue 32).
+        for text in ["What p25 and its ± estimate", ESTIMAND_DEFINITION[:60],
+                     "p25 at parent rank 25", "±: the 90% margin of error",
+                     "[low, high]: the confidence interval for the tract expected outcome"]:
             assert text in legend, (text, legend)
+        assert "rows:" not in legend and "least-squares line of the tract's" not in legend
 
         # A tract's pixel has the legend colour of its published p25.
         geoid, lon, lat = _target_tract(root / ids["latest"], root / ids["old"])
@@ -463,15 +468,15 @@ def test_feed_page_draws_the_latest_release_with_legend_colours_popup_and_picker
         page.screenshot("feed-latest-popup.png")
         text = popup.inner_text()
         for expected in (geoid, "released", _js_number(latest["p25"]),
-                         f"{_js_number(latest['p25'])} ± {_js_number(latest['p25_se'])} [",
+                         # no 90% margin published: no ±, the interval named as such
+                         f"{_js_number(latest['p25'])}, 95% interval "
                          f"[{_js_number(latest['p25_lo'])}, {_js_number(latest['p25_hi'])}]",
                          str(latest["n"]), latest["mechanism"],
                          # the budget to 6 significant digits (0.99999986... shows as 1)
                          "ε = " + _js_number(float(format(latest["epsilon_spent"], ".6g"))) + ",",
-                         "Estimand", ESTIMAND_TEXT[latest["mechanism"]]):
+                         "Estimand", "tract expected outcome"):
             assert expected in text, (expected, text)
-        other = {"NoisyStats": "DPExpTheilSen", "DPExpTheilSen": "NoisyStats"}
-        assert ESTIMAND_TEXT[other[latest["mechanism"]]] not in text
+        assert f"{_js_number(latest['p25'])} ±" not in text   # a ± is only ever a labelled MOE
         page.page.click(".maplibregl-popup-close-button")
 
         # The p75 switch recolours the same tract by its p75.
@@ -480,7 +485,7 @@ def test_feed_page_draws_the_latest_release_with_legend_colours_popup_and_picker
         shot = page.screenshot("feed-latest-p75.png")
         _assert_colour(shot, xy, W.class_colour(latest["p75"]), f"tract {geoid} p75")
         legend = page.page.inner_text("#legend")
-        assert "What p75 estimates" in legend and "at parent rank 75" in legend
+        assert "What p75 and its ± estimate" in legend and "at parent rank 75" in legend
         page.page.check("input[name=value][value=p25]")
         page.idle()
 
@@ -560,8 +565,12 @@ def _unit_colour(row) -> str:
 
 
 def _estimate_text(row, name: str) -> str:
-    """How the popup prints a value with its SE and interval."""
-    return (f"{_js_number(row[name])} ± {_js_number(row[name + '_se'])} "
+    """How the popup prints a value with its labelled ± (the 90% margin of error, where
+    published) and its 95% interval."""
+    moe = row.get(name + "_moe90")
+    margin = (", " if moe is None or pd.isna(moe)
+              else f" ± {_js_number(moe)} (90% margin of error); ")
+    return (f"{_js_number(row[name])}{margin}95% interval "
             f"[{_js_number(row[name + '_lo'])}, {_js_number(row[name + '_hi'])}]")
 
 
@@ -646,8 +655,23 @@ def test_levels_by_zoom_the_level_switch_and_the_model_direct_switch(
         for expected in (geoid, "p25 model-based (shown)", _estimate_text(tract, "p25_model"),
                          "p25 direct", _estimate_text(tract, "p25"),
                          _estimate_text(tract, "p75_model"), _estimate_text(tract, "p75"),
-                         f"county {geoid[:5]} (p25)", f"state 17 (p25)"):
+                         f"county {geoid[:5]} (p25)", f"state 17 (p25)",
+                         # issue 32: the direct ± is its labelled 90% margin of error ...
+                         f"{_js_number(tract['p25'])} ± {_js_number(tract['p25_moe90'])} "
+                         "(90% margin of error); 95% interval [",
+                         # ... the model's value has no margin, its interval named ...
+                         f"{_js_number(tract['p25_model'])}, 95% interval [",
+                         # ... and where the direct differs from the model beyond their
+                         # noise (|p25_model_z| > 2.58), the popup says so
+                         "p25 model check", "model may not apply here: the direct value "
+                         "differs from the model beyond their combined noise (z = 3.1)",
+                         "tract expected outcome (direct and model-based alike)"):
             assert expected in text, (expected, text)
+        assert "p75 model check" not in text   # |p75_model_z| = 1.2: no flag
+        legend = page.page.inner_text("#legend")
+        for expected in ("Direct and model-based values estimate the same.",
+                         "Marked “model may not apply here", "|p25_model_z| > 2.58"):
+            assert expected in legend, (expected, legend)
         if county["status"] == "released":
             assert _estimate_text(county, "p25") in text, text
 
@@ -673,11 +697,11 @@ def test_levels_by_zoom_the_level_switch_and_the_model_direct_switch(
             assert _estimate_text(county, "p25") in text, text
         state = states.loc["17"]
         assert _estimate_text(state, "p25") in text, text
-        assert "the least-squares line of the county's pooled observed ranks" in text
+        assert "county expected outcome" in text and "tract expected outcome" not in text, text
         legend = page.page.inner_text("#legend")
         assert "Shown: counties (chosen)" in legend and "Counties without a value" in legend
-        assert "NoisyStats rows: the least-squares line of the county's pooled" in legend
-        assert "DPExpTheilSen rows" not in legend
+        assert "county expected outcome: the population least-squares prediction" in legend
+        assert "model may not apply" not in legend   # the model is fitted to tracts only
 
         # Back to "by zoom": tracts again at z9.
         page.page.check("input[name=level][value=auto]")

@@ -26,6 +26,8 @@ import threading
 from importlib import resources
 from pathlib import Path
 
+from mechanisms.estimand import ESTIMAND, ESTIMAND_ID, INTERVAL_MEANING, MOE90_MEANING
+
 from dpatlas.core.errors import OperatorError
 from dpatlas.core.files import write_bytes_atomic
 from dpatlas.core.hashing import sha256_file
@@ -51,9 +53,26 @@ class_index, class_colour, class_labels = (colours.class_index, colours.class_co
                                            colours.class_labels)
 
 
+# A model value is flagged where its standardised difference from the direct value
+# (``p25_model_z``) exceeds this: beyond the two-sided 1% level of their combined noise.
+MODEL_Z_LIMIT = 2.58
+MODEL_FLAG = ("model may not apply here: the direct value differs from the model beyond their "
+              "combined noise")
+
+
+def estimand_text() -> dict:
+    """What every value the map shows estimates, and what its ± and interval mean: the one
+    estimand's wording (mechanisms/estimand.py), so app.js holds none of its own."""
+    return {"id": ESTIMAND_ID, "definition": ESTIMAND,
+            "same": "Direct and model-based values estimate the same.",
+            "plus_minus": f"±: the {MOE90_MEANING}",
+            "interval": f"[low, high]: the {INTERVAL_MEANING}",
+            "model_flag": MODEL_FLAG, "model_z_limit": MODEL_Z_LIMIT}
+
+
 def legend() -> dict:
     """What the page draws and its legend shows (written as ``legend.json``)."""
-    return colours.legend()
+    return {**colours.legend(), "estimand": estimand_text()}
 
 
 def library_folders() -> dict[str, str]:

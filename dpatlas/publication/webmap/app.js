@@ -20,15 +20,9 @@
   // a screen), counties below z8, tracts from z8 (an urban tract is a few pixels wide there).
   const ZOOM_LEVELS = [[5, "state"], [8, "county"]];
   const HATCH = "low-reliability-hatch";
-  // The line each mechanism's published rows estimate (mechanisms.intervals.ESTIMANDS; the
-  // manifest's intervals.estimand), looked up by a row's mechanism column: the map reads
-  // neither the manifest nor STAC, and a rule's row names the mechanism it chose.
-  const ESTIMANDS = {
-    NoisyStats: "the least-squares line of the tract's observed ranks",
-    DPExpTheilSen: "the Theil–Sen (median-type) line of the tract's observed ranks, which "
-                   + "differs from the least-squares line when ranks are skewed or censored",
-  };
-  const OTHER_ESTIMAND = "see the manifest (intervals.estimand)";
+  // What every value estimates, and what its ± and interval mean, come from legend.json's
+  // "estimand" (written from mechanisms/estimand.py by dpatlas/publication/webmap): one
+  // estimand, the tract expected outcome, for direct and model-based values alike.
   // level: the intervals' confidence level; levels: the geography levels of the release;
   // fixedLevel: the level the switch fixes (null: by zoom); shownLevel: the one drawn;
   // estimate: "model" or "direct" (tracts only, when the tiles carry p25_model).
@@ -287,29 +281,32 @@
     return note;
   }
 
-  // A county's or state's row estimates the line of its pooled records.
-  function estimandOf(mechanism, level) {
-    const text = ESTIMANDS[mechanism] || OTHER_ESTIMAND;
-    return level && level !== "tract" ? text.replace("the tract's", "the " + level + "'s pooled")
-      : text;
+  // The one estimand's wording (legend.json), a county's or state's said of its own records.
+  function estimandText(key, level) {
+    const text = String((state.legend.estimand || {})[key] || "see the manifest (estimand)");
+    return level && level !== "tract" ? text.split("tract").join(level) : text;
   }
 
-  // Which line the shown value estimates, per mechanism of this release (all known ones when
-  // the tiles do not list the mechanisms).
+  // What the shown value and its ± and interval estimate: the one estimand, for every value.
   function drawEstimands(box) {
     const heading = document.createElement("h2");
-    heading.textContent = "What " + state.value + " estimates";
+    heading.textContent = "What " + state.value + " and its ± estimate";
     box.append(heading);
-    const parentRank = state.value === "p25" ? "25" : "75";
-    // Counties and states are NoisyStats on their pooled records (release/levels.py).
-    const names = state.shownLevel !== "tract" ? ["NoisyStats"]
-      : (state.mechanisms.length ? state.mechanisms : Object.keys(ESTIMANDS));
-    for (const name of names) {
+    const level = state.shownLevel;
+    const lines = [["definition", estimandText("definition", level) + "; " + state.value
+                    + " at parent rank " + (state.value === "p25" ? "25" : "75") + "."]];
+    if (state.hasModel) lines.push(["same", estimandText("same", level)]);
+    lines.push(["plus-minus", estimandText("plus_minus", level)],
+               ["interval", estimandText("interval", level)]);
+    if (state.hasModel && level === "tract") {
+      lines.push(["model-flag", "Marked “" + estimandText("model_flag") + "” where |"
+                  + state.value + "_model_z| > " + estimandText("model_z_limit") + "."]);
+    }
+    for (const [key, line] of lines) {
       const text = document.createElement("p");
       text.className = "estimand";
-      text.dataset.mechanism = name;
-      text.textContent = name + " rows: " + estimandOf(name, state.shownLevel) + ", at parent rank "
-        + parentRank;
+      text.dataset.estimand = key;
+      text.textContent = line;
       box.append(text);
     }
   }
@@ -327,17 +324,30 @@
     return String(parseFloat(Number(value).toPrecision(6)));
   }
 
-  // A value with its standard error and interval: "0.41 ± 0.02 [0.38, 0.44]".
+  // A value with its uncertainty, every ± and interval labelled with what it is:
+  // "0.41 ± 0.03 (90% margin of error); 95% interval [0.38, 0.44]". The ± is the 90% margin
+  // of error (name_moe90) where published, never a bare standard error; without one, the
+  // interval alone. Tiles omit a property where it is null.
   function estimateText(p, name) {
     let text = cell(p[name]);
-    // The interval-implied standard error (post-processing of the interval), as the
-    // Opportunity Atlas shows one beside each estimate; tiles omit it where it is null.
     const present = (k) => p[k] !== undefined && p[k] !== null && p[k] !== "";
-    if (present(name + "_se")) text += " ± " + p[name + "_se"];
+    if (present(name + "_moe90")) text += " ± " + p[name + "_moe90"] + " (90% margin of error)";
     if (present(name + "_lo") && present(name + "_hi")) {
-      text += " [" + p[name + "_lo"] + ", " + p[name + "_hi"] + "]";
+      // The model's intervals are 95%; the direct ones at the release's level.
+      const level = name.endsWith("_model") || !state.level ? 0.95 : state.level;
+      text += (present(name + "_moe90") ? "; " : ", ") + Math.round(level * 100)
+        + "% interval [" + p[name + "_lo"] + ", " + p[name + "_hi"] + "]";
     }
     return text;
+  }
+
+  // Where the direct value differs from the model beyond their combined noise
+  // (|name_model_z| above the legend's limit), the model may not apply to the unit.
+  function modelFlag(p, value) {
+    const z = p[value + "_model_z"];
+    if (z === undefined || z === null || z === "") return null;
+    const limit = Number(estimandText("model_z_limit"));
+    return Math.abs(Number(z)) > limit ? estimandText("model_flag") + " (z = " + z + ")" : null;
   }
 
   // Rows for p25 and p75 of a unit; a tract with model values gets both, each marked.
@@ -348,6 +358,8 @@
       if (model) {
         rows.push([v + " model-based" + (state.estimate === "model" ? shown : ""),
                    estimateText(p, v + "_model")]);
+        const flag = modelFlag(p, v);
+        if (flag) rows.push([v + " model check", flag]);
         rows.push([v + " direct" + (state.estimate === "direct" ? shown : ""),
                    estimateText(p, v)]);
       } else {
@@ -378,7 +390,8 @@
                   ["Status", p.status + (p.reason ? ": " + p.reason : "")]];
     rows.push(...valueRows(p, level), ...unitRows(p, level, units || {}));
     rows.push(["n", cell(p.n)], ["Mechanism", cell(p.mechanism)],
-              ["Estimand", p.mechanism ? estimandOf(p.mechanism, level) : "not published"],
+              ["Estimand", estimandText("id", level) + (level === "tract" && state.hasModel
+                ? " (direct and model-based alike)" : "")],
               ["Budget spent", "ε = " + budgetText(p.epsilon_spent) + ", δ = " +
                budgetText(p.delta_spent)]);
     if (p.cell !== undefined && p.cell !== "all") rows.splice(1, 0, ["Cell", p.cell]);
@@ -395,7 +408,8 @@
     }
     if (state.level && p.p25_lo !== undefined) {
       const caption = table.createCaption();
-      caption.textContent = "intervals: " + Math.round(state.level * 100) + "% confidence (DP)";
+      caption.textContent = "Margins of error and intervals: for the " + estimandText("id", level)
+        + ", covering sampling error and privacy noise (DP)";
     }
     return table;
   }
