@@ -1535,6 +1535,11 @@ SENSITIVITIES: dict[tuple[str, str], Derived] = {
     ("NoisyStats", "interval: nvar"): Derived(
         "grid-laplace", 1, lambda n: 1 - 1 / n,
         _text("1 - 1/n " + _L1.format("parent ranks") + ": a second draw of n var(x)")),
+    # the interval's draw of n·var(y) = Σy² − (Σy)²/n, the outcomes' spread (issue 32): as
+    # n·var(x) with child ranks for parent ranks
+    ("NoisyStats", "interval: nvar of y"): Derived(
+        "grid-laplace", 1, lambda n: 1 - 1 / n,
+        _text("1 - 1/n " + _L1.format("child ranks") + ": n var(y), the spread of the outcomes")),
     **{("DPExpTheilSen", end): _exp(_EXP_INTERVAL, lambda n: n - 1) for end in _INTERVAL_ENDS},
     # Theil–Sen medians: one record is in k pairwise predictions (k = n − 1 over all pairs)
     **{(est, med): _exp(_EXP_ALL, lambda n: n - 1)

@@ -502,12 +502,21 @@ def build_manifest(cfg: ReleaseConfig, release_id: str, plan: BudgetPlan,
                                    "(mechanisms/estimand.py)"},
         "intervals": ({"level": plan.interval_level, "epsilon": plan.interval_epsilon,
                        "estimand": f"the {ESTIMAND_ID}, covering the {TOTAL_ERROR}",
-                       "method": {"NoisyStats": "Laplace bounds on n var(x), the slope and "
-                                  "the mean of x, the release's three Laplace noises "
-                                  "integrated exactly (docs/uncertainty.md)",
+                       "method": {"NoisyStats": "privacy noise: Laplace bounds on n var(x), "
+                                  "the slope and the mean of x, the release's three Laplace "
+                                  "noises integrated exactly; sampling error: the least-squares "
+                                  "prediction's t-interval with the residual spread bounded by a "
+                                  "DP n var(y); the two half-widths added in quadrature "
+                                  "(docs/uncertainty.md)",
                                   "DPExpTheilSen": "exact exponential-mechanism quantiles of "
-                                  "the pairwise predictions at a public rank offset (Sarathy "
-                                  "& Vadhan 2022 style)"},
+                                  "the pairwise predictions at a public rank offset covering "
+                                  "the privacy error and the pairwise median's sampling error "
+                                  "(Sarathy & Vadhan 2022 style; Hoeffding's U-statistic "
+                                  "variance bound)",
+                                  "standard errors": "plug-in estimates of the total error's "
+                                  "standard deviation from the interval step's DP statistics "
+                                  "and the public noise scales, capped at 0.5 "
+                                  "(mechanisms/intervals.py)"},
                        "low_reliability_width": cfg.intervals.low_reliability_width}
                       if plan.interval_epsilon else None),
         "noise_sampler": sampler_description(plan, random_source),
