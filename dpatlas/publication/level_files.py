@@ -16,7 +16,7 @@ import pandas as pd
 
 from mechanisms.estimand import ESTIMAND_ID, TOTAL_ERROR
 
-from dpatlas.core.columns import INTERVAL_COLUMNS, SE_COLUMNS
+from dpatlas.core.columns import INTERVAL_COLUMNS, MOE_COLUMNS, SE_COLUMNS, UNCERTAINTY_COLUMNS
 from dpatlas.publication import tiles
 from dpatlas.publication.geography import county_names, write_geojson_rfc7946
 from dpatlas.publication.tract_files import (PUBLISHED_DECIMALS, _field, add_standard_errors,
@@ -78,7 +78,7 @@ def assemble_level(results: pd.DataFrame, boundaries: gpd.GeoDataFrame, level: s
     if level == "county":
         table["county"] = table["geoid"]
         table["name"] = table["geoid"].map(county_names())  # public; empty where not known
-    extra = [c for c in INTERVAL_COLUMNS if c in table.columns]
+    extra = [c for c in UNCERTAINTY_COLUMNS if c in table.columns]
     table = add_standard_errors(table[level_columns(level, extra)], interval_level)
     return gpd.GeoDataFrame(table, geometry=geometry.loc[table["geoid"]].to_numpy(),
                             crs=boundaries.crs)
@@ -161,6 +161,9 @@ def level_published_columns(level: str, estimate_step: str, interval_step: str |
         out[", ".join(SE_COLUMNS)] = (f"post-processing of the step '{interval_step}' (no "
                                      f"budget of its own): the estimated standard deviation "
                                      f"of the value's {error}, rounded up")
+        out[", ".join(MOE_COLUMNS)] = (f"post-processing of the step '{interval_step}' (no "
+                                      "budget of its own): 90% margins of error, 1.645 x the "
+                                      "standard error rounded up")
     return out
 
 

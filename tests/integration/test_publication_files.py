@@ -47,7 +47,9 @@ def fake_results(geoids, seed: int = 1) -> pd.DataFrame:
         res[f"{v}_hi"] = np.clip(res[f"{v}_raw"] + rng.uniform(0, 0.3, n), 0, 1)
         res[f"{v}_lo"] = np.minimum(res[f"{v}_lo"], res[f"{v}_raw"].clip(0, 1))
         res[f"{v}_hi"] = np.maximum(res[f"{v}_hi"], res[f"{v}_raw"].clip(0, 1))
-    values = ["p25_raw", "p75_raw", "p25_lo", "p25_hi", "p75_lo", "p75_hi"]
+    for v in ("p25", "p75"):  # the interval step's, unrounded, after the bounds as there
+        res[f"{v}_se"] = rng.uniform(0.001, 0.5, n)
+    values = ["p25_raw", "p75_raw", "p25_lo", "p25_hi", "p75_lo", "p75_hi", "p25_se", "p75_se"]
     res.loc[:2, ["status", "mechanism", "reason", "n", "epsilon_spent"]] = [
         "suppressed", "none", "fewer than min_n", 1, 0.0]
     res.loc[3, ["status", "reason"]] = ["failed", "noisy nvar <= 0"]
@@ -241,7 +243,8 @@ def test_released_values_are_rounded_as_the_manifest_states(release):
     assert rounding["decimals"] == PUBLISHED_DECIMALS == 4
     assert set(rounding["to_nearest"]) == {"p25_raw", "p75_raw", "p25", "p75"}
     assert rounding["outwards"] == {"down": ["p25_lo", "p75_lo"],
-                                    "up": ["p25_hi", "p75_hi", "p25_se", "p75_se"]}
+                                    "up": ["p25_hi", "p75_hi", "p25_se", "p75_se",
+                                           "p25_moe90", "p75_moe90"]}
     for col in ("p25", "p75", "p25_raw", "p75_raw", "p25_lo", "p25_hi", "p75_lo", "p75_hi"):
         literal = pd.read_csv(folder / "tracts.csv", dtype=str)[col].dropna()
         assert literal.map(decimals).max() <= 4, col
@@ -279,57 +282,54 @@ def test_rounding_edges():
 # ---------------------------------------------------------------------------- standard errors
 
 
-def test_standard_errors_in_every_file_are_the_interval_width_over_2z(release):
-    """Issue 18 item 5: p25_se, p75_se in the GeoParquet, the GeoJSON and the CSV, the same
-    values in each, (hi - lo)/(2z) of the published interval rounded up to 4 decimals, and
-    empty exactly where there is no interval; the schema bounds them by 1/(2z)."""
-    from statistics import NormalDist
-
-    folder, _ = release
+def test_standard_errors_and_margins_in_every_file_are_the_interval_steps(release):
+    """Issue 32: p25_se, p75_se in the GeoParquet, the GeoJSON and the CSV, the same values in
+    each: the interval step's standard error of the total error rounded up to 4 decimals,
+    empty exactly where there is no interval; p25_moe90 = 1.645·se rounded up beside it; the
+    schema bounds them by the cap 0.5 and its margin."""
+    folder, results = release
     parquet = gpd.read_parquet(folder / "tracts.parquet").set_index("geoid")
     geojson = gpd.read_file(folder / "tracts.geojson").set_index("geoid")
     csv = read_csv_with_schema(folder / "tracts.csv").set_index("geoid")
-    z = NormalDist().inv_cdf(0.975)
+    raw = results.set_index("geoid")
     for v in ("p25", "p75"):
-        col = f"{v}_se"
+        col, moe = f"{v}_se", f"{v}_moe90"
         assert list(parquet.columns).index(col) > list(parquet.columns).index("p75_hi")
+        assert list(parquet.columns).index(moe) == list(parquet.columns).index("p75_se") + \
+            (1 if v == "p25" else 2)
         se = parquet[col]
         for other in (geojson, csv):
-            assert np.array_equal(other.loc[se.index, col].to_numpy(float), se.to_numpy(float),
-                                  equal_nan=True), col
-        width_se = (parquet[f"{v}_hi"] - parquet[f"{v}_lo"]) / (2 * z)
-        has = width_se.notna()
-        assert has.sum() > 0 and (se.notna() == has).all()
-        assert (parquet.loc[~has, "status"] != "released").all()
-        assert ((se[has] >= width_se[has] - 1e-12) & (se[has] <= width_se[has] + 1e-4)).all()
+            for c in (col, moe):
+                assert np.array_equal(other.loc[se.index, c].to_numpy(float),
+                                      parquet[c].to_numpy(float), equal_nan=True), c
+        has = parquet[f"{v}_lo"].notna()
+        assert has.sum() > 0 and (se.notna() == has).all() and (parquet[moe].notna() == has).all()
+        want = raw.loc[se.index, col]
+        assert ((se[has] >= want[has] - 1e-12) & (se[has] <= want[has] + 1e-4)).all()
         assert (se[has].round(4) == se[has]).all()
+        margin = np.ceil(1.6448536269514722 * se[has] * 1e4) / 1e4
+        assert np.allclose(parquet.loc[has, moe], margin, atol=1e-9)
         literal = pd.read_csv(folder / "tracts.csv", dtype=str)[col].dropna()
         assert literal.map(decimals).max() <= 4
     schema = {f["name"]: f for f in json.loads((folder / CSV_SCHEMA_FILE).read_text())["fields"]}
     assert schema["p25_se"]["type"] == "number"
-    assert schema["p25_se"]["constraints"] == {"minimum": 0, "maximum": 0.2552}
+    assert schema["p25_se"]["constraints"] == {"minimum": 0, "maximum": 0.5}
+    assert schema["p25_moe90"]["constraints"] == {"minimum": 0, "maximum": 0.8225}
     # the one estimand (issue 32): the SE of the total error around the tract expected outcome
     assert "standard deviation of the published value's total error" in \
         schema["p25_se"]["description"]
     assert "tract expected outcome" in schema["p25_se"]["description"]
 
 
-def test_standard_errors_follow_the_interval_level(alabama):
-    """At another level the bound and the values move with z: a [0, 1] interval at 90%
-    publishes 1/(2 * 1.6449) rounded up, 0.3040, and the schema allows it."""
-    from dpatlas.publication.tract_files import standard_error_maximum
-
+def test_an_estimate_table_with_intervals_but_no_standard_errors_is_refused(alabama):
+    """An internal table from before issue 32 (intervals, no SEs) is not published with
+    made-up standard errors; without intervals there are none."""
     results = fake_results(alabama["geoid"], 3)
-    results.loc[4, ["p25_lo", "p25_hi"]] = [0.0, 1.0]
-    table = assemble(results, alabama, interval_level=0.9)
-    assert table.loc[table.geoid == results.loc[4, "geoid"], "p25_se"].item() == 0.304
-    assert standard_error_maximum(0.9) == 0.304 and standard_error_maximum(0.95) == 0.2552
-    columns = [c for c in table.columns if c != "geometry"]
-    fields = {f["name"]: f for f in table_schema(columns, level=0.9)["fields"]}
-    assert fields["p25_se"]["constraints"]["maximum"] == 0.304
-    # without intervals there are no standard errors
-    bare = assemble(results.drop(columns=["p25_lo", "p25_hi", "p75_lo", "p75_hi"]), alabama)
-    assert not {"p25_se", "p75_se"} & set(bare.columns)
+    with pytest.raises(PublishError, match="no \\['p25_se', 'p75_se'\\]"):
+        assemble(results.drop(columns=["p25_se", "p75_se"]), alabama)
+    bare = assemble(results.drop(columns=["p25_lo", "p25_hi", "p75_lo", "p75_hi",
+                                          "p25_se", "p75_se"]), alabama)
+    assert not {"p25_se", "p75_se", "p25_moe90", "p75_moe90"} & set(bare.columns)
 
 
 # --------------------------------------------------------------------------------------- STAC

@@ -382,23 +382,25 @@ def test_released_tracts_carry_confidence_intervals(published):
 
 
 def test_released_tracts_carry_standard_errors_paid_by_the_interval_step(published):
-    """Issue 18 item 5 through the flow: p25_se/p75_se where the interval is, (hi - lo)/(2z)
-    rounded up, accounted for as post-processing of the interval step, checked by the
-    output contract."""
-    from statistics import NormalDist
-
+    """Issue 32 through the flow: p25_se/p75_se where the interval is, estimates of the total
+    error's SD in (0, 0.5] (not a transform of the interval's width: a [0, 1] interval may
+    carry a small SE where the DP statistics show one), their 90% margins beside them,
+    accounted for as post-processing of the interval step, checked by the output contract."""
     tmp, folder = published
     gdf = gpd.read_parquet(folder / "tracts.parquet")
-    z = NormalDist().inv_cdf(0.975)
     for p in ("p25", "p75"):
-        want = (gdf[f"{p}_hi"] - gdf[f"{p}_lo"]) / (2 * z)
-        se = gdf[f"{p}_se"]
+        se, moe = gdf[f"{p}_se"], gdf[f"{p}_moe90"]
         assert (se.notna() == (gdf.status == "released")).all()
-        assert ((se >= want - 1e-12) & (se <= want + 1e-4))[se.notna()].all()
+        assert ((se > 0) & (se <= 0.5))[se.notna()].all()
+        assert np.allclose(moe[se.notna()], np.ceil(1.6448536269514722 * se[se.notna()] * 1e4)
+                           / 1e4, atol=1e-9)
+        # an SE of the total error, not the interval's half-width over z
+        width_se = (gdf[f"{p}_hi"] - gdf[f"{p}_lo"]) / (2 * 1.959964)
+        assert (np.abs(se - width_se) > 1e-3)[se.notna()].any()
     m = json.loads((folder / "manifest.json").read_text())
     assert m["published_columns"]["p25_se, p75_se"].startswith(
         "post-processing of the step 'interval: p25 and p75'")
-    assert "p25_se" in m["rounding"]["outwards"]["up"]
+    assert {"p25_se", "p25_moe90"} <= set(m["rounding"]["outwards"]["up"])
     assert m["output_contract"] == {"suite": "published_tracts", "success": True}
 
 

@@ -81,26 +81,10 @@ def test_laplace_sum_quantile_matches_simulation():
         assert np.quantile(draws, 0.99) * 0.99 <= q <= np.quantile(draws, 0.99) * 1.05
 
 
-def test_standard_errors_are_the_interval_half_width_over_z():
-    from mechanisms.intervals import standard_errors
-
-    iv = Intervals(np.array([[0.2, np.nan, 0.0]]), np.array([[0.4, np.nan, 1.0]]),
-                   np.array([[0.5, np.nan, 0.3]]), np.array([[0.5, np.nan, 0.7]]))
-    se = standard_errors(iv, 0.95)
-    assert set(se) == {"p25_se", "p75_se"}
-    assert se["p25_se"][0, 0] == pytest.approx(0.2 / (2 * 1.959964), rel=1e-6)
-    assert np.isnan(se["p25_se"][0, 1]) and np.isnan(se["p75_se"][0, 1])
-    assert se["p25_se"][0, 2] == pytest.approx(0.2551, abs=1e-4)  # a [0, 1] interval
-    assert se["p75_se"][0, 0] == 0.0
-    assert standard_errors(iv, 0.9)["p25_se"][0, 0] > se["p25_se"][0, 0]
-    with pytest.raises(ValueError, match="level"):
-        standard_errors(iv, 1.0)
-
-
 def test_standard_errors_of_real_intervals_shrink_with_the_budget():
     from dpatlas.evaluation.interval_eval import released_by
     from dpatlas.evaluation.stress import scenario_state
-    from mechanisms.intervals import intervals, standard_errors
+    from mechanisms.intervals import intervals
     from mechanisms.noise import SeededRandomness
 
     batch = scenario_state("large", 12, 5).batch
@@ -108,10 +92,9 @@ def test_standard_errors_of_real_intervals_shrink_with_the_budget():
     for eps in (1.0, 8.0):
         rand = SeededRandomness(6)
         rel = released_by("NoisyStats", batch, 0.75 * eps, rand, 4, 0.0)
-        out[eps] = standard_errors(intervals("NoisyStats", batch, rel, 0.25 * eps, rand,
-                                             0.95, 4))
-    assert np.nanmedian(out[8.0]["p25_se"]) < np.nanmedian(out[1.0]["p25_se"]) / 2
-    assert np.all(out[8.0]["p75_se"] > 0)
+        out[eps] = intervals("NoisyStats", batch, rel, 0.25 * eps, rand, 0.95, 4)
+    assert np.nanmedian(out[8.0].p25_se) < np.nanmedian(out[1.0].p25_se) / 2
+    assert np.all(out[8.0].p75_se > 0)
 
 
 def test_published_probability_is_the_laplace_tail():
