@@ -436,7 +436,8 @@ def test_a_state_with_too_few_directs_gets_empty_model_columns_the_contract_acce
     assert not fit["fitted"] and "40 tract(s) with a direct estimate" in fit["reason"]
     assert table[MODEL].isna().all().all() and list(table.columns)[-1] == "geometry"
     plain = pd.DataFrame(table.drop(columns="geometry"))
-    checked = plain.drop(columns=[c for c in plain.columns if c.endswith(("_lo", "_hi", "_se", "_moe90"))
+    checked = plain.drop(columns=[c for c in plain.columns
+                                  if c.endswith(("_lo", "_hi", "_se", "_moe90"))
                                   and not c.endswith(("_model_lo", "_model_hi", "_model_se"))])
     checked.loc[hidden, ["p25", "p75", "p25_raw", "p75_raw"]] = None
     assert validate_published(checked).success
