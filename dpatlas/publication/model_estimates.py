@@ -1,8 +1,8 @@
 """Model-based tract estimates in a release (issue 20, item 2): a post-processing stage of
 publishing. The Fay–Herriot model of ``dpatlas.small_area`` is fitted to the assembled,
 rounded tract, county and state tables exactly as they are published, per cell and state, and
-its columns (``p25_model``, ``p25_model_lo``, ``p25_model_hi``, ``p25_model_se`` and the same
-for p75) are added to the tract table, rounded like the other published values. It reads DP
+its columns (``p25_model``, ``p25_model_lo``, ``p25_model_hi``, ``p25_model_se``,
+``p25_model_z`` and the same for p75) are added to the tract table, rounded like the other published values. It reads DP
 outputs and public values only, so it has no budget step and no ledger entry; ``dpatlas
 audit`` re-fits it from the published files (docs/small-area.md)."""
 
@@ -15,20 +15,23 @@ from dpatlas.small_area.published import (LEVEL_INPUTS, MODEL_COLUMNS, TRACT_INP
 from dpatlas.publication.tract_files import PUBLISHED_DECIMALS
 
 METHOD = ("Fay–Herriot area-level model (EBLUP) of each tract's direct p25 and p75 "
-          "(dpatlas.small_area.fit_model): the estimate shrinks with sampling variances known "
-          "from the public plan (the tract mechanisms' epsilon in budget.steps, by mechanism "
-          "and public n: k/(epsilon·n)^2 + c/n), its intervals use a generalised variance "
-          "function of the published directs (by mechanism and public n), σ² by the adjusted "
-          "residual likelihood (Li & Lahiri 2010), β and each tract's own-direct term bounded "
-          "by Huber's psi (b = 1.345; Sinha & Rao 2009) against the DP noise's heavy tails, "
-          "the directs' bias by mechanism and size "
-          "removed against the county estimates, each state's estimates benchmarked to its "
-          "published value; 95% intervals estimate ± 1.96·√MSE (Prasad–Rao with "
-          "Datta–Lahiri's term) clipped to [0, 1]; tracts without a direct get the synthetic estimate")
+          "(dpatlas.small_area.fit_model), estimating the tract expected outcome: each direct is "
+          "read through its law given the tract's expected outcome (slope, offset and noise "
+          "variance by mechanism, public n and the mechanism's epsilon in budget.steps, "
+          "calibrated on synthetic calibration seeds; docs/small-area.md, 'The directs' law'), "
+          "σ² by the adjusted residual likelihood (Li & Lahiri 2010), β and each tract's "
+          "own-direct term bounded by Huber's psi (b = 1.345; Sinha & Rao 2009) against the DP "
+          "noise's heavy tails; no benchmark to the state's pooled line (it differs from the "
+          "mean of tract lines); 95% intervals estimate ± 1.96·√MSE (Prasad–Rao with "
+          "Datta–Lahiri's term) clipped to [0, 1]; tracts without a direct get the synthetic "
+          "estimate. p25_model_z, p75_model_z: the direct minus the model's prediction without "
+          "it, over the square root of its variance (direct noise + σ² + the prediction's "
+          "variance); |z| > 2.58 means the model may not apply to that tract")
 COVARIATES = ("Gaussian-kernel means (8 and 25 km, the tract itself left out, weighted by "
-              "1/D) of the neighbours' directs of the quantity and of the midpoint "
-              "(p25 + p75)/2; the county's published p25/p75 and midpoint; positions from the "
-              "published tract geometry (representative points)")
+              "1/(D + σ²)) of the neighbours' directs of the quantity and of the midpoint "
+              "(p25 + p75)/2, read through the directs' law; log of the tract's public n; the "
+              "county's published p25/p75 and midpoint; positions from the published tract "
+              "geometry (representative points)")
 LIMITS = [
     "Shrinkage: unusual tracts look ordinary. At epsilon 1 per person (split 0.66/0.31/0.03, "
     "synthetic North Carolina, report seeds 201-205) the model p25 is 0.063 too high in the "
