@@ -593,7 +593,8 @@ def _field(column: str, decimals: int, level: float = 0.95) -> dict:
         constraints = {"minimum": 0, "maximum": standard_error_maximum(level, decimals)}
     elif column in _MODEL_TEXT:
         kind, text = "number", _MODEL_TEXT[column].format(decimals=decimals)
-        constraints = {"minimum": 0} if column.endswith("_se") else dict(_RANK)
+        constraints = ({"minimum": 0} if column.endswith("_se") else {}
+                       if column.endswith("_z") else dict(_RANK))
     elif column.endswith(("_p25", "_p75")):
         name, value = column.rsplit("_", 1)
         kind, constraints = "number", {}
