@@ -45,8 +45,8 @@ from scipy import stats
 
 from mechanisms.batch import TractBatch
 
-from dpatlas.evaluation.small_area_eval import (DEFAULT_SPLIT, SPLITS, SyntheticState,
-                                                release_with_model, score)
+from dpatlas.evaluation.small_area_eval import (DEFAULT_SPLIT, SyntheticState, evaluate_cases,
+                                                score)
 from dpatlas.evaluation.stress import least_squares_line
 from dpatlas.evaluation.synthetic_input import (NORTH_CAROLINA_FIPS, StateParams, matern_field,
                                                 tract_geoids)
@@ -168,13 +168,10 @@ def scenario_state(seed: int, name: str, tracts: int = 3108) -> SyntheticState:
 
 def score_scenario(state: SyntheticState, first: pd.DataFrame, second: pd.DataFrame,
                    counties: pd.DataFrame) -> dict:
-    """``score`` plus the two releases' median p25 widths and the flag's record: the share
+    """``score`` (with the two releases' median p25 widths) and the flag's record: the share
     of planted outliers with |p25_model_z| > ``FLAG_Z``, the share of the other tracts, and
     the z's mean and sd over the tracts that have one."""
     out = score(state, first, second, counties)
-    for label, table in (("", first), (", second release", second)):
-        width = (table["p25_model_hi"] - table["p25_model_lo"]).to_numpy(dtype=float)
-        out[f"median p25 width{label}"] = float(np.nanmedian(width))
     truth = state.truth.set_index("geoid").reindex(first["geoid"])
     z = first["p25_model_z"].to_numpy(dtype=float) if "p25_model_z" in first else \
         np.full(len(first), np.nan)
@@ -197,27 +194,17 @@ def evaluate_scenarios(names: Sequence[str], seeds: Sequence[int] = REPORT_SEEDS
                        progress: Callable[[str], None] = lambda m: None) -> pd.DataFrame:
     """One row of ``score_scenario`` per (scenario, seed, ε), each seed labelled with its role
     (``calibration`` or ``report``)."""
-    shares = SPLITS.get(split) or tuple(float(v) for v in split.split("/"))
-    rows, total = [], len(names) * len(seeds) * len(epsilons)
-    for name in names:
-        for seed in seeds:
-            state = scenario_state(seed, name, tracts)
-            for eps in epsilons:
-                first, counties, _ = release_with_model(state, eps, shares, 1)
-                second, _, _ = release_with_model(state, eps, shares, 2)
-                role = "calibration" if seed in CALIBRATION_SEEDS else "report"
-                rows.append({"scenario": name, "seed": seed, "seeds": role, "epsilon": eps,
-                             **score_scenario(state, first, second, counties)})
-                r = rows[-1]
-                progress(f"[{len(rows)}/{total}] {name}, seed {seed} ({role}), epsilon "
-                         f"{eps:g}: coverage {r['coverage']:.3f}, median p25 width "
-                         f"{r['median p25 width']:.3f}")
-    return pd.DataFrame(rows)
+    return evaluate_cases(
+        names, seeds, epsilons, split, lambda seed, name: scenario_state(seed, name, tracts),
+        score_scenario,
+        lambda seed: {"seeds": "calibration" if seed in CALIBRATION_SEEDS else "report"},
+        progress)
 
 
 SCENARIO_COLUMNS = ["coverage", "coverage, worst size quintile", "coverage, lowest decile",
                     "coverage, highest decile", "median p25 width",
-                    "median p25 width, second release", "p25 model corr", "p25 model RMSE",
+                    "median p25 width, second release", "p25 width ratio, two releases",
+                    "p25 model corr", "p25 model RMSE",
                     "flagged, planted outliers", "flagged, other tracts", "p25 z mean",
                     "p25 z sd"]
 

@@ -162,3 +162,16 @@ def test_z_is_large_for_planted_outliers(outlying_release):
     has = np.isfinite(z)
     assert np.median(z[has & planted]) > 2 * np.median(z[has & ~planted])
     assert np.mean(z[has & planted] > S.FLAG_Z) > 5 * np.mean(z[has & ~planted] > S.FLAG_Z)
+
+
+@pytest.mark.slow
+def test_targets_where_outcomes_depend_on_size_at_epsilon_1():
+    """Issue 32's targets on a report seed of the scenario the size-bin bias correction failed
+    (it removed real signal: worst size quintile 0.78 and lowest decile 0.58 at seed 301, RMSE
+    0.070), on the demo's state size."""
+    r = S.evaluate_scenarios(["size-dependent"], (401,), (1.0,)).iloc[0]
+    assert 0.92 <= r["coverage"] <= 0.975
+    assert r["coverage, worst size quintile"] >= 0.90
+    assert min(r["coverage, lowest decile"], r["coverage, highest decile"]) >= 0.85
+    assert r["median p25 width"] <= 0.20
+    assert r["p25 model RMSE"] <= 0.05 and r["p25 model corr"] >= 0.75
