@@ -96,13 +96,14 @@ against fixed rules rather than against itself, and compares:
     (and the level's vector tiles ``counties.pmtiles``/``states.pmtiles``, when listed, at
     their lowest zoom) holding the parquet's values and polygons, each unit's polygon the
     union of its tracts' in tracts.parquet; and no level file without its level.
-(m) small_area: model-based tract columns (``p25_model``, ``_lo``, ``_hi``, ``_se``, and p75's)
-    are there exactly with the manifest's ``small_area`` section and are declared
+(m) small_area: model-based tract columns (``p25_model``, ``_lo``, ``_hi``, ``_se``, ``_z``, and
+    p75's) are there exactly with the manifest's ``small_area`` section and are declared
     post-processing (no budget step); the model is re-fitted from the published files alone
     (tracts.parquet with its geometry, counties.parquet, states.parquet) by
     ``dpatlas.small_area`` (the one package of ours the audit imports; it imports nothing of
     ours; it reads the tracts with geopandas), and every published model
-    value must be within one rounding step of the re-fit, with the fits' σ² and β as stated.
+    value must be within one rounding step of the re-fit, with the fits' σ² and β as stated;
+    the z columns (the direct against the model) finite exactly where a direct is.
 
 External anchors, run only when given (otherwise a ``skip`` line says what was not checked):
 ``--boundaries FILE`` (the boundary file whose sha256 the manifest states has every tract

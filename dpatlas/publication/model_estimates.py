@@ -33,22 +33,22 @@ COVARIATES = ("Gaussian-kernel means (8 and 25 km, the tract itself left out, we
               "county's published p25/p75 and midpoint; positions from the published tract "
               "geometry (representative points)")
 LIMITS = [
-    "Shrinkage: unusual tracts look ordinary. At epsilon 1 per person (split 0.66/0.31/0.03, "
-    "synthetic North Carolina, report seeds 201-205) the model p25 is 0.063 too high in the "
-    "lowest decile of the true value and 0.053 too low in the highest (docs/small-area.md); "
-    "the direct "
-    "estimates (p25, p75 with their intervals) stay beside the model columns.",
-    "Coverage of the 95% model intervals, means over synthetic report seeds 201-205 "
-    "(docs/small-area.md): at epsilon 1, 0.995 overall, 0.991 in the worst size quintile, "
-    "0.983 and 0.966 in the lowest and highest deciles of the truth; at epsilon 8, 0.977 "
-    "overall, 0.970, 0.955 and 0.915 (0.87 the lowest single seed's decile). Not met on "
-    "every kind of data: docs/small-area.md, 'Data the model was not designed for'.",
-    "The directs' noise variance the estimate shrinks with is a rate in public n and the "
-    "plan's epsilon calibrated on synthetic states (docs/small-area.md, Known noise); on "
-    "data unlike them it can be off, and the intervals then rest on the variance fitted to "
-    "the directs.",
-    "Bandwidths are tuned for tracts of Illinois-like size; the direct-bias correction and "
-    "the benchmark assume the county and state estimates are unbiased for their tracts' mean.",
+    "Shrinkage: unusual tracts look ordinary. Where the covariates explain little of a "
+    "tract's outcome, the extreme deciles of the truth are covered 0.60-0.80 (synthetic "
+    "fine-scale fields, docs/small-area.md, 'Issue 32'); p25_model_z, p75_model_z flag a "
+    "direct beyond the model's reach (|z| > 2.58) where the direct is precise enough to tell. "
+    "The direct estimates (p25, p75 with their intervals) stay beside the model columns.",
+    "Coverage of the 95% model intervals on synthetic states (docs/small-area.md, 'Issue "
+    "32'): demo-like state, report seeds 201-203, at epsilon 1 0.951 overall, 0.926 in the "
+    "worst size quintile, 0.905 and 0.810 in the lowest and highest deciles of the truth, "
+    "median p25 width 0.195; at epsilon 8 0.949, 0.945, 0.882 and 0.840. On 11 stress "
+    "scenarios (report seeds 401-403) 0.89-0.97 overall at epsilon 1 and 0.89-0.99 at "
+    "epsilon 8.",
+    "The directs' law (slope, offset and noise variance given the tract's expected outcome, "
+    "by mechanism, public n and the plan's epsilon) is calibrated on synthetic states; on "
+    "data unlike them (far steeper or flatter rank-rank slopes) it can be off.",
+    "Two releases of the same data can differ in interval width by 10-50% at epsilon 1 (the "
+    "model's own variance is weakly identified when most directs are noise).",
 ]
 
 
