@@ -102,13 +102,14 @@ against fixed rules rather than against itself, and compares:
     (and the level's vector tiles ``counties.pmtiles``/``states.pmtiles``, when listed, at
     their lowest zoom) holding the parquet's values and polygons, each unit's polygon the
     union of its tracts' in tracts.parquet; and no level file without its level.
-(m) small_area: model-based tract columns (``p25_model``, ``_lo``, ``_hi``, ``_se``, and p75's)
-    are there exactly with the manifest's ``small_area`` section and are declared
+(m) small_area: model-based tract columns (``p25_model``, ``_lo``, ``_hi``, ``_se``, ``_z``, and
+    p75's) are there exactly with the manifest's ``small_area`` section and are declared
     post-processing (no budget step); the model is re-fitted from the published files alone
     (tracts.parquet with its geometry, counties.parquet, states.parquet) by
     ``dpatlas.small_area`` (the one package of ours the audit imports; it imports nothing of
     ours; it reads the tracts with geopandas), and every published model
-    value must be within one rounding step of the re-fit, with the fits' σ² and β as stated.
+    value must be within one rounding step of the re-fit, with the fits' σ² and β as stated;
+    the z columns (the direct against the model) finite exactly where a direct is.
 
 External anchors, run only when given (otherwise a ``skip`` line says what was not checked):
 ``--boundaries FILE`` (the boundary file whose sha256 the manifest states has every tract
@@ -2479,7 +2480,7 @@ def check_levels(folder: Path, m: dict) -> str:
 # with dpatlas.small_area (numpy, pandas and scipy; it imports nothing of ours) and compares.
 
 MODEL_COLUMNS = tuple(f"{q}_model{end}" for q in ("p25", "p75")
-                      for end in ("", "_lo", "_hi", "_se"))
+                      for end in ("", "_lo", "_hi", "_se", "_z"))
 MODEL_PAYER = "post-processing (small_area)"
 MODEL_ROUNDING_STEP = 1e-4  # the release rounds the model columns to 4 decimals
 # The re-fit's sigma2 and beta against the manifest's: loose, because σ² is found by a bounded
@@ -2531,6 +2532,27 @@ def _fit_problems(stated, refit: list[dict]) -> list[str]:
     return problems
 
 
+def _model_z_problems(tracts, fits: list[dict]) -> list[str]:
+    """``p25_model_z``/``p75_model_z`` (issue 32): in every fitted cell and state, finite
+    exactly where the tract has a direct (released, value present), empty elsewhere."""
+    cell, state = tracts["cell"].astype(str), tracts["geoid"].astype(str).str[:2]
+    fitted = np.zeros(len(tracts), dtype=bool)
+    for f in fits:
+        if f["fitted"]:
+            fitted |= ((cell == f["cell"]) & (state == f["state"])).to_numpy()
+    problems = []
+    for q in ("p25", "p75"):
+        direct = ((tracts["status"].astype(str) == "released")
+                  & tracts[q].notna()).to_numpy()
+        finite = np.isfinite(tracts[f"{q}_model_z"].to_numpy(dtype=float))
+        off = fitted & (finite != direct)
+        if off.any():
+            problems.append(f"{q}_model_z is not finite exactly where a direct {q} is, in "
+                            f"{int(off.sum())} row(s) of fitted states, e.g. geoid "
+                            f"{tracts['geoid'].iloc[int(np.argmax(off))]}")
+    return problems
+
+
 def check_small_area(folder: Path, m: dict) -> str:
     """Model-based columns re-fitted from the published files: tracts.parquet (with its
     geometry), counties.parquet and states.parquet; each value within one rounding step."""
@@ -2563,13 +2585,14 @@ def check_small_area(folder: Path, m: dict) -> str:
     except Exception as err:  # noqa: BLE001 - a model that cannot be re-fitted is a finding
         raise Mismatch(f"the model cannot be re-fitted from the published files: "
                        f"{type(err).__name__} {err}") from None
-    problems = _model_differences(tracts, refit) + _fit_problems(section.get("fits"), fits)
+    problems = (_model_differences(tracts, refit) + _fit_problems(section.get("fits"), fits)
+                + _model_z_problems(tracts, fits))
     if problems:
         raise Mismatch("; ".join(problems))
     fitted = sum(f["fitted"] for f in fits)
     return (f"re-fitted from tracts.parquet, counties.parquet and states.parquet: {fitted} of "
             f"{len(fits)} cell-state fit(s); every model value within one rounding step of "
-            "the published one")
+            "the published one; the z columns finite exactly where a direct is")
 
 
 # ----------------------------------------------------- external anchors: boundaries, ledger

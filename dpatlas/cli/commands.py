@@ -1043,6 +1043,14 @@ def evaluate_small_area(
                                     "narrow x, small and large tracts, other spatial "
                                     "parameters), seeds 201-203 unless --seed, first split; "
                                     "writes stress.csv and stress.md."),
+        scenario: list[str] = typer.Option([], "--scenario",
+                                           help="Instead: the model's stress scenarios "
+                                           "(issue 32) by name, or 'all': coverage overall, "
+                                           "worst size quintile, extreme deciles, median p25 "
+                                           "width of two releases, corr/RMSE, flagged share of "
+                                           "planted outliers; report seeds 401-403 unless "
+                                           "--seed (calibration seeds: 301, 302), first split; "
+                                           "writes scenarios.csv and scenarios.md."),
         as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """The small-area model (Fay–Herriot on published values) against the generator's truth:
@@ -1054,6 +1062,10 @@ def evaluate_small_area(
     _at_least(*(("--seed", s, 0) for s in seed), ("--tracts", 1 if tracts is None else tracts, 1))
     if stress:
         _evaluate_small_area_stress(out, seed, epsilon, split[0], tracts, quick, t0, as_json)
+        return
+    if scenario:
+        _evaluate_small_area_scenarios(out, scenario, seed, epsilon, split[0], tracts, quick,
+                                       t0, as_json)
         return
     if quick:
         seed, epsilon, split, tracts = seed[:1], [1.0], split[:1], tracts or 400
@@ -1079,6 +1091,40 @@ def evaluate_small_area(
     _print_rows(("metric", "value", "target", "met"),
                 [(r["metric"], f"{r['value']:.4f}", r["target"], r["met"])
                  for _, r in targets.iterrows()])
+    console.print(f"wrote {len(paths)} files to {out} in {time.perf_counter() - t0:.0f}s")
+
+
+def _evaluate_small_area_scenarios(out: Path, names: list[str], seed: list[int],
+                                   epsilon: list[float], split: str, tracts: Optional[int],
+                                   quick: bool, t0: float, as_json: bool) -> None:
+    from dpatlas.evaluation import small_area_scenarios as sc
+
+    names = list(sc.SCENARIOS) if "all" in names else names
+    unknown = [n for n in names if n not in sc.SCENARIOS]
+    if unknown:
+        _fail(f"--scenario: unknown {unknown}; choose from all, {', '.join(sc.SCENARIOS)}")
+    seeds = sc.REPORT_SEEDS if seed == [201, 202, 203, 204, 205] else tuple(seed)
+    if quick:
+        seeds, epsilon, tracts = seeds[:1], [1.0], tracts or 400
+    _output_folder(out)
+    with _guard():
+        rows = sc.evaluate_scenarios(names, seeds, tuple(epsilon), split, tracts or 3108,
+                                     progress=_log_to(as_json))
+        paths = sc.write_scenarios(rows, Path(out), split)
+    summary = sc.scenario_summary(rows)
+    if as_json:
+        _emit_json({"split": split, "seeds": list(seeds), "summary": _records(summary),
+                    "files": paths})
+        return
+    cols = ("coverage", "coverage, worst size quintile", "coverage, lowest decile",
+            "coverage, highest decile", "median p25 width", "median p25 width, second release",
+            "p25 model corr", "p25 model RMSE", "flagged, planted outliers")
+    console.print(f"seeds {list(seeds)} (calibration seeds: {list(sc.CALIBRATION_SEEDS)}), "
+                  f"split {split}; means over seeds:")
+    _print_rows(("seeds", "epsilon", "scenario", "cov", "worst Q", "low D", "high D", "width",
+                 "width 2", "corr", "RMSE", "flagged"),
+                [(r["seeds"], f"{r['epsilon']:g}", r["scenario"],
+                  *(f"{r[c]:.3f}" for c in cols)) for _, r in summary.iterrows()])
     console.print(f"wrote {len(paths)} files to {out} in {time.perf_counter() - t0:.0f}s")
 
 

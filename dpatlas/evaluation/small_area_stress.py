@@ -39,8 +39,8 @@ import pandas as pd
 
 from mechanisms.batch import TractBatch
 
-from dpatlas.evaluation.small_area_eval import (DEFAULT_SPLIT, SPLITS, SyntheticState, _markdown,
-                                                release_with_model, score, synthetic_state)
+from dpatlas.evaluation.small_area_eval import (DEFAULT_SPLIT, SyntheticState, _markdown,
+                                                evaluate_cases, synthetic_state)
 from dpatlas.evaluation.stress import least_squares_line
 from dpatlas.evaluation.synthetic_input import StateParams
 
@@ -135,20 +135,9 @@ def evaluate_stress(scenarios: Sequence[str] = SCENARIOS, seeds: Sequence[int] =
                     tracts: int | None = None,
                     progress: Callable[[str], None] = lambda m: None) -> pd.DataFrame:
     """One row of ``score`` per (scenario, seed, ε) at ``split``."""
-    shares = SPLITS.get(split) or tuple(float(v) for v in split.split("/"))
-    rows, total = [], len(scenarios) * len(seeds) * len(epsilons)
-    for scenario in scenarios:
-        for seed in seeds:
-            state = stressed_state(seed, scenario, tracts)
-            for eps in epsilons:
-                first, counties, _ = release_with_model(state, eps, shares, 1)
-                second, _, _ = release_with_model(state, eps, shares, 2)
-                rows.append({"scenario": scenario, "seed": seed, "epsilon": eps,
-                             **score(state, first, second, counties)})
-                progress(f"[{len(rows)}/{total}] {scenario}, seed {seed}, epsilon {eps:g}: "
-                         f"p25 model RMSE {rows[-1]['p25 model RMSE']:.4f}, "
-                         f"coverage {rows[-1]['coverage']:.3f}")
-    return pd.DataFrame(rows)
+    return evaluate_cases(scenarios, seeds, epsilons, split,
+                          lambda seed, name: stressed_state(seed, name, tracts),
+                          progress=progress)
 
 
 STRESS_COLUMNS = ["p25 model RMSE", "p25 direct RMSE", "p25 state-mean RMSE", "p25 model corr",

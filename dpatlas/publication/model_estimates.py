@@ -1,8 +1,8 @@
 """Model-based tract estimates in a release (issue 20, item 2): a post-processing stage of
 publishing. The Fay–Herriot model of ``dpatlas.small_area`` is fitted to the assembled,
 rounded tract, county and state tables exactly as they are published, per cell and state, and
-its columns (``p25_model``, ``p25_model_lo``, ``p25_model_hi``, ``p25_model_se`` and the same
-for p75) are added to the tract table, rounded like the other published values. It reads DP
+its columns (``p25_model``, ``p25_model_lo``, ``p25_model_hi``, ``p25_model_se``,
+``p25_model_z`` and the same for p75) are added to the tract table, rounded like the other published values. It reads DP
 outputs and public values only, so it has no budget step and no ledger entry; ``dpatlas
 audit`` re-fits it from the published files (docs/small-area.md)."""
 
@@ -15,37 +15,40 @@ from dpatlas.small_area.published import (LEVEL_INPUTS, MODEL_COLUMNS, TRACT_INP
 from dpatlas.publication.tract_files import PUBLISHED_DECIMALS
 
 METHOD = ("Fay–Herriot area-level model (EBLUP) of each tract's direct p25 and p75 "
-          "(dpatlas.small_area.fit_model): the estimate shrinks with sampling variances known "
-          "from the public plan (the tract mechanisms' epsilon in budget.steps, by mechanism "
-          "and public n: k/(epsilon·n)^2 + c/n), its intervals use a generalised variance "
-          "function of the published directs (by mechanism and public n), σ² by the adjusted "
-          "residual likelihood (Li & Lahiri 2010), β and each tract's own-direct term bounded "
-          "by Huber's psi (b = 1.345; Sinha & Rao 2009) against the DP noise's heavy tails, "
-          "the directs' bias by mechanism and size "
-          "removed against the county estimates, each state's estimates benchmarked to its "
-          "published value; 95% intervals estimate ± 1.96·√MSE (Prasad–Rao with "
-          "Datta–Lahiri's term) clipped to [0, 1]; tracts without a direct get the synthetic estimate")
+          "(dpatlas.small_area.fit_model), estimating the tract expected outcome: each direct is "
+          "read through its law given the tract's expected outcome (slope, offset and noise "
+          "variance by mechanism, public n and the mechanism's epsilon in budget.steps, "
+          "calibrated on synthetic calibration seeds; docs/small-area.md, 'The directs' law'), "
+          "σ² by the adjusted residual likelihood (Li & Lahiri 2010), β and each tract's "
+          "own-direct term bounded by Huber's psi (b = 1.345; Sinha & Rao 2009) against the DP "
+          "noise's heavy tails; no benchmark to the state's pooled line (it differs from the "
+          "mean of tract lines); 95% intervals estimate ± 1.96·√MSE (Prasad–Rao with "
+          "Datta–Lahiri's term) clipped to [0, 1]; tracts without a direct get the synthetic "
+          "estimate. p25_model_z, p75_model_z: the direct minus the model's prediction without "
+          "it, over the square root of its variance (direct noise + σ² + the prediction's "
+          "variance); |z| > 2.58 means the model may not apply to that tract")
 COVARIATES = ("Gaussian-kernel means (8 and 25 km, the tract itself left out, weighted by "
-              "1/D) of the neighbours' directs of the quantity and of the midpoint "
-              "(p25 + p75)/2; the county's published p25/p75 and midpoint; positions from the "
-              "published tract geometry (representative points)")
+              "1/(D + σ²)) of the neighbours' directs of the quantity and of the midpoint "
+              "(p25 + p75)/2, read through the directs' law; log of the tract's public n; the "
+              "county's published p25/p75 and midpoint; positions from the published tract "
+              "geometry (representative points)")
 LIMITS = [
-    "Shrinkage: unusual tracts look ordinary. At epsilon 1 per person (split 0.66/0.31/0.03, "
-    "synthetic North Carolina, report seeds 201-205) the model p25 is 0.063 too high in the "
-    "lowest decile of the true value and 0.053 too low in the highest (docs/small-area.md); "
-    "the direct "
-    "estimates (p25, p75 with their intervals) stay beside the model columns.",
-    "Coverage of the 95% model intervals, means over synthetic report seeds 201-205 "
-    "(docs/small-area.md): at epsilon 1, 0.995 overall, 0.991 in the worst size quintile, "
-    "0.983 and 0.966 in the lowest and highest deciles of the truth; at epsilon 8, 0.977 "
-    "overall, 0.970, 0.955 and 0.915 (0.87 the lowest single seed's decile). Not met on "
-    "every kind of data: docs/small-area.md, 'Data the model was not designed for'.",
-    "The directs' noise variance the estimate shrinks with is a rate in public n and the "
-    "plan's epsilon calibrated on synthetic states (docs/small-area.md, Known noise); on "
-    "data unlike them it can be off, and the intervals then rest on the variance fitted to "
-    "the directs.",
-    "Bandwidths are tuned for tracts of Illinois-like size; the direct-bias correction and "
-    "the benchmark assume the county and state estimates are unbiased for their tracts' mean.",
+    "Shrinkage: unusual tracts look ordinary. Where the covariates explain little of a "
+    "tract's outcome, the extreme deciles of the truth are covered 0.60-0.80 (synthetic "
+    "fine-scale fields, docs/small-area.md, 'Issue 32'); p25_model_z, p75_model_z flag a "
+    "direct beyond the model's reach (|z| > 2.58) where the direct is precise enough to tell. "
+    "The direct estimates (p25, p75 with their intervals) stay beside the model columns.",
+    "Coverage of the 95% model intervals on synthetic states (docs/small-area.md, 'Issue "
+    "32'): demo-like state, report seeds 201-203, at epsilon 1 0.951 overall, 0.926 in the "
+    "worst size quintile, 0.905 and 0.810 in the lowest and highest deciles of the truth, "
+    "median p25 width 0.195; at epsilon 8 0.949, 0.945, 0.882 and 0.840. On 11 stress "
+    "scenarios (report seeds 401-403) 0.89-0.97 overall at epsilon 1 and 0.89-0.99 at "
+    "epsilon 8.",
+    "The directs' law (slope, offset and noise variance given the tract's expected outcome, "
+    "by mechanism, public n and the plan's epsilon) is calibrated on synthetic states; on "
+    "data unlike them (far steeper or flatter rank-rank slopes) it can be off.",
+    "Two releases of the same data can differ in interval width by 10-50% at epsilon 1 (the "
+    "model's own variance is weakly identified when most directs are noise).",
 ]
 
 

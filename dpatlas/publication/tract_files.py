@@ -165,7 +165,7 @@ def rounding_statement(columns, decimals: int = PUBLISHED_DECIMALS) -> dict:
     return {
         "decimals": decimals,
         "to_nearest": points + [c for c in ("p25", "p75") if c in columns]
-        + [c for c in model if c.endswith("_model")],
+        + [c for c in model if c.endswith(("_model", "_model_z"))],
         "outwards": {"down": lower + [c for c in model if c.endswith("_lo")],
                      "up": upper + [c for c in (*SE_COLUMNS, *MOE_COLUMNS) if c in columns]
                      + [c for c in model if c.endswith(("_hi", "_se"))]},
@@ -566,6 +566,12 @@ _MODEL_TEXT = {
        for end, word, way in (("lo", "lower", "down"), ("hi", "upper", "up"))},
     **{f"{q}_model_se": f"Root mean squared error of {q}_model: {_MODEL}. Rounded up to "
        "{decimals} decimals" for q in ("p25", "p75")},
+    **{f"{q}_model_z": f"Check of the direct {q} against the model without it: ({q} minus the "
+       "model's prediction from the neighbours, county and n alone) divided by the square root "
+       "of its variance (the direct's noise variance + the model's tract variance + the "
+       "prediction's variance); about standard normal where the model applies. |z| > 2.58: "
+       "the model may not apply to this tract (read the direct value). Empty where there is "
+       "no direct. Rounded to {decimals} decimals" for q in ("p25", "p75")},
 }
 
 
@@ -607,7 +613,8 @@ def _field(column: str, decimals: int, level: float = 0.95) -> dict:
         constraints = {"minimum": 0, "maximum": float(margin_of_error_90(SE_CAP, decimals))}
     elif column in _MODEL_TEXT:
         kind, text = "number", _MODEL_TEXT[column].format(decimals=decimals)
-        constraints = {"minimum": 0} if column.endswith("_se") else dict(_RANK)
+        constraints = ({"minimum": 0} if column.endswith("_se") else {}
+                       if column.endswith("_z") else dict(_RANK))
     elif column.endswith(("_p25", "_p75")):
         name, value = column.rsplit("_", 1)
         kind, constraints = "number", {}

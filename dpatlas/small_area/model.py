@@ -61,25 +61,33 @@ _KM_PER_DEGREE = 111.2
 _SIZE_BINS = 10
 MIN_RELEASED = 50  # fewer directs cannot fit a variance function and a regression
 _MIN_GROUP = 60  # tracts a mechanism needs for a variance function of its own
-# The DP noise variance of a mechanism's direct p25/p75 is about k_m/(ε_m·n)², ε_m the budget
-# the mechanism ran with (public: the release's plan) and n the tract's public size. k_m was
-# fitted on the calibration seeds 101-103 only, as a function of n and ε alone (never of a
-# release's data): mean (direct − truth)² by size bin at ε = 1 and 8 (docs/small-area.md,
-# "Known noise"). NoisyStats' is small because the dp rule runs it only where the noisy nvar
-# is large; DPExpTheilSen's saturates at small n (the cap of ``variance_function``).
-NOISE_COEFFICIENTS = {"NoisyStats": 16.0, "DPExpTheilSen": 400.0}
-# The 1/n coefficient c_m at the two calibration budgets ε_m (0.4725 and 3.78: the mechanisms'
-# share of ε = 1 and 8 per person at split 0.7/0.27/0.03), fitted as above after removing
-# each size decile's mean error (as ``_direct_bias`` does). The ε = 8 values are half that
-# fit's (0.8, 0.3): with them σ̂² came out ≈ 1e-4 at ε = 8 and over-shrank; halved, the
-# calibration seeds' ε = 8 coverage was better in every column (docs/small-area.md).
-CALIBRATION_EPSILONS = (0.4725, 3.78)
-SAMPLING_COEFFICIENTS = {"NoisyStats": (1.5, 0.4), "DPExpTheilSen": (2.5, 0.15)}
+# The law of a published direct given its tract's expected outcome θ (docs/small-area.md, "The
+# directs' law"): E[direct | θ] = A_q + s·θ and Var[direct | θ] = D_q, with logit s = b·f,
+# A_q = a_q·f and log D_q = d_q·f, f = ``law_features`` of (n, ε_m), per mechanism (and for A
+# and D per quantity q): n the tract's public size, ε_m the mechanism's budget in the release's
+# public plan. At small n·ε a direct is mostly clipped noise or a near-uniform draw (s ≈ 0, A ≈
+# 0.5); NoisyStats under the dp rule is shifted (p25 up, p75 down: its slope is flattened where
+# the noisy n·var(x) selected it). Fitted on calibration seeds only (never on a release's data)
+# by dpatlas/evaluation/small_area_calibration.py: {mechanism: (b, {q: (a_q, d_q)})}.
+DIRECT_LAW = {
+    "DPExpTheilSen": ((-8.59843, 5.26367, -1.23561, 0.12137, 0.05288, -0.02547),
+                      {"p25": ((0.48477, 0.08254, -0.06097, 0.00547, -0.00676, 0.00268),
+                               (-1.85496, -0.25419, 0.26119, -0.06139, -0.1595, 0.06025)),
+                       "p75": ((0.49525, 0.04737, -0.04865, 0.00444, -0.00417, 0.00234),
+                               (-1.62361, -0.52742, 0.35225, -0.06944, -0.04786, 0.0214))}),
+    "NoisyStats": ((-2.06145, 1.95819, -0.39078, 0.04866, 0.01195, -0.06719),
+                   {"p25": ((0.48645, -0.13874, 0.00627, 0.00053, 0.02708, -0.00498),
+                            (-0.00086, -1.69571, 0.29137, -0.02599, 0.095, -0.00265)),
+                    "p75": ((0.5561, -0.33129, 0.06375, -0.00394, 0.03155, -0.0051),
+                            (-0.05491, -1.64368, 0.27984, -0.02598, 0.07514, 0.01194))})}
+# The kernel means' first-pass weights 1/(D + τ0), before σ² is known: a tract effect sd 0.05.
+_TAU0 = 0.0025
 
 
 def model_columns(quantity: str) -> list[str]:
+    """The estimate, its interval and SE, and the check of the direct against the model."""
     return [f"{quantity}_model", f"{quantity}_model_lo", f"{quantity}_model_hi",
-            f"{quantity}_model_se"]
+            f"{quantity}_model_se", f"{quantity}_model_z"]
 
 
 def tract_positions(boundaries) -> pd.DataFrame:
@@ -173,8 +181,7 @@ def _size_bin_means(resid2: np.ndarray, n: np.ndarray, group: np.ndarray):
     return groups, gk.astype(int), nb, r2, cnt
 
 
-def variance_function(resid2: np.ndarray, n: np.ndarray, group: np.ndarray,
-                      known: dict | None = None):
+def variance_function(resid2: np.ndarray, n: np.ndarray, group: np.ndarray):
     """Fit mean(resid²) = τ + min(a_g/n² + c_g/n, cap_g) over size bins per group; returns
     (τ, {g: (a, c, cap)}).
 
@@ -183,24 +190,12 @@ def variance_function(resid2: np.ndarray, n: np.ndarray, group: np.ndarray,
     rank offset spans a 1/n share of the slopes), so its variance as 1/n², and the sampling
     error's variance as 1/n. τ, the part no sample size removes, is the model's own error and
     is separated from them by these shapes. cap_g is the largest bin mean: the winsorised
-    directs of the smallest tracts cannot vary more than their window allows.
-
-    ``known``: {group: (a, c)} for groups whose coefficients are known from the release's
-    plan (``known_noise``); only cap and τ are fitted for them."""
-    known = {} if known is None else known
+    directs of the smallest tracts cannot vary more than their window allows. (Used where
+    the release's plan is not given: with it, ``direct_law`` gives D.)"""
     groups, gk, nb, r2, cnt = _size_bin_means(resid2, n, group)
     caps = np.array([r2[gk == k].max() for k in range(len(groups))])
-    fixed = np.array([known[g][0] if g in known else np.nan for g in groups], dtype=float)
-    fixed_c = np.array([known[g][1] if g in known else np.nan for g in groups], dtype=float)
-
-    def coefficients(theta):
-        return np.where(np.isfinite(fixed), fixed, np.exp(theta[1::2]))
-
-    def c_coefficients(theta):
-        return np.where(np.isfinite(fixed_c), fixed_c, np.exp(theta[2::2]))
-
     def predicted(theta):
-        a, c = coefficients(theta)[gk], c_coefficients(theta)[gk]
+        a, c = np.exp(theta[1::2])[gk], np.exp(theta[2::2])[gk]
         return np.exp(theta[0]) + np.minimum(a / nb ** 2 + c / nb, caps[gk])
 
     def residuals(theta):  # relative errors, each bin weighted by its count
@@ -213,40 +208,10 @@ def variance_function(resid2: np.ndarray, n: np.ndarray, group: np.ndarray,
         g = gk == k
         start += [np.log(np.max(r2[g] * nb[g] ** 2) / 2), np.log(np.min(r2[g] * nb[g]) / 2)]
     sol = optimize.least_squares(residuals, start, bounds=(-30, 12))
-    a, c = coefficients(sol.x), c_coefficients(sol.x)
+    a, c = np.exp(sol.x[1::2]), np.exp(sol.x[2::2])
     return float(np.exp(sol.x[0])), {
         g: (float(a[k]), float(c[k]), float(caps[k]))
         for k, g in enumerate(groups)}
-
-
-def power_law_variance_function(resid2: np.ndarray, n: np.ndarray, group: np.ndarray):
-    """Fit mean(resid²) = τ + a_g·n^(−b_g) over size bins per group; returns (τ, {g: (a, b)}).
-
-    A free exponent follows the winsorised directs' variance well where it flattens (small
-    tracts at small budgets) but can mimic τ, so D = a_g·n^(−b_g) may take what is the
-    model's own error: the EBLUP's weights use it (the better point estimate on the
-    calibration seeds), its intervals do not (``variance_function``)."""
-    groups, gk, nb, r2, cnt = _size_bin_means(resid2, n, group)
-
-    def predicted(theta):
-        return np.exp(theta[0]) + np.exp(theta[1::2])[gk] * nb ** (-theta[2::2][gk])
-
-    def residuals(theta):  # relative errors, each bin weighted by its count
-        return np.sqrt(cnt) * (predicted(theta) / r2 - 1.0)
-
-    start = [np.log(np.min(r2) / 2)] + [v for _ in groups for v in (np.log(np.max(r2)), 0.5)]
-    lower = [-30] + [v for _ in groups for v in (-30, 0.0)]
-    upper = [5] + [v for _ in groups for v in (10, 3.0)]
-    sol = optimize.least_squares(residuals, start, bounds=(lower, upper))
-    return float(np.exp(sol.x[0])), {g: (float(np.exp(sol.x[1 + 2 * k])), float(sol.x[2 + 2 * k]))
-                                     for k, g in enumerate(groups)}
-
-
-
-def power_law_variance(params: tuple, n: np.ndarray) -> np.ndarray:
-    """D = a·n^(−b) for one variance group's (a, b)."""
-    a, b = params
-    return a * n ** (-b)
 
 
 def sampling_variance(params: tuple, n: np.ndarray) -> np.ndarray:
@@ -275,6 +240,9 @@ def _design(tracts, quantity, y, mid, precision, kernels: dict[float, KernelPair
             cols.append(kernels[h].mean(values, precision))
             names.append(f"neighbours' {label}, {h:g} km")
     fallback = cols[-1]
+    # the tract's public size: outcomes may depend on it (docs/small-area.md, "Size")
+    cols.append(np.log(np.maximum(tracts["n"].to_numpy(dtype=float), 1.0)))
+    names.append("log n")
     if counties is not None:
         for col in (quantity, "mid"):
             c = (tracts["geoid"].str[:5].map(counties.set_index("geoid")[col])
@@ -298,135 +266,106 @@ def _design(tracts, quantity, y, mid, precision, kernels: dict[float, KernelPair
     return X[:, keep], [names[k] for k in keep]
 
 
-def _benchmark(tracts, estimate, mse, states, quantity):
-    """Shift each state's estimates so their n-weighted mean is the state's published value."""
-    if states is None:
-        return estimate, mse
-    st = states.set_index("geoid")
-    code = tracts["geoid"].str[:2].to_numpy()
-    n = tracts["n"].to_numpy(dtype=float)
-    estimate, mse = estimate.copy(), mse.copy()
-    for s in np.unique(code):
-        if s not in st.index or not np.isfinite(st.loc[s, quantity]):
-            continue
-        sel = (code == s) & (n > 0)
-        shift = st.loc[s, quantity] - np.average(estimate[sel], weights=n[sel])
-        estimate[code == s] += shift
-        se = st.loc[s, f"{quantity}_se"] if f"{quantity}_se" in st.columns else 0.0
-        mse[code == s] += float(se) ** 2 if np.isfinite(se) else 0.0
-    return estimate, mse
+def law_features(log_n: np.ndarray, log_epsilon: np.ndarray) -> np.ndarray:
+    """f = (1, u, u², u³, log ε, u·log ε), u = log(n·ε): the terms of ``DIRECT_LAW``'s logit s
+    and log D (the mechanisms' noise falls with n·ε; the other terms let sampling error and
+    ε act apart)."""
+    u = log_n + log_epsilon
+    return np.column_stack([np.ones_like(u), u, u ** 2, u ** 3, log_epsilon, log_epsilon * u])
 
 
-def known_noise(noise: dict | None) -> dict:
-    """{mechanism: (a, c)}: the 1/n² and 1/n coefficients of its directs' variance at the
-    budget it ran with, from ``noise`` = {mechanism: ε_m} (public: the release's plan).
-
-    a = k_m/ε_m² (``NOISE_COEFFICIENTS``); c, the 1/n term (sampling error, and the part of
-    the selection's bias that a size bin's mean does not remove), from
-    ``SAMPLING_COEFFICIENTS``, interpolated on log ε between the two calibration budgets and
-    held constant beyond them."""
-    out = {}
-    lo, hi = np.log(CALIBRATION_EPSILONS)
+def direct_law(quantity: str, mechanism: np.ndarray, n: np.ndarray,
+               noise: dict | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(s, A, D) per tract: the slope, offset and noise variance of its direct of ``quantity``
+    (``DIRECT_LAW``) from its mechanism, public n and ``noise`` = {mechanism: ε_m} (the
+    public plan); NaN where the mechanism has no law or no ε."""
+    s, A, D = (np.full(len(n), np.nan) for _ in range(3))
     for m, eps in (noise or {}).items():
-        if m not in NOISE_COEFFICIENTS or not eps or float(eps) <= 0:
+        if m not in DIRECT_LAW or not eps or float(eps) <= 0:
             continue
-        t = float(np.clip((np.log(float(eps)) - lo) / (hi - lo), 0.0, 1.0))
-        c_lo, c_hi = SAMPLING_COEFFICIENTS[m]
-        out[m] = (NOISE_COEFFICIENTS[m] / float(eps) ** 2,
-                  float(np.exp((1 - t) * np.log(c_lo) + t * np.log(c_hi))))
-    return out
+        sel = mechanism == m
+        b, per_quantity = DIRECT_LAW[m]
+        a, d = per_quantity[quantity]
+        f = law_features(np.log(n[sel]), np.full(int(sel.sum()), np.log(float(eps))))
+        s[sel] = 1.0 / (1.0 + np.exp(-(f @ np.asarray(b))))
+        A[sel] = f @ np.asarray(a)
+        D[sel] = np.exp(f @ np.asarray(d))
+    return s, A, D
+
+
+def model_z(direct, synthetic, direct_variance, sigma2: float, synthetic_variance,
+            slope=1.0, offset=0.0) -> np.ndarray:
+    """The standardised difference of a tract's direct from the model's prediction without
+    it: (direct − A − s·x'β̂) / √(D + s²·(σ² + g2)), s and A the direct's slope and offset on
+    the truth (1 and 0: unbiased), D its variance (``direct_variance``: the law's, or a
+    published direct's se² in its place), g2 the synthetic part's variance. N(0, 1) where the
+    model applies; NaN where there is no direct."""
+    direct, synthetic, s, offset = (np.asarray(a, dtype=float)
+                                    for a in (direct, synthetic, slope, offset))
+    variance = np.asarray(direct_variance, dtype=float) + s ** 2 * (sigma2 + synthetic_variance)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (direct - offset - s * synthetic) / np.sqrt(variance)
 
 
 def fit_quantity(tracts: pd.DataFrame, quantity: str, xy: np.ndarray, counties, states,
                  noise: dict | None = None, kernels: dict[float, KernelPairs] | None = None):
-    """(estimate, se, details) of one quantity for every tract. ``kernels``: the tracts'
+    """(estimate, se, z, details) of one quantity for every tract. ``kernels``: the tracts'
     ``neighbour_kernels(xy)`` when the caller already has them (one per state for both
     quantities)."""
     kernels = neighbour_kernels(xy) if kernels is None else kernels
     has = (tracts["status"].astype(str).to_numpy() == "released") & \
         np.isfinite(tracts[quantity].to_numpy(dtype=float))
-    y = np.where(has, winsorised(tracts[quantity].to_numpy(dtype=float)), np.nan)
-    mid = np.where(has, winsorised(tracts["mid"].to_numpy(dtype=float)), np.nan)
     n = np.maximum(tracts["n"].to_numpy(dtype=float), 1.0)
     group = _groups(tracts, has)
-    bins = _size_bins(n, group, has)
-    y = y - _direct_bias(tracts, quantity, y, bins, has, counties, states)
-    # first pass: equal weights, to find the variance function; second: weights 1/D
-    X, names = _design(tracts, quantity, y, mid, np.ones(len(y)), kernels, counties,
-                       states)
-    known = known_noise(noise)
-    D = _variances(y, X, n, group, has)
-    X, names = _design(tracts, quantity, y, mid, 1.0 / D, kernels, counties, states)
-    d_error = _variances(y, X, n, group, has)
-    # Two variance splits (docs/small-area.md, "Which variance"): the point estimate shrinks
-    # with D known from the plan (``noise``; without it, a power law fitted to the
-    # residuals); its MSE is that estimator's own, under the rate-shaped D fitted to the
-    # residuals and the larger of the two σ̂².
-    error = fh.fit(y[has], X[has], d_error[has])
-    if known:
-        # D from the plan (docs/small-area.md, "Known noise"): σ̂² is then what REML finds
-        # beyond a D that was not fitted to these residuals
-        d_shrink = _variances(y, X, n, group, has, known=known)
+    direct = np.where(has, tracts[quantity].to_numpy(dtype=float), np.nan)
+    mid = np.where(has, tracts["mid"].to_numpy(dtype=float), np.nan)
+    mechanism = (tracts["mechanism"].astype(str).to_numpy() if "mechanism" in tracts
+                 else np.full(len(tracts), ""))
+    s, offset, d_direct = direct_law(quantity, mechanism, n, noise)
+    if np.all(np.isfinite(s[has])):
+        # the directs' law (docs/small-area.md): ỹ = (direct − A)/s is unbiased for θ with
+        # variance D/s²; the midpoint's law is the mean of its ends'
+        _, offset_other, _ = direct_law("p75" if quantity == "p25" else "p25", mechanism, n,
+                                        noise)
+        y = (direct - offset) / s
+        mid = (mid - (offset + offset_other) / 2) / s
+        D = d_direct / s ** 2
     else:
-        d_shrink = _variances(y, X, n, group, has, power_law_variance_function,
-                              power_law_variance)
-    # bounded influence (docs/small-area.md, "Heavy-tailed noise"): the DP noise is Laplace, so
-    # β and each tract's own-direct term are Huber M-estimates (Sinha & Rao 2009)
-    point = fh.robust_fit(y[has], X[has], d_shrink[has])
-    y_has = np.where(has, y, np.nan)
-    estimate, gamma = fh.robust_eblup(point, X, y_has, np.where(has, d_shrink, np.inf))
-    sigma2 = max(point.sigma2, error.sigma2)
-    mse = fh.mse_of_weights(gamma, np.where(has, d_error, 0.0), fh.synthetic_variance(point, X),
-                            sigma2, error.sigma2_var)
-    estimate, mse = _benchmark(tracts, estimate, mse, states, quantity)
-    return estimate, np.sqrt(mse), {"covariates": names, "beta": point.beta.tolist(),
-                                    "sigma2_shrink": point.sigma2, "sigma2_error": sigma2}
+        # no plan (or a mechanism without a law): winsorised directs, D from a variance
+        # function of their residuals about an equal-weight fit
+        s, offset = np.ones(len(n)), np.zeros(len(n))
+        y, mid = winsorised(direct), winsorised(mid)
+        X, _ = _design(tracts, quantity, y, mid, np.ones(len(y)), kernels, counties, states)
+        D = _variances(y, X, n, group, has)
+        d_direct = D
+    # two passes: the kernel means weight the neighbours by 1/(D + σ²), σ² from the first
+    sigma2 = _TAU0
+    for _ in range(2):
+        X, names = _design(tracts, quantity, y, mid, 1.0 / (D + sigma2), kernels, counties,
+                           states)
+        # bounded influence (docs/small-area.md, "Heavy-tailed noise"): β and each tract's
+        # own-direct term are Huber M-estimates (Sinha & Rao 2009)
+        point = fh.robust_fit(y[has], X[has], D[has])
+        sigma2 = point.sigma2
+    estimate, gamma = fh.robust_eblup(point, X, np.where(has, y, np.nan),
+                                      np.where(has, D, np.inf))
+    g2 = fh.synthetic_variance(point, X)
+    mse = fh.mse_of_weights(gamma, np.where(has, D, 0.0), g2, sigma2, point.sigma2_var)
+    z = np.where(has, model_z(direct, X @ point.beta, d_direct, sigma2, g2, s, offset),
+                 np.nan)
+    return estimate, np.sqrt(mse), z, {"covariates": names, "beta": point.beta.tolist(),
+                                       "sigma2": sigma2}
 
 
-def _size_bins(n: np.ndarray, group: np.ndarray, has: np.ndarray) -> np.ndarray:
-    """A label per tract: its variance group and its size decile within the group."""
-    out = np.full(len(n), "", dtype=object)
-    for g in np.unique(group):
-        sel = group == g
-        if not (sel & has).any():
-            out[sel] = f"{g}/none"
-            continue
-        edges = np.unique(np.quantile(n[sel & has], np.linspace(0, 1, _SIZE_BINS + 1)))
-        k = np.clip(np.searchsorted(edges, n[sel], side="right") - 1, 0, max(len(edges) - 2, 0))
-        out[sel] = [f"{g}/{v}" for v in k]
-    return out
-
-
-def _direct_bias(tracts, quantity, y, bins, has, counties, states) -> np.ndarray:
-    """Per tract, the mean of (direct − its county's estimate) over its size bin: the bias the
-    directs share by mechanism and size (the level estimates have no selection and thousands
-    of people, so they anchor the level; tract effects average out over a bin). Zero without
-    a county or state table."""
-    anchor = None
-    for table, digits in ((counties, 5), (states, 2)):
-        if table is not None:
-            anchor = (tracts["geoid"].str[:digits].map(table.set_index("geoid")[quantity])
-                      .to_numpy(dtype=float))
-            break
-    if anchor is None:
-        return np.zeros(len(y))
-    diff = pd.Series(np.where(has & np.isfinite(anchor), y - anchor, np.nan))
-    return diff.groupby(bins).transform("mean").fillna(0.0).to_numpy()
-
-
-def _variances(y, X, n, group, has, fit_function=None, evaluate=None,
-               known: dict | None = None) -> np.ndarray:
-    """D per tract from a variance function (default: the rate-shaped one) fitted to the
-    squared residuals of the directs about their least-squares fit on ``X``."""
-    fit_function = variance_function if fit_function is None else fit_function
-    evaluate = sampling_variance if evaluate is None else evaluate
+def _variances(y, X, n, group, has) -> np.ndarray:
+    """D per tract from the rate-shaped variance function fitted to the squared residuals
+    of the directs about their least-squares fit on ``X``."""
     beta, *_ = np.linalg.lstsq(X[has], y[has], rcond=None)
     resid2 = (y - X @ beta) ** 2
-    extra = {"known": known} if known else {}
-    _, params = fit_function(resid2[has], n[has], group[has], **extra)
+    _, params = variance_function(resid2[has], n[has], group[has])
     D = np.full(len(n), np.nan)
     for g, p in params.items():
-        D[group == g] = evaluate(p, n[group == g])
+        D[group == g] = sampling_variance(p, n[group == g])
     return D
 
 
@@ -466,12 +405,13 @@ def fit_model(tracts: pd.DataFrame, counties: pd.DataFrame | None = None,
     out.attrs["fits"] = {}  # per quantity: covariates, β and σ² (the release's manifest)
     kernels = neighbour_kernels(xy)  # the neighbour pairs: the same for both quantities
     for q in QUANTITIES:
-        est, se, out.attrs["fits"][q] = fit_quantity(derived[0], q, xy, derived[1], derived[2],
-                                                     noise, kernels)
+        est, se, z, out.attrs["fits"][q] = fit_quantity(derived[0], q, xy, derived[1],
+                                                        derived[2], noise, kernels)
         est = np.clip(est, 0.0, 1.0)
-        model, lo, hi, model_se = model_columns(q)
+        model, lo, hi, model_se, model_z_column = model_columns(q)
         out[model] = est
         out[lo] = np.clip(est - _Z * se, 0.0, 1.0)
         out[hi] = np.clip(est + _Z * se, 0.0, 1.0)
         out[model_se] = se
+        out[model_z_column] = z
     return out

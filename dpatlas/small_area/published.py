@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dpatlas.small_area.model import (MIN_RELEASED, NOISE_COEFFICIENTS, QUANTITIES, fit_model,
+from dpatlas.small_area.model import (DIRECT_LAW, MIN_RELEASED, QUANTITIES, fit_model,
                                       model_columns)
 
 TRACT_INPUTS = ("geoid", "cell", "n", "status", "mechanism", "p25", "p75", "geometry")
@@ -33,11 +33,11 @@ PRIMARY_STEP = "primary: p25 and p75"
 def noise_from_steps(steps) -> dict | None:
     """{mechanism: ε} the tract mechanisms ran with, from a release plan's budget steps as the
     manifest prints them (``budget.steps``: ``step``, ``epsilon_param``): public, so the model
-    can take its directs' DP noise variance as known (``model.known_noise``). None when the
+    can take its directs' DP noise variance as known (``model.direct_law``). None when the
     plan has no primary step."""
     for step in steps or []:
         if step.get("step") == PRIMARY_STEP and step.get("epsilon_param"):
-            return {m: float(step["epsilon_param"]) for m in NOISE_COEFFICIENTS}
+            return {m: float(step["epsilon_param"]) for m in DIRECT_LAW}
     return None
 
 
@@ -99,8 +99,7 @@ def _plain(details: dict) -> dict:
     intervals are computed with (docs/small-area.md, "Which variance")."""
     return {"covariates": [str(n) for n in details["covariates"]],
             "beta": [float(b) for b in details["beta"]],
-            "sigma2": float(details["sigma2_shrink"]),
-            "sigma2_interval": float(details["sigma2_error"])}
+            "sigma2": float(details["sigma2"])}
 
 
 def round_model(values: pd.DataFrame, decimals: int) -> pd.DataFrame:
@@ -110,8 +109,9 @@ def round_model(values: pd.DataFrame, decimals: int) -> pd.DataFrame:
     scale = 10.0 ** decimals
     out = values.copy()
     for q in QUANTITIES:
-        est, lo, hi, se = model_columns(q)
-        out[est] = out[est].astype(float).round(decimals) + 0.0
+        est, lo, hi, se, z = model_columns(q)
+        for c in (est, z):
+            out[c] = out[c].astype(float).round(decimals) + 0.0
         out[lo] = (np.floor(out[lo].astype(float) * scale) / scale).round(decimals) + 0.0
         for c in (hi, se):
             out[c] = (np.ceil(out[c].astype(float) * scale) / scale).round(decimals) + 0.0

@@ -300,8 +300,9 @@ def test_a_level_budget_that_is_not_the_configs_share_fails(forged):
 
 # --------------------------------------------- the small-area model (issue 20, item 2)
 
-MODEL = ["p25_model", "p25_model_lo", "p25_model_hi", "p25_model_se",
-         "p75_model", "p75_model_lo", "p75_model_hi", "p75_model_se"]
+MODEL = ["p25_model", "p25_model_lo", "p25_model_hi", "p25_model_se", "p25_model_z",
+         "p75_model", "p75_model_lo", "p75_model_hi", "p75_model_se", "p75_model_z"]
+ESTIMATES = [c for c in MODEL if not c.endswith("_z")]  # z: only where there is a direct
 
 
 def refit_from_files(folder: Path) -> pd.DataFrame:
@@ -319,18 +320,23 @@ def refit_from_files(folder: Path) -> pd.DataFrame:
 def test_the_release_publishes_model_columns_the_audit_refits(released):
     m = manifest_of(released)
     tracts = gpd.read_parquet(released / "tracts.parquet")
-    assert set(MODEL) <= set(tracts.columns) and tracts[MODEL].notna().all().all()
+    assert set(MODEL) <= set(tracts.columns) and tracts[ESTIMATES].notna().all().all()
+    for q in ("p25", "p75"):  # the check of the direct against the model: where one is
+        direct = (tracts["status"] == "released") & tracts[q].notna()
+        assert (tracts[f"{q}_model_z"].notna() == direct).all()
     # rounded like the other published values: 4 decimals, intervals around the estimate
     assert (tracts[MODEL] * 1e4 - (tracts[MODEL] * 1e4).round()).abs().max().max() < 1e-6
     for q in ("p25", "p75"):
         assert (tracts[f"{q}_model_lo"] <= tracts[f"{q}_model"]).all()
         assert (tracts[f"{q}_model"] <= tracts[f"{q}_model_hi"]).all()
     csv = read_csv_with_schema(released / "tracts.csv", released / "tracts.schema.json")
-    assert csv[MODEL].to_numpy() == pytest.approx(tracts[MODEL].to_numpy())
+    assert csv[MODEL].to_numpy() == pytest.approx(tracts[MODEL].to_numpy(), nan_ok=True)
     fields = {f["name"]: f for f in json.loads(
         (released / "tracts.schema.json").read_text())["fields"]}
     assert "model-based (Fay–Herriot) estimate from published values only" in fields[
         "p25_model"]["description"]
+    assert "|z| > 2.58: the model may not apply" in fields["p25_model_z"]["description"]
+    assert "|z| > 2.58 means the model may not apply" in m["small_area"]["method"]
     doc = json.loads((released / "tracts.geojson").read_text())
     assert set(MODEL) <= set(doc["features"][0]["properties"])
     section = m["small_area"]
@@ -446,7 +452,18 @@ def test_a_state_with_too_few_directs_gets_empty_model_columns_the_contract_acce
     assert not broken.success and "p25_model_hi" in broken.summary()
 
 
-@pytest.mark.parametrize("variance", ["sigma2", "sigma2_interval"])
+def test_a_model_z_emptied_where_a_direct_is_fails(forged):
+    table = gpd.read_parquet(forged / "tracts.parquet")
+    k = table.index[table["status"] == "released"][0]
+    table.loc[k, "p25_model_z"] = None
+    table.to_parquet(forged / "tracts.parquet", index=False)
+    write_rehashed(forged, manifest_of(forged))
+    code, bad = run_audit(forged)
+    assert code == 1 and "p25_model_z is not finite exactly where a direct p25 is" in \
+        bad["small_area"]
+
+
+@pytest.mark.parametrize("variance", ["sigma2"])
 def test_a_fit_stated_with_another_sigma2_fails(forged, variance):
     m = manifest_of(forged)
     assert m["small_area"]["fits"][0]["p25"][variance] > 0

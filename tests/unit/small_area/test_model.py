@@ -69,9 +69,12 @@ def test_fit_model_runs_on_the_published_columns_alone_and_adds_the_model_column
     assert list(out.columns) == TRACT_PUBLISHED + added  # the published ones kept as they were
     pd.testing.assert_frame_equal(out[TRACT_PUBLISHED], tracts)
     for q in ("p25", "p75"):
-        est, lo, hi, se = (out[c].to_numpy() for c in model_columns(q))
+        est, lo, hi, se, z = (out[c].to_numpy() for c in model_columns(q))
         assert np.all(np.isfinite(est)) and np.all(np.isfinite(se))  # suppressed ones too
         assert np.all((0 <= lo) & (lo <= est) & (est <= hi) & (hi <= 1)) and np.all(se > 0)
+        # the check of the direct against the model: exactly where there is a direct
+        has = ((tracts["status"] == "released") & tracts[q].notna()).to_numpy()
+        np.testing.assert_array_equal(np.isfinite(z), has)
     # it borrows strength: far better than the directs
     rel = (tracts["status"] == "released").to_numpy()
     rmse = lambda a, m: np.sqrt(np.mean((a[m] - truth25[m]) ** 2))
