@@ -149,11 +149,16 @@ def _state(name: str, n: np.ndarray, x: np.ndarray, y: np.ndarray, params: dict,
     return StressState(name, batch, {}, params, least_squares_line(batch), law)
 
 
-def _gaussian_law(mean: np.ndarray, sd) -> ChildLaw:
-    """y = mean + N(0, sd²) per record, the error redrawn where y would leave [0, 1]."""
-    scale = np.broadcast_to(np.asarray(sd, dtype=float), mean.shape).copy()
+@dataclass(frozen=True)
+class GaussianLaw:
+    """y = mean + N(0, sd²) per record, the error redrawn where y would leave [0, 1] (a normal
+    truncated to [0, 1]: E[y] is known in closed form, which the tests use)."""
 
-    def law(rng):
+    mean: np.ndarray  # the generator's line at each record's x
+    sd: np.ndarray
+
+    def __call__(self, rng: np.random.Generator) -> np.ndarray:
+        mean, scale = self.mean, self.sd
         e = rng.normal(0.0, 1.0, mean.size) * scale
         for _ in range(200):  # redraw per record with its own sd, so heteroskedasticity is kept
             bad = np.nonzero((mean + e < 0) | (mean + e > 1))[0]
@@ -161,14 +166,14 @@ def _gaussian_law(mean: np.ndarray, sd) -> ChildLaw:
                 break
             e[bad] = rng.normal(0.0, 1.0, bad.size) * scale[bad]
         return np.clip(mean + e, 0.0, 1.0)
-    return law
 
 
 def _gaussian_state(name: str, rng, n: np.ndarray, x: np.ndarray, sd, params: dict,
                     lines: tuple[np.ndarray, np.ndarray] | None = None) -> StressState:
     icpt, slope = _lines(rng, n.size) if lines is None else lines
     t = np.repeat(np.arange(n.size), n)
-    law = _gaussian_law(icpt[t] + slope[t] * x, sd)
+    law = GaussianLaw(icpt[t] + slope[t] * x,
+                      np.broadcast_to(np.asarray(sd, dtype=float), x.shape).copy())
     return _state(name, n, x, law(rng), params, law)
 
 
