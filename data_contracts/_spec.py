@@ -74,12 +74,14 @@ LEVEL_COLUMNS = {
 
 META_KEY = "dpatlas"
 
-#: The published standard errors (p25_se, p75_se: interval-implied, post-processing of the
-#: intervals) are at most a [0, 1] interval's 1/(2z), rounded up to 4 decimals: 0.2552 at the
-#: default level 0.95. The bound is a suite parameter, so a release at another level passes
-#: its own (dpatlas.publication.tract_files.standard_error_maximum).
+#: The published standard errors (p25_se, p75_se: of the total error, mechanisms/estimand.py)
+#: are at most SE_CAP = 0.5, and their 90% margins of error (p25_moe90, p75_moe90) at most
+#: 1.645 x 0.5 rounded up to 4 decimals. Suite parameters, passed by the publication
+#: (dpatlas.publication.tract_files.standard_error_maximum, margin_of_error_maximum).
 STANDARD_ERROR_MAX_PARAMETER = "standard_error_max"
-STANDARD_ERROR_MAX_AT_95 = 0.2552
+MOE90_MAX_PARAMETER = "moe90_max"
+STANDARD_ERROR_MAX = 0.5
+MOE90_MAX = 0.8225
 
 
 def suite_path(name: str) -> Path:

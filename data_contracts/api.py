@@ -51,7 +51,9 @@ from data_contracts._spec import (  # noqa: E402
     META_KEY,
     PUBLISHED_LEVEL_SUITES,
     PUBLISHED_SUITE,
-    STANDARD_ERROR_MAX_AT_95,
+    MOE90_MAX,
+    MOE90_MAX_PARAMETER,
+    STANDARD_ERROR_MAX,
     STANDARD_ERROR_MAX_PARAMETER,
     suite_path,
 )
@@ -496,15 +498,17 @@ def validate_published(
     docs_dir: Path | None = None,
     release: ReleaseDocs | None = None,
     run_name: str | None = None,
-    standard_error_max: float = STANDARD_ERROR_MAX_AT_95,
+    standard_error_max: float = STANDARD_ERROR_MAX,
 ) -> ContractResult:
     """Validate the published per-tract table against ``published_tracts``.
 
     With ``boundary_geoids``, every one of them must appear in ``df.geoid``; the number
     of missing tracts is the failure's ``unexpected_count``. ``standard_error_max``: the
-    largest ``p25_se``/``p75_se`` at the release's interval level (default: level 0.95).
+    largest ``p25_se``/``p75_se`` (default: the cap, 0.5); their 90% margins of error are at
+    most ``MOE90_MAX``.
     """
-    parameters: dict[str, Any] = {STANDARD_ERROR_MAX_PARAMETER: float(standard_error_max)}
+    parameters: dict[str, Any] = {STANDARD_ERROR_MAX_PARAMETER: float(standard_error_max),
+                                  MOE90_MAX_PARAMETER: MOE90_MAX}
     if boundary_geoids is not None:
         if isinstance(boundary_geoids, str):
             raise TypeError("boundary_geoids must be a sequence of geoid strings, not a str")
@@ -521,7 +525,7 @@ def validate_published_level(
     boundary_units: Sequence[str] | None = None,
     release: ReleaseDocs | None = None,
     run_name: str | None = None,
-    standard_error_max: float = STANDARD_ERROR_MAX_AT_95,
+    standard_error_max: float = STANDARD_ERROR_MAX,
 ) -> ContractResult:
     """Validate a release's county or state table against ``published_counties`` or
     ``published_states``. With ``boundary_units`` (the units the tract boundaries make up),
@@ -529,7 +533,8 @@ def validate_published_level(
     if level not in PUBLISHED_LEVEL_SUITES:
         raise ValueError(f"no published contract for level {level!r}; known: "
                          f"{', '.join(PUBLISHED_LEVEL_SUITES)}")
-    parameters: dict[str, Any] = {STANDARD_ERROR_MAX_PARAMETER: float(standard_error_max)}
+    parameters: dict[str, Any] = {STANDARD_ERROR_MAX_PARAMETER: float(standard_error_max),
+                                  MOE90_MAX_PARAMETER: MOE90_MAX}
     if boundary_units is not None:
         if isinstance(boundary_units, str):
             raise TypeError("boundary_units must be a sequence of unit codes, not a str")

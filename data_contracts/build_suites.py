@@ -49,6 +49,9 @@ from data_contracts._spec import (  # noqa: E402
     PUBLISHED_COLUMNS,
     PUBLISHED_LEVEL_SUITES,
     PUBLISHED_SUITE,
+    MOE90_MAX,
+    MOE90_MAX_PARAMETER,
+    STANDARD_ERROR_MAX,
     STANDARD_ERROR_MAX_PARAMETER,
     STATE_GEOID_REGEX,
     STATE_UNIT_REGEX,
@@ -316,18 +319,21 @@ def _published(name: str, level: str, columns) -> gx.ExpectationSuite:
                 column_A=hi, column_B=lo, or_equal=True, ignore_row_if="either_value_is_missing",
                 meta={META_KEY: {"only_if_column": f"{p}_lo"}},
                 description=f"{lo} <= {hi}: the interval contains the released {p}"))
-        # Standard errors: post-processing of the interval, so exactly where it is.
-        col, only = f"{p}_se", {META_KEY: {"only_if_column": f"{p}_se"}}
-        suite.add_expectation(gxe.ExpectColumnValuesToBeBetween(
-            column=col, min_value=0.0, max_value={"$PARAMETER": STANDARD_ERROR_MAX_PARAMETER},
-            meta=only, description=f"{col} (interval-implied standard error) is in [0, 1/(2z)] "
-            "where not null (0.2552 at level 0.95)"))
-        suite.add_expectation(gxe.ExpectColumnValuesToNotBeNull(
-            column=col, row_condition=Column("status") == "released", meta=only,
-            description=f"{col} is present on released rows (they carry intervals)"))
-        suite.add_expectation(gxe.ExpectColumnValuesToBeNull(
-            column=col, row_condition=Column("status") != "released", meta=only,
-            description=f"{col} is null on rows that are not released"))
+        # Standard errors of the total error (drawn-for by the interval step) and their 90%
+        # margins of error (post-processing): exactly where the interval is.
+        for col, top in ((f"{p}_se", {"$PARAMETER": STANDARD_ERROR_MAX_PARAMETER}),
+                         (f"{p}_moe90", {"$PARAMETER": MOE90_MAX_PARAMETER})):
+            only = {META_KEY: {"only_if_column": col}}
+            suite.add_expectation(gxe.ExpectColumnValuesToBeBetween(
+                column=col, min_value=0.0, max_value=top, meta=only,
+                description=f"{col} is in [0, its cap] where not null (standard error at most "
+                f"{STANDARD_ERROR_MAX}, margin of error at most {MOE90_MAX})"))
+            suite.add_expectation(gxe.ExpectColumnValuesToNotBeNull(
+                column=col, row_condition=Column("status") == "released", meta=only,
+                description=f"{col} is present on released rows (they carry intervals)"))
+            suite.add_expectation(gxe.ExpectColumnValuesToBeNull(
+                column=col, row_condition=Column("status") != "released", meta=only,
+                description=f"{col} is null on rows that are not released"))
     suite.add_expectation(
         gxe.ExpectColumnDistinctValuesToContainSet(
             column="geoid",

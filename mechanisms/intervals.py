@@ -99,6 +99,7 @@ import numpy as np
 
 from .batch import X_HIGH, X_LOW, TractBatch, sufficient_stats
 from .privacy_filter import NO_METER
+from .estimand import SE_CAP
 from .median import GRID_POINTS, Segments, exp_median
 from .noise import Randomness, laplace_mechanism, laplace_scale
 from .pairs import chunk_tracts
@@ -149,16 +150,23 @@ class Released:
     # NoisyStats (it fails where nvar~ <= 0), threshold/ε for the dp selection rule (it picks
     # NoisyStats where ε·nvar~ >= threshold). The interval conditions on that event.
     nvar_floor: float = 0.0
+    # The budget DPExpTheilSen ran with (public: the plan); its rows' standard errors need it
+    # (the exponential mechanism's rank error of the published median has scale 2k/(ε/2)).
+    eps_theil_sen: float | None = None
 
 
 @dataclass(frozen=True)
 class Intervals:
-    """Arrays (reps, tracts); NaN where nothing was published."""
+    """Arrays (reps, tracts); NaN where nothing was published. ``p25_se``/``p75_se``: the
+    estimated standard deviation of the published value's total error (``SE_CAP`` where the
+    direct value carries no usable information); None when built from bounds alone."""
 
     p25_lo: np.ndarray
     p25_hi: np.ndarray
     p75_lo: np.ndarray
     p75_hi: np.ndarray
+    p25_se: np.ndarray | None = None
+    p75_se: np.ndarray | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,11 +205,20 @@ QUANTILE_UTILITY_SENSITIVITY = Sensitivity(
     "exp_median; McSherry & Talwar 2007, Thm 6)", pairs_per_record, ("n",))
 
 
+SYY_SENSITIVITY = Sensitivity(
+    "L1", "1 - 1/n",
+    "1 - 1/n (L1, replace-one, child ranks on [0, 1]): n var(y), the spread of the outcomes",
+    "n var(y) = sum y^2 - (sum y)^2/n: replacing one y in [0, 1] moves it by at most 1 - 1/n "
+    "(the paper's App. C.1 bound for n var(x), with y for x)", one_minus_one_over_n, ("n",))
+
+
 def _noisy_stats_steps(eps: float) -> list[NoiseStep]:
-    return [NoiseStep("interval: mean of x", GridLaplace.calibrate(eps / 2, 1),
+    return [NoiseStep("interval: mean of x", GridLaplace.calibrate(eps / 3, 1),
                       XBAR_SENSITIVITY),
-            NoiseStep("interval: nvar", GridLaplace.calibrate(eps / 2, 1),
-                      SECOND_NVAR_SENSITIVITY)]
+            NoiseStep("interval: nvar", GridLaplace.calibrate(eps / 3, 1),
+                      SECOND_NVAR_SENSITIVITY),
+            NoiseStep("interval: nvar of y", GridLaplace.calibrate(eps / 3, 1),
+                      SYY_SENSITIVITY)]
 
 
 def _theil_sen_steps(eps: float) -> list[NoiseStep]:
@@ -277,7 +294,7 @@ def _finish(lo: np.ndarray, hi: np.ndarray, point: np.ndarray) -> tuple[np.ndarr
 
 
 def _empty(shape) -> Intervals:
-    return Intervals(*(np.full(shape, np.nan) for _ in range(4)))
+    return Intervals(*(np.full(shape, np.nan) for _ in range(6)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -298,13 +315,16 @@ def _noisy_stats_intervals(batch, released, eps, rand, level, meter,
     st = sufficient_stats(batch)
     n = st.n[idx].astype(np.float64)
     labels = batch.labels[idx]
-    x_step, nvar_step_ = _noisy_stats_steps(eps)
+    x_step, nvar_step_, syy_step = _noisy_stats_steps(eps)
     meter.spend(labels, x_step.guarantee, reps)
     xbar_t = laplace_mechanism(rand, np.broadcast_to(st.xbar[idx], (reps, idx.size))[..., None],
                                x_step.sensitivity.value(n=n), x_step.noise)[..., 0]
     meter.spend(labels, nvar_step_.guarantee, reps)
     nvar2_t = laplace_mechanism(rand, np.broadcast_to(st.nvar[idx], (reps, idx.size))[..., None],
                                 nvar_step_.sensitivity.value(n=n), nvar_step_.noise)[..., 0]
+    meter.spend(labels, syy_step.guarantee, reps)
+    syy_t = laplace_mechanism(rand, np.broadcast_to(st.nvar_y[idx], (reps, idx.size))[..., None],
+                              syy_step.sensitivity.value(n=n), syy_step.noise)[..., 0]
     # Everything below is post-processing of DP releases and public scales.
     p25, p75 = released.p25[:, idx], released.p75[:, idx]
     slope = (p75 - p25) / (X_HIGH - X_LOW)
@@ -318,7 +338,7 @@ def _noisy_stats_intervals(batch, released, eps, rand, level, meter,
     # event: its probability P(L1 >= floor − nvar) is at least p_pub, its value at the lower
     # bound so far, and any event of L1 has at most 1/p_pub times its probability given it.
     floor = max(float(released.nvar_floor), 0.0)
-    b_own = _scale(1.0 - 1.0 / n, eps / 2)
+    b_own = _scale(1.0 - 1.0 / n, eps / _NS_DRAWS)
     nvar_lo, nvar_hi = _two_sided(nvar2_t, b_own, _GAMMA_NVAR * a / 2)
     p_pub = _published_probability(floor - np.maximum(nvar_lo, 0.0), b_nvar)
     tail1 = 2 * (_GAMMA_NVAR * a / 4) * p_pub  # P(L1 > c1) must be this: no bound if 0
@@ -346,30 +366,109 @@ def _noisy_stats_intervals(batch, released, eps, rand, level, meter,
     beta_max = np.minimum((np.abs(slope) * nvar_t + c2) / safe_lo, np.sqrt(n / (4 * safe_lo)))
     # x̄: from its draw, within [0, 1], and within what nvar >= nvar_lo allows for ranks on
     # [0, 1] (nvar <= n·x̄(1 − x̄)).
-    xbar_lo, xbar_hi = _two_sided(xbar_t, _scale(1.0 / n, eps / 2), _GAMMA_XBAR * a)
+    b_xbar = _scale(1.0 / n, eps / _NS_DRAWS)
+    xbar_lo, xbar_hi = _two_sided(xbar_t, b_xbar, _GAMMA_XBAR * a)
     room = np.sqrt(np.clip(1.0 - 4.0 * safe_lo / n, 0.0, 1.0)) / 2
     xbar_lo, xbar_hi = np.maximum(xbar_lo, 0.5 - room), np.minimum(xbar_hi, 0.5 + room)
     known &= xbar_lo <= xbar_hi
-    rest = a * (1.0 - _GAMMA_NVAR - _GAMMA_BETA - _GAMMA_XBAR)
+    # The residual spread, bounded above: the residual sum of squares is at most Σ(y − ȳ)²,
+    # which is at most its draw plus a one-sided Laplace bound, and at most n/4.
+    b_syy = _scale(1.0 - 1.0 / n, eps / _NS_DRAWS)
+    rss_hi = np.minimum(syy_t + b_syy * math.log(1.0 / (2 * _GAMMA_SYY * a)), n / 4)
+    known &= rss_hi > 0
+    rest = a * (1.0 - _GAMMA_NVAR - _GAMMA_BETA - _GAMMA_XBAR - _GAMMA_SYY)
     # Given publication (probability >= its value at nvar_lo, on the event nvar >= nvar_lo
     # already paid for), an event of the unconditional law has at most 1/P(published) times
     # its probability.
     inflation = 1.0 / np.maximum(_published_probability(floor - safe_lo, b_nvar), 1e-300)
     known &= rest / (2 * inflation) > 1e-300  # else no usable tail: the trivial interval
     safe_nvar_t = np.where(nvar_t > 0, nvar_t, 1.0)
+    t_quantile = _student_quantile(1.0 - a / 2, n - 2)
+    spread = _SpreadEstimate.of(n, xbar_t, nvar_t, nvar2_t, b_nvar, b_own, syy_t, slope,
+                                floor)
     for name, x_star in _PREDICTIONS:
-        # error = k·(L2 − β̂·L1) + L3 with k = (x* − x̄)/nvar~, exactly: a sum of three
-        # independent Laplace noises, at their largest scales over the bounds, each side's
-        # tail at rest/2 divided by the inflation for publication.
-        k = np.maximum(np.abs(x_star - xbar_lo), np.abs(x_star - xbar_hi)) / safe_nvar_t
-        q = laplace_sum_quantile((k * b_ncov, beta_max * k * b_nvar, b_icpt),
-                                 1.0 - rest / (2 * inflation))
+        # privacy: error = k·(L2 − β̂·L1) + L3 with k = (x* − x̄)/nvar~, exactly: a sum of
+        # three independent Laplace noises, at their largest scales over the bounds, each
+        # side's tail at rest/2 divided by the inflation for publication.
+        dx_max = np.maximum(np.abs(x_star - xbar_lo), np.abs(x_star - xbar_hi))
+        k = dx_max / safe_nvar_t
+        q_privacy = laplace_sum_quantile((k * b_ncov, beta_max * k * b_nvar, b_icpt),
+                                         1.0 - rest / (2 * inflation))
+        # sampling: the least-squares prediction's error about the population line,
+        # t_(n−2)·σ·sqrt(1/n + (x* − x̄)²/nvar) at the bounds (σ² <= RSS/(n − 2))
+        q_sampling = t_quantile * np.sqrt(np.maximum(rss_hi, 0.0) / np.maximum(n - 2, 1)
+                                          * (1.0 / n + dx_max ** 2 / safe_lo))
+        q = np.sqrt(q_privacy ** 2 + q_sampling ** 2)
         point = getattr(released, name)[:, idx]
-        q = np.where(known, q, np.inf)
+        q = np.where(known & np.isfinite(q_sampling), q, np.inf)
         lo, hi = _finish(point - q, point + q, point)
         getattr(out, f"{name}_lo")[:, idx] = lo
         getattr(out, f"{name}_hi")[:, idx] = hi
+        se = spread.standard_error(x_star, b_ncov, b_icpt)
+        getattr(out, f"{name}_se")[:, idx] = np.where(np.isfinite(point), se, np.nan)
     return out
+
+
+def _student_quantile(p: float, df: np.ndarray) -> np.ndarray:
+    """The p-quantile of Student's t with ``df`` degrees of freedom; inf where df < 1."""
+    from scipy.stats import t as student_t
+
+    df = np.asarray(df, dtype=float)
+    return np.where(df >= 1, student_t.ppf(p, np.maximum(df, 1.0)), np.inf)
+
+
+@dataclass(frozen=True)
+class _SpreadEstimate:
+    """Plug-in estimates, from DP draws and public scales only, of what a NoisyStats row's
+    total error depends on: x̄, nvar, the residual variance σ², the slope, and the size of the
+    realised noise L1 of the released nvar~ (which the selection floor picks large).
+
+    The standard error is then sqrt(sampling² + privacy²) with
+    sampling² = σ̂²·(1/n + (x* − x̄~)²/nvar^) (the least-squares prediction's variance about
+    the population line) and privacy² = k²·(2 b_ncov² + β̂²·E L1²) + 2 b_icpt², k = (x* − x̄~)/nvar~
+    (the exact error k·(L2 − β̂·L1) + L3 of the released value; Laplace variance 2b²)."""
+
+    n: np.ndarray
+    xbar: np.ndarray
+    nvar_released: np.ndarray
+    nvar: np.ndarray  # the estimate used for the sampling variance
+    sigma2: np.ndarray
+    slope: np.ndarray
+    l1_square: np.ndarray  # an estimate of L1², at least its variance 2 b_nvar²
+
+    @staticmethod
+    def of(n, xbar_t, nvar_t, nvar2_t, b_nvar, b_own, syy_t, slope, floor: float):
+        if floor > 0:  # published where nvar~ came out large: only the own draw is unbiased
+            nvar = nvar2_t
+        else:  # both draws unbiased: their inverse-variance average
+            w = b_own ** 2 / (b_nvar ** 2 + b_own ** 2)
+            nvar = w * nvar_t + (1.0 - w) * nvar2_t
+        slope = np.clip(slope, -1.0, 1.0)
+        syy = np.clip(syy_t, 0.0, n / 4)
+        # RSS = Σ(y − ȳ)² − β̂²·nvar; at least half of Σ(y − ȳ)² (the slope's share is small
+        # for ranks, and a noisy β̂²·nvar must not zero the residual spread)
+        rss = np.maximum(syy - slope ** 2 * np.maximum(nvar, 0.0), syy / 2)
+        sigma2 = rss / np.maximum(n - 2, 1)
+        # L1's variance 2 b_nvar² is E L1² where nothing selected on it; where a floor did
+        # (published because nvar~ came out large), nvar~ − nvar2~ = L1 − L1' estimates the
+        # realised L1: its square less L1''s variance, at least 2 b_nvar²
+        l1_square = np.broadcast_to(2 * b_nvar ** 2, np.shape(nvar_t))
+        if floor > 0:
+            l1_square = np.maximum(l1_square, (nvar_t - nvar2_t) ** 2 - 2 * b_own ** 2)
+        return _SpreadEstimate(n, np.clip(xbar_t, 0.0, 1.0), nvar_t, nvar, sigma2, slope,
+                               l1_square)
+
+    def standard_error(self, x_star: float, b_ncov, b_icpt) -> np.ndarray:
+        dx = x_star - self.xbar
+        usable = (self.nvar > 0) & (self.nvar_released > 0) & (self.n > 2)
+        nvar = np.where(usable, self.nvar, 1.0)
+        nvar_released = np.where(usable, self.nvar_released, 1.0)
+        sampling2 = self.sigma2 * (1.0 / self.n + dx ** 2 / nvar)
+        k = dx / nvar_released
+        privacy2 = k ** 2 * (2 * b_ncov ** 2 + self.slope ** 2 * self.l1_square) \
+            + 2 * b_icpt ** 2
+        se = np.sqrt(sampling2 + privacy2)
+        return np.where(usable, np.minimum(se, SE_CAP), SE_CAP)
 
 
 def _combined_nvar_lower(nvar_t, b_released, nvar2_t, b_own, tail):
@@ -399,7 +498,8 @@ def _combined_nvar_lower(nvar_t, b_released, nvar2_t, b_own, tail):
 
 # Shares of the miss probability 1 − level spent on the bounds of the unknown statistics
 # (Bonferroni); the rest goes to the three Laplace noises the interval integrates over.
-_GAMMA_NVAR, _GAMMA_BETA, _GAMMA_XBAR = 0.1, 0.05, 0.05
+_GAMMA_NVAR, _GAMMA_BETA, _GAMMA_XBAR, _GAMMA_SYY = 0.1, 0.05, 0.05, 0.05
+_NS_DRAWS = 3  # the NoisyStats interval's draws (x̄, nvar, nvar of y), ε/3 each
 _STRICT_SHARE = 1e-3  # of the released nvar~ bound's tail, where the own draw alone is not > 0
 _SCALE_SEPARATION = 1.02  # scales of a Laplace sum kept this far apart (rounded up: wider)
 
@@ -468,8 +568,8 @@ def _scale(sensitivity, epsilon: float):
 
 def theil_sen_rank_offset(n: np.ndarray, epsilon_quantile: float, level: float) -> np.ndarray:
     """Public rank offset r(n) of the interval's ends from the median: the privacy error of
-    the exponential-mechanism quantile only (the estimand is the tract's own Theil–Sen line,
-    so there is no sampling error to cover; see the module docstring)."""
+    the exponential-mechanism quantile plus the sampling error of the tract's median of
+    pairwise predictions about its population value (``theil_sen_sampling_offset``)."""
     n = np.asarray(n, dtype=np.float64)
     a = 1.0 - level
     # The exponential mechanism draws one of GRID_POINTS + 1 grid points, each with weight
@@ -477,7 +577,29 @@ def theil_sen_rank_offset(n: np.ndarray, epsilon_quantile: float, level: float) 
     # distance >= r weigh at most GRID_POINTS·exp(−ε·r/(2k)) times the best point, so
     # r = (2k/ε)·ln(GRID_POINTS·4/a) misses by r with probability at most a/4 per end.
     privacy = 2 * np.maximum(n - 1, 1) / epsilon_quantile * math.log(GRID_POINTS * 4 / a)
-    return np.ceil(privacy).astype(np.int64)
+    return np.ceil(privacy).astype(np.int64) + theil_sen_sampling_offset(n, level)
+
+
+def _pairwise_rank_sd(n: np.ndarray) -> np.ndarray:
+    """An upper bound on the standard deviation, in ranks, of where the population median of a
+    tract's pairwise predictions falls among its M = n(n − 1)/2 pairs' values.
+
+    The share F_m(θ) of the pairwise predictions below the population median θ is a
+    U-statistic of order 2 with mean 1/2; its variance is 4ζ₁/n + 2ζ₂/(n(n − 1)) to first
+    order (Hoeffding 1948), ζ₁ <= ζ₂ <= 1/4 for an indicator kernel, so its standard deviation
+    is at most sqrt(1/n + 1/(2n(n − 1))); times M pairs (>= m, the pairs with distinct x)."""
+    n = np.maximum(np.asarray(n, dtype=np.float64), 2.0)
+    return n * (n - 1) / 2 * np.sqrt(1.0 / n + 1.0 / (2 * n * (n - 1)))
+
+
+def theil_sen_sampling_offset(n: np.ndarray, level: float) -> np.ndarray:
+    """The rank offset covering the sampling error (``_pairwise_rank_sd``) with probability
+    1 − a/4 per end (a = 1 − level), by the normal approximation of the U-statistic: public,
+    a function of n and the level only."""
+    from scipy.stats import norm
+
+    z = float(norm.ppf(1.0 - (1.0 - level) / 4))
+    return np.ceil(z * _pairwise_rank_sd(n)).astype(np.int64)
 
 
 def theil_sen_end_is_drawn(n: np.ndarray, r: np.ndarray) -> np.ndarray:
@@ -528,12 +650,37 @@ def _theil_sen_intervals(batch, released, eps, rand, level, meter) -> Intervals:
                                                step.sensitivity.value(n=sub.n[draw]),
                                                _TS_LO, _TS_HI, rand, reps)
                 getattr(out, f"{name}_{'lo' if end == 'lower' else 'hi'}")[:, chunk] = vals
+    if released.eps_theil_sen is None:
+        raise ValueError("DPExpTheilSen intervals need released.eps_theil_sen (the budget the "
+                         "mechanism ran with) for their standard errors")
+    drawn_ends = theil_sen_end_is_drawn(batch.n, offset) & (batch.n >= MIN_RECORDS)
     for name, _ in _PREDICTIONS:
         point = getattr(released, name)
+        getattr(out, f"{name}_se")[:] = _theil_sen_standard_error(
+            getattr(out, f"{name}_lo"), getattr(out, f"{name}_hi"), point, batch.n, offset,
+            drawn_ends, released.eps_theil_sen)
         lo, hi = _finish(getattr(out, f"{name}_lo"), getattr(out, f"{name}_hi"), point)
         getattr(out, f"{name}_lo")[:] = lo
         getattr(out, f"{name}_hi")[:] = hi
     return out
+
+
+def _theil_sen_standard_error(lo, hi, point, n, offset, drawn, eps_theil_sen: float):
+    """A DPExpTheilSen row's standard error, from its interval's DP ends and public values.
+
+    The published median is an exponential-mechanism draw at ε/2 (``theil_sen.py``): its rank
+    error is about Laplace with scale 2k/(ε/2), k = n − 1 (variance 2·scale²); the sampling
+    error of the median in ranks is at most ``_pairwise_rank_sd``. Ranks become values at the
+    rate the interval's ends show, (hi − lo)/(2r) for ends r ranks either side of the median
+    (the pairwise predictions' spread there: wider in the tails, so this errs large).
+    ``SE_CAP`` where an end was not drawn (no spread is known)."""
+    n = np.asarray(n, dtype=np.float64)
+    scale = 2 * np.maximum(n - 1, 1) / (eps_theil_sen / 2)
+    rank_sd = np.sqrt(2 * scale ** 2 + _pairwise_rank_sd(n) ** 2)
+    per_rank = (hi - lo) / (2 * np.maximum(offset, 1))
+    se = np.minimum(per_rank * rank_sd, SE_CAP)
+    se = np.where(drawn[None, :] & np.isfinite(se), se, SE_CAP)
+    return np.where(np.isfinite(point), se, np.nan)
 
 
 # The spread of clipped predictions: inside (−0.5, −0.1] and [1.1, 1.5), never reaching [0, 1].
@@ -625,40 +772,13 @@ def _rule_intervals(batch, released, eps, rand, level, meter) -> Intervals:
         part = Released(released.p25[:, tracts], released.p75[:, tracts],
                         None if released.noisy_nvar is None else released.noisy_nvar[:, tracts],
                         released.eps_nvar, released.eps_ncov, released.eps_intercept,
-                        nvar_floor=released.nvar_floor)
+                        nvar_floor=released.nvar_floor,
+                        eps_theil_sen=released.eps_theil_sen)
         res = (_noisy_stats_intervals if name == NOISY_STATS else _theil_sen_intervals)(
             sub, part, eps, rand, level, meter)
         pick = chosen[:, tracts]
-        for f in ("p25_lo", "p25_hi", "p75_lo", "p75_hi"):
+        for f in ("p25_lo", "p25_hi", "p75_lo", "p75_hi", "p25_se", "p75_se"):
             block = getattr(out, f)[:, tracts]
             block[pick] = getattr(res, f)[pick]
             getattr(out, f)[:, tracts] = block
     return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Standard errors: post-processing of the intervals (issue 18, item 5)
-
-
-def standard_errors(iv: Intervals, level: float = 0.95) -> dict[str, np.ndarray]:
-    """``p25_se`` and ``p75_se``: the interval-implied standard error (hi − lo)/(2·z), z the
-    normal (1 + level)/2 quantile, so that value ± z·se spans the published interval's width.
-
-    A function of the published interval only (post-processing: free, Dwork & Roth 2014,
-    Prop. 2.1); NaN where no interval was published. It is not the standard deviation of the
-    estimate (the privacy noise is Laplace, not normal, and the interval is conservative); it
-    is the Opportunity Atlas's reading of a standard error (estimate ± 1.96·se) applied to an
-    interval that holds. A [0, 1] interval gives 1/(2z) ≈ 0.255 at 95%.
-    """
-    if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0.5 <= level < 1:
-        raise ValueError(f"level must lie in [0.5, 1), got {level!r}")
-    z = float(_normal_quantile((1.0 + level) / 2))
-    return {f"{name}_se": (np.asarray(getattr(iv, f"{name}_hi"), dtype=float)
-                           - np.asarray(getattr(iv, f"{name}_lo"), dtype=float)) / (2 * z)
-            for name, _ in _PREDICTIONS}
-
-
-def _normal_quantile(p: float) -> float:
-    from scipy.stats import norm
-
-    return float(norm.ppf(p))

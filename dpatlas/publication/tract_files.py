@@ -28,9 +28,10 @@ import numpy as np
 import pandas as pd
 import shapely
 
-from mechanisms import intervals as CI
 
-from dpatlas.core.columns import INTERVAL_COLUMNS, RESULT_COLUMNS, SE_COLUMNS
+from mechanisms.estimand import MOE90_MEANING, MOE90_Z, SE_CAP, SE_MEANING
+
+from dpatlas.core.columns import INTERVAL_COLUMNS, MOE_COLUMNS, RESULT_COLUMNS, SE_COLUMNS
 from dpatlas.publication import colours
 from dpatlas.publication.datapackage import write_datapackage
 from dpatlas.publication.geography import geojson_geometry, rfc7946_geometries
@@ -115,34 +116,44 @@ def round_released_values(table: pd.DataFrame,
 
 def add_standard_errors(table: pd.DataFrame, level: float,
                         decimals: int = PUBLISHED_DECIMALS) -> pd.DataFrame:
-    """The table with ``p25_se``, ``p75_se`` after its interval columns (unchanged without them).
+    """The table with its ``p25_se``, ``p75_se`` rounded up and their 90% margins of error
+    ``p25_moe90``, ``p75_moe90`` beside them (unchanged without intervals).
 
-    Computed from the *published* (rounded) bounds by ``mechanisms.intervals.standard_errors``,
-    so anyone can recompute them from the files (``dpatlas audit`` does), then rounded up like
-    an upper bound: ``value ± z·se`` never spans less than the published interval. A function
-    of DP outputs only: post-processing of the interval step, no budget of its own.
+    The standard errors come from the interval step (``mechanisms/intervals.py``: estimates
+    of the standard deviation of the total error, from DP and public values); rounding up
+    keeps them upper estimates. The margin of error is ``MOE90_Z``·se of the *published*
+    (rounded) se, rounded up, so anyone can recompute it from the files (``dpatlas audit``
+    does). Post-processing of DP outputs: no budget of its own. ``level`` is the intervals'
+    level (the SE does not depend on it; kept for the callers' signature).
     """
     if not all(c in table.columns for c in INTERVAL_COLUMNS):
         return table
-    bounds = CI.Intervals(*(table[c].to_numpy(dtype=float) for c in INTERVAL_COLUMNS))
+    missing = [c for c in SE_COLUMNS if c not in table.columns]
+    if missing:
+        raise PublishError(f"the estimate table has intervals but no {missing}: it was made "
+                           "by an older interval step; rerun the release under a new id")
     scale = 10.0 ** decimals
     out = table.copy()
-    for column, se in CI.standard_errors(bounds, level).items():
-        out[column] = (np.ceil(se * scale) / scale).round(decimals) + 0.0
-    return out
+    for column, moe in zip(SE_COLUMNS, MOE_COLUMNS):
+        se = np.ceil(out[column].to_numpy(dtype=float) * scale) / scale
+        out[column] = se.round(decimals) + 0.0
+        out[moe] = margin_of_error_90(out[column].to_numpy(dtype=float), decimals)
+    # the margins of error right after the standard errors
+    columns = [c for c in out.columns if c not in MOE_COLUMNS]
+    at = columns.index(SE_COLUMNS[-1]) + 1
+    return out[columns[:at] + MOE_COLUMNS + columns[at:]]
 
 
-def standard_error_maximum(level: float, decimals: int = PUBLISHED_DECIMALS) -> float:
-    """The largest published standard error at ``level``: a [0, 1] interval's 1/(2z), rounded
-    up as the column is (0.2552 at 95%)."""
+def margin_of_error_90(se: np.ndarray, decimals: int = PUBLISHED_DECIMALS) -> np.ndarray:
+    """The 90% margin of error of published standard errors: MOE90_Z·se rounded up."""
     scale = 10.0 ** decimals
-    return float(np.round(np.ceil(_unit_interval_se(level) * scale) / scale, decimals))
+    return (np.ceil(MOE90_Z * np.asarray(se, dtype=float) * scale) / scale).round(decimals) + 0.0
 
 
-def _unit_interval_se(level: float) -> float:
-    """The standard error of a [0, 1] interval, 1/(2z), unrounded."""
-    whole = CI.Intervals(*(np.array([v]) for v in (0.0, 1.0, 0.0, 1.0)))
-    return float(CI.standard_errors(whole, level)["p25_se"][0])
+def standard_error_maximum(level: float = 0.95, decimals: int = PUBLISHED_DECIMALS) -> float:
+    """The largest published standard error: the cap (``mechanisms/estimand.py`` SE_CAP).
+    ``level`` and ``decimals`` kept for the callers' signature (the cap is a round number)."""
+    return float(SE_CAP)
 
 
 def rounding_statement(columns, decimals: int = PUBLISHED_DECIMALS) -> dict:
@@ -155,7 +166,7 @@ def rounding_statement(columns, decimals: int = PUBLISHED_DECIMALS) -> dict:
         "to_nearest": points + [c for c in ("p25", "p75") if c in columns]
         + [c for c in model if c.endswith("_model")],
         "outwards": {"down": lower + [c for c in model if c.endswith("_lo")],
-                     "up": upper + [c for c in SE_COLUMNS if c in columns]
+                     "up": upper + [c for c in SE_COLUMNS + MOE_COLUMNS if c in columns]
                      + [c for c in model if c.endswith(("_hi", "_se"))]},
         "rule": (f"released values rounded to {decimals} decimals before p25/p75 are clipped to "
                  "[0, 1]: point values to nearest (numpy.round: ties of x·10^decimals to even), "
@@ -556,18 +567,14 @@ _MODEL_TEXT = {
 
 def _standard_error_text(column: str, level: float, decimals: int) -> str:
     value = column[:-len("_se")]
-    return (f"Standard error of {value} implied by its {level:.0%} interval: ({value}_hi - "
-            f"{value}_lo)/(2z), z the standard normal quantile at (1 + {level:g})/2 "
-            f"({_z(level):.4f}), so {value} ± z·{column} spans the interval's width (the "
-            "Opportunity Atlas's reading of a standard error). Not the standard deviation of "
-            "the estimate: the privacy noise is Laplace and the interval conservative. "
-            f"Post-processing of the interval (no budget of its own), rounded up to {decimals} "
-            f"decimals; empty unless released; at most {standard_error_maximum(level, decimals)}"
-            " (an interval of [0, 1])")
+    return (f"{value}: {SE_MEANING}. Drawn for by the interval step (mechanisms/intervals.py); "
+            f"rounded up to {decimals} decimals; empty unless released; at most {SE_CAP}")
 
 
-def _z(level: float) -> float:
-    return 1.0 / (2.0 * _unit_interval_se(level))
+def _margin_of_error_text(column: str, decimals: int) -> str:
+    value = column[:-len("_moe90")]
+    return (f"{value}: {MOE90_MEANING}. Computed from the published {value}_se, rounded up to "
+            f"{decimals} decimals; empty unless released")
 
 
 def _field(column: str, decimals: int, level: float = 0.95) -> dict:
@@ -585,6 +592,9 @@ def _field(column: str, decimals: int, level: float = 0.95) -> dict:
     elif column in SE_COLUMNS:
         kind, text = "number", _standard_error_text(column, level, decimals)
         constraints = {"minimum": 0, "maximum": standard_error_maximum(level, decimals)}
+    elif column in MOE_COLUMNS:
+        kind, text = "number", _margin_of_error_text(column, decimals)
+        constraints = {"minimum": 0, "maximum": float(margin_of_error_90(SE_CAP, decimals))}
     elif column in _MODEL_TEXT:
         kind, text = "number", _MODEL_TEXT[column].format(decimals=decimals)
         constraints = {"minimum": 0} if column.endswith("_se") else dict(_RANK)

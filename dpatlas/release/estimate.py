@@ -26,7 +26,7 @@ from mechanisms.sorted_predictions import sharing_sorted_predictions
 from mechanisms import intervals as CI
 from mechanisms.sufficient_stats import noisy_stats_split
 
-from dpatlas.core.columns import INTERVAL_COLUMNS, RESULT_COLUMNS
+from dpatlas.core.columns import UNCERTAINTY_COLUMNS, RESULT_COLUMNS
 from dpatlas.release import staging
 from dpatlas.release.cell_groups import group_cells, group_suffix
 from dpatlas.release.allocate import INTERVAL_STEP, BudgetPlan, interval_kind, suite_step
@@ -182,12 +182,12 @@ def _intervals(plan: BudgetPlan, sub: TractBatch, sel: Selection, res, rand: Ran
     drew = (sel.drew if sel.drew is not None
             else np.full(sub.n_tracts, plan.rule.kind == "dp"))
     parts = [(np.nonzero(drew == flag)[0], flag) for flag in (True, False)]
-    out = [np.full((1, sub.n_tracts), np.nan) for _ in INTERVAL_COLUMNS]
+    out = [np.full((1, sub.n_tracts), np.nan) for _ in UNCERTAINTY_COLUMNS]
     for tracts, drawn in parts:
         if tracts.size == 0:
             continue
         ci = _interval_group(plan, sub.subset(tracts), res, tracts, drawn, rand, meter)
-        for dst, col in zip(out, INTERVAL_COLUMNS):
+        for dst, col in zip(out, UNCERTAINTY_COLUMNS):
             dst[:, tracts] = getattr(ci, col)
     return CI.Intervals(*out)
 
@@ -203,10 +203,14 @@ def _interval_group(plan: BudgetPlan, sub: TractBatch, res, tracts: np.ndarray, 
     # The dp selection publishes NoisyStats only where ε·nvar~ >= threshold: the interval of a
     # tract that drew it conditions on that (public) event.
     floor = plan.rule.threshold / plan.primary_epsilon if drawn else 0.0
+    # DPExpTheilSen ran with what the selection left (drawn) or the whole primary budget
+    # (selection.run_selected's branches): its rows' standard errors need it.
+    eps_theil_sen = eps_rest if drawn else plan.primary_epsilon
     released = CI.Released(res.p25[:, tracts], res.p75[:, tracts],
                            noisy_nvar=res.noisy_nvar[:, tracts], eps_nvar=eps_nvar,
                            eps_ncov=eps_ncov, eps_intercept=eps_intercept,
-                           mechanism=res.mechanism[:, tracts], nvar_floor=floor)
+                           mechanism=res.mechanism[:, tracts], nvar_floor=floor,
+                           eps_theil_sen=eps_theil_sen)
     return CI.intervals(interval_kind(plan.rule), sub, released, plan.interval_epsilon, rand,
                         plan.interval_level, meter=meter)
 
@@ -262,7 +266,7 @@ def estimate_partition(df: pd.DataFrame, selection: pd.DataFrame, plan: BudgetPl
                             "mechanism": "none", "status": "suppressed",
                             "reason": f"fewer than {min_n} records", "p25_raw": np.nan,
                             "p75_raw": np.nan, "epsilon_spent": 0.0, "delta_spent": 0.0})
-        for col in suite_columns(plan) + (INTERVAL_COLUMNS if plan.interval_epsilon else []):
+        for col in suite_columns(plan) + (UNCERTAINTY_COLUMNS if plan.interval_epsilon else []):
             out[col] = np.nan
         if eligible.size:
             sub = batch.subset(eligible)
@@ -288,7 +292,7 @@ def estimate_partition(df: pd.DataFrame, selection: pd.DataFrame, plan: BudgetPl
             out.loc[eligible, "epsilon_spent"] = eps_charged
             out.loc[eligible, "delta_spent"] = delta_charged
             if ci is not None:
-                for col in INTERVAL_COLUMNS:
+                for col in UNCERTAINTY_COLUMNS:
                     out.loc[eligible, col] = getattr(ci, col)[0]
             for share in plan.suite:
                 name = share.estimator

@@ -29,7 +29,7 @@ from mechanisms.noise import Randomness
 from mechanisms.privacy_filter import PrivacyFilter
 from mechanisms.sufficient_stats import noisy_stats_split
 
-from dpatlas.core.columns import INTERVAL_COLUMNS
+from dpatlas.core.columns import UNCERTAINTY_COLUMNS
 from dpatlas.publication.level_files import GEOID_DIGITS, unit_of
 from dpatlas.release.cell_groups import group_cells, group_suffix
 from dpatlas.release.allocate import (LEVEL_MECHANISM, BudgetPlan, LevelPlan,
@@ -100,7 +100,7 @@ def estimate_levels(df: pd.DataFrame, plan: BudgetPlan, rand: Randomness,
                     min_n: int) -> pd.DataFrame:
     """One row per (unit, cell) with records, for every level of ``plan`` (in plan order)."""
     frames = [estimate_level(df, plan, lp, rand, min_n) for lp in plan.levels]
-    cols = LEVEL_RESULT_COLUMNS + (INTERVAL_COLUMNS if any(lp.interval_epsilon
+    cols = LEVEL_RESULT_COLUMNS + (UNCERTAINTY_COLUMNS if any(lp.interval_epsilon
                                                            for lp in plan.levels) else [])
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)
 
@@ -123,7 +123,7 @@ def estimate_level(df: pd.DataFrame, plan: BudgetPlan, lp: LevelPlan, rand: Rand
                             "status": "suppressed", "reason": f"fewer than {min_n} records",
                             "p25_raw": np.nan, "p75_raw": np.nan, "epsilon_spent": 0.0,
                             "delta_spent": 0.0})
-        for col in INTERVAL_COLUMNS if lp.interval_epsilon else []:
+        for col in UNCERTAINTY_COLUMNS if lp.interval_epsilon else []:
             out[col] = np.nan
         eligible = np.nonzero(batch.n >= min_n)[0]
         if eligible.size:
@@ -137,7 +137,7 @@ def estimate_level(df: pd.DataFrame, plan: BudgetPlan, lp: LevelPlan, rand: Rand
             out.loc[eligible, "epsilon_spent"] = eps_charged
             out.loc[eligible, "delta_spent"] = delta_charged
             if ci is not None:
-                for col in INTERVAL_COLUMNS:
+                for col in UNCERTAINTY_COLUMNS:
                     out.loc[eligible, col] = getattr(ci, col)[0]
         frames.append(out)
     return pd.concat(frames, ignore_index=True)
