@@ -43,13 +43,14 @@ def released_by(mechanism: str, batch, eps: float, rand, reps: int, threshold: f
         return Released(p25, p75, out.extras["noisy_nvar"], eps_nvar, eps_ncov, eps_intercept)
     if mechanism == "DPExpTheilSen":
         out = M.estimate_batch("DPExpTheilSen", batch, eps, rand=rand, reps=reps)
-        return Released(out.p25, out.p75)
+        return Released(out.p25, out.p75, eps_theil_sen=eps)
     rule = Rule("dp", threshold=threshold)
     sel = select(batch, eps, rule, rand, reps)
     out = run_selected(batch, rule, sel, rand, reps)
     eps_sel, rest = rule.budgets(eps)
     return Released(out.p25, out.p75, sel.noisy_nvar, eps_sel, rest / 2, rest / 2,
-                    out.mechanism, nvar_floor=threshold / eps)  # NoisyStats where eps·nvar~ >= t
+                    out.mechanism, nvar_floor=threshold / eps,  # NoisyStats where eps·nvar~ >= t
+                    eps_theil_sen=rest)  # DPExpTheilSen ran with what the selection left
 
 
 # Which line each mechanism's published p25/p75 estimates (its estimand; docs/uncertainty.md).
@@ -103,16 +104,6 @@ def _share(hits: np.ndarray, mask: np.ndarray) -> float:
     return float(hits[mask].mean()) if mask.any() else np.nan
 
 
-def standard_errors_of(iv, level: float) -> dict[str, np.ndarray]:
-    """The SEs published with the intervals: the interval step's own (``p25_se``/``p75_se``
-    of :class:`Intervals`, issue 32) where it has them, else the interval-implied ones of
-    ``mechanisms.intervals.standard_errors`` (before issue 32)."""
-    if getattr(iv, "p25_se", None) is not None:
-        return {"p25": iv.p25_se, "p75": iv.p75_se}
-    from mechanisms.intervals import standard_errors
-
-    se = standard_errors(iv, level)
-    return {"p25": se["p25_se"], "p75": se["p75_se"]}
 
 
 def _extreme(t: np.ndarray) -> np.ndarray:
@@ -249,7 +240,7 @@ def evaluate_intervals(tracts: int = 3108, reps: int = 100, seed: int = 21,
                 row = summarise(res, scored, n, ols_width, quintile, per_tract,
                                 (scenario, mech, eps), reliable_width,
                                 {"p25": rel.p25, "p75": rel.p75},
-                                standard_errors_of(res, level))
+                                {"p25": res.p25_se, "p75": res.p75_se})
                 # for the record: coverage of the other reading
                 row["coverage of " + ESTIMANDS[estimand == "expected"]] = summarise(
                     res, other, n, ols_width, quintile)["coverage"]
