@@ -262,9 +262,29 @@ def _markdown(df: pd.DataFrame) -> str:
     return "\n".join([head, rule] + ["| " + " | ".join(c) + " |" for c in cells])
 
 
+# The issue 32 table: what a reader of a value and its SE relies on, one row per scenario and
+# mechanism, one table per ε.
+KEY_COLUMNS = ("coverage", "worst Q", "worst W", "extreme deciles", "SE cover", "SE Q1",
+               "SE Q2", "SE Q3", "SE Q4", "SE Q5", "RMSE/SE", "median width", "width<=0.2",
+               "width<=0.5")
+
+
+def key_tables(summary: pd.DataFrame) -> str:
+    """The key columns (``KEY_COLUMNS`` and the other reading's coverage) as one markdown
+    table per ε."""
+    other = [c for c in summary.columns if c.startswith("coverage of ")]
+    parts = []
+    for eps, part in summary.groupby("epsilon", sort=True):
+        cols = ["scenario", "mechanism", *[c for c in KEY_COLUMNS if c in part], *other]
+        parts.append(f"### ε = {eps:g} (scored against: {part['estimand'].iloc[0]})\n\n"
+                     + _markdown(part[cols]))
+    return "\n\n".join(parts)
+
+
 def write_interval_report(summary: pd.DataFrame, per_tract: pd.DataFrame, edges: dict,
                           out: Path) -> list[Path]:
-    """summary.csv, summary.md, per_tract.csv and coverage_by_n.png in ``out``."""
+    """summary.csv, summary.md (the key tables, then every column), per_tract.csv and
+    coverage_by_n.png in ``out``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -275,7 +295,8 @@ def write_interval_report(summary: pd.DataFrame, per_tract: pd.DataFrame, edges:
              out / "coverage_by_n.png"]
     summary.to_csv(paths[0], index=False)
     sizes = "\n".join(f"- {s}: tract-size quintiles up to n = {e}" for s, e in edges.items())
-    paths[1].write_text(sizes + "\n\n" + _markdown(summary) + "\n")
+    paths[1].write_text(sizes + "\n\n" + key_tables(summary) + "\n\n### Every column\n\n"
+                        + _markdown(summary) + "\n")
     per_tract.to_csv(paths[2], index=False)
     groups = list(per_tract.groupby(["scenario", "epsilon"], sort=False))
     cols = 2
