@@ -104,8 +104,6 @@ def _share(hits: np.ndarray, mask: np.ndarray) -> float:
     return float(hits[mask].mean()) if mask.any() else np.nan
 
 
-
-
 def _extreme(t: np.ndarray) -> np.ndarray:
     """Entries whose true value is in the bottom or top decile (of the finite ones)."""
     finite = t[np.isfinite(t)]
