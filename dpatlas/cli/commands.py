@@ -939,10 +939,14 @@ def evaluate_rule(
         reps: int = typer.Option(50, help="Runs per tract."),
         seed: int = typer.Option(0, help="Scenario seed (the calibration's are 101, 102)."),
         thresholds: Path = typer.Option(None, help="Calibration file (default: the shipped)."),
+        census: bool = typer.Option(False, "--census", help="Score against the tract's own "
+                                    "least-squares line (the census reading) instead of its "
+                                    "expected outcome."),
         as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
     """The banded selection rule against both fixed mechanisms (and today's dp rule), per
-    stress scenario, epsilon and tract-size quintile (docs/selection.md)."""
+    stress scenario, epsilon and tract-size quintile, against the tract's expected outcome
+    (docs/selection.md)."""
     from dpatlas.release.thresholds import DEFAULT_THRESHOLDS, resolve_schedule, resolve_threshold
     from dpatlas.core.config import SelectionConfig
     from dpatlas.evaluation.rule_stress import CALIBRATION_SEEDS, evaluate as run, to_markdown
@@ -966,7 +970,7 @@ def evaluate_rule(
             _fail(str(err))
         out.mkdir(parents=True, exist_ok=True)  # before the work, not after it
         table = run(rule, dp, seed, tuple(epsilon), tuple(scenario) or SCENARIOS, tracts,
-                    large_tracts, reps, progress=_log_to(as_json))
+                    large_tracts, reps, progress=_log_to(as_json), census=census)
         table.to_csv(out / "rule.csv", index=False)
         (out / "rule.md").write_text(to_markdown(table))
     if as_json:
@@ -990,10 +994,14 @@ def evaluate_intervals(
                                            "or 'all'."),
         reliable_width: float = typer.Option(0.5, help="Widest interval the map shows as "
                                              "reliable (the config's low_reliability_width)."),
+        census: bool = typer.Option(False, "--census", help="Score against the census reading "
+                                    "(each row's line of the tract's own records) instead of "
+                                    "the tract's expected outcome."),
         as_json: bool = typer.Option(False, "--json", help=JSON_HELP),
 ) -> None:
-    """Coverage and width of the DP confidence intervals per scenario, mechanism and epsilon:
-    overall, by tract-size and interval-width quintile and among the reliable ones."""
+    """Coverage and width of the DP confidence intervals per scenario, mechanism and epsilon,
+    against the tract's expected outcome: overall, by tract-size and interval-width quintile,
+    in the extreme deciles and among the reliable ones; calibration of the standard errors."""
     from dpatlas.evaluation.interval_eval import evaluate_intervals as run, write_interval_report
     from dpatlas.evaluation.stress import SCENARIOS
 
@@ -1004,7 +1012,8 @@ def evaluate_intervals(
         try:
             summary, per_tract, edges = run(tracts, reps, seed, tuple(epsilon), share, level,
                                             progress=_log_to(as_json),
-                                            scenarios=scenarios, reliable_width=reliable_width)
+                                            scenarios=scenarios, reliable_width=reliable_width,
+                                            estimand="census" if census else "expected")
         except ValueError as err:
             _fail(str(err))
         paths = write_interval_report(summary, per_tract, edges, out)
@@ -1012,7 +1021,8 @@ def evaluate_intervals(
         _emit_json({"summary": _records(summary), "size_quintile_edges": edges,
                     "files": paths})
         return
-    cols = ("coverage", "worst Q", "worst W", "reliable", "reliable share", "[0,1] share")
+    cols = ("coverage", "worst Q", "worst W", "extreme deciles", "SE cover", "worst SE Q",
+            "median width", "width<=0.2", "width<=0.5", "reliable", "[0,1] share")
     for name, e in edges.items():
         console.print(f"{name}: tract-size quintiles up to n = {e}")
     _print_rows(("scenario", "mechanism", "epsilon", *cols, "reliable intervals"),
@@ -1020,7 +1030,8 @@ def evaluate_intervals(
                   *(f"{r[c]:.3f}" for c in cols), r["reliable intervals"])
                  for _, r in summary.iterrows()])
     console.print("worst Q, worst W: the lowest coverage over the tract-size and the "
-                  "interval-width quintiles (each quintile in summary.md)")
+                  "interval-width quintiles (each quintile in summary.md); SE cover: share of "
+                  "value ± 1.96·se covering (worst SE Q: by size quintile)")
     console.print(f"wrote {len(paths)} files to {out} in {time.perf_counter() - t0:.0f}s")
 
 

@@ -48,9 +48,9 @@ def released_by(mechanism: str, batch, eps: float, rand, reps: int, threshold: f
     sel = select(batch, eps, rule, rand, reps)
     out = run_selected(batch, rule, sel, rand, reps)
     eps_sel, rest = rule.budgets(eps)
-    # NoisyStats where eps·nvar~ >= t
     return Released(out.p25, out.p75, sel.noisy_nvar, eps_sel, rest / 2, rest / 2,
-                    out.mechanism, nvar_floor=threshold / eps, eps_theil_sen=rest)
+                    out.mechanism, nvar_floor=threshold / eps,  # NoisyStats where eps·nvar~ >= t
+                    eps_theil_sen=rest)  # DPExpTheilSen ran with what the selection left
 
 
 # Which line each mechanism's published p25/p75 estimates (its estimand; docs/uncertainty.md).
@@ -66,10 +66,16 @@ def scenario_tracts(scenario: str, tracts: int) -> int:
     return max(10, int(round(tracts * TRACT_SHARE.get(scenario, 1.0))))
 
 
+ESTIMANDS = ("expected", "census")  # what coverage is scored against (module doc)
+SE_Z = 1.959963984540054  # value ± SE_Z·se: the normal 95% reading of a standard error
+USABLE_WIDTHS = (0.2, 0.5)
+
+
 def _truth_lines(state) -> dict[str, dict[str, np.ndarray]]:
+    """The census readings: each mechanism's line of the tract's own records."""
     from dpatlas.evaluation.stress import theil_sen_line
 
-    lines = {LEAST_SQUARES: state.truth}
+    lines = {LEAST_SQUARES: state.census}
     if THEIL_SEN in ESTIMAND.values():
         lines[THEIL_SEN] = theil_sen_line(state.batch)
     return lines
@@ -98,14 +104,43 @@ def _share(hits: np.ndarray, mask: np.ndarray) -> float:
     return float(hits[mask].mean()) if mask.any() else np.nan
 
 
+def _extreme(t: np.ndarray) -> np.ndarray:
+    """Entries whose true value is in the bottom or top decile (of the finite ones)."""
+    finite = t[np.isfinite(t)]
+    if finite.size == 0:
+        return np.zeros(t.shape, dtype=bool)
+    low, high = np.quantile(finite, [0.1, 0.9])
+    return np.isfinite(t) & ((t <= low) | (t >= high))
+
+
+def _se_calibration(err: np.ndarray, se: np.ndarray, size_q: np.ndarray) -> dict:
+    """Share of value ± SE_Z·se covering the truth, overall and per size quintile; RMSE and
+    RMSE over the root mean square SE (1 where the SEs have the errors' size). ``err``:
+    value − truth where both and the SE are defined, else NaN."""
+    ok = np.isfinite(err) & np.isfinite(se)
+    hit, e, s, q = np.abs(err[ok]) <= SE_Z * se[ok], err[ok], se[ok], size_q[ok]
+    row = {"SE cover": _share(hit, np.ones_like(hit))}
+    for k in range(5):
+        row[f"SE Q{k + 1}"] = _share(hit, q == k)
+    row["worst SE Q"] = np.nanmin([row[f"SE Q{k + 1}"] for k in range(5)])
+    rmse = float(np.sqrt(np.mean(e ** 2))) if e.size else np.nan
+    row["RMSE"] = rmse
+    row["RMSE/SE"] = rmse / float(np.sqrt(np.mean(s ** 2))) if e.size else np.nan
+    return row
+
+
 def summarise(res, truth: dict, n: np.ndarray, ols_width: dict, quintile: np.ndarray,
               per_tract: list | None = None, label: tuple = (),
-              reliable_width: float = RELIABLE_WIDTH) -> dict:
+              reliable_width: float = RELIABLE_WIDTH, values: dict | None = None,
+              ses: dict | None = None) -> dict:
     """Coverage of the published intervals whose estimand is defined, pooled over p25 and
     p75: overall, per tract-size quintile (Q1..Q5), per interval-width quintile (W1..W5, over
-    the published intervals), among the intervals the map shows as reliable (width <=
-    ``reliable_width``); the shares of reliable and of [0, 1] intervals."""
-    cov, pub, wid, rel_w, size_q = [], [], [], [], []
+    the published intervals), in the extreme deciles of the true value, among the intervals
+    the map shows as reliable (width <= ``reliable_width``); the median width, the usable
+    shares (width <= 0.2, 0.5) and the shares of reliable and of [0, 1] intervals. With the
+    published ``values`` and their ``ses`` (dicts of (reps, tracts) arrays): the SE
+    calibration (``_se_calibration``)."""
+    cov, pub, wid, rel_w, size_q, ext, err, se = [], [], [], [], [], [], [], []
     for name in ("p25", "p75"):
         lo, hi = getattr(res, f"{name}_lo"), getattr(res, f"{name}_hi")
         t = np.broadcast_to(truth[name], lo.shape)
@@ -115,7 +150,12 @@ def summarise(res, truth: dict, n: np.ndarray, ols_width: dict, quintile: np.nda
         wid.append(np.where(published, hi - lo, np.nan))
         rel_w.append(np.where(published, (hi - lo) / ols_width[name], np.nan))
         size_q.append(np.broadcast_to(quintile, lo.shape))
-    cov, pub, wid, size_q = (np.stack(a) for a in (cov, pub, wid, size_q))  # (2, reps, T)
+        ext.append(_extreme(t))
+        if values is not None and ses is not None:
+            v = np.clip(values[name], 0.0, 1.0)  # the published value is clipped to [0, 1]
+            err.append(np.where(published, v - t, np.nan))
+            se.append(np.where(published, ses[name], np.nan))
+    cov, pub, wid, size_q, ext = (np.stack(a) for a in (cov, pub, wid, size_q, ext))
     if per_tract is not None:
         with warnings.catch_warnings():  # a tract with nothing published: NaN, not a warning
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -125,6 +165,7 @@ def summarise(res, truth: dict, n: np.ndarray, ols_width: dict, quintile: np.nda
     counted = np.isfinite(cov)
     hits, width, sq = cov[counted] == 1, wid[counted], size_q[counted]
     row = {"coverage": _share(hits, np.ones_like(hits))}
+    row["extreme deciles"] = _share(hits, ext[counted])
     for q in range(5):
         row[f"Q{q + 1}"] = _share(hits, sq == q)
     wq = _quintile_of(width) if width.size >= 5 else np.zeros(width.size, dtype=int)
@@ -136,11 +177,16 @@ def summarise(res, truth: dict, n: np.ndarray, ols_width: dict, quintile: np.nda
     row["reliable"] = _share(hits, reliable)
     row["reliable share"] = float(reliable.mean()) if width.size else np.nan
     row["reliable intervals"] = int(reliable.sum())
+    row["median width"] = float(np.median(width)) if width.size else np.nan
+    for w in USABLE_WIDTHS:
+        row[f"width<={w:g}"] = float(np.mean(width <= w)) if width.size else np.nan
     row["[0,1] share"] = float(np.mean(width >= 1.0)) if width.size else np.nan
     row["unpublished"] = 1 - float(np.mean(pub))
     w = np.stack(rel_w)
     row["width/OLS"] = np.nanmedian(w[np.isfinite(w)]) if np.isfinite(w).any() else np.nan
     row["intervals"] = int(counted.sum())
+    if err:
+        row.update(_se_calibration(np.stack(err), np.stack(se), size_q))
     return row
 
 
@@ -150,14 +196,17 @@ def evaluate_intervals(tracts: int = 3108, reps: int = 100, seed: int = 21,
                        mechanisms: Sequence[str] = MECHANISMS,
                        progress: Callable[[str], None] = lambda m: None,
                        scenarios: Sequence[str] = ("demo",),
-                       reliable_width: float = RELIABLE_WIDTH):
-    """(summary table, per-tract coverage table, quintile upper edges per scenario)."""
+                       reliable_width: float = RELIABLE_WIDTH, estimand: str = "expected"):
+    """(summary table, per-tract coverage table, quintile upper edges per scenario); coverage
+    and SEs scored against ``estimand`` (``ESTIMANDS``, module doc)."""
     from dpatlas.evaluation.stress import SCENARIOS, scenario_state
 
     if seed == 0:
         raise ValueError("seed 0 is the demo state's: evaluate on another synthetic state")
     if tracts < 5 or reps < 1 or not 0 < share < 1:
         raise ValueError("need tracts >= 5, reps >= 1 and 0 < share < 1")
+    if estimand not in ESTIMANDS:
+        raise ValueError(f"unknown estimand {estimand!r}; known: {', '.join(ESTIMANDS)}")
     bad = [s for s in scenarios if s not in SCENARIOS]
     if bad or not scenarios:
         raise ValueError(f"unknown scenario(s) {bad}; known: {', '.join(SCENARIOS)}")
@@ -183,17 +232,23 @@ def evaluate_intervals(tracts: int = 3108, reps: int = 100, seed: int = 21,
                 rand = SeededRandomness(zlib.crc32(f"{scenario}/{seed}/{eps}/{mech}".encode()))
                 rel = released_by(mech, batch, (1 - share) * eps, rand, reps, threshold)
                 res = intervals(mech, batch, rel, share * eps, rand, level, reps)
-                truth = truth_of(mech, lines, rel, (reps, batch.n_tracts))
-                row = summarise(res, truth, n, ols_width, quintile, per_tract,
-                                (scenario, mech, eps), reliable_width)
-                # for the record: coverage of the least-squares line, whatever the estimand
-                row["coverage of LS line"] = summarise(res, state.truth, n, ols_width,
-                                                       quintile)["coverage"]
-                rows.append({"scenario": scenario, "mechanism": mech, "epsilon": eps, **row,
+                census = truth_of(mech, lines, rel, (reps, batch.n_tracts))
+                scored, other = ((state.truth, census) if estimand == "expected"
+                                 else (census, state.truth))
+                row = summarise(res, scored, n, ols_width, quintile, per_tract,
+                                (scenario, mech, eps), reliable_width,
+                                {"p25": rel.p25, "p75": rel.p75},
+                                {"p25": res.p25_se, "p75": res.p75_se})
+                # for the record: coverage of the other reading
+                row["coverage of " + ESTIMANDS[estimand == "expected"]] = summarise(
+                    res, other, n, ols_width, quintile)["coverage"]
+                rows.append({"scenario": scenario, "mechanism": mech, "epsilon": eps,
+                             "estimand": estimand, **row,
                              "seconds": time.perf_counter() - t0})
                 r = rows[-1]
                 progress(f"{scenario}: {mech} at epsilon {eps:g}: coverage {r['coverage']:.3f}, "
-                         f"reliable {r['reliable']:.3f}")
+                         f"SE cover {r['SE cover']:.3f}, reliable {r['reliable']:.3f} "
+                         f"({r['seconds']:.0f}s)")
     return pd.DataFrame(rows), pd.concat(per_tract, ignore_index=True), edges
 
 
@@ -205,9 +260,29 @@ def _markdown(df: pd.DataFrame) -> str:
     return "\n".join([head, rule] + ["| " + " | ".join(c) + " |" for c in cells])
 
 
+# The issue 32 table: what a reader of a value and its SE relies on, one row per scenario and
+# mechanism, one table per ε.
+KEY_COLUMNS = ("coverage", "worst Q", "worst W", "extreme deciles", "SE cover", "SE Q1",
+               "SE Q2", "SE Q3", "SE Q4", "SE Q5", "RMSE/SE", "median width", "width<=0.2",
+               "width<=0.5")
+
+
+def key_tables(summary: pd.DataFrame) -> str:
+    """The key columns (``KEY_COLUMNS`` and the other reading's coverage) as one markdown
+    table per ε."""
+    other = [c for c in summary.columns if c.startswith("coverage of ")]
+    parts = []
+    for eps, part in summary.groupby("epsilon", sort=True):
+        cols = ["scenario", "mechanism", *[c for c in KEY_COLUMNS if c in part], *other]
+        parts.append(f"### ε = {eps:g} (scored against: {part['estimand'].iloc[0]})\n\n"
+                     + _markdown(part[cols]))
+    return "\n\n".join(parts)
+
+
 def write_interval_report(summary: pd.DataFrame, per_tract: pd.DataFrame, edges: dict,
                           out: Path) -> list[Path]:
-    """summary.csv, summary.md, per_tract.csv and coverage_by_n.png in ``out``."""
+    """summary.csv, summary.md (the key tables, then every column), per_tract.csv and
+    coverage_by_n.png in ``out``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -218,7 +293,8 @@ def write_interval_report(summary: pd.DataFrame, per_tract: pd.DataFrame, edges:
              out / "coverage_by_n.png"]
     summary.to_csv(paths[0], index=False)
     sizes = "\n".join(f"- {s}: tract-size quintiles up to n = {e}" for s, e in edges.items())
-    paths[1].write_text(sizes + "\n\n" + _markdown(summary) + "\n")
+    paths[1].write_text(sizes + "\n\n" + key_tables(summary) + "\n\n### Every column\n\n"
+                        + _markdown(summary) + "\n")
     per_tract.to_csv(paths[2], index=False)
     groups = list(per_tract.groupby(["scenario", "epsilon"], sort=False))
     cols = 2

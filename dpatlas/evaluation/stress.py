@@ -4,22 +4,28 @@ path never imports this module.
 Each scenario draws a synthetic state, tract by tract, that breaks one assumption the demo
 generator (dpatlas/evaluation/synthetic_input.py: symmetric Gaussian errors, mid-sized tracts, continuous-looking
 ranks) quietly satisfies. Every scenario returns a :class:`StressState`: the records as a
-:class:`mechanisms.TractBatch` and the per-tract TRUE estimand.
+:class:`mechanisms.TractBatch`, the per-tract TRUE estimand and the census reading.
 
-**Estimand** (the same for every scenario): the least-squares line of the tract's own observed
-ranks, a finite-population quantity. With the tract's records (x_i, y_i), i = 1..n,
+**Estimand** (issue 32; ``mechanisms/estimand.py``): the tract's *expected outcome*, the
+population least-squares prediction at x* = 0.25 and 0.75 of the law that generated the
+tract's records. With the tract's parent ranks x_i fixed (its own x distribution) and
+m_i = E[y | x_i] under the scenario's law (errors, truncation, censoring, outliers, rounding),
 
-    b = Σ(x − x̄)(y − ȳ) / Σ(x − x̄)²,   a = ȳ − b·x̄,
-    p25 = clip(a + b·0.25, 0, 1),   p75 = clip(a + b·0.75, 0, 1),
+    b = Σ(x − x̄)(m − m̄) / Σ(x − x̄)²,   a = m̄ − b·x̄,
+    p25 = clip(a + b·0.25, 0, 1),   p75 = clip(a + b·0.75, 0, 1).
 
-computed from the records with ``mechanisms.batch.ols`` (NaN where all x are tied). The clip
-makes it a rank: a line fitted on a narrow band of x can leave [0, 1] at 0.25 or 0.75, and the
-rank of a child is in [0, 1] whatever the line says (every published value and interval is
-clipped the same way, and clipping both keeps an interval that covers covering). It needs
-no superpopulation model, so every generator below may use any error law: what is estimated
-is always the line through the data that were drawn. ``theil_sen_line`` gives the estimand of
-the rows published by DPExpTheilSen (the median of the tract's pairwise predictions, see
-docs/uncertainty.md).
+m_i is the mean of ``POPULATION_DRAWS`` independent draws of the child at x_i from the
+scenario's own law (``StressState.law``, the very function that drew the records), as
+``small_area_stress.py`` does: the LS line of those means equals the LS line through all the
+draws. Its Monte Carlo error is 1/sqrt(POPULATION_DRAWS) of the tract's sampling error (an SD
+1/8 as large at 64 draws, adding 1.6% to the error variance a scored estimate is judged by).
+Where the law is a line with errors that never leave [0, 1], this is the generator's line.
+The clip makes it a rank, as every published value is clipped.
+
+**Census reading** (secondary, ``StressState.census``): the least-squares line of the tract's
+own observed ranks (``least_squares_line``), a finite-population quantity with no sampling
+error; ``theil_sen_line`` gives DPExpTheilSen's census reading (the median of the tract's
+pairwise predictions, see docs/uncertainty.md). These were the estimands before issue 32.
 
 The generators' constants were chosen from the shapes they should produce (stated beside each
 one), not tuned on any evaluation result.
@@ -35,13 +41,23 @@ import numpy as np
 from mechanisms.batch import X_HIGH, X_LOW, TractBatch, ols, sufficient_stats
 
 SCENARIOS = ("demo", "heteroskedastic", "skewed", "censored", "outliers", "narrow_x", "small",
-             "large", "tied_x")
+             "large", "tied_x", "size_dependent")
+# The scenarios the banded rule was calibrated on (dpatlas/defaults/thresholds.yaml): the ones
+# added since are held out of its calibration.
+RULE_CALIBRATION_SCENARIOS = SCENARIOS[:9]
 MEAN_TRACT_SIZE = 70.0  # as the demo generator (about 70 children per Illinois tract)
 MIN_TRACT_SIZE = 5
 SMALL_SIZES = (5, 40)
 LARGE_SIZES = (500, 2000)
 NARROW_HALF_WIDTH = 0.025  # narrow_x: every tract's x within ±0.025 of its centre
 OUTLIER_SHARE = 0.03  # outliers: 3% of a tract's records (at least one)
+SIZE_EFFECT = 0.06  # size_dependent: intercept shift per SD of log n (larger tracts do better)
+POPULATION_DRAWS = 64  # draws of every child for the expected outcome (module doc)
+_POPULATION_STREAM = 32  # the expected outcome's draws: a stream of their own
+
+# A scenario's law of the children's ranks given the records' x, in batch order: a fresh draw
+# of every y from the generator's own law (the function that drew the records).
+ChildLaw = Callable[[np.random.Generator], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -50,8 +66,11 @@ class StressState:
 
     scenario: str
     batch: TractBatch
-    truth: dict[str, np.ndarray]  # "p25", "p75": the tract's least-squares line at 0.25, 0.75
+    truth: dict[str, np.ndarray]  # "p25", "p75": the tract's expected outcome (module doc)
     params: dict = field(default_factory=dict)
+    # "p25", "p75": the census reading, the least-squares line of the tract's own records
+    census: dict[str, np.ndarray] = field(default_factory=dict)
+    law: ChildLaw | None = field(default=None, repr=False)
 
 
 def least_squares_line(batch: TractBatch) -> dict[str, np.ndarray]:
@@ -59,6 +78,16 @@ def least_squares_line(batch: TractBatch) -> dict[str, np.ndarray]:
     fit = ols(sufficient_stats(batch))
     return {name: np.where(fit.ok, np.clip(value, 0.0, 1.0), np.nan)
             for name, value in (("p25", fit.p25), ("p75", fit.p75))}
+
+
+def population_line(batch: TractBatch, law: ChildLaw, rng: np.random.Generator,
+                    draws: int = POPULATION_DRAWS) -> dict[str, np.ndarray]:
+    """The expected outcome: p25, p75 of each tract's least-squares line of E[y | x] at its own
+    x, E[y | x_i] the mean of ``draws`` independent draws of ``law`` (module doc)."""
+    total = np.zeros(batch.x.size)
+    for _ in range(draws):
+        total += law(rng)
+    return least_squares_line(TractBatch(batch.x, total / draws, batch.starts, batch.labels))
 
 
 def theil_sen_line(batch: TractBatch) -> dict[str, np.ndarray]:
@@ -110,27 +139,42 @@ def _truncated(rng, mean: np.ndarray, draw: Callable[[int], np.ndarray]) -> np.n
     return np.clip(mean + e, 0.0, 1.0)
 
 
-def _state(name: str, n: np.ndarray, x: np.ndarray, y: np.ndarray, params: dict) -> StressState:
+def _state(name: str, n: np.ndarray, x: np.ndarray, y: np.ndarray, params: dict,
+           law: ChildLaw) -> StressState:
+    """The records in batch order (zero-padded labels: batch order = draw order, so ``law``,
+    which draws in record order, draws in batch order too); ``truth`` is filled in by
+    ``scenario_state``."""
     labels = np.repeat(np.array([f"t{i:05d}" for i in range(n.size)]), n)
     batch = TractBatch.from_labels(labels, x, y)
-    return StressState(name, batch, least_squares_line(batch), params)
+    return StressState(name, batch, {}, params, least_squares_line(batch), law)
 
 
-def _gaussian_state(name: str, rng, n: np.ndarray, x: np.ndarray, sd, params: dict
-                    ) -> StressState:
-    icpt, slope = _lines(rng, n.size)
+@dataclass(frozen=True)
+class GaussianLaw:
+    """y = mean + N(0, sd²) per record, the error redrawn where y would leave [0, 1] (a normal
+    truncated to [0, 1]: E[y] is known in closed form, which the tests use)."""
+
+    mean: np.ndarray  # the generator's line at each record's x
+    sd: np.ndarray
+
+    def __call__(self, rng: np.random.Generator) -> np.ndarray:
+        mean, scale = self.mean, self.sd
+        e = rng.normal(0.0, 1.0, mean.size) * scale
+        for _ in range(200):  # redraw per record with its own sd, so heteroskedasticity is kept
+            bad = np.nonzero((mean + e < 0) | (mean + e > 1))[0]
+            if bad.size == 0:
+                break
+            e[bad] = rng.normal(0.0, 1.0, bad.size) * scale[bad]
+        return np.clip(mean + e, 0.0, 1.0)
+
+
+def _gaussian_state(name: str, rng, n: np.ndarray, x: np.ndarray, sd, params: dict,
+                    lines: tuple[np.ndarray, np.ndarray] | None = None) -> StressState:
+    icpt, slope = _lines(rng, n.size) if lines is None else lines
     t = np.repeat(np.arange(n.size), n)
-    sd = np.broadcast_to(np.asarray(sd, dtype=float), x.shape)
-    mean = icpt[t] + slope[t] * x
-    scale = sd.copy()
-    e = rng.normal(0.0, 1.0, x.size) * scale
-    for _ in range(200):  # redraw per record with its own sd, so heteroskedasticity is kept
-        bad = np.nonzero((mean + e < 0) | (mean + e > 1))[0]
-        if bad.size == 0:
-            break
-        e[bad] = rng.normal(0.0, 1.0, bad.size) * scale[bad]
-    y = np.clip(mean + e, 0.0, 1.0)
-    return _state(name, n, x, y, params)
+    law = GaussianLaw(icpt[t] + slope[t] * x,
+                      np.broadcast_to(np.asarray(sd, dtype=float), x.shape).copy())
+    return _state(name, n, x, law(rng), params, law)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -141,9 +185,16 @@ def demo(rng, tracts: int, seed: int) -> StressState:
     """The demo generator itself (dpatlas/evaluation/synthetic_input.py), at another seed than the demo's."""
     from dpatlas.evaluation.synthetic_input import StateParams, batch_of, oi_like_state
 
-    df = oi_like_state(seed, StateParams(n_tracts=tracts))
+    params = StateParams(n_tracts=tracts)
+    df = oi_like_state(seed, params)
     batch = batch_of(df)
-    return StressState("demo", batch, least_squares_line(batch), {"synth_seed": seed})
+    lines = df.attrs["truth"].set_index("geoid").loc[batch.labels]
+    t = batch.tract_of_record
+    mean = lines["intercept"].to_numpy()[t] + lines["slope"].to_numpy()[t] * batch.x
+
+    def law(r):  # the generator's: the line plus N(0, noise_sd²), clipped, rounded to 0.01
+        return np.round(np.clip(mean + r.normal(0.0, params.noise_sd, mean.size), 0.0, 1.0), 2)
+    return StressState("demo", batch, {}, {"synth_seed": seed}, least_squares_line(batch), law)
 
 
 def heteroskedastic(rng, tracts: int, seed: int) -> StressState:
@@ -163,8 +214,10 @@ def skewed(rng, tracts: int, seed: int) -> StressState:
     t = np.repeat(np.arange(tracts), n)
     mean = icpt[t] + slope[t] * x - 0.1  # room above the line for the long right tail
     mean = np.clip(mean, 0.1, 0.7)
-    y = _truncated(rng, mean, lambda k: 0.15 * (rng.exponential(1.0, k) - 1.0))
-    return _state("skewed", n, x, y, {"errors": "0.15 (Exp(1) - 1)"})
+
+    def law(r):
+        return _truncated(r, mean, lambda k: 0.15 * (r.exponential(1.0, k) - 1.0))
+    return _state("skewed", n, x, law(rng), {"errors": "0.15 (Exp(1) - 1)"}, law)
 
 
 def censored(rng, tracts: int, seed: int) -> StressState:
@@ -174,8 +227,12 @@ def censored(rng, tracts: int, seed: int) -> StressState:
     x = _x_spread(rng, rng.uniform(0.2, 0.8, tracts), n)
     icpt, slope = _lines(rng, tracts)
     t = np.repeat(np.arange(tracts), n)
-    y = np.clip(icpt[t] + slope[t] * x + rng.normal(0.0, 0.3, x.size), 0.0, 1.0)
-    return _state("censored", n, x, y, {"errors": "N(0, 0.3^2), y clipped to [0, 1]"})
+    mean = icpt[t] + slope[t] * x
+
+    def law(r):
+        return np.clip(mean + r.normal(0.0, 0.3, mean.size), 0.0, 1.0)
+    return _state("censored", n, x, law(rng), {"errors": "N(0, 0.3^2), y clipped to [0, 1]"},
+                  law)
 
 
 def outliers(rng, tracts: int, seed: int) -> StressState:
@@ -187,15 +244,25 @@ def outliers(rng, tracts: int, seed: int) -> StressState:
     state = _gaussian_state("outliers", rng, n, x, 0.12, {})
     b = state.batch
     x, y = b.x.copy(), b.y.copy()
+    slots, low_y = [], []  # the outlier records and whether their y is at the low end
     for t in range(tracts):
         s, k = b.starts[t], b.n[t]
         m = max(1, int(round(OUTLIER_SHARE * k)))
         far_right = centre[t] < 0.5  # zero-padded labels: batch order = draw order
         x[s:s + m] = rng.uniform(0.97, 1.0, m) if far_right else rng.uniform(0.0, 0.03, m)
         y[s:s + m] = rng.uniform(0.0, 0.05, m) if far_right else rng.uniform(0.95, 1.0, m)
+        slots.append(np.arange(s, s + m))
+        low_y.append(np.full(m, far_right))
+    slots, low_y = np.concatenate(slots), np.concatenate(low_y)
     batch = TractBatch(x, y, b.starts, b.labels)
-    return StressState("outliers", batch, least_squares_line(batch),
-                       {"outlier_share": OUTLIER_SHARE})
+
+    def law(r):  # the rest at their x as drawn; the outliers (fixed x) uniform at their end
+        out = state.law(r)
+        u = r.uniform(0.0, 0.05, slots.size)
+        out[slots] = np.where(low_y, u, 0.95 + u)
+        return out
+    return StressState("outliers", batch, {}, {"outlier_share": OUTLIER_SHARE},
+                       least_squares_line(batch), law)
 
 
 def narrow_x(rng, tracts: int, seed: int) -> StressState:
@@ -230,21 +297,42 @@ def tied_x(rng, tracts: int, seed: int) -> StressState:
     state = _gaussian_state("tied_x", rng, n, x, 0.15, {"grid": 0.01})
     b = state.batch
     batch = TractBatch(b.x, np.round(b.y, 2), b.starts, b.labels)
-    return StressState("tied_x", batch, least_squares_line(batch), {"grid": 0.01})
+
+    def law(r):
+        return np.round(state.law(r), 2)
+    return StressState("tied_x", batch, {}, {"grid": 0.01}, least_squares_line(batch), law)
+
+
+def size_dependent(rng, tracts: int, seed: int) -> StressState:
+    """Outcomes that depend on tract size: demo-like sizes and Gaussian errors (sd 0.15), the
+    intercept raised by SIZE_EFFECT per SD of log n (about ±0.1 between the smallest and the
+    largest tracts), kept so that the line stays inside [0.1, 0.9] over x in [0, 1]."""
+    n = _sizes_demo_like(rng, tracts)
+    x = _x_spread(rng, rng.uniform(0.2, 0.8, tracts), n)
+    icpt, slope = _lines(rng, tracts)
+    log_n = np.log(n)
+    icpt = np.clip(icpt + SIZE_EFFECT * (log_n - log_n.mean()) / log_n.std(), 0.1,
+                   0.9 - slope)
+    return _gaussian_state("size_dependent", rng, n, x, 0.15,
+                           {"intercept": f"+{SIZE_EFFECT} per SD of log n"}, (icpt, slope))
 
 
 _GENERATORS = {"demo": demo, "heteroskedastic": heteroskedastic, "skewed": skewed,
                "censored": censored, "outliers": outliers, "narrow_x": narrow_x, "small": small,
-               "large": large, "tied_x": tied_x}
+               "large": large, "tied_x": tied_x, "size_dependent": size_dependent}
 
 
 def scenario_state(name: str, tracts: int, seed: int) -> StressState:
-    """Scenario ``name`` with ``tracts`` tracts, drawn from ``seed`` (its own stream)."""
+    """Scenario ``name`` with ``tracts`` tracts, drawn from ``seed`` (its own stream), with its
+    expected outcome per tract (``truth``, from a stream of its own) and census reading."""
     if name not in _GENERATORS:
         raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
     if tracts < 5:
         raise ValueError(f"need tracts >= 5, got {tracts}")
     rng = np.random.default_rng([seed, SCENARIOS.index(name)])
     state = _GENERATORS[name](rng, tracts, seed)
-    return StressState(name, state.batch, state.truth, {**state.params, "seed": seed,
-                                                        "tracts": tracts})
+    expected = population_line(state.batch, state.law, np.random.default_rng(
+        [seed, SCENARIOS.index(name), _POPULATION_STREAM]))
+    return StressState(name, state.batch, expected,
+                       {**state.params, "seed": seed, "tracts": tracts,
+                        "population_draws": POPULATION_DRAWS}, state.census, state.law)

@@ -299,8 +299,9 @@ def test_evaluate_intervals_piped_keeps_its_headers_whole(tmp_path):
     assert res.returncode == 0, res.stdout
     (head,) = [ln for ln in res.stdout.splitlines() if ln.startswith("scenario\t")]
     assert head.split("\t") == ["scenario", "mechanism", "epsilon", "coverage", "worst Q",
-                                "worst W", "reliable", "reliable share", "[0,1] share",
-                                "reliable intervals"]
+                                "worst W", "extreme deciles", "SE cover", "worst SE Q",
+                                "median width", "width<=0.2", "width<=0.5", "reliable",
+                                "[0,1] share", "reliable intervals"]
     assert "…" not in res.stdout
 
 

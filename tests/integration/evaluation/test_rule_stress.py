@@ -12,7 +12,7 @@ from dpatlas.evaluation import rule_stress as RS
 from dpatlas.release.thresholds import DEFAULT_THRESHOLDS, resolve_schedule, resolve_threshold
 from dpatlas.core.config import SelectionConfig
 from dpatlas.release.selection import DP_BAND, EXP_THEIL_SEN, NOISY_STATS, Rule, apply_rule
-from dpatlas.evaluation.stress import SCENARIOS, scenario_state
+from dpatlas.evaluation.stress import RULE_CALIBRATION_SCENARIOS, scenario_state
 from mechanisms.batch import ols, sufficient_stats
 from mechanisms.noise import SeededRandomness
 
@@ -66,7 +66,7 @@ def test_shipped_calibration_was_made_on_other_seeds_than_the_evaluation():
 
     entry = yaml.safe_load(DEFAULT_THRESHOLDS.read_text())["rules"]["banded"]
     assert set(entry["calibration"]["seeds"]).isdisjoint({RS.EVALUATION_SEED})
-    assert entry["calibration"]["scenarios"] == list(SCENARIOS)
+    assert entry["calibration"]["scenarios"] == list(RULE_CALIBRATION_SCENARIOS)
 
 
 @pytest.mark.slow

@@ -1,5 +1,7 @@
 """Stress scenarios (dpatlas/evaluation/stress.py): each has the property it claims, its truth is the
-tract's least-squares line, draws are reproducible, and the release path never imports it."""
+tract's expected outcome (the population least-squares line of E[y | x]) and its census reading
+the tract's own least-squares line, draws are reproducible, and the release path never imports
+it."""
 
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ def _residuals(state):
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
-def test_truth_is_the_tracts_least_squares_line(states, name):
+def test_census_reading_is_the_tracts_least_squares_line(states, name):
     st = states[name]
     b = st.batch
     assert b.n_tracts == TRACTS
@@ -39,21 +41,22 @@ def test_truth_is_the_tracts_least_squares_line(states, name):
     for t in range(0, TRACTS, 15):
         x, y = b.x[b.starts[t]:b.starts[t + 1]], b.y[b.starts[t]:b.starts[t + 1]]
         if x.size < 2 or np.ptp(x) == 0:
-            assert np.isnan(st.truth["p25"][t])
+            assert np.isnan(st.census["p25"][t]) and np.isnan(st.truth["p25"][t])
             continue
         slope, icpt = np.polyfit(x, y, 1)
-        assert st.truth["p25"][t] == pytest.approx(np.clip(icpt + 0.25 * slope, 0, 1), abs=1e-9)
-        assert st.truth["p75"][t] == pytest.approx(np.clip(icpt + 0.75 * slope, 0, 1), abs=1e-9)
+        assert st.census["p25"][t] == pytest.approx(np.clip(icpt + 0.25 * slope, 0, 1), abs=1e-9)
+        assert st.census["p75"][t] == pytest.approx(np.clip(icpt + 0.75 * slope, 0, 1), abs=1e-9)
         checked += 1
     assert checked >= 8
-    assert np.nanmin(st.truth["p25"]) >= 0 and np.nanmax(st.truth["p75"]) <= 1
+    for reading in (st.truth, st.census):
+        assert np.nanmin(reading["p25"]) >= 0 and np.nanmax(reading["p75"]) <= 1
 
 
 def test_the_estimand_is_clipped_to_ranks_where_a_narrow_line_leaves_them(states):
     fit = ols(sufficient_stats(states["narrow_x"].batch))
     outside = (fit.p25 < 0) | (fit.p25 > 1)
     assert outside.mean() > 0.05  # a line fitted on x within ±0.025 extrapolates far
-    assert np.all(np.isin(states["narrow_x"].truth["p25"][outside], (0.0, 1.0)))
+    assert np.all(np.isin(states["narrow_x"].census["p25"][outside], (0.0, 1.0)))
 
 
 def test_draws_are_reproducible_and_differ_by_seed():
@@ -138,7 +141,7 @@ def test_theil_sen_line_differs_from_least_squares_under_skew(states):
     for name, gap_at_least in (("skewed", 0.03), ("large", 0.0)):
         st = states[name]
         ts = theil_sen_line(st.batch)
-        gap = np.nanmedian(ts["p25"] - st.truth["p25"])
+        gap = np.nanmedian(ts["p25"] - st.census["p25"])
         if gap_at_least:
             assert gap < -gap_at_least  # the median line runs below the mean line
         else:
