@@ -57,7 +57,8 @@ def fabricate_results(boundaries, cells: int, folder: Path) -> list[Path]:
                 "mechanism": "NoisyStats", "status": "released", "reason": None,
                 "p25_raw": p25, "p75_raw": p75, "epsilon_spent": 1.0, "delta_spent": 0.0,
                 "p25_lo": np.clip(p25 - 0.1, 0, 1), "p25_hi": np.clip(p25 + 0.1, 0, 1),
-                "p75_lo": np.clip(p75 - 0.1, 0, 1), "p75_hi": np.clip(p75 + 0.1, 0, 1)}))
+                "p75_lo": np.clip(p75 - 0.1, 0, 1), "p75_hi": np.clip(p75 + 0.1, 0, 1),
+                "p25_se": 0.05, "p75_se": 0.05}))
         paths.append(folder / f"chunk-{k}.parquet")
         pd.concat(frames, ignore_index=True).to_parquet(paths[-1], index=False)
     return paths

@@ -44,7 +44,8 @@ def made_up_results(geoids: np.ndarray, seed: int = 0) -> pd.DataFrame:
         "reason": "", "p25_raw": p25, "p75_raw": p75, "epsilon_spent": 0.9999998614530536,
         "delta_spent": 0.0, "p25_lo": np.clip(p25 - half, 0, 1),
         "p25_hi": np.clip(p25 + half, 0, 1), "p75_lo": np.clip(p75 - half, 0, 1),
-        "p75_hi": np.clip(p75 + half, 0, 1)})
+        "p75_hi": np.clip(p75 + half, 0, 1), "p25_se": np.minimum(half / 2, 0.5),
+        "p75_se": np.minimum(half / 2, 0.5)})
 
 
 def synthetic_geojson(states: list[str], tracts: int, out: Path) -> Path:

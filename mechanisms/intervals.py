@@ -1,18 +1,40 @@
-"""DP confidence intervals per tract for p25 = ŷ(0.25) and p75 = ŷ(0.75) (issues 8 and 18).
+"""DP confidence intervals and standard errors per tract for p25 = ŷ(0.25) and p75 = ŷ(0.75)
+(issues 8, 18 and 32).
 
-**Estimands** (issue 18; docs/uncertainty.md). Every interval covers a line of the tract's own
-records, a finite-population quantity, clipped to [0, 1] (a child's rank lies there):
+**Estimand** (issue 32; ``mechanisms/estimand.py``, docs/uncertainty.md). Every interval and
+standard error is about the tract's *expected outcome*: the population least-squares
+prediction at x* of the law that generated the tract's records, clipped to [0, 1]. They cover
+the *total error*: the sampling error of the tract's n records about that line, and the
+privacy noise of the release. (Until issue 32 they covered the privacy noise only, about the
+line of the tract's own records: a reader who took the ± as the tract's expected outcome with
+all its error was misled exactly where the intervals were narrowest.)
 
-- NoisyStats rows: the tract's least-squares line, a + b·x* with b = Σ(x − x̄)(y − ȳ)/Σ(x − x̄)²
-  and a = ȳ − b·x̄;
-- DPExpTheilSen rows: the tract's Theil–Sen line, the median of its pairwise predictions at x*
-  (pairs with distinct x, clipped to [−0.5, 1.5]); it differs from the least-squares line when
-  the errors are not symmetric (skewed or censored ranks), by an amount no public bound makes
-  small, so these rows state their own estimand rather than claim the other;
-- the rule's rows: the estimand of the mechanism the tract chose (published beside the value).
+- NoisyStats rows: privacy noise as below (exact), plus the least-squares prediction's
+  sampling error, t_(n−2)·σ·sqrt(1/n + (x* − x̄)²/nvar), with σ² <= RSS/(n − 2) <=
+  Σ(y − ȳ)²/(n − 2) bounded by a DP draw of Σ(y − ȳ)²; the two half-widths are added in
+  quadrature (exact for two normal errors; the privacy half-width is already a Bonferroni
+  bound, so the sum errs wide). The normal sampling law is asymptotic, and the t-quantile with
+  the residual spread over-estimated by the slope's share makes it conservative for Gaussian
+  errors; heteroskedastic errors are not modelled (docs/uncertainty.md, section 6, measures it).
+- DPExpTheilSen rows: the rank offset of the DP quantile ends adds the sampling spread of the
+  median of the pairwise predictions (``theil_sen_sampling_offset``, Hoeffding's U-statistic
+  variance bound: public, a function of n). The ends then cover the population median of the
+  pairwise predictions, which equals the expected outcome where the errors are symmetric and
+  differs from it by a gap no public bound makes small where they are skewed or censored; the
+  evaluation measures that gap's effect on coverage (docs/uncertainty.md, section 6) rather
+  than widen every interval by a worst case.
+- the rule's rows: those of the mechanism the tract chose.
 
-There is no sampling error to cover: the intervals cover the privacy noise of the release. The
-interval is paid from its own budget step, ``epsilon_interval`` per tract
+**Standard errors** (``p25_se``, ``p75_se``; issue 32). Estimates of the standard deviation of
+the published value's total error, from the interval step's DP statistics and the release's
+public noise scales only: for NoisyStats, sqrt(sampling² + privacy²) with plug-in x̄, nvar, σ²
+and slope (``_SpreadEstimate``); for DPExpTheilSen, the rank error of the published median
+(exponential mechanism at ε/2: Laplace-like, scale 2k/(ε/2)) and the sampling rank spread,
+turned into values at the rate the interval's DP ends show (``_theil_sen_standard_error``).
+Capped at ``SE_CAP`` = 0.5, which is also the value where nothing makes the error estimable
+(an end not drawn, nvar not positive, n <= 2): ±1.96·0.5 spans [0, 1] from any value.
+
+The interval is paid from its own budget step, ``epsilon_interval`` per tract
 (``interval_noise_steps``); the released point estimates are reused as post-processing, which
 is free (Dwork & Roth 2014, Prop. 2.1).
 
@@ -23,12 +45,14 @@ released slope s̃ = ncov~/nvar~ and prediction p̃ = ȳ + s̃·(x* − x̄) + L
 
 with L1, L2, L3 the Laplace noises of nvar, ncov and the intercept (public scales; L3's is
 (1 + |s̃|)/(n ε3), known from the released s̃) and β̂, x̄ the tract's unknown slope and mean.
-The interval step draws two more statistics with grid Laplace noise (exact discrete Laplace,
-``mechanisms/noise.py``), ``epsilon_interval/2`` each:
+The interval step draws three statistics with grid Laplace noise (exact discrete Laplace,
+``mechanisms/noise.py``), ``epsilon_interval/3`` each:
 
 - x̄, sensitivity 1/n (replace-one, parent ranks on [0, 1]);
 - nvar = Σ(x − x̄)² again, sensitivity 1 − 1/n: its noise is independent of the failure event
-  (nothing is published when nvar~ <= 0), which depends on the first draw's.
+  (nothing is published when nvar~ <= 0), which depends on the first draw's;
+- Σ(y − ȳ)², sensitivity 1 − 1/n (as nvar with child ranks): the residual spread's upper
+  bound (share ``_GAMMA_SYY`` of the miss probability) and its plug-in estimate.
 
 From them and the release, Bonferroni bounds that fail with probability at most a share of
 1 − level each: nvar (from both draws; given publication, L1 > −nvar, an event of probability
@@ -111,16 +135,6 @@ from .sufficient_stats import one_minus_one_over_n, one_over_n
 from .theil_sen import MAX_PAIRS_PER_CHUNK, pairs_per_record
 
 NOISY_STATS, EXP_THEIL_SEN, RULE = "NoisyStats", "DPExpTheilSen", "rule"
-# What each mechanism's published p25/p75 and interval estimate (issue 18; the module
-# docstring, docs/uncertainty.md): stated in the manifest and the table schema.
-ESTIMANDS = {
-    NOISY_STATS: "the tract's least-squares line of its own records (child rank on parent rank) "
-                 "at the parent rank, clipped to [0, 1]",
-    EXP_THEIL_SEN: "the tract's Theil-Sen line of its own records (the median of its pairwise "
-                   "predictions at the parent rank), clipped to [0, 1]; it differs from the "
-                   "least-squares line when errors are skewed or censored",
-    RULE: "the estimand of the mechanism the tract chose (the mechanism column)",
-}
 MECHANISMS = (NOISY_STATS, EXP_THEIL_SEN, RULE)
 INTERVAL_STEP = "interval: p25 and p75"
 _PREDICTIONS = (("p25", X_LOW), ("p75", X_HIGH))

@@ -221,6 +221,8 @@ def test_interval_values_on_suppressed_rows(forged):
 
 
 def test_the_untouched_release_publishes_standard_errors_the_audit_recomputes(anchored):
+    """Issue 32: the SEs of the total error, in (0, 0.5] exactly where released, their 90%
+    margins ceil(1.645·se) beside them, declared as post-processing of the interval step."""
     table = table_of(anchored[0])
     released = table.status == "released"
     assert table.loc[released, list(SE_COLUMNS)].notna().all().all()
@@ -228,17 +230,26 @@ def test_the_untouched_release_publishes_standard_errors_the_audit_recomputes(an
     m = manifest_of(anchored[0])
     assert "post-processing of the step 'interval: p25 and p75'" in \
         m["published_columns"]["p25_se, p75_se"]
-    want = audit.interval_standard_error(table["p25_lo"], table["p25_hi"], 0.95)
-    assert np.allclose(table.loc[released, "p25_se"], want[released.to_numpy()], rtol=0,
-                       atol=1e-4)
+    se = table.loc[released, "p25_se"].astype(float)
+    assert ((se > 0) & (se <= audit.SE_CAP)).all()
+    assert np.allclose(table.loc[released, "p25_moe90"],
+                       np.ceil(audit.MOE90_Z * se * 1e4) / 1e4, rtol=0, atol=1e-9)
 
 
 def as_version_3(folder: Path) -> None:
     """The release as published before the one estimand (manifest_version 3): its standard
-    errors were the interval's (hi - lo)/(2z), and are audited so."""
+    errors were the interval's (hi - lo)/(2z) rounded up, with no margins of error beside
+    them, and are audited so."""
+    table = table_of(folder).drop(columns=list(MOE90_COLUMNS))
+    for p in ("p25", "p75"):
+        se = audit.interval_standard_error(table[f"{p}_lo"], table[f"{p}_hi"], 0.95)
+        table[f"{p}_se"] = (np.ceil(np.round(se * 1e4, 9)) / 1e4).round(4) + 0.0
+    republish(folder, table)
     m = manifest_of(folder)
     m["manifest_version"] = 3
+    m["published_columns"].pop("p25_moe90, p75_moe90", None)
     write_manifest(folder, m)
+    rehash_all(folder)
 
 
 def test_a_standard_error_narrowed_in_every_format(forged):
@@ -294,6 +305,7 @@ def test_standard_errors_need_not_be_the_interval_width_but_stay_within_the_cap(
     table = table_of(forged)
     released = table.index[table.status == "released"]
     table.loc[released[0], "p25_se"] = round(table.loc[released[0], "p25_se"] / 2, 4)
+    table = with_margins(table)
     republish(forged, table)
     code, bad, lines = run_audit(forged)
     assert "table" not in bad and "columns" not in bad, lines
@@ -380,7 +392,7 @@ def test_a_column_not_declared_with_the_estimand_in_the_table_schema(forged):
 
 
 def test_standard_errors_dropped_or_declared_a_budget_of_their_own(forged):
-    table = table_of(forged).drop(columns=list(SE_COLUMNS))
+    table = table_of(forged).drop(columns=list(SE_COLUMNS) + list(MOE90_COLUMNS))
     republish(forged, table)
     code, bad, lines = run_audit(forged)
     assert code == 1 and set(bad) == {"columns"}, lines
@@ -390,11 +402,12 @@ def test_standard_errors_dropped_or_declared_a_budget_of_their_own(forged):
 def test_a_version_2_release_without_standard_errors_still_audits(forged):
     """Releases published before the standard errors (manifest_version 2) are audited as they
     were published; from version 3 on, the columns are required (the test above)."""
-    table = table_of(forged).drop(columns=list(SE_COLUMNS))
+    table = table_of(forged).drop(columns=list(SE_COLUMNS) + list(MOE90_COLUMNS))
     republish(forged, table)
     m = manifest_of(forged)
     m["manifest_version"] = 2
     del m["published_columns"]["p25_se, p75_se"]
+    del m["published_columns"]["p25_moe90, p75_moe90"]
     write_manifest(forged, m)
     rehash_all(forged)
     code, bad, lines = run_audit(forged)

@@ -351,8 +351,10 @@ def test_p25_null_exactly_where_not_released(published):
     assert flagged(res) == sorted([released, failed])
 
 
-def with_standard_errors(table: pd.DataFrame, se: float = 0.1) -> pd.DataFrame:
-    """The table with intervals and their standard errors on released rows (issue 18)."""
+def with_standard_errors(table: pd.DataFrame, se: float = 0.1,
+                         moe: float | None = None) -> pd.DataFrame:
+    """The table with intervals, their standard errors and, with ``moe``, 90% margins of
+    error on released rows (issues 18 and 32)."""
     df = table.copy()
     released = df["status"] == "released"
     for p in ("p25", "p75"):
@@ -360,31 +362,38 @@ def with_standard_errors(table: pd.DataFrame, se: float = 0.1) -> pd.DataFrame:
         df[f"{p}_hi"] = np.where(released, np.clip(df[p] + 0.2, 0, 1), np.nan)
     for p in ("p25", "p75"):
         df[f"{p}_se"] = np.where(released, se, np.nan)
+        if moe is not None:
+            df[f"{p}_moe90"] = np.where(released, moe, np.nan)
     return df
 
 
 def test_standard_errors_in_their_range_present_exactly_where_released(published):
+    """Issue 32: SEs of the total error in [0, 0.5], margins in [0, 0.8225], both exactly on
+    released rows."""
     table, _ = published
-    df = with_standard_errors(table)
+    df = with_standard_errors(table, 0.1, 0.1645)
     assert validate_published(df).success, validate_published(df).summary()
-    assert validate_published(with_standard_errors(table, 0.2552)).success  # [0, 1] at 95%
+    assert validate_published(with_standard_errors(table, 0.5, 0.8225)).success  # the caps
     released = np.flatnonzero(df["status"] == "released")
     failed = int(np.flatnonzero(df["status"] == "failed")[0])
-    df.loc[released[0], "p25_se"] = 0.2553  # above 1/(2z) at 95%
+    df.loc[released[0], "p25_se"] = 0.5001  # above the cap
     df.loc[released[1], "p75_se"] = np.nan  # missing on a released row
     df.loc[failed, "p25_se"] = 0.1  # on a row without an interval
+    df.loc[released[2], "p25_moe90"] = 0.8226  # above the margin's cap
+    df.loc[failed, "p75_moe90"] = 0.1  # on a row without an interval
     res = validate_published(df)
     got = {(f.expectation, f.column, f.unexpected_count) for f in res.failures}
     assert got == {
         ("expect_column_values_to_be_between", "p25_se", 1),
         ("expect_column_values_to_not_be_null", "p75_se", 1),
         ("expect_column_values_to_be_null", "p25_se", 1),
+        ("expect_column_values_to_be_between", "p25_moe90", 1),
+        ("expect_column_values_to_be_null", "p75_moe90", 1),
     }
-    assert flagged(res) == sorted([int(released[0]), int(released[1]), failed])
-    # the bound is the level's: 1/(2 * 1.6449) rounded up at 90%
-    wide = with_standard_errors(table, 0.304)
-    assert not validate_published(wide).success
-    assert validate_published(wide, standard_error_max=0.304).success
+    assert flagged(res) == sorted([int(released[0]), int(released[1]), int(released[2]),
+                                   failed])
+    # the bound is a parameter: a release may pass a tighter one
+    assert not validate_published(with_standard_errors(table, 0.3), standard_error_max=0.25).success
     negative = with_standard_errors(table, -0.001)
     assert not validate_published(negative).success
 

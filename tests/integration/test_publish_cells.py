@@ -60,6 +60,7 @@ def result_files(boundaries, tmp_path_factory) -> list[Path]:
             "epsilon_spent": 1.0, "delta_spent": 0.0,
             "p25_lo": np.where(ok, p25 - 0.1, np.nan), "p25_hi": np.where(ok, p25 + 0.1, np.nan),
             "p75_lo": np.where(ok, p75 - 0.2, np.nan), "p75_hi": np.where(ok, p75 + 0.2, np.nan),
+            "p25_se": np.where(ok, 0.05, np.nan), "p75_se": np.where(ok, 0.1, np.nan),
             "Hybrid_p25": np.where(ok, p25 + 0.01, np.nan),
             "Hybrid_p75": np.where(ok, p75 - 0.01, np.nan)}))
     whole = pd.concat(frames, ignore_index=True).sample(frac=1.0, random_state=2)

@@ -150,9 +150,11 @@ def _results(geoids: np.ndarray, seed: int) -> pd.DataFrame:
         "epsilon_spent": np.where(status == "suppressed", 0.0, 0.9999998614530536),
         "delta_spent": np.where(status == "suppressed", 0.0, 1e-6),
         "p25_lo": np.clip(p25 - half, 0, 1), "p25_hi": np.clip(p25 + half, 0, 1),
-        "p75_lo": np.clip(p75 - half, 0, 1), "p75_hi": np.clip(p75 + half, 0, 1)})
+        "p75_lo": np.clip(p75 - half, 0, 1), "p75_hi": np.clip(p75 + half, 0, 1),
+        "p25_se": np.minimum(half / 2, 0.5), "p75_se": np.minimum(half / 2, 0.5)})
     frame.loc[status == "suppressed", "n"] = 1
-    frame.loc[~released, ["p25_raw", "p75_raw", "p25_lo", "p25_hi", "p75_lo", "p75_hi"]] = np.nan
+    frame.loc[~released, ["p25_raw", "p75_raw", "p25_lo", "p25_hi", "p75_lo", "p75_hi",
+                          "p25_se", "p75_se"]] = np.nan
     return frame
 
 
@@ -228,9 +230,10 @@ def _unit_results(units: np.ndarray, seed: int) -> pd.DataFrame:
         "p25_raw": p25, "p75_raw": p75,
         "epsilon_spent": np.where(status == "suppressed", 0.0, 0.15),
         "delta_spent": np.where(status == "suppressed", 0.0, 1e-6),
-        "p25_lo": p25 - 0.03, "p25_hi": p25 + 0.03, "p75_lo": p75 - 0.03, "p75_hi": p75 + 0.03})
+        "p25_lo": p25 - 0.03, "p25_hi": p25 + 0.03, "p75_lo": p75 - 0.03, "p75_hi": p75 + 0.03,
+        "p25_se": 0.015, "p75_se": 0.015})
     frame.loc[status == "suppressed", ["p25_raw", "p75_raw", "p25_lo", "p25_hi", "p75_lo",
-                                       "p75_hi"]] = np.nan
+                                       "p75_hi", "p25_se", "p75_se"]] = np.nan
     return frame
 
 
