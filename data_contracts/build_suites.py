@@ -304,16 +304,9 @@ def _published(name: str, level: str, columns) -> gx.ExpectationSuite:
     for p in ("p25", "p75"):
         for end in ("lo", "hi"):
             col = f"{p}_{end}"
-            only = {META_KEY: {"only_if_column": col}}
-            suite.add_expectation(gxe.ExpectColumnValuesToBeBetween(
-                column=col, min_value=0.0, max_value=1.0, meta=only,
-                description=f"{col} (interval end) is in [0, 1] where not null"))
-            suite.add_expectation(gxe.ExpectColumnValuesToNotBeNull(
-                column=col, row_condition=Column("status") == "released", meta=only,
-                description=f"{col} is present on released rows"))
-            suite.add_expectation(gxe.ExpectColumnValuesToBeNull(
-                column=col, row_condition=Column("status") != "released", meta=only,
-                description=f"{col} is null on rows that are not released"))
+            _exactly_where_released(suite, col, 1.0,
+                                    f"{col} (interval end) is in [0, 1] where not null",
+                                    f"{col} is present on released rows")
         for lo, hi in ((f"{p}_lo", p), (p, f"{p}_hi")):
             suite.add_expectation(gxe.ExpectColumnPairValuesAToBeGreaterThanB(
                 column_A=hi, column_B=lo, or_equal=True, ignore_row_if="either_value_is_missing",
@@ -323,17 +316,10 @@ def _published(name: str, level: str, columns) -> gx.ExpectationSuite:
         # margins of error (post-processing): exactly where the interval is.
         for col, top in ((f"{p}_se", {"$PARAMETER": STANDARD_ERROR_MAX_PARAMETER}),
                          (f"{p}_moe90", {"$PARAMETER": MOE90_MAX_PARAMETER})):
-            only = {META_KEY: {"only_if_column": col}}
-            suite.add_expectation(gxe.ExpectColumnValuesToBeBetween(
-                column=col, min_value=0.0, max_value=top, meta=only,
-                description=f"{col} is in [0, its cap] where not null (standard error at most "
-                f"{STANDARD_ERROR_MAX}, margin of error at most {MOE90_MAX})"))
-            suite.add_expectation(gxe.ExpectColumnValuesToNotBeNull(
-                column=col, row_condition=Column("status") == "released", meta=only,
-                description=f"{col} is present on released rows (they carry intervals)"))
-            suite.add_expectation(gxe.ExpectColumnValuesToBeNull(
-                column=col, row_condition=Column("status") != "released", meta=only,
-                description=f"{col} is null on rows that are not released"))
+            _exactly_where_released(
+                suite, col, top, f"{col} is in [0, its cap] where not null (standard error at "
+                f"most {STANDARD_ERROR_MAX}, margin of error at most {MOE90_MAX})",
+                f"{col} is present on released rows (they carry intervals)")
     suite.add_expectation(
         gxe.ExpectColumnDistinctValuesToContainSet(
             column="geoid",
@@ -343,6 +329,19 @@ def _published(name: str, level: str, columns) -> gx.ExpectationSuite:
         )
     )
     return suite
+
+
+def _exactly_where_released(suite, col: str, top, range_text: str, present_text: str) -> None:
+    """``col`` in [0, ``top``], present on released rows and null elsewhere, when it exists."""
+    only = {META_KEY: {"only_if_column": col}}
+    suite.add_expectation(gxe.ExpectColumnValuesToBeBetween(
+        column=col, min_value=0.0, max_value=top, meta=only, description=range_text))
+    suite.add_expectation(gxe.ExpectColumnValuesToNotBeNull(
+        column=col, row_condition=Column("status") == "released", meta=only,
+        description=present_text))
+    suite.add_expectation(gxe.ExpectColumnValuesToBeNull(
+        column=col, row_condition=Column("status") != "released", meta=only,
+        description=f"{col} is null on rows that are not released"))
 
 
 SUITE_BUILDERS = {INPUT_SUITE: input_suite, PUBLISHED_SUITE: published_suite,
