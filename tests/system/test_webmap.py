@@ -471,15 +471,15 @@ def test_feed_page_draws_the_latest_release_with_legend_colours_popup_and_picker
         page.screenshot("feed-latest-popup.png")
         text = popup.inner_text()
         for expected in (geoid, "released", _js_number(latest["p25"]),
-                         # no 90% margin published: no ±, the interval named as such
-                         f"{_js_number(latest['p25'])}, 95% interval "
-                         f"[{_js_number(latest['p25_lo'])}, {_js_number(latest['p25_hi'])}]",
+                         # the ± is the labelled 90% margin, the interval named as such
+                         _estimate_text(latest, "p25"),
                          str(latest["n"]), latest["mechanism"],
                          # the budget to 6 significant digits (0.99999986... shows as 1)
                          "ε = " + _js_number(float(format(latest["epsilon_spent"], ".6g"))) + ",",
                          "Estimand", "tract expected outcome"):
             assert expected in text, (expected, text)
-        assert f"{_js_number(latest['p25'])} ±" not in text   # a ± is only ever a labelled MOE
+        # a ± is only ever a labelled margin of error
+        assert text.count(" ± ") == text.count("(90% margin of error)") >= 1
         page.page.click(".maplibregl-popup-close-button")
 
         # The p75 switch recolours the same tract by its p75.
