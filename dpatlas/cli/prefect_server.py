@@ -282,7 +282,11 @@ def _starting(home: Path) -> Iterator[None]:
 
 
 def _port_free(port: int) -> bool:
+    """Whether a server could listen on ``port``: bound as the server binds it, with
+    SO_REUSEADDR (uvicorn sets it), so connections of a just-stopped server still in TIME-WAIT
+    do not make the port look taken for a minute; a live listener still does."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
@@ -313,7 +317,11 @@ def _start_locked(home: Path, port: int, timeout: float) -> tuple[ServerRecord, 
                                "--port")
     url = f"http://127.0.0.1:{port}/api"
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    # The UI asks /ui-settings where the API is: without these it answers port 4200 whatever
+    # --port says, and the UI of a server on another port "can't connect to Server API".
+    env.update(PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false",
+               PREFECT_SERVER_API_HOST="127.0.0.1", PREFECT_SERVER_API_PORT=str(port),
+               PREFECT_UI_API_URL=url)
     prefect = Path(sys.executable).with_name("prefect")
     command = [str(prefect)] if prefect.exists() else [sys.executable, "-m", "prefect"]
     with open(home / _SERVER_LOG, "ab") as out:

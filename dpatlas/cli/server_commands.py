@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Optional
 
@@ -43,7 +44,7 @@ def start(home: Optional[Path] = typer.Option(None, help=_HOME_HELP),
           timeout: float = typer.Option(180, help="Seconds to wait for its health check."),
           ) -> None:
     """Start `prefect server start` in the background (on 127.0.0.1) and wait until it answers."""
-    from dpatlas.cli.prefect_server import start_server
+    from dpatlas.cli.prefect_server import server_home, start_server
 
     if not 0 < port < 65536:
         _error(f"--port {port}: give a port from 1 to 65535")
@@ -56,8 +57,12 @@ def start(home: Optional[Path] = typer.Option(None, help=_HOME_HELP),
     _say(f"{'started' if started else 'already running'}: Prefect server at {record.url} "
          f"(pid {record.pid})")
     _say(f"  home {record.home} (database {record.database}), log {record.log}")
-    _say("  `dpatlas release` uses it while it runs; the UI is at "
-         f"{record.url.removesuffix('/api')}")
+    _say(f"  the UI is at {record.url.removesuffix('/api')}")
+    if record.home == server_home(None):
+        _say("  `dpatlas release` uses it while it runs")
+    else:  # releases look for the server in $PREFECT_HOME (or the default home) only
+        _say("  `dpatlas release` uses it while it runs once its home is exported:")
+        _say(f"  export PREFECT_HOME={shlex.quote(str(record.home))}")
 
 
 @server_app.command("stop")

@@ -67,6 +67,11 @@ def test_run_history_survives_releases_on_the_dpatlas_server(tmp_path):
         assert f"started: Prefect server at {url}" in started.stdout
         status = run_subprocess("server", "status", env=env)
         assert status.returncode == 0 and "healthy" in status.stdout, status.stdout
+        # the UI served at this port calls the API at this port (issue 33: it called 4200)
+        import httpx
+
+        ui = httpx.get(f"http://127.0.0.1:{port}/ui-settings", timeout=10).json()
+        assert ui["api_url"] == url, ui
 
         for rid in ("hist-1", "hist-2"):
             res = run_subprocess("release", "-c", config, "--release-id", rid, env=env)
