@@ -2307,7 +2307,9 @@ def _level_step_problems(level: str, sec: dict, steps: dict, m: dict) -> list[st
 def _level_steps_charge(sec: dict, steps: dict, m: dict) -> tuple[float, float]:
     """The (ε, δ) the level's own steps (``sec["steps"]``) charge per unit and cell, as the
     totals check charges a step (a step missing from the budget charges nothing here: the
-    step check reports it)."""
+    step check reports it). Versions 2 and 3 stated the per-person total there (issue 33)."""
+    if m.get("manifest_version") in (2, 3):  # their rule: a level row stated the total
+        return tuple(float(m["budget"][f"{w}_per_tract_and_cell"]) for w in ("epsilon", "delta"))
     conv = float(m["budget"].get("conversion_delta") or 0.0)
     charged = [_charged(guarantee_from(steps[name]["guarantee"]), conv)
                for name in sec.get("steps") or () if name in steps]
