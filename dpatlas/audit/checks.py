@@ -97,8 +97,9 @@ against fixed rules rather than against itself, and compares:
     budget steps ("level county: NoisyStats", "level county: interval") in the budget, so in
     the per-person total (d) recomposes, with the epsilons the level states; counties.* and
     states.* listed in ``files``; every column public or paid by the level's own steps; the
-    table rules of (e) (values where released, suppression by n < min_n, spend, reasons,
-    intervals, standard errors); n per unit the sum of its tracts' n; the CSV and GeoJSON
+    table rules of (e) (values where released, suppression by n < min_n, reasons, intervals,
+    standard errors); epsilon_spent / delta_spent where spent the charge of the level's own
+    steps (not the per-person total); n per unit the sum of its tracts' n; the CSV and GeoJSON
     (and the level's vector tiles ``counties.pmtiles``/``states.pmtiles``, when listed, at
     their lowest zoom) holding the parquet's values and polygons, each unit's polygon the
     union of its tracts' in tracts.parquet; and no level file without its level.
@@ -2303,6 +2304,18 @@ def _level_step_problems(level: str, sec: dict, steps: dict, m: dict) -> list[st
     return problems
 
 
+def _level_steps_charge(sec: dict, steps: dict, m: dict) -> tuple[float, float]:
+    """The (ε, δ) the level's own steps (``sec["steps"]``) charge per unit and cell, as the
+    totals check charges a step (a step missing from the budget charges nothing here: the
+    step check reports it). Versions 2 and 3 stated the per-person total there (issue 33)."""
+    if m.get("manifest_version") in (2, 3):  # their rule: a level row stated the total
+        return tuple(float(m["budget"][f"{w}_per_tract_and_cell"]) for w in ("epsilon", "delta"))
+    conv = float(m["budget"].get("conversion_delta") or 0.0)
+    charged = [_charged(guarantee_from(steps[name]["guarantee"]), conv)
+               for name in sec.get("steps") or () if name in steps]
+    return math.fsum(e for e, _ in charged), math.fsum(d for _, d in charged)
+
+
 def _level_table_problems(folder: Path, level: str, sec: dict, steps: dict,
                           m: dict) -> list[str]:
     stem, digits = LEVEL_STEMS[level], LEVEL_DIGITS[level]
@@ -2346,13 +2359,14 @@ def _level_table_problems(folder: Path, level: str, sec: dict, steps: dict,
     if ((mech != LEVEL_MECHANISM) & ~suppressed).any() or (mech[suppressed] != "none").any():
         problems.append(f"{stem}.parquet: mechanism is not {LEVEL_MECHANISM} where a unit ran "
                         "and none where suppressed")
-    for col in SPEND_COLUMNS:
-        figure = float(m["budget"][f"{col.split('_')[0]}_per_tract_and_cell"])
+    # A unit's row states what its level's own steps charged its records, not the
+    # per-person total (budget.*_per_tract_and_cell, which the tract rows state).
+    for col, figure in zip(SPEND_COLUMNS, _level_steps_charge(sec, steps, m)):
         spent = df[col].astype(float)
         if (spent[suppressed] != 0).any() or (~np.isclose(spent[~suppressed], figure,
                                                           rtol=REL_TOL, atol=0)).any():
-            problems.append(f"{stem}.parquet: {col} is not 0 where suppressed and the "
-                            f"manifest's {figure:.12g} elsewhere")
+            problems.append(f"{stem}.parquet: {col} is not 0 where suppressed and "
+                            f"{figure:.12g} (the charge of levels.{level}.steps) elsewhere")
     # The reasons as for tracts (no selection rule at a level: its mechanism is fixed).
     problems += [f"{stem}.parquet: {p}"
                  for p in _mechanism_and_reason_problems(df, {**m, "selection": {}})]

@@ -102,6 +102,12 @@ def level_table_schema(columns: list[str], level: str, interval_level: float = 0
         "n": {"name": "n", "type": "integer", "description": f"Records in the {level} and "
               "cell (public: the sum of its tracts' n)",
               "constraints": {"required": True, "minimum": 0}},
+        **{col: {**_field(col, decimals, interval_level),
+                 "description": f"Privacy budget {col.split('_')[0]} charged to this "
+                                f"{level}'s records in this cell by the {level} steps (the "
+                                f"sum of the manifest's levels.{level}.steps in "
+                                "budget.steps; 0 where suppressed), not the per-person total"}
+           for col in ("epsilon_spent", "delta_spent")},
     }
     return {"fields": [special.get(c) or _unit_field(c, level, decimals, interval_level)
                        for c in columns],
@@ -139,6 +145,15 @@ def write_level_files(table: gpd.GeoDataFrame, folder: Path, level: str,
     return [*level_files(level), archive]
 
 
+def level_spend_text(level: str, steps: list[str]) -> str:
+    """What a level row's epsilon_spent / delta_spent are: its own steps' charge, not the
+    per-person total of budget.epsilon_per_tract_and_cell (which the tract rows state)."""
+    return (f"the budget charged to this {level}'s records in this cell by the {level} steps "
+            f"({' + '.join(repr(s) for s in steps)}: the sum of their charges in "
+            f"budget.steps); 0 where suppressed. Each person's total over the tract, county "
+            f"and state steps is budget.epsilon_per_tract_and_cell")
+
+
 def level_published_columns(level: str, estimate_step: str, interval_step: str | None,
                             interval_level: float) -> dict:
     """What pays for each column of a level's table (manifest ``levels.<level>``)."""
@@ -150,7 +165,9 @@ def level_published_columns(level: str, estimate_step: str, interval_step: str |
                             f"records), rounded to {PUBLISHED_DECIMALS} decimals",
         "mechanism, reason": "NoisyStats where it ran; reason a function of the public n and "
                              "the DP outputs (failure: noisy nvar <= 0)",
-        "epsilon_spent, delta_spent": "the budget charged per person and cell",
+        "epsilon_spent, delta_spent": level_spend_text(level, [estimate_step]
+                                                       + ([interval_step] if interval_step
+                                                          else [])),
     }
     if interval_step:
         error = TOTAL_ERROR.replace("the tract's", f"the {level}'s")

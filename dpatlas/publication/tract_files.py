@@ -524,6 +524,13 @@ _RANK = {"minimum": 0, "maximum": 1}
 _ESTIMAND = f"Estimand (direct and model-based values alike): the {ESTIMAND}."
 # The 90% margins of error beside the standard errors (value ± moe90).
 MOE90_COLUMNS = tuple(MOE_COLUMNS)
+# A tract row's spend is the whole per-person charge of its cell: counties' and states'
+# rows state only their own steps (level_files.level_spend_text).
+_TRACT_SPENT_TEXT = ("Privacy budget {0} charged to this tract's records in this cell: every "
+                     "budget step summed (the tract's and, where the release publishes "
+                     "counties or states, their steps too: each person is in one tract, "
+                     "county and state); the manifest's budget.{0}_per_tract_and_cell; 0 "
+                     "where suppressed")
 _FIELDS: dict[str, tuple[str, str, dict]] = {
     "geoid": ("string", "Census tract GEOID: 2-digit state, 3-digit county and 6-digit tract "
               "FIPS codes; text, leading zeros kept",
@@ -547,9 +554,9 @@ _FIELDS: dict[str, tuple[str, str, dict]] = {
             "to [0, 1]; empty unless released", _RANK),
     "p25_raw": ("number", "The DP release of p25 before clipping (may lie outside [0, 1])", {}),
     "p75_raw": ("number", "The DP release of p75 before clipping (may lie outside [0, 1])", {}),
-    "epsilon_spent": ("number", "Privacy budget epsilon charged to this tract and cell",
+    "epsilon_spent": ("number", _TRACT_SPENT_TEXT.format("epsilon"),
                       {"required": True, "minimum": 0}),
-    "delta_spent": ("number", "Privacy budget delta charged to this tract and cell",
+    "delta_spent": ("number", _TRACT_SPENT_TEXT.format("delta"),
                     {"required": True, "minimum": 0, "maximum": 1}),
 }
 _INTERVAL_TEXT = {"lo": "lower", "hi": "upper"}

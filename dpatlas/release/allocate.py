@@ -204,12 +204,16 @@ class BudgetPlan:
             acc.compose(s.guarantee, n_cells)
         return acc
 
-    def charged(self) -> tuple[float, float]:
+    def charged(self, names: Sequence[str] | None = None) -> tuple[float, float]:
         """The (ε, δ) the ledger charges one tract and cell: the steps' figures summed (pure
         and (ε, δ) as stated, concentrated steps converted at the conversion δ; basic
-        sequential composition)."""
+        sequential composition). ``names``: only those steps (e.g. a level's own, what its
+        county or state table says it spent)."""
         eps, dlt = [], []
+        wanted = None if names is None else set(names)
         for s in self.steps:
+            if wanted is not None and s.name not in wanted:
+                continue
             try:
                 e, d, _ = charged_terms(s.guarantee, self.conversion_delta)
             except ValueError as err:

@@ -113,7 +113,9 @@ def unit_labels(geoids: pd.Series, level: str) -> np.ndarray:
 
 def estimate_level(df: pd.DataFrame, plan: BudgetPlan, lp: LevelPlan, rand: Randomness,
                    min_n: int) -> pd.DataFrame:
-    eps_charged, delta_charged = plan.charged()
+    # a unit's rows say what the level's own steps charged its records in the cell (the
+    # tract's and other levels' steps are charged to the same people, but not for this row)
+    eps_charged, delta_charged = plan.charged(lp.steps)
     frames = []
     for cell, grp in df.groupby("cell", sort=True):
         batch = TractBatch.from_labels(unit_labels(grp["geoid"], lp.level),

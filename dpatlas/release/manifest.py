@@ -480,7 +480,10 @@ def build_manifest(cfg: ReleaseConfig, release_id: str, plan: BudgetPlan,
             "mechanism, status, reason": "which mechanism ran and whether it failed: a "
                                          "function of the DP selection, the public n and the "
                                          "DP outputs (failure of NoisyStats = its noisy nvar <= 0)",
-            "epsilon_spent, delta_spent": "the budget charged to the tract and cell",
+            "epsilon_spent, delta_spent": "the budget charged to the tract's records in the "
+                                          "cell: every step of budget.steps summed "
+                                          "(budget.*_per_tract_and_cell), the county and "
+                                          "state steps included",
             **({"p25_lo, p25_hi, p75_lo, p75_hi":
                 f"the step 'interval: p25 and p75': {plan.interval_level:.0%} "
                 f"{INTERVAL_MEANING} (mechanisms/intervals.py; post-processing of the primary "

@@ -176,6 +176,65 @@ def test_level_tiles_and_the_datapackage_describe_every_level(released):
                   for stem in ("tracts", "counties", "states")}
 
 
+def level_steps_epsilon(m: dict, level: str) -> float:
+    """What the manifest charges a level's own steps (pure: their epsilons summed)."""
+    steps = {s["step"]: s for s in m["budget"]["steps"]}
+    return sum(steps[name]["guarantee"]["epsilon"] for name in m["levels"][level]["steps"])
+
+
+def test_each_level_file_states_its_own_steps_spend(released):
+    """Issue 33, item 3: a county's or state's epsilon_spent is what the level's steps
+    charge (e.g. 0.31 and 0.03), not the per-person total the tract rows state, in every
+    format, and the schema and manifest say per what."""
+    m = manifest_of(released)
+    total = m["budget"]["epsilon_per_tract_and_cell"]
+    tracts = pd.read_parquet(released / "tracts.parquet")
+    assert (tracts.loc[tracts["status"] != "suppressed", "epsilon_spent"] == total).all()
+    for stem, level in (("counties", "county"), ("states", "state")):
+        own = level_steps_epsilon(m, level)
+        assert 0 < own < total and own == pytest.approx(m["levels"][level]["epsilon"])
+        table = gpd.read_parquet(released / f"{stem}.parquet")
+        spent = ~table["status"].eq("suppressed")
+        assert spent.any()
+        assert table.loc[spent, "epsilon_spent"].to_numpy() == pytest.approx(own, rel=1e-9)
+        assert (table.loc[spent, "delta_spent"] == 0).all()
+        csv = read_csv_with_schema(released / f"{stem}.csv", released / f"{stem}.schema.json")
+        assert csv.loc[spent.to_numpy(), "epsilon_spent"].to_numpy() == pytest.approx(own)
+        doc = json.loads((released / f"{stem}.geojson").read_text())
+        assert [f["properties"]["epsilon_spent"] for f in doc["features"]
+                if f["properties"]["status"] != "suppressed"] == pytest.approx(
+                    [own] * int(spent.sum()))
+        schema = json.loads((released / f"{stem}.schema.json").read_text())
+        text = next(f["description"] for f in schema["fields"] if f["name"] == "epsilon_spent")
+        assert f"this {level}'s records in this cell by the {level} steps" in text
+        assert f"by the {level} steps" in m["levels"][level]["published_columns"][
+            "epsilon_spent, delta_spent"]
+    text = json.loads((released / "tracts.schema.json").read_text())
+    assert "county and state" in next(f["description"] for f in text["fields"]
+                                      if f["name"] == "epsilon_spent")
+
+
+def test_county_files_stating_the_per_person_total_fail(forged):
+    """The old misstatement, consistent in every format (parquet, CSV, GeoJSON, tiles) and
+    rehashed: county rows saying they spent the per-person total fail the levels check."""
+    from dpatlas.publication.geography import write_geojson_rfc7946
+
+    m = manifest_of(forged)
+    table = gpd.read_parquet(forged / "counties.parquet")
+    spent = table["status"] != "suppressed"
+    table.loc[spent, "epsilon_spent"] = m["budget"]["epsilon_per_tract_and_cell"]
+    table.to_parquet(forged / "counties.parquet", index=False)
+    pd.DataFrame(table.drop(columns="geometry")).to_csv(forged / "counties.csv", index=False,
+                                                        na_rep="")
+    write_geojson_rfc7946(table, forged / "counties.geojson")
+    build_level_tiles(forged / "counties.geojson", forged, "county")
+    write_rehashed(forged, m)
+    code, bad = run_audit(forged)
+    assert code == 1 and set(bad) == {"levels"}, bad
+    assert "counties.parquet: epsilon_spent is not 0 where suppressed" in bad["levels"]
+    assert "charge of levels.county.steps" in bad["levels"]
+
+
 def test_a_county_value_without_a_paying_step_fails(forged):
     m = manifest_of(forged)
     # the careful forger: no county level, its steps gone, the totals restated, files rehashed

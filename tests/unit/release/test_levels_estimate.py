@@ -106,7 +106,10 @@ def test_units_below_min_n_are_suppressed_with_nothing_spent():
         "suppressed", "fewer than 5 records", 0.0)
     assert np.isnan(row["p25_raw"]) and np.isnan(row["p25_lo"])
     released = res[res["status"] == "released"]
-    assert (released["epsilon_spent"] == p.charged()[0]).all()
+    # a county row states its own steps' charge, not the per-person total
+    own = p.charged(p.level("county").steps)[0]
+    assert (released["epsilon_spent"] == own).all()
+    assert own == pytest.approx(p.level("county").epsilon) and own < p.charged()[0]
     assert len(res[res["level"] == "county"]) == N_COUNTIES + 1
 
 

@@ -6,7 +6,8 @@ de13102; the file is unchanged there) with ``.venv/bin/python -m
 tests.unit.release.test_levels_golden`` (``write_golden`` below): two states, two cells, a
 fixed noise seed, at full float64 precision (``%.17g`` round-trips exactly). Rewritten at
 issue 32, whose interval step changed on purpose (a third draw, the total error, standard
-errors): from then on it pins that code the same way."""
+errors): from then on it pins that code the same way. Rewritten at issue 33, whose level
+rows state their own steps' spend: only epsilon_spent changed (the values are the same)."""
 
 from pathlib import Path
 
@@ -48,7 +49,8 @@ def write_golden() -> None:
     GOLDEN.parent.mkdir(exist_ok=True)
     with open(GOLDEN, "w") as out:
         out.write("# estimate_levels on test_levels_golden.golden_records(), seed 2022, "
-                  "written by the code of issue 32 (intervals of the total error)\n")
+                  "written by the code of issue 32 (intervals of the total error), "
+                  "epsilon_spent by issue 33's (each level's own steps)\n")
         estimates().to_csv(out, index=False, float_format="%.17g")
 
 
