@@ -3040,12 +3040,13 @@ def _published_machine_paths(folder: Path, m: dict) -> tuple[list[str], int]:
 
 # --- geometry: every format's polygons are the GeoParquet's, and (--boundaries) the boundaries'
 
-# GeoParquet against the boundary file, and GeoJSON against either: 1e-6 degrees (11 cm north
+# GeoParquet against the boundary file, and GeoJSON against either: 1e-5 degrees (1.1 m north
 # to south, less east to west). Publish copies the boundaries' polygons (reprojected to EPSG:4326
 # by pyproj, as here) into the GeoParquet unchanged, and writes the GeoJSON snapped to a grid of
-# 1e-7 degrees (at most 0.71e-7 per vertex); ten grid steps leave room for the snapping's
-# repairs, while a polygon moved, swapped or redrawn is off by metres at least.
-GEOMETRY_TOLERANCE_DEGREES = 1e-6
+# 1e-6 degrees (RFC 7946's 6 decimals: at most 0.71e-6 per vertex); ten grid steps leave room
+# for the snapping's repairs, while a polygon moved, swapped or redrawn is off by metres at least.
+# (Releases before issue 33 have 7 decimals, well within it.)
+GEOMETRY_TOLERANCE_DEGREES = 1e-5
 # Vector tiles against the GeoParquet or the boundaries, at their lowest zoom, in units of that
 # zoom's tile grid (4,096 per tile: ~150 m at z6, ~600 m at z4, ~10 km at z0 on the equator;
 # :func:`tile_distance`): tippecanoe rounds every vertex to the grid (half a unit), simplifies

@@ -643,7 +643,9 @@ def local_km(lon: np.ndarray, lat: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------------------------
 # RFC 7946 GeoJSON
 
-GEOJSON_DECIMALS = 7  # 1e-7 degrees is about 1 cm: finer than any tract boundary is known
+# 1e-6 degrees is about 11 cm, finer than any tract boundary is known; RFC 7946 section 11.2
+# suggests 6 decimals (a 7th adds bytes, not truth).
+GEOJSON_DECIMALS = 6
 
 
 def rfc7946_geometries(geoms: np.ndarray, decimals: int = GEOJSON_DECIMALS) -> np.ndarray:

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
+import struct
 import subprocess
 import time
 from dataclasses import dataclass
@@ -213,6 +215,7 @@ def build_tiles(geojson: Path, out: Path, *, min_zoom: int = MIN_ZOOM,
         partial.unlink(missing_ok=True)
         last = (done.stderr.strip().splitlines() or ["no message"])[-1]
         raise TilesError(f"tippecanoe failed on {geojson} (exit {done.returncode}): {last}")
+    set_center(partial, min_zoom, max_zoom)
     os.replace(partial, out)
     seconds = time.perf_counter() - started
     build = TileBuild(path=out, bytes=out.stat().st_size, features=_feature_count(out, layer),
@@ -220,6 +223,70 @@ def build_tiles(geojson: Path, out: Path, *, min_zoom: int = MIN_ZOOM,
     log.info("tiles: %s built in %.2f s, %d bytes, %d features", out.name, seconds,
              build.bytes, build.features)
     return build
+
+
+# PMTiles v3 header (spec section 3): bounds as four little-endian int32 of degrees x 1e7 at
+# bytes 102-117, then the centre: zoom (uint8, byte 118), longitude and latitude (int32 x 1e7).
+_BOUNDS = slice(102, 118)
+_CENTER = slice(118, 127)
+# The centre zoom shows the whole extent in a view this many pixels wide and high (MapLibre's
+# 512-pixel tiles: at zoom z the world is 512 * 2^z pixels), so a viewer opening the archive
+# at its centre sees all of it.
+CENTER_VIEW_PIXELS = 512
+
+
+@dataclass(frozen=True)
+class TileCenter:
+    """Where a viewer opens an archive: a zoom and a point (degrees)."""
+
+    zoom: int
+    lon: float
+    lat: float
+
+
+def _mercator_y(lat: float) -> float:
+    """Latitude as a fraction of the Web Mercator world's height (0 north, 1 south)."""
+    lat = max(-85.0511287798066, min(85.0511287798066, lat))
+    return (1.0 - math.asinh(math.tan(math.radians(lat))) / math.pi) / 2.0
+
+
+def extent_center(west: float, south: float, east: float, north: float,
+                  min_zoom: int, max_zoom: int) -> TileCenter:
+    """The middle of an extent at the largest zoom in ``min_zoom..max_zoom`` that shows all of it
+    in a :data:`CENTER_VIEW_PIXELS` view (``min_zoom`` when none does)."""
+    span = max((east - west) / 360.0, _mercator_y(south) - _mercator_y(north), 1e-12)
+    fits = math.floor(math.log2(1.0 / span)) if span < 1.0 else 0
+    zoom = max(min_zoom, min(max_zoom, fits))
+    return TileCenter(zoom, (west + east) / 2.0, (south + north) / 2.0)
+
+
+def set_center(archive: Path, min_zoom: int, max_zoom: int) -> TileCenter:
+    """Write the centre of ``archive``'s bounds at a zoom showing them all into its header.
+
+    tippecanoe sets ``center_zoom`` to the maximum zoom, where a viewer opening the archive
+    sees a few streets of one tract; the header's own bounds give the extent, so the same
+    archive gets the same bytes wherever it is built."""
+    with open(archive, "r+b") as fh:
+        header = bytearray(fh.read(127))
+        if len(header) < 127 or header[:7] != b"PMTiles" or header[7] != 3:
+            raise TilesError(f"{archive} is not a PMTiles v3 archive")
+        west, south, east, north = (v / 1e7 for v in struct.unpack("<4i", header[_BOUNDS]))
+        center = extent_center(west, south, east, north, min_zoom, max_zoom)
+        header[_CENTER] = struct.pack("<Bii", center.zoom, round(center.lon * 1e7),
+                                      round(center.lat * 1e7))
+        fh.seek(0)
+        fh.write(header)
+    return center
+
+
+def read_center(archive: Path) -> TileCenter:
+    """The centre a PMTiles v3 archive's header gives (zoom, longitude, latitude)."""
+    with open(archive, "rb") as fh:
+        header = fh.read(127)
+    if len(header) < 127 or header[:7] != b"PMTiles" or header[7] != 3:
+        raise TilesError(f"{archive} is not a PMTiles v3 archive")
+    zoom, lon, lat = struct.unpack("<Bii", header[_CENTER])
+    return TileCenter(zoom, lon / 1e7, lat / 1e7)
 
 
 def read_metadata(archive: Path) -> dict:

@@ -1,7 +1,7 @@
 """Publishing a release: map-ready files and the accounting manifest, made visible atomically.
 
 The files follow their standards (docs/files.md): ``tracts.geojson`` is RFC 7946 (WGS 84,
-counter-clockwise exterior rings, no ``crs`` member, at most 7 decimals), ``tracts.csv`` has a
+counter-clockwise exterior rings, no ``crs`` member, at most 6 decimals), ``tracts.csv`` has a
 Frictionless Table Schema beside it (``tracts.schema.json``: GEOID an 11-character string), and
 the released values are rounded to :data:`PUBLISHED_DECIMALS` decimals (post-processing, stated
 in the manifest's ``rounding``).

@@ -29,7 +29,7 @@ from dpatlas.evaluation.synthetic_input import tract_geoids
 
 def reference_features(gdf: gpd.GeoDataFrame) -> list[dict]:
     """The features as the frame states them, built one by one in Python (the writer's
-    previous method): GEOID ids, JSON scalars, coordinates rounded to 7 decimals."""
+    previous method): GEOID ids, JSON scalars, coordinates rounded to 6 decimals."""
     geoms = rfc7946_geometries(gdf.to_crs("EPSG:4326").geometry.to_numpy())
     out = []
     for (_, row), geom in zip(gdf.drop(columns="geometry").iterrows(), geoms):
@@ -65,7 +65,7 @@ def three_states():
     gdf["reason"] = pd.Series(np.where(rng.random(n) < 0.3, None, "fewer than min_n"),
                               dtype=object)
     gdf["label"] = pd.array(np.where(rng.random(n) < 0.3, None, "x"), dtype="string")
-    # a vertex with many decimals: printed again with at most 7
+    # a vertex with many decimals: printed again with at most 6
     gdf.loc[0, "geometry"] = Polygon([(-87.123456789012, 33.1), (-87.0, 33.1),
                                       (-87.0, 33.2), (-87.123456789012, 33.1)])
     return gdf
@@ -77,12 +77,12 @@ def test_streamed_geojson_equals_the_frames_features(three_states, tmp_path):
     assert doc["type"] == "FeatureCollection" and "crs" not in doc
     assert doc["features"] == reference_features(three_states)
     geoms = rfc7946_geometries(three_states.geometry.to_numpy())
-    assert doc["bbox"] == [round(float(v), 7) for v in shapely.total_bounds(geoms)]
+    assert doc["bbox"] == [round(float(v), 6) for v in shapely.total_bounds(geoms)]
     written = json.loads(path.read_text(), parse_float=lambda s: s)  # numbers as written
     coordinates = json.dumps([f["geometry"]["coordinates"] for f in written["features"]])
     decimals = [len(d) for d in re.findall(r"\.(\d+)", coordinates)]
-    assert "e" not in coordinates.lower() and decimals and max(decimals) <= 7
-    assert '"-87.1234568"' in coordinates  # the long vertex, printed again
+    assert "e" not in coordinates.lower() and decimals and max(decimals) <= 6
+    assert '"-87.123457"' in coordinates  # the long vertex, printed again
     assert len(geography._row_runs(pd.DataFrame(three_states))) == 3  # one run per state
 
 

@@ -8,6 +8,7 @@ import http.client
 import json
 import math
 import os
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -173,6 +174,37 @@ def test_level_archives_have_their_layer_and_every_unit_from_z0(counties_geojson
     assert "--no-tiny-polygon-reduction" not in T.tippecanoe_arguments(path, archive)
     assert "--no-tiny-polygon-reduction" in T.tippecanoe_arguments(path, archive,
                                                                    layer="counties")
+
+
+def _extent_fits(west, south, east, north, zoom) -> bool:
+    """Whether an extent fits a 512-pixel MapLibre view at ``zoom`` (the world 512 * 2^z px)."""
+    (x0, y0), (x1, y1) = (_lonlat_to_tile(west, north, 20), _lonlat_to_tile(east, south, 20))
+    return max(x1 - x0, y1 - y0) <= 2 ** (20 - zoom)
+
+
+def test_the_archive_opens_on_its_whole_extent_not_at_the_maximum_zoom(built, counties_geojson):
+    """tippecanoe set center_zoom to the maximum zoom (z10: a few streets of one tract, issue
+    33). The header's centre is now the middle of the archive's bounds at the largest zoom
+    showing them all, within the archive's zooms; a PMTiles reader reads it back."""
+    for archive, (min_zoom, max_zoom) in (
+            (built.path, (T.MIN_ZOOM, T.MAX_ZOOM)),
+            (counties_geojson[0].parent / "counties.pmtiles", (0, T.LEVEL_TILES["county"].max_zoom))):
+        if not archive.exists():
+            T.build_level_tiles(counties_geojson[0], archive.parent, "county")
+        header = archive.read_bytes()[:127]
+        west, south, east, north = (v / 1e7 for v in struct.unpack("<4i", header[102:118]))
+        center = T.read_center(archive)
+        assert min_zoom <= center.zoom < max_zoom, center
+        assert center.lon == pytest.approx((west + east) / 2, abs=1e-7)
+        assert center.lat == pytest.approx((south + north) / 2, abs=1e-7)
+        assert center.zoom == min_zoom or _extent_fits(west, south, east, north, center.zoom)
+        assert not _extent_fits(west, south, east, north, center.zoom + 1)
+    # North Carolina (about 9.5 x 3.3 degrees) at z5; the conterminous states at z0 or the
+    # tract archive's first zoom
+    assert T.extent_center(-84.33, 33.84, -75.46, 36.59, 0, 10) == T.TileCenter(5, -79.895, 35.215)
+    assert T.extent_center(-124.8, 24.4, -66.9, 49.4, 0, 10).zoom == 2
+    assert T.extent_center(-124.8, 24.4, -66.9, 49.4, 4, 10).zoom == 4
+    assert T.extent_center(-180, -85, 180, 85, 0, 10).zoom == 0
 
 
 def test_build_replaces_an_old_archive_and_leaves_no_partial(tracts_geojson, tmp_path):

@@ -182,6 +182,26 @@ def test_prefect_yaml_declares_both_deployments():
     assert deployments[OPERATOR]["parameters"]["release_id"] is None
 
 
+def test_the_docs_name_prefect_yamls_work_pool_and_variables():
+    """deploy/README's Python example named a pool "dpatlas-pool" where prefect.yaml declares
+    "dpatlas", and prefect.yaml's header left out DPATLAS_HOME, which its pull step needs
+    (issue 33): every pool the docs name is prefect.yaml's, every variable it reads is in its
+    header."""
+    import re
+
+    text = (ROOT / "prefect.yaml").read_text()
+    pool = yaml.safe_load(text)["definitions"]["work_pool"]["name"]
+    readme = (ROOT / "deploy" / "README.md").read_text()
+    named = set(re.findall(r'work_pool_name="([^"]+)"', readme))
+    named |= set(re.findall(r"work-pool create (\w[\w-]*)", readme + text))
+    named |= set(re.findall(r"worker start --pool (\w[\w-]*)", readme + text))
+    assert named == {pool}
+    header = "".join(line for line in text.splitlines(keepends=True) if line.startswith("#"))
+    used = set(re.findall(r"\$(DPATLAS_[A-Z_]+)", text.split("name:", 1)[1]))
+    assert used and {v for v in used if f"export {v}=" not in header
+                     and f" {v}=" not in header} == set()
+
+
 def test_automations_file_matches_the_events_the_flow_emits():
     """deploy/automations.yaml is what `prefect automation create --from-file` accepts (its
     own model), and triggers on the names and labels dpatlas/release/events.py emits. (The
