@@ -171,7 +171,7 @@ def _failure_message(df: pd.DataFrame, policy: str, partition: str, failures: li
         lines.append(f"  offending rows written to {qfile}")
     if docs_index:
         lines.append(f"  validation report: {docs_index}")
-    lines += [f"  fix: {fix}" for fix in fixes(failures, columns)]
+    lines += [f"  fix: {fix}" for fix in fixes(failures, columns, policy)]
     return "\n".join(lines)
 
 
@@ -241,7 +241,7 @@ def apply_policy(df: pd.DataFrame, policy: str, partition: str, internal: Path,
         qfile = quarantine if bad.any() else None
         report_index = record_run(internal, f"input-{partition}",
                                   input_asset(partition, source), result, columns=columns,
-                                  quarantine=qfile, fixes=fixes(failures, columns))
+                                  quarantine=qfile, fixes=fixes(failures, columns, policy))
     if qfile:
         write_parquet_atomic(quarantine_frame(df[bad], columns), quarantine, private=True)
     report = PartitionReport(partition=partition, policy=policy, rows_in=len(df),

@@ -60,10 +60,17 @@ def fix_for(expectation: str, column: str | None, columns: dict[str, str] | None
             "the config")
 
 
-def fixes(failures: list[dict], columns: dict[str, str] | None) -> list[str]:
-    """The fixes for failed expectations (``expectation``, ``column``), each once, in order."""
-    found = [fix_for(f["expectation"], f.get("column"), columns) for f in failures]
+def fixes(failures: list[dict], columns: dict[str, str] | None,
+          policy: str = "fail") -> list[str]:
+    """The fixes for failed expectations (``expectation``, ``column``, ``count``), each once,
+    in order. Under policy drop, rows that failed were left out, not refused: said so."""
+    found = [DROPPED if policy == "drop" and f.get("count") else
+             fix_for(f["expectation"], f.get("column"), columns) for f in failures]
     return list(dict.fromkeys(found))
+
+
+DROPPED = ("validation.policy drop left these rows out of the release (they are in the "
+           "quarantine file); to keep them, fix them in the input")
 
 
 def quarantine_frame(rows: pd.DataFrame, columns: dict[str, str] | None) -> pd.DataFrame:

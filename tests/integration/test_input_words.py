@@ -79,3 +79,21 @@ def test_a_release_refused_for_a_renamed_rank_column_speaks_its_name(tmp_path):
     assert "validation.policy: clip" in out
     assert ledger_entries(tmp_path / "ledger.db") == 0
     _assert_in_user_words(tmp_path / "internal" / "r1", "kid_rank", "mum_rank")
+
+
+def test_under_policy_drop_the_report_says_the_rows_were_left_out_not_how_to_refuse(tmp_path):
+    frame = state_records("37", n=24, tracts=2).rename(columns=RENAMED)
+    frame.loc[3, "kid_rank"] = 1.7
+    cfg = input_config(write_states(tmp_path, {"37": frame}), cell=None)
+    cfg = cfg.input.model_copy(update={
+        "columns": cfg.input.columns.model_copy(update=RENAMED)})
+    from dpatlas.release.ingest import read_partition
+
+    internal = tmp_path / "internal" / "r1"
+    clean, report = apply_policy(read_partition(cfg, "37"), "drop", "37", internal,
+                                 columns=input_column_names(cfg.columns))
+    assert report.dropped == 1 and len(clean) == 23
+    index, _ = _report_text(internal)
+    assert "policy drop left these rows out of the release" in index
+    assert RANK_FIX not in index and "input-37.parquet" in index
+    assert "kid_rank" in index and not re.search(r"<code>[xy]</code>", index)
