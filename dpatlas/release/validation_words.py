@@ -74,9 +74,13 @@ DROPPED = ("validation.policy drop left these rows out of the release (they are 
 
 
 def quarantine_frame(rows: pd.DataFrame, columns: dict[str, str] | None) -> pd.DataFrame:
-    """Quarantined rows under the input's column names: ``row`` (the row in the input) and
-    the mapped columns; a column the pipeline made up (``cell`` "all" when the input has
-    none) is left out."""
+    """Quarantined rows under the input's column names; ``row`` (the row in the input) and
+    columns of the quarantine's own (``staged_file``, ``kept``) stay, a column the pipeline
+    made up (``cell`` "all" when the input has none) is left out."""
     if not columns:
         return rows
-    return rows[["row", *[c for c in rows.columns if c in columns]]].rename(columns=columns)
+    made_up = [c for c in _PIPELINE if c in rows.columns and c not in columns]
+    return rows.drop(columns=made_up).rename(columns=columns)
+
+
+_PIPELINE = ("geoid", "x", "y", "cell", "person_id")  # ingest's columns, as it names them

@@ -97,3 +97,24 @@ def test_under_policy_drop_the_report_says_the_rows_were_left_out_not_how_to_ref
     assert "policy drop left these rows out of the release" in index
     assert RANK_FIX not in index and "input-37.parquet" in index
     assert "kid_rank" in index and not re.search(r"<code>[xy]</code>", index)
+
+
+def test_the_duplicate_persons_quarantine_names_the_input_columns(tmp_path):
+    from dpatlas.release.contributions import ContributionError, check_contributions
+    from tests.integration.test_inputs import stage_all
+
+    names = {**RENAMED, "person_id": "pid", "cell": "group"}
+    frames = {"17": state_records("17", first_id=0), "18": state_records("18", first_id=1000)}
+    frames["18"].loc[3, ["person_id", "cell"]] = frames["17"].loc[7, ["person_id", "cell"]].values
+    frames = {k: f.rename(columns=names) for k, f in frames.items()}
+    cfg = input_config(write_states(tmp_path, frames), person_id="pid", cell="group")
+    cfg = cfg.model_copy(update={"input": cfg.input.model_copy(update={
+        "columns": cfg.input.columns.model_copy(update=RENAMED)})})
+    staged, _ = stage_all(cfg, tmp_path / "internal")
+    with pytest.raises(ContributionError):
+        check_contributions(staged, "fail", tmp_path / "internal",
+                            input_column_names(cfg.input.columns))
+    rows = pd.read_parquet(tmp_path / "internal" / "quarantine" / "duplicate-persons.parquet")
+    assert set(rows.columns) == {"row", "geoid", "mum_rank", "kid_rank", "group", "pid",
+                                 "staged_file"}
+    assert list(rows["pid"]) == ["p000007", "p000007"]
