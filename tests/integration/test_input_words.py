@@ -70,7 +70,8 @@ def test_a_release_refused_for_a_renamed_rank_column_speaks_its_name(tmp_path):
     frame = state_records("37", n=120, tracts=6).rename(columns=RENAMED)
     frame.loc[3, "kid_rank"] = 1.7
     root = write_states(tmp_path, {"37": frame})
-    cfg = release_config(tmp_path, root, ["37"], input={"columns": RENAMED})
+    # a copy: write_config adds person_id to the columns it is given
+    cfg = release_config(tmp_path, root, ["37"], input={"columns": dict(RENAMED)})
     out = refusal_block(dpatlas("release", "-c", str(cfg), "--release-id", "r1",
                                 "--noise-seed", "1", env=OWN_SERVER))
     assert "on column 'kid_rank': 1 row(s)" in out
