@@ -227,7 +227,8 @@ def release(config_path: str, release_id: Optional[str] = None,
         # all before any noise is drawn or any budget charged.
         reports, staged = _validate_partitions(cfg, internal)
         check_change_limit(reports, cfg.validation.max_changed_share, cfg.input.rank_scale)
-        contributions = (bound_contributions(staged, cfg.validation.contributions, internal)
+        contributions = (bound_contributions(staged, cfg.validation.contributions, internal,
+                                             cfg.input.columns)
                          if cfg.input.columns.person_id else None)
         record_validation(internal, reports, contributions)
         chunks, sizes = plan_chunks(staged, cfg.partition_tracts)

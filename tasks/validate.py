@@ -6,7 +6,7 @@ import geopandas as gpd
 import pandas as pd
 from prefect import get_run_logger, task
 
-from dpatlas.core.config import InputConfig
+from dpatlas.core.config import Columns, InputConfig
 from dpatlas.release.contributions import check_contributions
 from dpatlas.release import cell_groups
 from dpatlas.release.estimate import (Chunk, all_sizes, split_into_chunks, staged_counts,
@@ -56,9 +56,12 @@ def check_change_limit(reports: list[dict], max_share: float,
 
 
 @task(name="check-contributions", **TASK_OPTIONS)
-def bound_contributions(staged: list[Path], policy: str, internal: Path) -> dict:
-    """At most one record per (person, cell) across every staged partition: fail or bound."""
-    report = check_contributions(staged, policy, internal)
+def bound_contributions(staged: list[Path], policy: str, internal: Path,
+                        columns: Columns | None = None) -> dict:
+    """At most one record per (person, cell) across every staged partition: fail or bound.
+    ``columns`` (``input.columns``) names the quarantine file's columns."""
+    report = check_contributions(staged, policy, internal,
+                                 input_column_names(columns) if columns else None)
     if report["checked"]:
         get_run_logger().info("contributions (%s): %d records, %d person(s) with several "
                               "records in a cell, %d record(s) removed", policy,

@@ -42,6 +42,7 @@ import pyarrow.parquet as pq
 from dpatlas.core.config import ConfigError, ReleaseConfig
 from dpatlas.core.files import write_parquet_atomic
 from dpatlas.release.validate import ValidationFailed
+from dpatlas.release.validation_words import quarantine_frame
 
 QUARANTINE_NAME = "duplicate-persons.parquet"
 # Hashes sorted at once when looking for repeats (a sort holds about three times this).
@@ -223,14 +224,16 @@ def _rewrite_without(path: Path, rows: np.ndarray) -> int:
     return int((~keep).sum())
 
 
-def check_contributions(staged: list[Path], policy: str, internal: Path) -> dict:
+def check_contributions(staged: list[Path], policy: str, internal: Path,
+                        columns: dict[str, str] | None = None) -> dict:
     """At most one record per (person, cell) over all staged partitions; fail or bound.
 
     ``staged`` are the validated partitions (Parquet: row, geoid, x, y, cell, person_id),
     ``policy`` is ``validation.contributions``, ``internal`` the release's internal folder.
     Every record of a (person, cell) with several records is written to
     ``internal/quarantine/duplicate-persons.parquet`` (with ``staged_file``, and under
-    ``bound`` a ``kept`` flag).
+    ``bound`` a ``kept`` flag), under the input's column names (``columns``,
+    :func:`~dpatlas.release.validate.input_column_names`).
 
     ``fail`` raises :class:`ContributionError` naming the number of persons and records and
     the quarantine file. ``bound`` keeps, for each such (person, cell), the record with the
@@ -275,8 +278,8 @@ def check_contributions(staged: list[Path], policy: str, internal: Path) -> dict
     quarantine = internal / "quarantine" / QUARANTINE_NAME
     shown = repeats.assign(staged_file=[staged[i].name for i in repeats["_file"]])
     if policy == "fail":
-        write_parquet_atomic(shown.drop(columns=["_pid", "_cell", "_file"]), quarantine,
-                             private=True)
+        write_parquet_atomic(quarantine_frame(shown.drop(columns=["_pid", "_cell", "_file"]),
+                                              columns), quarantine, private=True)
         states = sorted({str(g)[:2] for g in repeats["geoid"]})
         raise ContributionError(
             f"{persons:,} person(s) have more than one record in a cell ({len(repeats):,} "
@@ -286,8 +289,8 @@ def check_contributions(staged: list[Path], policy: str, internal: Path) -> dict
             "validation.contributions: bound to keep one record per person and cell.")
 
     kept = _keep_smallest_geoid_then_row(repeats)
-    write_parquet_atomic(shown.assign(kept=kept).drop(columns=["_pid", "_cell", "_file"]),
-                         quarantine, private=True)
+    write_parquet_atomic(quarantine_frame(shown.assign(kept=kept).drop(
+        columns=["_pid", "_cell", "_file"]), columns), quarantine, private=True)
     removed = repeats[~kept]
     rewritten = []
     for index, rows in removed.groupby("_file")["row"]:

@@ -31,6 +31,7 @@ from dpatlas.core.errors import ReleaseRefused
 from dpatlas.core.files import seal_private, write_parquet_atomic
 from dpatlas.release.ingest import SPLIT_KEY
 from dpatlas.release.validation_report import record_run
+from dpatlas.release.validation_words import fixes, quarantine_frame, user_name
 
 if TYPE_CHECKING:  # Great Expectations is imported when something is validated, not before
     from data_contracts import ContractResult
@@ -154,7 +155,7 @@ def _failure_message(df: pd.DataFrame, policy: str, partition: str, failures: li
     lines = [f"input partition {partition} breaks its contract (policy '{policy}'); "
              "no noise was drawn and nothing was published:"]
     for f in failures:
-        name = (columns or {}).get(f["column"], f["column"])
+        name = user_name(f["column"], columns)
         col = f" on column '{name}'" if f["column"] else ""
         extra = ""
         if f["column"] == "geoid" and f["expectation"] == "expect_column_values_to_not_be_null":
@@ -170,9 +171,7 @@ def _failure_message(df: pd.DataFrame, policy: str, partition: str, failures: li
         lines.append(f"  offending rows written to {qfile}")
     if docs_index:
         lines.append(f"  validation report: {docs_index}")
-    if policy == "fail":
-        lines.append("  fix the input, or set validation.policy to 'clip' (ranks) or "
-                     "'drop' (rows) in the config")
+    lines += [f"  fix: {fix}" for fix in fixes(failures, columns, policy)]
     return "\n".join(lines)
 
 
@@ -217,7 +216,8 @@ def apply_policy(df: pd.DataFrame, policy: str, partition: str, internal: Path,
     index) and in its one Data Docs site (``internal/data_docs``), which the caller renders
     once after the last partition (:func:`write_release_docs`), or this function before it
     refuses the release. ``columns`` (:func:`input_column_names`) names the input's columns
-    in a refusal.
+    in a refusal, the report and the quarantine file (whose ranks are on [0, 1], as
+    validated; ``row`` is the input row).
     """
     from data_contracts import RELEASE_CONTEXT_LOCK, ReleaseDocs, validate_input
 
@@ -236,14 +236,14 @@ def apply_policy(df: pd.DataFrame, policy: str, partition: str, internal: Path,
         result = validate_input(_contract_frame(df), release=docs,
                                 run_name=f"input-{partition}")
         seal_release_docs(docs)
+        failures = _failures(result)
+        bad = np.asarray(result.bad_rows, dtype=bool)
+        qfile = quarantine if bad.any() else None
         report_index = record_run(internal, f"input-{partition}",
-                                  input_asset(partition, source), result)
-    failures = _failures(result)
-    bad = np.asarray(result.bad_rows, dtype=bool)
-    qfile = None
-    if bad.any():
-        write_parquet_atomic(df[bad], quarantine, private=True)
-        qfile = quarantine
+                                  input_asset(partition, source), result, columns=columns,
+                                  quarantine=qfile, fixes=fixes(failures, columns, policy))
+    if qfile:
+        write_parquet_atomic(quarantine_frame(df[bad], columns), quarantine, private=True)
     report = PartitionReport(partition=partition, policy=policy, rows_in=len(df),
                              rows_out=len(df), clipped=clipped, dropped=0,
                              quarantined=int(bad.sum()), quarantine_file=qfile,

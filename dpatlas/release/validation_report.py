@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
 from dpatlas.core.files import now_utc, write_bytes_atomic, write_json_atomic
+from dpatlas.release.validation_words import in_user_words
 
 if TYPE_CHECKING:  # Great Expectations is imported when something is validated, not before
     from data_contracts import ContractResult
@@ -64,11 +65,15 @@ def report_index(internal: Path) -> Path:
     return report_dir(internal).resolve() / "index.html"
 
 
-def record_run(internal: Path, run_name: str, asset: str, result: "ContractResult") -> Path:
+def record_run(internal: Path, run_name: str, asset: str, result: "ContractResult",
+               columns: dict[str, str] | None = None, quarantine: Path | None = None,
+               fixes: list[str] | None = None) -> Path:
     """Record one validation run of the release and rewrite the report; returns its index.
 
     ``asset``: what was validated, in words a person recognises (the input partition and its
-    file, or the table about to be published)."""
+    file, or the table about to be published). ``columns`` maps the pipeline's column names to
+    the input's (the report names the input's); ``quarantine``: the file (in ``internal``)
+    the offending rows go to, and ``fixes``: how to fix what failed, both shown with it."""
     checked_at = now_utc("microseconds")
     run_id = f"{re.sub(r'[^0-9T]', '', checked_at[:26])}-{_safe(run_name)}"
     record = {
@@ -77,7 +82,12 @@ def record_run(internal: Path, run_name: str, asset: str, result: "ContractResul
         "asset": asset, "success": bool(result.success),
         "evaluated": len(result.outcomes),
         "met": sum(o.success for o in result.outcomes),
-        "expectations": [asdict(o) for o in result.outcomes],
+        "expectations": [in_user_words(asdict(o), columns) for o in result.outcomes],
+        # relative to the release's internal folder: the pages link it from where they are
+        "quarantine_file": (Path(quarantine).resolve().relative_to(Path(internal).resolve())
+                            .as_posix() if quarantine else None),
+        "quarantine_path": str(Path(quarantine).resolve()) if quarantine else None,
+        "fixes": list(fixes or []),
     }
     write_json_atomic(report_dir(internal) / RUNS_DIR / f"{run_id}.json", record,
                       private=True, indent=1)
@@ -162,7 +172,19 @@ def _failing_list(run: dict) -> str:
         f"<li>{_code(e['expectation'])}{_on(e)}"
         + (f": {e['unexpected_count']:,} value(s)" if e.get("unexpected_count") else "")
         + "</li>" for e in failing)
-    return f"<ul>{items}</ul>"
+    return f"<ul>{items}</ul>" + _where_and_fix(run, "../")
+
+
+def _where_and_fix(run: dict, up: str) -> str:
+    """Where a failed run's offending rows are and how to fix it (``up``: from the page to the
+    release's internal folder). Runs recorded before these fields show neither."""
+    parts = []
+    if run.get("quarantine_file"):
+        parts.append(f'<p class="quarantine">Offending rows: <a href="{_e(up)}'
+                     f'{_e(run["quarantine_file"])}"><code>{_e(run["quarantine_path"])}</code>'
+                     "</a> (Parquet; <code>row</code> is the row in the input)</p>")
+    parts += [f'<p class="fix">Fix: {_e(fix)}</p>' for fix in run.get("fixes") or []]
+    return "".join(parts)
 
 
 def _index_page(release: str, runs: list[dict]) -> str:
@@ -206,6 +228,7 @@ def _run_page(run: dict) -> str:
         f'<tr><th>Outcome</th><td id="outcome">{_outcome(run["success"])}: {run["met"]} of '
         f"{run['evaluated']} expectations met</td></tr>",
         "</tbody></table>",
+        _where_and_fix(run, "../../"),
         "<h2>Expectations</h2>",
         "<table><thead><tr><th>Expectation</th><th>Column</th><th>Outcome</th>"
         "<th>Unexpected values</th><th>Details</th></tr></thead>",

@@ -125,14 +125,17 @@ def test_the_report_lists_every_run_and_opens_one_without_leaving_the_machine(br
         assert outcomes.pop("input-18") == "false"  # the broken rank
         assert set(outcomes.values()) == {"true"}
         failed_row = page.page.locator('tr.run[data-run="input-18"]')
-        assert "expect_column_values_to_be_between on y: 1 value(s)" in \
-            " ".join(failed_row.inner_text().split())
+        failed_text = " ".join(failed_row.inner_text().split())
+        # named as in the input (input.columns.child_rank), with where the row went and the fix
+        assert "expect_column_values_to_be_between on child_rank: 1 value(s)" in failed_text
+        assert "quarantine/input-18.parquet" in failed_text
+        assert "policy drop left these rows out of the release" in failed_text
         assert page.page.locator(".passed").first.evaluate(
             "e => getComputedStyle(e).color") == PASSED_GREEN
         index_text = page.page.locator("body").inner_text()
         page.screenshot("index.png")
 
-        failed_row.locator("a").click()
+        failed_row.locator("td:first-child a").click()
         page.page.wait_for_selector("#asset")
         asset = page.page.locator("#asset").inner_text()
         source = internal.parent.parent / "data" / "microdata"
