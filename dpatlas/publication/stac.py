@@ -31,6 +31,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
+from dpatlas.publication.codebook import published_metadata
+
 COLLECTION_FILE = "collection.json"
 ITEMS_DIR = "catalog"
 COLLECTION_ID = "dpatlas-releases"
@@ -208,9 +210,12 @@ def build_item(root: Path, entry: dict):
     extent = manifest.get("extent") or {}
     geometry, bbox = extent.get("geometry"), extent.get("bbox")
     status = entry.get("status", "published")
+    told = published_metadata(root / rid)  # publish.title, notice, description where set
     properties = {
-        "title": f"Release {rid}" + (" (withdrawn)" if status == "withdrawn" else ""),
-        "description": "Differentially private per-tract income mobility (p25, p75)",
+        "title": (told.get("title") or f"Release {rid}")
+                 + (" (withdrawn)" if status == "withdrawn" else ""),
+        "description": " ".join([*(told[k] for k in ("notice", "description") if k in told),
+                                 "Differentially private per-tract income mobility (p25, p75)"]),
         "dpatlas:status": status,
         "dpatlas:mode": manifest.get("mode"),
         "dpatlas:guarantee": manifest.get("total_per_person"),

@@ -34,6 +34,7 @@ from mechanisms.estimand import (ESTIMAND, ESTIMAND_ID, INTERVAL_MEANING, MOE90_
 
 from dpatlas.core.columns import INTERVAL_COLUMNS, MOE_COLUMNS, RESULT_COLUMNS, SE_COLUMNS
 from dpatlas.publication import colours
+from dpatlas.publication.codebook import write_codebook
 from dpatlas.publication.datapackage import write_datapackage
 from dpatlas.publication.geography import geojson_geometry, rfc7946_geometries
 from dpatlas.core.hashing import sha256_file
@@ -754,6 +755,7 @@ def stage_release(root: Path, release_id: str, stage: Callable[[Path], tuple[lis
     staging.mkdir()
     try:
         files, manifest = stage(staging)
+        files.append(write_codebook(staging, release_id, config))  # README.md, hashed too
         files.append(write_datapackage(staging, files, release_id, config))
         manifest = {**manifest,
                     "files": {f: {"sha256": sha256_file(staging / f),
