@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shutil
+import textwrap
 import subprocess
 from pathlib import Path
 from typing import Callable, Optional
@@ -246,11 +247,16 @@ MAP_HATCH = "////"
 MAP_HATCH_COLOUR = "#555555"
 
 
-def overview_title(release_id: str, shown: pd.DataFrame, several_cells: bool) -> str:
-    """The overview PNG's title: the cell it draws when the release has several."""
+def overview_title(release_id: str, shown: pd.DataFrame, several_cells: bool,
+                   publish: dict | None = None) -> str:
+    """The overview PNG's title: the cell it draws when the release has several; above it
+    ``publish.title`` and below it ``publish.notice`` where the config sets them."""
     cell = f", cell {shown['cell'].iloc[0]}" if several_cells else ""
-    return (f"Release {release_id}: p25 by tract{cell} "
+    line = (f"Release {release_id}: p25 by tract{cell} "
             f"({int((shown.status == 'released').sum())} of {len(shown)} released)")
+    publish = publish or {}
+    notice = textwrap.fill(publish["notice"], 90) if publish.get("notice") else None
+    return "\n".join(t for t in (publish.get("title"), line, notice) if t)
 
 
 def shown_cell(cells: list[str]) -> str:
