@@ -27,7 +27,7 @@ from dpatlas.publication import stac  # noqa: E402
 from dpatlas.publication.codebook import CODEBOOK_FILE  # noqa: E402
 from dpatlas.publication.tract_files import overview_title  # noqa: E402
 
-from tests.support.inputs import write_config  # noqa: E402
+from tests.support.inputs import levels_release_config, write_config  # noqa: E402
 
 TABLES = ("tracts", "counties", "states")
 CONTACT = DEMO_METADATA["contact"]
@@ -39,15 +39,7 @@ def released(tmp_path_factory) -> Path:
     the demo's reader metadata."""
     tmp = tmp_path_factory.mktemp("notice")
     write_synthetic(tmp / "data", ["17"], seed=5, params=StateParams(n_tracts=90, counties=3))
-    cfg = {"input": {"path": str(tmp / "data" / "microdata")},
-           "boundaries": {"path": str(tmp / "data" / "tracts.parquet")},
-           "privacy": {"epsilon_per_tract": 1.0},
-           "selection": {"rule": "dp", "threshold": 3.0},
-           "publish": {"root": str(tmp / "releases"), "internal_root": str(tmp / "internal"),
-                       **DEMO_METADATA},
-           "ledger": {"url": f"sqlite:///{tmp / 'ledger.db'}", "dataset": "il"},
-           "partition_tracts": 30, "levels": ["tract", "county", "state"],
-           "small_area": {"model": True}}
+    cfg = levels_release_config(tmp, **DEMO_METADATA)
     with prefect_test_harness(server_startup_timeout=180):
         from flows.release import release
 

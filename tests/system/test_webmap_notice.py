@@ -10,15 +10,11 @@ import pytest
 
 from dpatlas.cli.demo import DEMO_METADATA, DEMO_NOTICE
 from dpatlas.evaluation.synthetic_input import tract_geoids
-from dpatlas.publication import feed as F
-from dpatlas.publication import tiles as T
-from dpatlas.publication import tract_files as P
 from dpatlas.publication import webmap as W
-from dpatlas.publication.cell_stream import write_release
 from dpatlas.publication.geography import synth_boundaries
 from dpatlas.publication.serve import serve_in_thread
 from tests.support.browser import browser  # noqa: F401 (the shared Chromium fixture)
-from tests.system.test_webmap import Page, _results
+from tests.system.test_webmap import Page, _publish
 
 RELEASE = "20261129T000000Z-notice"
 
@@ -28,17 +24,9 @@ def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("notice") / "releases"
     root.mkdir()
     geoids, _ = tract_geoids("17", 60, 3)
-    boundaries = synth_boundaries(geoids, seed=0)
-    table = P.assemble(_results(boundaries["geoid"].to_numpy(), 7), boundaries)
-    manifest = {"release_id": RELEASE,
-                "published": datetime(2026, 11, 29, tzinfo=timezone.utc).isoformat()}
-    config = {"publish": {"license": "CC-BY-4.0", **DEMO_METADATA}}
-    folder = write_release(table, manifest, root, RELEASE, config=config)
-    if not (folder / T.TILES_FILE).exists():
-        T.build_tiles(folder / "tracts.geojson", folder / T.TILES_FILE)
-    if not (folder / W.PAGE).exists():
-        W.write_web_map(folder, RELEASE)
-    F.update_feed(root, RELEASE)
+    _publish(root, RELEASE, datetime(2026, 11, 29, tzinfo=timezone.utc), seed=7,
+             boundaries=synth_boundaries(geoids, seed=0),
+             publish={"license": "CC-BY-4.0", **DEMO_METADATA})
     W.write_feed_map(root)
     httpd, base = serve_in_thread(root)
     yield base
