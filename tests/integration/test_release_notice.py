@@ -112,3 +112,14 @@ def test_the_png_title_carries_the_release_title_and_the_notice():
     assert lines[1] == "Release r1: p25 by tract (2 of 3 released)"
     assert " ".join(lines[2:]) == DEMO_NOTICE
     assert overview_title("r1", shown, several_cells=False) == lines[1]
+
+
+def test_a_demo_folder_written_before_the_reader_metadata_is_still_the_demos(tmp_path):
+    import yaml
+
+    from dpatlas.cli.demo import _earlier_demo
+
+    cfg = release_config(tmp_path / "data", tmp_path / "releases", relative_to=tmp_path)
+    cfg["publish"] = {"root": cfg["publish"]["root"]}  # as the demo wrote it before issue 33
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    assert _earlier_demo(tmp_path, ["config.yaml", "releases"])
