@@ -741,11 +741,10 @@
     const about = $("about");
     about.replaceChildren();
     const licence = publish.license || "CC-BY-4.0";
-    const link = document.createElement("a");
-    link.href = "https://spdx.org/licenses/" + encodeURIComponent(licence) + ".html";
-    link.textContent = licence;
-    link.id = "licence";
-    about.append("Licence: ", link, ". ");
+    const named = document.createElement("span");  // an SPDX id; the page links off no site
+    named.textContent = licence;
+    named.id = "licence";
+    about.append("Licence: ", named, ". ");
     const cite = document.createElement("span");
     cite.id = "citation";
     cite.textContent = "Cite as: " + (publish.citation || title + ", release " + id) + ".";
