@@ -44,7 +44,10 @@ LEVEL_SHARE_TOLERANCE = 1e-9
 DEFAULT_LICENSE = "CC-BY-4.0"
 # publish keys that describe the published files without changing any value in them: left out
 # of the config's hash, so a release resumes (and old configs hash) as before they existed.
-PUBLISH_METADATA_KEYS = ("internal_retention_days", "license", "citation")
+# What a reader is told about a release (issue 33): optional, in config.json only when set.
+READER_METADATA_KEYS = ("title", "description", "measure", "notice", "contact")
+PUBLISH_METADATA_KEYS = ("internal_retention_days", "license", "citation",
+                         *READER_METADATA_KEYS)
 
 # The calibration shipped with the package (`dpatlas calibrate` on synthetic states): the
 # selection's threshold file when a config names neither a threshold nor a file, so the
@@ -202,6 +205,14 @@ class PublishConfig(_Strict):
     license: str = Field(DEFAULT_LICENSE, pattern=r"^[A-Za-z0-9][A-Za-z0-9.+-]*$",
                          max_length=100)
     citation: Optional[str] = Field(None, min_length=1, max_length=2000)
+    # What a reader is told about the release (the map, the PNG, the feed, STAC, the data
+    # package, the release's README.md): its title, a description, the measure's definition,
+    # a notice shown wherever the data are (e.g. that they are synthetic) and whom to contact.
+    title: Optional[str] = Field(None, min_length=1, max_length=200)
+    description: Optional[str] = Field(None, min_length=1, max_length=2000)
+    measure: Optional[str] = Field(None, min_length=1, max_length=2000)
+    notice: Optional[str] = Field(None, min_length=1, max_length=500)
+    contact: Optional[str] = Field(None, min_length=1, max_length=300)
 
     @field_validator("citation")
     @classmethod
@@ -492,6 +503,9 @@ def public_config(cfg: ReleaseConfig) -> dict:
     data["publish"].pop("root", None)
     data["publish"].pop("internal_root", None)
     data["publish"].pop("internal_retention_days", None)
+    for key in READER_METADATA_KEYS:  # unset: left out, so older config.json files are unchanged
+        if data["publish"].get(key) is None:
+            data["publish"].pop(key, None)
     data["ledger"]["url"] = f"{ledger_backend(cfg.ledger.url)}: (withheld)"
     data.pop("dask_address", None)
     data.pop("staging_url", None)
@@ -576,6 +590,11 @@ publish:
   internal_retention_days: 30  # `dpatlas purge` removes published releases' staged input after; null: never
   license: CC-BY-4.0          # the data's licence (SPDX id), in the catalogues and tiles
   citation: null              # how to cite the release (text, then any DOI or URL)
+  title: null                 # the release's title (map, PNG, feed, STAC, datapackage, README.md)
+  description: null           # what the release is, in a sentence or two
+  measure: null               # the definition of the measure (in README.md, datapackage.json)
+  notice: null                # shown wherever the data are, e.g. "SYNTHETIC data"
+  contact: null               # whom to ask about the release
 
 partition_tracts: 2000        # tracts per partition (one task run per partition and stage)
 

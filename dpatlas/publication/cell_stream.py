@@ -381,7 +381,8 @@ def _finish_files(staging: Path, streamed: _Streamed, release_id: str, config: d
 
     ci = config.get("intervals") or {}
     title = overview_title(release_id, streamed.shown,
-                           several_cells=len(streamed.summary.cells) > 1)
+                           several_cells=len(streamed.summary.cells) > 1,
+                           publish=config.get("publish"))
     outline = streamed.shown.copy()  # its own frame for the footprint's thread
     _, finished, web_map, level_files, extent, *_ = in_parallel([
         streamed.tiles.result,  # started with the last group (raises if tippecanoe failed)

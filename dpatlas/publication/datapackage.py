@@ -75,8 +75,8 @@ def build_datapackage(folder: Path, files: list[str], release_id: str, config: d
     package = {
         "name": package_name(release_id),
         "id": f"urn:dpatlas:release:{release_id}",
-        "title": f"dpatlas release {release_id}",
-        "description": ("Differentially private income mobility (p25, p75: predicted child "
+        "title": publish.get("title") or f"dpatlas release {release_id}",
+        "description": _reader_text(publish) + ("Differentially private income mobility (p25, p75: predicted child "
                         "income rank at parent rank 25 and 75) of dataset "
                         f"{ledger.get('dataset', 'default')}. Every value is a differentially "
                         "private release or post-processing of one; manifest.json states the "
@@ -90,7 +90,16 @@ def build_datapackage(folder: Path, files: list[str], release_id: str, config: d
     }
     if publish.get("citation"):
         package["citation"] = publish["citation"]  # not a spec property: kept as given
+    if publish.get("contact"):
+        package["contact"] = publish["contact"]    # likewise
     return package
+
+
+def _reader_text(publish: dict) -> str:
+    """The config's notice, description and measure (whichever are set), to lead the
+    package's description."""
+    parts = [publish.get("notice"), publish.get("description"), publish.get("measure")]
+    return "".join(f"{p.strip()} " for p in parts if p)
 
 
 def write_datapackage(folder: Path, files: list[str], release_id: str, config: dict) -> str:

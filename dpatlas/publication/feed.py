@@ -54,6 +54,7 @@ from typing import Iterator
 from dpatlas.core.files import now_utc
 from dpatlas.core.hashing import sha256_bytes, sha256_file
 from dpatlas.core.ids import InvalidReason, InvalidReleaseId, validate_reason, validate_release_id
+from dpatlas.publication.codebook import published_metadata
 from dpatlas.publication.stac import COLLECTION_FILE as STAC_COLLECTION, ITEMS_DIR as STAC_ITEMS
 from dpatlas.core.errors import OperatorError
 
@@ -412,6 +413,8 @@ def _verified_entry(root: Path, release_id: str, time_key: str = "published") ->
         "withdrawn_reason": None,
         "withdrawn_at": None,
         "files": checked,
+        # the release's title and notice (publish.title, publish.notice) where set
+        **{k: v for k, v in published_metadata(folder).items() if k in ("title", "notice")},
     }
 
 

@@ -31,6 +31,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
+from dpatlas.publication.codebook import published_metadata
+
 COLLECTION_FILE = "collection.json"
 ITEMS_DIR = "catalog"
 COLLECTION_ID = "dpatlas-releases"
@@ -51,6 +53,7 @@ MEDIA_TYPES = {
     ".js": "text/javascript",
     ".css": "text/css",
     ".txt": "text/plain",
+    ".md": "text/markdown",  # RFC 7763: the release's README.md codebook
 }
 # Roles follow the STAC best practices: "data" the tables, "metadata" what describes them,
 # "overview" the PNG map, "visual" what is made to be looked at (the web map and its tiles).
@@ -59,7 +62,7 @@ ROLES = {"tracts.parquet": ["data"], "tracts.geojson": ["data"], "tracts.csv": [
          "tracts.schema.json": ["metadata"], "p25_map.png": ["overview"],
          "config.json": ["metadata"], "datapackage.json": ["metadata"], MANIFEST: ["metadata"],
          "synthetic.parquet": ["data"], "synthetic.csv": ["data"],
-         "synthetic.schema.json": ["metadata"]}
+         "synthetic.schema.json": ["metadata"], "README.md": ["metadata"]}
 TITLES = {"tracts.parquet": "Tracts (GeoParquet)", "tracts.geojson": "Tracts (GeoJSON, RFC 7946)",
           "tracts.csv": "Tracts (CSV)", "tracts.schema.json": "Table Schema of tracts.csv",
           "p25_map.png": "Map of p25", "config.json": "Resolved release config",
@@ -68,10 +71,11 @@ TITLES = {"tracts.parquet": "Tracts (GeoParquet)", "tracts.geojson": "Tracts (Ge
           MANIFEST: "Manifest: privacy accounting and file hashes",
           "synthetic.parquet": "Synthetic microdata (Parquet)",
           "synthetic.csv": "Synthetic microdata (CSV)",
-          "synthetic.schema.json": "Table Schema of synthetic.csv"}
+          "synthetic.schema.json": "Table Schema of synthetic.csv",
+          "README.md": "Codebook: what the release is, every column, how to read and cite it"}
 # Files a download list offers (the feed's Atom enclosures): the tables, their metadata, the
 # PNG map and the tiles; never the web map's page, scripts, styles or its libraries' licences.
-DOWNLOAD_SUFFIXES = {".parquet", ".geojson", ".csv", ".json", ".pmtiles", ".png"}
+DOWNLOAD_SUFFIXES = {".parquet", ".geojson", ".csv", ".json", ".pmtiles", ".png", ".md"}
 WEB_MAP_SUPPORT = {"legend.json"}  # the web map's own JSON (dpatlas.publication.webmap)
 
 # The county and state files (issue 20, items 1 and 4), declared as the tract files are.
@@ -208,9 +212,12 @@ def build_item(root: Path, entry: dict):
     extent = manifest.get("extent") or {}
     geometry, bbox = extent.get("geometry"), extent.get("bbox")
     status = entry.get("status", "published")
+    told = published_metadata(root / rid)  # publish.title, notice, description where set
     properties = {
-        "title": f"Release {rid}" + (" (withdrawn)" if status == "withdrawn" else ""),
-        "description": "Differentially private per-tract income mobility (p25, p75)",
+        "title": (told.get("title") or f"Release {rid}")
+                 + (" (withdrawn)" if status == "withdrawn" else ""),
+        "description": " ".join([*(told[k] for k in ("notice", "description") if k in told),
+                                 "Differentially private per-tract income mobility (p25, p75)"]),
         "dpatlas:status": status,
         "dpatlas:mode": manifest.get("mode"),
         "dpatlas:guarantee": manifest.get("total_per_person"),

@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shutil
+import textwrap
 import subprocess
 from pathlib import Path
 from typing import Callable, Optional
@@ -34,6 +35,7 @@ from mechanisms.estimand import (ESTIMAND, ESTIMAND_ID, INTERVAL_MEANING, MOE90_
 
 from dpatlas.core.columns import INTERVAL_COLUMNS, MOE_COLUMNS, RESULT_COLUMNS, SE_COLUMNS
 from dpatlas.publication import colours
+from dpatlas.publication.codebook import write_codebook
 from dpatlas.publication.datapackage import write_datapackage
 from dpatlas.publication.geography import geojson_geometry, rfc7946_geometries
 from dpatlas.core.hashing import sha256_file
@@ -245,11 +247,16 @@ MAP_HATCH = "////"
 MAP_HATCH_COLOUR = "#555555"
 
 
-def overview_title(release_id: str, shown: pd.DataFrame, several_cells: bool) -> str:
-    """The overview PNG's title: the cell it draws when the release has several."""
+def overview_title(release_id: str, shown: pd.DataFrame, several_cells: bool,
+                   publish: dict | None = None) -> str:
+    """The overview PNG's title: the cell it draws when the release has several; above it
+    ``publish.title`` and below it ``publish.notice`` where the config sets them."""
     cell = f", cell {shown['cell'].iloc[0]}" if several_cells else ""
-    return (f"Release {release_id}: p25 by tract{cell} "
+    line = (f"Release {release_id}: p25 by tract{cell} "
             f"({int((shown.status == 'released').sum())} of {len(shown)} released)")
+    publish = publish or {}
+    notice = textwrap.fill(publish["notice"], 90) if publish.get("notice") else None
+    return "\n".join(t for t in (publish.get("title"), line, notice) if t)
 
 
 def shown_cell(cells: list[str]) -> str:
@@ -761,6 +768,7 @@ def stage_release(root: Path, release_id: str, stage: Callable[[Path], tuple[lis
     staging.mkdir()
     try:
         files, manifest = stage(staging)
+        files.append(write_codebook(staging, release_id, config))  # README.md, hashed too
         files.append(write_datapackage(staging, files, release_id, config))
         manifest = {**manifest,
                     "files": {f: {"sha256": sha256_file(staging / f),

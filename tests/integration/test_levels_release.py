@@ -26,7 +26,7 @@ from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic  # n
 from dpatlas.publication.tiles import build_level_tiles, read_metadata  # noqa: E402
 from dpatlas.publication.tract_files import read_csv_with_schema  # noqa: E402
 
-from tests.support.inputs import write_config  # noqa: E402
+from tests.support.inputs import levels_release_config, write_config  # noqa: E402
 
 LEVELS = ["tract", "county", "state"]
 
@@ -37,13 +37,7 @@ def released(tmp_path_factory) -> Path:
     small-area model."""
     tmp = tmp_path_factory.mktemp("levels")
     write_synthetic(tmp / "data", ["17"], seed=5, params=StateParams(n_tracts=90, counties=3))
-    cfg = {"input": {"path": str(tmp / "data" / "microdata")},
-           "boundaries": {"path": str(tmp / "data" / "tracts.parquet")},
-           "privacy": {"epsilon_per_tract": 1.0},
-           "selection": {"rule": "dp", "threshold": 3.0},
-           "publish": {"root": str(tmp / "releases"), "internal_root": str(tmp / "internal")},
-           "ledger": {"url": f"sqlite:///{tmp / 'ledger.db'}", "dataset": "il"},
-           "partition_tracts": 30, "levels": LEVELS, "small_area": {"model": True}}
+    cfg = levels_release_config(tmp)
     with prefect_test_harness(server_startup_timeout=180):
         from flows.release import release
 

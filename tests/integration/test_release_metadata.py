@@ -97,7 +97,7 @@ def test_atom_enclosures_are_downloads_with_media_types(root):
                 "tracts.geojson": "application/geo+json", "tracts.schema.json":
                 "application/json", "tracts.pmtiles": "application/vnd.pmtiles",
                 "p25_map.png": "image/png", "config.json": "application/json",
-                DATAPACKAGE_FILE: "application/json"}
+                DATAPACKAGE_FILE: "application/json", "README.md": "text/markdown"}
     assert {n: ln.get("type") for n, ln in enclosures.items()} == expected  # ...not enclosed
     assert all(int(ln.get("length")) == files[n]["bytes"] for n, ln in enclosures.items())
 

@@ -52,3 +52,17 @@ def set_test_cap(config_path) -> None:
             ledger.set_cap(cfg.ledger.dataset, eps, delta, reason="test set-up")
     finally:
         ledger.close()
+
+
+def levels_release_config(tmp, **publish) -> dict:
+    """The config of a seeded release of the synthetic state written to ``tmp/data`` with
+    all three levels and the small-area model (``publish``: further publish keys)."""
+    return {"input": {"path": str(tmp / "data" / "microdata")},
+            "boundaries": {"path": str(tmp / "data" / "tracts.parquet")},
+            "privacy": {"epsilon_per_tract": 1.0},
+            "selection": {"rule": "dp", "threshold": 3.0},
+            "publish": {"root": str(tmp / "releases"), "internal_root": str(tmp / "internal"),
+                        **publish},
+            "ledger": {"url": f"sqlite:///{tmp / 'ledger.db'}", "dataset": "il"},
+            "partition_tracts": 30, "levels": ["tract", "county", "state"],
+            "small_area": {"model": True}}

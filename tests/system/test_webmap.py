@@ -159,13 +159,14 @@ def _results(geoids: np.ndarray, seed: int) -> pd.DataFrame:
 
 
 def _publish(root: Path, release_id: str, published: datetime, seed: int,
-             boundaries) -> Path:
+             boundaries, publish: dict | None = None) -> Path:
     """A release made as the pipeline makes one (publish.assemble, write_release, the feed),
-    with its tiles and page."""
+    with its tiles and page (``publish``: the config's publish section, if any)."""
     table = P.assemble(_results(boundaries["geoid"].to_numpy(), seed), boundaries)
     manifest = {"release_id": release_id, "published": published.isoformat()}
     config = {"intervals": {"enabled": True, "level": 0.95,
-                            "low_reliability_width": LOW_RELIABILITY_WIDTH, "share": 0.25}}
+                            "low_reliability_width": LOW_RELIABILITY_WIDTH, "share": 0.25},
+              **({"publish": publish} if publish else {})}
     folder = write_release(table, manifest, root, release_id, config=config)
     if not (folder / T.TILES_FILE).exists():
         T.build_tiles(folder / "tracts.geojson", folder / T.TILES_FILE)

@@ -37,6 +37,7 @@
   maplibregl.addProtocol("pmtiles", protocol.tile);
 
   const $ = (id) => document.getElementById(id);
+  const DEFAULT_TITLE = document.title;
   const absolute = (relative) => new URL(relative, document.baseURI).href;
 
   // A release page shows its own files from its own folder ("./"), so it also works when the
@@ -729,6 +730,29 @@
     return cells.includes(state.cell) ? state.cell : (cells.includes("all") ? "all" : cells[0]);
   }
 
+  // What the release tells its readers (config.json's publish section): its title, a notice
+  // (e.g. that the data are synthetic) above everything, its licence, citation and contact.
+  function showReleaseText(id, publish) {
+    const title = publish.title || "dpatlas";
+    $("title").textContent = title;
+    document.title = publish.title ? publish.title + " (dpatlas)" : DEFAULT_TITLE;
+    $("notice").textContent = publish.notice || "";
+    $("notice").hidden = !publish.notice;
+    const about = $("about");
+    about.replaceChildren();
+    const licence = publish.license || "CC-BY-4.0";
+    const named = document.createElement("span");  // an SPDX id; the page links off no site
+    named.textContent = licence;
+    named.id = "licence";
+    about.append("Licence: ", named, ". ");
+    const cite = document.createElement("span");
+    cite.id = "citation";
+    cite.textContent = "Cite as: " + (publish.citation || title + ", release " + id) + ".";
+    about.append(cite);
+    if (publish.contact) about.append(" Contact: " + publish.contact + ".");
+    about.hidden = false;
+  }
+
   async function loadRelease(map, id) {
     state.release = id;
     api.loaded = null;
@@ -738,6 +762,7 @@
     const [header, metadata, releaseConfig] = await Promise.all([
       archive.getHeader(), archive.getMetadata(),
       fetchJson(releaseUrl(id, "config.json")).catch(() => null)]);
+    showReleaseText(id, (releaseConfig && releaseConfig.publish) || {});
     const intervals = (releaseConfig && releaseConfig.intervals) || {};
     state.lowWidth = intervals.enabled && intervals.low_reliability_width != null
       ? Number(intervals.low_reliability_width) : null;
