@@ -43,3 +43,37 @@ def test_changelog_follows_keep_a_changelog():
     # every section holds entries
     for block in re.split(r"^### .*$", text, flags=re.M)[1:]:
         assert re.search(r"^- \S", block.split("\n## ")[0], re.M), block[:80]
+
+
+# A markdown link or image `[text](target)` and an HTML `<img src="target">`; fenced code and
+# code spans are removed first, since their brackets are code, not links.
+MARKDOWN_LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)|<img\s[^>]*src=\"([^\"]+)\"")
+FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
+CODE_SPAN = re.compile(r"`[^`\n]*`")
+
+
+def relative_links(path):
+    text = CODE_SPAN.sub("", FENCE.sub("", path.read_text(encoding="utf-8")))
+    for match in MARKDOWN_LINK.finditer(text):
+        target = (match[1] or match[2]).split("#")[0]
+        if target and not re.match(r"[a-z][a-z0-9+.-]*:", target, re.I):  # http:, mailto:
+            yield target
+
+
+def test_relative_markdown_links_point_to_existing_files():
+    """Text moved from the README into docs/ (issue 33) keeps links that open."""
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    broken = [f"{page.relative_to(REPO)}: {target}" for page in pages
+              for target in relative_links(page) if not (page.parent / target).exists()]
+    assert not broken, broken
+    assert "docs/README.md" in set(relative_links(REPO / "README.md"))
+
+
+def test_readme_is_short_and_docs_index_lists_every_document():
+    """A newcomer reads the README in minutes (issue 33); docs/README.md indexes the rest."""
+    assert len((REPO / "README.md").read_text(encoding="utf-8").splitlines()) < 200
+    indexed = {target.rstrip("/") for target in relative_links(REPO / "docs" / "README.md")}
+    docs = {p.name for p in (REPO / "docs").iterdir()
+            if (p.suffix == ".md" and p.name != "README.md")
+            or (p.is_dir() and p.name.startswith("evaluation"))}
+    assert docs <= indexed, docs - indexed
