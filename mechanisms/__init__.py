@@ -11,7 +11,7 @@ Each estimator's ``noise_steps(epsilon, delta, **hyper)`` lists the calibrated n
 draws (``privacy_maps.NoiseStep``); its ``guarantee`` is the composition of their privacy maps.
 """
 
-# Registers the estimators, in the order of the README's table (the registry keeps it).
+# Registers the estimators, in the order of the table in docs/estimators.md (the registry keeps it).
 from . import sufficient_stats, theil_sen, gradient_descent, mos  # noqa: F401, I001
 from . import binagg, free_lunch  # noqa: F401, I001
 from . import ddssp, adassp, modulated  # noqa: F401, I001

@@ -123,7 +123,7 @@ def sampler_description(plan: BudgetPlan, random_source: str | Mapping[str, int]
     used = {"NoisyStats", "DPExpTheilSen"} | {s.estimator for s in plan.suite}
     out = {"random_bits": random_bits_description(random_source),
            "per_estimator": {name: M.get(name).sampler for name in sorted(used)},
-           "note": "see README, 'Noise: why it is safe against floating-point attacks'"}
+           "note": "see docs/estimators.md, 'Noise: why it is safe against floating-point attacks'"}
     if not isinstance(random_source, str):  # from the draw log: how many draws each made
         by_bits: dict[str, int] = {}
         for source, n in random_source.items():

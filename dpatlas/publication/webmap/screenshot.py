@@ -1,5 +1,5 @@
 """Headless Chromium for the web map: the launch the browser tests use, and a screenshot of a
-publish root's page (the README's docs/webmap-demo.png and docs/webmap-demo-phone.png).
+publish root's page (docs/setup.md's docs/webmap-demo.png and docs/webmap-demo-phone.png).
 
     python -m dpatlas.publication.webmap.screenshot demo/releases docs/webmap-demo.png --click --palette
     python -m dpatlas.publication.webmap.screenshot demo/releases docs/webmap-demo-phone.png --phone --click --palette
