@@ -290,6 +290,10 @@ def intervals(mechanism: str, batch: TractBatch, released: Released, epsilon_int
         if np.shape(getattr(released, name)) != shape:
             raise ValueError(f"released.{name} has shape {np.shape(getattr(released, name))}, "
                              f"expected (reps, tracts) = {shape}")
+    if mechanism != NOISY_STATS and released.eps_theil_sen is None:
+        # checked before any draw: the rows' standard errors need it (nothing is spent first)
+        raise ValueError(f"{mechanism} intervals need released.eps_theil_sen (the budget "
+                         "DPExpTheilSen ran with) for their standard errors")
     meter = NO_METER if meter is None else meter
     if mechanism == NOISY_STATS:
         return _noisy_stats_intervals(batch, released, eps, rand, level, meter,
@@ -387,8 +391,8 @@ def _noisy_stats_intervals(batch, released, eps, rand, level, meter,
     known &= xbar_lo <= xbar_hi
     # The residual spread, bounded above: the residual sum of squares is at most Σ(y − ȳ)²,
     # which is at most its draw plus a one-sided Laplace bound, and at most n/4.
-    b_syy = _scale(1.0 - 1.0 / n, eps / _NS_DRAWS)
-    rss_hi = np.minimum(syy_t + b_syy * math.log(1.0 / (2 * _GAMMA_SYY * a)), n / 4)
+    # (Σ(y − ȳ)² has the own nvar draw's sensitivity and budget, so its scale b_own)
+    rss_hi = np.minimum(syy_t + b_own * math.log(1.0 / (2 * _GAMMA_SYY * a)), n / 4)
     known &= rss_hi > 0
     rest = a * (1.0 - _GAMMA_NVAR - _GAMMA_BETA - _GAMMA_XBAR - _GAMMA_SYY)
     # Given publication (probability >= its value at nvar_lo, on the event nvar >= nvar_lo
@@ -664,9 +668,6 @@ def _theil_sen_intervals(batch, released, eps, rand, level, meter) -> Intervals:
                                                step.sensitivity.value(n=sub.n[draw]),
                                                _TS_LO, _TS_HI, rand, reps)
                 getattr(out, f"{name}_{'lo' if end == 'lower' else 'hi'}")[:, chunk] = vals
-    if released.eps_theil_sen is None:
-        raise ValueError("DPExpTheilSen intervals need released.eps_theil_sen (the budget the "
-                         "mechanism ran with) for their standard errors")
     drawn_ends = theil_sen_end_is_drawn(batch.n, offset) & (batch.n >= MIN_RECORDS)
     for name, _ in _PREDICTIONS:
         point = getattr(released, name)

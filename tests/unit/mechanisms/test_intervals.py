@@ -3,6 +3,7 @@ guarantee derived from the noise steps, every draw paid, containment, bad inputs
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -255,8 +256,9 @@ def test_noisy_stats_needs_its_noisy_statistics_and_rule_its_choice():
     batch, rel = _one()
     with pytest.raises(ValueError, match="released.noisy_nvar"):
         intervals(NOISY_STATS, batch, Released(rel.p25, rel.p75), 1.0, SeededRandomness(3))
-    with pytest.raises(ValueError, match="released.mechanism"):
-        intervals(RULE, batch, rel, 1.0, SeededRandomness(3))
+    with pytest.raises(ValueError, match="released.mechanism"):  # with its budget, no choice
+        intervals(RULE, batch, dataclasses.replace(rel, eps_theil_sen=1.0), 1.0,
+                  SeededRandomness(3))
     with pytest.raises(ValueError, match="intervals exist for"):
         interval_noise_steps("DPGDPure", 1.0)
     with pytest.raises(ValueError, match="too small"):

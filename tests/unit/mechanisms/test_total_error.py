@@ -94,5 +94,13 @@ def test_theil_sen_rows_need_their_budget_for_standard_errors():
     batch, _ = _large_tracts(6, tracts=5, sizes=(20, 30))
     rand = SeededRandomness(1)
     released = CI.Released(np.full((1, 5), 0.4), np.full((1, 5), 0.6))
-    with pytest.raises(ValueError, match="eps_theil_sen"):
-        CI.intervals("DPExpTheilSen", batch, released, 1.0, rand)
+    for mechanism in ("DPExpTheilSen", "rule"):
+        with pytest.raises(ValueError, match="eps_theil_sen"):
+            CI.intervals(mechanism, batch, released, 1.0, rand, meter=_NoSpend())
+
+
+class _NoSpend:
+    """A meter that fails the test if anything is spent: the refusal comes before any draw."""
+
+    def spend(self, *args, **kwargs):
+        raise AssertionError("spent before the missing budget was refused")
