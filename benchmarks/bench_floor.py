@@ -196,13 +196,12 @@ def floor(data: Path, work: Path | None = None, seed: int | None = None) -> dict
                     boundaries = load_boundaries(cfg.boundaries.path,
                                                  cfg.boundaries.geoid_column)
                     tracts = pd.concat(results, ignore_index=True)
-                    table = assemble(tracts, boundaries, cfg.intervals.level)
+                    table = assemble(tracts, boundaries)
                     levels = {}
                     if budget.levels:
                         by_unit = pd.concat(level_results, ignore_index=True)
                         cells = sorted(str(c) for c in table["cell"].unique())
-                        levels = {lp.level: assemble_level(by_unit, boundaries, lp.level, cells,
-                                                           cfg.intervals.level)
+                        levels = {lp.level: assemble_level(by_unit, boundaries, lp.level, cells)
                                   for lp in budget.levels}
                 with clock("model fit"):
                     _, fits = add_model_estimates(table, levels, None,

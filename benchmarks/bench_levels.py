@@ -144,11 +144,10 @@ def main() -> None:
     results = pd.concat([pd.read_parquet(p) for p in sorted((internal / "results")
                                                             .glob("*.parquet"))],
                         ignore_index=True)
-    table = assemble(results, boundaries, cfg.intervals.level)
+    table = assemble(results, boundaries)
     level_files = sorted((internal / "levels").glob("*.parquet"))
     cells = sorted(str(c) for c in table["cell"].unique())
-    assemble_all = lambda: assemble_levels(level_files, boundaries, budget, cells,
-                                           cfg.intervals.level)
+    assemble_all = lambda: assemble_levels(level_files, boundaries, budget, cells)
     levels = compare("assemble levels", assemble_all, assemble_all, None)
 
     steps = [s.as_dict() for s in budget.steps]

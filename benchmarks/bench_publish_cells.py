@@ -84,7 +84,7 @@ def publish_by_cells(result_files, boundaries, root: Path, internal: Path,
         group=partial(_check_tract_group, list(boundaries["geoid"]), cfg, internal),
         finish=partial(_check_output_contracts, {}, cfg, internal))
     return S.write_release_by_cells(
-        S.assembled_groups(result_files, groups, boundaries, INTERVALS.level), cells,
+        S.assembled_groups(result_files, groups, boundaries), cells,
         lambda summary: {"release_id": "bench", "counts": summary.counts()}, root, "bench",
         config=CONFIG, checks=checks, group_count=len(groups), internal_dir=internal)
 

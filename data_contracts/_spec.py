@@ -76,8 +76,8 @@ META_KEY = "dpatlas"
 
 #: The published standard errors (p25_se, p75_se: of the total error, mechanisms/estimand.py)
 #: are at most SE_CAP = 0.5, and their 90% margins of error (p25_moe90, p75_moe90) at most
-#: 1.645 x 0.5 rounded up to 4 decimals. Suite parameters, passed by the publication
-#: (dpatlas.publication.tract_files.standard_error_maximum, margin_of_error_maximum).
+#: 1.645 x 0.5 rounded up to 4 decimals. Suite parameters: the publication passes the SE's
+#: (dpatlas.publication.tract_files.standard_error_maximum); the margin's is MOE90_MAX.
 STANDARD_ERROR_MAX_PARAMETER = "standard_error_max"
 MOE90_MAX_PARAMETER = "moe90_max"
 STANDARD_ERROR_MAX = 0.5

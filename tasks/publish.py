@@ -52,7 +52,7 @@ def publish_release(cfg: ReleaseConfig, release_id: str, result_files: list[Path
     # not grow with the number of cells.
     cells = release_cells(result_files)
     groups = cell_groups(cells, len(boundaries))
-    levels = assemble_levels(level_files or [], boundaries, budget, cells, cfg.intervals.level)
+    levels = assemble_levels(level_files or [], boundaries, budget, cells)
     model_fits = [] if cfg.small_area.model else None
     model = (partial(_with_model_estimates, levels, [s.as_dict() for s in budget.steps],
                      model_fits) if model_fits is not None else None)
@@ -69,7 +69,7 @@ def publish_release(cfg: ReleaseConfig, release_id: str, result_files: list[Path
     geoids = list(boundaries["geoid"])
     level_rows = _level_rows_to_check(levels, boundaries)
     folder = write_release_by_cells(
-        assembled_groups(result_files, groups, boundaries, cfg.intervals.level, model), cells,
+        assembled_groups(result_files, groups, boundaries, model), cells,
         manifest_of, cfg.publish.root, release_id, config=public_config(cfg),
         checks=CellGroupChecks(
             group=partial(_check_tract_group, geoids, cfg, internal),
@@ -135,7 +135,7 @@ def _check_contract(level: str, table: pd.DataFrame, units: Optional[list], cfg:
     run's name (default ``published``, ``published-<level>`` above the tract)."""
     from data_contracts import ReleaseDocs, validate_published, validate_published_level
 
-    release, se_max = ReleaseDocs.in_folder(internal), standard_error_maximum(cfg.intervals.level)
+    release, se_max = ReleaseDocs.in_folder(internal), standard_error_maximum()
     run = run or ("published" if level == "tract" else f"published-{level}")
     if level == "tract":
         check = validate_published(table, boundary_geoids=units, standard_error_max=se_max,
@@ -154,13 +154,13 @@ def _check_contract(level: str, table: pd.DataFrame, units: Optional[list], cfg:
 
 
 def assemble_levels(level_files: list[Path], boundaries: gpd.GeoDataFrame, budget: BudgetPlan,
-                    cells: list[str], interval_level: float) -> dict:
+                    cells: list[str]) -> dict:
     """Each level's table (county, state), over the tract table's ``cells`` (sorted)."""
     if not budget.levels:
         return {}
     results = pd.concat([pd.read_parquet(p) for p in level_files], ignore_index=True)
     cells = cells or ["all"]  # the tract table of a release without records has cell "all"
-    return {lp.level: assemble_level(results, boundaries, lp.level, cells, interval_level)
+    return {lp.level: assemble_level(results, boundaries, lp.level, cells)
             for lp in budget.levels}
 
 

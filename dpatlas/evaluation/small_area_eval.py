@@ -101,7 +101,7 @@ def tract_release(state: SyntheticState, epsilon: float, noise_seed: int) -> pd.
     rand = SeededRandomness(noise_seed)
     results = estimate_partition(df, select_partition(df, budget, rand, MIN_N), budget, rand,
                                  MIN_N)
-    return pd.DataFrame(assemble(results, state.boundaries, LEVEL)[TRACT_COLUMNS])
+    return pd.DataFrame(assemble(results, state.boundaries)[TRACT_COLUMNS])
 
 
 def level_release(state: SyntheticState, digits: int, epsilon: float,
@@ -128,7 +128,7 @@ def level_release(state: SyntheticState, digits: int, epsilon: float,
     table = round_released_values(table)
     table["p25"] = table.pop("p25_raw").clip(0, 1)
     table["p75"] = table.pop("p75_raw").clip(0, 1)
-    return add_standard_errors(table, LEVEL)[LEVEL_COLUMNS]
+    return add_standard_errors(table)[LEVEL_COLUMNS]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -73,14 +73,14 @@ def read_results_of(result_files: list[Path], cells: list[str]) -> pd.DataFrame:
 
 
 def assembled_groups(result_files: list[Path], groups: list[list[str]],
-                     boundaries: gpd.GeoDataFrame, interval_level: float,
+                     boundaries: gpd.GeoDataFrame,
                      then: Optional[Callable[[gpd.GeoDataFrame], gpd.GeoDataFrame]] = None
                      ) -> Iterator[gpd.GeoDataFrame]:
     """Each group's tract table (:func:`~dpatlas.publication.tract_files.assemble` of its
     cells' results, ``then`` applied: the small-area model), in cell order, made when the
     writer asks for it: one group's rows are in memory at a time."""
     for cells in groups:
-        table = assemble(read_results_of(result_files, cells), boundaries, interval_level)
+        table = assemble(read_results_of(result_files, cells), boundaries)
         yield in_cell_order(then(table) if then is not None else table)
 
 

@@ -59,7 +59,7 @@ def dissolved_units(boundaries: gpd.GeoDataFrame, level: str) -> gpd.GeoSeries:
 
 
 def assemble_level(results: pd.DataFrame, boundaries: gpd.GeoDataFrame, level: str,
-                   cells: list[str], interval_level: float = 0.95) -> gpd.GeoDataFrame:
+                   cells: list[str]) -> gpd.GeoDataFrame:
     """Every unit of ``level`` in the boundaries, for every cell, with its status (a unit
     without records is suppressed, nothing spent), rounded as the tracts are."""
     geometry = dissolved_units(boundaries, level)
@@ -79,7 +79,7 @@ def assemble_level(results: pd.DataFrame, boundaries: gpd.GeoDataFrame, level: s
         table["county"] = table["geoid"]
         table["name"] = table["geoid"].map(county_names())  # public; empty where not known
     extra = [c for c in UNCERTAINTY_COLUMNS if c in table.columns]
-    table = add_standard_errors(table[level_columns(level, extra)], interval_level)
+    table = add_standard_errors(table[level_columns(level, extra)])
     return gpd.GeoDataFrame(table, geometry=geometry.loc[table["geoid"]].to_numpy(),
                             crs=boundaries.crs)
 

@@ -19,8 +19,8 @@ import json
 import os
 import re
 import shutil
-import textwrap
 import subprocess
+import textwrap
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -28,7 +28,6 @@ import geopandas as gpd
 import numpy as np
 import pandas as pd
 import shapely
-
 
 from mechanisms.estimand import (ESTIMAND, ESTIMAND_ID, INTERVAL_MEANING, MOE90_MEANING,
                                  MOE90_Z, SE_CAP, SE_MEANING)
@@ -60,10 +59,9 @@ class PublishError(RuntimeError, OperatorError):
     """Publishing refused or failed; the message says what to do."""
 
 
-def assemble(results: pd.DataFrame, boundaries: gpd.GeoDataFrame,
-             interval_level: float = 0.95) -> gpd.GeoDataFrame:
+def assemble(results: pd.DataFrame, boundaries: gpd.GeoDataFrame) -> gpd.GeoDataFrame:
     """Every boundary tract, for every cell, with its status; geometry from the boundaries;
-    with intervals, their standard errors at ``interval_level`` (the config's intervals.level)."""
+    with intervals, their standard errors and margins of error."""
     cells = sorted(results["cell"].unique()) if len(results) else ["all"]
     grid = pd.MultiIndex.from_product([boundaries["geoid"], cells], names=["geoid", "cell"])
     table = results.set_index(["geoid", "cell"]).reindex(grid).reset_index()
@@ -78,7 +76,7 @@ def assemble(results: pd.DataFrame, boundaries: gpd.GeoDataFrame,
     table["state"] = table["geoid"].str[:2]
     table["county"] = table["geoid"].str[:5]
     extra = [c for c in results.columns if c not in RESULT_COLUMNS]
-    table = add_standard_errors(table[TABLE_COLUMNS + extra], interval_level)
+    table = add_standard_errors(table[TABLE_COLUMNS + extra])
     return gpd.GeoDataFrame(table, geometry=geo.loc[table["geoid"], "geometry"].to_numpy(),
                             crs=boundaries.crs)
 
@@ -104,20 +102,27 @@ def round_released_values(table: pd.DataFrame,
     the guarantee is unchanged (Dwork & Roth 2014, Prop. 2.1). Clip to [0, 1] afterwards:
     rounding commutes with clipping to those bounds, so ``p25 == clip(p25_raw)`` holds exactly.
     """
-    scale = 10.0 ** decimals
     out = table.copy()
     # "+ 0.0" turns a rounded -0.0 into 0.0, which the CSV would otherwise print as "-0.0".
     for c in _point_columns(out.columns):
         out[c] = out[c].astype(float).round(decimals) + 0.0
     lower, upper = _bound_columns(out.columns)
     for c in lower:
-        out[c] = (np.floor(out[c].astype(float) * scale) / scale).round(decimals) + 0.0
+        out[c] = _rounded_outwards(out[c], decimals, up=False)
     for c in upper:
-        out[c] = (np.ceil(out[c].astype(float) * scale) / scale).round(decimals) + 0.0
+        out[c] = _rounded_outwards(out[c], decimals, up=True)
     return out
 
 
-def add_standard_errors(table: pd.DataFrame, level: float,
+def _rounded_outwards(values, decimals: int, up: bool) -> np.ndarray:
+    """``values`` rounded up (or down) to ``decimals`` decimals, -0.0 made 0.0: how bounds,
+    standard errors and margins of error are published."""
+    scale = 10.0 ** decimals
+    step = np.ceil if up else np.floor
+    return (step(np.asarray(values, dtype=float) * scale) / scale).round(decimals) + 0.0
+
+
+def add_standard_errors(table: pd.DataFrame,
                         decimals: int = PUBLISHED_DECIMALS) -> pd.DataFrame:
     """The table with its ``p25_se``, ``p75_se`` rounded up and their 90% margins of error
     ``p25_moe90``, ``p75_moe90`` beside them (unchanged without intervals).
@@ -126,8 +131,7 @@ def add_standard_errors(table: pd.DataFrame, level: float,
     of the standard deviation of the total error, from DP and public values); rounding up
     keeps them upper estimates. The margin of error is ``MOE90_Z``·se of the *published*
     (rounded) se, rounded up, so anyone can recompute it from the files (``dpatlas audit``
-    does). Post-processing of DP outputs: no budget of its own. ``level`` is the intervals'
-    level (the SE does not depend on it; kept for the callers' signature).
+    does). Post-processing of DP outputs: no budget of its own.
     """
     if not all(c in table.columns for c in INTERVAL_COLUMNS):
         return table
@@ -135,12 +139,10 @@ def add_standard_errors(table: pd.DataFrame, level: float,
     if missing:
         raise PublishError(f"the estimate table has intervals but no {missing}: it was made "
                            "by an older interval step; rerun the release under a new id")
-    scale = 10.0 ** decimals
     out = table.copy()
     for column, moe in zip(SE_COLUMNS, MOE_COLUMNS):
-        se = np.ceil(out[column].to_numpy(dtype=float) * scale) / scale
-        out[column] = se.round(decimals) + 0.0
-        out[moe] = margin_of_error_90(out[column].to_numpy(dtype=float), decimals)
+        out[column] = _rounded_outwards(out[column], decimals, up=True)
+        out[moe] = margin_of_error_90(out[column], decimals)
     # the margins of error right after the standard errors
     columns = [c for c in out.columns if c not in MOE_COLUMNS]
     at = columns.index(SE_COLUMNS[-1]) + 1
@@ -149,13 +151,12 @@ def add_standard_errors(table: pd.DataFrame, level: float,
 
 def margin_of_error_90(se: np.ndarray, decimals: int = PUBLISHED_DECIMALS) -> np.ndarray:
     """The 90% margin of error of published standard errors: MOE90_Z·se rounded up."""
-    scale = 10.0 ** decimals
-    return (np.ceil(MOE90_Z * np.asarray(se, dtype=float) * scale) / scale).round(decimals) + 0.0
+    return _rounded_outwards(MOE90_Z * np.asarray(se, dtype=float), decimals, up=True)
 
 
-def standard_error_maximum(level: float = 0.95, decimals: int = PUBLISHED_DECIMALS) -> float:
-    """The largest published standard error: the cap (``mechanisms/estimand.py`` SE_CAP).
-    ``level`` and ``decimals`` kept for the callers' signature (the cap is a round number)."""
+def standard_error_maximum() -> float:
+    """The largest published standard error: the cap (``mechanisms/estimand.py`` SE_CAP),
+    a round number, so rounding up never passes it."""
     return float(SE_CAP)
 
 
@@ -529,8 +530,6 @@ _RANK = {"minimum": 0, "maximum": 1}
 # (mechanisms/estimand.py): every such column's description carries ESTIMAND_ID, which
 # ``dpatlas audit`` checks.
 _ESTIMAND = f"Estimand (direct and model-based values alike): the {ESTIMAND}."
-# The 90% margins of error beside the standard errors (value ± moe90).
-MOE90_COLUMNS = tuple(MOE_COLUMNS)
 # A tract row's spend is the whole per-person charge of its cell: counties' and states'
 # rows state only their own steps (level_files.level_spend_text).
 _TRACT_SPENT_TEXT = ("Privacy budget {0} charged to this tract's records in this cell: every "
@@ -589,11 +588,11 @@ _MODEL_TEXT = {
 }
 
 
-def _standard_error_text(column: str, level: float, decimals: int) -> str:
+def _standard_error_text(column: str, decimals: int) -> str:
     value = column[:-len("_se")]
     return (f"{value}'s {SE_MEANING}. Drawn for by the interval step (mechanisms/intervals.py, "
             f"its own budget), rounded up to {decimals} decimals; empty unless released; at "
-            f"most {standard_error_maximum(level, decimals)}. {value} ± 1.645·{column} is the "
+            f"most {standard_error_maximum()}. {value} ± 1.645·{column} is the "
             f"90% margin ({value}_moe90 where published). " + _ESTIMAND)
 
 
@@ -620,8 +619,8 @@ def _field(column: str, decimals: int, level: float = 0.95) -> dict:
                 f"{'down' if side == 'lo' else 'up'} to {decimals} decimals; empty unless "
                 "released. " + _ESTIMAND)
     elif column in SE_COLUMNS:
-        kind, text = "number", _standard_error_text(column, level, decimals)
-        constraints = {"minimum": 0, "maximum": standard_error_maximum(level, decimals)}
+        kind, text = "number", _standard_error_text(column, decimals)
+        constraints = {"minimum": 0, "maximum": standard_error_maximum()}
     elif column in MOE_COLUMNS:
         kind, text = "number", _moe90_text(column, decimals)
         constraints = {"minimum": 0, "maximum": float(margin_of_error_90(SE_CAP, decimals))}

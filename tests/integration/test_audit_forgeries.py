@@ -29,8 +29,9 @@ from dpatlas.core.config import fingerprint
 from dpatlas.publication.geography import write_geojson_rfc7946
 from dpatlas.core.hashing import sha256_file
 from dpatlas.ledger import Ledger, charges
-from dpatlas.publication.tract_files import (_FIELDS, INTERVAL_COLUMNS, MOE90_COLUMNS,
-                                             SE_COLUMNS, write_csv_with_schema)
+from dpatlas.core.columns import MOE_COLUMNS as MOE90_COLUMNS
+from dpatlas.publication.tract_files import (_FIELDS, INTERVAL_COLUMNS, SE_COLUMNS,
+                                             write_csv_with_schema)
 from dpatlas.publication.tiles import build_tiles
 
 from tests.integration.test_release_audit import RID, build_release, make_cfg, state  # noqa: F401 (fixture)

@@ -125,7 +125,7 @@ def streamed_release(result_files, boundaries, root, max_rows, checks) -> Path:
     cells = S.release_cells(result_files)
     groups = S.cell_groups(cells, len(boundaries), max_rows)
     return S.write_release_by_cells(
-        S.assembled_groups(result_files, groups, boundaries, 0.95), cells,
+        S.assembled_groups(result_files, groups, boundaries), cells,
         lambda summary: {"release_id": "r1", **_manifest_counts(summary)}, root, "r1",
         config=CONFIG, checks=checks.as_checks(), group_count=len(groups))
 

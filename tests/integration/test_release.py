@@ -440,7 +440,7 @@ def test_a_broken_output_contract_publishes_nothing(small_state, tmp_path, monke
     files are gone, and the refused run is in the release's Data Docs."""
     import tasks.publish as publish_task
 
-    monkeypatch.setattr(publish_task, "standard_error_maximum", lambda level: 1e-9)
+    monkeypatch.setattr(publish_task, "standard_error_maximum", lambda: 1e-9)
     with pytest.raises(Exception, match="breaks its output contract; nothing was published"):
         run(make_config(tmp_path, small_state), "broken")
     assert not os.path.lexists(tmp_path / "releases" / "broken")
