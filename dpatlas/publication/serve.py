@@ -1,29 +1,33 @@
 """`dpatlas serve`: the publish root over HTTP on this machine, with range requests.
 
-The web map reads PMTiles archives with HTTP range requests; Python's ``http.server`` answers
-every request with the whole file. This server answers a single byte range with
-``206 Partial Content`` (RFC 9110 §14, §15.3.7): ``bytes=a-b``, ``bytes=a-`` (from a to the
-end) and ``bytes=-n`` (the last n bytes); a range that starts past the end of the file gets
-``416 Range Not Satisfiable`` with ``Content-Range: bytes */size``. A syntactically invalid
-Range, or several ranges at once, is ignored and the whole file is sent with 200, which
-RFC 9110 §14.2 allows. It is for local viewing and tests, not production hosting: it binds
-127.0.0.1 unless told otherwise, serves only a publish root (dpatlas.publication.publish_root)
-and in it only published files whose real path is inside the root, and never a database file.
+Starlette's ``StaticFiles`` serves the files (HEAD, ``ETag``/``304``, byte ranges) and uvicorn
+runs it; what is ours is what may be served and which ranges are honoured. The web map reads
+PMTiles archives by range: ``bytes=a-b``, ``bytes=a-`` and ``bytes=-n`` get ``206 Partial
+Content`` (RFC 9110 §14, §15.3.7); a range that starts past the end of the file gets ``416
+Range Not Satisfiable`` with ``Content-Range: bytes */size``. A syntactically invalid Range, or
+several ranges at once, is ignored and the whole file is sent with 200, which RFC 9110 §14.2
+allows. It is for local viewing and tests, not production hosting: it binds 127.0.0.1 unless
+told otherwise, serves only a publish root (dpatlas.publication.publish_root) and in it only
+published files whose real path is inside the root, and never a database file.
 """
 
 from __future__ import annotations
 
 import errno
-import http.server
+import logging
 import os
 import re
-import shutil
-import socketserver
+import socket
+import stat
 import sys
 import threading
-from functools import partial
-from http import HTTPStatus
 from pathlib import Path
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.responses import Response
+from starlette.routing import Mount
+from starlette.staticfiles import StaticFiles
 
 from dpatlas.publication.publish_root import check_publish_root, unpublished_reason
 
@@ -85,133 +89,103 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
     return start, size - 1 if last == "" else min(_position(last), size - 1)
 
 
-class RangeRequestHandler(http.server.SimpleHTTPRequestHandler):
-    """Static files of one folder, with single byte ranges, HEAD, and nothing outside it."""
+class PublishedFiles(StaticFiles):
+    """The published files of one root, each with its type, a single range or none.
 
-    extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map, **_TYPES}
-    protocol_version = "HTTP/1.1"        # keep-alive: the map makes many small requests
+    ``StaticFiles`` (``follow_symlink=False``) already refuses a path whose real path is outside
+    the root, through a linked file or folder or ``..``, and answers 404 to a NUL in the path;
+    it never lists a folder. Ours: only published files, never a database by content."""
 
-    def __init__(self, *args, directory: str, quiet: bool = False, **kwargs):
-        self._quiet = quiet
-        self._root = os.path.realpath(directory)
-        super().__init__(*args, directory=directory, **kwargs)
+    def __init__(self, root: Path):
+        super().__init__(directory=os.path.realpath(root), html=True)
+        self._root = os.path.realpath(root)
 
-    def end_headers(self):
-        self.send_header("Accept-Ranges", "bytes")
-        # Feed and pages change between releases; a viewer should not keep stale copies.
-        self.send_header("Cache-Control", "no-cache")
-        super().end_headers()
-
-    def _inside_root(self, url_path: str) -> str | None:
-        """The real path a request names, or None if it lies outside the root (through a
-        symbolic link to a file or a folder, or ``..``) or cannot name a file at all (a NUL).
-        One check for files and folders: a linked folder must not expose what it points to."""
-        path = self.translate_path(url_path)
-        if "\x00" in path:
-            return None
-        real = os.path.realpath(path)
-        if os.path.commonpath([real, self._root]) != self._root:
-            return None
-        return real
-
-    def _index(self, folder: str) -> str | None:
-        """The index page of a folder asked for as ``folder/``, as a request path (None: no
-        index, or asked for without the slash, which the base class redirects)."""
-        request = self.path.split("?", 1)[0].split("#", 1)[0]
-        if not request.endswith("/"):
-            return None
-        for name in ("index.html", "index.htm"):
-            if os.path.isfile(os.path.join(folder, name)):
-                return request + name
-        return None
-
-    def send_head(self):
-        self._remaining = None           # per request: a connection is reused (keep-alive)
-        real = self._inside_root(self.path)
-        if real is None:
-            # A symbolic link in the root (e.g. a hand-made one) must not expose other files;
-            # the feed's own `latest` link points inside the root and passes.
-            self.send_error(HTTPStatus.NOT_FOUND, "File not found")
-            return None
-        if os.path.isdir(real):
-            index = self._index(real)
-            if index is None:
-                return super().send_head()  # redirect to "dir/", or no listing (404)
-            real = self._inside_root(index)  # the index file itself may be a link out
-            if real is None:
-                self.send_error(HTTPStatus.NOT_FOUND, "File not found")
-                return None
-        if unpublished_reason(self._root, os.path.relpath(real, self._root)
-                              .replace(os.sep, "/")) is not None:
-            # a second line behind the start's check: only published files (never a database
-            # by name, nor staged rows, a key or the input copied into the root since)
-            self.send_error(HTTPStatus.NOT_FOUND, "File not found")
-            return None
+    def lookup_path(self, path: str) -> tuple[str, os.stat_result | None]:
+        # Every file served passes here: the one asked for, a folder's index.html, 404.html.
+        full_path, stat_result = super().lookup_path(path)
+        if stat_result is None or not stat.S_ISREG(stat_result.st_mode):
+            return full_path, stat_result
+        relative = os.path.relpath(full_path, self._root).replace(os.sep, "/")
+        # A second line behind the start's check: only published files (never a database by
+        # name, nor staged rows, a key or the input copied into the root since).
+        if unpublished_reason(self._root, relative) is not None:
+            return "", None
         try:
-            handle = open(real, "rb")
+            with open(full_path, "rb") as handle:
+                if handle.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC:
+                    return "", None
         except OSError:
-            self.send_error(HTTPStatus.NOT_FOUND, "File not found")
-            return None
-        if handle.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC:
-            handle.close()
-            self.send_error(HTTPStatus.NOT_FOUND, "File not found")
-            return None
+            return "", None
+        return full_path, stat_result
+
+    def file_response(self, full_path, stat_result, scope, status_code=200) -> Response:
+        # Starlette would answer several ranges (multipart) and refuse what it cannot parse
+        # (400, or a crash on thousands of digits): hand it the one range we honour, or none.
+        headers = [(k, v) for k, v in scope["headers"] if k != b"range"]
+        asked = dict(scope["headers"]).get(b"range")
         try:
-            size = os.fstat(handle.fileno()).st_size
-            try:
-                wanted = parse_range(self.headers.get("Range"), size)
-            except Unsatisfiable:
-                handle.close()
-                self.send_response(HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE)
-                self.send_header("Content-Range", f"bytes */{size}")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return None
-            first, last = wanted if wanted is not None else (0, size - 1)
-            if wanted is None:
-                self.send_response(HTTPStatus.OK)
-            else:
-                self.send_response(HTTPStatus.PARTIAL_CONTENT)
-                self.send_header("Content-Range", f"bytes {first}-{last}/{size}")
-            self.send_header("Content-Type", self.guess_type(real))
-            self.send_header("Content-Length", str(max(0, last - first + 1)))
-            self.send_header("Last-Modified",
-                             self.date_time_string(int(os.fstat(handle.fileno()).st_mtime)))
-            self.end_headers()
-            handle.seek(first)
-            self._remaining = max(0, last - first + 1)
-            return handle
-        except BaseException:
-            handle.close()
-            raise
-
-    def copyfile(self, source, outputfile):
-        """Send only the selected bytes (``send_head`` left the file at the range's start)."""
-        remaining = self._remaining
-        if remaining is None:            # a listing or index produced by the base class
-            shutil.copyfileobj(source, outputfile)
-            return
-        while remaining > 0:
-            chunk = source.read(min(64 * 1024, remaining))
-            if not chunk:
-                break
-            outputfile.write(chunk)
-            remaining -= len(chunk)
-        self._remaining = None
-
-    def list_directory(self, path):
-        # No listings: a publish root is read through its pages, feed and manifests.
-        self.send_error(HTTPStatus.NOT_FOUND, "No index here")
-        return None
-
-    def log_message(self, format, *args):
-        if not self._quiet:
-            sys.stderr.write(f"{self.address_string()} {format % args}\n")
+            wanted = parse_range(asked.decode("latin-1") if asked else None,
+                                 stat_result.st_size)
+        except Unsatisfiable:
+            return Response(status_code=416,
+                            headers={"Content-Range": f"bytes */{stat_result.st_size}"})
+        if wanted is not None:
+            headers.append((b"range", f"bytes={wanted[0]}-{wanted[1]}".encode()))
+        scope["headers"] = headers
+        response = super().file_response(full_path, stat_result, scope, status_code)
+        media_type = _TYPES.get(Path(full_path).suffix.lower())
+        if media_type is not None and response.status_code != 304:
+            response.headers["Content-Type"] = media_type
+        # Feed and pages change between releases; a viewer should not keep stale copies.
+        response.headers["Cache-Control"] = "no-cache"
+        return response
 
 
-class ThreadingServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
-    daemon_threads = True                # a hung client never keeps the process alive
-    allow_reuse_address = True
+class ThreadingServer:
+    """uvicorn serving the published files of ``root`` on a socket bound at construction (a
+    busy port is refused before anything is printed; port 0 is known at once). The names are
+    those of ``socketserver``: ``server_address``, ``serve_forever``, ``shutdown``,
+    ``server_close``."""
+
+    def __init__(self, root: Path, sock: socket.socket, *, quiet: bool):
+        self.socket = sock
+        self.server_address = sock.getsockname()
+        app = Starlette(routes=[Mount("/", app=PublishedFiles(root))])
+        # log_config=None: uvicorn leaves the process's logging alone (a release's, Prefect's).
+        self._uvicorn = uvicorn.Server(uvicorn.Config(
+            app, log_config=None, access_log=not quiet, lifespan="off",
+            timeout_graceful_shutdown=5))
+        self._stopped = threading.Event()
+        if not quiet:
+            _log_requests_to_stderr()
+
+    def serve_forever(self) -> None:
+        """Serve until :meth:`shutdown` or Ctrl-C (uvicorn then raises KeyboardInterrupt
+        again, in the main thread, once its connections are closed)."""
+        self._stopped.clear()
+        try:
+            self._uvicorn.run(sockets=[self.socket])
+        finally:
+            self._stopped.set()
+
+    def shutdown(self) -> None:
+        """Stop :meth:`serve_forever` (running in another thread) and wait until it has."""
+        self._uvicorn.should_exit = True
+        self._stopped.wait()
+
+    def server_close(self) -> None:
+        self.socket.close()
+
+
+def _log_requests_to_stderr() -> None:
+    """One line a request on stderr, as ``http.server`` printed them."""
+    access = logging.getLogger("uvicorn.access")
+    if not access.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        access.addHandler(handler)
+        access.setLevel(logging.INFO)
+        access.propagate = False
 
 
 def make_server(root: Path, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST, *,
@@ -223,9 +197,8 @@ def make_server(root: Path, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST, 
         raise ServeError(f"{root} is not a folder: pass a publish root (e.g. demo/releases)")
     if not 0 <= port <= 65535:
         raise ServeError(f"port {port} is not in 0..65535: pick another with --port")
-    handler = partial(RangeRequestHandler, directory=str(root), quiet=quiet)
     try:
-        return ThreadingServer((host, port), handler)
+        sock = socket.create_server((host, port), reuse_port=False)
     except OSError as err:
         if err.errno == errno.EADDRINUSE:
             raise ServeError(f"port {port} on {host} is in use: pick another with --port") \
@@ -235,6 +208,7 @@ def make_server(root: Path, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST, 
                 from None
         raise ServeError(f"cannot listen on {host}:{port}: {err.strerror}: check --host and "
                          "--port") from None
+    return ThreadingServer(root, sock, quiet=quiet)
 
 
 def serve(root: Path, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST) -> None:
