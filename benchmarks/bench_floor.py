@@ -49,6 +49,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _measure, when run as a script
 
 from _measure import measure  # noqa: E402
+from _national import data_folder as national_data_folder, floor_report_lines  # noqa: E402
 
 ESTIMATOR_PARTS = ("read", "batch", "select", "estimate")
 FULL_PARTS = ESTIMATOR_PARTS + ("levels", "model fit")
@@ -232,38 +233,13 @@ def summary(clock: Clock, span, records: int, chunks: int, tract_cells: int, mod
     }
 
 
-def report_lines(res: dict) -> list[str]:
-    """The floor's table: CPU seconds per component, then the two floors and the process."""
-    lines = ["| floor component | CPU s | wall s |", "| --- | ---: | ---: |"]
-    for name, fig in res["components"].items():
-        lines.append(f"| {name} | {fig['cpu']:.2f} | {fig['wall']:.2f} |")
-    lines += [
-        f"| **estimator floor** (read + batch + select + estimate) | "
-        f"**{res['estimator_floor_cpu']:.2f}** | |",
-        f"| **full floor** (+ levels + model fit) | **{res['floor_cpu']:.2f}** | "
-        f"{res['floor_wall']:.2f} |",
-        "",
-        f"{res['records']:,} records, {res['chunks']} chunks, {res['tract_cells']:,} "
-        f"tract-cells estimated, {res['model_fits']} model fits; peak RSS "
-        f"{res['peak_rss_mib']:,.0f} MiB",
-    ]
-    from _measure import Span
-
-    p = res["process"]
-    lines.append(Span(p["label"], p["wall"], p["cpu_process"], p["cpu_children"],
-                      tuple(p["load_start"]), tuple(p["load_end"])).line())
-    return lines
-
-
 def data_folder(args) -> Path:
     if args.data is not None:
         return args.data
     if args.work is None:
         raise SystemExit("error: give --data DIR, or --work DIR (with --scale) as for "
                          "bench_national.py")
-    from bench_national import data_folder as national_data
-
-    return national_data(args.work.resolve(), args.scale)
+    return national_data_folder(args.work.resolve(), args.scale)
 
 
 def main() -> None:
@@ -281,7 +257,7 @@ def main() -> None:
         raise SystemExit(f"error: {data} has no microdata/ and tracts.parquet")
     res = floor(data, seed=args.seed)
     print(f"floor on {data}:")
-    print("\n".join(report_lines(res)))
+    print("\n".join(floor_report_lines(res)))
     if args.json_out is not None:
         args.json_out.write_text(json.dumps(res, indent=2))
         print(f"floor results: {args.json_out}")

@@ -54,10 +54,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # and tests/support/prefect_server.py: a loopback Prefect server
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # _measure, bench_floor
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _measure, _national
 
 from _measure import (cpu_of, cpu_used, load_average, measure,  # noqa: E402
                       rusage_cpu_seconds)
+from _national import data_folder, floor_report_lines  # noqa: E402
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # the release and workers inherit it
@@ -106,12 +107,6 @@ def state_tracts(scale: float) -> dict[str, tuple[int, int]]:
         n = max(1, round(tracts * factor))
         out[fips] = (n, max(1, min(counties, n)))
     return out
-
-
-def data_folder(work: Path, scale: float, cells: int | None = None) -> Path:
-    """Where the synthetic country of ``scale`` (and ``cells``) is cached under ``work``."""
-    return work / (("data" if scale == 1.0 else f"data-scale-{scale:g}")
-                   + ("" if cells is None else f"-cells-{cells}"))
 
 
 def generate_country(data: Path, scale: float, cells: int | None = None) -> dict:
@@ -768,11 +763,9 @@ def print_report(name: str, res: dict, targets: bool, ratio: dict | None = None)
 
 
 def print_floor(floor: dict) -> None:
-    from bench_floor import report_lines
-
     sub = floor["subprocess"]
     print("\n### the floor (benchmarks/bench_floor.py, one process, same data)\n")
-    print("\n".join(report_lines(floor)))
+    print("\n".join(floor_report_lines(floor)))
     print(f"floor subprocess: wall {sub['wall']:.1f} s | CPU {sub['cpu']:.1f} s (wait4) | "
           f"load average {_load(sub['load_start'])} -> {_load(sub['load_end'])}", flush=True)
 
