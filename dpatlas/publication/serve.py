@@ -119,8 +119,8 @@ class PublishedFiles(StaticFiles):
         return full_path, stat_result
 
     def file_response(self, full_path, stat_result, scope, status_code=200) -> Response:
-        # Starlette would answer several ranges (multipart) and refuse what it cannot parse
-        # (400, or a crash on thousands of digits): hand it the one range we honour, or none.
+        # Starlette would answer several ranges (multipart) and refuse with 400 what we ignore
+        # (another unit, bytes=5-2, thousands of digits): hand it the one range we honour.
         headers = [(k, v) for k, v in scope["headers"] if k != b"range"]
         asked = dict(scope["headers"]).get(b"range")
         try:
@@ -162,7 +162,6 @@ class ThreadingServer:
     def serve_forever(self) -> None:
         """Serve until :meth:`shutdown` or Ctrl-C (uvicorn then raises KeyboardInterrupt
         again, in the main thread, once its connections are closed)."""
-        self._stopped.clear()
         try:
             self._uvicorn.run(sockets=[self.socket])
         finally:
@@ -198,7 +197,7 @@ def make_server(root: Path, port: int = DEFAULT_PORT, host: str = DEFAULT_HOST, 
     if not 0 <= port <= 65535:
         raise ServeError(f"port {port} is not in 0..65535: pick another with --port")
     try:
-        sock = socket.create_server((host, port), reuse_port=False)
+        sock = socket.create_server((host, port))  # SO_REUSEADDR, as before
     except OSError as err:
         if err.errno == errno.EADDRINUSE:
             raise ServeError(f"port {port} on {host} is in use: pick another with --port") \
