@@ -278,7 +278,7 @@ def release(config_path: str, release_id: Optional[str] = None,
             complete_release(cfg.ledger, rid, folder, owner)
             crashpoint("after-ledger-complete")
         show_in_feed(root, rid, ledger_url=cfg.ledger.url)
-        return report_release(cfg.ledger, folder, "published")
+        return report_release(cfg.ledger, folder, "published", cfg.publish.base_url)
 
 
 def _needed_draws(chunks: list[Chunk], sizes, budget) -> set[tuple[str, str]]:
@@ -383,7 +383,8 @@ def _already_published(cfg: ReleaseConfig, rid: str) -> ReleaseOutcome:
     root = cfg.publish.root
     show_in_feed(root, rid, only_if_incomplete=True,  # completes an update a crash interrupted
                  ledger_url=cfg.ledger.url)
-    return report_release(cfg.ledger, root / rid, "already_published")
+    return report_release(cfg.ledger, root / rid, "already_published",
+                          cfg.publish.base_url)
 
 
 def _noise_source(internal: Path, noise_seed: Optional[int]) -> Counter:
