@@ -97,7 +97,7 @@ def test_the_notice_reaches_the_map_feed_stac_and_datapackage(released):
     assert package["description"].startswith(DEMO_NOTICE)
     assert package["contact"] == CONTACT
     root = released.parent
-    entry = json.loads((root / "feed.json").read_text())["releases"][0]
+    entry = json.loads((root / "feed.json").read_text())["items"][0]["_dpatlas"]
     assert entry["title"] == DEMO_METADATA["title"] and entry["notice"] == DEMO_NOTICE
     item = json.loads((root / stac.ITEMS_DIR / "r1.json").read_text())
     assert item["properties"]["title"] == DEMO_METADATA["title"]
