@@ -114,6 +114,7 @@ def test_a_plain_release_runs_on_a_server_started_on_another_port_and_home(tmp_p
     # a home of its own for ~/.dpatlas-prefect, where a release looks first
     env = {k: v for k, v in ENV.items() if k != "PREFECT_HOME"}
     env["HOME"] = str(tmp_path / "user")
+    (tmp_path / "user").mkdir()
     home, port = tmp_path / "server home", free_port()
     url = f"http://127.0.0.1:{port}/api"
     started = run_subprocess("server", "start", "--port", port, "--home", home, env=env)
