@@ -123,3 +123,20 @@ def test_a_demo_folder_written_before_the_reader_metadata_is_still_the_demos(tmp
     cfg["publish"] = {"root": cfg["publish"]["root"]}  # as the demo wrote it before issue 33
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     assert _earlier_demo(tmp_path, ["config.yaml", "releases"])
+
+
+def test_the_notice_reaches_every_tile_archive_and_the_json_feed_item(released):
+    """Issue 33, item 1: the tiles' attribution (what a map shows of its data's source) and
+    the JSON Feed item a feed reader shows carry the notice."""
+    from dpatlas.publication import tiles
+
+    archives = sorted(released.glob("*.pmtiles"))
+    assert [p.name for p in archives] == ["counties.pmtiles", "states.pmtiles",
+                                          "tracts.pmtiles"]
+    for archive in archives:
+        attribution = tiles.read_metadata(archive)["attribution"]
+        assert attribution.startswith(DEMO_NOTICE.rstrip(" .")), (archive.name, attribution)
+        assert "licence CC-BY-4.0" in attribution
+    item = json.loads((released.parent / "feed.json").read_text())["items"][0]
+    assert item["title"] == DEMO_METADATA["title"]
+    assert item["content_text"].startswith(DEMO_NOTICE)
