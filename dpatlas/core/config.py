@@ -603,7 +603,9 @@ publish:
   title: null                 # the release's title (map, PNG, feed, STAC, datapackage, README.md)
   description: null           # what the release is, in a sentence or two
   measure: null               # the definition of the measure (in README.md, datapackage.json)
-  notice: null                # shown wherever the data are, e.g. "SYNTHETIC data"
+  # shown wherever the data are; this example's data are `dpatlas synth`'s: for your own
+  # data replace it (or null)
+  notice: "SYNTHETIC DATA (dpatlas synth): no real people; do not use these values for any decision."
   contact: null               # whom to ask about the release
   base_url: null              # where the publish root is served, e.g. https://example.org/atlas/
                               # (the feed's and Prefect artifact's links are absolute under it)

@@ -140,3 +140,14 @@ def test_the_notice_reaches_every_tile_archive_and_the_json_feed_item(released):
     item = json.loads((released.parent / "feed.json").read_text())["items"][0]
     assert item["title"] == DEMO_METADATA["title"]
     assert item["content_text"].startswith(DEMO_NOTICE)
+
+
+def test_the_example_config_for_synth_data_says_they_are_synthetic():
+    """`dpatlas synth` + `dpatlas config example` (the README's steps): the release's notice
+    says the data are synthetic, as the demo's does (issue 33, item 1)."""
+    import yaml
+
+    from dpatlas.core.config import EXAMPLE
+
+    notice = parse_config(yaml.safe_load(EXAMPLE)).publish.notice
+    assert notice is not None and "SYNTHETIC" in notice and "no real people" in notice
