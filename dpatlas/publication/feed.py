@@ -234,7 +234,8 @@ def rebuild_feed(root: Path, status_of) -> dict:
     ``{"releases": [...], "synthetic": [...], "withdrawn": [...], "skipped": {id: why}}``."""
     root = Path(root)
     with _locked(root):
-        with contextlib.suppress(FeedError):  # a damaged feed's base URL is lost with it
+        base_url = None  # a damaged feed's base URL is lost with it
+        with contextlib.suppress(FeedError):
             base_url = read_feed(root).get("base_url")
         found: dict[str, list] = {"releases": [], "synthetic": []}
         skipped: dict[str, str] = {}

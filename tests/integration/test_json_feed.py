@@ -118,3 +118,18 @@ def test_a_feed_of_the_format_before_is_read_and_written_as_json_feed(tmp_path):
     doc = _doc(tmp_path)
     check_json_feed(doc)
     assert [i["_dpatlas"]["release_id"] for i in doc["items"]] == ["r2", "r1"]
+
+
+def test_a_rebuilt_feed_keeps_its_base_url_and_a_corrupt_one_is_rebuilt_without(tmp_path):
+    base = "https://data.example.org/atlas/"
+    make_release(tmp_path, "r1", at(0))
+    F.update_feed(tmp_path, "r1", base)
+    sha = F.read_feed(tmp_path)["releases"][0]["manifest_sha256"]
+    row = {"status": "published", "published_at": at(0), "manifest_sha256": sha}
+    F.rebuild_feed(tmp_path, lambda rid: row)
+    assert _doc(tmp_path)["feed_url"] == base + "feed.json"
+    (tmp_path / F.FEED_JSON).write_text("{not json")
+    F.rebuild_feed(tmp_path, lambda rid: row)
+    doc = _doc(tmp_path)
+    check_json_feed(doc)
+    assert "feed_url" not in doc and doc["_dpatlas"]["latest"] == "r1"
