@@ -666,7 +666,7 @@ def _write_feed(root: Path, feed: dict) -> None:
            "releases": feed["releases"], "synthetic": feed.get("synthetic") or [],
            "base_url": feed.get("base_url")}
     _write_stac(root, doc["releases"], doc["synthetic"] or None)
-    _atomic_write(root, FEED_JSON, _json_bytes(json_feed.render(doc)))
+    _atomic_write(root, FEED_JSON, _json_bytes(json_feed.render(doc, _atom_time)))
     _atomic_write(root, FEED_ATOM, render_atom(doc))
     from dpatlas.publication.webmap import write_feed_map  # the root's web map over feed.json (idempotent)
 

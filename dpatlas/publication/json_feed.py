@@ -20,48 +20,51 @@ is read as it is, and written as JSON Feed at its next update.
 
 from __future__ import annotations
 
+from typing import Callable
 from urllib.parse import quote
+
+from dpatlas.publication.stac import MANIFEST, is_download, media_type
 
 VERSION = "https://jsonfeed.org/version/1.1"
 EXTENSION = "_dpatlas"
 FEED_TITLE = "dpatlas releases"
 FEED_FILE, MAP_PAGE = "feed.json", "index.html"
+RELEASE_URN, SYNTHETIC_URN = "urn:dpatlas:release:", "urn:dpatlas:synthetic:"  # Atom's ids too
+WITHDRAWN = "withdrawn"
 
 
 def _url(base: str | None, path: str) -> str:
     return f"{base or ''}{quote(path, safe='/')}"
 
 
-def _item(entry: dict, base: str | None, synthetic: bool, source_status: str | None) -> dict:
-    from dpatlas.publication.feed import MANIFEST, STATUS_WITHDRAWN, _atom_time
-    from dpatlas.publication.stac import is_download, media_type
-
+def _item(entry: dict, base: str | None, synthetic: bool, source_status: str | None,
+          rfc3339: Callable[[str | None], str]) -> dict:
     rid, status = entry["release_id"], entry.get("status") or "published"
     files = entry.get("files") or {}
     page = f"{rid}/{MAP_PAGE}" if MAP_PAGE in files else f"{rid}/{MANIFEST}"
     if synthetic:
         source = entry.get("source_release")
-        gone = " (source withdrawn)" if source_status == STATUS_WITHDRAWN else ""
+        gone = " (source withdrawn)" if source_status == WITHDRAWN else ""
         title = f"Synthetic microdata {rid} of release {source}{gone}"
         text = (f"Differentially private synthetic microdata drawn for release {source}{gone}. "
                 f"Manifest sha256 {entry.get('manifest_sha256')}.")
         tags = ["synthetic"]
     else:
         title = (entry.get("title") or f"Release {rid}") + (
-            " (withdrawn)" if status == STATUS_WITHDRAWN else "")
+            " (withdrawn)" if status == WITHDRAWN else "")
         text = f"Status: {status}."
-        if status == STATUS_WITHDRAWN:
+        if status == WITHDRAWN:
             text += f" Withdrawn at {entry.get('withdrawn_at')}: {entry.get('withdrawn_reason')}"
         else:
             text += f" Manifest sha256 {entry.get('manifest_sha256')}."
         if entry.get("notice"):
             text = f"{entry['notice']} {text}"
         tags = [status]
-    item = {"id": f"urn:dpatlas:{'synthetic' if synthetic else 'release'}:{rid}",
+    item = {"id": f"{SYNTHETIC_URN if synthetic else RELEASE_URN}{rid}",
             "url": _url(base, page), "title": title, "content_text": text,
-            "date_published": _atom_time(entry.get("published")), "tags": tags}
+            "date_published": rfc3339(entry.get("published")), "tags": tags}
     if entry.get("withdrawn_at"):
-        item["date_modified"] = _atom_time(entry["withdrawn_at"])
+        item["date_modified"] = rfc3339(entry["withdrawn_at"])
     item["attachments"] = [
         {"url": _url(base, meta["path"]), "mime_type": media_type(str(name)),
          "title": str(name), "size_in_bytes": meta["bytes"]}
@@ -70,9 +73,9 @@ def _item(entry: dict, base: str | None, synthetic: bool, source_status: str | N
     return item
 
 
-def render(feed: dict) -> dict:
+def render(feed: dict, rfc3339: Callable[[str | None], str]) -> dict:
     """The JSON Feed 1.1 document of the feed ``feed`` (feed.py's: updated, latest, releases,
-    synthetic, and base_url if the feed was given one)."""
+    synthetic, and base_url if the feed was given one); ``rfc3339`` formats its times."""
     base = feed.get("base_url")
     doc: dict = {"version": VERSION, "title": FEED_TITLE}
     if base:
@@ -83,8 +86,8 @@ def render(feed: dict) -> dict:
     doc[EXTENSION] = {"latest": feed.get("latest"), "updated": feed.get("updated")}
     status_of = {r["release_id"]: r.get("status") for r in feed["releases"]}
     doc["items"] = (
-        [_item(r, base, False, None) for r in feed["releases"]]
-        + [_item(s, base, True, status_of.get(s.get("source_release")))
+        [_item(r, base, False, None, rfc3339) for r in feed["releases"]]
+        + [_item(s, base, True, status_of.get(s.get("source_release")), rfc3339)
            for s in feed.get("synthetic") or []])
     return doc
 
@@ -96,18 +99,18 @@ def is_json_feed(doc) -> bool:
 def entries(doc: dict, feed_version: int) -> dict | None:
     """feed.py's view of a JSON Feed document (feed_version, updated, latest, releases,
     synthetic when it has any, base_url when it has one); None if it is not one."""
-    from dpatlas.publication.feed import SYNTHETIC_KIND
-
     own = doc.get(EXTENSION)
     items = doc.get("items")
     if not isinstance(own, dict) or not isinstance(items, list):
         return None
-    listed = [i.get(EXTENSION) for i in items if isinstance(i, dict)]
-    listed = [e for e in listed if isinstance(e, dict) and isinstance(e.get("release_id"), str)]
+    listed = [(str(i.get("id")).startswith(SYNTHETIC_URN), i.get(EXTENSION))
+              for i in items if isinstance(i, dict)]
+    listed = [(synthetic, e) for synthetic, e in listed
+              if isinstance(e, dict) and isinstance(e.get("release_id"), str)]
     feed = {"feed_version": feed_version, "updated": own.get("updated"),
             "latest": own.get("latest"),
-            "releases": [e for e in listed if e.get("kind") != SYNTHETIC_KIND]}
-    synthetic = [e for e in listed if e.get("kind") == SYNTHETIC_KIND]
+            "releases": [e for synthetic, e in listed if not synthetic]}
+    synthetic = [e for is_synthetic, e in listed if is_synthetic]
     if synthetic:
         feed["synthetic"] = synthetic
     feed_url = doc.get("feed_url")
