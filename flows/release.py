@@ -277,8 +277,8 @@ def release(config_path: str, release_id: Optional[str] = None,
             lease.check()
             complete_release(cfg.ledger, rid, folder, owner)
             crashpoint("after-ledger-complete")
-        show_in_feed(root, rid, ledger_url=cfg.ledger.url)
-        return report_release(cfg.ledger, folder, "published")
+        show_in_feed(root, rid, ledger_url=cfg.ledger.url, base_url=cfg.publish.base_url)
+        return report_release(cfg.ledger, folder, "published", cfg.publish.base_url)
 
 
 def _needed_draws(chunks: list[Chunk], sizes, budget) -> set[tuple[str, str]]:
@@ -382,8 +382,9 @@ def _fail_charge(cfg: ReleaseConfig, rid: str, owner: str, reason: str) -> str |
 def _already_published(cfg: ReleaseConfig, rid: str) -> ReleaseOutcome:
     root = cfg.publish.root
     show_in_feed(root, rid, only_if_incomplete=True,  # completes an update a crash interrupted
-                 ledger_url=cfg.ledger.url)
-    return report_release(cfg.ledger, root / rid, "already_published")
+                 ledger_url=cfg.ledger.url, base_url=cfg.publish.base_url)
+    return report_release(cfg.ledger, root / rid, "already_published",
+                          cfg.publish.base_url)
 
 
 def _noise_source(internal: Path, noise_seed: Optional[int]) -> Counter:

@@ -166,7 +166,7 @@ def assemble_levels(level_files: list[Path], boundaries: gpd.GeoDataFrame, budge
 
 @task(name="feed", **RETRY_IO)
 def show_in_feed(root: Path, release_id: str, only_if_incomplete: bool = False,
-                 ledger_url: Optional[str] = None) -> None:
+                 ledger_url: Optional[str] = None, base_url: Optional[str] = None) -> None:
     """Add the release to the feed (idempotent: also completes an update a crash interrupted).
 
     ``only_if_incomplete``: write nothing when the feed already shows the release whole (a
@@ -178,7 +178,7 @@ def show_in_feed(root: Path, release_id: str, only_if_incomplete: bool = False,
     if only_if_incomplete and feed_shows(root, release_id):
         return
     try:
-        update_feed(root, release_id)
+        update_feed(root, release_id, base_url)
     except feed_files.FeedError as e:
         raise feed_files.FeedError(
             f"release {release_id} is published and charged (its folder {Path(root) / release_id}"

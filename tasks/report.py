@@ -38,25 +38,34 @@ def budget_state(cfg: LedgerConfig) -> BudgetState:
                        cap_delta=spent["cap_delta"])
 
 
-def release_links(o: ReleaseOutcome) -> list[tuple[str, str]]:
-    """Each file's link, relative to the publish root (``<release id>/<file>``): it resolves
-    where the root is served or copied, never to a path on the machine that ran the release."""
-    return [(name, f"{quote(o.release_id)}/{quote(name)}") for name in o.files]
+def release_links(o: ReleaseOutcome, base_url: str | None) -> list[tuple[str, str]]:
+    """Each file's absolute link under the publish root's ``base_url`` (publish.base_url); none
+    without one: a link relative to the root 404s in the Prefect UI, and a path of the
+    machine that ran the release must not be shown."""
+    if not base_url:
+        return []
+    return [(name, f"{base_url}{quote(o.release_id)}/{quote(name)}") for name in o.files]
 
 
-def summary_markdown(o: ReleaseOutcome) -> str:
+def summary_markdown(o: ReleaseOutcome, base_url: str | None = None) -> str:
     b = o.budget
     cap = "no cap" if b.cap_epsilon is None else f"{b.cap_epsilon:g}"
     left = "-" if b.left_epsilon is None else f"{b.left_epsilon:.4g}"
     share = "-" if b.share_spent is None else f"{b.share_spent:.0%}"
     rows = "\n".join(f"| {status} | {n:,} |" for status, n in sorted(o.by_status.items()))
-    files = "\n".join(f"- [{name}]({link})" for name, link in release_links(o))
+    links = release_links(o, base_url)
+    if links:
+        files = "\n".join(f"- [{name}]({link})" for name, link in links)
+        where = f"at {base_url}{quote(o.release_id)}/"
+    else:
+        files = "\n".join(f"- `{name}`" for name in o.files)
+        where = (f"in folder `{o.release_id}/` of the publish root (open it there, or "
+                 "`dpatlas serve` the root; `publish.base_url` makes these links)")
     what = ("Published by this run" if o.charged
             else "Already published earlier: nothing new published, nothing charged")
     return f"""# Release {o.release_id}
 
-{what}, in folder `{o.release_id}/` of the publish root ({o.published_at}); the links
-below are relative to the publish root.
+{what}, {where} ({o.published_at}).
 
 | tracts | count |
 | --- | --- |
@@ -74,11 +83,13 @@ below are relative to the publish root.
 
 
 @task(name="report", **TASK_OPTIONS)
-def report_release(ledger: LedgerConfig, folder: Path, status: str) -> ReleaseOutcome:
+def report_release(ledger: LedgerConfig, folder: Path, status: str,
+                   base_url: str | None = None) -> ReleaseOutcome:
     """The run's outcome, shown in Prefect as a summary and a per-mechanism table; a newly
-    published release also emits ``dpatlas.release.published``."""
+    published release also emits ``dpatlas.release.published``. ``base_url``: where the
+    publish root is served (its files are linked under it)."""
     outcome = outcome_from_manifest(folder, status, budget_state(ledger))
-    create_markdown_artifact(summary_markdown(outcome), key=SUMMARY_KEY,
+    create_markdown_artifact(summary_markdown(outcome, base_url), key=SUMMARY_KEY,
                              description=f"release {outcome.release_id}")
     create_table_artifact([{"mechanism": m, "tract-cells": n}
                            for m, n in sorted(outcome.by_mechanism.items())],

@@ -311,6 +311,7 @@ def _start_locked(home: Path, port: int, timeout: float) -> tuple[ServerRecord, 
     if record is not None and record.running():
         check_api_answers(record.url, f"the dpatlas server recorded in {home}",
                           advice=_restart_advice(record))
+        _point_at(home)
         return record, False
     if not _port_free(port):
         raise ServerStartError(f"port {port} on 127.0.0.1 is in use; choose another with "
@@ -336,7 +337,50 @@ def _start_locked(home: Path, port: int, timeout: float) -> tuple[ServerRecord, 
     except BaseException:
         stop_server(home)
         raise
+    _point_at(home)
     return record, True
+
+
+# A server started with --home elsewhere: releases find it through this pointer in the default
+# home (they look in $PREFECT_HOME or the default home first), without an exported PREFECT_HOME.
+_POINTER_FILE = "dpatlas-server-elsewhere.json"
+
+
+def _pointer_path() -> Path:
+    return DEFAULT_HOME.expanduser() / _POINTER_FILE
+
+
+def _point_at(home: Path) -> None:
+    """Record ``home`` as the last server's home, unless it is the default one (found there)."""
+    pointer = _pointer_path()
+    if home == pointer.parent.resolve():
+        return
+    with contextlib.suppress(OSError):  # a release then uses a temporary server, as before
+        pointer.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = pointer.with_name(f".{_POINTER_FILE}.{os.getpid()}")
+        tmp.write_text(json.dumps({"home": str(home)}))
+        os.replace(tmp, pointer)
+
+
+def _forget_pointer(home: Path) -> None:
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        pointer = _pointer_path()
+        if Path(json.loads(pointer.read_text())["home"]) == home:
+            pointer.unlink()
+
+
+def running_server() -> Optional[ServerRecord]:
+    """The `dpatlas server` a release uses: the one recorded in $PREFECT_HOME (or the default
+    home), else the last one started with --home elsewhere; None if neither runs."""
+    record = read_server_record()
+    if record is not None and record.running():
+        return record
+    try:
+        home = Path(json.loads(_pointer_path().read_text())["home"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    record = read_server_record(home)
+    return record if record is not None and record.running() else None
 
 
 def stop_server(home: Optional[Path] = None, grace: float = 20.0) -> Optional[ServerRecord]:
@@ -355,6 +399,7 @@ def stop_server(home: Optional[Path] = None, grace: float = 20.0) -> Optional[Se
         while record.running() and time.monotonic() < deadline:
             time.sleep(0.2)
     (home / _STATE_FILE).unlink(missing_ok=True)
+    _forget_pointer(home)
     return record
 
 
@@ -405,7 +450,8 @@ def _pointing_at(url: str) -> Iterator[None]:
 @contextlib.contextmanager
 def prefect_api(log: Optional[Path] = None, timeout: float = 180.0) -> Iterator[PrefectAPI]:
     """A Prefect API for this command, in this order: ``PREFECT_API_URL`` if set; the
-    persistent server of `dpatlas server start` if it runs (its run history is kept);
+    persistent server of `dpatlas server start` if it runs (:func:`running_server`: its run
+    history is kept);
     else a temporary local server that is started now, dies with this process, and is
     stopped on exit. :attr:`PrefectAPI.used` says which, for the operator.
 
@@ -422,8 +468,8 @@ def prefect_api(log: Optional[Path] = None, timeout: float = 180.0) -> Iterator[
         yield PrefectAPI(configured, lambda: check_api_answers(configured, "PREFECT_API_URL"),
                          used=f"the Prefect API at {configured} (PREFECT_API_URL)")
         return
-    record = read_server_record()
-    if record is not None and record.running():
+    record = running_server()
+    if record is not None:
         with _pointing_at(record.url):
             try:
                 yield PrefectAPI(record.url, lambda: check_api_answers(

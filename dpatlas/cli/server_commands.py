@@ -58,10 +58,10 @@ def start(home: Optional[Path] = typer.Option(None, help=_HOME_HELP),
          f"(pid {record.pid})")
     _say(f"  home {record.home} (database {record.database}), log {record.log}")
     _say(f"  the UI is at {record.url.removesuffix('/api')}")
-    if record.home == server_home(None):
-        _say("  `dpatlas release` uses it while it runs")
-    else:  # releases look for the server in $PREFECT_HOME (or the default home) only
-        _say("  `dpatlas release` uses it while it runs once its home is exported:")
+    _say("  `dpatlas release` uses it while it runs")
+    if record.home != server_home(None):  # found by releases through a pointer in the default
+        # home; `dpatlas server status|stop` and Prefect's own commands need the home exported
+        _say("  for `dpatlas server status|stop` without --home, export its home:")
         _say(f"  export PREFECT_HOME={shlex.quote(str(record.home))}")
 
 

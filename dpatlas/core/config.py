@@ -46,7 +46,7 @@ DEFAULT_LICENSE = "CC-BY-4.0"
 # of the config's hash, so a release resumes (and old configs hash) as before they existed.
 # What a reader is told about a release (issue 33): optional, in config.json only when set.
 READER_METADATA_KEYS = ("title", "description", "measure", "notice", "contact")
-PUBLISH_METADATA_KEYS = ("internal_retention_days", "license", "citation",
+PUBLISH_METADATA_KEYS = ("internal_retention_days", "license", "citation", "base_url",
                          *READER_METADATA_KEYS)
 
 # The calibration shipped with the package (`dpatlas calibrate` on synthetic states): the
@@ -213,6 +213,15 @@ class PublishConfig(_Strict):
     measure: Optional[str] = Field(None, min_length=1, max_length=2000)
     notice: Optional[str] = Field(None, min_length=1, max_length=500)
     contact: Optional[str] = Field(None, min_length=1, max_length=300)
+    # Where the publish root is served (https://example.org/atlas/): the feed's and the
+    # Prefect artifact's links are absolute under it; none: relative to the publish root.
+    base_url: Optional[str] = Field(None, pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$",
+                                    max_length=500)
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_url_a_folder(cls, value: Optional[str]) -> Optional[str]:
+        return value if value is None or value.endswith("/") else value + "/"
 
     @field_validator("citation")
     @classmethod
@@ -503,6 +512,7 @@ def public_config(cfg: ReleaseConfig) -> dict:
     data["publish"].pop("root", None)
     data["publish"].pop("internal_root", None)
     data["publish"].pop("internal_retention_days", None)
+    data["publish"].pop("base_url", None)  # a URL: where it is served, not what it is
     for key in READER_METADATA_KEYS:  # unset: left out, so older config.json files are unchanged
         if data["publish"].get(key) is None:
             data["publish"].pop(key, None)
@@ -593,8 +603,12 @@ publish:
   title: null                 # the release's title (map, PNG, feed, STAC, datapackage, README.md)
   description: null           # what the release is, in a sentence or two
   measure: null               # the definition of the measure (in README.md, datapackage.json)
-  notice: null                # shown wherever the data are, e.g. "SYNTHETIC data"
+  # shown wherever the data are; this example's data are `dpatlas synth`'s: for your own
+  # data replace it (or null)
+  notice: "SYNTHETIC DATA (dpatlas synth): no real people; do not use these values for any decision."
   contact: null               # whom to ask about the release
+  base_url: null              # where the publish root is served, e.g. https://example.org/atlas/
+                              # (the feed's and Prefect artifact's links are absolute under it)
 
 partition_tracts: 2000        # tracts per partition (one task run per partition and stage)
 

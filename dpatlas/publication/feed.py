@@ -3,7 +3,7 @@
 Layout of the publish root::
 
     <root>/<release_id>/          one folder per release (made visible by tract_files.stage_release)
-    <root>/feed.json              every release in the feed, newest first
+    <root>/feed.json              every release in the feed, newest first (JSON Feed 1.1: json_feed.py)
     <root>/feed.atom              the same as an Atom 1.0 feed
     <root>/latest.json            {"release_id": ..., "manifest": "<id>/manifest.json"}
     <root>/latest -> <id>         relative symlink to the latest release folder
@@ -91,7 +91,7 @@ class InvalidFeedReason(FeedError, InvalidReason):
 # --------------------------------------------------------------------------------- public API
 
 
-def update_feed(root: Path, release_id: str) -> dict:
+def update_feed(root: Path, release_id: str, base_url: str | None = None) -> dict:
     """Add (or refresh) ``release_id`` in the feed after its folder became visible.
 
     Reads ``<root>/<release_id>/manifest.json``, checks that every listed file exists with the
@@ -101,7 +101,8 @@ def update_feed(root: Path, release_id: str) -> dict:
     ``latest`` is the newest release (by the manifest's ``published`` time; among equal times
     the one added to the feed last) whose status is "published". For a new release that is the
     release just added. Refreshing a release that was withdrawn re-checks its files but keeps it
-    withdrawn (withdrawal is deliberate and is not undone by a refresh).
+    withdrawn (withdrawal is deliberate and is not undone by a refresh). ``base_url``: where
+    the root is served (publish.base_url): the feed's URLs are absolute under it from now on.
     """
     root = Path(root)
     _check_id(release_id)
@@ -120,6 +121,8 @@ def update_feed(root: Path, release_id: str) -> dict:
         feed["releases"] = _sorted(releases)
         feed["latest"] = _newest_published(feed["releases"])
         feed["updated"] = _now()
+        if base_url:
+            feed["base_url"] = base_url
         # The feed lists the release before the pointer may name it.
         _write_feed(root, feed)
         _write_latest(root, feed["latest"])
@@ -231,6 +234,9 @@ def rebuild_feed(root: Path, status_of) -> dict:
     ``{"releases": [...], "synthetic": [...], "withdrawn": [...], "skipped": {id: why}}``."""
     root = Path(root)
     with _locked(root):
+        base_url = None  # a damaged feed's base URL is lost with it
+        with contextlib.suppress(FeedError):
+            base_url = read_feed(root).get("base_url")
         found: dict[str, list] = {"releases": [], "synthetic": []}
         skipped: dict[str, str] = {}
         for folder in _release_folders(root):
@@ -246,6 +252,8 @@ def rebuild_feed(root: Path, status_of) -> dict:
                                for k in ("releases", "synthetic"))
         feed = {"updated": _now(), "releases": _sorted(releases), "synthetic": synthetic}
         feed["latest"] = _newest_published(feed["releases"])
+        if base_url:
+            feed["base_url"] = base_url
         _write_feed(root, feed)
         _write_latest(root, feed["latest"])
     return {"releases": [r["release_id"] for r in feed["releases"]],
@@ -306,7 +314,11 @@ def verify_release(root: Path, release_id: str) -> dict:
 
 
 def read_feed(root: Path) -> dict:
-    """The parsed feed.json (an empty feed if none has been written yet). Takes no lock."""
+    """The feed in feed.json (an empty feed if none has been written yet): its JSON Feed
+    items' entries (:mod:`dpatlas.publication.json_feed`), or a feed of the format before it
+    as it is. Takes no lock."""
+    from dpatlas.publication import json_feed
+
     path = Path(root) / FEED_JSON
     try:
         data = path.read_bytes()
@@ -316,6 +328,8 @@ def read_feed(root: Path) -> dict:
         feed = json.loads(data)
     except json.JSONDecodeError as e:
         raise FeedError(f"{path} is not valid JSON: {e}") from e
+    if json_feed.is_json_feed(feed):
+        feed = json_feed.entries(feed, FEED_VERSION)
     if not isinstance(feed, dict) or not isinstance(feed.get("releases"), list):
         raise FeedError(f"{path} is not a dpatlas feed")
     return feed
@@ -646,12 +660,13 @@ def _write_stac(root: Path, releases: list[dict], synthetic: list[dict] | None =
 
 
 def _write_feed(root: Path, feed: dict) -> None:
+    from dpatlas.publication import json_feed
+
     doc = {"feed_version": FEED_VERSION, "updated": feed["updated"], "latest": feed["latest"],
-           "releases": feed["releases"]}
-    if feed.get("synthetic"):  # only once there is one: older feeds keep their bytes
-        doc["synthetic"] = feed["synthetic"]
-    _write_stac(root, doc["releases"], doc.get("synthetic"))
-    _atomic_write(root, FEED_JSON, _json_bytes(doc))
+           "releases": feed["releases"], "synthetic": feed.get("synthetic") or [],
+           "base_url": feed.get("base_url")}
+    _write_stac(root, doc["releases"], doc["synthetic"] or None)
+    _atomic_write(root, FEED_JSON, _json_bytes(json_feed.render(doc, _atom_time)))
     _atomic_write(root, FEED_ATOM, render_atom(doc))
     from dpatlas.publication.webmap import write_feed_map  # the root's web map over feed.json (idempotent)
 

@@ -29,7 +29,7 @@ FEED_FILE, MANIFEST, LOCK_NAME, TMP_PREFIX = ("feed.json", "manifest.json", ".fe
 # What a publish root serves: pages, scripts, styles, metadata, tiles, images, licences.
 PUBLISHED_SUFFIXES = frozenset({".html", ".htm", ".js", ".mjs", ".css", ".json", ".geojson",
                                 ".atom", ".pmtiles", ".parquet", ".csv", ".png", ".svg", ".txt",
-                                ".ico", ".woff", ".woff2"})
+                                ".ico", ".woff", ".woff2", ".md"})  # .md: README.md codebook
 # Formats person-level rows come in (the input, the staged partitions): served only as a file
 # a release's manifest lists.
 DATA_SUFFIXES = frozenset({".parquet", ".csv"})

@@ -117,7 +117,7 @@ LAYER_UNITS = {LAYER: ("census tracts", "tract"), "counties": ("counties", "coun
 
 def release_tile_text(release_id: str, config: dict, layer: str = LAYER) -> TileText:
     """The metadata text of release ``release_id``'s archive of ``layer``, from its published
-    config (``config.json``: dataset, licence, citation, mode); never a file name."""
+    config (``config.json``: dataset, licence, citation, notice, mode); never a file name."""
     publish, ledger = config.get("publish") or {}, config.get("ledger") or {}
     dataset = ledger.get("dataset", "default")
     licence = publish.get("license") or DEFAULT_LICENSE
@@ -131,6 +131,8 @@ def release_tile_text(release_id: str, config: dict, layer: str = LAYER) -> Tile
     attribution = f"dpatlas release {release_id} ({dataset}), licence {licence}"
     if publish.get("citation"):
         attribution += f". Cite: {publish['citation']}"
+    if publish.get("notice"):  # first: a map shows where its data come from in this line
+        attribution = f"{publish['notice'].rstrip(' .')}. {attribution}"
     return TileText(name=f"dpatlas release {release_id}: {units}", description=description,
                     attribution=attribution)
 

@@ -17,6 +17,7 @@ import pytest
 
 from dpatlas.publication import feed as F
 from dpatlas.publication import stac
+from dpatlas.publication import json_feed
 from dpatlas.core.ids import InvalidReason, InvalidReleaseId
 from dpatlas.ledger import Charge, Ledger, LedgerError
 from dpatlas.publication.withdraw import WithdrawIncomplete, withdraw_everywhere
@@ -589,7 +590,7 @@ def _poller(root: str, ready, done, out) -> None:
         if feed_raw is not None:
             seen_feed = True
             try:
-                feed = json.loads(feed_raw)
+                feed = json_feed.entries(json.loads(feed_raw), F.FEED_VERSION)
             except json.JSONDecodeError as e:
                 bad.append(f"feed.json is not complete JSON: {e}")
         try:

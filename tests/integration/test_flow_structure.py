@@ -194,11 +194,12 @@ def test_a_lease_expires_by_the_injected_clock_not_by_waiting(tmp_path):
         ledger.close()
 
 
-def test_runs_are_named_by_release_and_chunk_and_artifact_links_are_relative(small_state,
-                                                                             tmp_path):
+def test_runs_are_named_by_release_and_chunk_and_artifact_names_its_files(small_state,
+                                                                         tmp_path):
     """Issue 21: the release run, its subflow and its task runs are named after the release
     and the chunk (a run that chose its id itself is renamed once it has one), and the summary
-    artifact links each file relative to the publish root, never as a path of this machine."""
+    artifact names each file in its folder of the publish root, never as a path of this
+    machine (links only under publish.base_url: tests/unit/release/test_summary_links.py)."""
     import re
 
     from prefect.client.orchestration import get_client
@@ -224,8 +225,12 @@ def test_runs_are_named_by_release_and_chunk_and_artifact_links_are_relative(sma
         assert names == {f"{stage}-{c}" for stage in ("select", "estimate") for c in chunks}
         [summary] = [a for a in client.read_artifacts(artifact_filter=ArtifactFilter(
             flow_run_id=ArtifactFilterFlowRunId(any_=[run_id]))) if a.key == SUMMARY_KEY]
-    links = re.findall(r"\]\(([^)]*)\)", summary.data)
-    assert sorted(links) == sorted(f"{rid}/{name}" for name in outcome.files)
+    # no publish.base_url: no link (relative ones 404 in the UI); each file and its folder
+    # named, every one there (issue 33)
+    assert re.findall(r"\]\(([^)]*)\)", summary.data) == []
+    named = re.findall(r"^- `([^`]*)`$", summary.data, re.MULTILINE)
+    assert sorted(named) == sorted(outcome.files)
+    assert f"folder `{rid}/` of the publish root" in summary.data
     assert "file:" not in summary.data and str(tmp_path) not in summary.data
     root = tmp_path / "releases"
-    assert all((root / link).is_file() for link in links)
+    assert all((root / rid / name).is_file() for name in named)

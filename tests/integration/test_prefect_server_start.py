@@ -81,3 +81,34 @@ def test_a_server_in_another_home_says_how_releases_find_it(tmp_path, monkeypatc
     assert "the UI is at http://127.0.0.1:4321" in res.output
     export = f"export PREFECT_HOME='{home.resolve()}'"
     assert (export in res.output) == own_home, res.output
+
+
+def test_a_release_finds_a_server_started_in_another_home(tmp_path, monkeypatch):
+    """Started with --home elsewhere (no PREFECT_HOME exported), the server is what a plain
+    `dpatlas release` uses (it started a temporary one); stopped, it is forgotten."""
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))  # the default home: ~/.dpatlas-prefect
+    monkeypatch.delenv("PREFECT_HOME", raising=False)
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+
+    class FakeServer:
+        pid = 12_345
+
+    monkeypatch.setattr(subprocess, "Popen", lambda argv, **kwargs: FakeServer())
+    monkeypatch.setattr(P, "_wait_healthy", lambda *a, **k: None)
+    alive = {12_345}
+    monkeypatch.setattr(P.ServerRecord, "running", lambda self: self.pid in alive)
+    assert P.running_server() is None
+    port = free_port()
+    record, _ = P.start_server(tmp_path / "elsewhere", port, timeout=1)
+    found = P.running_server()
+    assert found is not None and found.url == f"http://127.0.0.1:{port}/api"
+    assert found.home == (tmp_path / "elsewhere").resolve()
+
+    alive.clear()  # it died: a release starts a temporary server, as before
+    assert P.running_server() is None
+    alive.add(12_345)
+    monkeypatch.setattr(P.os, "killpg", lambda pid, sig: alive.clear())
+    P.stop_server(tmp_path / "elsewhere")
+    assert not (tmp_path / "user" / ".dpatlas-prefect" / "dpatlas-server-elsewhere.json").exists()
+    alive.add(12_345)  # even if its pid ran again, the stopped server is not used
+    assert P.running_server() is None

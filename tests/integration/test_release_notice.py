@@ -97,7 +97,7 @@ def test_the_notice_reaches_the_map_feed_stac_and_datapackage(released):
     assert package["description"].startswith(DEMO_NOTICE)
     assert package["contact"] == CONTACT
     root = released.parent
-    entry = json.loads((root / "feed.json").read_text())["releases"][0]
+    entry = json.loads((root / "feed.json").read_text())["items"][0]["_dpatlas"]
     assert entry["title"] == DEMO_METADATA["title"] and entry["notice"] == DEMO_NOTICE
     item = json.loads((root / stac.ITEMS_DIR / "r1.json").read_text())
     assert item["properties"]["title"] == DEMO_METADATA["title"]
@@ -123,3 +123,31 @@ def test_a_demo_folder_written_before_the_reader_metadata_is_still_the_demos(tmp
     cfg["publish"] = {"root": cfg["publish"]["root"]}  # as the demo wrote it before issue 33
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     assert _earlier_demo(tmp_path, ["config.yaml", "releases"])
+
+
+def test_the_notice_reaches_every_tile_archive_and_the_json_feed_item(released):
+    """Issue 33, item 1: the tiles' attribution (what a map shows of its data's source) and
+    the JSON Feed item a feed reader shows carry the notice."""
+    from dpatlas.publication import tiles
+
+    archives = sorted(released.glob("*.pmtiles"))
+    assert [p.name for p in archives] == ["counties.pmtiles", "states.pmtiles",
+                                          "tracts.pmtiles"]
+    for archive in archives:
+        attribution = tiles.read_metadata(archive)["attribution"]
+        assert attribution.startswith(DEMO_NOTICE.rstrip(" .")), (archive.name, attribution)
+        assert "licence CC-BY-4.0" in attribution
+    item = json.loads((released.parent / "feed.json").read_text())["items"][0]
+    assert item["title"] == DEMO_METADATA["title"]
+    assert item["content_text"].startswith(DEMO_NOTICE)
+
+
+def test_the_example_config_for_synth_data_says_they_are_synthetic():
+    """`dpatlas synth` + `dpatlas config example` (the README's steps): the release's notice
+    says the data are synthetic, as the demo's does (issue 33, item 1)."""
+    import yaml
+
+    from dpatlas.core.config import EXAMPLE
+
+    notice = parse_config(yaml.safe_load(EXAMPLE)).publish.notice
+    assert notice is not None and "SYNTHETIC" in notice and "no real people" in notice

@@ -192,7 +192,9 @@ def test_synthetic_data_has_its_schema_and_is_in_the_feed_and_the_catalogue(publ
     assert "synthetic.schema.json" in m["files"] and m["license"] == "CC-BY-4.0"
     assert audit.audit_release(folder).ok
 
-    feed = json.loads((root / "feed.json").read_text())
+    from dpatlas.publication.feed import read_feed
+
+    feed = read_feed(root)
     assert feed["latest"] == SOURCE and [r["release_id"] for r in feed["releases"]] == [SOURCE]
     (entry,) = feed["synthetic"]
     assert entry["release_id"] == "r1-synthetic" and entry["source_release"] == SOURCE
@@ -222,7 +224,7 @@ def test_synthetic_data_has_its_schema_and_is_in_the_feed_and_the_catalogue(publ
     item = json.loads((root / "catalog" / "r1-synthetic.json").read_text())
     assert item["properties"]["dpatlas:status"] == "withdrawn"
     assert "(source withdrawn)" in (root / "feed.atom").read_text()
-    assert json.loads((root / "feed.json").read_text())["synthetic"] == [entry]
+    assert read_feed(root)["synthetic"] == [entry]
     assert stac.validate_catalog(root) == 2
 
 

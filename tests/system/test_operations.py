@@ -132,7 +132,7 @@ def test_crash_then_resume_matches_uninterrupted(api_url, state, baseline, tmp_p
                                   expected_ledger[cols].reset_index(drop=True))
     assert set(rows["status"]) == {"published"}
     feed = json.loads((tmp_path / "releases" / "feed.json").read_text())
-    assert feed["latest"] == "r"
+    assert feed["_dpatlas"]["latest"] == "r"
 
 
 def test_staged_release_crashed_after_its_selections_resumes_from_them(api_url, state,

@@ -46,16 +46,21 @@ def _install_automation_over(url: str, config: Path):
     return autos, ids, other
 
 
-def test_run_history_survives_releases_on_the_dpatlas_server(tmp_path):
+def _state_config(tmp_path: Path, tracts: int, counties: int, **more) -> Path:
+    """A synthetic state of ``tracts`` tracts and the config releasing it (``more``: more keys)."""
     data = tmp_path / "data"
-    write_synthetic(data, ["17"], seed=5, params=StateParams(n_tracts=40, counties=3))
-    config = write_config(tmp_path / "config.yaml", {
+    write_synthetic(data, ["17"], seed=5, params=StateParams(n_tracts=tracts, counties=counties))
+    return write_config(tmp_path / "config.yaml", {
         "input": {"path": str(data / "microdata")},
         "boundaries": {"path": str(data / "tracts.parquet")},
         "selection": {"rule": "dp", "threshold": 3.0},
         "publish": {"root": str(tmp_path / "releases")},
-        "ledger": {"url": f"sqlite:///{tmp_path / 'ledger.db'}", "dataset": "il"},
-        "partition_tracts": 20})
+        "ledger": {"url": f"sqlite:///{tmp_path / 'ledger.db'}"}, **more})
+
+
+def test_run_history_survives_releases_on_the_dpatlas_server(tmp_path):
+    config = _state_config(tmp_path, 40, 3, partition_tracts=20,
+                           ledger={"url": f"sqlite:///{tmp_path / 'ledger.db'}", "dataset": "il"})
     home = tmp_path / "prefect-home"
     env = {**ENV, "PREFECT_HOME": str(home)}
     port = free_port()
@@ -96,3 +101,29 @@ def test_run_history_survives_releases_on_the_dpatlas_server(tmp_path):
     assert stopped.returncode == 0 and f"stopped the Prefect server at {url}" in stopped.stdout
     assert run_subprocess("server", "status", env=env).returncode == 1
     assert (home / "prefect.db").is_file()
+
+
+def test_a_plain_release_runs_on_a_server_started_on_another_port_and_home(tmp_path):
+    """Issue 33's done-when: `dpatlas server start --port P --home H`, then a plain `dpatlas
+    release` (nothing exported), then the API at port P lists the release's flow runs."""
+    import httpx
+
+    config = _state_config(tmp_path, 20, 2)
+    # a home of its own for ~/.dpatlas-prefect, where a release looks first
+    env = {k: v for k, v in ENV.items() if k != "PREFECT_HOME"}
+    env["HOME"] = str(tmp_path / "user")
+    (tmp_path / "user").mkdir()
+    home, port = tmp_path / "server home", free_port()
+    url = f"http://127.0.0.1:{port}/api"
+    started = run_subprocess("server", "start", "--port", port, "--home", home, env=env)
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        res = run_subprocess("release", "-c", config, "--release-id", "plain-1", env=env)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert f"Prefect: the dpatlas server at {url}" in res.stderr, res.stderr
+        runs = httpx.post(f"{url}/flow_runs/filter", json={"limit": 50}, timeout=30).json()
+        names = {run["name"]: run["state"]["type"] for run in runs}
+        assert names.get("release-plain-1") == "COMPLETED", names
+    finally:
+        stopped = run_subprocess("server", "stop", "--home", home, env=env)
+    assert stopped.returncode == 0, stopped.stdout

@@ -49,3 +49,24 @@ def test_the_map_shows_the_notice_title_licence_and_citation(browser, server):
         assert not page.errors, page.errors
     finally:
         page.close()
+
+
+def test_the_picker_names_each_release_by_title_and_day_and_the_readme_is_a_download(
+        browser, server):
+    """Issue 33, item 1: the picker reads the feed (JSON Feed 1.1, item 7) and shows the
+    release's title and day, not its bare id; the downloads list its README.md codebook."""
+    from tests.system.test_webmap import _fetch_status
+
+    page = Page(browser)
+    try:
+        page.open(server, RELEASE)
+        (option,) = page.page.eval_on_selector_all(
+            "#release option", "os => os.map(o => [o.value, o.textContent])")
+        assert option == [RELEASE, f"{DEMO_METADATA['title']}, 2026-11-29 ({RELEASE}) (latest)"]
+        links = dict(page.page.eval_on_selector_all(
+            "#downloads a", "as => as.map(a => [a.dataset.file, a.getAttribute('href')])"))
+        assert links["README.md"] == f"{RELEASE}/README.md"
+        assert _fetch_status(page, links["README.md"]) == 200
+        assert not page.errors, page.errors
+    finally:
+        page.close()

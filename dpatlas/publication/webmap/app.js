@@ -473,7 +473,8 @@
       box.append(row);
     }
     const more = document.createElement("p");
-    more.append(link("manifest.json", "manifest (files, hashes, budget)"), " · ",
+    more.append(link("README.md", "README (codebook: columns, how to read and cite)"), " · ",
+                link("manifest.json", "manifest (files, hashes, budget)"), " · ",
                 link("p25_map.png", "PNG map"));
     box.append(more);
   }
@@ -632,13 +633,30 @@
 
   // ----------------------------------------------------------------------------- releases
 
+  // feed.json is JSON Feed 1.1: each item's "_dpatlas" is the release's entry (release_id,
+  // status, published, title...), the feed's holds latest. A feed of the format before it
+  // (releases, latest at the top) reads as it is. Synthetic-microdata folders are not offered.
+  function feedReleases(feed) {
+    if (!Array.isArray(feed.items)) return { releases: feed.releases || [], latest: feed.latest };
+    const releases = feed.items.map((item) => item && item._dpatlas)
+      .filter((r) => r && typeof r.release_id === "string" && !r.kind);
+    return { releases, latest: (feed._dpatlas || {}).latest };
+  }
+
+  // A release as a reader knows it: its title (publish.title) and day, then its id.
+  function releaseLabel(r) {
+    const day = typeof r.published === "string" ? r.published.slice(0, 10) : "";
+    if (!r.title) return day ? r.release_id + ", " + day : r.release_id;
+    return r.title + (day ? ", " + day : "") + " (" + r.release_id + ")";
+  }
+
   function fillPicker(releases, latest) {
     const select = $("release");
     select.replaceChildren();
     for (const r of releases) {
       const option = document.createElement("option");
       option.value = r.release_id;
-      let text = r.release_id;
+      let text = releaseLabel(r);
       if (r.release_id === latest) text += " (latest)";
       if (r.status === "withdrawn") {
         text += " (withdrawn)";
@@ -851,29 +869,30 @@
     refreshPopup();
   }
 
-  function requestedRelease(feed) {
+  function requestedRelease(latest) {
     const hash = new URLSearchParams(location.hash.slice(1)).get("release");
     const known = (id) => id && state.releases.some((r) => r.release_id === id);
     if (known(hash)) return hash;
     if (config.release) return config.release;
-    if (known(feed && feed.latest)) return feed.latest;
+    if (known(latest)) return latest;
     return state.releases.length ? state.releases[0].release_id : null;
   }
 
   async function start() {
     state.legend = await fetchJson(absolute(config.assets + "legend.json"));
-    let feed = null;
+    let latest = null;
     try {
-      feed = await fetchJson(absolute(config.feed));
-      state.releases = feed.releases || [];
+      const feed = feedReleases(await fetchJson(absolute(config.feed)));
+      state.releases = feed.releases;
+      latest = feed.latest;
     } catch (err) {
       if (!config.release) throw err;        // the feed's page needs the feed
     }
     if (config.release && !state.releases.some((r) => r.release_id === config.release)) {
       state.releases.unshift({ release_id: config.release, status: "published" });
     }
-    fillPicker(state.releases, feed && feed.latest);
-    const first = requestedRelease(feed);
+    fillPicker(state.releases, latest);
+    const first = requestedRelease(latest);
     if (!first) { showError("the feed lists no release yet"); return; }
 
     setPanel(!narrow());
