@@ -287,8 +287,9 @@ def write_map(table: gpd.GeoDataFrame, path: Path, title: str, intervals: bool =
     unreleased = {"suppressed": ~released & (status != "failed"),
                   "failed": ~released & (status == "failed")}
     for name, colour in colours.STATUS_COLOURS.items():   # as the web map's legend
-        _add_tracts(ax, geoms[drawn & unreleased[name]], facecolor=colour, **MAP_EDGES)
-        handles.append(Patch(facecolor=colour, label=colours.STATUS_LABELS[name]))
+        if _add_tracts(ax, geoms[drawn & unreleased[name]], facecolor=colour,
+                       **MAP_EDGES) is not None:   # in the legend where drawn
+            handles.append(Patch(facecolor=colour, label=colours.STATUS_LABELS[name]))
     coloured = drawn & released & np.isfinite(p25)  # no value: not drawn (as geopandas does)
     _add_choropleth(ax, geoms[coloured], p25[coloured], static_map.ESTIMATE_WORDS[estimate])
     weak = drawn & static_map.low_reliability(table, estimate).to_numpy() & bool(intervals)
@@ -301,9 +302,11 @@ def write_map(table: gpd.GeoDataFrame, path: Path, title: str, intervals: bool =
     if estimate == "model":
         handles += static_map.add_model_marks(ax, table, drawn & coloured)
     _set_map_aspect(ax, geoms[drawn], table.crs)
-    ax.legend(handles=handles, loc="lower left", fontsize=7, frameon=False)
+    # below the map, not over it (the model map's marks make five entries)
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0, 0), fontsize=7,
+              frameon=False)
     ax.set_axis_off()
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title, fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=MAP_DPI)
 
