@@ -6,8 +6,8 @@ a value is marked unreliable when its interval spans more than one colour class
 value without a published direct are dotted and tracts where the model may not apply are
 outlined, as the web map marks them.
 
-The drawing itself is :func:`dpatlas.publication.tract_files.write_map`; this module says what
-each map shows.
+The drawing itself is :func:`dpatlas.publication.tract_files.write_map` (which imports this
+module, so this one imports nothing of it); this module says what each map shows.
 """
 
 from __future__ import annotations
@@ -99,29 +99,27 @@ def flag_label() -> str:
 MODEL_ONLY_HATCH = ".."
 
 
-def add_model_marks(ax, table, coloured: np.ndarray) -> list:
-    """On a model map's axes: the model-only tracts among ``coloured`` dotted, the flagged ones
-    outlined (each merged into one shape, drawn once); their legend handles."""
+def model_marks(table, coloured: np.ndarray) -> list[tuple[np.ndarray, bool, dict, object]]:
+    """What a model map marks among the ``coloured`` rows: the model-only tracts dotted, the
+    flagged ones outlined. Each mark: its rows, whether to merge them into one shape (a
+    pattern is drawn once), its matplotlib style and its legend handle."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    from dpatlas.publication.tract_files import _add_tracts, low_reliability_shape
-
-    geoms, handles = table.geometry.to_numpy(), []
+    marks = []
     only = coloured & model_only(table)
     if only.any():
-        _add_tracts(ax, np.array([low_reliability_shape(geoms[only])], dtype=object),
-                    facecolor="none", hatch=MODEL_ONLY_HATCH,
-                    edgecolor=colours.MODEL_ONLY_DOTS, linewidth=0.0)
-        handles.append(Patch(facecolor="white", edgecolor=colours.MODEL_ONLY_DOTS,
-                             hatch=MODEL_ONLY_HATCH, label=colours.MODEL_ONLY_LABEL))
+        marks.append((only, True, {"facecolor": "none", "hatch": MODEL_ONLY_HATCH,
+                                   "edgecolor": colours.MODEL_ONLY_DOTS, "linewidth": 0.0},
+                      Patch(facecolor="white", edgecolor=colours.MODEL_ONLY_DOTS,
+                            hatch=MODEL_ONLY_HATCH, label=colours.MODEL_ONLY_LABEL)))
     flagged = coloured & model_flagged(table)
     if flagged.any():
-        _add_tracts(ax, geoms[flagged], facecolor="none",
-                    edgecolor=colours.MODEL_FLAG_OUTLINE, linewidth=1.5)
-        handles.append(Line2D([], [], color=colours.MODEL_FLAG_OUTLINE, linewidth=1.5,
-                              label=flag_label()))
-    return handles
+        marks.append((flagged, False, {"facecolor": "none", "linewidth": 1.5,
+                                       "edgecolor": colours.MODEL_FLAG_OUTLINE},
+                      Line2D([], [], color=colours.MODEL_FLAG_OUTLINE, linewidth=1.5,
+                             label=flag_label())))
+    return marks
 
 
 def estimate_title(title: str, estimate: str) -> str:
@@ -131,16 +129,13 @@ def estimate_title(title: str, estimate: str) -> str:
 
 
 def write_overview_maps(table, folder: Path, title: str, intervals: bool,
-                        draw: Callable | None = None) -> list[str]:
+                        draw: Callable) -> list[str]:
     """Write ``p25_map.png`` for the web map's default and, when that is the model,
     ``p25_map_direct.png``; returns the further files written beside ``p25_map.png`` (for the
     manifest). ``title``: the overview's title (tract_files.overview_title); ``intervals``:
     whether the direct values carry intervals to mark; ``draw``: the drawing function
     (tract_files.write_map, called positionally: ``(table, path, title, intervals[,
     estimate])``)."""
-    if draw is None:
-        from dpatlas.publication.tract_files import write_map as draw
-
     folder = Path(folder)
     if default_estimate(table) == "direct":
         draw(table, folder / MAP_FILE, estimate_title(title, "direct"), intervals)

@@ -299,8 +299,12 @@ def write_map(table: gpd.GeoDataFrame, path: Path, title: str, intervals: bool =
                     linewidth=0.0)
         handles.append(Patch(facecolor="white", edgecolor=MAP_HATCH_COLOUR, hatch=MAP_HATCH,
                              label=colours.LOW_RELIABILITY_LABEL))
-    if estimate == "model":
-        handles += static_map.add_model_marks(ax, table, drawn & coloured)
+    for rows, merge, style, handle in (static_map.model_marks(table, coloured)
+                                       if estimate == "model" else []):
+        shapes = np.array([low_reliability_shape(geoms[rows])], dtype=object) if merge \
+            else geoms[rows]
+        _add_tracts(ax, shapes, **style)
+        handles.append(handle)
     _set_map_aspect(ax, geoms[drawn], table.crs)
     # below the map, not over it (the model map's marks make five entries)
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0, 0), fontsize=7,
