@@ -576,7 +576,7 @@ intervals:                    # a DP confidence interval for p25 and p75 of ever
   enabled: true
   share: 0.25                 # of the primary budget (mechanisms/intervals.py says how it is used)
   level: 0.95
-  low_reliability_width: 0.5  # wider intervals count as unreliable in the evaluations (the maps hatch intervals spanning colour classes)
+  low_reliability_width: 0.5  # wider: unreliable in the evaluations (maps: interval spans classes)
 
 validation:
   policy: fail                # fail: stop before any noise; clip: clip ranks to [0, 1];

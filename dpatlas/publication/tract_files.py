@@ -280,17 +280,17 @@ def write_map(table: gpd.GeoDataFrame, path: Path, title: str, intervals: bool =
     FigureCanvasAgg(fig)
     ax = fig.subplots()
     status = table["status"].to_numpy()
-    released = static_map.has_value(table, estimate)
-    p25 = (table[static_map.shown_column(estimate)].to_numpy(dtype=float) if released.any()
+    valued = static_map.has_value(table, estimate)  # released, or with a model value
+    p25 = (table[static_map.shown_column(estimate)].to_numpy(dtype=float) if valued.any()
            else np.full(len(table), np.nan))
     handles = []
-    unreleased = {"suppressed": ~released & (status != "failed"),
-                  "failed": ~released & (status == "failed")}
+    unreleased = {"suppressed": ~valued & (status != "failed"),
+                  "failed": ~valued & (status == "failed")}
     for name, colour in colours.STATUS_COLOURS.items():   # as the web map's legend
         if _add_tracts(ax, geoms[drawn & unreleased[name]], facecolor=colour,
                        **MAP_EDGES) is not None:   # in the legend where drawn
             handles.append(Patch(facecolor=colour, label=colours.STATUS_LABELS[name]))
-    coloured = drawn & released & np.isfinite(p25)  # no value: not drawn (as geopandas does)
+    coloured = drawn & valued & np.isfinite(p25)  # no value: not drawn (as geopandas does)
     _add_choropleth(ax, geoms[coloured], p25[coloured], static_map.ESTIMATE_WORDS[estimate])
     weak = drawn & static_map.low_reliability(table, estimate).to_numpy() & bool(intervals)
     if weak.any():
