@@ -308,11 +308,12 @@
       const label = lg.status[status].label + (shownModel ? "; no model value either" : "");
       swatchRow(box, lg.status[status].colour, label).dataset.status = status;
     }
+    // direct values have intervals where the release drew them; model values always
+    const intervalLevel = shownModel ? 0.95 : state.level;
+    if (!intervalLevel && !shownModel) return;
     const marks = document.createElement("h2");
     marks.textContent = "Marked";
     box.append(marks);
-    // direct values have intervals where the release drew them; model values always
-    const intervalLevel = shownModel ? 0.95 : state.level;
     if (intervalLevel) {
       swatchRow(box, null, lg.low_reliability.label + " (" + Math.round(intervalLevel * 100)
                 + "% interval; " + (shownModel ? "model-based" : "direct") + ")",
