@@ -175,7 +175,9 @@ class IntervalsConfig(_Strict):
     enabled: bool = True
     share: float = Field(0.25, gt=0, lt=1)  # of the primary budget, spent on the interval
     level: float = Field(0.95, ge=0.5, lt=1)
-    low_reliability_width: float = Field(0.5, gt=0, le=1)  # wider: hatched on the map
+    # wider: not counted reliable by the evaluations (the maps hatch an interval spanning
+    # more than one colour class instead, dpatlas.publication.colours.spans_classes)
+    low_reliability_width: float = Field(0.5, gt=0, le=1)
 
 
 class ValidationConfig(_Strict):
@@ -584,7 +586,7 @@ intervals:                    # a DP confidence interval for p25 and p75 of ever
   enabled: true
   share: 0.25                 # of the primary budget (mechanisms/intervals.py says how it is used)
   level: 0.95
-  low_reliability_width: 0.5  # tracts whose interval is wider are hatched on the map
+  low_reliability_width: 0.5  # wider: unreliable in the evaluations (maps: interval spans classes)
 
 validation:
   policy: fail                # fail: stop before any noise; clip: clip ranks to [0, 1];

@@ -5,7 +5,7 @@ Per scenario (dpatlas/evaluation/stress.py: the demo generator and the stress sc
 mechanism runs at (1 − share)·ε and its interval at share·ε, as in a release; over R runs per
 tract: the share of published intervals that cover the row's estimand (``ESTIMAND``; the
 tract's least-squares line for NoisyStats), overall, by tract-size quintile, by
-interval-width quintile and among the intervals the map shows as reliable (width at most the
+interval-width quintile and among the intervals counted reliable (width at most the
 config's ``low_reliability_width``), the shares of reliable and of [0, 1] intervals, of
 tract-runs with nothing published, and the median width relative to the OLS 95% interval of
 the same tract. The synthetic state's seed is never the demo's (0).
@@ -56,7 +56,7 @@ def released_by(mechanism: str, batch, eps: float, rand, reps: int, threshold: f
 # Which line each mechanism's published p25/p75 estimates (its estimand; docs/uncertainty.md).
 LEAST_SQUARES, THEIL_SEN = "least-squares line", "Theil-Sen line"
 ESTIMAND = {"NoisyStats": LEAST_SQUARES, "DPExpTheilSen": THEIL_SEN}
-RELIABLE_WIDTH = 0.5  # the config's default intervals.low_reliability_width: wider is hatched
+RELIABLE_WIDTH = 0.5  # the config's default intervals.low_reliability_width: wider is not reliable
 # Large tracts have ~30 times the records (and ~700 times the pairs) of the others: the
 # evaluation keeps their records, not their tract count, comparable.
 TRACT_SHARE = {"large": 1 / 6}

@@ -39,6 +39,7 @@ from dpatlas.publication.tract_files import (CSV_FILE, PUBLISHED_FILES, PublishE
                                              assemble, footprint, in_parallel, overview_title,
                                              rounding_statement, shown_cell, stage_release,
                                              write_map, write_table_schema)
+from dpatlas.publication.static_map import write_overview_maps
 
 # Tract-cells assembled at once: about 2.8 KiB each in the flow (the national release's
 # 210 MiB per cell of 74,001 tracts), so a group holds at most ~270 MiB whatever the number
@@ -384,15 +385,15 @@ def _finish_files(staging: Path, streamed: _Streamed, release_id: str, config: d
                            several_cells=len(streamed.summary.cells) > 1,
                            publish=config.get("publish"))
     outline = streamed.shown.copy()  # its own frame for the footprint's thread
-    _, finished, web_map, level_files, extent, *_ = in_parallel([
+    _, finished, web_map, level_files, extent, maps, _ = in_parallel([
         streamed.tiles.result,  # started with the last group (raises if tippecanoe failed)
         lambda: checks.finish(streamed.all_suites()),
         lambda: webmap.write_web_map(staging, release_id),
         lambda: more_files(staging) if more_files is not None else [],
         lambda: footprint(outline),
-        lambda: write_map(streamed.shown, staging / "p25_map.png", title,
-                          ci.get("low_reliability_width") if ci.get("enabled") else None),
+        lambda: write_overview_maps(streamed.shown, staging, title, bool(ci.get("enabled")),
+                                    draw=write_map),
         lambda: (staging / "config.json").write_text(json.dumps(
             config, indent=2, sort_keys=True, default=_json)),
     ])
-    return [tiles.TILES_FILE, *web_map], finished, level_files, extent
+    return [tiles.TILES_FILE, *web_map, *maps], finished, level_files, extent

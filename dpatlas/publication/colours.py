@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import bisect
 
+import numpy as np
+
 # Class breaks for p25 and p75 (child income rank, [0, 1]); one scale for both so that the
 # switch compares like with like. Class i holds values in [BREAKS[i-1], BREAKS[i]), as
 # MapLibre's ``step`` expression and ``bisect_right`` put a break into the class above it.
@@ -22,10 +24,19 @@ CLASS_COLOURS = ("#d73027", "#f46d43", "#fdae61", "#fee090",
 STATUS_COLOURS = {"suppressed": "#bdbdbd", "failed": "#525252"}
 STATUS_LABELS = {"suppressed": "suppressed (too few records; nothing spent)",
                  "failed": "failed (budget spent, no value)"}
-# Released units whose interval is wider than the release's intervals.low_reliability_width
-# are hatched with this colour over their class colour.
+# Units whose interval [lo, hi] of the shown value spans more than one colour class (its ends
+# fall in different classes: the colour could as well be another) are hatched with this colour
+# over their class colour, direct and model values alike (issue 33; a fixed width hatched no
+# model value although its interval spans 3-4 classes).
 LOW_RELIABILITY_HATCH = "#252525"
-LOW_RELIABILITY_LABEL = "low reliability: interval wider than {width}"
+LOW_RELIABILITY_LABEL = "low reliability: interval spans more than one colour class"
+# Model mode: tracts coloured by a model value where no direct value was published (suppressed:
+# too few records; failed) are dotted; tracts where the model may not apply (|z| above the
+# limit) are outlined.
+MODEL_ONLY_DOTS = "#000000"
+MODEL_ONLY_LABEL = ("model value only: no direct value published (suppressed: too few "
+                    "records, or failed)")
+MODEL_FLAG_OUTLINE = "#c51b7d"
 NO_DATA_BACKGROUND = "#f7f7f7"
 VALUES = ("p25", "p75")
 
@@ -33,6 +44,16 @@ VALUES = ("p25", "p75")
 def class_index(value: float) -> int:
     """The class of a published value: ``bisect_right`` matches MapLibre's ``step``."""
     return bisect.bisect_right(BREAKS, value)
+
+
+def spans_classes(lo, hi) -> np.ndarray:
+    """Whether each interval [lo, hi] spans more than one colour class (its ends in different
+    classes, as :func:`class_index` puts them); False where an end is missing."""
+    lo, hi = np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
+    breaks = np.asarray(BREAKS)
+    both = np.isfinite(lo) & np.isfinite(hi)
+    return both & (np.searchsorted(breaks, np.where(both, lo, 0.0), side="right")
+                   != np.searchsorted(breaks, np.where(both, hi, 0.0), side="right"))
 
 
 def class_colour(value: float) -> str:
@@ -57,5 +78,7 @@ def legend() -> dict:
         "status": {status: {"colour": STATUS_COLOURS[status], "label": STATUS_LABELS[status]}
                    for status in ("suppressed", "failed")},
         "low_reliability": {"colour": LOW_RELIABILITY_HATCH, "label": LOW_RELIABILITY_LABEL},
+        "model_only": {"colour": MODEL_ONLY_DOTS, "label": MODEL_ONLY_LABEL},
+        "model_flag": {"colour": MODEL_FLAG_OUTLINE},
         "background": NO_DATA_BACKGROUND,
     }

@@ -31,6 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
+from dpatlas.publication import static_map
 from dpatlas.publication.codebook import published_metadata
 
 COLLECTION_FILE = "collection.json"
@@ -77,6 +78,11 @@ TITLES = {"tracts.parquet": "Tracts (GeoParquet)", "tracts.geojson": "Tracts (Ge
 # PNG map and the tiles; never the web map's page, scripts, styles or its libraries' licences.
 DOWNLOAD_SUFFIXES = {".parquet", ".geojson", ".csv", ".json", ".pmtiles", ".png", ".md"}
 WEB_MAP_SUPPORT = {"legend.json"}  # the web map's own JSON (dpatlas.publication.webmap)
+
+# The static maps (dpatlas.publication.static_map): p25_map.png as the web map opens, and the
+# direct one beside it where that is the model.
+ROLES[static_map.DIRECT_MAP_FILE] = ["overview"]
+TITLES.update(static_map.MAP_TITLES)
 
 # The county and state files (issue 20, items 1 and 4), declared as the tract files are.
 for _stem, _what in (("counties", "Counties"), ("states", "States")):

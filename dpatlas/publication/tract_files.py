@@ -33,7 +33,7 @@ from mechanisms.estimand import (ESTIMAND, ESTIMAND_ID, INTERVAL_MEANING, MOE90_
                                  MOE90_Z, SE_CAP, SE_MEANING)
 
 from dpatlas.core.columns import INTERVAL_COLUMNS, MOE_COLUMNS, RESULT_COLUMNS, SE_COLUMNS
-from dpatlas.publication import colours
+from dpatlas.publication import colours, static_map
 from dpatlas.publication.codebook import write_codebook
 from dpatlas.publication.datapackage import write_datapackage
 from dpatlas.publication.geography import geojson_geometry, rfc7946_geometries
@@ -230,14 +230,6 @@ def code_version() -> dict:
     return {"package": pkg, "git_commit": commit}
 
 
-def low_reliability(table: pd.DataFrame, max_width: float | None) -> pd.Series:
-    """Released tracts whose p25 interval is wider than ``max_width`` (none without intervals)."""
-    if max_width is None or "p25_lo" not in table.columns:
-        return pd.Series(False, index=table.index)
-    width = table["p25_hi"] - table["p25_lo"]
-    return (table["status"] == "released") & (width > max_width)
-
-
 # The static map (p25_map.png), drawn with matplotlib's object API (a Figure on an Agg canvas,
 # no pyplot state): each layer is one collection built from shapely's coordinate arrays, and the
 # figure is drawn only by tight_layout and savefig (geopandas redrew it after every layer).
@@ -266,12 +258,13 @@ def shown_cell(cells: list[str]) -> str:
     return "all" if "all" in cells else sorted(cells)[0]
 
 
-def write_map(table: gpd.GeoDataFrame, path: Path, title: str,
-              max_width: float | None = None) -> None:
+def write_map(table: gpd.GeoDataFrame, path: Path, title: str, intervals: bool = True,
+              estimate: str = "direct") -> None:
     """The p25 choropleth in the web map's classes and colours (dpatlas.publication.colours),
-    the breaks on its colour bar; suppressed and failed tracts in their legend greys; with
-    intervals, tracts whose interval is wider than ``max_width`` hatched as low reliability
-    (in the legend).
+    the breaks on its colour bar; ``estimate``: "direct" (p25) or "model" (p25_model); units
+    without a value in their legend greys; with ``intervals``, units whose interval spans more
+    than one colour class hatched as low reliability; on the model map, model-only tracts
+    dotted and flagged ones outlined (dpatlas.publication.static_map; all in the legend).
 
     The low-reliability tracts are merged into one shape and hatched once: one hatched patch
     per tract took ~58 s of an 84 s national publish (docs/national.md). A hatch is a pattern
@@ -287,26 +280,37 @@ def write_map(table: gpd.GeoDataFrame, path: Path, title: str,
     FigureCanvasAgg(fig)
     ax = fig.subplots()
     status = table["status"].to_numpy()
-    released = status == "released"
-    p25 = table["p25"].to_numpy(dtype=float)
+    valued = static_map.has_value(table, estimate)  # released, or with a model value
+    p25 = (table[static_map.shown_column(estimate)].to_numpy(dtype=float) if valued.any()
+           else np.full(len(table), np.nan))
     handles = []
-    unreleased = {"suppressed": ~released & (status != "failed"), "failed": status == "failed"}
+    unreleased = {"suppressed": ~valued & (status != "failed"),
+                  "failed": ~valued & (status == "failed")}
     for name, colour in colours.STATUS_COLOURS.items():   # as the web map's legend
-        _add_tracts(ax, geoms[drawn & unreleased[name]], facecolor=colour, **MAP_EDGES)
-        handles.append(Patch(facecolor=colour, label=colours.STATUS_LABELS[name]))
-    coloured = drawn & released & np.isfinite(p25)  # no value: not drawn (as geopandas does)
-    _add_choropleth(ax, geoms[coloured], p25[coloured])
-    weak = drawn & low_reliability(table, max_width).to_numpy()
+        if _add_tracts(ax, geoms[drawn & unreleased[name]], facecolor=colour,
+                       **MAP_EDGES) is not None:   # in the legend where drawn
+            handles.append(Patch(facecolor=colour, label=colours.STATUS_LABELS[name]))
+    coloured = drawn & valued & np.isfinite(p25)  # no value: not drawn (as geopandas does)
+    _add_choropleth(ax, geoms[coloured], p25[coloured], static_map.ESTIMATE_WORDS[estimate])
+    weak = drawn & static_map.low_reliability(table, estimate).to_numpy() & bool(intervals)
     if weak.any():
         _add_tracts(ax, np.array([low_reliability_shape(geoms[weak])], dtype=object),
                     facecolor="none", hatch=MAP_HATCH, edgecolor=MAP_HATCH_COLOUR,
                     linewidth=0.0)
         handles.append(Patch(facecolor="white", edgecolor=MAP_HATCH_COLOUR, hatch=MAP_HATCH,
-                             label=f"low reliability: interval wider than {max_width:g}"))
+                             label=colours.LOW_RELIABILITY_LABEL))
+    for rows, merge, style, handle in (static_map.model_marks(table, coloured)
+                                       if estimate == "model" else []):
+        shapes = np.array([low_reliability_shape(geoms[rows])], dtype=object) if merge \
+            else geoms[rows]
+        _add_tracts(ax, shapes, **style)
+        handles.append(handle)
     _set_map_aspect(ax, geoms[drawn], table.crs)
-    ax.legend(handles=handles, loc="lower left", fontsize=7, frameon=False)
+    # below the map, not over it (the model map's marks make five entries)
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(0, 0), fontsize=7,
+              frameon=False)
     ax.set_axis_off()
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title, fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=MAP_DPI)
 
@@ -334,7 +338,7 @@ def class_colours(values: np.ndarray) -> np.ndarray:
     return np.asarray(colours.CLASS_COLOURS)[index]
 
 
-def _add_choropleth(ax, geoms: np.ndarray, p25: np.ndarray) -> None:
+def _add_choropleth(ax, geoms: np.ndarray, p25: np.ndarray, words: str = "DP") -> None:
     """Tracts coloured by the class of their p25, with a colour bar of the classes whose
     ticks are the class breaks (the web map's legend)."""
     from matplotlib.cm import ScalarMappable
@@ -347,7 +351,7 @@ def _add_choropleth(ax, geoms: np.ndarray, p25: np.ndarray) -> None:
                            ListedColormap(colours.CLASS_COLOURS))
     bar = ax.figure.colorbar(scale, ax=ax, shrink=0.6, spacing="uniform", ticks=bounds)
     # the label above the bar, not along it: along it, it sets the figure's height
-    bar.ax.set_title("p25 (DP)\nweb map\nclasses", fontsize=7, loc="left")
+    bar.ax.set_title(f"p25 ({words})\nweb map\nclasses", fontsize=7, loc="left")
     bar.ax.tick_params(labelsize=7)
 
 

@@ -13,32 +13,32 @@ from matplotlib.figure import Figure
 from shapely.geometry import MultiPolygon, Polygon, box
 
 from dpatlas.publication.geography import synth_boundaries
+from dpatlas.publication.static_map import low_reliability
 from dpatlas.publication.tract_files import (MAP_HATCH, MAP_HATCH_COLOUR, _add_tracts,
-                                             low_reliability,
                                              low_reliability_shape, polygon_paths, write_map)
 from dpatlas.evaluation.synthetic_input import tract_geoids
 
-MAX_WIDTH = 0.5
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 RASTER = 500  # pixels a side of the rasterised test images
 
 
 @pytest.fixture(scope="module")
 def table() -> gpd.GeoDataFrame:
-    """160 synthetic tracts tiling a state; about half released with a too-wide interval."""
+    """160 synthetic tracts tiling a state; about half released with an interval spanning
+    several colour classes, the others with a point interval."""
     geoids, _ = tract_geoids("17", 160, 6)
     t = synth_boundaries(geoids, seed=3)
     rng = np.random.default_rng(5)
     n = len(t)
     t["status"] = np.where(rng.random(n) < 0.9, "released", "suppressed")
     t["p25"] = np.where(t["status"] == "released", rng.uniform(0.1, 0.7, n), np.nan)
-    width = np.where(rng.random(n) < 0.5, 0.8, 0.2)
+    width = np.where(rng.random(n) < 0.5, 0.8, 0.0)
     t["p25_lo"], t["p25_hi"] = t["p25"] - width / 2, t["p25"] + width / 2
     return t
 
 
 def weak_mask(t) -> np.ndarray:
-    weak = low_reliability(t, MAX_WIDTH).to_numpy()
+    weak = low_reliability(t).to_numpy()
     assert 20 < weak.sum() < len(t) - 20  # both kinds well represented
     return weak
 
@@ -181,8 +181,8 @@ def test_map_png_is_written_with_the_hatch_only_when_asked(table, tmp_path):
     import matplotlib.pyplot as plt
 
     before = set(plt.get_fignums())
-    write_map(table, tmp_path / "hatched.png", "t", MAX_WIDTH)
-    write_map(table, tmp_path / "plain.png", "t", None)
+    write_map(table, tmp_path / "hatched.png", "t", True)
+    write_map(table, tmp_path / "plain.png", "t", False)
     hatched_png, plain_png = read_png(tmp_path / "hatched.png"), read_png(tmp_path / "plain.png")
     # the figure's size follows the area's shape (map_figsize), at MAP_DPI
     from dpatlas.publication.tract_files import MAP_DPI, map_figsize
@@ -196,12 +196,12 @@ def test_map_png_is_written_with_the_hatch_only_when_asked(table, tmp_path):
 
 def test_map_without_released_tracts_or_with_empty_geometries_is_written(table, tmp_path):
     none_released = table.assign(status="suppressed")
-    write_map(none_released, tmp_path / "grey.png", "t", MAX_WIDTH)
+    write_map(none_released, tmp_path / "grey.png", "t", True)
     read_png(tmp_path / "grey.png")
     holes = table.copy()
     holes.loc[holes.index[:3], "geometry"] = Polygon()
     holes.loc[holes.index[3], "geometry"] = None
-    write_map(holes, tmp_path / "holes.png", "t", MAX_WIDTH)
+    write_map(holes, tmp_path / "holes.png", "t", True)
     read_png(tmp_path / "holes.png")
 
 
@@ -231,3 +231,42 @@ def test_png_colours_each_tract_by_the_web_maps_class_of_its_p25(tmp_path):
     assert unused and max(pixels(c) for c in unused) < 2000
     for colour in want:
         assert pixels(colour) > 4000, colour
+
+
+def test_the_model_png_colours_by_the_model_and_marks_model_only_and_flagged_tracts(tmp_path):
+    """p25_map.png's default, the model map (issue 33): each tract in the class colour of its
+    p25_model, a suppressed tract too (dotted: no direct), a flagged one outlined, a model
+    interval spanning classes hatched though narrower than 0.5."""
+    from dpatlas.publication import colours
+
+    model = [0.1, 0.25, 0.45, 0.55, 0.75, 0.9]
+    squares = [box(i % 3, i // 3, i % 3 + 1, i // 3 + 1) for i in range(len(model))]
+    t = gpd.GeoDataFrame({"status": ["released"] * 5 + ["suppressed"],
+                          "p25": [0.35] * 5 + [np.nan], "p25_model": model,
+                          "p25_model_lo": model, "p25_model_hi": model,
+                          "p25_model_z": [0.0, 0.0, 0.0, 0.0, 3.0, np.nan]},
+                         geometry=squares, crs=None)
+    t.loc[2, "p25_model_lo"], t.loc[2, "p25_model_hi"] = 0.35, 0.65
+    write_map(t, tmp_path / "model.png", "t", True, "model")
+    img = read_png(tmp_path / "model.png")[..., :3]
+
+    def rgb(colour: str) -> np.ndarray:
+        return np.array([int(colour[i:i + 2], 16) for i in (1, 3, 5)]) / 255
+
+    def pixels(colour, tolerance=2 / 255) -> int:
+        return int((np.abs(img - rgb(colour)).max(axis=2) < tolerance).sum())
+
+    # every tract by its model value: the direct 0.35's class has only its colour-bar pixels
+    assert pixels(colours.class_colour(0.35)) < 2000
+    for value in (0.1, 0.25, 0.55):
+        assert pixels(colours.class_colour(value)) > 4000, value
+    assert pixels(colours.STATUS_COLOURS["suppressed"]) < 1000  # the suppressed tract coloured
+    assert pixels(colours.MODEL_FLAG_OUTLINE, 0.2) > 500  # the flagged one outlined
+    # hatched (0.45's interval spans three classes) and dotted: fewer pixels of their colours
+    assert pixels(colours.class_colour(0.45)) < 0.8 * pixels(colours.class_colour(0.55))
+    assert pixels(colours.class_colour(0.9)) < 0.9 * pixels(colours.class_colour(0.1))
+    direct = tmp_path / "direct.png"
+    write_map(t, direct, "t", True)
+    img = read_png(direct)[..., :3]
+    assert pixels(colours.class_colour(0.35)) > 4000 * 5  # the direct map: the direct values
+    assert pixels(colours.STATUS_COLOURS["suppressed"]) > 4000

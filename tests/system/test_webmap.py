@@ -24,6 +24,7 @@ import pytest
 import shapely
 
 from dpatlas.core.hashing import sha256_file
+from dpatlas.publication import colours
 from dpatlas.publication import feed as F
 from dpatlas.publication import tract_files as P
 from dpatlas.publication.cell_stream import write_release
@@ -132,7 +133,8 @@ def test_vendor_check_names_a_changed_file(tmp_path):
 
 def _results(geoids: np.ndarray, seed: int) -> pd.DataFrame:
     """Estimator output for a release: mostly released values, some suppressed and failed
-    tracts, intervals of varied widths (some low reliability)."""
+    tracts, intervals of varied widths (every other one narrow, most of the others spanning
+    several colour classes: low reliability)."""
     rng = np.random.default_rng(seed)
     n = len(geoids)
     status = np.array(["released"] * n, dtype=object)
@@ -141,6 +143,7 @@ def _results(geoids: np.ndarray, seed: int) -> pd.DataFrame:
     released = status == "released"
     p25, p75 = rng.uniform(0.05, 0.95, n), rng.uniform(0.05, 0.95, n)
     half = rng.uniform(0.02, 0.4, n)
+    half[::2] = 0.004
     frame = pd.DataFrame({
         "geoid": geoids, "cell": "all", "n": rng.integers(20, 400, n),
         "mechanism": rng.choice(["NoisyStats", "DPExpTheilSen"], n), "status": status,
@@ -204,6 +207,7 @@ def _published(folder: Path, stem: str = "tracts"):
 LEVELS = ["tract", "county", "state"]
 MODEL_SHIFT = 0.35   # model = direct + 0.35 (mod 1): another colour class for most tracts
 MODEL_Z = {"p25": 3.1, "p75": -1.2}   # p25's model check flags, p75's does not (|z| > 2.58)
+MODEL_WITHOUT_DIRECT = 0.55  # the model value of a tract without a direct one
 
 
 def _level_results(geoids: np.ndarray, seed: int) -> pd.DataFrame:
@@ -240,20 +244,26 @@ def _unit_results(units: np.ndarray, seed: int) -> pd.DataFrame:
 
 def _add_model_columns(folder: Path) -> None:
     """Give the tracts model-based values (what a small-area model will add as
-    post-processing: p25_model, p75_model with _lo, _hi, _se) in tracts.geojson, then rebuild
+    post-processing: p25_model, p75_model with _lo, _hi, _se; every other interval narrow, the
+    others spanning classes; tracts without a direct value get one too, without a model check)
+    in tracts.geojson, then rebuild
     tracts.pmtiles from it, as publish builds it, and restate their hashes in the manifest
     (the feed checks them). Only the map's files carry them: this release is for the browser
     only."""
     path = folder / "tracts.geojson"
     doc = json.loads(path.read_text())
-    for feature in doc["features"]:
+    for i, feature in enumerate(doc["features"]):
         props = feature["properties"]
+        half = 0.004 if i % 2 == 0 else 0.15
         for v in ("p25", "p75"):
             if props.get(v) is None:
+                model = MODEL_WITHOUT_DIRECT
+                props.update({f"{v}_model": model, f"{v}_model_lo": model - half,
+                              f"{v}_model_hi": model + half, f"{v}_model_se": 0.0256})
                 continue
             model = round((props[v] + MODEL_SHIFT) % 1.0, 4)
-            props.update({f"{v}_model": model, f"{v}_model_lo": round(max(model - 0.05, 0), 4),
-                          f"{v}_model_hi": round(min(model + 0.05, 1), 4),
+            props.update({f"{v}_model": model, f"{v}_model_lo": round(max(model - half, 0), 4),
+                          f"{v}_model_hi": round(min(model + half, 1), 4),
                           f"{v}_model_se": 0.0256,
                           # issue 32: the direct value's 90% margin of error (its ± on the
                           # map), and the model check, p25 beyond the flag's limit
@@ -325,7 +335,7 @@ def _target_tract(*folders: Path) -> tuple[str, float, float]:
     for t in tables:
         ok &= t["status"] == "released"
         for v in ("p25", "p75"):
-            ok &= (t[f"{v}_hi"] - t[f"{v}_lo"]) <= LOW_RELIABILITY_WIDTH
+            ok &= ~colours.spans_classes(t[f"{v}_lo"], t[f"{v}_hi"])
     candidates = tables[0][ok]
     assert len(candidates), "no tract is released and reliable in every release"
     geoid = candidates.to_crs("EPSG:6933").area.idxmax()
@@ -450,7 +460,7 @@ def test_feed_page_draws_the_latest_release_with_legend_colours_popup_and_picker
         # The legend shows the classes, suppressed, failed and low reliability.
         legend = page.page.inner_text("#legend")
         for text in ["< 0.20", "≥ 0.80", "suppressed", "failed",
-                     f"low reliability: interval wider than {LOW_RELIABILITY_WIDTH:g}"]:
+                     "low reliability: interval spans more than one colour class"]:
             assert text in legend
         # ... and the one estimand of every value, and what its ± and interval are (issue 32).
         for text in ["What p25 and its ± estimate", ESTIMAND_DEFINITION[:60],
@@ -584,7 +594,7 @@ def _model_target(folder: Path) -> tuple[str, float, float]:
     t = _published(folder)
     ok = (t["status"] == "released") & t["p25_model"].notna()
     for v in ("p25", "p75", "p25_model", "p75_model"):
-        ok &= (t[f"{v}_hi"] - t[f"{v}_lo"]) <= LOW_RELIABILITY_WIDTH
+        ok &= ~colours.spans_classes(t[f"{v}_lo"], t[f"{v}_hi"])
     ok &= t["p25"].map(W.class_colour) != t["p25_model"].map(W.class_colour)
     candidates = t[ok]
     assert len(candidates), "no tract whose model value changes its class"

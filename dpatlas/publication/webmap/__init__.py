@@ -66,7 +66,15 @@ def estimand_text() -> dict:
     return {"id": ESTIMAND_ID, "definition": ESTIMAND,
             "same": "Direct and model-based values estimate the same.",
             "plus_minus": f"±: the {MOE90_MEANING}",
-            "interval": f"[low, high]: the {INTERVAL_MEANING}",
+            "plus_minus_model": ("±: none for model-based values; their interval below is "
+                                 "the model's"),
+            "interval": f"[low, high]: the {INTERVAL_MEANING}.",
+            "interval_direct": ("Direct values: the {level} interval of the release's own DP "
+                                "interval step."),
+            "interval_model": ("Model-based values: the 95% interval, the value ± 1.96 × the "
+                               "model's root mean squared error (p25_model_se, p75_model_se), "
+                               "clipped to [0, 1]; from the published values only "
+                               "(post-processing)."),
             "model_flag": MODEL_FLAG, "model_z_limit": MODEL_Z_LIMIT}
 
 

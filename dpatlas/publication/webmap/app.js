@@ -20,13 +20,16 @@
   // a screen), counties below z8, tracts from z8 (an urban tract is a few pixels wide there).
   const ZOOM_LEVELS = [[5, "state"], [8, "county"]];
   const HATCH = "low-reliability-hatch";
+  const DOTS = "model-only-dots";
+  // Layer kinds drawn per level, bottom to top ("dots" and "flag": tracts in model mode).
+  const KINDS = ["fill", "hatch", "dots", "line", "flag"];
   // What every value estimates, and what its ± and interval mean, come from legend.json's
   // "estimand" (written from mechanisms/estimand.py by dpatlas/publication/webmap): one
   // estimand, the tract expected outcome, for direct and model-based values alike.
   // level: the intervals' confidence level; levels: the geography levels of the release;
   // fixedLevel: the level the switch fixes (null: by zoom); shownLevel: the one drawn;
   // estimate: "model" or "direct" (tracts only, when the tiles carry p25_model).
-  const state = { release: null, value: "p25", cell: null, lowWidth: null, level: null,
+  const state = { release: null, value: "p25", cell: null, statuses: [], level: null,
                   legend: null, releases: [], mechanisms: [], levels: ["tract"],
                   fixedLevel: null, shownLevel: "tract", hasModel: false, estimate: "direct",
                   unitTables: {}, minZoom: {}, bounds: null, popup: null, geojson: {} };
@@ -93,30 +96,57 @@
     return state.cell === null ? true : ["==", ["get", "cell"], state.cell];
   }
 
-  // Low reliability: released, with an interval for the shown value wider than the release's
-  // intervals.low_reliability_width (as p25_map.png hatches it). "has" comes first so a tract
-  // without bounds is never evaluated.
+  // The legend's class (0, 1, ...) of a numeric property: the fill's step over the breaks.
+  function classOf(property) {
+    const steps = ["step", ["to-number", ["get", property], 0], 0];
+    state.legend.breaks.forEach((b, i) => steps.push(b, i + 1));
+    return steps;
+  }
+
+  // Low reliability: a coloured unit whose interval [lo, hi] of the shown value spans more
+  // than one colour class (its ends in different classes), direct and model values alike, as
+  // p25_map.png hatches it (dpatlas.publication.colours.spans_classes). "has" comes first so
+  // a unit without bounds is never evaluated.
   function hatchFilter(level) {
     const property = shownProperty(level);
     const lo = property + "_lo", hi = property + "_hi";
     const released = property === state.value ? ["==", ["get", "status"], "released"] : true;
     return ["all", cellFilter(), released,
-            ["has", lo], ["has", hi],
-            [">", ["-", ["get", hi], ["get", lo]], state.lowWidth]];
+            ["has", property], ["has", lo], ["has", hi],
+            ["!=", classOf(lo), classOf(hi)]];
   }
 
-  function hatchImage(colour) {
+  // Model mode, tracts: coloured by a model value though no direct value was published
+  // (suppressed: too few records; failed).
+  function dotsFilter(level) {
+    if (shownProperty(level) === state.value) return false;
+    return ["all", cellFilter(), ["has", shownProperty(level)],
+            ["!=", ["get", "status"], "released"]];
+  }
+
+  // Model mode, tracts: the model may not apply (|value_model_z| above the legend's limit).
+  function flagFilter(level) {
+    if (shownProperty(level) === state.value) return false;
+    const z = state.value + "_model_z", limit = Number(estimandText("model_z_limit"));
+    return ["all", cellFilter(), ["has", z],
+            [">", ["abs", ["to-number", ["get", z], 0]], limit]];
+  }
+
+  // An 8 x 8 pattern of ``colour`` where ``on(x, y)``: the hatch's diagonal, the dots.
+  function patternImage(colour, on) {
     const size = 8, data = new Uint8Array(size * size * 4);
     const rgb = [1, 3, 5].map((i) => parseInt(colour.slice(i, i + 2), 16));
     for (let y = 0; y < size; y++) {
       for (let x = 0; x < size; x++) {
-        if ((x + y) % size !== 0) continue;
+        if (!on(x, y, size)) continue;
         const k = (y * size + x) * 4;
         data.set([rgb[0], rgb[1], rgb[2], 255], k);
       }
     }
     return { width: size, height: size, data: data };
   }
+  const hatchPixel = (x, y, size) => (x + y) % size === 0;
+  const dotPixel = (x, y) => (x === 1 || x === 2) && (y === 1 || y === 2);
 
   // Layer ids of a level: "tracts-fill", "counties-hatch", ... (the source is the layer name).
   const layerId = (level, kind) => LEVELS[level].layer + "-" + kind;
@@ -128,13 +158,20 @@
     map.addLayer({ id: layerId(level, "fill"), type: "fill", ...common, filter: cellFilter(),
                    paint: { "fill-color": fillColour(level), "fill-opacity": 1,
                             "fill-antialias": false } });
-    if (state.lowWidth !== null) {
-      map.addLayer({ id: layerId(level, "hatch"), type: "fill", ...common,
-                     filter: hatchFilter(level), paint: { "fill-pattern": HATCH } });
+    map.addLayer({ id: layerId(level, "hatch"), type: "fill", ...common,
+                   filter: hatchFilter(level), paint: { "fill-pattern": HATCH } });
+    if (level === "tract") {
+      map.addLayer({ id: layerId(level, "dots"), type: "fill", ...common,
+                     filter: dotsFilter(level), paint: { "fill-pattern": DOTS } });
     }
     map.addLayer({ id: layerId(level, "line"), type: "line", ...common, filter: cellFilter(),
                    paint: { "line-color": "#ffffff", "line-width": level === "tract" ? 0.4 : 0.8,
                             "line-opacity": 0.7 } });
+    if (level === "tract") {
+      map.addLayer({ id: layerId(level, "flag"), type: "line", ...common,
+                     filter: flagFilter(level),
+                     paint: { "line-color": state.legend.model_flag.colour, "line-width": 2 } });
+    }
   }
 
   // County and state outlines above every fill, at every zoom and whichever level is shown:
@@ -156,7 +193,7 @@
   function removeRelease(map) {
     closePopup();
     for (const level of Object.keys(LEVELS)) {
-      for (const kind of ["outline", "line", "hatch", "fill"]) {
+      for (const kind of ["outline", ...KINDS.slice().reverse()]) {
         if (map.getLayer(layerId(level, kind))) map.removeLayer(layerId(level, kind));
       }
       if (map.getSource(LEVELS[level].layer)) map.removeSource(LEVELS[level].layer);
@@ -182,7 +219,7 @@
     state.shownLevel = level;
     if (state.popup && state.popup.level !== level) closePopup();
     for (const other of state.levels) {
-      for (const kind of ["fill", "hatch", "line"]) {
+      for (const kind of KINDS) {
         if (map.getLayer(layerId(other, kind))) {
           map.setLayoutProperty(layerId(other, kind), "visibility",
                                 other === level ? "visible" : "none");
@@ -247,18 +284,50 @@
     box.append(title);
     if (state.levels.length > 1 || state.hasModel) box.append(levelNote());
     lg.classes.forEach((c) => swatchRow(box, c.colour, c.label).dataset.colour = c.colour);
+    drawMarks(box, shownModel);
+    drawEstimands(box);
+  }
+
+  // The unreleased statuses the shown level has: a tract's from its tiles' tilestats (both
+  // where they do not say), a county's or state's both.
+  function unreleasedStatuses() {
+    const all = ["suppressed", "failed"];
+    if (state.shownLevel !== "tract" || !state.statuses.length) return all;
+    return all.filter((s) => state.statuses.includes(s));
+  }
+
+  // What the map marks beyond the classes, for the shown mode: the units without a value,
+  // the low-reliability hatch (an interval spanning classes), and in model mode the tracts
+  // coloured by a model value without a direct (dotted) and the flagged ones (outlined).
+  function drawMarks(box, shownModel) {
+    const lg = state.legend, statuses = unreleasedStatuses();
     const other = document.createElement("h2");
     other.textContent = LEVELS[state.shownLevel].plural + " without a value";
     box.append(other);
-    for (const status of ["suppressed", "failed"]) {
-      swatchRow(box, lg.status[status].colour, lg.status[status].label).dataset.status = status;
+    for (const status of statuses) {
+      const label = lg.status[status].label + (shownModel ? "; no model value either" : "");
+      swatchRow(box, lg.status[status].colour, label).dataset.status = status;
     }
-    if (state.lowWidth !== null) {
-      swatchRow(box, null, lg.low_reliability.label.replace("{width}", String(state.lowWidth))
-                + (state.level ? " (" + Math.round(state.level * 100) + "% interval)" : ""),
+    // direct values have intervals where the release drew them; model values always
+    const intervalLevel = shownModel ? 0.95 : state.level;
+    if (!intervalLevel && !shownModel) return;
+    const marks = document.createElement("h2");
+    marks.textContent = "Marked";
+    box.append(marks);
+    if (intervalLevel) {
+      swatchRow(box, null, lg.low_reliability.label + " (" + Math.round(intervalLevel * 100)
+                + "% interval; " + (shownModel ? "model-based" : "direct") + ")",
                 "hatch").dataset.status = "low-reliability";
     }
-    drawEstimands(box);
+    if (shownModel && statuses.length) {
+      swatchRow(box, null, lg.model_only.label, "dots").dataset.status = "model-only";
+    }
+    if (shownModel) {
+      const row = swatchRow(box, null, estimandText("model_flag") + " (|" + state.value
+                            + "_model_z| > " + estimandText("model_z_limit") + ")", "outline");
+      row.querySelector(".swatch").style.borderColor = lg.model_flag.colour;
+      row.dataset.status = "model-flag";
+    }
   }
 
   // Which level is drawn and why, and which estimate: the legend says which is which.
@@ -297,8 +366,14 @@
     const lines = [["definition", estimandText("definition", level) + "; " + state.value
                     + " at parent rank " + (state.value === "p25" ? "25" : "75") + "."]];
     if (state.hasModel) lines.push(["same", estimandText("same", level)]);
-    lines.push(["plus-minus", estimandText("plus_minus", level)],
-               ["interval", estimandText("interval", level)]);
+    // The ± and the interval of what is shown: the model's (95%, from its root mean squared
+    // error; no ±) in model mode, the direct estimators' otherwise.
+    const model = shownProperty(level) !== state.value;
+    lines.push(["plus-minus", estimandText(model ? "plus_minus_model" : "plus_minus", level)],
+               ["interval", estimandText("interval", level) + " "
+                + (model ? estimandText("interval_model")
+                   : estimandText("interval_direct", level).replace(
+                     "{level}", state.level ? Math.round(state.level * 100) + "%" : "stated"))]);
     if (state.hasModel && level === "tract") {
       lines.push(["model-flag", "Marked “" + estimandText("model_flag") + "” where |"
                   + state.value + "_model_z| > " + estimandText("model_z_limit") + "."]);
@@ -782,11 +857,10 @@
       fetchJson(releaseUrl(id, "config.json")).catch(() => null)]);
     showReleaseText(id, (releaseConfig && releaseConfig.publish) || {});
     const intervals = (releaseConfig && releaseConfig.intervals) || {};
-    state.lowWidth = intervals.enabled && intervals.low_reliability_width != null
-      ? Number(intervals.low_reliability_width) : null;
     state.level = intervals.enabled ? intervals.level : null;
     state.cell = chooseCell(metadata);
     state.mechanisms = attributeValues(metadata, "mechanism").map(String).sort();
+    state.statuses = attributeValues(metadata, "status").map(String);
     $("cell").value = state.cell;
     // The levels the release published (config.json's levels; absent: tracts only).
     const published = (releaseConfig && releaseConfig.levels) || ["tract"];
@@ -858,8 +932,10 @@
       if (!map.getLayer(layerId(level, "fill"))) continue;
       map.setPaintProperty(layerId(level, "fill"), "fill-color", fillColour(level));
       for (const kind of ["fill", "line"]) map.setFilter(layerId(level, kind), cellFilter());
-      if (map.getLayer(layerId(level, "hatch"))) {
-        map.setFilter(layerId(level, "hatch"), hatchFilter(level));
+      map.setFilter(layerId(level, "hatch"), hatchFilter(level));
+      if (map.getLayer(layerId(level, "dots"))) {
+        map.setFilter(layerId(level, "dots"), dotsFilter(level));
+        map.setFilter(layerId(level, "flag"), flagFilter(level));
       }
       if (map.getLayer(layerId(level, "outline"))) {
         map.setFilter(layerId(level, "outline"), cellFilter());
@@ -909,7 +985,8 @@
                    "bottom-left");
     map.getContainer().append($("data-message"));
     await new Promise((resolve) => map.on("load", resolve));
-    map.addImage(HATCH, hatchImage(state.legend.low_reliability.colour));
+    map.addImage(HATCH, patternImage(state.legend.low_reliability.colour, hatchPixel));
+    map.addImage(DOTS, patternImage(state.legend.model_only.colour, dotPixel));
 
     for (const level of Object.keys(LEVELS)) {
       const fill = layerId(level, "fill");
