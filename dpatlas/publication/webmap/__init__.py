@@ -31,6 +31,7 @@ from mechanisms.estimand import ESTIMAND, ESTIMAND_ID, INTERVAL_MEANING, MOE90_M
 from dpatlas.core.errors import OperatorError
 from dpatlas.core.files import write_bytes_atomic
 from dpatlas.core.hashing import sha256_file
+from dpatlas.core.state_fips import STATE_FIPS
 from dpatlas.publication import colours
 from dpatlas.publication.webmap import vendor
 
@@ -128,7 +129,7 @@ def page_html(*, feed: str, release_base: str, release: str | None, assets: str,
     relative to the page, the release to open (None: the feed's latest), the assets' folder
     ("" or "map/") and the shared libraries' folder (``../_lib/`` or ``_lib/``)."""
     config = json.dumps({"feed": feed, "releaseBase": release_base, "release": release,
-                         "assets": assets})
+                         "assets": assets, "states": STATE_FIPS})  # states: for the search
     # "</" cannot occur in the JSON of ids and relative paths we write, but keep it inert.
     config = config.replace("</", "<\\/")
     folders = library_folders()
