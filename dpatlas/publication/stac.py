@@ -76,7 +76,8 @@ TITLES = {"tracts.parquet": "Tracts (GeoParquet)", "tracts.geojson": "Tracts (Ge
 # Files a download list offers (the feed's Atom enclosures): the tables, their metadata, the
 # PNG map and the tiles; never the web map's page, scripts, styles or its libraries' licences.
 DOWNLOAD_SUFFIXES = {".parquet", ".geojson", ".csv", ".json", ".pmtiles", ".png", ".md"}
-WEB_MAP_SUPPORT = {"legend.json"}  # the web map's own JSON (dpatlas.publication.webmap)
+# The web map's own JSON: its legend and its context outlines (dpatlas.publication.webmap).
+WEB_MAP_SUPPORT = {"legend.json", "states_context.geojson"}
 
 # The county and state files (issue 20, items 1 and 4), declared as the tract files are.
 for _stem, _what in (("counties", "Counties"), ("states", "States")):

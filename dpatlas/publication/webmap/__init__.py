@@ -33,6 +33,7 @@ from dpatlas.core.files import write_bytes_atomic
 from dpatlas.core.hashing import sha256_file
 from dpatlas.core.state_fips import STATE_FIPS
 from dpatlas.publication import colours
+from dpatlas.publication.context import CONTEXT_FILE, states_context_bytes
 from dpatlas.publication.webmap import vendor
 
 ASSETS_DIR = "map"   # the root page's assets; a name dpatlas.core.ids reserves: never a release id
@@ -143,6 +144,7 @@ def _asset_bytes() -> dict[str, bytes]:
     package = resources.files(__package__)
     files = {name: package.joinpath(name).read_bytes() for name in APP_FILES}
     files[LEGEND_FILE] = (json.dumps(legend(), indent=2, ensure_ascii=False) + "\n").encode()
+    files[CONTEXT_FILE] = states_context_bytes()  # the states around the release (low zoom)
     return files
 
 

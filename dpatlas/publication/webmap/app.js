@@ -153,6 +153,22 @@
     }
   }
 
+  // The 48 contiguous states' outlines (states_context.geojson, beside the app: public
+  // geography, not the release's data) under every layer of the release, up to zoom 8: the
+  // release does not float on an empty background when zoomed out.
+  const CONTEXT = { file: "states_context.geojson", maxzoom: 8, fill: "#ebe9e4",
+                    line: "#a3a3a3" };
+
+  function addContext(map) {
+    map.addSource("states-context", { type: "geojson",
+                                      data: absolute(config.assets + CONTEXT.file) });
+    map.addLayer({ id: "states-context-fill", type: "fill", source: "states-context",
+                   maxzoom: CONTEXT.maxzoom, paint: { "fill-color": CONTEXT.fill } });
+    map.addLayer({ id: "states-context-line", type: "line", source: "states-context",
+                   maxzoom: CONTEXT.maxzoom,
+                   paint: { "line-color": CONTEXT.line, "line-width": 0.6 } });
+  }
+
   function removeRelease(map) {
     closePopup();
     for (const level of Object.keys(LEVELS)) {
@@ -973,6 +989,7 @@
     map.getContainer().append($("data-message"));
     await new Promise((resolve) => map.on("load", resolve));
     map.addImage(HATCH, hatchImage(state.legend.low_reliability.colour));
+    addContext(map);
 
     for (const level of Object.keys(LEVELS)) {
       const fill = layerId(level, "fill");

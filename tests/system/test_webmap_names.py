@@ -112,3 +112,35 @@ def test_the_search_box_suggests_the_published_names(browser, server):
         assert page.errors == [], page.errors
     finally:
         page.close()
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_zoomed_out_the_states_around_the_release_are_drawn_under_it(browser, server):
+    """Context (issue 33 item 4): at low zoom the 48 contiguous states' outlines
+    (states_context.geojson, beside the app) are drawn under every layer of the release, so
+    North Carolina does not float on grey; zoomed in they give way to the release."""
+    page = Page(browser)
+    try:
+        page.open(server, RELEASE)
+        page.page.evaluate("() => window.dpatlas.map.jumpTo({center: [-90, 37], zoom: 3.5})")
+        page.idle()
+        order = page.page.evaluate("() => window.dpatlas.map.getStyle().layers.map(l => l.id)")
+        context = [order.index("states-context-fill"), order.index("states-context-line")]
+        release = [i for i, name in enumerate(order)
+                   if name.startswith(("tracts-", "counties-", "states-"))
+                   and not name.startswith("states-context")]
+        assert max(context) < min(release), order
+        drawn = set(page.page.evaluate(
+            "() => window.dpatlas.map.queryRenderedFeatures({layers: ['states-context-fill']})"
+            ".map(f => f.properties.name)"))
+        assert {"North Carolina", "Virginia", "Tennessee", "Texas"} <= drawn, drawn
+        page.screenshot("states-context.png")
+        page.page.evaluate("() => window.dpatlas.map.jumpTo({center: [-78.6, 35.8], zoom: 9})")
+        page.idle()
+        assert page.page.evaluate(
+            "() => window.dpatlas.map.queryRenderedFeatures("
+            "{layers: ['states-context-fill']}).length") == 0
+        assert page.errors == [], page.errors
+    finally:
+        page.close()
