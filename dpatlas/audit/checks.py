@@ -157,7 +157,10 @@ from typing import Callable, Iterator
 import numpy as np
 import pyarrow.parquet as pq
 
-from dpatlas.audit import names
+try:
+    from dpatlas.audit import names
+except ImportError:  # audit.py run alone, its names.py beside it (no dpatlas package)
+    import names  # type: ignore[no-redef]
 
 MANIFEST = "manifest.json"
 MAX_MANIFEST_BYTES = 16 * 1024 * 1024   # refused before reading: manifests are ~100 kB

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import struct
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -33,27 +34,49 @@ class NamesMismatch(Exception):
     """A published name is not the recomputed one, or the reference cannot be read."""
 
 
-def _example(example: str, file_name: str):
-    """A table of one of libpysal's bundled examples, read without importing libpysal."""
-    import geopandas as gpd
+def _dbf_records(path: Path, columns: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The values of ``columns`` in every record of a dBASE table (a shapefile's .dbf), read
+    with the standard library: the audit needs no GIS library for names."""
+    data = path.read_bytes()
+    count, header, size = struct.unpack("<IHH", data[4:12])
+    fields, at = {}, 32
+    offset = 1  # each record starts with its deletion flag
+    while data[at] != 0x0D:
+        name = data[at:at + 11].split(b"\0")[0].decode("ascii")
+        fields[name] = (offset, data[at + 16])
+        offset += data[at + 16]
+        at += 32
+    out = []
+    for k in range(count):
+        record = data[header + k * size: header + (k + 1) * size]
+        if record[:1] == b"*":
+            continue  # deleted
+        out.append(tuple(record[o:o + n].decode("latin-1").strip()
+                         for o, n in (fields[c] for c in columns)))
+    return out
 
+
+def _example(example: str, file_name: str, columns: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """Columns of the table of one of libpysal's bundled examples (found without importing
+    libpysal)."""
     spec = importlib.util.find_spec("libpysal")
     if spec is None or not spec.submodule_search_locations:
         raise NamesMismatch("libpysal (its bundled Census outlines are the reference) is "
-                                "not installed")
-    path = Path(spec.submodule_search_locations[0]) / "examples" / example / file_name
-    return gpd.read_file(path, engine="pyogrio", ignore_geometry=True)
+                            "not installed")
+    folder = Path(spec.submodule_search_locations[0]) / "examples" / example
+    try:
+        return _dbf_records(folder / file_name, columns)
+    except (OSError, KeyError, IndexError, struct.error, UnicodeDecodeError) as err:
+        raise NamesMismatch(f"libpysal's {example}/{file_name} cannot be read: {err}") from None
 
 
 @functools.lru_cache(maxsize=1)
 def reference_names() -> tuple[dict[str, str], dict[str, str]]:
     """(state name by 2-digit FIPS, county base name by 5-digit FIPS) from the reference."""
-    states = _example("us_income", "us48.shp")
-    counties = _example("sids2", "sids2.shp")
-    state_names = dict(zip(states["STATE_FIPS"].astype(str).str.zfill(2),
-                           states["STATE_NAME"].astype(str)))
-    return ({**state_names, **_OTHER_STATES},
-            dict(zip(counties["FIPS"].astype(str).str.zfill(5), counties["NAME"].astype(str))))
+    states = _example("us_income", "us48.dbf", ("STATE_FIPS", "STATE_NAME"))
+    counties = _example("sids2", "sids2.dbf", ("FIPS", "NAME"))
+    return ({**{fips.zfill(2): name for fips, name in states}, **_OTHER_STATES},
+            {fips.zfill(5): name for fips, name in counties})
 
 
 def expected_name(geoid: str, level: str) -> str | None:
