@@ -5,6 +5,7 @@ Against a release of real North Carolina counties (their Census-style names publ
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from functools import partial
 
 import pytest
@@ -49,12 +50,22 @@ def server(tmp_path_factory):
     httpd.server_close()
 
 
+@contextmanager
+def opened(browser, server, **kw):
+    """The release's page, loaded; no console error, failed request or exception by the end."""
+    page = Page(browser, **kw)
+    try:
+        page.open(server, RELEASE)
+        yield page
+        assert page.errors == [], page.errors
+    finally:
+        page.close()
+
+
 @pytest.mark.slow
 @pytest.mark.browser
 def test_search_finds_counties_states_and_geo_ids_as_people_type_them(browser, server):
-    page = Page(browser, flights=True)
-    try:
-        page.open(server, RELEASE)
+    with opened(browser, server, flights=True) as page:
         # A county by its name: lower case, without "County", with the state or its code.
         for query in ("wake county", "Wake", "Wake County, NC", "WAKE COUNTY, North Carolina"):
             message = _search(page, query)
@@ -89,17 +100,12 @@ def test_search_finds_counties_states_and_geo_ids_as_people_type_them(browser, s
             assert _popup_count(page) == 0, query
             _search(page, "Durham")                 # a popup open again for the next miss
         page.screenshot("search-names.png")
-        assert page.errors == [], page.errors
-    finally:
-        page.close()
 
 
 @pytest.mark.slow
 @pytest.mark.browser
 def test_the_search_box_suggests_the_published_names(browser, server):
-    page = Page(browser)
-    try:
-        page.open(server, RELEASE)
+    with opened(browser, server) as page:
         page.page.focus("#search-box")
         page.page.wait_for_function(
             "() => document.querySelectorAll('#search-names option').length > 0",
@@ -109,9 +115,6 @@ def test_the_search_box_suggests_the_published_names(browser, server):
         assert "Wake County, North Carolina" in options and "North Carolina" in options
         assert len(options) == len(COUNTIES) + 1, options
         assert page.page.get_attribute("#search-box", "list") == "search-names"
-        assert page.errors == [], page.errors
-    finally:
-        page.close()
 
 
 @pytest.mark.slow
@@ -120,9 +123,7 @@ def test_zoomed_out_the_states_around_the_release_are_drawn_under_it(browser, se
     """Context (issue 33 item 4): at low zoom the 48 contiguous states' outlines
     (states_context.geojson, beside the app) are drawn under every layer of the release, so
     North Carolina does not float on grey; zoomed in they give way to the release."""
-    page = Page(browser)
-    try:
-        page.open(server, RELEASE)
+    with opened(browser, server) as page:
         page.page.evaluate("() => window.dpatlas.map.jumpTo({center: [-90, 37], zoom: 3.5})")
         page.idle()
         order = page.page.evaluate("() => window.dpatlas.map.getStyle().layers.map(l => l.id)")
@@ -141,6 +142,3 @@ def test_zoomed_out_the_states_around_the_release_are_drawn_under_it(browser, se
         assert page.page.evaluate(
             "() => window.dpatlas.map.queryRenderedFeatures("
             "{layers: ['states-context-fill']}).length") == 0
-        assert page.errors == [], page.errors
-    finally:
-        page.close()
