@@ -4,7 +4,9 @@ An auditor needs the release folder and nothing of this project's code: this mod
 only the standard library, numpy, pyarrow (with pandas), shapely (to compare polygons),
 dp-accounting (for the zCDP → (ε, δ) conversion the manifest states it used), for
 ``--ledger`` only, SQLAlchemy, and for the ``small_area`` check and ``--boundaries`` only
-geopandas and ``dpatlas.small_area`` (which imports nothing of ours). It reads the vector
+geopandas and ``dpatlas.small_area`` (which imports nothing of ours); for the ``names`` check,
+its module ``names.py`` (beside this file), which reads libpysal's bundled Census tables with
+the standard library. It reads the vector
 tiles with its own PMTiles/MVT reader. It re-derives every
 privacy figure of the manifest from first principles, checks the manifest's structure
 against fixed rules rather than against itself, and compares:
