@@ -705,7 +705,7 @@
     showLevel(map);
     if (target.all) {
       closePopup();
-      say("This release has no " + LEVELS[target.all].layer + " files: "
+      say("This release has no " + target.all + " files: "
           + "showing the " + hits.length + " tracts of "
           + target.what + ".", true);
       return;
