@@ -62,7 +62,7 @@ INTEGER_TYPES: list[str] = [
 
 INPUT_COLUMNS = ("geoid", "x", "y")
 PUBLISHED_COLUMNS = (
-    "geoid", "state", "county", "cell", "n", "mechanism", "status", "reason",
+    "geoid", "state", "county", "name", "cell", "n", "mechanism", "status", "reason",
     "p25", "p75", "p25_raw", "p75_raw", "epsilon_spent", "delta_spent",
 )  # fmt: skip
 

@@ -4,7 +4,9 @@ An auditor needs the release folder and nothing of this project's code: this mod
 only the standard library, numpy, pyarrow (with pandas), shapely (to compare polygons),
 dp-accounting (for the zCDP → (ε, δ) conversion the manifest states it used), for
 ``--ledger`` only, SQLAlchemy, and for the ``small_area`` check and ``--boundaries`` only
-geopandas and ``dpatlas.small_area`` (which imports nothing of ours). It reads the vector
+geopandas and ``dpatlas.small_area`` (which imports nothing of ours); for the ``names`` check,
+its module ``names.py`` (beside this file), which reads libpysal's bundled Census tables with
+the standard library. It reads the vector
 tiles with its own PMTiles/MVT reader. It re-derives every
 privacy figure of the manifest from first principles, checks the manifest's structure
 against fixed rules rather than against itself, and compares:
@@ -18,8 +20,9 @@ against fixed rules rather than against itself, and compares:
     ``code_version`` is a package version and a git commit (or none). A manifest over 16 MiB
     is refused before it is read, one nested deeper than 64 levels is refused (exit 2);
 (p) public: ``public_values`` and the ``public`` section (docs/threat-model.md) have their
-    fixed keys and meanings, the public columns are exactly geoid, state, county, cell, n,
-    status, geometry, and "n per tract and cell is public" is an unverified assumption;
+    fixed keys and meanings, the public columns are exactly geoid, state, county, name, cell,
+    n, status, geometry (without name before issue 33), and "n per tract and cell is public"
+    is an unverified assumption;
 (a) files: every file listed in ``files`` exists with its sha256 and size; nothing else is
     in the folder except manifest.json; a symlink, FIFO, socket, device or folder in the
     folder is named, and no check ever opens one, nor a file larger than twice its recorded
@@ -111,6 +114,8 @@ against fixed rules rather than against itself, and compares:
     ours; it reads the tracts with geopandas), and every published model
     value must be within one rounding step of the re-fit, with the fits' σ² and β as stated;
     the z columns (the direct against the model) finite exactly where a direct is.
+(n) names: every published ``name`` (tracts, counties, states) is the Census-style name
+    recomputed from its GEOID and public reference geography (dpatlas/audit/names.py).
 
 External anchors, run only when given (otherwise a ``skip`` line says what was not checked):
 ``--boundaries FILE`` (the boundary file whose sha256 the manifest states has every tract
@@ -153,6 +158,11 @@ from typing import Callable, Iterator
 
 import numpy as np
 import pyarrow.parquet as pq
+
+try:
+    from dpatlas.audit import names
+except ImportError:  # audit.py run alone, its names.py beside it (no dpatlas package)
+    import names  # type: ignore[no-redef]
 
 MANIFEST = "manifest.json"
 MAX_MANIFEST_BYTES = 16 * 1024 * 1024   # refused before reading: manifests are ~100 kB
@@ -1214,7 +1224,7 @@ DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 # Columns published without noise (public under the replace-one relation; status is a
 # function of the public n and of DP outputs). Everything else must be paid for.
-PUBLIC_COLUMNS = ("geoid", "state", "county", "cell", "n", "status", "geometry")
+PUBLIC_COLUMNS = ("geoid", "state", "county", "name", "cell", "n", "status", "geometry")
 PUBLIC_VALUES = ["n (records per tract and cell)", "tract boundaries"]
 # The `public` section: what the guarantee does not protect (docs/threat-model.md).
 PUBLIC_SECTION_KEYS = ("neighbours", "membership", "counts", "columns", "existence", "validity",
@@ -1438,7 +1448,8 @@ def check_public(folder: Path, m: dict) -> str:
         if sorted(section) != sorted(PUBLIC_SECTION_KEYS):
             problems.append(f"`public` has keys {sorted(section)}, expected "
                             f"{sorted(PUBLIC_SECTION_KEYS)}")
-        if section.get("columns") != list(PUBLIC_COLUMNS):
+        if section.get("columns") not in (list(PUBLIC_COLUMNS),
+                                          list(names.PUBLIC_COLUMNS_BEFORE_NAMES)):
             problems.append(f"public.columns {section.get('columns')!r} != "
                             f"{list(PUBLIC_COLUMNS)!r}")
         empty = [k for k in PUBLIC_SECTION_KEYS if k != "columns"
@@ -2241,8 +2252,7 @@ def level_step_names(level: str) -> tuple[str, str]:
 
 def level_column_payer(column: str, level: str) -> str | None:
     estimate, interval = level_step_names(level)
-    if column in LEVEL_PUBLIC_COLUMNS and (column not in ("county", "name")
-                                           or level == "county"):
+    if column in LEVEL_PUBLIC_COLUMNS and (column != "county" or level == "county"):
         return "public"
     if column in VALUE_COLUMNS:
         return estimate
@@ -3398,6 +3408,14 @@ def boundary_geometry_problems(folder: Path, m: dict, path: Path, column: str) -
     return problems
 
 
+def check_names(folder: Path, m: dict) -> str:
+    """Public names recomputed from the GEOIDs and public geography (dpatlas/audit/names.py)."""
+    try:
+        return names.check(folder, m, readable)
+    except names.NamesMismatch as err:
+        raise Mismatch(str(err)) from None
+
+
 SYNTHETIC_CHECKS: list[tuple[str, Callable[[Path, dict], str]]] = []  # filled below
 
 
@@ -3417,8 +3435,10 @@ CHECKS: list[tuple[str, Callable[[Path, dict], str]]] = [
     ("formats", check_formats),
     ("levels", check_levels),
     ("small_area", check_small_area),
+    ("names", check_names),
 ]
-RELEASE_ONLY = ("public", "config", "columns", "table", "formats", "levels", "small_area")
+RELEASE_ONLY = ("public", "config", "columns", "table", "formats", "levels", "small_area",
+                "names")
 SYNTHETIC_CHECKS[:] = [(name, fn) for name, fn in CHECKS if name not in RELEASE_ONLY]
 SYNTHETIC_CHECKS.append(("synthetic rows", check_synthetic_table))
 # Checks against something outside the folder, run only when given (ANCHORS: the option).

@@ -18,7 +18,8 @@ from mechanisms.estimand import ESTIMAND_ID, TOTAL_ERROR
 
 from dpatlas.core.columns import INTERVAL_COLUMNS, MOE_COLUMNS, SE_COLUMNS, UNCERTAINTY_COLUMNS
 from dpatlas.publication import tiles
-from dpatlas.publication.geography import county_names, write_geojson_rfc7946
+from dpatlas.publication.geography import write_geojson_rfc7946
+from dpatlas.publication.names import name_field, names_of
 from dpatlas.publication.tract_files import (PUBLISHED_DECIMALS, _field, add_standard_errors,
                                              round_released_values)
 # Digits of the tract GEOID that name a unit of each level above the tract.
@@ -41,7 +42,7 @@ def level_files(level: str) -> list[str]:
 
 
 def level_columns(level: str, extra: list[str]) -> list[str]:
-    where = ["state", "county", "name"] if level == "county" else ["state"]
+    where = ["state", "county", "name"] if level == "county" else ["state", "name"]
     return (["geoid", "level", *where, "cell", "n", "mechanism", "status", "reason", "p25",
              "p75", "p25_raw", "p75_raw", "epsilon_spent", "delta_spent"] + extra)
 
@@ -77,7 +78,7 @@ def assemble_level(results: pd.DataFrame, boundaries: gpd.GeoDataFrame, level: s
     table["state"] = table["geoid"].str[:2]
     if level == "county":
         table["county"] = table["geoid"]
-        table["name"] = table["geoid"].map(county_names())  # public; empty where not known
+    table["name"] = names_of(table["geoid"], level)  # public; empty where not known
     extra = [c for c in UNCERTAINTY_COLUMNS if c in table.columns]
     table = add_standard_errors(table[level_columns(level, extra)])
     return gpd.GeoDataFrame(table, geometry=geometry.loc[table["geoid"]].to_numpy(),
@@ -96,9 +97,7 @@ def level_table_schema(columns: list[str], level: str, interval_level: float = 0
         "level": {"name": "level", "type": "string",
                   "description": "Geography level of the row (public)",
                   "constraints": {"required": True, "enum": [level]}},
-        "name": {"name": "name", "type": "string",
-                 "description": "County name (public: the real name of the county the GEOID "
-                                "codes, where the package knows it; empty otherwise)"},
+        "name": name_field(level),
         "n": {"name": "n", "type": "integer", "description": f"Records in the {level} and "
               "cell (public: the sum of its tracts' n)",
               "constraints": {"required": True, "minimum": 0}},
@@ -158,8 +157,8 @@ def level_published_columns(level: str, estimate_step: str, interval_step: str |
                             interval_level: float) -> dict:
     """What pays for each column of a level's table (manifest ``levels.<level>``)."""
     out = {
-        "geoid, level, state" + (", county, name" if level == "county" else "")
-        + ", cell, n, status, geometry": "public",
+        "geoid, level, state" + (", county" if level == "county" else "")
+        + ", name, cell, n, status, geometry": "public",
         "p25, p75": "display values: p25_raw, p75_raw clipped to [0, 1] (post-processing)",
         "p25_raw, p75_raw": f"the step '{estimate_step}' (NoisyStats on the {level}'s pooled "
                             f"records), rounded to {PUBLISHED_DECIMALS} decimals",

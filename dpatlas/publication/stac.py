@@ -77,7 +77,8 @@ TITLES = {"tracts.parquet": "Tracts (GeoParquet)", "tracts.geojson": "Tracts (Ge
 # Files a download list offers (the feed's Atom enclosures): the tables, their metadata, the
 # PNG map and the tiles; never the web map's page, scripts, styles or its libraries' licences.
 DOWNLOAD_SUFFIXES = {".parquet", ".geojson", ".csv", ".json", ".pmtiles", ".png", ".md"}
-WEB_MAP_SUPPORT = {"legend.json"}  # the web map's own JSON (dpatlas.publication.webmap)
+# The web map's own JSON: its legend and its context outlines (dpatlas.publication.webmap).
+WEB_MAP_SUPPORT = {"legend.json", "states_context.geojson"}
 
 # The static maps (dpatlas.publication.static_map): p25_map.png as the web map opens, and the
 # direct one beside it where that is the model.

@@ -37,6 +37,7 @@ from dpatlas.publication import colours, static_map
 from dpatlas.publication.codebook import write_codebook
 from dpatlas.publication.datapackage import write_datapackage
 from dpatlas.publication.geography import geojson_geometry, rfc7946_geometries
+from dpatlas.publication.names import name_field, names_of
 from dpatlas.core.hashing import sha256_file
 from dpatlas.core.errors import OperatorError
 from dpatlas.core.ids import InvalidReleaseId, validate_release_id
@@ -46,7 +47,7 @@ CSV_SCHEMA_FILE = "tracts.schema.json"
 PUBLISHED_FILES = ("tracts.parquet", "tracts.geojson", CSV_FILE, CSV_SCHEMA_FILE, "p25_map.png",
                    "config.json")
 MANIFEST_FILE = "manifest.json"
-TABLE_COLUMNS = ["geoid", "state", "county", "cell", "n", "mechanism", "status", "reason",
+TABLE_COLUMNS = ["geoid", "state", "county", "name", "cell", "n", "mechanism", "status", "reason",
                  "p25", "p75", "p25_raw", "p75_raw", "epsilon_spent", "delta_spent"]
 # Released values are published to 4 decimals (a rank to 1/10,000: far below the noise at any
 # budget we publish, and it stops 17 digits of float noise passing for precision).
@@ -75,6 +76,7 @@ def assemble(results: pd.DataFrame, boundaries: gpd.GeoDataFrame) -> gpd.GeoData
     geo = boundaries.set_index("geoid")
     table["state"] = table["geoid"].str[:2]
     table["county"] = table["geoid"].str[:5]
+    table["name"] = names_of(table["geoid"], "tract")
     extra = [c for c in results.columns if c not in RESULT_COLUMNS]
     table = add_standard_errors(table[TABLE_COLUMNS + extra])
     return gpd.GeoDataFrame(table, geometry=geo.loc[table["geoid"], "geometry"].to_numpy(),
@@ -609,6 +611,8 @@ def _moe90_text(column: str, decimals: int) -> str:
 
 def _field(column: str, decimals: int, level: float = 0.95) -> dict:
     rounded = f"; rounded to {decimals} decimals"
+    if column == "name":
+        return name_field("tract")
     if column in _FIELDS:
         kind, text, constraints = _FIELDS[column]
         if column in ("p25", "p75", "p25_raw", "p75_raw"):

@@ -63,7 +63,7 @@ MANIFEST_VERSION = 4
 # Columns whose values are published without noise: public under the replace-one relation
 # (status is a function of the public n and of DP outputs). Every other column is paid for by
 # a budget step; dpatlas.audit.checks holds the same list.
-PUBLIC_COLUMNS = ("geoid", "state", "county", "cell", "n", "status", "geometry")
+PUBLIC_COLUMNS = ("geoid", "state", "county", "name", "cell", "n", "status", "geometry")
 
 # What the guarantee does not protect (docs/threat-model.md). dpatlas.audit.checks requires exactly
 # these keys.
@@ -476,7 +476,7 @@ def build_manifest(cfg: ReleaseConfig, release_id: str, plan: BudgetPlan,
             **{f"{name}_p25, {name}_p75": f"the step 'suite: {name}', rounded to "
                                           f"{PUBLISHED_DECIMALS} decimals"
                for name in (s.estimator for s in plan.suite)},
-            "n, geoid, state, county, cell, geometry": "public",
+            "n, geoid, state, county, name, cell, geometry": "public",
             "mechanism, status, reason": "which mechanism ran and whether it failed: a "
                                          "function of the DP selection, the public n and the "
                                          "DP outputs (failure of NoisyStats = its noisy nvar <= 0)",

@@ -1284,3 +1284,41 @@ def test_tiles_that_inflate_past_the_limit_are_not_inflated(forged, monkeypatch)
     assert code == 1 and set(bad) == {"formats", "machine paths"}, lines
     assert "tracts.pmtiles cannot be read: ValueError a gzip'd directory or tile of more " \
         "than 64 bytes: not inflated" in bad["formats"]
+
+
+# --- names (issue 33 item 4): a public column recomputed from the GEOID -------------------------
+
+
+def test_the_published_names_are_census_style_and_the_audit_recomputes_them(anchored):
+    table = table_of(anchored[0])
+    first = table.iloc[0]
+    assert first["name"].startswith("Census Tract ") and first["name"].endswith("; Illinois")
+    _, bad, lines = run_audit(anchored[0])
+    assert "names" not in bad and any(ln.startswith("ok    names: ") for ln in lines), lines
+
+
+def test_a_name_carrying_a_number_in_every_format_fails(forged):
+    """A name is a channel no budget pays for: anything but its GEOID's Census-style name
+    (here the tract's n smuggled into it) fails, though every format agrees."""
+    table = table_of(forged)
+    r = table.index[0]
+    table.loc[r, "name"] = f"{table.loc[r, 'name']} (n {int(table.loc[r, 'n'])})"
+    republish(forged, table)
+    code, bad, lines = run_audit(forged)
+    assert code == 1 and set(bad) == {"names"}, lines
+    assert "tracts.parquet: 1 name(s) are not the Census-style name of their GEOID" \
+        in bad["names"]
+
+
+def test_a_release_of_before_names_still_audits(forged):
+    """Releases published before names (no name column, public.columns without it) pass."""
+    table = table_of(forged).drop(columns="name")
+    republish(forged, table)
+    m = manifest_of(forged)
+    m["public"]["columns"].remove("name")
+    m["published_columns"] = {k.replace(", name", ""): v
+                              for k, v in m["published_columns"].items()}
+    write_manifest(forged, m)
+    code, bad, lines = run_audit(forged)
+    assert code == 0, lines
+    assert any(ln.startswith("ok    names: no names published") for ln in lines), lines

@@ -67,6 +67,7 @@ def make_published(n_tracts: int = 60, seed: int = 0) -> tuple[pd.DataFrame, lis
                     "geoid": g,
                     "state": g[:2],
                     "county": g[2:5],
+                    "name": f"Census Tract {int(g[5:9])}",
                     "cell": cell,
                     "n": int(rng.integers(0, 400)),
                     "mechanism": "DPExpTheilSen" if released else "none",

@@ -138,15 +138,17 @@ def test_the_published_county_level_carries_real_county_names(tmp_path):
                                     "delta_spent"])  # no records: every county suppressed
     table = assemble_level(results, synth_boundaries(geoids), "county", ["all"])
     names = dict(zip(table["geoid"], table["name"]))
-    assert (names["37001"], names["37003"], names["37005"]) == ("Alamance", "Alexander",
-                                                                "Alleghany")
+    assert (names["37001"], names["37003"], names["37005"]) == (
+        "Alamance County, North Carolina", "Alexander County, North Carolina",
+        "Alleghany County, North Carolina")  # Census-style (issue 33 item 4)
     assert pd.isna(names["17001"])  # Illinois' counties here are synthetic: no name
     write_geojson_rfc7946(table, tmp_path / "counties.geojson")
     features = json.loads((tmp_path / "counties.geojson").read_text())["features"]
     assert {f["properties"]["geoid"]: f["properties"]["name"] for f in features}["37005"] == \
-        "Alleghany"
+        "Alleghany County, North Carolina"
     fields = [f["name"] for f in level_table_schema(list(table.columns.drop("geometry")),
                                                     "county")["fields"]]
     assert fields.index("name") == fields.index("county") + 1
     assert level_column_payer("name", "county") == "public"
-    assert level_column_payer("name", "state") is None
+    assert level_column_payer("name", "state") == "public"  # states are named too (issue 33)
+    assert level_column_payer("county", "state") is None

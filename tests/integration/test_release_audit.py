@@ -173,10 +173,12 @@ runpy.run_path({script!r}, run_name="__main__")
 
 
 def test_audit_runs_as_a_single_file_without_the_project(release, tmp_path):
-    """An auditor needs only audit.py and its public dependencies: the project's packages are
-    made unimportable and a copy of the file checks the release."""
+    """An auditor needs only audit.py (with names.py, the rule for the public names, beside
+    it) and its public dependencies: the project's packages are made unimportable and a copy
+    of the files checks the release."""
     script = tmp_path / "audit.py"
     shutil.copy(Path(audit.__file__), script)
+    shutil.copy(Path(audit.__file__).with_name("names.py"), tmp_path / "names.py")
     code = STANDALONE.format(folder=str(release[-1]), script=str(script))
     run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                          text=True, timeout=300)

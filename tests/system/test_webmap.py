@@ -25,6 +25,7 @@ import shapely
 
 from dpatlas.core.hashing import sha256_file
 from dpatlas.publication import colours
+from dpatlas.core.state_fips import STATE_FIPS
 from dpatlas.publication import feed as F
 from dpatlas.publication import tract_files as P
 from dpatlas.publication.cell_stream import write_release
@@ -89,7 +90,8 @@ def test_pages_use_relative_urls_only_and_the_vendored_files_match_their_pins(tm
     assert '<script src="../_lib/pmtiles-4.5.0/pmtiles.js">' in html
     config = json.loads(re.search(r'id="dpatlas-config"[^>]*>(.*?)</script>', html).group(1))
     assert config == {"feed": "../feed.json", "releaseBase": "../", "release": "r1",
-                      "assets": ""}
+                      "assets": "", "states": {  # states' postal codes and names: the search
+                          code: list(v) for code, v in STATE_FIPS.items()}}
     urls = re.findall(r'(?:src|href)="([^"]+)"', html)
     assert urls and all(not re.match(r"^(https?:)?//", u) for u in urls), urls
     assert "http" not in (release / "app.js").read_text()

@@ -31,7 +31,9 @@ from mechanisms.estimand import ESTIMAND, ESTIMAND_ID, INTERVAL_MEANING, MOE90_M
 from dpatlas.core.errors import OperatorError
 from dpatlas.core.files import write_bytes_atomic
 from dpatlas.core.hashing import sha256_file
+from dpatlas.core.state_fips import STATE_FIPS
 from dpatlas.publication import colours
+from dpatlas.publication.context import CONTEXT_FILE, states_context_bytes
 from dpatlas.publication.webmap import vendor
 
 ASSETS_DIR = "map"   # the root page's assets; a name dpatlas.core.ids reserves: never a release id
@@ -136,7 +138,7 @@ def page_html(*, feed: str, release_base: str, release: str | None, assets: str,
     relative to the page, the release to open (None: the feed's latest), the assets' folder
     ("" or "map/") and the shared libraries' folder (``../_lib/`` or ``_lib/``)."""
     config = json.dumps({"feed": feed, "releaseBase": release_base, "release": release,
-                         "assets": assets})
+                         "assets": assets, "states": STATE_FIPS})  # states: for the search
     # "</" cannot occur in the JSON of ids and relative paths we write, but keep it inert.
     config = config.replace("</", "<\\/")
     folders = library_folders()
@@ -150,6 +152,7 @@ def _asset_bytes() -> dict[str, bytes]:
     package = resources.files(__package__)
     files = {name: package.joinpath(name).read_bytes() for name in APP_FILES}
     files[LEGEND_FILE] = (json.dumps(legend(), indent=2, ensure_ascii=False) + "\n").encode()
+    files[CONTEXT_FILE] = states_context_bytes()  # the states around the release (low zoom)
     return files
 
 

@@ -190,6 +190,22 @@
     }
   }
 
+  // The 48 contiguous states' outlines (states_context.geojson, beside the app: public
+  // geography, not the release's data) under every layer of the release, up to zoom 8: the
+  // release does not float on an empty background when zoomed out.
+  const CONTEXT = { file: "states_context.geojson", maxzoom: 8, fill: "#ebe9e4",
+                    line: "#a3a3a3" };
+
+  function addContext(map) {
+    map.addSource("states-context", { type: "geojson",
+                                      data: absolute(config.assets + CONTEXT.file) });
+    map.addLayer({ id: "states-context-fill", type: "fill", source: "states-context",
+                   maxzoom: CONTEXT.maxzoom, paint: { "fill-color": CONTEXT.fill } });
+    map.addLayer({ id: "states-context-line", type: "line", source: "states-context",
+                   maxzoom: CONTEXT.maxzoom,
+                   paint: { "line-color": CONTEXT.line, "line-width": 0.6 } });
+  }
+
   function removeRelease(map) {
     closePopup();
     for (const level of Object.keys(LEVELS)) {
@@ -628,29 +644,104 @@
     });
   }
 
-  // What a query looks for: a tract GEOID (11 digits), a county FIPS code (5) or name, a
-  // state FIPS code (2). A county in a release without county files: its tracts.
-  function searchTarget(query) {
-    const low = query.toLowerCase();
-    if (/^\d{11}$/.test(query)) {
-      return { level: "tract", what: "tract " + query, test: (p) => p.geoid === query };
-    }
-    if (/^\d{5}$/.test(query)) {
-      if (!state.levels.includes("county")) {
-        return { level: "tract", what: "county " + query, all: true,
-                 test: (p) => p.county === query };
-      }
-      return { level: "county", what: "county " + query, test: (p) => p.geoid === query };
-    }
-    if (/^\d{2}$/.test(query) && state.levels.includes("state")) {
-      return { level: "state", what: "state " + query, test: (p) => p.geoid === query };
-    }
-    if (/\D/.test(query) && state.levels.includes("county")) {
-      const named = (p) => typeof p.name === "string" && (p.name.toLowerCase() === low
-        || p.name.toLowerCase().startsWith(low + " "));
-      return { level: "county", what: "county named “" + query + "”", test: named };
+  // ----------------------------------------------------------- search: what a query matches
+  // A query names a unit by its GEOID (tract 11 digits, county 5, state 2), its Census GEO_ID
+  // ("1400000US" + a tract GEOID, "0500000US" + county, "0400000US" + state), a state's name
+  // or postal code, or a county's name with or without "County" and a state (", NC", ", North
+  // Carolina"); any case. The names are the published `name` columns (Census-style); the
+  // states' names and postal codes are the page's config (dpatlas/core/state_fips.py).
+  const GEO_ID_LEVELS = { "1400000us": "tract", "0500000us": "county", "0400000us": "state" };
+  const GEOID_LENGTH = { tract: 11, county: 5, state: 2 };
+
+  // The FIPS code of the state a text names by its name or postal code, any case; or null.
+  function stateNamed(text) {
+    const low = text.trim().toLowerCase();
+    for (const [fips, [postal, name]] of Object.entries(config.states || {})) {
+      if (low === postal.toLowerCase() || low === name.toLowerCase()) return fips;
     }
     return null;
+  }
+
+  // A county's name as typed or published, for comparing: its base name in lower case
+  // ("Wake County, North Carolina", "wake county, NC" and "Wake" are all "wake") and the
+  // state a trailing ", North Carolina" or ", NC" names (null where none does).
+  function countyKey(text) {
+    let base = text.trim().toLowerCase().replace(/\s+/g, " ");
+    const comma = base.lastIndexOf(",");
+    const fips = comma >= 0 ? stateNamed(base.slice(comma + 1)) : null;
+    if (fips !== null) base = base.slice(0, comma).trim();
+    return { base: base.replace(/ county$/, ""), state: fips };
+  }
+
+  // The county name in a unit's properties: a county's `name`, or the county part of a
+  // tract's ("Census Tract 12; Wake County; North Carolina").
+  function countyNameOf(p, level) {
+    if (typeof p.name !== "string" || !p.name) return null;
+    if (level === "county") return p.name;
+    const parts = p.name.split("; ");
+    return parts.length === 3 ? parts[1] : null;
+  }
+
+  // Tests of a unit's properties against a county name: the same name (`test`), else names
+  // that start with it (`near`: "Meck", "Mc"); in the state named, if one is.
+  function countyNameTests(query, level) {
+    const want = countyKey(query);
+    const match = (p, same) => {
+      const name = countyNameOf(p, level);
+      if (name === null || !want.base) return false;
+      const have = countyKey(name);
+      if (want.state !== null && (have.state || p.state) !== want.state) return false;
+      return same ? have.base === want.base : have.base.startsWith(want.base);
+    };
+    return { test: (p) => match(p, true), near: (p) => match(p, false) };
+  }
+
+  // The unit of ``level`` with this GEOID; a county or state in a release without its files:
+  // its tracts (``all``: the level whose files are missing).
+  function unitTarget(level, geoid, what) {
+    what = what || level + " " + geoid;
+    if (level === "tract" || state.levels.includes(level)) {
+      return { level: level, what: what, test: (p) => p.geoid === geoid };
+    }
+    return { level: "tract", what: what, all: level, test: (p) => p[level] === geoid };
+  }
+
+  function searchTarget(query) {
+    const low = query.toLowerCase();
+    const geoId = /^(1400000us|0500000us|0400000us)(\d+)$/.exec(low);
+    if (geoId) {
+      const level = GEO_ID_LEVELS[geoId[1]];
+      return geoId[2].length === GEOID_LENGTH[level] ? unitTarget(level, geoId[2]) : null;
+    }
+    for (const level of ["tract", "county", "state"]) {
+      if (new RegExp("^\\d{" + GEOID_LENGTH[level] + "}$").test(query)) {
+        return unitTarget(level, query);
+      }
+    }
+    if (!/[a-z]/.test(low)) return null;
+    const fips = stateNamed(query);
+    if (fips !== null) return unitTarget("state", fips, "state " + config.states[fips][1]);
+    const level = state.levels.includes("county") ? "county" : "tract";
+    return { level: level, what: "county named “" + query + "”",
+             all: level === "tract" && "county", ...countyNameTests(query, level) };
+  }
+
+  // Suggestions as you type: the release's published county and state names, from the level
+  // CSVs the popups read (fetched once per release, when the search box is first used).
+  async function fillSuggestions() {
+    const list = $("search-names"), id = state.release;
+    if (!list || list.dataset.release === id) return;
+    list.dataset.release = id;
+    const names = new Set();
+    for (const table of Object.values(await unitTables())) {
+      for (const row of (table ? table.values() : [])) if (row.name) names.add(row.name);
+    }
+    if (state.release !== id) return;
+    list.replaceChildren(...[...names].sort().map((name) => {
+      const option = document.createElement("option");
+      option.value = name;
+      return option;
+    }));
   }
 
   function say(text, found) {
@@ -663,15 +754,20 @@
   async function search(map, query) {
     const q = query.trim(), target = searchTarget(q);
     if (!target) {
-      say("Type an 11-digit tract GEOID, or a 5-digit county FIPS code"
-          + (state.levels.includes("county") ? " or a county name" : "") + ".", false);
+      closePopup();  // a miss: the old popup would read as the answer
+      say("Type an 11-digit tract GEOID (or 1400000US and the GEOID), a 5-digit county FIPS "
+          + "code, a county name or a state name or postal code.", false);
       return;
     }
     const features = await levelFeatures(state.release, target.level);
-    const hits = features.filter((f) => f.geometry && target.test(f.properties)
-      && (state.cell === null || f.properties.cell === undefined
-          || f.properties.cell === state.cell));
+    const shown = (f) => f.geometry && (state.cell === null || f.properties.cell === undefined
+                                        || f.properties.cell === state.cell);
+    let hits = features.filter((f) => shown(f) && target.test(f.properties));
+    if (!hits.length && target.near) {
+      hits = features.filter((f) => shown(f) && target.near(f.properties));
+    }
     if (!hits.length) {
+      closePopup();
       say("Not found: no " + target.what + " in release " + state.release + ".", false);
       return;
     }
@@ -684,7 +780,9 @@
     await flyTo(map, bounds, target.level);
     showLevel(map);
     if (target.all) {
-      say("This release has no county files: showing the " + hits.length + " tracts of "
+      closePopup();
+      say("This release has no " + target.all + " files: "
+          + "showing the " + hits.length + " tracts of "
           + target.what + ".", true);
       return;
     }
@@ -987,6 +1085,7 @@
     await new Promise((resolve) => map.on("load", resolve));
     map.addImage(HATCH, patternImage(state.legend.low_reliability.colour, hatchPixel));
     map.addImage(DOTS, patternImage(state.legend.model_only.colour, dotPixel));
+    addContext(map);
 
     for (const level of Object.keys(LEVELS)) {
       const fill = layerId(level, "fill");
@@ -1004,6 +1103,7 @@
     $("show-all").addEventListener("click", () => {
       if (state.bounds) map.fitBounds(state.bounds, { padding: 20 });
     });
+    $("search-box").addEventListener("focus", () => { fillSuggestions().catch(() => {}); });
     $("search").addEventListener("submit", (e) => {
       e.preventDefault();
       search(map, $("search-box").value).catch((err) => say(String(err), false));
