@@ -11,7 +11,7 @@ from tests.support.paths import REPO
 
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")  # the venv's
 PACKAGES = ("dpatlas", "flows", "tasks", "deploy", "mechanisms", "data_contracts")
-CONTRACTS = 6
+CONTRACTS = 7
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess:
@@ -78,3 +78,23 @@ def test_small_area_imports_nothing_of_ours_and_the_audit_may_import_it(tmp_path
     assert "small_area imports nothing of ours (the audit may import it to re-fit the model " \
         "from the published files) BROKEN" in run.stdout
     assert "dpatlas.small_area.model -> mechanisms.noise" in run.stdout
+
+
+def test_the_input_checks_and_the_synthetic_geography_never_import_the_publication(tmp_path):
+    # Issue 34 item 3: validation and the demo's generator reached into dpatlas.publication
+    # for geography; the boundary checks and the synthetic boundaries now share
+    # dpatlas.core.places with it instead, and a contract keeps it that way.
+    code = copy_of_the_code(tmp_path)
+    add_import(code / "dpatlas" / "release" / "boundaries.py",
+               "import dpatlas.publication.geojson  # an input check leaning on the publication")
+    add_import(code / "dpatlas" / "evaluation" / "synthetic_boundaries.py",
+               "import dpatlas.publication.level_files")
+    run = lint_imports(code)
+    assert run.returncode == 1, run.stdout + run.stderr
+    # only this contract: the layers allow both imports (each goes down a layer)
+    assert f"Contracts: {CONTRACTS - 1} kept, 1 broken." in run.stdout
+    assert "The input checks and the synthetic geography never import the publication BROKEN" \
+        in run.stdout
+    assert "dpatlas.release.boundaries -> dpatlas.publication.geojson" in run.stdout
+    assert "tasks.validate -> dpatlas.release.boundaries" in run.stdout  # validation, indirectly
+    assert "dpatlas.evaluation.synthetic_boundaries -> dpatlas.publication.level_files" in run.stdout
