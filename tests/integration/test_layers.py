@@ -35,6 +35,14 @@ def add_import(module_file: Path, statement: str) -> None:
     module_file.write_text(module_file.read_text() + f"\n{statement}\n")
 
 
+def broken_contracts_report(code: Path, broken: int) -> str:
+    """lint-imports on ``code``, which must fail with ``broken`` contracts broken; its report."""
+    run = lint_imports(code)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert f"Contracts: {CONTRACTS - broken} kept, {broken} broken." in run.stdout
+    return run.stdout
+
+
 def test_every_contract_is_kept():
     run = lint_imports(REPO)
     assert run.returncode == 0, run.stdout + run.stderr
@@ -50,18 +58,16 @@ def test_a_forbidden_import_breaks_its_contract(tmp_path):
     add_import(code / "dpatlas" / "release" / "allocate.py",
                "import dpatlas.evaluation.synthetic_input  # research code on the release path")
     add_import(code / "mechanisms" / "noise.py", "import dpatlas.core.files")
-    run = lint_imports(code)
-    assert run.returncode == 1, run.stdout + run.stderr
     # the evaluation contract and the layers (release above evaluation), the acyclic one (an
     # edge both ways between release and evaluation), and mechanisms's own
-    assert f"Contracts: {CONTRACTS - 4} kept, 4 broken." in run.stdout
+    report = broken_contracts_report(code, 4)
     assert "The release path never imports the evaluation (research on synthetic input) BROKEN" \
-        in run.stdout
-    assert "mechanisms imports nothing of ours BROKEN" in run.stdout
+        in report
+    assert "mechanisms imports nothing of ours BROKEN" in report
     assert "The audit imports nothing of ours (not even mechanisms: an auditor trusts none of " \
-        "it) KEPT" in run.stdout  # a contract the added imports do not touch
-    assert "dpatlas.release.allocate -> dpatlas.evaluation.synthetic_input" in run.stdout
-    assert "mechanisms.noise -> dpatlas.core.files" in run.stdout
+        "it) KEPT" in report  # a contract the added imports do not touch
+    assert "dpatlas.release.allocate -> dpatlas.evaluation.synthetic_input" in report
+    assert "mechanisms.noise -> dpatlas.core.files" in report
 
 
 def test_small_area_imports_nothing_of_ours_and_the_audit_may_import_it(tmp_path):
@@ -89,12 +95,9 @@ def test_the_input_checks_and_the_synthetic_geography_never_import_the_publicati
                "import dpatlas.publication.geojson  # an input check leaning on the publication")
     add_import(code / "dpatlas" / "evaluation" / "synthetic_boundaries.py",
                "import dpatlas.publication.level_files")
-    run = lint_imports(code)
-    assert run.returncode == 1, run.stdout + run.stderr
-    # only this contract: the layers allow both imports (each goes down a layer)
-    assert f"Contracts: {CONTRACTS - 1} kept, 1 broken." in run.stdout
+    report = broken_contracts_report(code, 1)  # only this one: the layers allow both imports
     assert "The input checks and the synthetic geography never import the publication BROKEN" \
-        in run.stdout
-    assert "dpatlas.release.boundaries -> dpatlas.publication.geojson" in run.stdout
-    assert "tasks.validate -> dpatlas.release.boundaries" in run.stdout  # validation, indirectly
-    assert "dpatlas.evaluation.synthetic_boundaries -> dpatlas.publication.level_files" in run.stdout
+        in report
+    assert "dpatlas.release.boundaries -> dpatlas.publication.geojson" in report
+    assert "tasks.validate -> dpatlas.release.boundaries" in report  # validation, indirectly
+    assert "dpatlas.evaluation.synthetic_boundaries -> dpatlas.publication.level_files" in report
