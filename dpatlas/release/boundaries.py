@@ -3,7 +3,7 @@ TIGER/Line-style file and refusing what the pipeline cannot use (:func:`load_bou
 unreadable, malformed or duplicate GEOIDs, bad geometries, coordinates that do not fit the
 declared CRS), and writing boundary files (:func:`write_boundaries`).
 
-Validation (`tasks/validate.py`) and `dpatlas check` call these before anything is drawn; they
+Validation (`tasks/validate.py`) and `dpatlas config check` call these before anything is drawn; they
 import nothing of `dpatlas.publication` (an import-linter contract).
 """
 
