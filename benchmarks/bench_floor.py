@@ -148,7 +148,7 @@ def floor(data: Path, work: Path | None = None, seed: int | None = None) -> dict
     import pandas as pd
 
     import dpatlas.release.estimate as estimate
-    from dpatlas.publication.geography import load_boundaries
+    from dpatlas.release.boundaries import load_boundaries
     from dpatlas.publication.level_files import assemble_level, unit_of
     from dpatlas.publication.model_estimates import add_model_estimates
     from dpatlas.publication.tract_files import assemble

@@ -98,7 +98,7 @@ def main() -> None:
     import pandas as pd
 
     from dpatlas.core.config import load_config
-    from dpatlas.publication.geography import load_boundaries
+    from dpatlas.release.boundaries import load_boundaries
     from dpatlas.publication.model_estimates import add_model_estimates
     from dpatlas.publication.tract_files import assemble
     from dpatlas.release.allocate import plan

@@ -5,7 +5,7 @@ every state and DC with its 2010 number of census tracts and counties, scaled to
 tracts in all (about 5.2 million person records at the generator's mean of 70 per tract).
 Each state is drawn by ``dpatlas.evaluation.synthetic_input.write_synthetic`` on its own, then the states'
 hive partitions and boundaries are put together (a state's polygons do not depend on the
-other states generated with it, see ``dpatlas.publication.geography.synth_boundaries``).
+other states generated with it, see ``dpatlas.evaluation.synthetic_boundaries.synth_boundaries``).
 
 Then it starts one Prefect server on loopback, sets the ledger's lifetime cap with
 `dpatlas ledger set-cap`, and runs `dpatlas release` as a subprocess twice: with the local
@@ -119,7 +119,7 @@ def generate_country(data: Path, scale: float, cells: int | None = None) -> dict
     import geopandas as gpd
     import pandas as pd
 
-    from dpatlas.publication.geography import load_boundaries, write_boundaries
+    from dpatlas.release.boundaries import load_boundaries, write_boundaries
     from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
 
     summary_file = data / "country.json"

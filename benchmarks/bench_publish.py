@@ -28,7 +28,8 @@ from pathlib import Path
 import geopandas as gpd
 import numpy as np
 
-from dpatlas.publication.geography import synth_boundaries, write_geojson_rfc7946
+from dpatlas.evaluation.synthetic_boundaries import synth_boundaries
+from dpatlas.publication.geojson import write_geojson_rfc7946
 from dpatlas.publication.tract_files import low_reliability, low_reliability_shape, write_map
 from dpatlas.evaluation.synthetic_input import tract_geoids
 

@@ -92,7 +92,7 @@ def publish_by_cells(result_files, boundaries, root: Path, internal: Path,
 def child(args) -> None:
     """One (path, N) run: fabricate (not measured), publish, print a JSON line."""
     from dpatlas.publication import tiles
-    from dpatlas.publication.geography import load_boundaries
+    from dpatlas.release.boundaries import load_boundaries
 
     if not args.tiles:  # an empty archive: tippecanoe's work is the same both ways
         tiles.build_tiles = lambda geojson, out, **_: Path(out).write_bytes(b"") and None

@@ -6,7 +6,7 @@
    ``tracts.geojson`` (e.g. demo/releases/latest); without it, a synthetic state of the demo's
    size (3,108 tracts) is made as in 2.
 2. ``--states`` states of ``--tracts`` tracts each (a 20-state country of 21,500 tracts by
-   default): synthetic boundaries (dpatlas.publication.geography.synth_boundaries), made-up published
+   default): synthetic boundaries (dpatlas.evaluation.synthetic_boundaries), made-up published
    values (no microdata or noise: the values do not change the tiling work), assembled and
    written exactly as publish does (publish.assemble, write_geojson_rfc7946); then the tiles.
 
@@ -49,7 +49,8 @@ def made_up_results(geoids: np.ndarray, seed: int = 0) -> pd.DataFrame:
 
 
 def synthetic_geojson(states: list[str], tracts: int, out: Path) -> Path:
-    from dpatlas.publication.geography import synth_boundaries, write_geojson_rfc7946
+    from dpatlas.evaluation.synthetic_boundaries import synth_boundaries
+    from dpatlas.publication.geojson import write_geojson_rfc7946
     from dpatlas.publication.tract_files import assemble
     from dpatlas.evaluation.synthetic_input import tract_geoids
 

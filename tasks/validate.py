@@ -12,7 +12,7 @@ from dpatlas.release import cell_groups
 from dpatlas.release.estimate import (Chunk, all_sizes, split_into_chunks, staged_counts,
                                       tracts_of)
 from dpatlas.core.files import write_json_atomic, write_parquet_atomic
-from dpatlas.publication.geography import load_boundaries
+from dpatlas.release.boundaries import load_boundaries
 from dpatlas.release.validate import (BoundaryCoverageError, apply_policy, check_changed_share,
                                       check_one_partition_per_tract, check_rank_scale,
                                       input_column_names, write_release_docs)

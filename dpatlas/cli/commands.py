@@ -158,7 +158,7 @@ def _check_config_files(cfg) -> tuple[list[str], list[str]]:
     """Open every file the release reads: what was found, and every reason a release would be
     refused (all of them, not the first only)."""
     from dpatlas.ledger import Ledger
-    from dpatlas.publication.geography import load_boundaries
+    from dpatlas.release.boundaries import load_boundaries
     from dpatlas.release.contributions import require_person_unit
     from dpatlas.release.ingest import partitions
     from dpatlas.release.preflight import check_paths, refusals_before_ingest
@@ -350,7 +350,7 @@ def _output_folder(out: Path) -> None:
 
 def _synth_states(text: str) -> list[str]:
     """``--states``: distinct two-digit state FIPS codes, or one line saying what is wrong."""
-    from dpatlas.publication.geography import STATE_FIPS
+    from dpatlas.core.places import STATE_FIPS
 
     fips = [s.strip() for s in text.split(",") if s.strip()]
     if not fips:

@@ -15,7 +15,7 @@ DEMO_CAP_EPSILON, DEMO_CAP_DELTA = 10.0, 1e-5
 DEMO_VINTAGE = "synthetic (dpatlas synth, seed 0)"
 
 
-DEMO_STATE = "37"  # North Carolina: real outline and counties (dpatlas.publication.geography)
+DEMO_STATE = "37"  # North Carolina: real outline and counties (dpatlas.core.places)
 # Written first into a folder the demo takes: it then writes its config, data, ledger cap and
 # releases there, so it must never take a folder that holds anyone else's.
 DEMO_MARKER = ".dpatlas-demo.json"

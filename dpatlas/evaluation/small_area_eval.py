@@ -29,7 +29,7 @@ from mechanisms.sufficient_stats import noisy_stats_release, noisy_stats_split
 
 from dpatlas.core.config import parse_config
 from dpatlas.evaluation.synthetic_input import StateParams, oi_like_state
-from dpatlas.publication.geography import synth_boundaries
+from dpatlas.evaluation.synthetic_boundaries import synth_boundaries
 from dpatlas.publication.tract_files import add_standard_errors, assemble, round_released_values
 from dpatlas.release.allocate import plan
 from dpatlas.release.estimate import estimate_partition, select_partition

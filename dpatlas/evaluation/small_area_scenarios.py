@@ -109,7 +109,8 @@ def _unit_parts(points_km, county_of, sc: Scenario, seed: int, stream: int) -> n
 
 def scenario_state(seed: int, name: str, tracts: int = 3108) -> SyntheticState:
     """The state of scenario ``name`` at ``seed`` with its truth (module docstring)."""
-    from dpatlas.publication.geography import local_km, synth_boundaries, tract_centroids
+    from dpatlas.core.places import local_km, tract_centroids
+    from dpatlas.evaluation.synthetic_boundaries import synth_boundaries
 
     if name not in SCENARIOS:
         raise ValueError(f"unknown scenario {name!r}; choose from {', '.join(SCENARIOS)}")

@@ -34,7 +34,7 @@ mean plus its standard deviation times a sum of three independent, unit-variance
 
 Shares s = 0.6 and c = 0.15. The sum has variance 1, so each effect keeps the marginal law
 above and the evaluation's per-tract statistics stay those of the non-spatial model (measured
-in docs/files.md). Centroids come from the synthetic boundaries (`dpatlas.publication.geography`) of the
+in docs/files.md). Centroids come from the synthetic boundaries (`dpatlas.evaluation.synthetic_boundaries`) of the
 same GEOIDs and seed, so the published map and the data agree.
 
 Cells (``cells=N``, ``dpatlas synth --cells N``). The release composes cells sequentially:
@@ -83,7 +83,7 @@ class StateParams:
     intercept_sd: float = 0.06
     noise_sd: float = 0.22
     # North Carolina's 100 counties: their FIPS codes are the odd numbers 001-199, the codes
-    # tract_geoids gives, so the tracts land in the real counties (publication.geography).
+    # tract_geoids gives, so the tracts land in the real counties (evaluation.synthetic_boundaries).
     counties: int = 100
     # Shares of each tract effect's variance: a smooth field over space, a county effect
     # (the rest is the tract's own). See the module docstring.
@@ -182,7 +182,8 @@ def oi_like_state(seed: int = 0, params: StateParams = StateParams(),
     ``synth_boundaries`` for these GEOIDs and ``seed`` (what ``write_synthetic`` publishes).
     Also returns the true tract parameters in ``df.attrs['truth']`` (for evaluation only).
     """
-    from dpatlas.publication.geography import local_km, synth_boundaries, tract_centroids
+    from dpatlas.core.places import local_km, tract_centroids
+    from dpatlas.evaluation.synthetic_boundaries import synth_boundaries
 
     p = params
     geoids, county_code = tract_geoids(state_fips, p.n_tracts, p.counties)
@@ -281,8 +282,9 @@ def write_synthetic(out: Path, states: list[str], seed: int = 0,
     ``cell``; see the module docstring); None writes no cell column. Returns the paths and
     counts.
     """
-    from dpatlas.publication.geography import (STATE_FIPS, synth_boundaries, tract_centroids,
-                                               write_boundaries)
+    from dpatlas.core.places import STATE_FIPS, tract_centroids
+    from dpatlas.evaluation.synthetic_boundaries import synth_boundaries
+    from dpatlas.release.boundaries import write_boundaries
 
     out = Path(out)
     bad = [s for s in states if s not in STATE_FIPS]

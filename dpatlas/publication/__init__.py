@@ -1,2 +1,2 @@
-"""The published files and their homes: tract files, geography, tiles, web map, STAC, feed,
+"""The published files and their homes: tract files, their GeoJSON, tiles, web map, STAC, feed,
 withdrawal, serving."""

@@ -33,8 +33,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dpatlas.publication.geography import (FEATURE_COLLECTION_TAIL, feature_collection_head,
-                                           geojson_parts, write_features)
+from dpatlas.publication.geojson import (FEATURE_COLLECTION_TAIL, feature_collection_head,
+                                         geojson_parts, write_features)
 from dpatlas.publication.tract_files import (CSV_FILE, PUBLISHED_FILES, PublishError, _json,
                                              assemble, footprint, in_parallel, overview_title,
                                              rounding_statement, shown_cell, stage_release,

@@ -2,7 +2,7 @@
 release, so that a state does not float on grey when the map is zoomed out.
 
 Public geography, not from the input: libpysal's bundled Census outlines (the ones the
-synthetic boundaries use, :mod:`dpatlas.publication.geography`), simplified to about 2 km
+synthetic boundaries use, :mod:`dpatlas.core.places`), simplified to about 2 km
 (a context layer drawn at low zoom), written as RFC 7946 GeoJSON beside the web map's app
 (``states_context.geojson``, listed in the manifest like the app's other files).
 """
@@ -16,9 +16,9 @@ import geopandas as gpd
 import shapely
 
 from dpatlas.core.state_fips import STATE_FIPS
-from dpatlas.publication.geography import (CRS, FEATURE_COLLECTION_TAIL, _real_state_outlines,
-                                           feature_collection_head, geojson_parts,
-                                           write_features)
+from dpatlas.core.places import CRS, real_state_outlines
+from dpatlas.publication.geojson import (FEATURE_COLLECTION_TAIL, feature_collection_head,
+                                        geojson_parts, write_features)
 
 CONTEXT_FILE = "states_context.geojson"
 # Degrees: about 2 km, finer than a pixel below zoom 6, where the layer is meant to be seen.
@@ -29,7 +29,7 @@ CONTEXT_DECIMALS = 3  # 100 m: ample for outlines simplified to 2 km
 def states_context() -> gpd.GeoDataFrame:
     """The 48 contiguous states' outlines, simplified: ``state`` (FIPS), ``name``,
     ``postal``, ``geometry`` (EPSG:4326), by FIPS code."""
-    outlines = _real_state_outlines()
+    outlines = real_state_outlines()
     codes = sorted(outlines)
     geoms = shapely.simplify([outlines[c] for c in codes], SIMPLIFY_DEGREES,
                              preserve_topology=True)

@@ -18,7 +18,7 @@ from mechanisms.estimand import ESTIMAND_ID, TOTAL_ERROR
 
 from dpatlas.core.columns import INTERVAL_COLUMNS, MOE_COLUMNS, SE_COLUMNS, UNCERTAINTY_COLUMNS
 from dpatlas.publication import tiles
-from dpatlas.publication.geography import write_geojson_rfc7946
+from dpatlas.publication.geojson import write_geojson_rfc7946
 from dpatlas.publication.names import name_field, names_of
 from dpatlas.publication.tract_files import (PUBLISHED_DECIMALS, _field, add_standard_errors,
                                              round_released_values)

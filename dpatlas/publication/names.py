@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from dpatlas.core.census_names import unit_names
-from dpatlas.publication.geography import county_names
+from dpatlas.core.places import county_names
 
 NAME_TEXT = {
     "tract": "Census-style name of the tract (the Census Bureau's NAME, e.g. \"Census Tract "

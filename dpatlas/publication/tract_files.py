@@ -36,7 +36,7 @@ from dpatlas.core.columns import INTERVAL_COLUMNS, MOE_COLUMNS, RESULT_COLUMNS, 
 from dpatlas.publication import colours, static_map
 from dpatlas.publication.codebook import write_codebook
 from dpatlas.publication.datapackage import write_datapackage
-from dpatlas.publication.geography import geojson_geometry, rfc7946_geometries
+from dpatlas.publication.geojson import geojson_geometry, rfc7946_geometries
 from dpatlas.publication.names import name_field, names_of
 from dpatlas.core.hashing import sha256_file
 from dpatlas.core.errors import OperatorError

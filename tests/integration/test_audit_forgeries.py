@@ -26,7 +26,7 @@ import pytest
 from dpatlas.audit import checks as audit
 from dpatlas.release.allocate import plan as make_plan
 from dpatlas.core.config import fingerprint
-from dpatlas.publication.geography import write_geojson_rfc7946
+from dpatlas.publication.geojson import write_geojson_rfc7946
 from dpatlas.core.hashing import sha256_file
 from dpatlas.ledger import Ledger, charges
 from dpatlas.core.columns import MOE_COLUMNS as MOE90_COLUMNS

@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 import shapely
 
-from dpatlas.publication.geography import (STATE_FIPS, BoundaryError, _state_outline,
-                                           load_boundaries, synth_boundaries, write_boundaries)
-from dpatlas.publication.geography import local_km, tract_centroids
+from dpatlas.core.places import STATE_FIPS, BoundaryError, local_km, tract_centroids
+from dpatlas.evaluation.synthetic_boundaries import _state_outline, synth_boundaries
+from dpatlas.release.boundaries import load_boundaries, write_boundaries
 from dpatlas.evaluation.synthetic_input import (StateParams, matern_covariance, matern_field,
                                                 oi_like_state, tract_geoids, write_synthetic)
 

@@ -279,7 +279,8 @@ def test_a_folder_of_files_not_partitioned_by_state_says_so(tmp_path):
 @pytest.mark.parametrize("suffix", [".parquet", ".geojson"])
 def test_integer_boundary_geoids_are_said_to_be_numbers(tmp_path, suffix):
     from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
-    from dpatlas.publication.geography import BoundaryError, load_boundaries, write_boundaries
+    from dpatlas.core.places import BoundaryError
+    from dpatlas.release.boundaries import load_boundaries, write_boundaries
 
     import geopandas as gpd
 

@@ -11,7 +11,7 @@ from tests.support.paths import REPO
 
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")  # the venv's
 PACKAGES = ("dpatlas", "flows", "tasks", "deploy", "mechanisms", "data_contracts")
-CONTRACTS = 6
+CONTRACTS = 7
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess:
@@ -35,6 +35,14 @@ def add_import(module_file: Path, statement: str) -> None:
     module_file.write_text(module_file.read_text() + f"\n{statement}\n")
 
 
+def broken_contracts_report(code: Path, broken: int) -> str:
+    """lint-imports on ``code``, which must fail with ``broken`` contracts broken; its report."""
+    run = lint_imports(code)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert f"Contracts: {CONTRACTS - broken} kept, {broken} broken." in run.stdout
+    return run.stdout
+
+
 def test_every_contract_is_kept():
     run = lint_imports(REPO)
     assert run.returncode == 0, run.stdout + run.stderr
@@ -50,18 +58,16 @@ def test_a_forbidden_import_breaks_its_contract(tmp_path):
     add_import(code / "dpatlas" / "release" / "allocate.py",
                "import dpatlas.evaluation.synthetic_input  # research code on the release path")
     add_import(code / "mechanisms" / "noise.py", "import dpatlas.core.files")
-    run = lint_imports(code)
-    assert run.returncode == 1, run.stdout + run.stderr
     # the evaluation contract and the layers (release above evaluation), the acyclic one (an
     # edge both ways between release and evaluation), and mechanisms's own
-    assert f"Contracts: {CONTRACTS - 4} kept, 4 broken." in run.stdout
+    report = broken_contracts_report(code, 4)
     assert "The release path never imports the evaluation (research on synthetic input) BROKEN" \
-        in run.stdout
-    assert "mechanisms imports nothing of ours BROKEN" in run.stdout
+        in report
+    assert "mechanisms imports nothing of ours BROKEN" in report
     assert "The audit imports nothing of ours (not even mechanisms: an auditor trusts none of " \
-        "it) KEPT" in run.stdout  # a contract the added imports do not touch
-    assert "dpatlas.release.allocate -> dpatlas.evaluation.synthetic_input" in run.stdout
-    assert "mechanisms.noise -> dpatlas.core.files" in run.stdout
+        "it) KEPT" in report  # a contract the added imports do not touch
+    assert "dpatlas.release.allocate -> dpatlas.evaluation.synthetic_input" in report
+    assert "mechanisms.noise -> dpatlas.core.files" in report
 
 
 def test_small_area_imports_nothing_of_ours_and_the_audit_may_import_it(tmp_path):
@@ -78,3 +84,20 @@ def test_small_area_imports_nothing_of_ours_and_the_audit_may_import_it(tmp_path
     assert "small_area imports nothing of ours (the audit may import it to re-fit the model " \
         "from the published files) BROKEN" in run.stdout
     assert "dpatlas.small_area.model -> mechanisms.noise" in run.stdout
+
+
+def test_the_input_checks_and_the_synthetic_geography_never_import_the_publication(tmp_path):
+    # Issue 34 item 3: validation and the demo's generator reached into dpatlas.publication
+    # for geography; the boundary checks and the synthetic boundaries now share
+    # dpatlas.core.places with it instead, and a contract keeps it that way.
+    code = copy_of_the_code(tmp_path)
+    add_import(code / "dpatlas" / "release" / "boundaries.py",
+               "import dpatlas.publication.geojson  # an input check leaning on the publication")
+    add_import(code / "dpatlas" / "evaluation" / "synthetic_boundaries.py",
+               "import dpatlas.publication.level_files")
+    report = broken_contracts_report(code, 1)  # only this one: the layers allow both imports
+    assert "The input checks and the synthetic geography never import the publication BROKEN" \
+        in report
+    assert "dpatlas.release.boundaries -> dpatlas.publication.geojson" in report
+    assert "tasks.validate -> dpatlas.release.boundaries" in report  # validation, indirectly
+    assert "dpatlas.evaluation.synthetic_boundaries -> dpatlas.publication.level_files" in report

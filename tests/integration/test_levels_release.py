@@ -212,7 +212,7 @@ def test_each_level_file_states_its_own_steps_spend(released):
 def test_county_files_stating_the_per_person_total_fail(forged):
     """The old misstatement, consistent in every format (parquet, CSV, GeoJSON, tiles) and
     rehashed: county rows saying they spent the per-person total fail the levels check."""
-    from dpatlas.publication.geography import write_geojson_rfc7946
+    from dpatlas.publication.geojson import write_geojson_rfc7946
 
     m = manifest_of(forged)
     table = gpd.read_parquet(forged / "counties.parquet")

@@ -12,7 +12,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from shapely.geometry import MultiPolygon, Polygon, box
 
-from dpatlas.publication.geography import synth_boundaries
+from dpatlas.evaluation.synthetic_boundaries import synth_boundaries
 from dpatlas.publication.static_map import low_reliability
 from dpatlas.publication.tract_files import (MAP_HATCH, MAP_HATCH_COLOUR, _add_tracts,
                                              low_reliability_shape, polygon_paths, write_map)

@@ -359,9 +359,9 @@ def test_d12_ten_digit_geoids_get_a_leading_zero_hint(integer_geoids, tmp_path):
 
 
 def test_d12_ten_digit_boundary_geoids_get_a_leading_zero_hint():
-    from dpatlas.publication.geography import _geoid_problems
+    from dpatlas.release.boundaries import geoid_problems
 
-    said = " ".join(_geoid_problems(pd.Series(["6001000100", "06001000200"])))
+    said = " ".join(geoid_problems(pd.Series(["6001000100", "06001000200"])))
     assert "leading zero" in said, said
 
 

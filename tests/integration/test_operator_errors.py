@@ -13,7 +13,7 @@ from dpatlas.core.errors import OperatorError, ReleaseRefused
 from dpatlas.core.ids import InvalidReason, InvalidReleaseId
 from dpatlas.ledger import BudgetExceeded, LedgerError
 from dpatlas.publication.feed import FeedError
-from dpatlas.publication.geography import BoundaryError
+from dpatlas.core.places import BoundaryError
 from dpatlas.publication.tiles import TilesError
 from dpatlas.publication.tract_files import PublishError
 from dpatlas.publication.webmap import WebMapError

@@ -18,7 +18,8 @@ from shapely.geometry import Polygon
 
 from dpatlas.publication import feed as F
 from dpatlas.publication import stac
-from dpatlas.publication.geography import synth_boundaries, write_geojson_rfc7946
+from dpatlas.evaluation.synthetic_boundaries import synth_boundaries
+from dpatlas.publication.geojson import write_geojson_rfc7946
 from dpatlas.publication.tract_files import (CSV_SCHEMA_FILE, PUBLISHED_DECIMALS, PUBLISHED_FILES,
                                              PublishError, assemble, read_csv_with_schema,
                                              table_schema)

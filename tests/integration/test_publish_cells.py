@@ -18,9 +18,9 @@ from geopandas.testing import assert_geodataframe_equal
 
 from dpatlas.evaluation.synthetic_input import tract_geoids
 from dpatlas.publication import cell_stream as S
-from dpatlas.publication.geography import synth_boundaries
+from dpatlas.evaluation.synthetic_boundaries import synth_boundaries
 from dpatlas.publication.cell_stream import write_release
-from dpatlas.publication.geography import write_geojson_rfc7946
+from dpatlas.publication.geojson import write_geojson_rfc7946
 from dpatlas.publication.tract_files import (PublishError, assemble, release_folder,
                                              verify_release, write_csv_with_schema)
 from dpatlas.release.manifest import TractSummary

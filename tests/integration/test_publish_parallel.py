@@ -19,9 +19,9 @@ from shapely.geometry import Polygon
 
 import dpatlas.publication.cell_stream as S
 import dpatlas.publication.tract_files as P
-from dpatlas.publication import geography, tiles
-from dpatlas.publication.geography import (geojson_geometry, rfc7946_geometries, synth_boundaries,
-                                           write_geojson_rfc7946)
+from dpatlas.evaluation.synthetic_boundaries import synth_boundaries
+from dpatlas.publication import geojson, tiles
+from dpatlas.publication.geojson import geojson_geometry, rfc7946_geometries, write_geojson_rfc7946
 from dpatlas.publication.cell_stream import write_release
 from dpatlas.publication.tract_files import assemble, in_parallel, verify_release
 from dpatlas.evaluation.synthetic_input import tract_geoids
@@ -83,11 +83,11 @@ def test_streamed_geojson_equals_the_frames_features(three_states, tmp_path):
     decimals = [len(d) for d in re.findall(r"\.(\d+)", coordinates)]
     assert "e" not in coordinates.lower() and decimals and max(decimals) <= 6
     assert '"-87.123457"' in coordinates  # the long vertex, printed again
-    assert len(geography._row_runs(pd.DataFrame(three_states))) == 3  # one run per state
+    assert len(geojson._row_runs(pd.DataFrame(three_states))) == 3  # one run per state
 
 
 def test_streamed_geojson_without_state_or_rows(three_states, tmp_path, monkeypatch):
-    monkeypatch.setattr(geography, "_GEOJSON_CHUNK_ROWS", 7)  # several chunks
+    monkeypatch.setattr(geojson, "_GEOJSON_CHUNK_ROWS", 7)  # several chunks
     plain = three_states.drop(columns="state")
     doc = json.loads(write_geojson_rfc7946(plain, tmp_path / "a.geojson").read_text())
     assert doc["features"] == reference_features(plain)

@@ -9,7 +9,8 @@ import shapely
 from libpysal.examples import load_example
 
 from dpatlas.evaluation.synthetic_input import StateParams, tract_geoids
-from dpatlas.publication.geography import county_names, synth_boundaries
+from dpatlas.core.places import county_names
+from dpatlas.evaluation.synthetic_boundaries import synth_boundaries
 
 
 def _read(example, file_name):
@@ -129,7 +130,7 @@ def test_the_published_county_level_carries_real_county_names(tmp_path):
     import pandas as pd
 
     from dpatlas.audit.checks import level_column_payer
-    from dpatlas.publication.geography import write_geojson_rfc7946
+    from dpatlas.publication.geojson import write_geojson_rfc7946
     from dpatlas.publication.level_files import assemble_level, level_table_schema
 
     geoids = list(tract_geoids("37", 6, 3)[0]) + list(tract_geoids("17", 4, 2)[0])

@@ -28,7 +28,7 @@ from dpatlas.audit import checks as audit
 from dpatlas.release.allocate import plan as make_plan
 from dpatlas.core.config import parse_config, public_config
 from dpatlas.release.estimate import estimate_partition, select_partition
-from dpatlas.publication.geography import load_boundaries
+from dpatlas.release.boundaries import load_boundaries
 from dpatlas.core.hashing import sha256_file
 from dpatlas.release.manifest import (RANDOM_BITS_OS, RANDOM_BITS_SEEDED, build_manifest,
                                       input_commitment, machine_paths)

@@ -20,7 +20,8 @@ from dpatlas.evaluation.synthetic_input import tract_geoids
 from dpatlas.publication import feed as F
 from dpatlas.publication import stac, tiles
 from dpatlas.publication.datapackage import DATAPACKAGE_FILE
-from dpatlas.publication.geography import feature_ids, synth_boundaries
+from dpatlas.evaluation.synthetic_boundaries import synth_boundaries
+from dpatlas.publication.geojson import feature_ids
 from dpatlas.publication.cell_stream import write_release
 from dpatlas.publication.tract_files import assemble
 

@@ -16,7 +16,7 @@ import pytest
 
 from dpatlas.publication import serve as S
 from dpatlas.publication import tiles as T
-from dpatlas.publication.geography import synth_boundaries
+from dpatlas.evaluation.synthetic_boundaries import synth_boundaries
 from dpatlas.evaluation.synthetic_input import tract_geoids
 
 

@@ -31,7 +31,7 @@ from dpatlas.publication import tract_files as P
 from dpatlas.publication.cell_stream import write_release
 from dpatlas.publication import tiles as T
 from dpatlas.publication import webmap as W
-from dpatlas.publication.geography import synth_boundaries
+from dpatlas.evaluation.synthetic_boundaries import synth_boundaries
 from dpatlas.publication.serve import serve_in_thread
 from dpatlas.evaluation.synthetic_input import tract_geoids
 from dpatlas.publication.webmap import screenshot as B

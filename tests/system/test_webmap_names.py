@@ -14,7 +14,7 @@ from dpatlas.publication import feed as F
 from dpatlas.publication import tract_files as P
 from dpatlas.publication import webmap as W
 from dpatlas.publication.cell_stream import write_release
-from dpatlas.publication.geography import synth_boundaries
+from dpatlas.evaluation.synthetic_boundaries import synth_boundaries
 from dpatlas.publication.serve import serve_in_thread
 from tests.support.browser import browser  # noqa: F401 (the shared Chromium fixture)
 from tests.system.test_webmap import (LEVELS, Page, _level_results, _open_popup_text,

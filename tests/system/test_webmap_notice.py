@@ -11,7 +11,7 @@ import pytest
 from dpatlas.cli.demo import DEMO_METADATA, DEMO_NOTICE
 from dpatlas.evaluation.synthetic_input import tract_geoids
 from dpatlas.publication import webmap as W
-from dpatlas.publication.geography import synth_boundaries
+from dpatlas.evaluation.synthetic_boundaries import synth_boundaries
 from dpatlas.publication.serve import serve_in_thread
 from tests.support.browser import browser  # noqa: F401 (the shared Chromium fixture)
 from tests.system.test_webmap import Page, _publish

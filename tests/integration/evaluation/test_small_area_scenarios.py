@@ -10,7 +10,7 @@ from scipy import spatial
 
 from dpatlas.evaluation import small_area_scenarios as S
 from dpatlas.evaluation.small_area_eval import DEFAULT_SPLIT, SPLITS, release_with_model
-from dpatlas.publication.geography import tract_centroids
+from dpatlas.core.places import tract_centroids
 from tests.support.cli import invoke
 
 TRACTS = 600

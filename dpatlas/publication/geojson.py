@@ -1,0 +1,225 @@
+"""RFC 7946 GeoJSON of tract and level boundaries: geometries snapped, valid and
+counter-clockwise (:func:`rfc7946_geometries`), and FeatureCollections streamed a state at a
+time (:func:`write_geojson_rfc7946`, and the pieces `cell_stream` writes with)."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import geopandas as gpd
+import numpy as np
+import pandas as pd
+import shapely
+
+from dpatlas.core.places import CRS, BoundaryError
+
+
+# 1e-6 degrees is about 11 cm, finer than any tract boundary is known; RFC 7946 section 11.2
+# suggests 6 decimals (a 7th adds bytes, not truth).
+GEOJSON_DECIMALS = 6
+
+
+def rfc7946_geometries(geoms: np.ndarray, decimals: int = GEOJSON_DECIMALS) -> np.ndarray:
+    """Polygons ready for RFC 7946: snapped to a grid of 10^-decimals degrees, kept valid,
+    exterior rings counter-clockwise and holes clockwise (RFC 7946, section 3.1.6).
+
+    ``shapely.set_precision`` rounds every vertex to the grid and repairs what rounding breaks
+    (a collapsed spike, a ring touching itself), so the output is valid where the input was;
+    orientation is set afterwards because the repair may rebuild rings either way round.
+    """
+    rounded = shapely.set_precision(geoms, 10.0 ** -decimals, mode="valid_output")
+    oriented = shapely.orient_polygons(rounded, exterior_cw=False)
+    bad = ~shapely.is_valid(oriented) | shapely.is_empty(oriented)
+    if bad.any():
+        raise BoundaryError(f"{int(bad.sum())} tract polygon(s) are empty or invalid after "
+                            f"rounding to {decimals} decimals; check the boundary file")
+    return oriented
+
+
+def _rounded_coordinates(value, decimals: int):
+    """Nested coordinate lists with every number rounded (``repr`` of a float rounded to
+    ``decimals`` places has at most that many decimals)."""
+    if isinstance(value, (list, tuple)):
+        return [_rounded_coordinates(v, decimals) for v in value]
+    return round(float(value), decimals)
+
+
+def geojson_geometry(geom, decimals: int = GEOJSON_DECIMALS) -> dict | None:
+    """An RFC 7946 geometry object for one (already oriented) shapely geometry; None if empty."""
+    if geom is None or shapely.is_empty(geom):
+        return None
+    mapping = shapely.geometry.mapping(geom)
+    return {"type": mapping["type"],
+            "coordinates": _rounded_coordinates(mapping["coordinates"], decimals)}
+
+
+def write_geojson_rfc7946(gdf: gpd.GeoDataFrame, path: str | Path,
+                          decimals: int = GEOJSON_DECIMALS) -> Path:
+    """Write ``gdf`` as an RFC 7946 FeatureCollection.
+
+    WGS 84 longitude/latitude (reprojected if needed) and no ``crs`` member (RFC 7946 section 4
+    removed it: the CRS is always WGS 84), at most ``decimals`` decimals per coordinate,
+    counter-clockwise exterior rings (:func:`rfc7946_geometries`), a ``bbox`` (section 5).
+    Property values are JSON numbers, strings or null (NaN and NA become null). With a
+    ``geoid`` column each feature's ``id`` (section 3.2) is its GEOID, or ``GEOID/cell`` when
+    a GEOID has a feature per cell, so the id names one feature.
+
+    Streamed a state at a time (rows in their order; :func:`_row_runs`): the file never exists
+    as one string or one dict in memory. Geometries are written by GEOS (``shapely.to_geojson``,
+    in C) rather than through Python coordinate lists: the snapped coordinates are the same
+    doubles, and the few GEOS prints with more than ``decimals`` decimals are printed again.
+    """
+    path = Path(path)
+    props, geoms, ids = geojson_parts(gdf, path, decimals)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(feature_collection_head(geoms, decimals))
+        write_features(fh, props, geoms, ids, decimals)
+        fh.write(FEATURE_COLLECTION_TAIL)
+    return path
+
+
+# What closes the FeatureCollection :func:`feature_collection_head` opens.
+FEATURE_COLLECTION_TAIL = "]}"
+
+
+def geojson_parts(gdf: gpd.GeoDataFrame, path: Path, decimals: int = GEOJSON_DECIMALS,
+                  per_cell: bool | None = None) -> tuple[pd.DataFrame, np.ndarray, list | None]:
+    """What a FeatureCollection of ``gdf`` is written from: its properties, its RFC 7946
+    geometries (WGS 84, snapped, counter-clockwise) and feature ids (:func:`feature_ids`;
+    ``per_cell`` as there). ``path``: named in the refusal of a frame without a CRS."""
+    if gdf.crs is None:
+        raise BoundaryError(f"{path}: refusing to write boundaries without a CRS")
+    gdf = gdf.to_crs(CRS)
+    geoms = rfc7946_geometries(gdf.geometry.to_numpy(), decimals)
+    props = pd.DataFrame(gdf.drop(columns=gdf.geometry.name))
+    return props, geoms, feature_ids(props, per_cell)
+
+
+def feature_collection_head(geoms: np.ndarray, decimals: int = GEOJSON_DECIMALS) -> str:
+    """The FeatureCollection's text up to its first feature, with the ``bbox`` of ``geoms``
+    (RFC 7946 geometries: every feature's) when there are any."""
+    head = '{"type":"FeatureCollection",'
+    if len(geoms):
+        bbox = [round(float(v), decimals) for v in shapely.total_bounds(geoms)]
+        head += f'"bbox":{_json_text(bbox)},'
+    return head + '"features":['
+
+
+def write_features(fh, props: pd.DataFrame, geoms: np.ndarray, ids: list | None,
+                   decimals: int = GEOJSON_DECIMALS, after_others: bool = False) -> bool:
+    """Append the features of these rows to an open FeatureCollection, a state at a time
+    (:func:`_row_runs`); ``after_others``: features were written before (a comma first).
+    Returns whether the collection now holds a feature."""
+    for a, b in _row_runs(props):
+        texts = _feature_texts(props.iloc[a:b], geoms[a:b],
+                               None if ids is None else ids[a:b], decimals)
+        fh.write(("," if after_others else "") + ",".join(texts))
+        after_others = True
+    return after_others
+
+
+# Rows per chunk of the streamed GeoJSON when the table has no ``state`` column.
+_GEOJSON_CHUNK_ROWS = 5000
+
+
+def _row_runs(props: pd.DataFrame) -> list[tuple[int, int]]:
+    """Consecutive row ranges [a, b) to write together: the runs of equal ``state`` (a state
+    at a time, rows keep their order), else chunks of :data:`_GEOJSON_CHUNK_ROWS` rows."""
+    n = len(props)
+    if n == 0:
+        return []
+    if "state" in props.columns:
+        state = props["state"].astype(str).to_numpy()
+        cuts = np.flatnonzero(state[1:] != state[:-1]) + 1
+    else:
+        cuts = np.arange(_GEOJSON_CHUNK_ROWS, n, _GEOJSON_CHUNK_ROWS)
+    edges = [0, *cuts.tolist(), n]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def _json_text(value) -> str:
+    import json
+
+    # json.dumps uses the C encoder; json.dump to a file falls back to the pure-Python one.
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def _feature_texts(props: pd.DataFrame, geoms: np.ndarray, ids: list[str] | None,
+                   decimals: int) -> list[str]:
+    """Each row's Feature as JSON text: id, properties (:func:`_json_scalar`'s values), and
+    the geometry as GEOS writes it (null when empty)."""
+    columns = [_json_values(props[c]) for c in props.columns]
+    names = list(props.columns)
+    geometry = _geometry_texts(geoms, decimals)
+    out = []
+    for i, row in enumerate(zip(*columns)):
+        feature = '{"type":"Feature",'
+        if ids is not None:
+            feature += f'"id":{_json_text(ids[i])},'
+        out.append(feature + f'"properties":{_json_text(dict(zip(names, row)))},'
+                   f'"geometry":{geometry[i]}}}')
+    return out
+
+
+def _json_values(column: pd.Series) -> list:
+    """A column's values as :func:`_json_scalar` makes them, whole numpy columns at a time."""
+    values = column.to_numpy()
+    if values.dtype.kind == "f":
+        out = values.tolist()
+        for i in np.flatnonzero(~np.isfinite(values)).tolist():
+            out[i] = None
+        return out
+    if values.dtype.kind in "biu":
+        return values.tolist()
+    return [None if _missing(v) else _json_scalar(v) for v in values]
+
+
+def _missing(value) -> bool:
+    return value is None or value is pd.NA or value is pd.NaT or (
+        isinstance(value, (float, np.floating)) and not math.isfinite(value))
+
+
+# A number GEOS printed with more decimals than asked (its doubles are the snapped ones).
+_LONG_DECIMAL = re.compile(r"-?\d+\.\d{8,}(?:[eE][-+]?\d+)?")
+
+
+def _geometry_texts(geoms: np.ndarray, decimals: int) -> list[str]:
+    """RFC 7946 geometry objects as text, null where empty; numbers with at most ``decimals``
+    decimals (``repr`` of a float rounded to that many places)."""
+    empty = shapely.is_missing(geoms) | shapely.is_empty(geoms)
+    texts = np.full(len(geoms), "null", dtype=object)
+    if (~empty).any():
+        texts[~empty] = shapely.to_geojson(geoms[~empty])
+    return [_LONG_DECIMAL.sub(lambda m: repr(round(float(m.group()), decimals)), t)
+            if t != "null" else t for t in texts]
+
+
+def feature_ids(props: pd.DataFrame, per_cell: bool | None = None) -> list[str] | None:
+    """Feature ids: the GEOID (text, leading zeros kept), or ``GEOID/cell`` when the table
+    holds a GEOID more than once (one row per cell); None without a ``geoid`` column.
+    ``per_cell``: whether the release has several cells, when ``props`` is a part of it (one
+    cell's rows: its GEOIDs are unique, yet the ids must be those of the whole file)."""
+    if "geoid" not in props.columns:
+        return None
+    geoids = props["geoid"].astype(str)
+    if per_cell is None:
+        per_cell = not geoids.is_unique
+    if not per_cell or "cell" not in props.columns:
+        return list(geoids)
+    return list(geoids + "/" + props["cell"].astype(str))
+
+
+def _json_scalar(value):
+    if value is None:
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    return str(value)
+
+
