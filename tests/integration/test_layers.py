@@ -66,7 +66,7 @@ def test_a_forbidden_import_breaks_its_contract(tmp_path):
 
 def test_small_area_imports_nothing_of_ours_and_the_audit_may_import_it(tmp_path):
     code = copy_of_the_code(tmp_path)
-    add_import(code / "dpatlas" / "audit" / "checks.py",
+    add_import(code / "dpatlas" / "audit" / "small_area.py",
                "import dpatlas.small_area  # the audit re-fits the model from the files")
     allowed = lint_imports(code)
     assert allowed.returncode == 0, allowed.stdout + allowed.stderr
