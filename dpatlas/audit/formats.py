@@ -4,8 +4,6 @@ values and polygons."""
 from __future__ import annotations
 
 import math
-import struct
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +12,7 @@ import pyarrow.parquet as pq
 from .base import FLOAT_ATOL, MAX_GEOJSON_BYTES, Mismatch
 from .files import _json_object, readable
 from .geometry import _reference_by_geoid, format_geometry_problems, parquet_geometries
-from .tiles import mvt_features, pmtiles_tile_entries
+from .tiles import TILE_READ_ERRORS, mvt_features, pmtiles_tile_entries
 
 
 def _same_value(a, b, *, missing_is_empty: bool = False) -> bool:
@@ -151,8 +149,7 @@ def check_formats(folder: Path, m: dict) -> str:
             n_shown = len(shown & set(table))
             if not shown:
                 problems.append("tracts.pmtiles has no features at its lowest zoom")
-        except (OSError, ValueError, IndexError, UnicodeDecodeError, EOFError, zlib.error,
-                struct.error) as err:
+        except TILE_READ_ERRORS as err:
             problems.append(f"tracts.pmtiles cannot be read: {type(err).__name__} {err}")
     if problems:
         raise Mismatch("; ".join(problems))

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import struct
-import zlib
 from pathlib import Path
 from typing import Callable
 
@@ -15,7 +13,7 @@ import pyarrow.parquet as pq
 
 from .base import AuditUnreadable, LEVEL_DIGITS, LEVEL_STEMS, MAX_GEOJSON_BYTES, Mismatch, _shapely
 from .files import _json_object, readable
-from .tiles import pmtiles_tile_entries, tile_geometries
+from .tiles import TILE_READ_ERRORS, pmtiles_tile_entries, tile_geometries
 
 
 # --- geometry: every format's polygons are the GeoParquet's, and (--boundaries) the boundaries'
@@ -266,7 +264,6 @@ def boundary_geometry_problems(folder: Path, m: dict, path: Path, column: str) -
             problems += format_geometry_problems(
                 "tracts", reference, against, tiles=pmtiles_tile_entries(
                     folder / "tracts.pmtiles"), layer="tracts")
-        except (OSError, ValueError, IndexError, UnicodeDecodeError, EOFError, zlib.error,
-                struct.error) as err:
+        except TILE_READ_ERRORS as err:
             problems.append(f"tracts.pmtiles cannot be read: {type(err).__name__} {err}")
     return problems

@@ -4,8 +4,6 @@ formats and polygons (each unit the union of its tracts)."""
 from __future__ import annotations
 
 import math
-import struct
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +22,7 @@ from .geometry import (
 from .tables import (
     _interval_value_problems, _mechanism_and_reason_problems, _standard_error_problems,
 )
-from .tiles import mvt_features, pmtiles_tile_entries
+from .tiles import TILE_READ_ERRORS, mvt_features, pmtiles_tile_entries
 
 
 # A county is the tract GEOID's first 5 digits, a state its first 2; each level publishes
@@ -226,8 +224,7 @@ def _level_tiles_problems(folder: Path, stem: str, table: dict, columns: list[st
         rows = [f for _, _, t in entries for f in mvt_features(t, stem)]
         shapes = format_geometry_problems(stem, reference, f"{stem}.parquet",
                                           tiles=(header, entries), layer=stem)
-    except (OSError, ValueError, IndexError, UnicodeDecodeError, EOFError, zlib.error,
-            struct.error) as err:
+    except TILE_READ_ERRORS as err:
         return [f"{name} cannot be read: {type(err).__name__} {err}"]
     if not rows:
         return [f"{name} has no {stem} at its lowest zoom"]

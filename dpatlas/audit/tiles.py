@@ -1,102 +1,74 @@
-"""Reading the vector tiles: a PMTiles v3 archive's directories and tiles with ``pmtiles``
-(each range checked against the file, each inflation bounded), its Mapbox Vector Tiles with
-``mapbox_vector_tile``, and their polygons in world tile units."""
+"""Reading the vector tiles: a PMTiles v3 archive's header and directories with ``pmtiles``
+(each byte range checked against the file, each inflation bounded), its Mapbox Vector Tiles
+with ``mapbox_vector_tile``, and their polygons in world tile units. Neither package is the
+code that writes our tiles (tippecanoe)."""
 
 from __future__ import annotations
 
 import contextlib
+import gzip
+import io
 import os
-import struct
 import zlib
 from pathlib import Path
 from typing import Callable, Iterator
 
+import mapbox_vector_tile
 import numpy as np
+from google.protobuf.message import DecodeError
+from pmtiles.tile import (
+    Compression, TileType, deserialize_directory, deserialize_header, read_varint,
+)
+from pmtiles.tile import tileid_to_zxy as tile_zxy
 
 from .base import _shapely
 from .files import readable
-
-
-# A small reader of what publish writes (dpatlas/publication/tiles.py runs tippecanoe): a PMTiles v3
-# archive (a 127-byte header, directories of varint-coded entries, gzip'd), whose tiles are
-# Mapbox Vector Tiles (protobuf, gzip'd). Standard library only.
 
 PMTILES_HEADER = 127
 MAX_PMTILES_ENTRIES = 1_000_000
 # A directory or tile inflated to more than this is refused (a gzip bomb would exhaust the
 # audit's memory): the largest tile of a national release at its lowest zoom is tens of MB.
 MAX_UNPACKED_BYTES = 512 << 20
+# MVT feature type 3: a polygon (the only kind publish writes to a tract, county or state layer).
+MVT_POLYGON = 3
+# What reading a damaged or hostile archive may raise: each is a finding, never a crash
+# (mapbox_vector_tile asserts an even number of tags; pmtiles refuses a zoom past 31).
+TILE_READ_ERRORS = (OSError, ValueError, IndexError, UnicodeDecodeError, EOFError, zlib.error,
+                    DecodeError, AssertionError, OverflowError)
 
 
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(buf):
-            raise ValueError("truncated varint")
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint longer than 64 bits")
-
-
-def _unpack(raw: bytes, compression: int) -> bytes:
-    if compression == 2:  # one gzip member, inflated no further than MAX_UNPACKED_BYTES
+def _inflate(raw: bytes, compression: Compression) -> bytes:
+    """A directory, the metadata or a tile as stored (gzip'd or not), inflated no further than
+    MAX_UNPACKED_BYTES (the library's gzip.decompress has no bound)."""
+    if compression == Compression.GZIP:  # one gzip member
         inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
         out = inflate.decompress(raw, MAX_UNPACKED_BYTES + 1)
         if len(out) > MAX_UNPACKED_BYTES or inflate.unconsumed_tail:
             raise ValueError(f"a gzip'd directory or tile of more than {MAX_UNPACKED_BYTES:,} "
                              "bytes: not inflated")
         return out
-    if compression == 1:
+    if compression == Compression.NONE:
         return raw
-    raise ValueError(f"compression {compression} is not supported (1 none, 2 gzip)")
+    raise ValueError(f"compression {compression.name} is not supported (none, gzip)")
 
 
-def pmtiles_entries(raw: bytes) -> list[tuple[int, int, int, int]]:
-    """A PMTiles v3 directory: (tile id, offset, length, run length) per entry."""
-    n, pos = _varint(raw, 0)
+def _directory(raw: bytes, compression: Compression) -> list:
+    """A PMTiles directory's entries (tile_id, offset, length, run_length), decoded by
+    ``pmtiles`` once its size is known to be within bounds (inflated and entries counted)."""
+    inflated = _inflate(raw, compression)
+    n = read_varint(io.BytesIO(inflated))
     if n > MAX_PMTILES_ENTRIES:
         raise ValueError(f"a directory of {n} entries")
-    columns = []
-    for _ in range(3):  # tile id deltas, run lengths, lengths
-        col = []
-        for _ in range(n):
-            v, pos = _varint(raw, pos)
-            col.append(v)
-        columns.append(col)
-    deltas, runs, lengths = columns
-    ids, offsets, last = [], [], 0
-    for i in range(n):
-        last += deltas[i]
-        ids.append(last)
-        v, pos = _varint(raw, pos)
-        offsets.append(offsets[i - 1] + lengths[i - 1] if v == 0 and i > 0 else v - 1)
-    return list(zip(ids, offsets, lengths, runs))
-
-
-def _zoom_and_first_id(tile_id: int) -> tuple[int, int]:
-    """A PMTiles tile id's zoom and the id of that zoom's first tile (ids run zoom by zoom,
-    4**z tiles to zoom z)."""
-    z, start = 0, 0
-    while start + 4 ** z <= tile_id:
-        start += 4 ** z
-        z += 1
-    return z, start
-
-
-def _zoom_of(tile_id: int) -> int:
-    return _zoom_and_first_id(tile_id)[0]
+    # deserialize_directory inflates what it is given: the gzip'd bytes, now known to be small
+    return deserialize_directory(raw if compression == Compression.GZIP
+                                 else gzip.compress(inflated, compresslevel=1))
 
 
 @contextlib.contextmanager
 def _pmtiles_archive(path: Path) -> Iterator[tuple[dict, Callable[[int, int], bytes]]]:
-    """A PMTiles v3 archive's header fields and a reader of its byte ranges, each range checked
-    against the file's size (:func:`readable` refuses what is not a regular file within its
-    read limit)."""
+    """A PMTiles v3 archive's header (``pmtiles``' fields) and a reader of its byte ranges,
+    each range checked against the file's size (:func:`readable` refuses what is not a regular
+    file within its read limit)."""
     with open(readable(path), "rb") as fh:
         size = os.fstat(fh.fileno()).st_size
 
@@ -109,11 +81,7 @@ def _pmtiles_archive(path: Path) -> Iterator[tuple[dict, Callable[[int, int], by
         data = read(0, PMTILES_HEADER) if size >= PMTILES_HEADER else b""
         if len(data) < PMTILES_HEADER or data[:7] != b"PMTiles" or data[7] != 3:
             raise ValueError("not a PMTiles v3 archive")
-        u64 = [int.from_bytes(data[i:i + 8], "little") for i in range(8, 96, 8)]
-        yield ({"root": (u64[0], u64[1]), "metadata": (u64[2], u64[3]),
-                "leaves": (u64[4], u64[5]), "tiles": (u64[6], u64[7]),
-                "internal_compression": data[97], "tile_compression": data[98],
-                "tile_type": data[99], "min_zoom": data[100], "max_zoom": data[101]}, read)
+        yield deserialize_header(data), read
 
 
 def pmtiles_tiles(path: Path, zoom: int | None = None) -> tuple[dict, list[bytes]]:
@@ -131,178 +99,52 @@ def pmtiles_tile_entries(path: Path, zoom: int | None = None
     range checked against the file's size (:func:`readable` refuses what is not a regular file
     within its read limit)."""
     with _pmtiles_archive(path) as (header, read):
-        if header["tile_type"] != 1:
-            raise ValueError(f"tile type {header['tile_type']} is not MVT")
+        if header["tile_type"] != TileType.MVT:
+            raise ValueError(f"tile type {header['tile_type'].name} is not MVT")
         zoom = header["min_zoom"] if zoom is None else zoom
-        tiles, pending = [], [(header["root"][0], header["root"][1], True)]
+        tiles, pending = [], [(header["root_offset"], header["root_length"])]
         while pending:
-            offset, length, is_root = pending.pop()
-            raw = _unpack(read(offset, length), header["internal_compression"])
-            for tile_id, off, ln, run in pmtiles_entries(raw):
-                if run == 0:  # a leaf directory
-                    pending.append((header["leaves"][0] + off, ln, False))
-                elif _zoom_of(tile_id) == zoom:
-                    tile = read(header["tiles"][0] + off, ln)
-                    tiles.append((tile_id, run, _unpack(tile, header["tile_compression"])))
+            offset, length = pending.pop()
+            for entry in _directory(read(offset, length), header["internal_compression"]):
+                if entry.run_length == 0:  # a leaf directory
+                    pending.append((header["leaf_directory_offset"] + entry.offset,
+                                    entry.length))
+                elif tile_zxy(entry.tile_id)[0] == zoom:
+                    tile = read(header["tile_data_offset"] + entry.offset, entry.length)
+                    tiles.append((entry.tile_id, entry.run_length,
+                                  _inflate(tile, header["tile_compression"])))
     return header, tiles
 
 
-def _protobuf(buf: bytes):
-    """(field number, wire type, value) of each field of a protobuf message."""
-    pos = 0
-    while pos < len(buf):
-        key, pos = _varint(buf, pos)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value, pos = _varint(buf, pos)
-        elif wire == 1:
-            value, pos = buf[pos:pos + 8], pos + 8
-        elif wire == 2:
-            size, pos = _varint(buf, pos)
-            value, pos = buf[pos:pos + size], pos + size
-        elif wire == 5:
-            value, pos = buf[pos:pos + 4], pos + 4
-        else:
-            raise ValueError(f"protobuf wire type {wire} is not supported")
-        yield number, wire, value
-
-
-def _mvt_value(buf: bytes):
-    for number, _, v in _protobuf(buf):
-        if number == 1:
-            return v.decode("utf-8")
-        if number == 2:
-            return struct.unpack("<f", v)[0]
-        if number == 3:
-            return struct.unpack("<d", v)[0]
-        if number in (4, 5):
-            return v - (1 << 64) if number == 4 and v >= 1 << 63 else v
-        if number == 6:
-            return (v >> 1) ^ -(v & 1)
-        if number == 7:
-            return bool(v)
-    return None
+def _layer(tile: bytes, layer_name: str) -> dict:
+    """One layer of a vector tile decoded by ``mapbox_vector_tile`` in tile units (y down, as
+    stored): its extent and features (properties, geometry, MVT type); empty when absent."""
+    layers = mapbox_vector_tile.decode(tile, default_options={"y_coord_down": True,
+                                                              "geojson": False})
+    return layers.get(layer_name, {"extent": 4096, "features": []})
 
 
 def mvt_features(tile: bytes, layer_name: str = "tracts") -> list[dict]:
     """The attributes of every feature of one layer of a vector tile."""
-    return [attributes for attributes, _, _, _ in mvt_layer_features(tile, layer_name)]
-
-
-def mvt_layer_features(tile: bytes, layer_name: str = "tracts"):
-    """(attributes, geometry type, encoded geometry, layer extent) of every feature of one
-    layer of a vector tile (Mapbox Vector Tile 2.1: layer fields 1 name, 2 features, 3 keys,
-    4 values, 5 extent; feature fields 2 tags, 3 type, 4 geometry)."""
-    for number, _, layer in _protobuf(tile):
-        if number != 3:
-            continue
-        name, keys, values, features, extent = None, [], [], [], 4096
-        for f, _, v in _protobuf(layer):
-            if f == 1:
-                name = v.decode("utf-8")
-            elif f == 2:
-                features.append(v)
-            elif f == 3:
-                keys.append(v.decode("utf-8"))
-            elif f == 4:
-                values.append(_mvt_value(v))
-            elif f == 5:
-                extent = v
-        if name != layer_name:
-            continue
-        for feature in features:
-            tags, kind, geometry = [], 0, b""
-            for f, wire, v in _protobuf(feature):
-                if f == 2 and wire == 2:
-                    pos = 0
-                    while pos < len(v):
-                        t, pos = _varint(v, pos)
-                        tags.append(t)
-                elif f == 3 and wire == 0:
-                    kind = v
-                elif f == 4 and wire == 2:
-                    geometry = v
-            yield ({keys[k]: values[i] for k, i in zip(tags[::2], tags[1::2])}, kind, geometry,
-                   extent)
+    return [feature["properties"] for feature in _layer(tile, layer_name)["features"]]
 
 
 def pmtiles_metadata(path: Path) -> bytes:
     """The (decompressed) JSON metadata of a PMTiles v3 archive: tippecanoe's name,
     description, attribution and generator_options (its command line) among them."""
     with _pmtiles_archive(path) as (header, read):
-        return _unpack(read(*header["metadata"]), header["internal_compression"])
+        return _inflate(read(header["metadata_offset"], header["metadata_length"]),
+                        header["internal_compression"])
 
 
-def tile_zxy(tile_id: int) -> tuple[int, int, int]:
-    """Zoom, column and row of a PMTiles tile id (PMTiles v3: tiles are numbered zoom by zoom,
-    each zoom along a Hilbert curve)."""
-    z, start = _zoom_and_first_id(tile_id)
-    t, x, y, s = tile_id - start, 0, 0, 1
-    while s < 1 << z:
-        rx = 1 & (t // 2)
-        ry = 1 & (t ^ rx)
-        if ry == 0:
-            if rx == 1:
-                x, y = s - 1 - x, s - 1 - y
-            x, y = y, x
-        x, y, t, s = x + s * rx, y + s * ry, t // 4, s * 2
-    return z, x, y
-
-
-def mvt_rings(encoded: bytes) -> list[list[tuple[int, int]]]:
-    """The rings of an encoded MVT polygon in tile units: MoveTo (1) and LineTo (2) with
-    zigzag-coded deltas from a cursor kept across the feature, ClosePath (7)."""
-    ints, pos = [], 0
-    while pos < len(encoded):
-        v, pos = _varint(encoded, pos)
-        ints.append(v)
-    rings, ring, x, y, i = [], [], 0, 0, 0
-    while i < len(ints):
-        command, count = ints[i] & 7, ints[i] >> 3
-        i += 1
-        if command in (1, 2):
-            if i + 2 * count > len(ints):
-                raise ValueError("truncated MVT geometry")
-            for _ in range(count):
-                x += (ints[i] >> 1) ^ -(ints[i] & 1)
-                y += (ints[i + 1] >> 1) ^ -(ints[i + 1] & 1)
-                i += 2
-                if command == 1:
-                    if ring:
-                        rings.append(ring)
-                    ring = [(x, y)]
-                else:
-                    ring.append((x, y))
-        elif command == 7:
-            if ring:
-                rings.append(ring)
-            ring = []
-        else:
-            raise ValueError(f"MVT command {command} is not a polygon's")
-    if ring:
-        rings.append(ring)
-    return rings
-
-
-def _mvt_polygon(rings: list, dx: float, dy: float):
-    """A (valid) polygon of MVT rings shifted by (dx, dy): a ring of positive area in tile
-    units (y down) begins a polygon, a negative one is a hole of the last (MVT 2.1, 4.3.4.4)."""
+def _shifted_polygon(geometry: dict, dx: float, dy: float):
+    """A decoded MVT (multi)polygon shifted by (dx, dy) and made valid; None if it has no
+    ring of non-zero area (the decoder leaves those out)."""
     shapely = _shapely()
-    polygons: list[tuple[list, list]] = []
-    for ring in rings:
-        if len(ring) < 3:
-            continue
-        xs, ys = np.array(ring, dtype=float).T
-        area = float(np.dot(xs, np.roll(ys, -1)) - np.dot(np.roll(xs, -1), ys))
-        points = np.column_stack([xs + dx, ys + dy])
-        if area > 0:
-            polygons.append((points, []))
-        elif area < 0 and polygons:
-            polygons[-1][1].append(points)
-    if not polygons:
+    shape = shapely.geometry.shape(geometry)
+    if shape.is_empty:
         return None
-    parts = [shapely.Polygon(shell, holes) for shell, holes in polygons]
-    return shapely.make_valid(parts[0] if len(parts) == 1 else shapely.MultiPolygon(parts))
+    return shapely.make_valid(shapely.transform(shape, lambda xy: xy + (dx, dy)))
 
 
 def tile_geometries(entries: list, layer: str) -> tuple[list, np.ndarray, int, int]:
@@ -313,17 +155,19 @@ def tile_geometries(entries: list, layer: str) -> tuple[list, np.ndarray, int, i
     pieces: dict[tuple[str, str], list] = {}
     zoom, extents = 0, set()
     for tile_id, run, tile in entries:
-        features = [(attrs, mvt_rings(geometry), extent) for attrs, kind, geometry, extent
-                    in mvt_layer_features(tile, layer) if kind == 3]
-        zoom = _zoom_of(tile_id)
+        decoded = _layer(tile, layer)
+        features = [f for f in decoded["features"] if f["type"] == MVT_POLYGON]
+        extent = decoded["extent"]
+        zoom = tile_zxy(tile_id)[0]
         if run > 4 ** zoom:
             raise ValueError(f"a run of {run} tiles at zoom {zoom}")
         for copy in range(run):  # a run repeats one tile at the ids that follow its own
             _, column, row = tile_zxy(tile_id + copy)
-            for attrs, rings, extent in features:
+            for feature in features:
                 extents.add(extent)
-                polygon = _mvt_polygon(rings, column * extent, row * extent)
+                polygon = _shifted_polygon(feature["geometry"], column * extent, row * extent)
                 if polygon is not None:
+                    attrs = feature["properties"]
                     key = (str(attrs.get("geoid")), str(attrs.get("cell")))
                     pieces.setdefault(key, []).append(polygon)
     if len(extents) > 1:
