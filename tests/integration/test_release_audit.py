@@ -864,11 +864,11 @@ def test_group_of_two_is_the_pipelines_conversion(g):
 
     converted = convert_relation(from_dict({**g, "relation": "add-remove"}),
                                  Relation.REPLACE_ONE)
-    ours = audit_accounting.restate(audit_accounting.guarantee_from(g), "add-remove", "replace-one")
-    assert audit_accounting.same_guarantee(ours, audit_accounting.guarantee_from(as_dict(converted)))
-    assert audit_accounting.restate(audit_accounting.guarantee_from(g), "replace-one", "replace-one") == \
-        audit_accounting.guarantee_from(g)
+    restate, guarantee_from = audit_accounting.restate, audit_accounting.guarantee_from
+    ours = restate(guarantee_from(g), "add-remove", "replace-one")
+    assert audit_accounting.same_guarantee(ours, guarantee_from(as_dict(converted)))
+    assert restate(guarantee_from(g), "replace-one", "replace-one") == guarantee_from(g)
     with pytest.raises(audit_base.Mismatch, match="cannot pay a step charged for add-remove"):
-        audit_accounting.restate(audit_accounting.guarantee_from(g), "replace-one", "add-remove")
+        restate(guarantee_from(g), "replace-one", "add-remove")
     with pytest.raises(audit_base.Mismatch, match=">= 1"):
         audit_accounting.group_of_two(audit_accounting.G("approx", 20.0, 1e-6))
