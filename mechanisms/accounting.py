@@ -5,7 +5,7 @@ In the manner of dp-accounting's ``PrivacyAccountant``: :class:`Accountant` take
 The budget plan (``dpatlas.release.allocate``), the in-run privacy filter
 (``mechanisms.privacy_filter``), the ledger (``dpatlas.ledger``: what a step is charged, the cap check,
 the lifetime spend, :func:`lifetime_epsilon`) and the manifest's checks all account through
-this module; the audit (``dpatlas.audit.checks``) keeps its own copy on purpose.
+this module; the audit (``dpatlas.audit.accounting``) keeps its own copy on purpose.
 
 Accounting state, against a cap (the rules of :func:`increment`): pure ε parts add as ε,
 (ε, δ) parts add as (ε, δ) (basic composition), concentrated parts (zCDP, GDP, and pure ε under

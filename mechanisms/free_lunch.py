@@ -230,7 +230,7 @@ class FreeLunchSSP(Estimator):
     sampler = _SAMPLER
     defaults = _DEFAULTS
     # Its noise steps are add-remove; the release plan (dpatlas/release/allocate.py, selection.py)
-    # and the release audit (dpatlas/audit/checks.py, check "relations") apply the stated conversion,
+    # and the release audit (dpatlas/audit/noise.py, check "relations") apply the stated conversion,
     # and the ledger refuses any guarantee not stated for replace-one.
     publishable = True
     # Not in the default suite: it is one more pure-ε estimator of the same statistics as

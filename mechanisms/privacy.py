@@ -262,7 +262,7 @@ def to_zcdp(g: Guarantee) -> ZCDP:
 # δ = 1e-6) whatever ρ: budgets of ε = 0.001 then calibrated ρ to ~δ² (rho_for_approx). The
 # added orders change no conversion whose best order is a default one (ρ above ~1e-5 at
 # δ ≤ 1e-5: the same figures as before), and near α* a grid of ratio r loses at most
-# (ln r)²/2 ≈ 2e-4 of ε. dpatlas/audit/checks.py builds the same list (it imports nothing from here).
+# (ln r)²/2 ≈ 2e-4 of ε. dpatlas/audit/accounting.py builds the same list (it imports nothing from here).
 ZCDP_CONVERSION_ORDERS = tuple(
     float(a) for a in rdp_privacy_accountant.DEFAULT_RDP_ORDERS) + tuple(
     1024.0 * 1.02 ** k for k in range(1, 1000) if 1024.0 * 1.02 ** k <= 1e7)

@@ -241,7 +241,7 @@ class StudentTSmooth:
 
 
 # ---------------------------------------------------------------------------------------------
-# PrivTree's privacy map (BinAgg's split decisions; the audit, dpatlas/audit/checks.py,
+# PrivTree's privacy map (BinAgg's split decisions; the audit, dpatlas/audit/noise.py,
 # recomputes this kind with its own code)
 
 BRANCHING = 2  # PrivTree's fan-out: each split halves a bin

@@ -11,7 +11,7 @@ A :class:`Sensitivity` is what a :class:`~mechanisms.privacy_maps.NoiseStep` is 
   tracts, with public hyperparameters bound when the step is built (``fixed``: e.g. τ);
 - ``formula`` (e.g. ``1 - 1/n``) and ``statement``, the text a manifest prints under
   "sensitivity" (formula, norm, relation and domain, as the audit derives it:
-  ``dpatlas/audit/checks.py``, SENSITIVITIES);
+  ``dpatlas/audit/sensitivities.py``, SENSITIVITIES);
 - ``derivation``: one sentence and its source.
 
 A draw reads its number here (``step.sensitivity.value(n=...)``), never from an expression of

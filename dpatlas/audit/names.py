@@ -7,7 +7,7 @@ reference does not hold has none, and its tracts' names leave it out. The refere
 public and outside this project: libpysal's bundled Census outlines (``us_income``: the 48
 contiguous states' FIPS codes and names; ``sids2``: North Carolina's counties), plus the four
 state-equivalents it does not outline. Like the rest of the audit, this module imports
-nothing of ours.
+nothing of ours (only the audit's own base and files).
 """
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ import struct
 from pathlib import Path
 
 import pyarrow.parquet as pq
+
+from .base import Mismatch
+from .files import readable as _readable
 
 # The public columns before names were published (releases of before issue 33): the manifest's
 # public.columns may be this list or the audit's PUBLIC_COLUMNS.
@@ -30,7 +33,7 @@ _TABLES = {"tract": "tracts.parquet", "county": "counties.parquet", "state": "st
 _MAX_SHOWN = 3
 
 
-class NamesMismatch(Exception):
+class NamesMismatch(Mismatch):
     """A published name is not the recomputed one, or the reference cannot be read."""
 
 
@@ -132,3 +135,8 @@ def name_problems(folder: Path, files, readable=lambda path: path) -> tuple[list
             problems.append(f"{file_name}: {len(wrong)} name(s) are not the Census-style "
                             f"name of their GEOID, e.g. {'; '.join(wrong[:_MAX_SHOWN])}")
     return problems, checked
+
+
+def check_names(folder: Path, m: dict) -> str:
+    """(n) Public names recomputed from the GEOIDs and public geography."""
+    return check(folder, m, _readable)

@@ -676,7 +676,7 @@ def audit(folder: Path = typer.Argument(..., help="A published release folder.")
     guarantee recomputed from its noise parameters and derived sensitivities, the per-person
     total, every published column paid for, every format the same; exit 0 / 1 (a check failed)
     / 2 (unreadable) / 3 (a test release, without --allow-test)."""
-    from dpatlas.audit.checks import main as audit_main
+    from dpatlas.audit.run import main as audit_main
 
     raise typer.Exit(audit_main(folder, allow_test=allow_test, ledger=ledger,
                                 boundaries=boundaries, as_json=as_json))

@@ -2,7 +2,7 @@
 
 The manifest is public. It names files by base name and sha256, never by where they sit on
 the machine that made the release, and it states what the guarantee rests on (verified or
-not) beside the budget. ``dpatlas.audit.checks`` re-checks it from the release folder alone.
+not) beside the budget. ``dpatlas.audit`` re-checks it from the release folder alone.
 """
 
 from __future__ import annotations
@@ -55,17 +55,17 @@ RANDOM_BITS_SEEDED = "seeded (test only, NOT FOR RELEASE)"
 RANDOM_BITS_MIXED = "mixed (NOT FOR RELEASE): "
 CONFIG_FILE = "config.json"
 
-# The manifest's schema version: dpatlas.audit.checks checks the fields this version requires.
+# The manifest's schema version: dpatlas.audit.schema checks the fields this version requires.
 # 3: p25_se, p75_se beside the intervals (issue 18); 4: one estimand, the tract expected
 # outcome, for every value, interval, SE and margin of error, each column declaring it (issue 32).
 MANIFEST_VERSION = 4
 
 # Columns whose values are published without noise: public under the replace-one relation
 # (status is a function of the public n and of DP outputs). Every other column is paid for by
-# a budget step; dpatlas.audit.checks holds the same list.
+# a budget step; dpatlas.audit.base holds the same list.
 PUBLIC_COLUMNS = ("geoid", "state", "county", "name", "cell", "n", "status", "geometry")
 
-# What the guarantee does not protect (docs/threat-model.md). dpatlas.audit.checks requires exactly
+# What the guarantee does not protect (docs/threat-model.md). dpatlas.audit.schema requires exactly
 # these keys.
 PUBLIC_SECTION = {
     "neighbours": "replace-one: a person's record may change, nobody is added or "

@@ -1,5 +1,5 @@
 """The one accountant (mechanisms/accounting.py) and its tolerance policy, and the audit's
-independent accountant (dpatlas/audit/checks.py) cross-checked against dp-accounting's own."""
+independent accountant (dpatlas/audit/accounting.py) cross-checked against dp-accounting's own."""
 
 import math
 
@@ -10,7 +10,9 @@ from dp_accounting.pld import common as pld_common
 from dp_accounting.pld import privacy_loss_distribution as pld
 from dp_accounting.rdp import rdp_privacy_accountant
 
-from dpatlas.audit import checks as audit
+from dpatlas.audit import accounting as audit_accounting
+from dpatlas.audit import anchors as audit_anchors
+from dpatlas.audit import noise as audit_noise
 from dpatlas.ledger import store
 from dpatlas.release import allocate
 from mechanisms import accounting
@@ -150,8 +152,8 @@ def test_audit_discrete_laplace_composition_matches_dp_accounting(k):
     At δ > 0 the audit's pure total is no tighter than the PLD's (it states δ = 0)."""
     noise = GridLaplace.calibrate(0.3)
     p = noise.parameters()
-    one = audit.noise_guarantee({"mechanism": "grid-laplace", "parameters": p})
-    total = audit.sequential([one] * k)
+    one = audit_noise.noise_guarantee({"mechanism": "grid-laplace", "parameters": p})
+    total = audit_accounting.sequential([one] * k)
     assert total.kind == "pure"
     a = p["scale_den"] / p["scale_num"]
     sens = p["grid_steps"] + p["dims"]
@@ -175,13 +177,13 @@ def test_audit_discrete_gaussian_composition_matches_dp_accounting(k):
     an upper bound on the privacy profile."""
     noise = GridGaussian.calibrate(0.02)
     p = noise.parameters()
-    one = audit.noise_guarantee({"mechanism": "grid-gaussian", "parameters": p})
+    one = audit_noise.noise_guarantee({"mechanism": "grid-gaussian", "parameters": p})
     sens = p["grid_steps"] + 1  # dims = 1: L2 sensitivity N + √1 grid units
     sigma = math.sqrt(p["sigma2"])
     assert one.rho == pytest.approx(sens ** 2 / (2 * sigma ** 2), rel=1e-12)
     delta = 1e-6
-    eps_audit, _ = audit.as_approx(audit.sequential([one] * k), delta)
-    rdp = rdp_privacy_accountant.RdpAccountant(audit.zcdp_conversion_orders())
+    eps_audit, _ = audit_accounting.as_approx(audit_accounting.sequential([one] * k), delta)
+    rdp = rdp_privacy_accountant.RdpAccountant(audit_accounting.zcdp_conversion_orders())
     rdp.compose(dp_accounting.GaussianDpEvent(sigma / sens), k)
     assert eps_audit == pytest.approx(rdp.get_epsilon(delta), rel=1e-9)
     exact = pld.from_discrete_gaussian_mechanism(
@@ -196,10 +198,10 @@ def test_audit_exponential_mechanism_composition_matches_dp_accounting(k):
     mechanism (the worst case of every ε-DP mechanism: ``from_privacy_parameters``) composed
     k times: k·ε at δ = 0; at δ > 0 the audit's pure total is no tighter."""
     noise = ExpMedian.calibrate(0.15)
-    one = audit.noise_guarantee({"mechanism": "exponential-median",
+    one = audit_noise.noise_guarantee({"mechanism": "exponential-median",
                                  "parameters": noise.parameters()})
     assert one.epsilon == pytest.approx(noise.rate / noise.rate_den, rel=1e-15)
-    total = audit.sequential([one] * k)
+    total = audit_accounting.sequential([one] * k)
     worst = pld.from_privacy_parameters(pld_common.DifferentialPrivacyParameters(one.epsilon),
                                         value_discretization_interval=1e-5).self_compose(
         k, tail_mass_truncation=0.0)
@@ -243,7 +245,7 @@ def test_ledger_lifetime_total_converts_the_summed_rho_once(tmp_path):
                 led.entries("tracts")[["guarantee_type", "epsilon", "delta", "rho"]]
                 .itertuples(index=False)]
         rows = [{**x, "rho": None if x["rho"] != x["rho"] else x["rho"]} for x in rows]
-        assert audit.lifetime_spend(rows) == pytest.approx((tight, 4 * delta), rel=1e-9)
+        assert audit_anchors.lifetime_spend(rows) == pytest.approx((tight, 4 * delta), rel=1e-9)
         # a further release over the composed total is still refused
         from dpatlas.ledger import BudgetExceeded
 
@@ -260,7 +262,8 @@ def test_ledger_lifetime_total_of_pure_charges_is_their_sum(tmp_path):
         led.begin_release("r1", "tracts", [Charge("all", "s", "pure", 0.75, 0.0, 0.28125)] * 2,
                           "c" * 64, "a")
         assert led.spent("tracts")["epsilon"] == 1.5
-    assert audit.lifetime_spend([{"kind": "pure", "e": 0.75, "d": 0.0, "rho": 0.28125}] * 2) \
+    assert audit_anchors.lifetime_spend(
+        [{"kind": "pure", "e": 0.75, "d": 0.0, "rho": 0.28125}] * 2) \
         == (1.5, 0.0)
 
 

@@ -23,7 +23,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpatlas.audit import checks as audit
+from dpatlas.audit import run as audit
+from dpatlas.audit import base as audit_base
+from dpatlas.audit import geometry as audit_geometry
+from dpatlas.audit import noise as audit_noise
+from dpatlas.audit import paths as audit_paths
+from dpatlas.audit import schema as audit_schema
+from dpatlas.audit import sensitivities as audit_sensitivities
+from dpatlas.audit import tables as audit_tables
+from dpatlas.audit import tiles as audit_tiles
 from dpatlas.release.allocate import plan as make_plan
 from dpatlas.core.config import fingerprint
 from dpatlas.publication.geojson import write_geojson_rfc7946
@@ -232,9 +240,9 @@ def test_the_untouched_release_publishes_standard_errors_the_audit_recomputes(an
     assert "post-processing of the step 'interval: p25 and p75'" in \
         m["published_columns"]["p25_se, p75_se"]
     se = table.loc[released, "p25_se"].astype(float)
-    assert ((se > 0) & (se <= audit.SE_CAP)).all()
+    assert ((se > 0) & (se <= audit_base.SE_CAP)).all()
     assert np.allclose(table.loc[released, "p25_moe90"],
-                       np.ceil(audit.MOE90_Z * se * 1e4) / 1e4, rtol=0, atol=1e-9)
+                       np.ceil(audit_base.MOE90_Z * se * 1e4) / 1e4, rtol=0, atol=1e-9)
 
 
 def as_version_3(folder: Path) -> None:
@@ -243,7 +251,7 @@ def as_version_3(folder: Path) -> None:
     them, and are audited so."""
     table = table_of(folder).drop(columns=list(MOE90_COLUMNS))
     for p in ("p25", "p75"):
-        se = audit.interval_standard_error(table[f"{p}_lo"], table[f"{p}_hi"], 0.95)
+        se = audit_tables.interval_standard_error(table[f"{p}_lo"], table[f"{p}_hi"], 0.95)
         table[f"{p}_se"] = (np.ceil(np.round(se * 1e4, 9)) / 1e4).round(4) + 0.0
     republish(folder, table)
     m = manifest_of(folder)
@@ -286,7 +294,7 @@ def with_margins(table: pd.DataFrame) -> pd.DataFrame:
     out = table.copy()
     for p in ("p25", "p75"):
         se = out[f"{p}_se"].astype(float)
-        out[f"{p}_moe90"] = (np.ceil(audit.MOE90_Z * se * 1e4) / 1e4).round(4) + 0.0
+        out[f"{p}_moe90"] = (np.ceil(audit_base.MOE90_Z * se * 1e4) / 1e4).round(4) + 0.0
     return out
 
 
@@ -295,7 +303,7 @@ def test_the_audits_estimand_rules_are_the_products():
     and the margin's z are mechanisms/estimand.py's."""
     from mechanisms import estimand
 
-    assert (audit.ESTIMAND_ID, audit.SE_CAP, audit.MOE90_Z) == (
+    assert (audit_base.ESTIMAND_ID, audit_base.SE_CAP, audit_base.MOE90_Z) == (
         estimand.ESTIMAND_ID, estimand.SE_CAP, estimand.MOE90_Z)
 
 
@@ -366,7 +374,7 @@ def test_a_column_not_declared_with_the_estimand_in_the_manifest(forged, column)
     m = manifest_of(forged)
     key = next(k for k in m["published_columns"] if column in [c.strip() for c in k.split(",")])
     m["published_columns"][key] = m["published_columns"][key].replace(
-        audit.ESTIMAND_ID, "tract's own least-squares line")
+        audit_base.ESTIMAND_ID, "tract's own least-squares line")
     write_manifest(forged, m)
     code, bad, lines = run_audit(forged)
     assert code == 1 and set(bad) == {"columns"}, lines
@@ -669,9 +677,9 @@ def test_pmtiles_reader_reads_every_tract_and_attribute(anchored):
     from dpatlas.publication.tiles import decode_tile
 
     path = anchored[0] / "tracts.pmtiles"
-    header, tiles = audit.pmtiles_tiles(path)
+    header, tiles = audit_tiles.pmtiles_tiles(path)
     ours = sorted((f["geoid"], json.dumps(f, sort_keys=True))
-                  for t in tiles for f in audit.mvt_features(t))
+                  for t in tiles for f in audit_tiles.mvt_features(t))
     z = header["min_zoom"]
     theirs = []
     for x in range(2 ** z):
@@ -769,7 +777,7 @@ def halve_epsilon_everywhere(folder: Path) -> None:
                 else:
                     assert ns["mechanism"] == "exponential-median" and p["rate"] % 2 == 0
                     p["rate"] //= 2
-                ns["guarantee"]["epsilon"] = audit.noise_guarantee(ns).epsilon
+                ns["guarantee"]["epsilon"] = audit_noise.noise_guarantee(ns).epsilon
                 total += ns["guarantee"]["epsilon"] * ns["repeat"]
             worst = max(worst, total)
         step["guarantee"]["epsilon"] = worst
@@ -870,9 +878,9 @@ def test_every_publishable_estimators_noise_has_a_derived_sensitivity():
     for label, step in found:
         d = step.as_dict()
         siblings = [s.as_dict() for lab, s in found if lab == label]
-        assert audit.sensitivity_problem(label, d, siblings, 2) is None, (label, d)
+        assert audit_sensitivities.sensitivity_problem(label, d, siblings, 2) is None, (label, d)
         forged = {**d, "sensitivity": "0"}
-        assert audit.sensitivity_problem(label, forged, siblings, 2), (label, d)
+        assert audit_sensitivities.sensitivity_problem(label, forged, siblings, 2), (label, d)
 
 
 # --- 14. forged id, dates, code version; oversized and nested manifests (D9) ----------------------
@@ -976,14 +984,14 @@ def test_cli_passes_the_anchors_and_allow_test(anchored):
 def test_manifest_states_what_is_public_and_rounds_times_to_the_day(anchored):
     m = manifest_of(anchored[0])
     assert m["manifest_version"] == 4
-    assert m["public"]["columns"] == list(audit.PUBLIC_COLUMNS)
-    assert sorted(m["public"]) == sorted(audit.PUBLIC_SECTION_KEYS)
+    assert m["public"]["columns"] == list(audit_base.PUBLIC_COLUMNS)
+    assert sorted(m["public"]) == sorted(audit_schema.PUBLIC_SECTION_KEYS)
     assert "n per tract and cell" in m["public"]["counts"]
     assert "rounded to the day" in m["public"]["timing"]
     assert m["public"]["threat_model"] == "docs/threat-model.md"
     assert (REPO / m["public"]["threat_model"]).is_file()
     for key in ("started", "published"):
-        assert audit.DAY.fullmatch(m[key]), m[key]
+        assert audit_schema.DAY.fullmatch(m[key]), m[key]
 
 
 def test_synthetic_folder_rounds_its_time_and_audits_with_its_ledger(published):
@@ -996,7 +1004,7 @@ def test_synthetic_folder_rounds_its_time_and_audits_with_its_ledger(published):
     cfg_path, _ = published
     folder = synthesize_release(cfg_path, SOURCE, EPS, noise_seed=SEED)
     m = manifest_of(folder)
-    assert audit.DAY.fullmatch(m["created"]), m["created"]
+    assert audit_schema.DAY.fullmatch(m["created"]), m["created"]
     assert audit.main(folder, io.StringIO()) == 3
     url = load_config(cfg_path).ledger.url
     code, bad, lines = run_audit(folder, ledger=url)
@@ -1112,25 +1120,25 @@ def test_the_tile_reader_decodes_polygons_where_tippecanoe_decode_puts_them(anch
     from dpatlas.publication.tiles import decode_tile
 
     path = anchored[0] / "tracts.pmtiles"
-    header, entries = audit.pmtiles_tile_entries(path)
-    keys, geoms, z, extent = audit.tile_geometries(entries, "tracts")
+    header, entries = audit_tiles.pmtiles_tile_entries(path)
+    keys, geoms, z, extent = audit_tiles.tile_geometries(entries, "tracts")
     ours = dict(zip((k[0] for k in keys), geoms))
     theirs: dict[str, list] = {}
     for tile_id, _, _ in entries:
-        _, x, y = audit.tile_zxy(tile_id)
+        _, x, y = audit_tiles.tile_zxy(tile_id)
         for layer in decode_tile(path, z, x, y).get("features", []):
             for f in layer.get("features", []):
                 theirs.setdefault(f["properties"]["geoid"], []).append(
                     shapely.geometry.shape(f["geometry"]))
     assert set(theirs) == set(ours)
-    projected = audit.to_tile_units({g: shapely.union_all(p) for g, p in theirs.items()}, z,
-                                    extent)
+    projected = audit_geometry.to_tile_units(
+        {g: shapely.union_all(p) for g, p in theirs.items()}, z, extent)
     distance = shapely.hausdorff_distance(np.array([ours[g] for g in projected], dtype=object),
                                           np.array(list(projected.values()), dtype=object))
     assert distance.max() <= 1.0, distance.max()
-    assert audit.tile_zxy(0) == (0, 0, 0) and audit.tile_zxy(1) == (1, 0, 0)
-    assert [audit.tile_zxy(i) for i in (2, 3, 4, 5)] == [(1, 0, 1), (1, 1, 1), (1, 1, 0),
-                                                         (2, 0, 0)]
+    assert audit_tiles.tile_zxy(0) == (0, 0, 0) and audit_tiles.tile_zxy(1) == (1, 0, 0)
+    assert [audit_tiles.tile_zxy(i) for i in (2, 3, 4, 5)] == [
+        (1, 0, 1), (1, 1, 1), (1, 1, 0), (2, 0, 0)]
 
 
 # --- 17. machine paths in every published file (issue 31) ----------------------------------------
@@ -1193,7 +1201,7 @@ def test_the_published_tile_metadata_has_no_machine_path(anchored):
 
     metadata = read_metadata(anchored[0] / "tracts.pmtiles")
     assert metadata["generator_options"].startswith("tippecanoe -o ")
-    assert audit.machine_path_in_text(json.dumps(metadata).encode()) is None
+    assert audit_paths.machine_path_in_text(json.dumps(metadata).encode()) is None
     code, bad, lines = run_audit(anchored[0])
     assert code == 0, lines
     assert any(ln.startswith("ok    machine paths: ") and "tile and Parquet metadata" in ln
@@ -1216,7 +1224,7 @@ def audit_in_a_subprocess(folder: Path, *options: str
     # one BLAS thread: each reserves address space, which the limit counts
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     started = time.monotonic()
-    run = subprocess.run([sys.executable, "-m", "dpatlas.audit.checks", str(folder),
+    run = subprocess.run([sys.executable, "-m", "dpatlas.audit", str(folder),
                           "--allow-test", *options], capture_output=True, text=True,
                          timeout=60, preexec_fn=limit_memory, env=env)
     return run, time.monotonic() - started
@@ -1279,7 +1287,7 @@ def test_a_fifo_given_as_the_boundaries_is_unreadable_not_a_hang(anchored, tmp_p
 def test_tiles_that_inflate_past_the_limit_are_not_inflated(forged, monkeypatch):
     """A gzip bomb in a tile archive would exhaust the audit's memory: inflating stops at
     MAX_UNPACKED_BYTES (lowered here to below the test archive's tiles)."""
-    monkeypatch.setattr(audit, "MAX_UNPACKED_BYTES", 64)
+    monkeypatch.setattr(audit_tiles, "MAX_UNPACKED_BYTES", 64)
     code, bad, lines = run_audit(forged)
     assert code == 1 and set(bad) == {"formats", "machine paths"}, lines
     assert "tracts.pmtiles cannot be read: ValueError a gzip'd directory or tile of more " \

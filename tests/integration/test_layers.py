@@ -11,7 +11,7 @@ from tests.support.paths import REPO
 
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")  # the venv's
 PACKAGES = ("dpatlas", "flows", "tasks", "deploy", "mechanisms", "data_contracts")
-CONTRACTS = 7
+CONTRACTS = 8
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess:
@@ -72,7 +72,7 @@ def test_a_forbidden_import_breaks_its_contract(tmp_path):
 
 def test_small_area_imports_nothing_of_ours_and_the_audit_may_import_it(tmp_path):
     code = copy_of_the_code(tmp_path)
-    add_import(code / "dpatlas" / "audit" / "checks.py",
+    add_import(code / "dpatlas" / "audit" / "small_area.py",
                "import dpatlas.small_area  # the audit re-fits the model from the files")
     allowed = lint_imports(code)
     assert allowed.returncode == 0, allowed.stdout + allowed.stderr
@@ -101,3 +101,19 @@ def test_the_input_checks_and_the_synthetic_geography_never_import_the_publicati
     assert "dpatlas.release.boundaries -> dpatlas.publication.geojson" in report
     assert "tasks.validate -> dpatlas.release.boundaries" in report  # validation, indirectly
     assert "dpatlas.evaluation.synthetic_boundaries -> dpatlas.publication.level_files" in report
+
+
+def test_the_audits_modules_are_layered(tmp_path):
+    """A reader of tiles importing a check that uses it breaks the audit's layers (and, being
+    a cycle, the acyclic contract); the independence contract is untouched by it."""
+    code = copy_of_the_code(tmp_path)
+    add_import(code / "dpatlas" / "audit" / "tiles.py", "from . import formats  # noqa")
+    run = lint_imports(code)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "The audit's modules in layers: run -> checks -> readers -> base BROKEN" in run.stdout
+    assert "dpatlas.audit.tiles -> dpatlas.audit.formats" in run.stdout
+    assert "No cycles between the subpackages of dpatlas BROKEN" in run.stdout
+    assert "The audit imports nothing of ours (not even mechanisms: an auditor trusts none of " \
+        "it) KEPT" in run.stdout
+    assert f"Contracts: {CONTRACTS - 2} kept, 2 broken." in run.stdout
+

@@ -20,7 +20,7 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 
 from prefect.testing.utilities import prefect_test_harness  # noqa: E402
 
-from dpatlas.audit import checks as audit  # noqa: E402
+from dpatlas.audit import run as audit  # noqa: E402
 from dpatlas.core.hashing import sha256_file  # noqa: E402
 from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic  # noqa: E402
 from dpatlas.publication.tiles import build_level_tiles, read_metadata  # noqa: E402

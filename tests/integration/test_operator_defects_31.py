@@ -79,7 +79,7 @@ def test_o3b_a_killed_synthesize_is_finished_by_a_rerun_charged_once(published, 
         assert (folder / PARQUET).read_bytes() == drawn  # the recorded draw, never redrawn
     elif point == "before-record-synthetic":
         assert (folder / PARQUET).is_file()  # unrecorded: nothing read it, drawn again
-    from dpatlas.audit import checks as audit
+    from dpatlas.audit import run as audit
     assert audit.audit_release(folder).ok
 
 

@@ -433,7 +433,7 @@ def test_a_released_state_has_standard_files_and_a_valid_catalogue(tmp_path):
     from prefect.testing.utilities import prefect_test_harness
 
     from tests.support.inputs import write_config
-    from dpatlas.audit.checks import main as audit
+    from dpatlas.audit.run import main as audit
     from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
 
     data = tmp_path / "state"

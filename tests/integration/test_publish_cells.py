@@ -311,7 +311,7 @@ def flow_release(tmp_path_factory):
 def test_a_release_published_a_cell_at_a_time_passes_the_audit(flow_release):
     import io
 
-    from dpatlas.audit import checks as audit
+    from dpatlas.audit import run as audit
 
     folder, internal = flow_release
     out = io.StringIO()

@@ -129,7 +129,7 @@ def test_the_published_county_level_carries_real_county_names(tmp_path):
 
     import pandas as pd
 
-    from dpatlas.audit.checks import level_column_payer
+    from dpatlas.audit.levels import level_column_payer
     from dpatlas.publication.geojson import write_geojson_rfc7946
     from dpatlas.publication.level_files import assemble_level, level_table_schema
 

@@ -24,7 +24,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpatlas.audit import checks as audit
+from dpatlas.audit import run as audit
+from dpatlas.audit import accounting as audit_accounting
+from dpatlas.audit import base as audit_base
+from dpatlas.audit import noise as audit_noise
 from dpatlas.release.allocate import plan as make_plan
 from dpatlas.core.config import parse_config, public_config
 from dpatlas.release.estimate import estimate_partition, select_partition
@@ -167,19 +170,18 @@ STANDALONE = """
 import runpy, sys
 for name in ("dpatlas", "mechanisms", "tasks", "flows", "prefect", "geopandas"):
     sys.modules[name] = None  # any import of them now raises ImportError
-sys.argv = ["audit.py", {folder!r}, "--allow-test"]
-runpy.run_path({script!r}, run_name="__main__")
+sys.argv = ["audit", {folder!r}, "--allow-test"]
+runpy.run_module("audit", run_name="__main__", alter_sys=True)
 """
 
 
-def test_audit_runs_as_a_single_file_without_the_project(release, tmp_path):
-    """An auditor needs only audit.py (with names.py, the rule for the public names, beside
-    it) and its public dependencies: the project's packages are made unimportable and a copy
-    of the files checks the release."""
-    script = tmp_path / "audit.py"
-    shutil.copy(Path(audit.__file__), script)
-    shutil.copy(Path(audit.__file__).with_name("names.py"), tmp_path / "names.py")
-    code = STANDALONE.format(folder=str(release[-1]), script=str(script))
+def test_audit_runs_as_its_folder_alone_without_the_project(release, tmp_path):
+    """An auditor needs only the audit's folder and its public dependencies: the project's
+    packages are made unimportable and a copy of the folder, under another name, checks the
+    release (``python -m audit RELEASE_DIR``)."""
+    shutil.copytree(Path(audit.__file__).parent, tmp_path / "audit",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    code = STANDALONE.format(folder=str(release[-1]))
     run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                          text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
@@ -340,7 +342,7 @@ def test_laplace_formula_matches_the_sampler_scale(eps, dims):
     it uses (noise.laplace_scale, in units of the sensitivity) gives ε' = (N + d)/(N·t)."""
     scale = N.laplace_scale(1.0, eps, dims)  # sensitivity 1: t grid units of 1/N each
     num = round(scale * N.LAPLACE_GRID_STEPS * 256)
-    g = audit.noise_guarantee({"mechanism": "grid-laplace", "parameters": {
+    g = audit_noise.noise_guarantee({"mechanism": "grid-laplace", "parameters": {
         "grid_steps": N.LAPLACE_GRID_STEPS, "dims": dims, "scale_num": num, "scale_den": 256}})
     assert g.kind == "pure" and eps * (1 - 1e-4) <= g.epsilon <= eps
 
@@ -348,7 +350,7 @@ def test_laplace_formula_matches_the_sampler_scale(eps, dims):
 @pytest.mark.parametrize("rho, dims", [(1e-4, 1), (0.02, 2), (0.5, 1)])
 def test_gaussian_formula_matches_the_sampler(rho, dims):
     steps, sigma2 = N._gauss_grid(np.asarray(rho), dims)
-    g = audit.noise_guarantee({"mechanism": "grid-gaussian", "parameters": {
+    g = audit_noise.noise_guarantee({"mechanism": "grid-gaussian", "parameters": {
         "grid_steps": float(steps), "dims": dims, "sigma2": int(sigma2)}})
     assert g.kind == "zcdp" and rho * (1 - 1e-6) <= g.rho <= rho
 
@@ -357,7 +359,7 @@ def test_students_t_formula_matches_the_estimator():
     from mechanisms.theil_sen import DPSSTheilSen
 
     beta, s = DPSSTheilSen.noise_parameters(0.5, 3, 0.5)
-    g = audit.noise_guarantee({"mechanism": "students-t-smooth-sensitivity",
+    g = audit_noise.noise_guarantee({"mechanism": "students-t-smooth-sensitivity",
                                "parameters": {"d": 3, "beta": beta, "s": s}})
     assert g.epsilon == pytest.approx(0.5, rel=1e-12)
 
@@ -366,11 +368,11 @@ def test_zcdp_conversion_agrees_with_the_pipeline():
     from mechanisms.privacy import ZCDP_CONVERSION_ORDERS
 
     # The audit builds its own list (it imports nothing from mechanisms): the same orders.
-    assert audit.zcdp_conversion_orders() == ZCDP_CONVERSION_ORDERS
+    assert audit_accounting.zcdp_conversion_orders() == ZCDP_CONVERSION_ORDERS
     # Down to the tiny rho whose best order is far above dp-accounting's default 1024.
     for rho in (1e-10, 1e-7, 1e-4, 0.05, 0.5):
         for delta in (1e-9, 1e-6):
-            assert audit.zcdp_to_epsilon(rho, delta) == pytest.approx(
+            assert audit_accounting.zcdp_to_epsilon(rho, delta) == pytest.approx(
                 to_approx(ZCDP(rho), delta).epsilon, rel=1e-12)
 
 
@@ -385,7 +387,7 @@ def test_totals_recompose_for_mixed_plans(state, tmp_path, suite, delta_spent):
     profile = {"name": "full-suite", "suite": suite}
     cfg = make_cfg(tmp_path, state, profile=profile)
     _, _, m, _ = build_release(tmp_path, state, cfg=cfg, write=False)
-    assert audit.check_totals(tmp_path, m)
+    assert audit_accounting.check_totals(tmp_path, m)
     b = m["budget"]
     assert b["delta_per_tract_and_cell"] == pytest.approx(delta_spent, rel=1e-12)
     assert b["delta_available"] == 1e-6
@@ -395,8 +397,8 @@ def test_totals_recompose_for_mixed_plans(state, tmp_path, suite, delta_spent):
         if b[key]:
             tampered = json.loads(json.dumps(m))
             tampered["budget"][key] *= 2
-            with pytest.raises(audit.Mismatch):
-                audit.check_totals(tmp_path, tampered)
+            with pytest.raises(audit_base.Mismatch):
+                audit_accounting.check_totals(tmp_path, tampered)
 
 
 # --- the manifest ------------------------------------------------------------------------------
@@ -862,11 +864,11 @@ def test_group_of_two_is_the_pipelines_conversion(g):
 
     converted = convert_relation(from_dict({**g, "relation": "add-remove"}),
                                  Relation.REPLACE_ONE)
-    ours = audit.restate(audit.guarantee_from(g), "add-remove", "replace-one")
-    assert audit.same_guarantee(ours, audit.guarantee_from(as_dict(converted)))
-    assert audit.restate(audit.guarantee_from(g), "replace-one", "replace-one") == \
-        audit.guarantee_from(g)
-    with pytest.raises(audit.Mismatch, match="cannot pay a step charged for add-remove"):
-        audit.restate(audit.guarantee_from(g), "replace-one", "add-remove")
-    with pytest.raises(audit.Mismatch, match=">= 1"):
-        audit.group_of_two(audit.G("approx", 20.0, 1e-6))
+    restate, guarantee_from = audit_accounting.restate, audit_accounting.guarantee_from
+    ours = restate(guarantee_from(g), "add-remove", "replace-one")
+    assert audit_accounting.same_guarantee(ours, guarantee_from(as_dict(converted)))
+    assert restate(guarantee_from(g), "replace-one", "replace-one") == guarantee_from(g)
+    with pytest.raises(audit_base.Mismatch, match="cannot pay a step charged for add-remove"):
+        restate(guarantee_from(g), "replace-one", "add-remove")
+    with pytest.raises(audit_base.Mismatch, match=">= 1"):
+        audit_accounting.group_of_two(audit_accounting.G("approx", 20.0, 1e-6))

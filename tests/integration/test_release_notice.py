@@ -18,7 +18,7 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 
 from prefect.testing.utilities import prefect_test_harness  # noqa: E402
 
-from dpatlas.audit import checks as audit  # noqa: E402
+from dpatlas.audit import run as audit  # noqa: E402
 from dpatlas.cli.demo import DEMO_METADATA, DEMO_NOTICE, release_config  # noqa: E402
 from dpatlas.core.config import READER_METADATA_KEYS, parse_config  # noqa: E402
 from dpatlas.core.hashing import sha256_file  # noqa: E402

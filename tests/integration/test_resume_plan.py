@@ -168,7 +168,7 @@ def test_the_manifest_states_the_random_bits_the_draws_used(
     assert sampler["random_bits"] == (f"mixed (NOT FOR RELEASE): {RANDOM_BITS_OS} and "
                                       f"{RANDOM_BITS_SEEDED}")  # not the last run's alone
     assert sampler["draws_by_random_bits"] == {RANDOM_BITS_OS: 1, RANDOM_BITS_SEEDED: 6}
-    from dpatlas.audit.checks import check_mode
+    from dpatlas.audit.files import check_mode
 
     assert "mixed" in check_mode(Path(outcome.folder), manifest)  # a test release
 

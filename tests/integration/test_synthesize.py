@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 import mechanisms as M
-from dpatlas.audit import checks as audit
+from dpatlas.audit import run as audit
 from dpatlas.core.config import load_config
 from dpatlas.ledger import Charge, Ledger
 from dpatlas.release.synthetic_data import (PARQUET, STEP, SynthesizeError, plan_synthetic,

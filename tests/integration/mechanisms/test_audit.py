@@ -1,5 +1,5 @@
 """Empirical privacy audits on neighbouring datasets (replace-one), and the release audit's
-own recomputation of a PrivTree noise step (dpatlas/audit/checks.py).
+own recomputation of a PrivTree noise step (dpatlas/audit/noise.py).
 
 Each audit draws the mechanism's output many times on D and on a neighbour D', computes a
 99.9%-confidence lower bound on ε (tests/support/empirical_audit.py), and checks it against
@@ -18,7 +18,8 @@ import mechanisms as M
 from mechanisms import gradient_descent, sufficient_stats, theil_sen
 from mechanisms.batch import TractBatch
 from mechanisms.noise import SeededRandomness
-from dpatlas.audit import checks as release_audit
+from dpatlas.audit import base as audit_base
+from dpatlas.audit import noise as audit_noise
 
 from tests.support.empirical_audit import audit_sample as audit, budget_scaled
 
@@ -151,7 +152,7 @@ def _binagg_budget_step(eps):
 
 def _check(step):
     manifest = {"budget": {"steps": [step]}}
-    return release_audit.check_noise(None, manifest)
+    return audit_noise.check_noise(None, manifest)
 
 
 @pytest.mark.parametrize("eps", [0.05, 1.0, 8.0])
@@ -159,9 +160,9 @@ def test_release_audit_recomputes_privtree_and_accepts_a_correct_step(eps):
     step = _binagg_budget_step(eps)
     privtree = step["noise"]["alternatives"]["BinAgg"][0]
     assert privtree["mechanism"] == "privtree-grid-laplace"
-    recomputed = release_audit.noise_guarantee(privtree)
+    recomputed = audit_noise.noise_guarantee(privtree)
     assert recomputed.epsilon == pytest.approx(privtree["guarantee"]["epsilon"], rel=1e-12)
-    bound = release_audit.noise_guarantee_bound(privtree)
+    bound = audit_noise.noise_guarantee_bound(privtree)
     assert recomputed.epsilon < bound.epsilon < recomputed.epsilon * 1.001
     assert "4 noise steps recomputed" in _check(step)
 
@@ -172,26 +173,26 @@ def test_release_audit_rejects_a_tampered_privtree_scale_or_bias():
     tampered = copy.deepcopy(step)
     p = tampered["noise"]["alternatives"]["BinAgg"][0]["parameters"]
     p["scale_num"] //= 2
-    with pytest.raises(release_audit.Mismatch, match="privtree-grid-laplace .* gives"):
+    with pytest.raises(audit_base.Mismatch, match="privtree-grid-laplace .* gives"):
         _check(tampered)
     # Half the scale and the noise step's guarantee restated to match: the composition then
     # exceeds the budget step's guarantee.
     noise = tampered["noise"]["alternatives"]["BinAgg"][0]
-    noise["guarantee"]["epsilon"] = release_audit.noise_guarantee(noise).epsilon
-    with pytest.raises(release_audit.Mismatch, match="noise gives rho .* > stated"):
+    noise["guarantee"]["epsilon"] = audit_noise.noise_guarantee(noise).epsilon
+    with pytest.raises(audit_base.Mismatch, match="noise gives rho .* > stated"):
         _check(tampered)
     # A bias of zero (no decay per level) is not a PrivTree the map covers.
     zero = copy.deepcopy(step)
     zero["noise"]["alternatives"]["BinAgg"][0]["parameters"]["bias"] = 0
-    with pytest.raises(release_audit.Mismatch, match="bias must be an integer >= 1"):
+    with pytest.raises(audit_base.Mismatch, match="bias must be an integer >= 1"):
         _check(zero)
     # Twice the scale with the guarantee restated: more private than the step says, which
     # the rounding cannot explain (the step does not describe its noise).
     loose = copy.deepcopy(step)
     noise = loose["noise"]["alternatives"]["BinAgg"][0]
     noise["parameters"]["scale_num"] *= 2
-    noise["guarantee"]["epsilon"] = release_audit.noise_guarantee(noise).epsilon
-    with pytest.raises(release_audit.Mismatch, match="does not describe its noise"):
+    noise["guarantee"]["epsilon"] = audit_noise.noise_guarantee(noise).epsilon
+    with pytest.raises(audit_base.Mismatch, match="does not describe its noise"):
         _check(loose)
 
 
@@ -199,9 +200,9 @@ def test_release_audit_privtree_formula_is_independent_of_the_mechanisms_code():
     from mechanisms.binagg import privtree_replace_one_epsilon
 
     for n, t, bias in ((4096, 7915.8, 5487), (4096, 500.0, 347), (1, 2.0, 2), (4, 40.0, 1)):
-        assert release_audit.privtree_replace_one_epsilon(n, t, bias) == pytest.approx(
+        assert audit_noise.privtree_replace_one_epsilon(n, t, bias) == pytest.approx(
             privtree_replace_one_epsilon(n, t, bias), rel=1e-12)
-    src = open(release_audit.__file__).read()
+    src = open(audit_noise.__file__).read()
     assert "import mechanisms" not in src and "from mechanisms" not in src
 
 
@@ -223,18 +224,18 @@ def _free_lunch_budget_step(eps):
 def test_release_audit_converts_add_remove_noise_draw_by_draw(eps):
     step = _free_lunch_budget_step(eps)
     assert "converted to replace-one draw by draw" in _check(step)
-    assert "1 alternative(s) with add-remove noise" in release_audit.check_relations(
+    assert "1 alternative(s) with add-remove noise" in audit_noise.check_relations(
         None, {"budget": {"steps": [step], "per_tract_and_cell": step["guarantee"]}})
     # Without the conversion the same noise is half the step's epsilon: not its noise.
     unconverted = copy.deepcopy(step)
     for ns in unconverted["noise"]["alternatives"]["FreeLunchSSP"]:
         ns["relation"] = ns["guarantee"]["relation"] = "replace-one"
-    with pytest.raises(release_audit.Mismatch, match="does not describe its noise"):
+    with pytest.raises(audit_base.Mismatch, match="does not describe its noise"):
         _check(unconverted)
     # Replace-one noise cannot pay a step stated for add-remove: no conversion that way.
     add_remove = copy.deepcopy(step)
     add_remove["relation"] = "add-remove"
     for ns in add_remove["noise"]["alternatives"]["FreeLunchSSP"]:
         ns["relation"] = ns["guarantee"]["relation"] = "replace-one"
-    with pytest.raises(release_audit.Mismatch, match="cannot pay a step charged for add-remove"):
+    with pytest.raises(audit_base.Mismatch, match="cannot pay a step charged for add-remove"):
         _check(add_remove)

@@ -283,7 +283,7 @@ def test_a_banded_release_passes_the_audit(tmp_path):
     """A whole (seeded, test-mode) release under the banded rule, written and audited from
     its folder alone: the one primary step's four alternatives recompose to its charge, the
     config agrees with the manifest's selection, every column is accounted for."""
-    from dpatlas.audit import checks as audit
+    from dpatlas.audit import run as audit
     from dpatlas.release.allocate import plan as make_plan
     from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
     from tests.integration.test_release_audit import build_release, make_cfg

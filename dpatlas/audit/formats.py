@@ -1,0 +1,161 @@
+"""The formats check (f): tracts.csv, tracts.geojson and tracts.pmtiles hold tracts.parquet's
+values and polygons."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from .base import FLOAT_ATOL, MAX_GEOJSON_BYTES, Mismatch
+from .files import _json_object, readable
+from .geometry import _reference_by_geoid, format_geometry_problems, parquet_geometries
+from .tiles import TILE_READ_ERRORS, mvt_features, pmtiles_tile_entries
+
+
+def _same_value(a, b, *, missing_is_empty: bool = False) -> bool:
+    def blank(v):
+        return v is None or (isinstance(v, float) and math.isnan(v)) or (
+            missing_is_empty and v == "")
+    if blank(a) or blank(b):
+        return blank(a) and blank(b)
+    if isinstance(a, (bool, np.bool_)) or isinstance(b, (bool, np.bool_)):
+        return bool(a) == bool(b) and type(a) is type(b)
+    if isinstance(a, (int, float, np.integer, np.floating)) and isinstance(
+            b, (int, float, np.integer, np.floating)):
+        return math.isclose(float(a), float(b), rel_tol=0, abs_tol=FLOAT_ATOL)
+    return str(a) == str(b) and type(a) is type(b)
+
+
+def _table_rows(folder: Path, stem: str = "tracts"
+                ) -> tuple[list[str], dict[tuple[str, str], dict]]:
+    table = pq.read_table(readable(folder / f"{stem}.parquet"))
+    columns = [c for c in table.column_names if c != "geometry"]
+    rows = table.select(columns).to_pylist()
+    return columns, {(r["geoid"], r["cell"]): r for r in rows}
+
+
+def _csv_rows(folder: Path, columns: list[str], kinds: dict,
+              stem: str = "tracts") -> tuple[list[str], list[dict]]:
+    import csv
+
+    with open(readable(folder / f"{stem}.csv"), newline="") as fh:
+        reader = csv.reader(fh)
+        header = next(reader, [])
+        rows = []
+        for cells in reader:
+            row = {}
+            for name, text in zip(header, cells):
+                kind = kinds.get(name)
+                if text == "" and kind != "string":
+                    row[name] = None
+                elif kind == "integer":
+                    row[name] = int(text)
+                elif kind == "number":
+                    row[name] = float(text)
+                else:
+                    row[name] = text
+            rows.append(row)
+    return header, rows
+
+
+def _kinds(folder: Path, stem: str = "tracts") -> dict[str, str]:
+    import pyarrow as pa
+
+    kinds = {}
+    for f in pq.read_schema(readable(folder / f"{stem}.parquet")):
+        kinds[f.name] = ("integer" if pa.types.is_integer(f.type) else "number"
+                         if pa.types.is_floating(f.type) else "string")
+    return kinds
+
+
+def _compare(fmt: str, rows: list[dict], table: dict, columns: list[str], *,
+             exact_columns: bool, missing_is_empty: bool = False,
+             complete: bool = True, reference: str = "tracts.parquet") -> list[str]:
+    problems, seen, differing = [], set(), {}
+    for row in rows:
+        key = (row.get("geoid"), row.get("cell"))
+        ref = table.get(key)
+        if ref is None:
+            problems.append(f"{fmt} has a row {key} the table has not")
+            continue
+        seen.add(key)
+        extra = sorted(set(row) - set(columns))
+        if extra:
+            problems.append(f"{fmt} has columns the table has not: {extra}")
+            break
+        for c in columns:
+            if c not in row and not exact_columns:
+                got = None  # tippecanoe omits attributes whose value is null
+            elif c not in row:
+                problems.append(f"{fmt} lacks column {c!r}")
+                return problems
+            else:
+                got = row[c]
+            if not _same_value(ref[c], got, missing_is_empty=missing_is_empty):
+                # a dict keyed by row: vector tiles repeat a feature in every tile it crosses
+                differing.setdefault(c, {})[key] = key[0]
+    for c, geoids in differing.items():
+        problems.append(f"{fmt}: {c} differs from {reference} in {len(geoids)} row(s), "
+                        f"e.g. {next(iter(geoids.values()))}")
+    if complete and len(seen) != len(table):
+        problems.append(f"{fmt} has {len(seen)} of the table's {len(table)} rows")
+    return problems
+
+
+def check_formats(folder: Path, m: dict) -> str:
+    """Every format holds the table's values: CSV and GeoJSON row for row, the PMTiles
+    archive's features (at its lowest zoom) attribute for attribute; and the table's polygons:
+    the GeoJSON's within its coordinate precision, the tiles' within their grid's tolerance
+    (:func:`format_geometry_problems`)."""
+    try:
+        columns, table = _table_rows(folder)
+        kinds = _kinds(folder)
+        reference, problems = _reference_by_geoid(
+            "tracts.parquet", *parquet_geometries(folder / "tracts.parquet"))
+    except Exception as err:  # noqa: BLE001 - any reader error is a finding
+        raise Mismatch(f"tracts.parquet cannot be read: {err}") from None
+    try:
+        header, rows = _csv_rows(folder, columns, kinds)
+        if header != columns:
+            problems.append(f"tracts.csv has columns {header}, the table {columns}")
+        else:
+            problems += _compare("tracts.csv", rows, table, columns, exact_columns=True,
+                                 missing_is_empty=True)
+    except (OSError, ValueError, UnicodeDecodeError) as err:
+        problems.append(f"tracts.csv cannot be read: {err}")
+    try:
+        features = _json_object(folder / "tracts.geojson", "tracts.geojson", Mismatch,
+                                MAX_GEOJSON_BYTES).get("features")
+        rows = [f.get("properties") or {} for f in features or ()]
+        problems += _compare("tracts.geojson", rows, table, columns, exact_columns=True)
+        problems += format_geometry_problems("tracts", reference, "tracts.parquet",
+                                             features=features or [])
+    except (Mismatch, AttributeError, TypeError) as err:
+        problems.append(f"tracts.geojson cannot be read: {err}")
+    n_tiles, n_shown = 0, 0
+    if (folder / "tracts.pmtiles").exists() or "tracts.pmtiles" in m.get("files", {}):
+        try:
+            header, entries = pmtiles_tile_entries(folder / "tracts.pmtiles")
+            n_tiles = len(entries)
+            rows = [f for _, _, t in entries for f in mvt_features(t)]
+            problems += _compare("tracts.pmtiles", rows, table, columns, exact_columns=False,
+                                 complete=False)
+            problems += format_geometry_problems("tracts", reference, "tracts.parquet",
+                                                 tiles=(header, entries), layer="tracts")
+            shown = {(r.get("geoid"), r.get("cell")) for r in rows}
+            n_shown = len(shown & set(table))
+            if not shown:
+                problems.append("tracts.pmtiles has no features at its lowest zoom")
+        except TILE_READ_ERRORS as err:
+            problems.append(f"tracts.pmtiles cannot be read: {type(err).__name__} {err}")
+    if problems:
+        raise Mismatch("; ".join(problems))
+    # Tiles may leave out a polygon too small to draw at the lowest zoom (tippecanoe's tiny
+    # polygon reduction), so the rows shown are counted, not required.
+    return (f"tracts.csv and tracts.geojson hold the values of tracts.parquet ({len(table):,} "
+            f"rows, {len(columns)} columns), and so do the {n_shown:,} rows tracts.pmtiles "
+            f"shows at its lowest zoom ({n_tiles} tile(s)); the GeoJSON's and the tiles' "
+            "polygons are the table's (within tolerance)")
