@@ -26,6 +26,9 @@ from .files import readable
 
 PMTILES_HEADER = 127
 MAX_PMTILES_ENTRIES = 1_000_000
+# Directories below the root a reader follows (the PMTiles v3 spec's readers, pmtiles' own among
+# them, stop at this depth): a leaf that points at itself or its parent would loop for ever.
+MAX_LEAF_DEPTH = 3
 # A directory or tile inflated to more than this is refused (a gzip bomb would exhaust the
 # audit's memory): the largest tile of a national release at its lowest zoom is tens of MB.
 MAX_UNPACKED_BYTES = 512 << 20
@@ -102,13 +105,15 @@ def pmtiles_tile_entries(path: Path, zoom: int | None = None
         if header["tile_type"] != TileType.MVT:
             raise ValueError(f"tile type {header['tile_type'].name} is not MVT")
         zoom = header["min_zoom"] if zoom is None else zoom
-        tiles, pending = [], [(header["root_offset"], header["root_length"])]
+        tiles, pending = [], [(header["root_offset"], header["root_length"], 0)]
         while pending:
-            offset, length = pending.pop()
+            offset, length, depth = pending.pop()
             for entry in _directory(read(offset, length), header["internal_compression"]):
                 if entry.run_length == 0:  # a leaf directory
+                    if depth == MAX_LEAF_DEPTH:
+                        raise ValueError(f"leaf directories nested deeper than {MAX_LEAF_DEPTH}")
                     pending.append((header["leaf_directory_offset"] + entry.offset,
-                                    entry.length))
+                                    entry.length, depth + 1))
                 elif tile_zxy(entry.tile_id)[0] == zoom:
                     tile = read(header["tile_data_offset"] + entry.offset, entry.length)
                     tiles.append((entry.tile_id, entry.run_length,

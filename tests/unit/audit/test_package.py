@@ -61,3 +61,28 @@ def test_a_gzip_bomb_directory_is_refused_before_the_library_inflates_it(monkeyp
     monkeypatch.setattr(tiles, "MAX_UNPACKED_BYTES", 1000)
     with pytest.raises(ValueError, match="more than 1,000 bytes: not inflated"):
         tiles._directory(gzip.compress(b"\x00" * 2000), Compression.GZIP)
+
+
+def test_a_leaf_directory_pointing_at_itself_is_refused_not_followed_for_ever(tmp_path):
+    """A hostile archive whose leaf directory lists itself as a leaf: the audit stops at the
+    spec's depth and reports the file unreadable (before the bound it never returned)."""
+    from pmtiles.tile import Compression, Entry, TileType, serialize_directory, serialize_header
+
+    from dpatlas.audit import tiles
+
+    leaf = serialize_directory([Entry(0, 0, 0, 0)])  # run length 0: a leaf at offset 0 (itself)
+    leaf = serialize_directory([Entry(0, 0, len(leaf), 0)])
+    root = serialize_directory([Entry(0, 0, len(leaf), 0)])
+    header = {"root_offset": 127, "root_length": len(root), "metadata_offset": 127 + len(root),
+              "metadata_length": 0, "leaf_directory_offset": 127 + len(root),
+              "leaf_directory_length": len(leaf), "tile_data_offset": 127 + len(root) + len(leaf),
+              "tile_data_length": 0, "addressed_tiles_count": 1, "tile_entries_count": 1,
+              "tile_contents_count": 1, "clustered": True,
+              "internal_compression": Compression.GZIP, "tile_compression": Compression.GZIP,
+              "tile_type": TileType.MVT, "min_zoom": 0, "max_zoom": 0, "min_lon_e7": 0,
+              "min_lat_e7": 0, "max_lon_e7": 0, "max_lat_e7": 0, "center_zoom": 0,
+              "center_lon_e7": 0, "center_lat_e7": 0}
+    archive = tmp_path / "loop.pmtiles"
+    archive.write_bytes(serialize_header(header) + root + leaf)
+    with pytest.raises(ValueError, match="nested deeper than 3"):
+        tiles.pmtiles_tile_entries(archive)
