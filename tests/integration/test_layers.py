@@ -11,7 +11,7 @@ from tests.support.paths import REPO
 
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")  # the venv's
 PACKAGES = ("dpatlas", "flows", "tasks", "deploy", "mechanisms", "data_contracts")
-CONTRACTS = 6
+CONTRACTS = 8
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess:
@@ -78,3 +78,17 @@ def test_small_area_imports_nothing_of_ours_and_the_audit_may_import_it(tmp_path
     assert "small_area imports nothing of ours (the audit may import it to re-fit the model " \
         "from the published files) BROKEN" in run.stdout
     assert "dpatlas.small_area.model -> mechanisms.noise" in run.stdout
+
+
+def test_the_ledger_and_the_cli_keep_their_modules_by_concern(tmp_path):
+    """issue 34: the ledger's database never reaches up into its operations or the Ledger, and
+    a command module never imports another (commands.py registers them all)."""
+    code = copy_of_the_code(tmp_path)
+    add_import(code / "dpatlas" / "ledger" / "backend.py", "import dpatlas.ledger.store")
+    add_import(code / "dpatlas" / "cli" / "ledger_commands.py",
+               "import dpatlas.cli.release_commands")
+    run = lint_imports(code)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert f"Contracts: {CONTRACTS - 2} kept, 2 broken." in run.stdout
+    assert "dpatlas.ledger.backend -> dpatlas.ledger.store" in run.stdout
+    assert "dpatlas.cli.ledger_commands -> dpatlas.cli.release_commands" in run.stdout
