@@ -17,21 +17,14 @@ from dpatlas.cli.server_commands import server_app
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
                   help="Differentially private per-tract mobility release (dpatlas).")
 
-app.command()(evaluation.estimators)
-app.command()(evaluation.synth)
-app.command()(release.release)
-app.command()(release.demo)
-app.command()(publication.withdraw)
-app.command()(publication.purge)
-app.command()(publication.audit)
-app.command()(publication.serve)
-app.command()(release.synthesize)
-app.command()(release.rerun)
-app.command()(evaluation.calibrate)
-app.command()(evaluation.evaluate)
-app.command("evaluate-rule")(evaluation.evaluate_rule)
-app.command("evaluate-intervals")(evaluation.evaluate_intervals)
-app.command("evaluate-small-area")(evaluation.evaluate_small_area)
+# In the order `dpatlas --help` lists them (a name is its function's, with dashes).
+COMMANDS = (evaluation.estimators, evaluation.synth, release.release, release.demo,
+            publication.withdraw, publication.purge, publication.audit, publication.serve,
+            release.synthesize, release.rerun, evaluation.calibrate, evaluation.evaluate,
+            evaluation.evaluate_rule, evaluation.evaluate_intervals,
+            evaluation.evaluate_small_area)
+for command in COMMANDS:
+    app.command()(command)
 
 app.add_typer(server_app, name="server")
 app.add_typer(feed_app, name="feed")
