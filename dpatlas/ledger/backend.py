@@ -21,7 +21,7 @@ from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
 
 from dpatlas.ledger.errors import LedgerError, ReleaseBusy
-from dpatlas.ledger.formatting import short_number, now_text, one_line
+from dpatlas.ledger.formatting import fmt, now_text, one_line
 from dpatlas.ledger.schema import (ADDED_RELEASE_COLUMNS, TABLES, caps_table, charges_table,
                                    inspect_schema, migrate, releases_table)
 from dpatlas.ledger.validation import checked_release_id
@@ -83,7 +83,6 @@ def _is_lock_timeout(e: BaseException) -> bool:
 def _is_retryable(e: BaseException) -> bool:
     # deadlock, serialization failure: the transaction was rolled back and may simply be rerun
     return _sqlstate(e) in ("40P01", "40001")
-
 
 
 class LedgerBackend:
@@ -255,7 +254,7 @@ class LedgerBackend:
 
     def _busy(self, e: BaseException, what: str) -> ReleaseBusy:
         return ReleaseBusy(f"{what}: the ledger at {self.url} stayed locked by another process "
-                           f"for {short_number(self.lock_timeout)} s; try again ({e.__class__.__name__})")
+                           f"for {fmt(self.lock_timeout)} s; try again ({e.__class__.__name__})")
 
     def _writable(self, what: str) -> None:
         if self.read_only:

@@ -14,9 +14,10 @@ from mechanisms.accounting import lifetime_epsilon, within
 
 from dpatlas.ledger.backend import LedgerBackend
 from dpatlas.ledger.errors import CapBelowSpent, LedgerError
-from dpatlas.ledger.formatting import SET_CAP_COMMAND, short_number, now_text
+from dpatlas.ledger.formatting import SET_CAP_COMMAND, fmt, now_text
 from dpatlas.ledger.schema import cap_changes_table, caps_table, charges_table, releases_table
-from dpatlas.ledger.validation import finite_number, checked_reason, nonempty_text, check_cap, default_actor
+from dpatlas.ledger.validation import (check_cap, checked_reason, default_actor, finite_number,
+                                       nonempty_text)
 
 CAP_MATCH_TOL = 1e-12  # relative tolerance when comparing a config's stated cap to the ledger's
 
@@ -30,12 +31,10 @@ def within_cap(total: float, cap: float) -> bool:
     return bool(within(total, cap))
 
 
-
 @dataclass(frozen=True)
 class _CapRow:
     cap_epsilon: float
     cap_delta: float
-
 
 
 class CapOperations(LedgerBackend):
@@ -66,9 +65,9 @@ class CapOperations(LedgerBackend):
             spent_eps, spent_delta, _ = self._spent(conn, dataset)
             if not force and not (within_cap(spent_eps, eps) and within_cap(spent_delta, delta)):
                 raise CapBelowSpent(
-                    f"a cap of eps={short_number(eps)} delta={short_number(delta)} for dataset {dataset} is "
-                    f"below what it has already spent (eps={short_number(spent_eps)} "
-                    f"delta={short_number(spent_delta)}; spent budget is never refunded): no release of "
+                    f"a cap of eps={fmt(eps)} delta={fmt(delta)} for dataset {dataset} is "
+                    f"below what it has already spent (eps={fmt(spent_eps)} "
+                    f"delta={fmt(spent_delta)}; spent budget is never refunded): no release of "
                     "it could be charged until the cap is raised again. Nothing was changed; "
                     "to do this on purpose (e.g. to stop all releases), add --force")
             if old is None:
@@ -128,8 +127,8 @@ class CapOperations(LedgerBackend):
             if not math.isclose(want, have, rel_tol=CAP_MATCH_TOL, abs_tol=0.0):
                 raise LedgerError(
                     f"the config states a lifetime cap for dataset {dataset} of "
-                    f"eps={short_number(exp_eps)} delta={short_number(exp_delta)}, but the ledger at {self.url} "
-                    f"has eps={short_number(cap.cap_epsilon)} delta={short_number(cap.cap_delta)}: the cap is "
+                    f"eps={fmt(exp_eps)} delta={fmt(exp_delta)}, but the ledger at {self.url} "
+                    f"has eps={fmt(cap.cap_epsilon)} delta={fmt(cap.cap_delta)}: the cap is "
                     f"the ledger's; fix the config, or change the cap with "
                     f"`{SET_CAP_COMMAND.format(dataset=dataset)}`")
 

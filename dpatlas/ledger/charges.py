@@ -63,7 +63,8 @@ def charges(budget: ChargedPlan, cells: list[str]) -> list[Charge]:
 
 def charge_rows(release_id: str, charges: Iterable[Charge]) -> list[dict]:
     """The ledger's rows of a release's charges, each checked (a text cell and step, a known
-    guarantee type, finite ε, δ in [0, 1], ρ, δ 0 for pure DP); :class:`LedgerError` otherwise."""
+    guarantee type, finite ε, δ in [0, 1], ρ, δ 0 for pure DP): :class:`LedgerError` if
+    not."""
     if isinstance(charges, Charge):
         charges = [charges]
     rows = []

@@ -21,7 +21,7 @@ def iso_time(epoch: float | None) -> str:
     return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="seconds")
 
 
-def short_number(x: float | None) -> str:
+def fmt(x: float | None) -> str:
     """Short float: 9.5, 0.1 (not 0.1000000001), 1e-5 (not 1e-05)."""
     if x is None:
         return "none"
@@ -44,11 +44,9 @@ def display_text(text) -> str:
                     if ord(c) < 0x10000 else f"\\U{ord(c):08x}") for c in s)
 
 
-
 def one_line(text: str, limit: int = 300) -> str:
     s = " ".join(str(text).split())
     return s if len(s) <= limit else s[:limit - 3] + "..."
-
 
 
 def summary_text(summary: dict) -> str:
@@ -72,22 +70,22 @@ def _dataset_lines(d: dict) -> list[str]:
     if cap is None:
         lines.append("  lifetime cap: none set")
     else:
-        lines.append(f"  lifetime cap per privacy unit: eps={short_number(cap['epsilon'])} "
-                     f"delta={short_number(cap['delta'])}")
+        lines.append(f"  lifetime cap per privacy unit: eps={fmt(cap['epsilon'])} "
+                     f"delta={fmt(cap['delta'])}")
     if d["cap_changes"]:
         lines.append("  cap changes (UTC):")
     for h in d["cap_changes"]:
         old = ("none" if h["old_epsilon"] is None else
-               f"eps={short_number(h['old_epsilon'])} delta={short_number(h['old_delta'])}")
-        lines.append(f"    {h['changed_at'][:19]}  {old} -> eps={short_number(h['new_epsilon'])}"
-                     f" delta={short_number(h['new_delta'])}  by {display_text(h['actor'])}: "
+               f"eps={fmt(h['old_epsilon'])} delta={fmt(h['old_delta'])}")
+        lines.append(f"    {h['changed_at'][:19]}  {old} -> eps={fmt(h['new_epsilon'])}"
+                     f" delta={fmt(h['new_delta'])}  by {display_text(h['actor'])}: "
                      f"{display_text(h['reason'])}")
-    lines.append(f"  spent: eps={short_number(spent['epsilon'])} delta={short_number(spent['delta'])} "
+    lines.append(f"  spent: eps={fmt(spent['epsilon'])} delta={fmt(spent['delta'])} "
                  f"over {len(mine)} release{'s' if len(mine) != 1 else ''} "
                  f"(failed and withdrawn releases included: never refunded)")
     if cap is not None:
-        lines.append(f"  left: eps={short_number(d['left']['epsilon'])} "
-                     f"delta={short_number(d['left']['delta'])}")
+        lines.append(f"  left: eps={fmt(d['left']['epsilon'])} "
+                     f"delta={fmt(d['left']['delta'])}")
         if d["over_cap"]:
             lines.append("  over the cap: the cap was set below what is spent; no "
                          "release of this dataset can be charged until it is raised")
@@ -99,7 +97,7 @@ def _dataset_lines(d: dict) -> list[str]:
             lines.append(f"    {display_text(x['release_id']):<{w}}  "
                          f"{display_text(x['status']):<11}  "
                          f"{display_text(x['started'])[:19]:<19}  "
-                         f"{short_number(x['epsilon']):>10}  {short_number(x['delta']):>10}"
+                         f"{fmt(x['epsilon']):>10}  {fmt(x['delta']):>10}"
                          f"{_release_note(x)}")
     return lines
 

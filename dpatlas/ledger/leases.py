@@ -10,9 +10,10 @@ from typing import Iterator, Protocol
 
 from dpatlas.ledger.backend import LedgerBackend
 from dpatlas.ledger.errors import LedgerError, LeaseLost
-from dpatlas.ledger.formatting import iso_time, display_text
+from dpatlas.ledger.formatting import display_text, iso_time
 from dpatlas.ledger.schema import releases_table
-from dpatlas.ledger.validation import DEFAULT_LEASE_SECONDS, checked_lease_seconds, checked_release_id, nonempty_text
+from dpatlas.ledger.validation import (DEFAULT_LEASE_SECONDS, checked_lease_seconds,
+                                       checked_release_id, nonempty_text)
 
 log = logging.getLogger(__name__)
 

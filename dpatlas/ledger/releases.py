@@ -14,10 +14,12 @@ from dpatlas.core.plan_record import (PlanChanged, canonical_plan, describe_chan
 from dpatlas.ledger.caps import CAP_MATCH_TOL, CapOperations, within_cap
 from dpatlas.ledger.charges import Charge, charge_rows
 from dpatlas.ledger.errors import BudgetExceeded, LedgerError, ReleaseBusy
-from dpatlas.ledger.formatting import SET_CAP_COMMAND, short_number, iso_time, now_text, one_line, display_text
+from dpatlas.ledger.formatting import (SET_CAP_COMMAND, display_text, fmt, iso_time, now_text,
+                                       one_line)
 from dpatlas.ledger.leases import LeaseOperations
 from dpatlas.ledger.schema import caps_table, charges_table, plans_table, releases_table
-from dpatlas.ledger.validation import (DEFAULT_LEASE_SECONDS, checked_dataset, checked_lease_seconds, checked_reason,
+from dpatlas.ledger.validation import (DEFAULT_LEASE_SECONDS, checked_dataset,
+                                       checked_lease_seconds, checked_reason,
                                        checked_release_id, nonempty_text)
 
 MAX_FAILURE_REASON = 500  # characters of a failure reason kept (they come from exceptions)
@@ -90,11 +92,11 @@ class ReleaseOperations(CapOperations, LeaseOperations):
                 left_eps = max(cap.cap_epsilon - spent_eps, 0.0)
                 left_delta = max(cap.cap_delta - spent_delta, 0.0)
                 raise BudgetExceeded(
-                    f"release {release_id} would spend eps={short_number(charge_eps)} "
-                    f"(delta={short_number(charge_delta)}) on dataset {dataset}: already spent "
-                    f"eps={short_number(spent_eps)} of the lifetime cap {short_number(cap.cap_epsilon)} "
-                    f"(delta {short_number(spent_delta)} of {short_number(cap.cap_delta)}); "
-                    f"left eps={short_number(left_eps)} (delta {short_number(left_delta)})",
+                    f"release {release_id} would spend eps={fmt(charge_eps)} "
+                    f"(delta={fmt(charge_delta)}) on dataset {dataset}: already spent "
+                    f"eps={fmt(spent_eps)} of the lifetime cap {fmt(cap.cap_epsilon)} "
+                    f"(delta {fmt(spent_delta)} of {fmt(cap.cap_delta)}); "
+                    f"left eps={fmt(left_eps)} (delta {fmt(left_delta)})",
                     release_id=release_id, dataset=dataset, spent_epsilon=spent_eps,
                     spent_delta=spent_delta, charge_epsilon=charge_eps,
                     charge_delta=charge_delta, cap_epsilon=cap.cap_epsilon,

@@ -36,10 +36,10 @@ string.
 
 Tables (schema.py; created if missing, and migrated in place from the previous version by adding
 what it lacked): ``ledger_caps`` (one row per dataset), ``ledger_cap_changes`` (one row per cap
-change), ``ledger_releases`` (one row per release id, its primary key), ``ledger_charges`` (one row per
-charged budget step), ``ledger_release_plans`` (the budget plan a release was charged under,
-canonical JSON and sha256, and the code version that charged it: a resume must draw under the
-same plan, see :meth:`Ledger.begin_release`). ``Ledger(url, create=False)`` opens a ledger
+change), ``ledger_releases`` (one row per release id, its primary key), ``ledger_charges`` (one
+row per charged budget step), ``ledger_release_plans`` (the budget plan a release was charged
+under, canonical JSON and sha256, and the code version that charged it: a resume must draw under
+the same plan, see :meth:`Ledger.begin_release`). ``Ledger(url, create=False)`` opens a ledger
 for reading only: it never writes, not even the tables.
 
 The ledger by concern: its database (backend.py), tables (schema.py), caps and spend (caps.py),

@@ -10,7 +10,7 @@ import socket
 from dpatlas.core.ids import (InvalidDatasetName, InvalidReason, InvalidReleaseId,
                               validate_dataset_name, validate_reason, validate_release_id)
 from dpatlas.ledger.errors import InvalidLedgerId, InvalidLedgerReason, LedgerError
-from dpatlas.ledger.formatting import short_number
+from dpatlas.ledger.formatting import fmt
 
 DEFAULT_LEASE_SECONDS = 60.0
 MAX_LEASE_SECONDS = 86400.0
@@ -24,7 +24,7 @@ def finite_number(x, name: str, lo: float = 0.0, hi: float = math.inf) -> float:
     except (TypeError, ValueError):
         raise LedgerError(f"{name} must be a number, got {x!r}") from None
     if not math.isfinite(v) or v < lo or v > hi:
-        raise LedgerError(f"{name} must be finite and in [{short_number(lo)}, {short_number(hi)}], got {x!r}")
+        raise LedgerError(f"{name} must be finite and in [{fmt(lo)}, {fmt(hi)}], got {x!r}")
     return v
 
 
