@@ -81,14 +81,14 @@ def test_small_area_imports_nothing_of_ours_and_the_audit_may_import_it(tmp_path
 
 
 def test_the_ledger_and_the_cli_keep_their_modules_by_concern(tmp_path):
-    """issue 34: the ledger's database never reaches up into its operations or the Ledger, and
-    a command module never imports another (commands.py registers them all)."""
+    """issue 34: the ledger's tables import none of its checks, operations or the Ledger, and a
+    command module never imports another (commands.py registers them all)."""
     code = copy_of_the_code(tmp_path)
-    add_import(code / "dpatlas" / "ledger" / "backend.py", "import dpatlas.ledger.store")
+    add_import(code / "dpatlas" / "ledger" / "schema.py", "import dpatlas.ledger.validation")
     add_import(code / "dpatlas" / "cli" / "ledger_commands.py",
                "import dpatlas.cli.release_commands")
     run = lint_imports(code)
     assert run.returncode == 1, run.stdout + run.stderr
     assert f"Contracts: {CONTRACTS - 2} kept, 2 broken." in run.stdout
-    assert "dpatlas.ledger.backend -> dpatlas.ledger.store" in run.stdout
+    assert "dpatlas.ledger.schema -> dpatlas.ledger.validation" in run.stdout
     assert "dpatlas.cli.ledger_commands -> dpatlas.cli.release_commands" in run.stdout
