@@ -1,5 +1,7 @@
-"""The ``dpatlas`` command line: the typer app (commands.py), the demo (demo.py) and the
-command's own Prefect server (prefect_server.py).
+"""The ``dpatlas`` command line: the typer app (commands.py), its commands by concern
+(release_commands.py, evaluation_commands.py, publication_commands.py, ledger_commands.py,
+config_commands.py, server_commands.py, feed_commands.py) and what they share (common.py), the
+demo (demo.py) and the command's own Prefect server (prefect_server.py).
 
 ``dpatlas.cli:app`` stays the console script's entry point. The app is imported on first use
 (PEP 562), not with the package: ``python -m dpatlas.cli.commands`` would otherwise find its

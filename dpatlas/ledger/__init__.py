@@ -1,5 +1,7 @@
-"""The privacy budget ledger: its store (store.py: the Ledger, its tables and rules), the
-charges of a plan (charges.py), release leases (leases.py) and its refusals (errors.py).
+"""The privacy budget ledger: the Ledger and its rules (store.py), made of its database
+(backend.py), tables (schema.py), caps and spend (caps.py), releases (releases.py), leases
+(leases.py) and reads (reading.py); the charges of a plan (charges.py), the checks of its inputs
+(validation.py), what it prints (formatting.py) and its refusals (errors.py).
 
 ``from dpatlas.ledger import Ledger`` and the other public names work as before the split."""
 
@@ -7,8 +9,11 @@ from dpatlas.ledger.charges import Charge, charges
 from dpatlas.ledger.errors import (BudgetExceeded, CapBelowSpent, InvalidLedgerId,
                                    InvalidLedgerReason, LeaseLost, LedgerError, ReleaseBusy)
 from dpatlas.ledger.leases import Lease
-from dpatlas.ledger.store import (GUARANTEE_TYPES, STATUSES, Ledger, check_cap, display_text,
-                                  redact_url)
+from dpatlas.ledger.backend import redact_url
+from dpatlas.ledger.formatting import display_text
+from dpatlas.ledger.schema import GUARANTEE_TYPES, STATUSES
+from dpatlas.ledger.store import Ledger
+from dpatlas.ledger.validation import check_cap
 
 __all__ = ["LedgerError", "BudgetExceeded", "CapBelowSpent", "ReleaseBusy", "LeaseLost",
            "InvalidLedgerId", "InvalidLedgerReason", "Charge", "Ledger", "Lease",

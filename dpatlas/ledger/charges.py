@@ -1,12 +1,17 @@
-"""What the ledger records of a budget plan: one charge per step and cell."""
+"""What the ledger records of a budget plan: one charge per step and cell, and the rows it
+stores of them (each checked)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Iterable, Protocol, Sequence
 
 from mechanisms.accounting import charged_terms
 from mechanisms.privacy import PROJECT_RELATION, ApproxDP, PureDP, ZCDP
+
+from dpatlas.ledger.errors import LedgerError
+from dpatlas.ledger.schema import GUARANTEE_TYPES
+from dpatlas.ledger.validation import finite_number, nonempty_text
 
 
 class ChargedStep(Protocol):
@@ -32,7 +37,6 @@ class Charge:
     rho: float | None = None  # zCDP rho where the step has one
 
 
-
 def charges(budget: ChargedPlan, cells: list[str]) -> list[Charge]:
     """One charge per budget step and cell, each with its (ε, δ) and, where it has one, ρ.
 
@@ -55,3 +59,32 @@ def charges(budget: ChargedPlan, cells: list[str]) -> list[Charge]:
             eps, delta, rho = charged_terms(g, budget.conversion_delta)
             out.append(Charge(cell, step.name, g.kind, eps, delta, rho))
     return out
+
+
+def charge_rows(release_id: str, charges: Iterable[Charge]) -> list[dict]:
+    """The ledger's rows of a release's charges, each checked (a text cell and step, a known
+    guarantee type, finite ε, δ in [0, 1], ρ, δ 0 for pure DP): :class:`LedgerError` if
+    not."""
+    if isinstance(charges, Charge):
+        charges = [charges]
+    rows = []
+    for i, ch in enumerate(charges):
+        if not isinstance(ch, Charge):
+            raise LedgerError(f"release {release_id}: charge {i} is not a Charge: {ch!r}")
+        where = f"release {release_id}, charge {i} ({ch.cell} / {ch.step})"
+        nonempty_text(ch.cell, f"{where}: cell")
+        nonempty_text(ch.step, f"{where}: step")
+        if ch.guarantee_type not in GUARANTEE_TYPES:
+            raise LedgerError(f"{where}: guarantee_type must be one of {GUARANTEE_TYPES}, "
+                              f"got {ch.guarantee_type!r}")
+        eps = finite_number(ch.epsilon, f"{where}: epsilon")
+        delta = finite_number(ch.delta, f"{where}: delta", hi=1.0)
+        rho = None if ch.rho is None else finite_number(ch.rho, f"{where}: rho")
+        if ch.guarantee_type == "pure" and delta != 0.0:
+            raise LedgerError(f"{where}: a pure-DP step has delta 0, got {ch.delta!r}")
+        rows.append({"seq": i, "cell": ch.cell, "step": ch.step,
+                     "guarantee_type": ch.guarantee_type, "epsilon": eps, "delta": delta,
+                     "rho": rho})
+    if not rows:
+        raise LedgerError(f"release {release_id} has no charges: nothing to record")
+    return rows

@@ -147,7 +147,7 @@ def _unwritable_roots(cfg: ReleaseConfig) -> list[str]:
 def _check_cap(ledger, cfg: ReleaseConfig) -> None:
     """A charge needs the dataset's lifetime cap in the ledger, and the one the config states."""
     from dpatlas.ledger import LedgerError
-    from dpatlas.ledger.store import SET_CAP_COMMAND
+    from dpatlas.ledger.formatting import SET_CAP_COMMAND
 
     dataset = cfg.ledger.dataset
     if ledger.cap(dataset) is None:

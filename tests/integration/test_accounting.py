@@ -13,7 +13,7 @@ from dp_accounting.rdp import rdp_privacy_accountant
 from dpatlas.audit import accounting as audit_accounting
 from dpatlas.audit import anchors as audit_anchors
 from dpatlas.audit import noise as audit_noise
-from dpatlas.ledger import store
+from dpatlas.ledger import caps
 from dpatlas.release import allocate
 from mechanisms import accounting
 from mechanisms.accounting import REL_TOL, Accountant, Refused, within
@@ -111,7 +111,7 @@ def test_three_equal_float_shares_fit_their_cap_everywhere():
     for _ in range(3):
         m.spend(LABELS, PureDP(third))
     # the ledger's cap check
-    assert store._within(third + third + third, cap)
+    assert caps.within_cap(third + third + third, cap)
 
 
 def test_a_real_overspend_of_one_part_in_a_million_is_refused_everywhere():
@@ -121,7 +121,7 @@ def test_a_real_overspend_of_one_part_in_a_million_is_refused_everywhere():
     m = PrivacyFilter({"s": PureDP(1.0)}, LABELS).meter("s")
     with pytest.raises(BudgetOverrun, match="over the 1-DP"):
         m.spend(LABELS, PureDP(over))
-    assert not store._within(over, 1.0)
+    assert not caps.within_cap(over, 1.0)
     assert not Accountant().fits(ZCDP(0.01 * over), 1, ZCDP(0.01))
 
 
@@ -131,10 +131,10 @@ def test_the_plan_filter_ledger_and_manifest_share_the_one_tolerance():
 
     assert REL_TOL == 1e-9
     assert not hasattr(privacy_filter, "REL_TOL") and not hasattr(allocate, "REL_TOL")
-    assert not hasattr(store, "REL_TOL") and not hasattr(manifest, "REL_TOL")
+    assert not hasattr(caps, "REL_TOL") and not hasattr(manifest, "REL_TOL")
     assert allocate.within is accounting.within and manifest.within is accounting.within
     # 1e-10 relative over passes, 1e-8 is refused: the same line for every caller
-    assert store._within(1.0 + 1e-10, 1.0) and not store._within(1.0 + 1e-8, 1.0)
+    assert caps.within_cap(1.0 + 1e-10, 1.0) and not caps.within_cap(1.0 + 1e-8, 1.0)
     assert accounting.agrees(1.0, 1.0 + 1e-10) and not accounting.agrees(1.0, 1.0 + 1e-8)
 
 

@@ -128,7 +128,7 @@ def test_a_crash_between_a_draw_and_its_record_redraws_only_that_unseen_draw(
 
 def test_a_tampered_recorded_draw_stops_the_resume_and_restoring_it_resumes(
         small_state, tmp_path, monkeypatch, draws_made):
-    from dpatlas.cli.commands import _operator_errors
+    from dpatlas.cli.common import operator_errors as _operator_errors
     from dpatlas.ledger import Ledger
     from dpatlas.release.draws import PersistedDrawChanged
 

@@ -11,7 +11,7 @@ from tests.support.paths import REPO
 
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")  # the venv's
 PACKAGES = ("dpatlas", "flows", "tasks", "deploy", "mechanisms", "data_contracts")
-CONTRACTS = 8
+CONTRACTS = 10
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess:
@@ -117,3 +117,15 @@ def test_the_audits_modules_are_layered(tmp_path):
         "it) KEPT" in run.stdout
     assert f"Contracts: {CONTRACTS - 2} kept, 2 broken." in run.stdout
 
+def test_the_ledger_and_the_cli_keep_their_modules_by_concern(tmp_path):
+    """issue 34: the ledger's tables import none of its checks, operations or the Ledger, and a
+    command module never imports another (commands.py registers them all)."""
+    code = copy_of_the_code(tmp_path)
+    add_import(code / "dpatlas" / "ledger" / "schema.py", "import dpatlas.ledger.validation")
+    add_import(code / "dpatlas" / "cli" / "ledger_commands.py",
+               "import dpatlas.cli.release_commands")
+    run = lint_imports(code)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert f"Contracts: {CONTRACTS - 2} kept, 2 broken." in run.stdout
+    assert "dpatlas.ledger.schema -> dpatlas.ledger.validation" in run.stdout
+    assert "dpatlas.cli.ledger_commands -> dpatlas.cli.release_commands" in run.stdout

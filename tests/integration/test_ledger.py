@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from tests.support.pg_server import LEDGER_DATASET, ledger, ledger_url, pg, url  # noqa: F401  (fixtures)
 from dpatlas.core.ids import InvalidReason, InvalidReleaseId
 from dpatlas.ledger import BudgetExceeded, Charge, Ledger, LedgerError, ReleaseBusy
-from dpatlas.ledger.store import caps_table, charges_table, releases_table
+from dpatlas.ledger.schema import caps_table, charges_table, releases_table
 from tests.support.paths import REPO
 
 DS = LEDGER_DATASET

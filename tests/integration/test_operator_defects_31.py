@@ -477,6 +477,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import flows.release
 import dpatlas.cli.commands as C
+import dpatlas.cli.release_commands as R
 import dpatlas.cli.prefect_server as ps
 from dpatlas.core.config import load_config
 
@@ -511,7 +512,7 @@ def release(config, rid, seed):  # the run is under way when its server is stopp
 
 
 ps.prefect_api = lambda *a, **k: contextlib.nullcontext(Api())
-C._checked_release = lambda c, rid, seed: (load_config(c), rid)
+R._checked_release = lambda c, rid, seed: (load_config(c), rid)
 flows.release.release = release
 sys.argv = ["dpatlas", *sys.argv[2:]]
 C.main()

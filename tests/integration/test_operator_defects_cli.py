@@ -382,7 +382,7 @@ def test_d12_a_full_disk_names_the_stage_the_path_and_the_rerun(tmp_path, monkey
             pass
 
     monkeypatch.setattr(ps, "prefect_api", lambda *a, **k: contextlib.nullcontext(Api()))
-    monkeypatch.setattr("dpatlas.cli.commands._checked_release",
+    monkeypatch.setattr("dpatlas.cli.release_commands._checked_release",
                         lambda c, rid, seed: (load_config(c), rid))
 
     def full_disk(*args, **kwargs):

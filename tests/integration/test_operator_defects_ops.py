@@ -350,7 +350,7 @@ def _ledger(tmp: Path):
 
 def test_d8_resume_after_the_input_changed(prefect_harness, small_state, tmp_path, monkeypatch):
     import flows.release as R
-    from dpatlas.cli.commands import _operator_errors
+    from dpatlas.cli.common import operator_errors as _operator_errors
     from dpatlas.release.events import _refusals
 
     data = tmp_path / "data"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from dpatlas.cli.commands import _operator_errors
+from dpatlas.cli.common import operator_errors as _operator_errors
 from dpatlas.cli.prefect_server import PrefectAPIUnreachable, ServerStartError
 from dpatlas.core.config import ConfigError
 from dpatlas.core.errors import OperatorError, ReleaseRefused

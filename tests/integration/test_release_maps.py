@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 import json
 
-from dpatlas.audit import checks as audit
+from dpatlas.audit import run as audit
 from dpatlas.core.hashing import sha256_file
 from dpatlas.publication import stac
 from dpatlas.publication.codebook import CODEBOOK_FILE

@@ -79,7 +79,7 @@ def snapshot(folder: Path) -> dict:
 def refused_with_nothing_done(tmp_path, internal, draws_made, error, seed=11):
     """The resume raises ``error``: no draw made, the log, the ledger and the (absent or
     present) published folder as they were."""
-    from dpatlas.cli.commands import _operator_errors
+    from dpatlas.cli.common import operator_errors as _operator_errors
 
     log = internal / DRAWS_FILE
     log_before = log.read_bytes() if log.exists() else None

@@ -83,7 +83,7 @@ def stand_in_release(monkeypatch, flow) -> None:
             pass
 
     monkeypatch.setattr(ps, "prefect_api", lambda *a, **k: contextlib.nullcontext(Api()))
-    monkeypatch.setattr("dpatlas.cli.commands._checked_release",
+    monkeypatch.setattr("dpatlas.cli.release_commands._checked_release",
                         lambda c, rid, seed: (load_config(c), rid))
     monkeypatch.setattr(flows.release, "release", flow)
 
