@@ -2,7 +2,7 @@
 
 Before: the previous ``write_map`` (geopandas plots, one hatched patch per low-reliability
 tract), kept below as a labelled reference for this comparison only. After:
-``dpatlas.publication.tract_files.write_map`` (one collection per layer, the low-reliability tracts merged
+``dpatlas.publication.png_map.write_map`` (one collection per layer, the low-reliability tracts merged
 and hatched as one shape). Both draw the same table in the same process, alternating; the
 figure of each is the best of ``--repeats`` runs. Also printed: the merge alone, how many
 pixels of the two PNGs differ, and the GeoJSON writer's time on the same table (unchanged
@@ -27,10 +27,12 @@ from pathlib import Path
 
 import geopandas as gpd
 import numpy as np
+import pandas as pd
 
 from dpatlas.evaluation.synthetic_boundaries import synth_boundaries
 from dpatlas.publication.geojson import write_geojson_rfc7946
-from dpatlas.publication.tract_files import low_reliability, low_reliability_shape, write_map
+from dpatlas.publication.png_map import low_reliability_shape, write_map
+from dpatlas.publication.static_map import low_reliability
 from dpatlas.evaluation.synthetic_input import tract_geoids
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' _measure
@@ -40,6 +42,13 @@ from _measure import measure  # noqa: E402
 _STATES = ("17", "18", "19", "20", "21", "26", "27", "29", "39", "55", "06", "48")
 _TRACTS_PER_STATE = 3300
 _MAX_WIDTH = 0.5  # the config's default intervals.low_reliability_width
+
+
+def wider_than(table, max_width) -> pd.Series:
+    """The previous map's rule for hatching: an interval wider than a fixed width."""
+    if max_width is None or "p25_lo" not in table:
+        return pd.Series(False, index=table.index)
+    return (table["p25_hi"] - table["p25_lo"]) > max_width
 
 
 def reference_write_map(table, path, title, max_width=None):
@@ -62,7 +71,7 @@ def reference_write_map(table, path, title, max_width=None):
                       legend_kwds={"label": "p25: child rank at parent rank 25 (DP)",
                                    "shrink": 0.6})
     handles = [Patch(facecolor="#dddddd", label="suppressed or failed")]
-    weak = table[low_reliability(table, max_width)]
+    weak = table[wider_than(table, max_width)]
     if len(weak):
         weak.plot(ax=ax, facecolor="none", hatch="////", edgecolor="#555555", linewidth=0.0)
         handles.append(Patch(facecolor="white", edgecolor="#555555", hatch="////",
@@ -136,21 +145,21 @@ def warm_up(table: gpd.GeoDataFrame, out: Path) -> None:
     """Draw a few tracts both ways first, so neither figure includes matplotlib's imports."""
     small = table.iloc[:20]
     reference_write_map(small, out / "warm-up.png", "warm-up", _MAX_WIDTH)
-    write_map(small, out / "warm-up.png", "warm-up", _MAX_WIDTH)
+    write_map(small, out / "warm-up.png", "warm-up", True)
 
 
 def compare(label: str, table: gpd.GeoDataFrame, max_width: float | None, out: Path,
             repeats: int) -> None:
     warm_up(table, out)
     released = int((table["status"] == "released").sum())
-    weak = low_reliability(table, max_width).to_numpy()
+    weak = low_reliability(table).to_numpy()  # today's rule: an interval across colour classes
     title = f"{label}: p25 by tract ({released} of {len(table)} released)"
     before, after = out / f"{label}-before.png", out / f"{label}-after.png"
     t_before = t_after = Seconds("inf")
     for _ in range(repeats):  # alternate, so both see the same machine load
         t_before = min(t_before, best_seconds(
             lambda: reference_write_map(table, before, title, max_width), 1))
-        t_after = min(t_after, best_seconds(lambda: write_map(table, after, title, max_width), 1))
+        t_after = min(t_after, best_seconds(lambda: write_map(table, after, title, True), 1))
     # min keeps the Seconds (with its CPU) of the faster run
     geoms = table.geometry.to_numpy()
     t_merge = best_seconds(lambda: low_reliability_shape(geoms[weak]), repeats)

@@ -36,9 +36,9 @@ import pyarrow.parquet as pq
 from dpatlas.publication.geojson import (FEATURE_COLLECTION_TAIL, feature_collection_head,
                                          geojson_parts, write_features)
 from dpatlas.publication.tract_files import (CSV_FILE, PUBLISHED_FILES, PublishError, _json,
-                                             assemble, footprint, in_parallel, overview_title,
-                                             rounding_statement, shown_cell, stage_release,
-                                             write_map, write_table_schema)
+                                             assemble, footprint, in_parallel, rounding_statement,
+                                             stage_release, write_table_schema)
+from dpatlas.publication.png_map import overview_title, shown_cell, write_map
 from dpatlas.publication.static_map import write_overview_maps
 
 # Tract-cells assembled at once: about 2.8 KiB each in the flow (the national release's

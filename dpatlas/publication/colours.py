@@ -1,5 +1,5 @@
 """The one colour scale of a release's maps: the PNG map (``p25_map.png``, drawn by
-:func:`dpatlas.publication.tract_files.write_map`) and the web map (``legend.json``, written by
+:func:`dpatlas.publication.png_map.write_map`) and the web map (``legend.json``, written by
 :mod:`dpatlas.publication.webmap` into each release and read by its ``app.js``).
 
 Both read :data:`BREAKS` and :data:`CLASS_COLOURS` from here, so a published value has the

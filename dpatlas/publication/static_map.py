@@ -6,7 +6,7 @@ a value is marked unreliable when its interval spans more than one colour class
 value without a published direct are dotted and tracts where the model may not apply are
 outlined, as the web map marks them.
 
-The drawing itself is :func:`dpatlas.publication.tract_files.write_map` (which imports this
+The drawing itself is :func:`dpatlas.publication.png_map.write_map` (which imports this
 module, so this one imports nothing of it); this module says what each map shows.
 """
 
@@ -132,9 +132,9 @@ def write_overview_maps(table, folder: Path, title: str, intervals: bool,
                         draw: Callable) -> list[str]:
     """Write ``p25_map.png`` for the web map's default and, when that is the model,
     ``p25_map_direct.png``; returns the further files written beside ``p25_map.png`` (for the
-    manifest). ``title``: the overview's title (tract_files.overview_title); ``intervals``:
+    manifest). ``title``: the overview's title (png_map.overview_title); ``intervals``:
     whether the direct values carry intervals to mark; ``draw``: the drawing function
-    (tract_files.write_map, called positionally: ``(table, path, title, intervals[,
+    (png_map.write_map, called positionally: ``(table, path, title, intervals[,
     estimate])``)."""
     folder = Path(folder)
     if default_estimate(table) == "direct":

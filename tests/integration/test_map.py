@@ -14,8 +14,8 @@ from shapely.geometry import MultiPolygon, Polygon, box
 
 from dpatlas.evaluation.synthetic_boundaries import synth_boundaries
 from dpatlas.publication.static_map import low_reliability
-from dpatlas.publication.tract_files import (MAP_HATCH, MAP_HATCH_COLOUR, _add_tracts,
-                                             low_reliability_shape, polygon_paths, write_map)
+from dpatlas.publication.png_map import (MAP_HATCH, MAP_HATCH_COLOUR, _add_tracts,
+                                          low_reliability_shape, polygon_paths, write_map)
 from dpatlas.evaluation.synthetic_input import tract_geoids
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -185,7 +185,7 @@ def test_map_png_is_written_with_the_hatch_only_when_asked(table, tmp_path):
     write_map(table, tmp_path / "plain.png", "t", False)
     hatched_png, plain_png = read_png(tmp_path / "hatched.png"), read_png(tmp_path / "plain.png")
     # the figure's size follows the area's shape (map_figsize), at MAP_DPI
-    from dpatlas.publication.tract_files import MAP_DPI, map_figsize
+    from dpatlas.publication.png_map import MAP_DPI, map_figsize
     width, height = map_figsize(table.geometry.to_numpy(), table.crs)
     assert hatched_png.shape[:2] == plain_png.shape[:2] == (round(height * MAP_DPI),
                                                             round(width * MAP_DPI))

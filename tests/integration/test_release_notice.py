@@ -25,7 +25,7 @@ from dpatlas.core.hashing import sha256_file  # noqa: E402
 from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic  # noqa: E402
 from dpatlas.publication import stac  # noqa: E402
 from dpatlas.publication.codebook import CODEBOOK_FILE  # noqa: E402
-from dpatlas.publication.tract_files import overview_title  # noqa: E402
+from dpatlas.publication.png_map import overview_title  # noqa: E402
 
 from tests.support.inputs import levels_release_config, write_config  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""One colour scale for both maps (issue 21): the PNG map (tract_files.write_map) and the web
+"""One colour scale for both maps (issue 21): the PNG map (png_map.write_map) and the web
 map (the legend.json each release's page reads) take the same breaks and colours from
 dpatlas.publication.colours."""
 
@@ -10,7 +10,7 @@ import json
 import numpy as np
 
 from dpatlas.publication import colours
-from dpatlas.publication import tract_files as P
+from dpatlas.publication import png_map as P
 from dpatlas.publication import webmap as W
 
 # Every break, just below and above it, the ends of [0, 1].

@@ -5,7 +5,7 @@ import numpy as np
 import pyproj
 import shapely
 
-from dpatlas.publication.tract_files import MAP_FIGSIZE_INCHES, map_figsize
+from dpatlas.publication.png_map import MAP_FIGSIZE_INCHES, map_figsize
 
 WGS84 = pyproj.CRS.from_epsg(4326)
 

@@ -6,7 +6,8 @@ import numpy as np
 import shapely
 from shapely.geometry import Polygon, box
 
-from dpatlas.publication.tract_files import _union, low_reliability_shape
+from dpatlas.publication.png_map import low_reliability_shape
+from dpatlas.publication.tract_files import _union
 
 
 def test_a_coverage_whose_neighbours_do_not_share_a_vertex_falls_back_to_the_general_union():
