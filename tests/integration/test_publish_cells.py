@@ -232,17 +232,21 @@ def test_one_group_of_all_cells_writes_the_same_files(result_files, boundaries, 
 
 def test_the_tiles_start_from_the_whole_geojson_before_the_last_groups_other_writers_end(
         result_files, boundaries, tmp_path, monkeypatch):
-    """tippecanoe, the longest writer, starts as soon as the last group's GeoJSON is
-    written (beside that group's GeoParquet and CSV): it is given the whole, closed file."""
+    """A release of one cell: tippecanoe, the longest writer, starts as soon as the last
+    group's GeoJSON is written (beside that group's GeoParquet and CSV): it is given the
+    whole, closed file, and builds the one ``tracts.pmtiles``."""
     import threading
 
     parquet_done, seen = threading.Event(), {}
     append = S.GeoParquetAppender.append
+    one_cell = [tmp_path / f"one-{i}.parquet" for i in range(len(result_files))]
+    for src, dst in zip(result_files, one_cell):
+        frame = pd.read_parquet(src)
+        frame[frame["cell"] == CELLS[0]].to_parquet(dst, index=False)
 
     def slow_append(self, table):
         append(self, table)
-        if (table["cell"] == CELLS[-1]).all():  # the last group: hold its GeoParquet back
-            assert parquet_done.wait(timeout=60), "the tiles never started"
+        assert parquet_done.wait(timeout=60), "the tiles never started"
 
     def tiles(staging, release_id, config):
         doc = json.loads((staging / "tracts.geojson").read_text())  # whole and closed
@@ -252,10 +256,80 @@ def test_the_tiles_start_from_the_whole_geojson_before_the_last_groups_other_wri
 
     monkeypatch.setattr(S.GeoParquetAppender, "append", slow_append)
     monkeypatch.setattr(S, "_build_tract_tiles", tiles)
+    folder = streamed_release(one_cell, boundaries, tmp_path / "root", len(boundaries),
+                              RecordingChecks())
+    assert seen["features"] == len(boundaries)
+    assert (folder / "tracts.pmtiles").read_bytes() == b"tiles"
+
+
+def test_each_cells_tiles_start_once_its_group_is_written_from_its_features_alone(
+        result_files, boundaries, tmp_path, monkeypatch):
+    """Several cells (issue 35, item 3): one archive per cell, ``tracts-<cell>.pmtiles``,
+    built from a FeatureCollection of that cell's features alone, one cell at a time, each
+    started as soon as its group's GeoJSON is written (the last cell's while the last group's
+    GeoParquet is held back); no ``tracts.pmtiles``, no leftover GeoJSON; the manifest lists
+    the archives and says which is whose."""
+    import threading
+
+    from dpatlas.publication import cell_tiles, tiles as T
+
+    parquet_done, built, running = threading.Event(), {}, []
+    append = S.GeoParquetAppender.append
+
+    def slow_append(self, table):
+        append(self, table)
+        if (table["cell"] == CELLS[-1]).all():  # the last group: hold its GeoParquet back
+            assert parquet_done.wait(timeout=60), "the last cell's tiles never started"
+
+    def build_tiles(geojson, out, **kwargs):
+        running.append(out.name)
+        assert len(running) == 1, "two archives built at once"
+        doc = json.loads(geojson.read_text())
+        built[out.name] = (doc["bbox"], [f["properties"]["cell"] for f in doc["features"]])
+        if out.name == cell_tiles.cell_tiles_file(CELLS[-1]):
+            parquet_done.set()
+        out.write_bytes(b"tiles")
+        running.remove(out.name)
+
+    monkeypatch.setattr(S.GeoParquetAppender, "append", slow_append)
+    monkeypatch.setattr(T, "build_tiles", build_tiles)
     folder = streamed_release(result_files, boundaries, tmp_path / "root", len(boundaries),
                               RecordingChecks())
-    assert seen["features"] == len(boundaries) * len(CELLS)
-    assert len(pd.read_parquet(folder / "tracts.parquet")) == len(boundaries) * len(CELLS)
+    whole = json.loads((folder / "tracts.geojson").read_text())
+    names = [f"tracts-{c}.pmtiles" for c in CELLS]
+    assert sorted(built) == names
+    for cell, name in zip(CELLS, names):
+        bbox, cells = built[name]
+        assert bbox == whole["bbox"] and cells == [cell] * len(boundaries)
+    m = json.loads((folder / "manifest.json").read_text())
+    assert m["cell_tiles"] == dict(zip(CELLS, names))
+    assert set(names) <= set(m["files"]) and "tracts.pmtiles" not in m["files"]
+    assert not (folder / "tracts.pmtiles").exists()
+    assert not [p for p in folder.iterdir() if p.name.startswith(".")]  # no part left
+
+
+def test_a_whole_table_in_any_row_order_gets_each_cells_archive(result_files, boundaries,
+                                                                tmp_path, monkeypatch):
+    """write_release publishes a table in its own row order (cells interleaved): each cell's
+    archive still holds that cell's features, every one of them."""
+    from dpatlas.publication import tiles as T
+
+    built = {}
+
+    def build_tiles(geojson, out, **kwargs):
+        doc = json.loads(geojson.read_text())
+        built[out.name] = sorted((f["properties"]["cell"], f["properties"]["geoid"])
+                                 for f in doc["features"])
+        out.write_bytes(b"tiles")
+
+    monkeypatch.setattr(T, "build_tiles", build_tiles)
+    table = whole_table(result_files, boundaries).sample(frac=1.0, random_state=4)
+    manifest = {"release_id": "r1", **_manifest_counts(TractSummary.of(table))}
+    write_release(table, manifest, tmp_path / "root", "r1", config=CONFIG)
+    for cell in CELLS:
+        rows = table[table["cell"] == cell]
+        assert built[f"tracts-{cell}.pmtiles"] == sorted(zip(rows["cell"], rows["geoid"]))
+
 
 @pytest.mark.parametrize("fail_group", [0, 1, 2])  # found at the next group, or at the end
 def test_a_group_breaking_its_contract_publishes_nothing(result_files, boundaries, tmp_path,
