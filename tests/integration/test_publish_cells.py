@@ -413,3 +413,66 @@ def test_a_release_published_a_cell_at_a_time_passes_the_audit(flow_release):
     assert "distinct_values_to_contain_set" in json.dumps(first["expectations"])
     assert "distinct_values_to_contain_set" not in json.dumps(later["expectations"])
     assert m["output_contract"]["suite"] == "published_tracts"
+
+
+def _audit(folder: Path) -> tuple[int, str]:
+    import io
+
+    from dpatlas.audit import run as audit
+
+    out = io.StringIO()
+    return audit.main(folder, out, allow_test=True), out.getvalue()
+
+
+def _rehashed(folder: Path) -> None:
+    from dpatlas.core.hashing import sha256_file
+
+    m = json.loads((folder / "manifest.json").read_text())
+    for name in m["files"]:
+        m["files"][name] = {"sha256": sha256_file(folder / name),
+                            "bytes": (folder / name).stat().st_size}
+    (folder / "manifest.json").write_text(json.dumps(m, indent=2))
+
+
+def test_each_cell_has_its_own_tract_archive_and_the_audit_checks_each(flow_release):
+    """Issue 35, item 3: one archive per cell, listed and hashed in the manifest, each
+    holding its cell's rows alone (read back with the audit's own PMTiles reader)."""
+    from dpatlas.audit import tiles as audit_tiles
+
+    folder, _ = flow_release
+    m = json.loads((folder / "manifest.json").read_text())
+    names = {c: f"tracts-{c}.pmtiles" for c in CELLS}
+    assert m["cell_tiles"] == names and "tracts.pmtiles" not in m["files"]
+    assert not (folder / "tracts.pmtiles").exists()
+    for cell, name in names.items():
+        assert name in m["files"]
+        _, tiles = audit_tiles.pmtiles_tiles(folder / name)
+        cells = {f["cell"] for t in tiles for f in audit_tiles.mvt_features(t)}
+        assert cells == {cell}, name
+    code, out = _audit(folder)
+    formats = next(ln for ln in out.splitlines() if " formats" in ln[:14])
+    assert code == 0 and all(name in formats for name in names.values()), formats
+
+
+@pytest.mark.parametrize("forgery", ["swapped", "unlisted"])
+def test_a_cells_archive_swapped_or_left_out_fails_the_audit(flow_release, tmp_path, forgery):
+    """Two cells' archives swapped (and re-hashed), or one cell's archive removed from the
+    files: the formats check FAILs (each archive is compared with its own cell's rows)."""
+    import shutil
+
+    folder = tmp_path / flow_release[0].name
+    shutil.copytree(flow_release[0], folder, symlinks=True)
+    first, second = (folder / f"tracts-{c}.pmtiles" for c in CELLS[:2])
+    if forgery == "swapped":
+        first.rename(folder / "swap"), second.rename(first), (folder / "swap").rename(second)
+    else:
+        m = json.loads((folder / "manifest.json").read_text())
+        del m["files"][first.name]
+        first.unlink()
+        (folder / "manifest.json").write_text(json.dumps(m, indent=2))
+    _rehashed(folder)
+    code, out = _audit(folder)
+    failed = [ln for ln in out.splitlines() if ln.startswith("FAIL  formats")]
+    assert code != 0 and failed, out
+    assert (f"{first.name} has a row" in failed[0] if forgery == "swapped"
+            else f"has no tract archive {first.name}" in failed[0]), failed[0]
