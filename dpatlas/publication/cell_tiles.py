@@ -43,6 +43,14 @@ def is_cell_tiles_file(name: str) -> bool:
     return name.startswith(CELL_TILES_PREFIX) and name.endswith(".pmtiles") and "/" not in name
 
 
+def cell_tiles_title(name: str) -> str:
+    """The STAC title of a cell's archive ``tracts-<cell>.pmtiles`` (its cell named when the
+    name holds it, not when it is a digest)."""
+    cell = name.removeprefix(CELL_TILES_PREFIX).removesuffix(".pmtiles")
+    whose = "one cell" if cell.startswith("-") else f"cell {cell}"
+    return f"Tracts of {whose}: vector tiles (PMTiles)"
+
+
 def per_cell(cells: list[str]) -> bool:
     """Whether a release with ``cells`` publishes an archive per cell (more than one cell)."""
     return len(cells) > 1
