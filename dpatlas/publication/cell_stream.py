@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dpatlas.publication.cell_tiles import MANIFEST_KEY as CELL_TILES_KEY
-from dpatlas.publication.cell_tiles import CellTileBuilder, cell_runs, cell_tile_builder
+from dpatlas.publication.cell_tiles import CellTileBuilder, cell_tile_builder
 from dpatlas.publication.geojson import (FEATURE_COLLECTION_TAIL, feature_collection_head,
                                          geojson_parts, write_features)
 from dpatlas.publication.tract_files import (CSV_FILE, PUBLISHED_FILES, PublishError, _json,
@@ -164,7 +164,7 @@ class GeoJsonAppender:
                  cell_tiles: Optional[CellTileBuilder] = None):
         self.path, self.per_cell = Path(path), several_cells
         self.fh, self.head, self.wrote = None, None, False
-        # Told each cell's byte ranges once written and flushed (the cell's tile archive)
+        # With several cells: each cell's archive, started as its features are written
         self.cell_tiles = cell_tiles
 
     def append(self, table: gpd.GeoDataFrame) -> None:
@@ -179,15 +179,9 @@ class GeoJsonAppender:
                                "published")
         if self.cell_tiles is None:
             self.wrote = write_features(self.fh, props, geoms, ids, after_others=self.wrote)
-            return
-        for cell, rows in cell_runs(props):  # the same bytes, a cell's features at a time
-            start = self.fh.tell() + (1 if self.wrote else 0)  # after the separating comma
-            self.wrote = write_features(self.fh, props.iloc[rows], geoms[rows],
-                                        None if ids is None else ids[rows.start:rows.stop],
-                                        after_others=self.wrote)
-            self.fh.flush()
-            self.cell_tiles.add(self.path, self.head, cell, start, self.fh.tell())
-        self.cell_tiles.group_written()
+        else:  # the same bytes, each cell's archive started as its features are written
+            self.wrote = self.cell_tiles.write_group(self.fh, self.path, self.head, props,
+                                                     geoms, ids, self.wrote)
 
     def close(self) -> None:
         if self.fh is not None and not self.fh.closed:

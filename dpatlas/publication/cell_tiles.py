@@ -17,8 +17,10 @@ import re
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
+
 from dpatlas.publication import tiles
-from dpatlas.publication.geojson import FEATURE_COLLECTION_TAIL
+from dpatlas.publication.geojson import FEATURE_COLLECTION_TAIL, write_features
 from dpatlas.publication.tract_files import PublishError
 
 # A cell whose name is made of these is named as it is; any other (spaces, slashes, dots,
@@ -71,8 +73,8 @@ def cell_tile_builder(staging: Path, release_id: str, config: dict, cells: list[
 
 class CellTileBuilder:
     """Builds each cell's archive, one at a time on ``tiler`` (one worker), as soon as its run
-    of ``tracts.geojson`` is written (:meth:`add`, then :meth:`group_written`); :meth:`result`
-    waits for them all."""
+    of ``tracts.geojson`` is written (:meth:`write_group`); :meth:`result` waits for them
+    all."""
 
     def __init__(self, staging: Path, release_id: str, config: dict,
                  tiler: ThreadPoolExecutor):
@@ -80,38 +82,64 @@ class CellTileBuilder:
         self.text = tiles.release_tile_text(release_id, config)
         self.min_zoom = tiles.tract_min_zoom(config.get("levels"))
         self.built: dict[str, Future] = {}
-        self.pending: dict[str, list[tuple[int, int]]] = {}
-        self.geojson, self.head = Path(), ""
+        self.pending: dict[str, tuple | None] = {}
 
-    def add(self, geojson: Path, head: str, cell: str, start: int, end: int) -> None:
-        """Note that bytes ``start:end`` of ``geojson`` (flushed) are features of ``cell``
-        (a FeatureCollection opened by ``head``)."""
-        cell = str(cell)
-        if cell in self.built:
+    def write_group(self, fh, path: Path, head: str, props, geoms, ids, wrote: bool) -> bool:
+        """Append a group's features to the open ``tracts.geojson`` (``fh`` at ``path``, opened
+        by ``head``; ``wrote``: features came before), the same bytes as one
+        :func:`write_features` of the group, and start the archives of its cells; whether the
+        collection now holds a feature.
+
+        When each cell's rows are consecutive (the flow: groups are assembled cell by cell),
+        a cell's archive is built from its byte range of the file; when cells are interleaved
+        (a whole table published in its own row order) each cell's features are also written
+        to a FeatureCollection of their own."""
+        runs = cell_runs(props)
+        consecutive = len(runs) == len({cell for cell, _ in runs})
+        for cell, rows in (runs if consecutive else [(None, slice(0, len(props)))]):
+            start = fh.tell() + (1 if wrote else 0)  # after the separating comma
+            wrote = write_features(fh, props.iloc[rows], geoms[rows],
+                                   None if ids is None else ids[rows], after_others=wrote)
+            fh.flush()
+            if cell is not None:
+                self._note(cell, (path, head, (start, fh.tell())))
+        if not consecutive:
+            cells = props["cell"].astype(str).to_numpy()
+            for cell in dict.fromkeys(cells):
+                rows = np.flatnonzero(cells == cell)
+                with open(self._part(cell), "w", encoding="utf-8") as out:
+                    out.write(head)
+                    write_features(out, props.iloc[rows], geoms[rows],
+                                   None if ids is None else [ids[i] for i in rows])
+                    out.write(FEATURE_COLLECTION_TAIL)
+                self._note(cell, None)
+        for cell, source in self.pending.items():  # a group holds whole cells
+            self.built[cell] = self.tiler.submit(self._build, cell, source)
+        self.pending = {}
+        return wrote
+
+    def _note(self, cell: str, source: tuple | None) -> None:
+        if cell in self.built or (cell in self.pending and source is None):
             raise PublishError(f"cell {cell}'s rows are in two groups of cells (a bug: a group "
                                "holds whole cells); nothing was published")
-        self.geojson, self.head = Path(geojson), head
-        self.pending.setdefault(cell, []).append((start, end))
+        self.pending[cell] = source
 
-    def group_written(self) -> None:
-        """Start the archives of the cells of the group just written (one group holds whole
-        cells), one at a time on the tiler."""
-        for cell, ranges in self.pending.items():
-            self.built[cell] = self.tiler.submit(self._build, self.geojson, self.head, cell,
-                                                 ranges)
-        self.pending = {}
+    def _part(self, cell: str) -> Path:
+        """Where ``cell``'s FeatureCollection is written for tippecanoe (removed once built)."""
+        return self.staging / f".{cell_tiles_file(cell)}.geojson"
 
-    def _build(self, geojson: Path, head: str, cell: str, ranges: list[tuple[int, int]]) -> str:
-        name = cell_tiles_file(cell)
-        part = self.staging / f".{name}.geojson"
+    def _build(self, cell: str, source: tuple | None) -> str:
+        """``cell``'s archive, from its part (``source``: None) or from a byte range of
+        ``tracts.geojson`` (``source``: its path, head and range)."""
+        name, part = cell_tiles_file(cell), self._part(cell)
         try:
-            with open(geojson, "rb") as src, open(part, "wb") as out:
-                out.write(head.encode("utf-8"))
-                for k, (start, end) in enumerate(ranges):
-                    out.write(b"," if k else b"")
+            if source is not None:
+                geojson, head, (start, end) = source
+                with open(geojson, "rb") as src, open(part, "wb") as out:
+                    out.write(head.encode("utf-8"))
                     src.seek(start)
                     _copy_bytes(src, out, end - start)
-                out.write(FEATURE_COLLECTION_TAIL.encode("utf-8"))
+                    out.write(FEATURE_COLLECTION_TAIL.encode("utf-8"))
             tiles.build_tiles(part, self.staging / name, min_zoom=self.min_zoom,
                               text=self.text)
         finally:
