@@ -91,7 +91,9 @@ against fixed rules rather than against itself, and compares:
     the per-tract-and-cell figures where spent,
     and the manifest's counts;
 (f) formats: tracts.csv and tracts.geojson row for row, and the features of tracts.pmtiles
-    (its lowest zoom) attribute for attribute, hold the values of tracts.parquet, and its
+    (its lowest zoom) attribute for attribute, hold the values of tracts.parquet (a release
+    of several cells: each cell's tracts-<cell>.pmtiles against that cell's rows alone,
+    every cell's archive listed; cell_tiles.py), and its
     polygons (one per GEOID): the GeoJSON's within GEOMETRY_TOLERANCE_DEGREES, the tiles'
     within TILE_TOLERANCE_UNITS of their lowest zoom's grid (:func:`tile_distance`).
 (l) levels: a release with county or state levels (manifest ``levels``) has each level's

@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from .base import FLOAT_ATOL, MAX_GEOJSON_BYTES, Mismatch
+from .cell_tiles import rows_of, tract_archives
 from .files import _json_object, readable
 from .geometry import _reference_by_geoid, format_geometry_problems, parquet_geometries
 from .tiles import TILE_READ_ERRORS, mvt_features, pmtiles_tile_entries
@@ -135,27 +136,31 @@ def check_formats(folder: Path, m: dict) -> str:
                                              features=features or [])
     except (Mismatch, AttributeError, TypeError) as err:
         problems.append(f"tracts.geojson cannot be read: {err}")
+    archives, archive_problems = tract_archives(folder, m, {str(k[1]) for k in table})
+    problems += archive_problems
     n_tiles, n_shown = 0, 0
-    if (folder / "tracts.pmtiles").exists() or "tracts.pmtiles" in m.get("files", {}):
+    for archive in archives:  # each archive against the rows of its cell (all: tracts.pmtiles)
+        name, rows_wanted = archive.name, rows_of(table, archive.cell)
         try:
-            header, entries = pmtiles_tile_entries(folder / "tracts.pmtiles")
-            n_tiles = len(entries)
+            header, entries = pmtiles_tile_entries(folder / name)
+            n_tiles += len(entries)
             rows = [f for _, _, t in entries for f in mvt_features(t)]
-            problems += _compare("tracts.pmtiles", rows, table, columns, exact_columns=False,
+            problems += _compare(name, rows, rows_wanted, columns, exact_columns=False,
                                  complete=False)
-            problems += format_geometry_problems("tracts", reference, "tracts.parquet",
+            problems += format_geometry_problems(archive.stem, reference, "tracts.parquet",
                                                  tiles=(header, entries), layer="tracts")
             shown = {(r.get("geoid"), r.get("cell")) for r in rows}
-            n_shown = len(shown & set(table))
+            n_shown += len(shown & set(rows_wanted))
             if not shown:
-                problems.append("tracts.pmtiles has no features at its lowest zoom")
+                problems.append(f"{name} has no features at its lowest zoom")
         except TILE_READ_ERRORS as err:
-            problems.append(f"tracts.pmtiles cannot be read: {type(err).__name__} {err}")
+            problems.append(f"{name} cannot be read: {type(err).__name__} {err}")
+    tiles_named = ", ".join(a.name for a in archives) or "tracts.pmtiles"
     if problems:
         raise Mismatch("; ".join(problems))
     # Tiles may leave out a polygon too small to draw at the lowest zoom (tippecanoe's tiny
     # polygon reduction), so the rows shown are counted, not required.
     return (f"tracts.csv and tracts.geojson hold the values of tracts.parquet ({len(table):,} "
-            f"rows, {len(columns)} columns), and so do the {n_shown:,} rows tracts.pmtiles "
-            f"shows at its lowest zoom ({n_tiles} tile(s)); the GeoJSON's and the tiles' "
+            f"rows, {len(columns)} columns), and so do the {n_shown:,} rows {tiles_named} "
+            f"show at its lowest zoom ({n_tiles} tile(s)); the GeoJSON's and the tiles' "
             "polygons are the table's (within tolerance)")

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 
 from .base import AuditUnreadable, LEVEL_DIGITS, LEVEL_STEMS, MAX_GEOJSON_BYTES, Mismatch, _shapely
 from .files import _json_object, readable
+from .cell_tiles import tract_archives
 from .tiles import TILE_READ_ERRORS, pmtiles_tile_entries, tile_geometries
 
 
@@ -259,11 +260,13 @@ def boundary_geometry_problems(folder: Path, m: dict, path: Path, column: str) -
         problems += format_geometry_problems("tracts", reference, against, features=features)
     except (Mismatch, AttributeError, TypeError) as err:
         problems.append(f"tracts.geojson cannot be read: {err}")
-    if "tracts.pmtiles" in (m.get("files") or {}):
+    listed = m.get("files") or {}
+    for archive in (a for a in tract_archives(folder, m, set(m.get("cells") or []))[0]
+                    if a.name in listed):  # every cell's archive (or tracts.pmtiles)
         try:
             problems += format_geometry_problems(
-                "tracts", reference, against, tiles=pmtiles_tile_entries(
-                    folder / "tracts.pmtiles"), layer="tracts")
+                archive.stem, reference, against, tiles=pmtiles_tile_entries(
+                    folder / archive.name), layer="tracts")
         except TILE_READ_ERRORS as err:
-            problems.append(f"tracts.pmtiles cannot be read: {type(err).__name__} {err}")
+            problems.append(f"{archive.name} cannot be read: {type(err).__name__} {err}")
     return problems

@@ -33,6 +33,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dpatlas.publication.cell_tiles import MANIFEST_KEY as CELL_TILES_KEY
+from dpatlas.publication.cell_tiles import CellTileBuilder, cell_tile_builder
 from dpatlas.publication.geojson import (FEATURE_COLLECTION_TAIL, feature_collection_head,
                                          geojson_parts, write_features)
 from dpatlas.publication.tract_files import (CSV_FILE, PUBLISHED_FILES, PublishError, _json,
@@ -158,9 +160,12 @@ class GeoJsonAppender:
     Its ``bbox`` (written first) is the first group's: every group holds every boundary
     tract, so every group's bbox is the same (checked)."""
 
-    def __init__(self, path: Path, several_cells: bool):
+    def __init__(self, path: Path, several_cells: bool,
+                 cell_tiles: Optional[CellTileBuilder] = None):
         self.path, self.per_cell = Path(path), several_cells
         self.fh, self.head, self.wrote = None, None, False
+        # With several cells: each cell's archive, started as its features are written
+        self.cell_tiles = cell_tiles
 
     def append(self, table: gpd.GeoDataFrame) -> None:
         props, geoms, ids = geojson_parts(table, self.path, per_cell=self.per_cell)
@@ -172,7 +177,11 @@ class GeoJsonAppender:
             raise PublishError("a group of cells has another GeoJSON bbox than the first (a "
                                "bug: every cell holds every boundary tract); nothing was "
                                "published")
-        self.wrote = write_features(self.fh, props, geoms, ids, after_others=self.wrote)
+        if self.cell_tiles is None:
+            self.wrote = write_features(self.fh, props, geoms, ids, after_others=self.wrote)
+        else:  # the same bytes, each cell's archive started as its features are written
+            self.wrote = self.cell_tiles.write_group(self.fh, self.path, self.head, props,
+                                                     geoms, ids, self.wrote)
 
     def close(self) -> None:
         if self.fh is not None and not self.fh.closed:
@@ -250,7 +259,9 @@ def write_release_by_cells(groups: Iterable[gpd.GeoDataFrame], cells: list[str],
         try:
             streamed = _append_groups(staging, groups, cells, config, checks, group_count,
                                       checker, partial(tiler.submit, _build_tract_tiles,
-                                                       staging, release_id, config))
+                                                       staging, release_id, config),
+                                      cell_tile_builder(staging, release_id, config, cells,
+                                                        tiler))
             tract_files, finished, level_files, extent = _finish_files(
                 staging, streamed, release_id, config, checks, more_files)
         finally:
@@ -294,7 +305,9 @@ class _Streamed:
     shown: gpd.GeoDataFrame
     suites: list[str]
     last_check: Future
-    tiles: Future  # tippecanoe on the whole GeoJSON, started once it was written
+    # tippecanoe on the whole GeoJSON, started once it was written; with several cells, the
+    # builder of each cell's archive (cell_tiles.py)
+    tiles: Future | CellTileBuilder
 
     def all_suites(self) -> list[str]:
         """Every group's suite, once the last group's check is done (raises if it failed)."""
@@ -303,7 +316,8 @@ class _Streamed:
 
 def _append_groups(staging: Path, groups: Iterable[gpd.GeoDataFrame], cells: list[str],
                    config: dict, checks: CellGroupChecks, group_count: int,
-                   checker: ThreadPoolExecutor, start_tiles: Callable[[], Future]) -> _Streamed:
+                   checker: ThreadPoolExecutor, start_tiles: Callable[[], Future],
+                   cell_tiles: Optional[CellTileBuilder] = None) -> _Streamed:
     """Append each group to the tract files while ``checker`` checks it; what the rest of
     the release needs. ``start_tiles`` is called as soon as the last group's GeoJSON is
     written, so tippecanoe (the longest writer) runs beside the last group's other writers
@@ -317,7 +331,8 @@ def _append_groups(staging: Path, groups: Iterable[gpd.GeoDataFrame], cells: lis
     ci = config.get("intervals") or {}
     parquet = GeoParquetAppender(staging / "tracts.parquet")
     csv = CsvAppender(staging, ci.get("level", 0.95))
-    geojson = GeoJsonAppender(staging / "tracts.geojson", several_cells=len(cells) > 1)
+    geojson = GeoJsonAppender(staging / "tracts.geojson", several_cells=len(cells) > 1,
+                              cell_tiles=cell_tiles)
     summary, suites, shown, columns, pending = TractSummary(), [], None, [], None
     overview = shown_cell(cells) if cells else None
     started: list[Future] = []
@@ -326,7 +341,7 @@ def _append_groups(staging: Path, groups: Iterable[gpd.GeoDataFrame], cells: lis
         geojson.append(table)
         if last:
             geojson.close()
-            started.append(start_tiles())
+            started.append(cell_tiles or start_tiles())
 
     try:
         for index, table in enumerate(_numbered(groups, group_count)):
@@ -385,7 +400,7 @@ def _finish_files(staging: Path, streamed: _Streamed, release_id: str, config: d
                            several_cells=len(streamed.summary.cells) > 1,
                            publish=config.get("publish"))
     outline = streamed.shown.copy()  # its own frame for the footprint's thread
-    _, finished, web_map, level_files, extent, maps, _ = in_parallel([
+    built, finished, web_map, level_files, extent, maps, _ = in_parallel([
         streamed.tiles.result,  # started with the last group (raises if tippecanoe failed)
         lambda: checks.finish(streamed.all_suites()),
         lambda: webmap.write_web_map(staging, release_id),
@@ -396,4 +411,7 @@ def _finish_files(staging: Path, streamed: _Streamed, release_id: str, config: d
         lambda: (staging / "config.json").write_text(json.dumps(
             config, indent=2, sort_keys=True, default=_json)),
     ])
-    return [tiles.TILES_FILE, *web_map, *maps], finished, level_files, extent
+    tract_tiles = [tiles.TILES_FILE]
+    if isinstance(built, dict):  # an archive per cell, and which is whose
+        tract_tiles, finished = [*built.values()], {**finished, CELL_TILES_KEY: built}
+    return [*tract_tiles, *web_map, *maps], finished, level_files, extent

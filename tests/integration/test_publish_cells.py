@@ -232,17 +232,21 @@ def test_one_group_of_all_cells_writes_the_same_files(result_files, boundaries, 
 
 def test_the_tiles_start_from_the_whole_geojson_before_the_last_groups_other_writers_end(
         result_files, boundaries, tmp_path, monkeypatch):
-    """tippecanoe, the longest writer, starts as soon as the last group's GeoJSON is
-    written (beside that group's GeoParquet and CSV): it is given the whole, closed file."""
+    """A release of one cell: tippecanoe, the longest writer, starts as soon as the last
+    group's GeoJSON is written (beside that group's GeoParquet and CSV): it is given the
+    whole, closed file, and builds the one ``tracts.pmtiles``."""
     import threading
 
     parquet_done, seen = threading.Event(), {}
     append = S.GeoParquetAppender.append
+    one_cell = [tmp_path / f"one-{i}.parquet" for i in range(len(result_files))]
+    for src, dst in zip(result_files, one_cell):
+        frame = pd.read_parquet(src)
+        frame[frame["cell"] == CELLS[0]].to_parquet(dst, index=False)
 
     def slow_append(self, table):
         append(self, table)
-        if (table["cell"] == CELLS[-1]).all():  # the last group: hold its GeoParquet back
-            assert parquet_done.wait(timeout=60), "the tiles never started"
+        assert parquet_done.wait(timeout=60), "the tiles never started"
 
     def tiles(staging, release_id, config):
         doc = json.loads((staging / "tracts.geojson").read_text())  # whole and closed
@@ -252,10 +256,80 @@ def test_the_tiles_start_from_the_whole_geojson_before_the_last_groups_other_wri
 
     monkeypatch.setattr(S.GeoParquetAppender, "append", slow_append)
     monkeypatch.setattr(S, "_build_tract_tiles", tiles)
+    folder = streamed_release(one_cell, boundaries, tmp_path / "root", len(boundaries),
+                              RecordingChecks())
+    assert seen["features"] == len(boundaries)
+    assert (folder / "tracts.pmtiles").read_bytes() == b"tiles"
+
+
+def test_each_cells_tiles_start_once_its_group_is_written_from_its_features_alone(
+        result_files, boundaries, tmp_path, monkeypatch):
+    """Several cells (issue 35, item 3): one archive per cell, ``tracts-<cell>.pmtiles``,
+    built from a FeatureCollection of that cell's features alone, one cell at a time, each
+    started as soon as its group's GeoJSON is written (the last cell's while the last group's
+    GeoParquet is held back); no ``tracts.pmtiles``, no leftover GeoJSON; the manifest lists
+    the archives and says which is whose."""
+    import threading
+
+    from dpatlas.publication import cell_tiles, tiles as T
+
+    parquet_done, built, running = threading.Event(), {}, []
+    append = S.GeoParquetAppender.append
+
+    def slow_append(self, table):
+        append(self, table)
+        if (table["cell"] == CELLS[-1]).all():  # the last group: hold its GeoParquet back
+            assert parquet_done.wait(timeout=60), "the last cell's tiles never started"
+
+    def build_tiles(geojson, out, **kwargs):
+        running.append(out.name)
+        assert len(running) == 1, "two archives built at once"
+        doc = json.loads(geojson.read_text())
+        built[out.name] = (doc["bbox"], [f["properties"]["cell"] for f in doc["features"]])
+        if out.name == cell_tiles.cell_tiles_file(CELLS[-1]):
+            parquet_done.set()
+        out.write_bytes(b"tiles")
+        running.remove(out.name)
+
+    monkeypatch.setattr(S.GeoParquetAppender, "append", slow_append)
+    monkeypatch.setattr(T, "build_tiles", build_tiles)
     folder = streamed_release(result_files, boundaries, tmp_path / "root", len(boundaries),
                               RecordingChecks())
-    assert seen["features"] == len(boundaries) * len(CELLS)
-    assert len(pd.read_parquet(folder / "tracts.parquet")) == len(boundaries) * len(CELLS)
+    whole = json.loads((folder / "tracts.geojson").read_text())
+    names = [f"tracts-{c}.pmtiles" for c in CELLS]
+    assert sorted(built) == names
+    for cell, name in zip(CELLS, names):
+        bbox, cells = built[name]
+        assert bbox == whole["bbox"] and cells == [cell] * len(boundaries)
+    m = json.loads((folder / "manifest.json").read_text())
+    assert m["cell_tiles"] == dict(zip(CELLS, names))
+    assert set(names) <= set(m["files"]) and "tracts.pmtiles" not in m["files"]
+    assert not (folder / "tracts.pmtiles").exists()
+    assert not [p for p in folder.iterdir() if p.name.startswith(".")]  # no part left
+
+
+def test_a_whole_table_in_any_row_order_gets_each_cells_archive(result_files, boundaries,
+                                                                tmp_path, monkeypatch):
+    """write_release publishes a table in its own row order (cells interleaved): each cell's
+    archive still holds that cell's features, every one of them."""
+    from dpatlas.publication import tiles as T
+
+    built = {}
+
+    def build_tiles(geojson, out, **kwargs):
+        doc = json.loads(geojson.read_text())
+        built[out.name] = sorted((f["properties"]["cell"], f["properties"]["geoid"])
+                                 for f in doc["features"])
+        out.write_bytes(b"tiles")
+
+    monkeypatch.setattr(T, "build_tiles", build_tiles)
+    table = whole_table(result_files, boundaries).sample(frac=1.0, random_state=4)
+    manifest = {"release_id": "r1", **_manifest_counts(TractSummary.of(table))}
+    write_release(table, manifest, tmp_path / "root", "r1", config=CONFIG)
+    for cell in CELLS:
+        rows = table[table["cell"] == cell]
+        assert built[f"tracts-{cell}.pmtiles"] == sorted(zip(rows["cell"], rows["geoid"]))
+
 
 @pytest.mark.parametrize("fail_group", [0, 1, 2])  # found at the next group, or at the end
 def test_a_group_breaking_its_contract_publishes_nothing(result_files, boundaries, tmp_path,
@@ -339,3 +413,66 @@ def test_a_release_published_a_cell_at_a_time_passes_the_audit(flow_release):
     assert "distinct_values_to_contain_set" in json.dumps(first["expectations"])
     assert "distinct_values_to_contain_set" not in json.dumps(later["expectations"])
     assert m["output_contract"]["suite"] == "published_tracts"
+
+
+def _audit(folder: Path) -> tuple[int, str]:
+    import io
+
+    from dpatlas.audit import run as audit
+
+    out = io.StringIO()
+    return audit.main(folder, out, allow_test=True), out.getvalue()
+
+
+def _rehashed(folder: Path) -> None:
+    from dpatlas.core.hashing import sha256_file
+
+    m = json.loads((folder / "manifest.json").read_text())
+    for name in m["files"]:
+        m["files"][name] = {"sha256": sha256_file(folder / name),
+                            "bytes": (folder / name).stat().st_size}
+    (folder / "manifest.json").write_text(json.dumps(m, indent=2))
+
+
+def test_each_cell_has_its_own_tract_archive_and_the_audit_checks_each(flow_release):
+    """Issue 35, item 3: one archive per cell, listed and hashed in the manifest, each
+    holding its cell's rows alone (read back with the audit's own PMTiles reader)."""
+    from dpatlas.audit import tiles as audit_tiles
+
+    folder, _ = flow_release
+    m = json.loads((folder / "manifest.json").read_text())
+    names = {c: f"tracts-{c}.pmtiles" for c in CELLS}
+    assert m["cell_tiles"] == names and "tracts.pmtiles" not in m["files"]
+    assert not (folder / "tracts.pmtiles").exists()
+    for cell, name in names.items():
+        assert name in m["files"]
+        _, tiles = audit_tiles.pmtiles_tiles(folder / name)
+        cells = {f["cell"] for t in tiles for f in audit_tiles.mvt_features(t)}
+        assert cells == {cell}, name
+    code, out = _audit(folder)
+    formats = next(ln for ln in out.splitlines() if " formats" in ln[:14])
+    assert code == 0 and all(name in formats for name in names.values()), formats
+
+
+@pytest.mark.parametrize("forgery", ["swapped", "unlisted"])
+def test_a_cells_archive_swapped_or_left_out_fails_the_audit(flow_release, tmp_path, forgery):
+    """Two cells' archives swapped (and re-hashed), or one cell's archive removed from the
+    files: the formats check FAILs (each archive is compared with its own cell's rows)."""
+    import shutil
+
+    folder = tmp_path / flow_release[0].name
+    shutil.copytree(flow_release[0], folder, symlinks=True)
+    first, second = (folder / f"tracts-{c}.pmtiles" for c in CELLS[:2])
+    if forgery == "swapped":
+        first.rename(folder / "swap"), second.rename(first), (folder / "swap").rename(second)
+    else:
+        m = json.loads((folder / "manifest.json").read_text())
+        del m["files"][first.name]
+        first.unlink()
+        (folder / "manifest.json").write_text(json.dumps(m, indent=2))
+    _rehashed(folder)
+    code, out = _audit(folder)
+    failed = [ln for ln in out.splitlines() if ln.startswith("FAIL  formats")]
+    assert code != 0 and failed, out
+    assert (f"{first.name} has a row" in failed[0] if forgery == "swapped"
+            else f"has no tract archive {first.name}" in failed[0]), failed[0]

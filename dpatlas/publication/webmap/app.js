@@ -32,7 +32,8 @@
   const state = { release: null, value: "p25", cell: null, statuses: [], level: null,
                   legend: null, releases: [], mechanisms: [], levels: ["tract"],
                   fixedLevel: null, shownLevel: "tract", hasModel: false, estimate: "direct",
-                  unitTables: {}, minZoom: {}, bounds: null, popup: null, geojson: {} };
+                  unitTables: {}, minZoom: {}, bounds: null, popup: null, geojson: {},
+                  cellTiles: null };
   // For tests and the curious: the map, the state, and the id of the release last drawn.
   const api = (window.dpatlas = { state: state, map: null, loaded: null });
 
@@ -912,8 +913,32 @@
     return (attr && attr.values) || [];
   }
 
+  // A release of several cells publishes a tract archive per cell (manifest.json's
+  // cell_tiles, dpatlas/publication/cell_tiles.py): the tract source is the shown cell's
+  // archive, so the map fetches that cell's tiles alone. Otherwise (one cell, or a release
+  // from before issue 35) it is tracts.pmtiles, every cell's features filtered by cell.
+  async function cellArchives(id) {
+    const manifest = await fetchJson(releaseUrl(id, "manifest.json")).catch(() => null);
+    const files = manifest && manifest.cell_tiles;
+    return files && typeof files === "object" && Object.keys(files).length ? files : null;
+  }
+
+  function tractArchive(id) {
+    const file = state.cellTiles ? state.cellTiles[state.cell] : LEVELS.tract.file;
+    const archive = new pmtiles.PMTiles(releaseUrl(id, file));
+    protocol.add(archive);
+    return archive;
+  }
+
+  // The shown cell changed: with an archive per cell, the tract source reads the new cell's.
+  function showCellTiles(map) {
+    const source = state.cellTiles && map.getSource(LAYER);
+    if (source) source.setUrl("pmtiles://" + tractArchive(state.release).source.getKey());
+  }
+
   function chooseCell(metadata) {
-    const cells = attributeValues(metadata, "cell");
+    const cells = state.cellTiles ? Object.keys(state.cellTiles)
+      : attributeValues(metadata, "cell");
     const select = $("cell");
     select.replaceChildren(...cells.map((c) => new Option(c, c)));
     $("cell-row").hidden = cells.length < 2;
@@ -947,9 +972,9 @@
   async function loadRelease(map, id) {
     state.release = id;
     api.loaded = null;
-    const url = releaseUrl(id, "tracts.pmtiles");
-    const archive = new pmtiles.PMTiles(url);
-    protocol.add(archive);
+    state.cellTiles = await cellArchives(id);
+    if (state.cellTiles) state.cell = chooseCell(null);  // the cell whose archive to open
+    const archive = tractArchive(id);
     const [header, metadata, releaseConfig] = await Promise.all([
       archive.getHeader(), archive.getMetadata(),
       fetchJson(releaseUrl(id, "config.json")).catch(() => null)]);
@@ -1118,7 +1143,11 @@
     for (const radio of document.querySelectorAll("input[name=value]")) {
       radio.addEventListener("change", (e) => { state.value = e.target.value; restyle(map); });
     }
-    $("cell").addEventListener("change", (e) => { state.cell = e.target.value; restyle(map); });
+    $("cell").addEventListener("change", (e) => {
+      state.cell = e.target.value;
+      showCellTiles(map);
+      restyle(map);
+    });
     for (const radio of document.querySelectorAll("input[name=level]")) {
       radio.addEventListener("change", (e) => {
         state.fixedLevel = e.target.value === "auto" ? null : e.target.value;

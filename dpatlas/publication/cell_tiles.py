@@ -1,0 +1,161 @@
+"""Vector tiles per cell (issue 35, item 3): a release with several cells publishes one tract
+archive per cell, ``tracts-<cell>.pmtiles``, instead of one ``tracts.pmtiles`` where every
+cell's feature is stacked on the same polygon. tippecanoe then builds one cell at a time (its
+peak is one cell's, whatever the number of cells) and a map showing one cell fetches only
+that cell's tiles. A release with one cell keeps ``tracts.pmtiles`` as before.
+
+Each cell's rows are one contiguous run of ``tracts.geojson``'s features (rows are written
+cell by cell); its archive is built from a FeatureCollection of that run alone (the same head,
+so the same bbox), written beside the staging files under a dot name and removed once built.
+The manifest's ``cell_tiles`` maps each cell to its archive (the web map reads it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from dpatlas.publication import tiles
+from dpatlas.publication.geojson import FEATURE_COLLECTION_TAIL, write_features
+from dpatlas.publication.tract_files import PublishError
+
+# A cell whose name is made of these is named as it is; any other (spaces, slashes, dots,
+# non-ASCII, very long) by a digest of its name after a double dash, which no name of the first
+# kind can start with, so two cells never share an archive.
+_PLAIN_CELL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+CELL_TILES_PREFIX = "tracts-"
+MANIFEST_KEY = "cell_tiles"
+
+
+def cell_tiles_file(cell: str) -> str:
+    """The archive of ``cell``'s tracts: ``tracts-<cell>.pmtiles``, or ``tracts--<digest>``
+    for a cell whose name is not plain ASCII letters, digits, ``_`` and ``-``."""
+    cell = str(cell)
+    if _PLAIN_CELL.fullmatch(cell):
+        return f"{CELL_TILES_PREFIX}{cell}.pmtiles"
+    return f"{CELL_TILES_PREFIX}-{hashlib.sha256(cell.encode()).hexdigest()[:16]}.pmtiles"
+
+
+def is_cell_tiles_file(name: str) -> bool:
+    """Whether a published file's name is a cell's tract archive."""
+    return name.startswith(CELL_TILES_PREFIX) and name.endswith(".pmtiles") and "/" not in name
+
+
+def cell_tiles_title(name: str) -> str:
+    """The STAC title of a cell's archive ``tracts-<cell>.pmtiles`` (its cell named when the
+    name holds it, not when it is a digest)."""
+    cell = name.removeprefix(CELL_TILES_PREFIX).removesuffix(".pmtiles")
+    whose = "one cell" if cell.startswith("-") else f"cell {cell}"
+    return f"Tracts of {whose}: vector tiles (PMTiles)"
+
+
+def per_cell(cells: list[str]) -> bool:
+    """Whether a release with ``cells`` publishes an archive per cell (more than one cell)."""
+    return len(cells) > 1
+
+
+def cell_runs(props) -> list[tuple[str, slice]]:
+    """The runs of equal ``cell`` in a group's rows (rows are written cell by cell)."""
+    cells = props["cell"].astype(str).to_numpy()
+    cuts = [0, *(i for i in range(1, len(cells)) if cells[i] != cells[i - 1]), len(cells)]
+    return [(cells[a], slice(a, b)) for a, b in zip(cuts, cuts[1:]) if b > a]
+
+
+def cell_tile_builder(staging: Path, release_id: str, config: dict, cells: list[str],
+                      tiler: ThreadPoolExecutor) -> "CellTileBuilder | None":
+    """The builder of each cell's archive for a release of several ``cells``, else None."""
+    return CellTileBuilder(staging, release_id, config, tiler) if per_cell(cells) else None
+
+
+class CellTileBuilder:
+    """Builds each cell's archive, one at a time on ``tiler`` (one worker), as soon as its run
+    of ``tracts.geojson`` is written (:meth:`write_group`); :meth:`result` waits for them
+    all."""
+
+    def __init__(self, staging: Path, release_id: str, config: dict,
+                 tiler: ThreadPoolExecutor):
+        self.staging, self.tiler = Path(staging), tiler
+        self.text = tiles.release_tile_text(release_id, config)
+        self.min_zoom = tiles.tract_min_zoom(config.get("levels"))
+        self.built: dict[str, Future] = {}
+        self.pending: dict[str, tuple | None] = {}
+
+    def write_group(self, fh, path: Path, head: str, props, geoms, ids, wrote: bool) -> bool:
+        """Append a group's features to the open ``tracts.geojson`` (``fh`` at ``path``, opened
+        by ``head``; ``wrote``: features came before), the same bytes as one
+        :func:`write_features` of the group, and start the archives of its cells; whether the
+        collection now holds a feature.
+
+        When each cell's rows are consecutive (the flow: groups are assembled cell by cell),
+        a cell's archive is built from its byte range of the file; when cells are interleaved
+        (a whole table published in its own row order) each cell's features are also written
+        to a FeatureCollection of their own."""
+        runs = cell_runs(props)
+        consecutive = len(runs) == len({cell for cell, _ in runs})
+        for cell, rows in (runs if consecutive else [(None, slice(0, len(props)))]):
+            start = fh.tell() + (1 if wrote else 0)  # after the separating comma
+            wrote = write_features(fh, props.iloc[rows], geoms[rows],
+                                   None if ids is None else ids[rows], after_others=wrote)
+            fh.flush()
+            if cell is not None:
+                self._note(cell, (path, head, (start, fh.tell())))
+        if not consecutive:
+            cells = props["cell"].astype(str).to_numpy()
+            for cell in dict.fromkeys(cells):
+                rows = np.flatnonzero(cells == cell)
+                with open(self._part(cell), "w", encoding="utf-8") as out:
+                    out.write(head)
+                    write_features(out, props.iloc[rows], geoms[rows],
+                                   None if ids is None else [ids[i] for i in rows])
+                    out.write(FEATURE_COLLECTION_TAIL)
+                self._note(cell, None)
+        for cell, source in self.pending.items():  # a group holds whole cells
+            self.built[cell] = self.tiler.submit(self._build, cell, source)
+        self.pending = {}
+        return wrote
+
+    def _note(self, cell: str, source: tuple | None) -> None:
+        if cell in self.built or (cell in self.pending and source is None):
+            raise PublishError(f"cell {cell}'s rows are in two groups of cells (a bug: a group "
+                               "holds whole cells); nothing was published")
+        self.pending[cell] = source
+
+    def _part(self, cell: str) -> Path:
+        """Where ``cell``'s FeatureCollection is written for tippecanoe (removed once built)."""
+        return self.staging / f".{cell_tiles_file(cell)}.geojson"
+
+    def _build(self, cell: str, source: tuple | None) -> str:
+        """``cell``'s archive, from its part (``source``: None) or from a byte range of
+        ``tracts.geojson`` (``source``: its path, head and range)."""
+        name, part = cell_tiles_file(cell), self._part(cell)
+        try:
+            if source is not None:
+                geojson, head, (start, end) = source
+                with open(geojson, "rb") as src, open(part, "wb") as out:
+                    out.write(head.encode("utf-8"))
+                    src.seek(start)
+                    _copy_bytes(src, out, end - start)
+                    out.write(FEATURE_COLLECTION_TAIL.encode("utf-8"))
+            tiles.build_tiles(part, self.staging / name, min_zoom=self.min_zoom,
+                              text=self.text)
+        finally:
+            part.unlink(missing_ok=True)
+        return name
+
+    def result(self) -> dict[str, str]:
+        """Each cell's archive, once all are built (raises if one failed)."""
+        return {cell: future.result() for cell, future in sorted(self.built.items())}
+
+
+def _copy_bytes(src, out, length: int) -> None:
+    while length > 0:
+        chunk = src.read(min(length, 1 << 20))
+        if not chunk:
+            raise OSError("tracts.geojson ended before a cell's features (a bug)")
+        out.write(chunk)
+        length -= len(chunk)
+
