@@ -34,6 +34,17 @@ CSV_PARTS = ("tracts-csv", "tracts.csv")
 GEOJSON_PARTS = ("tracts-geojson", "tracts.geojson")
 
 
+# A part's name as the manifest lists it (the only names with a "/" of a release).
+PART_NAME = re.compile(r"(tracts/state=[0-9]{2}/part-0\.parquet|tracts-csv/state=[0-9]{2}/"
+                       r"tracts\.csv|tracts-geojson/state=[0-9]{2}/tracts\.geojson)")
+
+
+def parts_of(files, parts: tuple[str, str]) -> list[str]:
+    """The names in ``files`` of one format's parts (``parts``: its folder and file), sorted."""
+    return sorted(f for f in files if PART_NAME.fullmatch(f) and f.startswith(parts[0] + "/")
+                  and f.endswith("/" + parts[1]))
+
+
 def part_name(parts: tuple[str, str], state: str) -> str:
     """A part's name relative to the release: ``<folder>/state=XX/<file>``."""
     return f"{parts[0]}/state={state}/{parts[1]}"

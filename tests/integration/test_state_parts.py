@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -86,3 +87,51 @@ def test_the_audit_fails_a_part_not_listed(two_states, tmp_path):
     shutil.copy(folder / part("csv", "17"), folder / part("csv", "19"))
     checks = _audit(folder)
     assert not checks["files"][0] and part("csv", "19") in checks["files"][1]
+
+
+def _rehash(folder: Path) -> None:
+    """The manifest's hashes and sizes made the files' again (a forger's last step)."""
+    import hashlib
+
+    manifest = json.loads((folder / "manifest.json").read_text())
+    for name, info in manifest["files"].items():
+        data = (folder / name).read_bytes()
+        info.update(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=2))
+
+
+def test_the_audit_reads_the_parts_contents_a_rehashed_altered_part_fails(two_states, tmp_path):
+    folder = _forged(two_states, tmp_path)
+    path = folder / part("csv", "18")
+    frame = pd.read_csv(path, dtype={"geoid": str, "state": str, "county": str})
+    released = frame["status"] == "released"
+    frame.loc[released, "p25"] = frame.loc[released, "p25"] + 5
+    frame.to_csv(path, index=False, na_rep="")
+    _rehash(folder)
+    checks = _audit(folder)
+    assert checks["files"][0] and not checks["formats"][0], checks["formats"]
+
+
+def test_the_audit_fails_a_part_holding_another_states_rows(two_states, tmp_path):
+    folder = _forged(two_states, tmp_path)
+    p17, p18 = folder / part("parquet", "17"), folder / part("parquet", "18")
+    t17, t18 = pq.read_table(p17), pq.read_table(p18)
+    moved = t17.slice(0, 2)
+    pq.write_table(t17.slice(2), p17)
+    pq.write_table(pa.concat_tables([t18, moved.cast(t18.schema)]), p18)
+    _rehash(folder)
+    checks = _audit(folder)
+    assert not checks["parts"][0] and "holds rows of states ['17']" in checks["parts"][1]
+
+
+def test_the_datapackage_and_the_stac_item_list_the_parts(two_states):
+    package = json.loads((two_states / "datapackage.json").read_text())
+    resources = {r["name"]: r for r in package["resources"]}
+    assert resources["tracts"]["path"] == [part("csv", s) for s in ("17", "18")]
+    assert resources["tracts-geoparquet"]["path"] == [part("parquet", s) for s in ("17", "18")]
+    items = [json.loads(p.read_text()) for p in two_states.parent.rglob("*.json")
+             if json.loads(p.read_text()).get("type") == "Feature"]
+    [item] = [i for i in items if i["id"] == "p1"]
+    for kind in KINDS:
+        for state in ("17", "18"):
+            assert item["assets"][part(kind, state)]["href"] == f"../p1/{part(kind, state)}"
