@@ -12,7 +12,7 @@ import stat
 from contextvars import ContextVar
 from pathlib import Path
 
-from .parts import PARTS_FOLDERS, is_part, listed_parts, unlisted_parts
+from .part_names import PARTS_FOLDERS, is_part, listed_parts, unlisted_parts
 from .base import (
     CONFIG, MANIFEST, MAX_JSON_DEPTH, MAX_MANIFEST_BYTES, Mismatch, RANDOM_BITS,
     RANDOM_BITS_MIXED, SYNTHETIC_CSV, SYNTHETIC_PARQUET, _synthetic, close,

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -24,54 +23,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .base import MANIFEST, Mismatch
-
-# A part's folder, its file, the single file the parts replace.
-KINDS = (("tracts", "part-0.parquet", "tracts.parquet"), ("tracts-csv", "tracts.csv", "tracts.csv"),
-         ("tracts-geojson", "tracts.geojson", "tracts.geojson"))
-PART_NAME = re.compile(r"^(tracts|tracts-csv|tracts-geojson)/state=([0-9]{2})/"
-                       r"(part-0\.parquet|tracts\.csv|tracts\.geojson)$")
-PARTS_FOLDERS = tuple(folder for folder, _, _ in KINDS)
-
-
-def is_part(name) -> bool:
-    """A name of a part's form whose file is its folder's (``tracts-csv/.../tracts.csv``)."""
-    match = PART_NAME.match(name) if isinstance(name, str) else None
-    return match is not None and (match.group(1), match.group(3)) in {
-        (folder, file) for folder, file, _ in KINDS}
-
-
-def listed_parts(m: dict) -> dict[str, dict[str, str]]:
-    """{state: {joined file: the part's name in the manifest}} of the parts listed."""
-    parts: dict[str, dict[str, str]] = {}
-    joined = {folder: single for folder, _, single in KINDS}
-    for name in (m.get("files") or {}):
-        if is_part(name):
-            match = PART_NAME.match(name)
-            parts.setdefault(match.group(2), {})[joined[match.group(1)]] = name
-    return parts
-
-
-def unlisted_parts(folder: Path, files: dict) -> list[str]:
-    """Everything under the parts' folders the manifest does not list (a folder that is a
-    symbolic link, or not a folder, is named, never followed)."""
-    extra = []
-    for name in PARTS_FOLDERS:
-        top = folder / name
-        if top.is_symlink() or (top.exists() and not top.is_dir()):
-            extra.append(name)
-            continue
-        for state in (sorted(top.iterdir()) if top.is_dir() else []):
-            if state.is_symlink() or not state.is_dir():
-                extra.append(f"{name}/{state.name}")
-                continue
-            extra += [f"{name}/{state.name}/{p.name}" for p in sorted(state.iterdir())
-                      if f"{name}/{state.name}/{p.name}" not in files]
-    return extra
-
+from .files import _sha256, readable
+from .part_names import KINDS, is_part, listed_parts
 
 def check_parts(folder: Path, m: dict) -> str:
-    from .files import readable
-
     parts = listed_parts(m)
     if not parts:
         return "no state parts: the tract files are single files"
@@ -135,8 +90,6 @@ def joined_view(folder: Path, m: dict):
     if not parts:
         yield folder, m
         return
-    from .files import _sha256, readable
-
     view = Path(tempfile.mkdtemp(prefix="dpatlas-audit-parts-"))
     try:
         files = {name: info for name, info in m["files"].items() if not is_part(name)}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from .base import CONFIG, MANIFEST, Mismatch
-from .parts import is_part
+from .part_names import is_part
 from .files import NotRead, _config, readable
 from .tiles import pmtiles_metadata
 

@@ -112,3 +112,22 @@ class CsvPart:
         rows.to_csv(self.path, index=False, na_rep="", mode="a" if self.started else "w",
                     header=not self.started)
         self.started = True
+
+
+def codebook_lines(folder: Path) -> list[str]:
+    """The codebook's section on reading a release of several states (none for one state)."""
+    if not (Path(folder) / PARQUET_PARTS[0]).is_dir():
+        return []
+    return ["## One file per state", "",
+            "The tract table is published one file per state (`XX`: the state's FIPS code): "
+            "`tracts/state=XX/part-0.parquet` (GeoParquet, each file with its own `geo` "
+            "metadata), `tracts-csv/state=XX/tracts.csv` and "
+            "`tracts-geojson/state=XX/tracts.geojson`; `tracts.schema.json` describes every "
+            "CSV part. Read one state's file alone, or every state as one table (each part "
+            "keeps its `state` column, so the folder names are not read as a column):", "",
+            "```python", "import geopandas as gpd", "import pandas as pd",
+            'tracts = gpd.read_parquet("tracts/", partitioning=None)  # all states',
+            'table = pd.read_parquet("tracts/", partitioning=None)  # geometry as WKB bytes',
+            "import pyarrow.dataset as ds",
+            'dataset = ds.dataset("tracts/", format="parquet")  # filter before reading',
+            "```", ""]

@@ -135,3 +135,12 @@ def test_the_datapackage_and_the_stac_item_list_the_parts(two_states):
     for kind in KINDS:
         for state in ("17", "18"):
             assert item["assets"][part(kind, state)]["href"] == f"../p1/{part(kind, state)}"
+
+
+def test_the_codebook_says_how_to_read_the_parts(two_states):
+    import geopandas as gpd
+
+    readme = (two_states / "README.md").read_text()
+    assert 'gpd.read_parquet("tracts/", partitioning=None)' in readme
+    tracts = gpd.read_parquet(two_states / "tracts", partitioning=None)  # as it says
+    assert len(tracts) == 80 and tracts.crs.to_epsg() == 4326
