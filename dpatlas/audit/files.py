@@ -12,6 +12,7 @@ import stat
 from contextvars import ContextVar
 from pathlib import Path
 
+from .part_names import PARTS_FOLDERS, is_part, listed_parts, unlisted_parts
 from .base import (
     CONFIG, MANIFEST, MAX_JSON_DEPTH, MAX_MANIFEST_BYTES, Mismatch, RANDOM_BITS,
     RANDOM_BITS_MIXED, SYNTHETIC_CSV, SYNTHETIC_PARQUET, _synthetic, close,
@@ -32,7 +33,8 @@ def check_files(folder: Path, m: dict) -> str:
         raise Mismatch("the manifest lists no files")
     problems = []
     for name, info in files.items():
-        if not isinstance(name, str) or "/" in name or "\\" in name or name in ("", ".", ".."):
+        if not isinstance(name, str) or ("/" in name and not is_part(name)) or "\\" in name \
+                or name in ("", ".", ".."):
             problems.append(f"{name!r} is not a plain file name")
             continue
         path = folder / name
@@ -45,14 +47,16 @@ def check_files(folder: Path, m: dict) -> str:
                             f"{info.get('bytes')}")
         elif _sha256(path) != info.get("sha256"):
             problems.append(f"{name} sha256 differs from the manifest")
-    extra = sorted(p.name for p in folder.iterdir() if p.name not in files and p.name != MANIFEST)
+    extra = sorted(p.name for p in folder.iterdir() if p.name not in files and p.name != MANIFEST
+                   and p.name not in PARTS_FOLDERS)
+    extra += unlisted_parts(folder, files)
     if extra:
         problems.append(f"files not in the manifest: {extra}")
     odd = [f"{name} ({kind})" for name in extra if (kind := not_regular(folder / name))]
     if odd:
         problems.append(f"not regular files, not read: {', '.join(odd)}")
     required = ((SYNTHETIC_PARQUET, SYNTHETIC_CSV, CONFIG) if _synthetic(m)
-                else ("tracts.parquet", CONFIG))
+                else (CONFIG,) if listed_parts(m) else ("tracts.parquet", CONFIG))
     for required in required:
         if required not in files:
             problems.append(f"{required} is not listed")
@@ -201,9 +205,9 @@ def not_regular(path: Path) -> str | None:
 def _read_limit(path: Path) -> tuple[int, str] | None:
     """The most bytes the audit under way reads of ``path`` and why (None: no limit here)."""
     listed = _LISTED_SIZES.get()
-    if listed is None or path.parent != listed[0] or path.name == MANIFEST:
+    if listed is None or path.name == MANIFEST or listed[0] not in path.parents:
         return None
-    recorded = listed[1].get(path.name)
+    recorded = listed[1].get(path.relative_to(listed[0]).as_posix())
     if isinstance(recorded, bool) or not isinstance(recorded, int) or recorded < 0:
         return 0, "not listed in the manifest with its size"
     return 2 * recorded + READ_SLACK, f"the manifest records {recorded:,}"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from .base import CONFIG, MANIFEST, Mismatch
+from .part_names import is_part
 from .files import NotRead, _config, readable
 from .tiles import pmtiles_metadata
 
@@ -103,7 +104,8 @@ def _published_machine_paths(folder: Path, m: dict) -> tuple[list[str], int]:
     does not open (not regular, over their size: the files check names them) skipped."""
     found, read = [], 0
     for name in sorted(m.get("files") or {}):
-        if name in (MANIFEST, CONFIG) or not isinstance(name, str) or "/" in name:
+        if name in (MANIFEST, CONFIG) or not isinstance(name, str) or (
+                "/" in name and not is_part(name)):
             continue
         path = folder / name
         try:

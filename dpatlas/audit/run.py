@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from .formats import check_formats
 from .levels import check_levels
 from .names import check_names
 from .noise import check_noise, check_relations
+from .parts import check_parts, joined_view
 from .paths import check_no_machine_paths
 from .schema import check_public, check_schema
 from .sensitivities import check_sensitivities
@@ -34,6 +36,7 @@ CHECKS: list[tuple[str, Callable[[Path, dict], str]]] = [
     ("config", check_config),
     ("mode", check_mode),
     ("machine paths", check_no_machine_paths),
+    ("parts", check_parts),
     ("relations", check_relations),
     ("sensitivities", check_sensitivities),
     ("noise", check_noise),
@@ -58,6 +61,22 @@ ANCHOR_SKIPPED = {
                   "detected from its own files",
     "ledger": "not done (no --ledger URL): the charge and the cap are checked only against "
               "the ledger"}
+
+
+# Checks of the folder's own files, run on the parts themselves; the rest read them joined.
+ON_THE_PARTS = ("schema", "public", "files", "machine paths", "parts")
+
+
+def _joined(report: AuditReport, folder: Path, m: dict, stack: contextlib.ExitStack):
+    """(folder, manifest) with the parts joined (audit/parts.py), removed when ``stack``
+    closes; the folder itself when they cannot be joined (a failed parts check says why), so
+    the other checks still run and report."""
+    try:
+        return stack.enter_context(joined_view(folder, m))
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as err:
+        report.checks.append(("parts", False, f"the parts cannot be joined: "
+                              f"{type(err).__name__} {err}"))
+    return folder, m
 
 
 def load_manifest(folder: Path) -> dict:
@@ -110,16 +129,23 @@ def audit_release(folder: Path, *, ledger: str | None = None,
         raise AuditUnreadable(f"--boundaries {anchors['boundaries']}: not a file or folder "
                               "(a FIFO, socket or device is not read)")
     report = AuditReport(folder, test=is_test_release(m))
-    with _reading_limited_to(folder, m):
+    with contextlib.ExitStack() as stack:
+        # the content checks read a state-parted release's parts joined (audit/parts.py)
+        with _reading_limited_to(folder, m):
+            view, view_m = _joined(report, folder, m, stack)
+        stack.enter_context(_reading_limited_to(view, view_m))
         for name, fn in (SYNTHETIC_CHECKS if _synthetic(m) else CHECKS):
-            _run(report, name, fn, folder, m)
+            with _reading_limited_to(folder, m) if name in ON_THE_PARTS \
+                    else contextlib.nullcontext():
+                _run(report, name, fn, *((folder, m) if name in ON_THE_PARTS
+                                         else (view, view_m)))
         for name, fn in ANCHOR_CHECKS.items():
             if anchors[name] is None:
                 report.skipped.append((name, ANCHOR_SKIPPED[name]))
             elif name == "boundaries" and _synthetic(m):
                 report.skipped.append((name, "not done: a synthetic folder has no tract table"))
             else:
-                _run(report, name, fn, folder, m, anchors[name])
+                _run(report, name, fn, view, view_m, anchors[name])
     report.ok = all(good for _, good, _ in report.checks)
     return report
 

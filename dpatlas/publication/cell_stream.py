@@ -41,6 +41,7 @@ from dpatlas.publication.tract_files import (CSV_FILE, PUBLISHED_FILES, PublishE
                                              assemble, footprint, in_parallel, rounding_statement,
                                              stage_release, write_table_schema)
 from dpatlas.publication.png_map import overview_title, shown_cell, write_map
+from dpatlas.publication import state_parts
 from dpatlas.publication.static_map import write_overview_maps
 
 # Tract-cells assembled at once: about 2.8 KiB each in the flow (the national release's
@@ -226,6 +227,9 @@ def _most_first(counter: Counter) -> dict:
 
 # ---------------------------------------------------------------------------- the release
 
+# The files a release's tract rows are written to: whole, or each state's part (state_parts).
+_TRACT_FILES = ("tracts.parquet", "tracts.geojson", CSV_FILE)
+
 
 @dataclass
 class CellGroupChecks:
@@ -269,7 +273,8 @@ def write_release_by_cells(groups: Iterable[gpd.GeoDataFrame], cells: list[str],
             tiler.shutdown(wait=True, cancel_futures=True)
         manifest = {**manifest_of(streamed.summary), **finished,
                     "rounding": rounding_statement(streamed.columns), "extent": extent}
-        return [*PUBLISHED_FILES, *tract_files, *level_files], manifest
+        published = [*streamed.files, *(f for f in PUBLISHED_FILES if f not in _TRACT_FILES)]
+        return [*published, *tract_files, *level_files], manifest
 
     return stage_release(root, release_id, stage, config=config, internal_dir=internal_dir,
                          check_lease=check_lease)
@@ -305,9 +310,10 @@ class _Streamed:
     shown: gpd.GeoDataFrame
     suites: list[str]
     last_check: Future
-    # tippecanoe on the whole GeoJSON, started once it was written; with several cells, the
-    # builder of each cell's archive (cell_tiles.py)
+    # tippecanoe on the whole GeoJSON (or every state's), started once it was written; with
+    # several cells, the builder of each cell's archive (cell_tiles.py)
     tiles: Future | CellTileBuilder
+    files: list[str]  # the tract files written: the single files, or each state's parts
 
     def all_suites(self) -> list[str]:
         """Every group's suite, once the last group's check is done (raises if it failed)."""
@@ -316,7 +322,8 @@ class _Streamed:
 
 def _append_groups(staging: Path, groups: Iterable[gpd.GeoDataFrame], cells: list[str],
                    config: dict, checks: CellGroupChecks, group_count: int,
-                   checker: ThreadPoolExecutor, start_tiles: Callable[[], Future],
+                   checker: ThreadPoolExecutor,
+                   start_tiles: Callable[[list[Path]], Future],
                    cell_tiles: Optional[CellTileBuilder] = None) -> _Streamed:
     """Append each group to the tract files while ``checker`` checks it; what the rest of
     the release needs. ``start_tiles`` is called as soon as the last group's GeoJSON is
@@ -329,19 +336,32 @@ def _append_groups(staging: Path, groups: Iterable[gpd.GeoDataFrame], cells: lis
     before anything is published. One check at a time is in flight, so the rows waiting for
     it are one group's."""
     ci = config.get("intervals") or {}
-    parquet = GeoParquetAppender(staging / "tracts.parquet")
-    csv = CsvAppender(staging, ci.get("level", 0.95))
-    geojson = GeoJsonAppender(staging / "tracts.geojson", several_cells=len(cells) > 1,
-                              cell_tiles=cell_tiles)
+    level = ci.get("level", 0.95)
+    parquet = state_parts.ByState(staging, state_parts.PARQUET_PARTS, "tracts.parquet",
+                                  lambda: GeoParquetAppender(staging / "tracts.parquet"),
+                                  GeoParquetAppender)
+    csv = state_parts.ByState(staging, state_parts.CSV_PARTS, CSV_FILE,
+                              lambda: CsvAppender(staging, level), state_parts.CsvPart,
+                              on_partition=lambda c: write_table_schema(c, staging, level))
+    # One file: each cell's archive is cut from its run of it; parts by state: each cell's
+    # features are written for its archive as the group arrives (CellTileBuilder.add_group).
+    geojson = state_parts.ByState(
+        staging, state_parts.GEOJSON_PARTS, "tracts.geojson",
+        lambda: GeoJsonAppender(staging / "tracts.geojson", several_cells=len(cells) > 1,
+                                cell_tiles=cell_tiles),
+        partial(GeoJsonAppender, several_cells=len(cells) > 1))
     summary, suites, shown, columns, pending = TractSummary(), [], None, [], None
     overview = shown_cell(cells) if cells else None
     started: list[Future] = []
 
     def geojson_then_tiles(table: gpd.GeoDataFrame, last: bool) -> None:
         geojson.append(table)
+        if cell_tiles is not None and geojson.partitioned:
+            cell_tiles.add_group(table)
         if last:
             geojson.close()
-            started.append(cell_tiles or start_tiles())
+            started.append(cell_tiles
+                           or start_tiles([staging / name for name in geojson.names()]))
 
     try:
         for index, table in enumerate(_numbered(groups, group_count)):
@@ -365,13 +385,14 @@ def _append_groups(staging: Path, groups: Iterable[gpd.GeoDataFrame], cells: lis
     finally:
         parquet.close()
         geojson.close()
-    return _Streamed(summary, columns, shown, suites, pending, started[0])
+    files = [*parquet.names(), *geojson.names(), *csv.names()]
+    return _Streamed(summary, columns, shown, suites, pending, started[0], files)
 
 
-def _build_tract_tiles(staging: Path, release_id: str, config: dict):
+def _build_tract_tiles(staging: Path, release_id: str, config: dict, geojson: list[Path]):
     from dpatlas.publication import tiles
 
-    return tiles.build_tiles(staging / "tracts.geojson", staging / tiles.TILES_FILE,
+    return tiles.build_tiles(geojson, staging / tiles.TILES_FILE,
                              min_zoom=tiles.tract_min_zoom(config.get("levels")),
                              text=tiles.release_tile_text(release_id, config))
 

@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from dpatlas.publication import tiles
-from dpatlas.publication.geojson import FEATURE_COLLECTION_TAIL, write_features
+from dpatlas.publication.geojson import (FEATURE_COLLECTION_TAIL, feature_collection_head,
+                                        geojson_parts, write_features)
 from dpatlas.publication.tract_files import PublishError
 
 # A cell whose name is made of these is named as it is; any other (spaces, slashes, dots,
@@ -104,19 +105,33 @@ class CellTileBuilder:
             if cell is not None:
                 self._note(cell, (path, head, (start, fh.tell())))
         if not consecutive:
-            cells = props["cell"].astype(str).to_numpy()
-            for cell in dict.fromkeys(cells):
-                rows = np.flatnonzero(cells == cell)
-                with open(self._part(cell), "w", encoding="utf-8") as out:
-                    out.write(head)
-                    write_features(out, props.iloc[rows], geoms[rows],
-                                   None if ids is None else [ids[i] for i in rows])
-                    out.write(FEATURE_COLLECTION_TAIL)
-                self._note(cell, None)
+            self._write_own_collections(head, props, geoms, ids)
+        self._start_pending()
+        return wrote
+
+    def add_group(self, table) -> None:
+        """A group of whole cells written elsewhere (a release partitioned by state writes
+        each state's GeoJSON): each cell's features to a FeatureCollection of their own, and
+        its archive started."""
+        props, geoms, ids = geojson_parts(table, self.staging / "tracts.geojson", per_cell=True)
+        self._write_own_collections(feature_collection_head(geoms), props, geoms, ids)
+        self._start_pending()
+
+    def _write_own_collections(self, head: str, props, geoms, ids) -> None:
+        cells = props["cell"].astype(str).to_numpy()
+        for cell in dict.fromkeys(cells):
+            rows = np.flatnonzero(cells == cell)
+            with open(self._part(cell), "w", encoding="utf-8") as out:
+                out.write(head)
+                write_features(out, props.iloc[rows], geoms[rows],
+                               None if ids is None else [ids[i] for i in rows])
+                out.write(FEATURE_COLLECTION_TAIL)
+            self._note(cell, None)
+
+    def _start_pending(self) -> None:
         for cell, source in self.pending.items():  # a group holds whole cells
             self.built[cell] = self.tiler.submit(self._build, cell, source)
         self.pending = {}
-        return wrote
 
     def _note(self, cell: str, source: tuple | None) -> None:
         if cell in self.built or (cell in self.pending and source is None):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from mechanisms.estimand import ESTIMAND, INTERVAL_MEANING, SE_MEANING
 
+from dpatlas.publication import state_parts
 from dpatlas.core.config import DEFAULT_LICENSE, READER_METADATA_KEYS
 from dpatlas.publication import static_map
 from dpatlas.publication.datapackage import TABLES
@@ -101,6 +102,7 @@ def build_codebook(folder: Path, release_id: str, config: dict) -> str:
         if fields is not None:
             lines += _table_section(stem, unit, fields)
     lines += static_map.codebook_lines(folder)
+    lines += state_parts.codebook_lines(folder)
     licence = publish.get("license") or DEFAULT_LICENSE
     lines += ["## Licence, citation, contact", "",
               f"- Licence: {licence} (https://spdx.org/licenses/{licence}.html)",

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from mechanisms.estimand import ESTIMAND
 
+from dpatlas.publication.state_parts import CSV_PARTS, PARQUET_PARTS, parts_of
 from dpatlas.core.config import DEFAULT_LICENSE
 from dpatlas.core.hashing import sha256_file
 
@@ -47,6 +48,8 @@ def _file_facts(path: Path) -> dict:
 
 def _table_resources(folder: Path, stem: str, unit: str, files: set[str]) -> list[dict]:
     csv, schema_file, parquet = f"{stem}.csv", f"{stem}.schema.json", f"{stem}.parquet"
+    if stem == "tracts" and parts_of(files, CSV_PARTS):
+        return _part_resources(folder, files, schema_file)
     if csv not in files or schema_file not in files:
         return []
     schema = json.loads((folder / schema_file).read_text())
@@ -64,6 +67,25 @@ def _table_resources(folder: Path, stem: str, unit: str, files: set[str]) -> lis
                     **_file_facts(folder / parquet),
                     "schema": {**schema, "fields": [*schema["fields"], GEOMETRY_FIELD]}})
     return out
+
+
+def _part_resources(folder: Path, files: set[str], schema_file: str) -> list[dict]:
+    """The tract table of a release of several states: one multi-part resource per format
+    (Frictionless: ``path`` a list, the parts read as one table, the CSV parts each with its
+    header); each part's sha256 and size are in manifest.json."""
+    schema = json.loads((folder / schema_file).read_text())
+    return [{"name": "tracts", "type": "table", "path": parts_of(files, CSV_PARTS),
+             "format": "csv", "mediatype": "text/csv", "encoding": "utf-8",
+             "dialect": {"header": True}, "title": "Tracts (CSV, one file per state)",
+             "description": "One row per census tract and cell, one file per state: "
+                            "differentially private p25 and p75 with their status and budget; "
+                            f"Table Schema also in {schema_file}", "schema": schema},
+            {"name": "tracts-geoparquet", "type": "file",
+             "path": parts_of(files, PARQUET_PARTS), "format": "parquet",
+             "mediatype": PARQUET_MEDIA_TYPE,
+             "title": "Tracts (GeoParquet, a dataset partitioned by state)",
+             "description": "The rows of the CSV parts with each census tract's boundary",
+             "schema": {**schema, "fields": [*schema["fields"], GEOMETRY_FIELD]}}]
 
 
 def build_datapackage(folder: Path, files: list[str], release_id: str, config: dict) -> dict:

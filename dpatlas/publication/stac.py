@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Iterator
 
 from dpatlas.publication.cell_tiles import cell_tiles_title, is_cell_tiles_file
+from dpatlas.publication.state_parts import PART_NAME  # a state's part, as an asset
 from dpatlas.publication import static_map
 from dpatlas.publication.codebook import published_metadata
 
@@ -332,7 +333,8 @@ def _usable_file(name, meta) -> bool:
     """A file entry a catalogue can point at: a plain file name, a sha256 and a size. The feed
     verifies these when it lists a release; entries written by hand or by older versions may
     hold anything, and are left out of the catalogue rather than written into it."""
-    return (isinstance(name, str) and _PLAIN_NAME.fullmatch(name) is not None
+    return (isinstance(name, str) and (_PLAIN_NAME.fullmatch(name) is not None
+                                       or PART_NAME.fullmatch(name) is not None)
             and isinstance(meta, dict) and isinstance(meta.get("sha256"), str)
             and _SHA256.fullmatch(meta["sha256"]) is not None
             and isinstance(meta.get("bytes"), int) and meta["bytes"] >= 0)

@@ -143,7 +143,7 @@ def tract_min_zoom(levels) -> int:
     return MIN_ZOOM_WITH_COUNTIES if "county" in (levels or []) else MIN_ZOOM
 
 
-def tippecanoe_arguments(geojson: Path, out: Path, *, min_zoom: int = MIN_ZOOM,
+def tippecanoe_arguments(geojson: Path | list[Path], out: Path, *, min_zoom: int = MIN_ZOOM,
                          max_zoom: int = MAX_ZOOM, layer: str = LAYER,
                          text: TileText | None = None) -> list[str]:
     """The tippecanoe command line for a release (without the binary).
@@ -174,10 +174,11 @@ def tippecanoe_arguments(geojson: Path, out: Path, *, min_zoom: int = MIN_ZOOM,
                  f"--attribution={text.attribution}"]
     if layer != LAYER:
         arguments.append("--no-tiny-polygon-reduction")
-    return [*arguments, "--force", "--quiet", str(geojson)]
+    inputs = geojson if isinstance(geojson, (list, tuple)) else [geojson]  # state parts
+    return [*arguments, "--force", "--quiet", *map(str, inputs)]
 
 
-def build_tiles(geojson: Path, out: Path, *, min_zoom: int = MIN_ZOOM,
+def build_tiles(geojson: Path | list[Path], out: Path, *, min_zoom: int = MIN_ZOOM,
                 max_zoom: int = MAX_ZOOM, timeout: float = 3600.0,
                 layer: str = LAYER, text: TileText | None = None) -> TileBuild:
     """Build ``out`` (a ``.pmtiles`` archive, one layer named ``layer``) from a release's
@@ -187,11 +188,13 @@ def build_tiles(geojson: Path, out: Path, *, min_zoom: int = MIN_ZOOM,
     (logger ``dpatlas.publication.tiles``) the start, the time taken and the archive's size.
     Raises :class:`TilesError` with tippecanoe's last message when it fails.
     """
-    geojson, out = Path(geojson), Path(out)
+    out = Path(out)
+    inputs = [Path(g) for g in geojson] if isinstance(geojson, (list, tuple)) else [Path(geojson)]
+    geojson = inputs[0] if len(inputs) == 1 else inputs[0].parent  # named in messages
     if out.suffix != ".pmtiles":
         raise TilesError(f"{out}: the tile archive's name must end in .pmtiles")
-    if not geojson.is_file():
-        raise TilesError(f"{geojson} does not exist: publish writes the GeoJSON before "
+    for missing in (g for g in inputs if not g.is_file()):
+        raise TilesError(f"{missing} does not exist: publish writes the GeoJSON before "
                          "the tiles are built")
     if not 0 <= min_zoom <= max_zoom <= 15:
         raise TilesError(f"zooms {min_zoom}..{max_zoom} are not 0 <= min <= max <= 15")
@@ -203,7 +206,8 @@ def build_tiles(geojson: Path, out: Path, *, min_zoom: int = MIN_ZOOM,
     # machine is published and the same GeoJSON gives the same bytes wherever the folder is
     # (a resumed release must publish what an uninterrupted one would).
     command = [GENERATOR_NAME, *tippecanoe_arguments(
-        Path(os.path.relpath(geojson, out.parent)), Path(partial.name), min_zoom=min_zoom,
+        [Path(os.path.relpath(g, out.parent)) for g in inputs], Path(partial.name),
+        min_zoom=min_zoom,
         max_zoom=max_zoom, layer=layer, text=text)]
     log.info("tiles: building %s from %s (z%d-z%d)", out.name, geojson, min_zoom, max_zoom)
     started = time.perf_counter()

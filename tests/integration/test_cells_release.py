@@ -22,6 +22,7 @@ from dpatlas.release import contributions  # noqa: E402
 from dpatlas.release.contributions import check_contributions  # noqa: E402
 
 from tests.support.inputs import write_config  # noqa: E402
+from tests.support.published import read_published  # noqa: E402
 
 CELLS = 3
 
@@ -127,7 +128,7 @@ def released(data, tmp_path_factory) -> Path:
 
 
 def test_a_release_with_cells_publishes_every_tract_county_and_state_in_every_cell(released):
-    tracts = pd.read_parquet(released / "tracts.parquet")
+    tracts = read_published(released, "tracts")
     names = cell_names(CELLS)
     assert sorted(tracts["cell"].unique()) == names
     per_tract = tracts.groupby("geoid")["cell"].apply(sorted)
@@ -162,8 +163,8 @@ def test_tasks_split_by_cells_publish_the_same_tract_cells_with_their_own_draws(
     assert level_draws == [f"state-{s}-c{j}" for s in ("17", "18") for j in range(CELLS)]
     key = ["geoid", "cell"]
     for stem in ("tracts", "counties", "states"):
-        split = pd.read_parquet(folder / f"{stem}.parquet").sort_values(key)
-        whole = pd.read_parquet(released / f"{stem}.parquet").sort_values(key)
+        split = read_published(folder, stem).sort_values(key)
+        whole = read_published(released, stem).sort_values(key)
         pd.testing.assert_frame_equal(split[key + ["n"]].reset_index(drop=True),
                                       whole[key + ["n"]].reset_index(drop=True))
         assert (split["status"] == "released").sum() > 0
@@ -186,7 +187,7 @@ def split_released(data, tmp_path_factory) -> tuple[Path, Path, Path]:
 
 def _published(folder: Path, stem: str) -> pd.DataFrame:
     cols = ["geoid", "cell", "n", "status"]
-    return (pd.read_parquet(folder / f"{stem}.parquet", columns=cols)
+    return (read_published(folder, stem, columns=cols)
             .sort_values(["geoid", "cell"], ignore_index=True))
 
 

@@ -32,8 +32,9 @@ CONFIG = {"release": "r1", "intervals": {"enabled": True, "level": 0.95,
 
 @pytest.fixture(scope="module")
 def boundaries() -> gpd.GeoDataFrame:
-    geoids = np.concatenate([tract_geoids(s, 14, 3)[0] for s in ("17", "18")])
-    return synth_boundaries(list(geoids), seed=3)
+    # one state: the single tract files (a release of several states writes each state's
+    # parts: tests/integration/test_state_parts.py)
+    return synth_boundaries(list(tract_geoids("17", 28, 3)[0]), seed=3)
 
 
 @pytest.fixture(scope="module")
@@ -248,7 +249,8 @@ def test_the_tiles_start_from_the_whole_geojson_before_the_last_groups_other_wri
         append(self, table)
         assert parquet_done.wait(timeout=60), "the tiles never started"
 
-    def tiles(staging, release_id, config):
+    def tiles(staging, release_id, config, geojson):
+        assert geojson == [staging / "tracts.geojson"]
         doc = json.loads((staging / "tracts.geojson").read_text())  # whole and closed
         seen["features"] = len(doc["features"])
         parquet_done.set()
@@ -390,12 +392,15 @@ def test_a_release_published_a_cell_at_a_time_passes_the_audit(flow_release):
     folder, internal = flow_release
     out = io.StringIO()
     assert audit.main(folder, out, allow_test=True) == 0, out.getvalue()
-    tracts = gpd.read_parquet(folder / "tracts.parquet")
+    # two states: each state's part (tests/integration/test_state_parts.py)
+    parts = [folder / "tracts" / f"state={state}" / "part-0.parquet" for state in ("17", "18")]
+    tracts = pd.concat([gpd.read_parquet(p) for p in parts], ignore_index=True)
     m = json.loads((folder / "manifest.json").read_text())
     assert len(tracts) == 120 == m["counts"]["rows"] and m["counts"]["tracts"] == 40
     assert m["cells"] == CELLS and sorted(tracts["cell"].unique()) == CELLS
-    assert list(tracts["cell"]) == [c for c in CELLS for _ in range(40)]  # cell order
-    assert pq.ParquetFile(folder / "tracts.parquet").metadata.num_row_groups == 3
+    for part in parts:  # cell order in each part, a row group per group of cells
+        assert list(pd.read_parquet(part)["cell"]) == [c for c in CELLS for _ in range(20)]
+        assert pq.ParquetFile(part).metadata.num_row_groups == 3
     assert "p25_model" in tracts.columns
     fits = m["small_area"]["fits"]  # every cell's, for each state, in order
     assert [(f["cell"], f["state"]) for f in fits] == [(c, s) for c in CELLS

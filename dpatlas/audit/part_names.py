@@ -1,0 +1,51 @@
+"""The names of a state-parted release's tract files (issue 35, item 2; the checks are in
+:mod:`.parts`): which manifest names are parts, and what lies in the parts' folders unlisted."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+
+# A part's folder, its file, the single file the parts replace.
+KINDS = (("tracts", "part-0.parquet", "tracts.parquet"), ("tracts-csv", "tracts.csv", "tracts.csv"),
+         ("tracts-geojson", "tracts.geojson", "tracts.geojson"))
+PART_NAME = re.compile(r"^(tracts|tracts-csv|tracts-geojson)/state=([0-9]{2})/"
+                       r"(part-0\.parquet|tracts\.csv|tracts\.geojson)$")
+PARTS_FOLDERS = tuple(folder for folder, _, _ in KINDS)
+
+
+def is_part(name) -> bool:
+    """A name of a part's form whose file is its folder's (``tracts-csv/.../tracts.csv``)."""
+    match = PART_NAME.match(name) if isinstance(name, str) else None
+    return match is not None and (match.group(1), match.group(3)) in {
+        (folder, file) for folder, file, _ in KINDS}
+
+
+def listed_parts(m: dict) -> dict[str, dict[str, str]]:
+    """{state: {joined file: the part's name in the manifest}} of the parts listed."""
+    parts: dict[str, dict[str, str]] = {}
+    joined = {folder: single for folder, _, single in KINDS}
+    for name in (m.get("files") or {}):
+        if is_part(name):
+            match = PART_NAME.match(name)
+            parts.setdefault(match.group(2), {})[joined[match.group(1)]] = name
+    return parts
+
+
+def unlisted_parts(folder: Path, files: dict) -> list[str]:
+    """Everything under the parts' folders the manifest does not list (a folder that is a
+    symbolic link, or not a folder, is named, never followed)."""
+    extra = []
+    for name in PARTS_FOLDERS:
+        top = folder / name
+        if top.is_symlink() or (top.exists() and not top.is_dir()):
+            extra.append(name)
+            continue
+        for state in (sorted(top.iterdir()) if top.is_dir() else []):
+            if state.is_symlink() or not state.is_dir():
+                extra.append(f"{name}/{state.name}")
+                continue
+            extra += [f"{name}/{state.name}/{p.name}" for p in sorted(state.iterdir())
+                      if f"{name}/{state.name}/{p.name}" not in files]
+    return extra

@@ -1,0 +1,146 @@
+"""Tract files partitioned by state (issue 35, item 2): a two-state release publishes
+``tracts/state=XX/`` parts that the manifest hashes and ``dpatlas audit`` checks."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from dpatlas.audit import audit_release
+from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
+
+from tests.integration.test_cells_release import release_cells
+
+KINDS = {"parquet": ("tracts", "part-0.parquet"), "csv": ("tracts-csv", "tracts.csv"),
+         "geojson": ("tracts-geojson", "tracts.geojson")}
+
+
+def part(kind: str, state: str) -> str:
+    folder, file = KINDS[kind]
+    return f"{folder}/state={state}/{file}"
+
+
+@pytest.fixture(scope="module")
+def two_states(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("parts")
+    write_synthetic(tmp / "data", ["17", "18"], seed=5,
+                    params=StateParams(n_tracts=20, counties=2), cells=2)
+    return release_cells(tmp / "data", tmp, "p1")
+
+
+def test_a_two_state_release_publishes_one_part_per_state_hashed_in_the_manifest(two_states):
+    files = json.loads((two_states / "manifest.json").read_text())["files"]
+    for state in ("17", "18"):
+        for kind in KINDS:
+            assert part(kind, state) in files
+        table = pq.read_table(two_states / part("parquet", state))
+        assert set(table.column("state").to_pylist()) == {state}
+        assert b"geo" in table.schema.metadata  # each part is GeoParquet on its own
+    assert not {"tracts.parquet", "tracts.csv", "tracts.geojson"} & set(files)
+    whole = pd.read_parquet(two_states / "tracts", partitioning=None)
+    assert len(whole) == 40 * 2 and whole["geoid"].nunique() == 40
+
+
+def _audit(folder: Path) -> dict:
+    return {name: (good, detail) for name, good, detail in audit_release(folder).checks}
+
+
+def test_the_audit_passes_a_partitioned_release(two_states):
+    checks = _audit(two_states)
+    assert all(good for good, _ in checks.values()), checks
+    assert "2 states' parts" in checks["parts"][1]
+
+
+def _forged(two_states: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "forged"
+    shutil.copytree(two_states, copy)
+    return copy
+
+
+def test_the_audit_fails_a_part_whose_rows_are_altered(two_states, tmp_path):
+    folder = _forged(two_states, tmp_path)
+    path = folder / part("parquet", "18")
+    table = pq.read_table(path)
+    frame = table.to_pandas()
+    frame["n"] = frame["n"] + 1
+    pq.write_table(table.from_pandas(frame, schema=table.schema, preserve_index=False), path)
+    checks = _audit(folder)
+    assert not checks["files"][0] and part("parquet", "18") in checks["files"][1]
+
+
+def test_the_audit_fails_a_part_missing(two_states, tmp_path):
+    folder = _forged(two_states, tmp_path)
+    (folder / part("csv", "17")).unlink()
+    checks = _audit(folder)
+    assert not checks["files"][0] and f'{part("csv", "17")} missing' in checks["files"][1]
+
+
+def test_the_audit_fails_a_part_not_listed(two_states, tmp_path):
+    folder = _forged(two_states, tmp_path)
+    (folder / "tracts-csv" / "state=19").mkdir()
+    shutil.copy(folder / part("csv", "17"), folder / part("csv", "19"))
+    checks = _audit(folder)
+    assert not checks["files"][0] and part("csv", "19") in checks["files"][1]
+
+
+def _rehash(folder: Path) -> None:
+    """The manifest's hashes and sizes made the files' again (a forger's last step)."""
+    import hashlib
+
+    manifest = json.loads((folder / "manifest.json").read_text())
+    for name, info in manifest["files"].items():
+        data = (folder / name).read_bytes()
+        info.update(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=2))
+
+
+def test_the_audit_reads_the_parts_contents_a_rehashed_altered_part_fails(two_states, tmp_path):
+    folder = _forged(two_states, tmp_path)
+    path = folder / part("csv", "18")
+    frame = pd.read_csv(path, dtype={"geoid": str, "state": str, "county": str})
+    released = frame["status"] == "released"
+    frame.loc[released, "p25"] = frame.loc[released, "p25"] + 5
+    frame.to_csv(path, index=False, na_rep="")
+    _rehash(folder)
+    checks = _audit(folder)
+    assert checks["files"][0] and not checks["formats"][0], checks["formats"]
+
+
+def test_the_audit_fails_a_part_holding_another_states_rows(two_states, tmp_path):
+    folder = _forged(two_states, tmp_path)
+    p17, p18 = folder / part("parquet", "17"), folder / part("parquet", "18")
+    t17, t18 = pq.read_table(p17), pq.read_table(p18)
+    moved = t17.slice(0, 2)
+    pq.write_table(t17.slice(2), p17)
+    pq.write_table(pa.concat_tables([t18, moved.cast(t18.schema)]), p18)
+    _rehash(folder)
+    checks = _audit(folder)
+    assert not checks["parts"][0] and "holds rows of states ['17']" in checks["parts"][1]
+
+
+def test_the_datapackage_and_the_stac_item_list_the_parts(two_states):
+    package = json.loads((two_states / "datapackage.json").read_text())
+    resources = {r["name"]: r for r in package["resources"]}
+    assert resources["tracts"]["path"] == [part("csv", s) for s in ("17", "18")]
+    assert resources["tracts-geoparquet"]["path"] == [part("parquet", s) for s in ("17", "18")]
+    items = [json.loads(p.read_text()) for p in two_states.parent.rglob("*.json")
+             if json.loads(p.read_text()).get("type") == "Feature"]
+    [item] = [i for i in items if i["id"] == "p1"]
+    for kind in KINDS:
+        for state in ("17", "18"):
+            assert item["assets"][part(kind, state)]["href"] == f"../p1/{part(kind, state)}"
+
+
+def test_the_codebook_says_how_to_read_the_parts(two_states):
+    import geopandas as gpd
+
+    readme = (two_states / "README.md").read_text()
+    assert 'gpd.read_parquet("tracts/", partitioning=None)' in readme
+    tracts = gpd.read_parquet(two_states / "tracts", partitioning=None)  # as it says
+    assert len(tracts) == 80 and tracts.crs.to_epsg() == 4326
