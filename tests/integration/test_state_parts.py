@@ -144,3 +144,30 @@ def test_the_codebook_says_how_to_read_the_parts(two_states):
     assert 'gpd.read_parquet("tracts/", partitioning=None)' in readme
     tracts = gpd.read_parquet(two_states / "tracts", partitioning=None)  # as it says
     assert len(tracts) == 80 and tracts.crs.to_epsg() == 4326
+
+
+def test_a_release_by_state_and_of_two_cells_has_each_cells_archive_of_both_states(two_states):
+    """Parts by state and tiles by cell together (the national case): no single GeoJSON holds
+    a cell's run, so each cell's features are written for its archive as its group arrives;
+    each archive holds that cell's tracts of every state, and the audit compares it."""
+    import gzip
+
+    import mapbox_vector_tile
+    from pmtiles.reader import MmapSource, Reader, all_tiles
+
+    m = json.loads((two_states / "manifest.json").read_text())
+    archives = m["cell_tiles"]
+    assert len(archives) == 2 and "tracts.pmtiles" not in m["files"]
+    for cell, name in archives.items():
+        assert name in m["files"]
+        with open(two_states / name, "rb") as fh:
+            reader = Reader(MmapSource(fh))
+            geoids, cells = set(), set()
+            for _, tile in all_tiles(reader.get_bytes):
+                for feature in mapbox_vector_tile.decode(gzip.decompress(tile))["tracts"][
+                        "features"]:
+                    geoids.add(feature["properties"]["geoid"])
+                    cells.add(str(feature["properties"]["cell"]))
+        assert cells == {str(cell)}
+        assert {g[:2] for g in geoids} == {"17", "18"} and len(geoids) == 40
+    assert _audit(two_states)["formats"][0]
