@@ -78,7 +78,7 @@ def _output_folder(out: Path) -> None:
 
 def _synth_states(text: str) -> list[str]:
     """``--states``: distinct two-digit state FIPS codes, or one line saying what is wrong."""
-    from dpatlas.core.places import STATE_FIPS
+    from dpatlas.core.state_fips import STATE_FIPS
 
     fips = [s.strip() for s in text.split(",") if s.strip()]
     if not fips:

@@ -1,6 +1,7 @@
-"""Places every layer shares: state FIPS codes, the CRS and columns of a frame of tract
-boundaries, the refusal of boundaries the pipeline cannot use, the real outlines bundled with
-libpysal, and tract positions (centroids, a local projection in km).
+"""Places every layer shares: the CRS and columns of a frame of tract boundaries, the refusal
+of boundaries the pipeline cannot use, the real outlines bundled with libpysal, and tract
+positions (centroids, a local projection in km). The states' FIPS table is
+`dpatlas.core.state_fips`.
 
 The input checks (`dpatlas.release.boundaries`), the synthetic geography
 (`dpatlas.evaluation.synthetic_boundaries`) and the published files (`dpatlas.publication`)
@@ -21,7 +22,6 @@ import shapely
 from shapely.geometry import Polygon
 
 from dpatlas.core.errors import ReleaseRefused
-from dpatlas.core.state_fips import STATE_FIPS  # noqa: F401 (its own module: names read it too)
 
 CRS = "EPSG:4326"
 BOUNDARY_COLUMNS = ["geoid", "state", "county", "geometry"]

@@ -282,7 +282,8 @@ def write_synthetic(out: Path, states: list[str], seed: int = 0,
     ``cell``; see the module docstring); None writes no cell column. Returns the paths and
     counts.
     """
-    from dpatlas.core.places import STATE_FIPS, tract_centroids
+    from dpatlas.core.places import tract_centroids
+    from dpatlas.core.state_fips import STATE_FIPS
     from dpatlas.evaluation.synthetic_boundaries import synth_boundaries
     from dpatlas.release.boundaries import write_boundaries
 

@@ -18,7 +18,8 @@ import pandas as pd
 import pyogrio
 import shapely
 
-from dpatlas.core.places import CRS, STATE_FIPS, BoundaryError, boundaries_frame
+from dpatlas.core.places import CRS, BoundaryError, boundaries_frame
+from dpatlas.core.state_fips import STATE_FIPS
 
 
 # --------------------------------------------------------------------------------------------

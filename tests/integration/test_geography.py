@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 import shapely
 
-from dpatlas.core.places import STATE_FIPS, BoundaryError, local_km, tract_centroids
+from dpatlas.core.places import BoundaryError, local_km, tract_centroids
+from dpatlas.core.state_fips import STATE_FIPS
 from dpatlas.evaluation.synthetic_boundaries import _state_outline, synth_boundaries
 from dpatlas.release.boundaries import load_boundaries, write_boundaries
 from dpatlas.evaluation.synthetic_input import (StateParams, matern_covariance, matern_field,
