@@ -27,11 +27,10 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from dpatlas.core.config import ReleaseConfig, load_config
 from dpatlas.release.crash import crashpoint
-from dpatlas.core.files import write_bytes_atomic
 from dpatlas.release import staging
 from dpatlas.release.draws import STAGE_FOLDERS, DrawLog, DrawLogMissing, noise_source
 from dpatlas.release.estimate import Chunk, stage_chunks
-from dpatlas.release.levels import level_tasks, partitions_holding
+from dpatlas.release.levels import level_tasks
 from dpatlas.core.ids import validate_release_id
 from dpatlas.ledger import LeaseLost, Ledger, ReleaseBusy, charges
 from dpatlas.release.preflight import mark_root
@@ -39,7 +38,6 @@ from dpatlas.release.run_state import InputChanged, ReleaseLock
 from tasks.allocate import allocate_budget
 from tasks.estimate import estimate_chunk, estimate_staged, select_chunk, select_staged
 from tasks.ingest import list_partitions
-from tasks.levels import estimate_state_levels
 from tasks.ledger import LEASE_SECONDS, charge_release, complete_release, release_status
 from tasks.preflight import preflight
 from tasks.publish import publish_release, show_in_feed
@@ -51,6 +49,9 @@ from tasks.validate import (bound_contributions, build_validation_docs, check_bo
 
 from dpatlas.release.events import on_release_failure
 from dpatlas.release.outcome import ReleaseOutcome
+from flows.cluster import release_cluster, release_task_runner
+from flows.levels import estimate_release_levels
+from flows.worker_draws import copy_recorded, draw_on_workers, task_seed
 
 
 def new_release_id() -> str:
@@ -84,22 +85,6 @@ def select_run_name(release_id: str) -> str:
     return f"select-estimate-{release_id}"
 
 
-def _seed(base: Optional[int], stage: int, index: int) -> Optional[int]:
-    return None if base is None else base * 1_000_003 + stage * 10_007 + index
-
-
-def chunk_task_runner(cfg: ReleaseConfig):
-    """Local threads, or Dask (prefect-dask): a given scheduler, or a local cluster."""
-    if cfg.runner == "dask":
-        from prefect_dask import DaskTaskRunner
-
-        if cfg.dask_address:
-            return DaskTaskRunner(address=cfg.dask_address)
-        return DaskTaskRunner(cluster_kwargs={"n_workers": cfg.dask_workers,
-                                              "threads_per_worker": 1, "processes": True})
-    return ThreadPoolTaskRunner(max_workers=2)
-
-
 @flow(name="dpatlas-select-estimate", persist_result=False)
 def select_and_estimate(chunks: list[Chunk], budget, min_n: int, internal: str,
                         noise_seed: Optional[int] = None,
@@ -118,11 +103,11 @@ def select_and_estimate(chunks: list[Chunk], budget, min_n: int, internal: str,
     selections = select_chunk.map(
         chunks, unmapped(budget), unmapped(min_n),
         [internal / STAGE_FOLDERS["select"] / f"{c.name}.parquet" for c in chunks], draws,
-        [_seed(noise_seed, 1, k) for k in range(len(chunks))])
+        [task_seed(noise_seed, 1, k) for k in range(len(chunks))])
     estimates = estimate_chunk.map(
         chunks, selections, unmapped(budget), unmapped(min_n),
         [internal / STAGE_FOLDERS["estimate"] / f"{c.name}.parquet" for c in chunks], draws,
-        [_seed(noise_seed, 2, k) for k in range(len(chunks))])
+        [task_seed(noise_seed, 2, k) for k in range(len(chunks))])
     estimates.wait()
     # A failed selection's own error (e.g. a tampered draw) first: the estimate that needed it
     # never ran, so its future holds no error worth showing.
@@ -138,47 +123,16 @@ def _select_and_estimate_staged(chunks: list[Chunk], budget, min_n: int, interna
     estimate starts (the log is this flow's, not the workers'). The estimates are copied into
     the internal folder for publishing, checked against the sha256 recorded."""
     log = DrawLog(internal)
-    selections = _draw_on_workers(
+    selections = draw_on_workers(
         log, "select", chunks, location, noise_seed, 1,
         lambda todo, outs, seeds: select_staged.map(
             [chunks[k] for k in todo], unmapped(budget), unmapped(min_n), outs, seeds))
-    _draw_on_workers(
+    draw_on_workers(
         log, "estimate", chunks, location, noise_seed, 2,
         lambda todo, outs, seeds: estimate_staged.map(
             [chunks[k] for k in todo], [selections[k] for k in todo], unmapped(budget),
             unmapped(min_n), outs, seeds))
-    results = []
-    for chunk in chunks:
-        url = log.reuse("estimate", chunk.name)  # refused if it differs from the one recorded
-        local = internal / STAGE_FOLDERS["estimate"] / f"{chunk.name}.parquet"
-        results.append(write_bytes_atomic(local, staging.read_bytes(url), private=True))
-    return results
-
-
-def _draw_on_workers(log: DrawLog, stage: str, chunks: list[Chunk], location: str,
-                     noise_seed: Optional[int], stage_index: int, submit) -> list[str]:
-    """Each chunk's recorded draw of ``stage`` (its URL): reused when recorded, else drawn by
-    ``submit(todo, outs, seeds)`` on the workers and recorded here. The draws that succeeded
-    are recorded even when another failed, so a resume reuses them."""
-    urls = [staging.join(location, STAGE_FOLDERS[stage], f"{c.name}.parquet") for c in chunks]
-    seeds = [_seed(noise_seed, stage_index, k) for k in range(len(chunks))]
-    todo = [k for k, c in enumerate(chunks) if log.reuse(stage, c.name) is None]
-    if not todo:  # a resume that finds every draw of this stage recorded
-        return urls
-    futures = submit(todo, [urls[k] for k in todo], [seeds[k] for k in todo])
-    futures.wait()
-    errors = []
-    for k, future in zip(todo, futures):
-        try:
-            digest = future.result()
-        except Exception as err:  # noqa: BLE001 - raised below, after the others are recorded
-            errors.append(err)
-            continue
-        log.record_url(stage, chunks[k].name, urls[k], digest, noise_source(seeds[k]))
-    crashpoint(f"after-staged-{stage}")
-    if errors:
-        raise errors[0]
-    return urls
+    return copy_recorded(log, "estimate", chunks, internal)
 
 
 # The release flow's own task runner runs the partition validations and the per-state level
@@ -254,16 +208,18 @@ def release(config_path: str, release_id: Optional[str] = None,
                   subflow=select_and_estimate, subflow_parameters=stage_parameters)
         cells = sorted(sizes["cell"].unique())
         charge_release(cfg.ledger, rid, budget, cells, start.config_sha256, owner, plan)
-        with Ledger(cfg.ledger.url).leased(rid, owner, LEASE_SECONDS) as lease:
+        with (Ledger(cfg.ledger.url).leased(rid, owner, LEASE_SECONDS) as lease,
+              release_cluster(cfg) as address):  # one Dask cluster for the whole release
             crashpoint("after-ledger-charge")
 
             # 4-5. Select a mechanism per tract, then estimate, chunk by chunk.
-            stage = select_and_estimate.with_options(task_runner=chunk_task_runner(cfg),
-                                                     flow_run_name=select_run_name(rid))
+            stage = select_and_estimate.with_options(
+                task_runner=release_task_runner(cfg, address), flow_run_name=select_run_name(rid))
             results = stage(**stage_parameters)
-            # the levels run in this flow's process: they read the local partitions
-            level_results = _estimate_levels(staged, chunks, sizes, budget, cfg.publish.min_n,
-                                             internal, noise_seed)
+            # the levels on the workers too, with runner dask (flows/levels.py)
+            level_results = estimate_release_levels(cfg, rid, address, staged, chunks,
+                                                    worker_chunks, sizes, budget, internal,
+                                                    noise_seed, location)
 
             # 6. Publish the map-ready files and the manifest (atomically, under the lease),
             # complete the ledger entry, then show the release in the feed.
@@ -288,22 +244,6 @@ def _needed_draws(chunks: list[Chunk], sizes, budget) -> set[tuple[str, str]]:
     if budget.levels:
         needed |= {("levels", u.name) for u in level_tasks(sizes)}
     return needed
-
-
-def _estimate_levels(staged: list[Path], chunks: list[Chunk], sizes, budget, min_n: int,
-                     internal: Path, noise_seed: Optional[int]) -> list[Path]:
-    """County and state estimates, one task per state, or per group of its cells when it holds
-    many records (none unless the plan has levels), each reading only the staged partitions
-    that hold its records. Task k's seed depends on k alone, as a chunk's does."""
-    if not budget.levels:
-        return []
-    units = level_tasks(sizes)
-    futures = estimate_state_levels.map(
-        [partitions_holding(staged, chunks, u.state) for u in units], units, unmapped(budget),
-        unmapped(min_n),
-        [internal / STAGE_FOLDERS["levels"] / f"{u.name}.parquet" for u in units],
-        unmapped(DrawLog(internal)), [_seed(noise_seed, 3, k) for k in range(len(units))])
-    return [Path(p) for p in futures.result()]
 
 
 def _validate_partitions(cfg: ReleaseConfig, internal: Path) -> tuple[list[dict], list[Path]]:

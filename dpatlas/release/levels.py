@@ -31,6 +31,7 @@ from mechanisms.sufficient_stats import noisy_stats_split
 
 from dpatlas.core.columns import UNCERTAINTY_COLUMNS
 from dpatlas.publication.level_files import GEOID_DIGITS, unit_of
+from dpatlas.release import staging
 from dpatlas.release.cell_groups import group_cells, group_suffix
 from dpatlas.release.allocate import (LEVEL_MECHANISM, BudgetPlan, LevelPlan,
                                       level_estimate_step, level_interval_step)
@@ -56,15 +57,16 @@ def partitions_holding(staged: list[Path], chunks, state: str) -> list[Path]:
             if Path(p) in spans and spans[Path(p)][0][:2] <= state <= spans[Path(p)][1][:2]]
 
 
-def read_state(staged: list[Path], state: str,
+def read_state(staged: list[Path | str], state: str,
                cells: Optional[tuple[str, ...]] = None) -> pd.DataFrame:
     """The staged records of one state (of ``cells`` only, if given), from every partition
-    (filtered while reading)."""
+    (filtered while reading): local paths, or URLs under the staging location
+    (:mod:`dpatlas.release.staging`) that a Dask worker on another machine reads."""
     lo, hi = state + "0" * 9, state + "9" * 9
     rows = [("geoid", ">=", lo), ("geoid", "<=", hi)]
     if cells is not None:
         rows.append(("cell", "in", list(cells)))
-    frames = [pd.read_parquet(p, columns=["geoid", "cell", "x", "y"], filters=rows)
+    frames = [staging.read_parquet(str(p), columns=["geoid", "cell", "x", "y"], filters=rows)
               for p in staged]
     return pd.concat(frames, ignore_index=True)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -242,7 +243,7 @@ def test_dask_cluster_of_separate_processes_reads_a_staging_url(api_url, state, 
     local, dask = tmp_path / "local", tmp_path / "dask"
     local.mkdir()
     dask.mkdir()
-    levels = ["tract", "county", "state"]  # the levels read local partitions, the chunks URLs
+    levels = ["tract", "county", "state"]  # the chunks and the levels read URLs
     rc, out = cli(api_url, "release", "-c", str(config(local, state, levels=levels)),
                   "--release-id", "x", "--noise-seed", "5")
     assert rc == 0, out
@@ -278,6 +279,127 @@ def test_dask_cluster_of_separate_processes_reads_a_staging_url(api_url, state, 
         a = pd.read_csv(local / "releases" / "x" / table)
         b = pd.read_csv(dask / "releases" / "x" / table)
         pd.testing.assert_frame_equal(a, b)
+
+
+LEVELS = ["tract", "county", "state"]
+
+
+@pytest.fixture(scope="module")
+def two_states(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("two-states")
+    write_synthetic(out, ["17", "18"], seed=9, params=StateParams(n_tracts=40, counties=2))
+    return out
+
+
+@pytest.fixture(scope="module")
+def two_states_local(api_url, two_states, tmp_path_factory) -> Path:
+    """The two-state release with levels on the local runner (seed 5): what every runner must
+    publish."""
+    tmp = tmp_path_factory.mktemp("two-states-local")
+    rc, out = cli(api_url, "release", "-c", str(config(tmp, two_states, levels=LEVELS)),
+                  "--release-id", "x", "--noise-seed", "5")
+    assert rc == 0, out
+    assert "(process " in out  # the level tasks say where they ran
+    return tmp / "releases" / "x"
+
+
+def _same_tables(expected: Path, got: Path) -> None:
+    """Every CSV of the release (counties, states, the tracts per state) equal."""
+    tables = sorted(p.relative_to(expected) for p in expected.rglob("*.csv"))
+    assert {"counties.csv", "states.csv"} <= {str(t) for t in tables}
+    assert tables == sorted(p.relative_to(got) for p in got.rglob("*.csv"))
+    for table in tables:
+        pd.testing.assert_frame_equal(pd.read_csv(expected / table), pd.read_csv(got / table))
+
+
+def _level_draws(internal: Path) -> list[dict]:
+    return [d for d in (json.loads(line) for line in
+                        (internal / "draws.jsonl").read_text().splitlines()[1:])
+            if d["stage"] == "levels"]
+
+
+def test_levels_run_on_the_workers_of_a_cluster_of_separate_processes(
+        api_url, two_states, two_states_local, tmp_path):
+    """Issue 35: with runner dask and a staging URL, each state's level task runs in a `dask
+    worker` process (its log names it; the release's own output does not), reads its rows by
+    URL and writes its draw there; the flow records it by URL and copies it into the internal
+    folder, and the counties and states equal the local runner's."""
+    shared, dask = tmp_path / "shared", tmp_path / "dask"
+    dask.mkdir()
+    with dask_processes(tmp_path / "cluster", workers=2,
+                        env={"PREFECT_API_URL": api_url, "PREFECT_LOGGING_LEVEL": "INFO"}
+                        ) as cluster:
+        rc, out = cli(api_url, "release", "-c", str(config(
+            dask, two_states, runner="dask", dask_address=cluster.address, levels=LEVELS,
+            staging_url=f"file://{shared}")), "--release-id", "x", "--noise-seed", "5")
+    assert rc == 0, out
+    worker_logs = "".join(log.read_text() for log in cluster.worker_logs)
+    units = ["state-17", "state-18"]
+    for unit in units:
+        run = f"Task run 'estimate-levels-{unit}'"
+        assert f"{run} - Finished in state Completed()" in worker_logs, worker_logs[-3000:]
+        assert run not in out  # not run in the release's own process
+        assert (shared / "x" / "levels" / f"{unit}.parquet").stat().st_mode & 0o777 == 0o600
+    internal = dask / "releases-internal" / "x"
+    assert {d["chunk"]: d["url"] for d in _level_draws(internal)} == {
+        unit: f"file://{shared}/x/levels/{unit}.parquet" for unit in units}
+    for unit in units:  # the copy the flow publishes from is the draw recorded
+        assert ((internal / "levels" / f"{unit}.parquet").read_bytes()
+                == (shared / "x" / "levels" / f"{unit}.parquet").read_bytes())
+    _same_tables(two_states_local, dask / "releases" / "x")
+
+
+def test_staged_levels_recorded_before_a_crash_are_not_drawn_again(
+        api_url, two_states, two_states_local, tmp_path):
+    """Killed once the flow has recorded every level draw made on the workers, the resumed
+    release reuses them (same files, no new draw, no level task run) and publishes what the
+    local runner published."""
+    shared, dask = tmp_path / "shared", tmp_path / "dask"
+    dask.mkdir()
+    with dask_processes(tmp_path / "cluster", workers=2,
+                        env={"PREFECT_API_URL": api_url, "PREFECT_LOGGING_LEVEL": "INFO"}
+                        ) as cluster:
+        cfg = config(dask, two_states, runner="dask", dask_address=cluster.address,
+                     levels=LEVELS, staging_url=f"file://{shared}")
+        rc, out = cli(api_url, "release", "-c", str(cfg), "--release-id", "x",
+                      "--noise-seed", "5", crash="after-staged-levels")
+        assert rc == -9, out
+        internal = dask / "releases-internal" / "x"
+        recorded = _level_draws(internal)
+        assert len(recorded) == 2
+        drawn = {p: (p.stat().st_mtime_ns, p.read_bytes())
+                 for p in (shared / "x" / "levels").glob("*.parquet")}
+        assert len(drawn) == 2
+        runs_before = cluster.worker_logs[0].read_text() + cluster.worker_logs[1].read_text()
+        rc, out = cli(api_url, "release", "-c", str(cfg), "--release-id", "x",
+                      "--noise-seed", "5")
+        assert rc == 0, out
+        runs_after = cluster.worker_logs[0].read_text() + cluster.worker_logs[1].read_text()
+    for path, (mtime, data) in drawn.items():
+        assert path.stat().st_mtime_ns == mtime and path.read_bytes() == data, path
+    assert _level_draws(internal) == recorded  # no new draw
+    assert (runs_after.count("Task run 'estimate-levels-")
+            == runs_before.count("Task run 'estimate-levels-"))
+    _same_tables(two_states_local, dask / "releases" / "x")
+
+
+def test_runner_dask_starts_one_cluster_for_the_release_and_runs_the_levels_on_it(
+        api_url, two_states, two_states_local, tmp_path):
+    """Issue 35: runner dask with no dask_address starts one LocalCluster for the release
+    (no subflow's task runner starts one of its own), and the level tasks run in its worker
+    processes (they name their process: not the release's), sharing the disk; the counties and
+    states equal the local runner's."""
+    cfg = config(tmp_path, two_states, runner="dask", dask_workers=2, levels=LEVELS)
+    proc = cli(api_url, "release", "-c", str(cfg), "--release-id", "x", "--noise-seed", "5",
+               wait=False)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out
+    assert out.count("started the release's Dask cluster") == 1, out
+    assert "Creating a new Dask cluster" not in out  # prefect-dask started none of its own
+    ran_in = {int(pid) for pid in re.findall(r"state-1[78]: \d+ unit-cells, .* \(process (\d+)\)",
+                                             out)}
+    assert len(ran_in) >= 1 and proc.pid not in ran_in, out
+    _same_tables(two_states_local, tmp_path / "releases" / "x")
 
 
 def test_two_hosts_one_ledger_one_release(api_url, state, tmp_path):

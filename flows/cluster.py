@@ -1,0 +1,65 @@
+"""One Dask cluster per release (issue 35): every subflow on workers shares it.
+
+With ``runner: dask`` and no ``dask_address``, a ``DaskTaskRunner`` given ``cluster_kwargs``
+starts its own LocalCluster: each subflow on workers (select/estimate, levels, and publish)
+would start and stop a cluster of its own. :func:`release_cluster` starts one for the release
+instead, and :func:`release_task_runner` connects each subflow to its address.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator, Optional
+
+from prefect.logging import get_logger, get_run_logger
+from prefect.exceptions import MissingContextError
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from dpatlas.core.config import ReleaseConfig
+
+# The local runner's threads: two, as this machine has two cores.
+LOCAL_WORKERS = 2
+
+
+def local_cluster_kwargs(cfg: ReleaseConfig) -> dict:
+    """The release's LocalCluster: ``dask_workers`` processes of one thread each."""
+    return {"n_workers": cfg.dask_workers, "threads_per_worker": 1, "processes": True}
+
+
+@contextlib.contextmanager
+def release_cluster(cfg: ReleaseConfig) -> Iterator[Optional[str]]:
+    """The scheduler address every subflow of this release uses: ``dask_address``, or that of
+    a LocalCluster started here and closed on leaving (also on failure); None for the local
+    runner."""
+    if cfg.runner != "dask":
+        yield None
+    elif cfg.dask_address:
+        yield cfg.dask_address
+    else:
+        from distributed import LocalCluster
+
+        with LocalCluster(**local_cluster_kwargs(cfg)) as cluster:
+            _logger().info("started the release's Dask cluster at %s (%d workers)",
+                           cluster.scheduler_address, cfg.dask_workers)
+            yield cluster.scheduler_address
+
+
+def release_task_runner(cfg: ReleaseConfig, address: Optional[str] = None):
+    """A subflow's task runner: the Dask scheduler at ``address`` (from
+    :func:`release_cluster`), or, with none given, ``dask_address`` or a LocalCluster of the
+    runner's own; two local threads for the local runner."""
+    if cfg.runner == "dask":
+        from prefect_dask import DaskTaskRunner
+
+        address = address or cfg.dask_address
+        if address:
+            return DaskTaskRunner(address=address)
+        return DaskTaskRunner(cluster_kwargs=local_cluster_kwargs(cfg))
+    return ThreadPoolTaskRunner(max_workers=LOCAL_WORKERS)
+
+
+def _logger():
+    try:  # the release's run log, when started from the flow
+        return get_run_logger()
+    except MissingContextError:
+        return get_logger(__name__)
