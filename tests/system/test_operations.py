@@ -50,6 +50,18 @@ def config(tmp: Path, data: Path, **over) -> Path:
     return write_config(tmp / "config.yaml", cfg, **over)
 
 
+def logging_workers(api_url: str, folder: Path):
+    """Two `dask worker` processes whose Prefect task runs log to their log files."""
+    return dask_processes(folder, workers=2,
+                          env={"PREFECT_API_URL": api_url, "PREFECT_LOGGING_LEVEL": "INFO"})
+
+
+def staged_config(tmp: Path, data: Path, cluster, shared: Path, levels: list[str]) -> Path:
+    """runner dask on ``cluster``, staging at the ``file://`` folder ``shared``."""
+    return config(tmp, data, runner="dask", dask_address=cluster.address, levels=levels,
+                  staging_url=f"file://{shared}")
+
+
 def cli(api_url: str, *args, crash: str | None = None, wait: bool = True):
     env = {**os.environ, "PREFECT_API_URL": api_url, "COLUMNS": "200",
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
@@ -248,12 +260,10 @@ def test_dask_cluster_of_separate_processes_reads_a_staging_url(api_url, state, 
                   "--release-id", "x", "--noise-seed", "5")
     assert rc == 0, out
     shared = tmp_path / "shared"
-    with dask_processes(tmp_path / "cluster", workers=2,
-                        env={"PREFECT_API_URL": api_url, "PREFECT_LOGGING_LEVEL": "INFO"}
-                        ) as cluster:
-        rc, out = cli(api_url, "release", "-c", str(config(
-            dask, state, runner="dask", dask_address=cluster.address, levels=levels,
-            staging_url=f"file://{shared}")), "--release-id", "x", "--noise-seed", "5")
+    with logging_workers(api_url, tmp_path / "cluster") as cluster:
+        rc, out = cli(api_url, "release", "-c",
+                      str(staged_config(dask, state, cluster, shared, levels)),
+                      "--release-id", "x", "--noise-seed", "5")
         assert all(w.poll() is None for w in cluster.workers)  # the same workers throughout
     assert rc == 0, out
     chunks = [f"input-17-{k}" for k in range(3)]  # 60 tracts, partition_tracts 20
@@ -299,7 +309,6 @@ def two_states_local(api_url, two_states, tmp_path_factory) -> Path:
     rc, out = cli(api_url, "release", "-c", str(config(tmp, two_states, levels=LEVELS)),
                   "--release-id", "x", "--noise-seed", "5")
     assert rc == 0, out
-    assert "(process " in out  # the level tasks say where they ran
     return tmp / "releases" / "x"
 
 
@@ -326,12 +335,10 @@ def test_levels_run_on_the_workers_of_a_cluster_of_separate_processes(
     folder, and the counties and states equal the local runner's."""
     shared, dask = tmp_path / "shared", tmp_path / "dask"
     dask.mkdir()
-    with dask_processes(tmp_path / "cluster", workers=2,
-                        env={"PREFECT_API_URL": api_url, "PREFECT_LOGGING_LEVEL": "INFO"}
-                        ) as cluster:
-        rc, out = cli(api_url, "release", "-c", str(config(
-            dask, two_states, runner="dask", dask_address=cluster.address, levels=LEVELS,
-            staging_url=f"file://{shared}")), "--release-id", "x", "--noise-seed", "5")
+    with logging_workers(api_url, tmp_path / "cluster") as cluster:
+        rc, out = cli(api_url, "release", "-c",
+                      str(staged_config(dask, two_states, cluster, shared, LEVELS)),
+                      "--release-id", "x", "--noise-seed", "5")
     assert rc == 0, out
     worker_logs = "".join(log.read_text() for log in cluster.worker_logs)
     units = ["state-17", "state-18"]
@@ -356,11 +363,8 @@ def test_staged_levels_recorded_before_a_crash_are_not_drawn_again(
     local runner published."""
     shared, dask = tmp_path / "shared", tmp_path / "dask"
     dask.mkdir()
-    with dask_processes(tmp_path / "cluster", workers=2,
-                        env={"PREFECT_API_URL": api_url, "PREFECT_LOGGING_LEVEL": "INFO"}
-                        ) as cluster:
-        cfg = config(dask, two_states, runner="dask", dask_address=cluster.address,
-                     levels=LEVELS, staging_url=f"file://{shared}")
+    with logging_workers(api_url, tmp_path / "cluster") as cluster:
+        cfg = staged_config(dask, two_states, cluster, shared, LEVELS)
         rc, out = cli(api_url, "release", "-c", str(cfg), "--release-id", "x",
                       "--noise-seed", "5", crash="after-staged-levels")
         assert rc == -9, out
