@@ -135,8 +135,9 @@ def _select_and_estimate_staged(chunks: list[Chunk], budget, min_n: int, interna
     return copy_recorded(log, "estimate", chunks, internal)
 
 
-# The release flow's own task runner runs the partition validations and the per-state level
-# tasks (the chunks have their subflow's): two at a time, as the chunks run locally.
+# The release flow's own task runner runs the partition validations and, with the local
+# runner, the per-state level tasks (the chunks have their subflow's, and with runner dask the
+# levels too: flows/levels.py): two at a time, as the chunks run locally.
 # Prefect's default starts all 51 states at once, each holding its state's records: the whole
 # country in memory, and 51 threads contending for two cores (their summed task time was 43×
 # the stage's wall time).
