@@ -280,11 +280,12 @@ def test_dask_cluster_of_separate_processes_reads_a_staging_url(api_url, state, 
             assert file.stat().st_mode & 0o777 == 0o600
     draws = [json.loads(line) for line in
              (dask / "releases-internal" / "x" / "draws.jsonl").read_text().splitlines()[1:]]
-    tract_draws = {(d["stage"], d["chunk"]): d["url"] for d in draws if "url" in d}
-    assert tract_draws == {(stage, name): f"file://{shared}/x/{folder}/{name}.parquet"
-                           for stage, folder in (("select", "selection"),
-                                                 ("estimate", "results"))
-                           for name in chunks}
+    url_draws = {(d["stage"], d["chunk"]): d["url"] for d in draws if "url" in d}
+    assert url_draws == {(stage, name): f"file://{shared}/x/{folder}/{name}.parquet"
+                         for stage, folder, names in (("select", "selection", chunks),
+                                                      ("estimate", "results", chunks),
+                                                      ("levels", "levels", ["state-17"]))
+                         for name in names}
     for table in ("tracts.csv", "counties.csv", "states.csv"):
         a = pd.read_csv(local / "releases" / "x" / table)
         b = pd.read_csv(dask / "releases" / "x" / table)
