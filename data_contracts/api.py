@@ -547,12 +547,14 @@ def import_release_runs(source: ReleaseDocs, release: ReleaseDocs) -> int:
     """Copy the validation runs stored in another project (a publish part's, checked on a
     worker) into the release's project, with the suites they ran (a suite already there is
     the same suite: one name, one set of expectations), so the release's one Data Docs site
-    lists them; returns the number of runs copied. Runs already there are left as they are."""
+    lists them (and the Checkpoint each ran); returns the number of runs copied. What is
+    already there is left as it is."""
     src, dst = Path(source.project_dir) / "gx", Path(release.project_dir) / "gx"
     copied = 0
     with RELEASE_CONTEXT_LOCK:
         release_context(release.project_dir, release.docs_dir)  # the project exists
-        for kind, pattern in (("expectations", "*.json"),
+        for kind, pattern in (("expectations", "*.json"), ("checkpoints", "*.json"),
+                              ("validation_definitions", "*.json"),
                               ("uncommitted/validations", "*/*/*/*.json")):
             for path in sorted((src / kind).glob(pattern)):
                 target = dst / kind / path.relative_to(src / kind)
@@ -560,7 +562,7 @@ def import_release_runs(source: ReleaseDocs, release: ReleaseDocs) -> int:
                     continue
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(path, target)
-                copied += kind != "expectations"
+                copied += kind == "uncommitted/validations"
     return copied
 
 

@@ -63,6 +63,7 @@ class PublishPart:
     name: str
     states: Optional[tuple[str, ...]]
     groups: tuple[tuple[str, ...], ...]
+    run: str = "published"  # its output checks' run name (``-<k>-of-<n>`` per group added)
 
     def geoid_range(self) -> Optional[tuple[str, str]]:
         """The GEOIDs of its states as a half-open range (states are consecutive)."""
@@ -85,9 +86,11 @@ def plan_parts(cells: list[str], geoids) -> list[PublishPart]:
             rows = 0
         packed[-1].append(state)
         rows += size
-    return [PublishPart(f"states-{p[0]}" + (f"-{p[-1]}" if len(p) > 1 else ""), tuple(p),
-                        _groups(cells, sum(per_state[s] for s in p)))
-            for p in packed]
+    names = [f"states-{p[0]}" + (f"-{p[-1]}" if len(p) > 1 else "") for p in packed]
+    # one part: its checks are the release's ("published"), as for a release written whole
+    return [PublishPart(name, tuple(p), _groups(cells, sum(per_state[s] for s in p)),
+                        "published" if len(packed) == 1 else f"published-{name}")
+            for name, p in zip(names, packed)]
 
 
 def _groups(cells: list[str], tracts: int) -> tuple[tuple[str, ...], ...]:
@@ -180,12 +183,12 @@ def _with_model(level_rows: dict, steps: list[dict], fits: list[dict],
 def _check_group(part: PublishPart, geoids: list[str], se_max: float, folder: Path,
                  checks: list, rows: pd.DataFrame, index: int, count: int) -> str:
     """One group's rows against the tract contract, in the part's own GX project; every
-    boundary tract of its states in its first group's run. The run is ``published`` (and
-    ``-<k>-of-<n>`` with several groups), with ``-<part>`` for a part of several states."""
+    boundary tract of its states in its first group's run. The run is the part's
+    (``published``, or ``published-<part>`` when there are several), with ``-<k>-of-<n>``
+    when the part has several groups."""
     from data_contracts import ReleaseDocs, validate_published
 
-    run = "published" + ("" if part.states is None else f"-{part.name}")
-    run += "" if count == 1 else f"-{index + 1}-of-{count}"
+    run = part.run + ("" if count == 1 else f"-{index + 1}-of-{count}")
     check = validate_published(rows, boundary_geoids=geoids if index == 0 else None,
                                standard_error_max=se_max,
                                release=ReleaseDocs(folder / GX_PROJECT, folder / ".gx-docs"),

@@ -409,9 +409,9 @@ def test_a_release_published_a_cell_at_a_time_passes_the_audit(flow_release):
     runs = {json.loads(p.read_text())["run_name"]: json.loads(p.read_text())
             for p in internal.rglob("runs/*.json")}
     published = sorted(r for r in runs if r.startswith("published"))
-    # the two states are one publish part (issue 35: parts of whole states, checked on the
-    # workers), its groups checked in runs named after it
-    part = "published-states-17-18"
+    # the two states are one publish part (issue 35: parts of whole states, checked where
+    # they are written), the release's only one: its runs are the release's
+    part = "published"
     assert published == sorted([f"{part}-1-of-3", f"{part}-2-of-3", f"{part}-3-of-3",
                                 "published-county", "published-state"])
     assert all(runs[r]["success"] for r in published)
