@@ -75,14 +75,19 @@ def publish_by_cells(result_files, boundaries, root: Path, internal: Path,
     """The streamed path, as tasks/publish.py runs it (without model and levels); groups of
     at most ``max_rows`` tract-cells (default: publish's own bound)."""
     from dpatlas.publication import cell_stream as S
-    from tasks.publish import _check_output_contracts, _check_tract_group
+    from tasks.publish import _check_contract, _check_output_contracts
 
     cfg = SimpleNamespace(intervals=INTERVALS)
     cells = S.release_cells(result_files)
     groups = S.cell_groups(cells, len(boundaries), max_rows)
-    checks = S.CellGroupChecks(
-        group=partial(_check_tract_group, list(boundaries["geoid"]), cfg, internal),
-        finish=partial(_check_output_contracts, {}, cfg, internal))
+    geoids = list(boundaries["geoid"])
+
+    def check_group(rows, index, count):  # as a publish part checks its groups
+        return _check_contract("tract", rows, geoids if index == 0 else None, cfg, internal,
+                               f"published-{index + 1}-of-{count}")
+
+    checks = S.CellGroupChecks(group=check_group,
+                               finish=partial(_check_output_contracts, {}, cfg, internal))
     return S.write_release_by_cells(
         S.assembled_groups(result_files, groups, boundaries), cells,
         lambda summary: {"release_id": "bench", "counts": summary.counts()}, root, "bench",

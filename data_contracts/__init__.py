@@ -38,6 +38,7 @@ from data_contracts.api import (  # noqa: E402
     Outcome,
     ReleaseDocs,
     build_release_docs,
+    import_release_runs,
     load_suite,
     validate_input,
     validate_published,
@@ -55,6 +56,7 @@ from data_contracts._spec import (  # noqa: E402
 )
 
 __all__ = [
+    "import_release_runs",
     "ContractError",
     "ContractResult",
     "Failure",

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -540,6 +541,29 @@ def validate_published_level(
             raise TypeError("boundary_units must be a sequence of unit codes, not a str")
         parameters["boundary_geoids"] = sorted({str(g) for g in boundary_units})
     return _validate(PUBLISHED_LEVEL_SUITES[level], df, None, parameters, release, run_name)
+
+
+def import_release_runs(source: ReleaseDocs, release: ReleaseDocs) -> int:
+    """Copy the validation runs stored in another project (a publish part's, checked on a
+    worker) into the release's project, with the suites they ran (a suite already there is
+    the same suite: one name, one set of expectations), so the release's one Data Docs site
+    lists them (and the Checkpoint each ran); returns the number of runs copied. What is
+    already there is left as it is."""
+    src, dst = Path(source.project_dir) / "gx", Path(release.project_dir) / "gx"
+    copied = 0
+    with RELEASE_CONTEXT_LOCK:
+        release_context(release.project_dir, release.docs_dir)  # the project exists
+        for kind, pattern in (("expectations", "*.json"), ("checkpoints", "*.json"),
+                              ("validation_definitions", "*.json"),
+                              ("uncommitted/validations", "*/*/*/*.json")):
+            for path in sorted((src / kind).glob(pattern)):
+                target = dst / kind / path.relative_to(src / kind)
+                if target.exists():
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, target)
+                copied += kind == "uncommitted/validations"
+    return copied
 
 
 def build_release_docs(release: ReleaseDocs) -> Path:

@@ -40,7 +40,10 @@ from tasks.estimate import estimate_chunk, estimate_staged, select_chunk, select
 from tasks.ingest import list_partitions
 from tasks.ledger import LEASE_SECONDS, charge_release, complete_release, release_status
 from tasks.preflight import preflight
-from tasks.publish import publish_release, show_in_feed
+from dpatlas.publication.release_parts import (PartJob, PartResult, PublishPart, TileJob,
+                                               tile_jobs)
+from tasks.publish import (already_published, plan_publish, publish_part, publish_release,
+                           publish_tiles, show_in_feed)
 from tasks.report import report_release
 from tasks.state import open_release, record_plan
 from tasks.validate import (bound_contributions, build_validation_docs, check_boundaries,
@@ -222,20 +225,67 @@ def release(config_path: str, release_id: Optional[str] = None,
                                                     worker_chunks, sizes, budget, internal,
                                                     noise_seed, location)
 
-            # 6. Publish the map-ready files and the manifest (atomically, under the lease),
+            # 6. Publish: the parts of the map-ready files written on the task runner (the
+            # workers), then committed here with the manifest (atomically, under the lease);
             # complete the ledger entry, then show the release in the feed.
             mark_root(cfg)
-            folder = publish_release(cfg, rid, results, boundaries, budget, start.input_sha256,
-                                     _noise_source(internal, noise_seed), start.started, internal,
+            plan, parts, archives = _publish_parts(cfg, rid, address, results, boundaries,
+                                                   budget, level_results, internal, location,
+                                                   chunks)
+            folder = publish_release(cfg, rid, plan, parts, archives, boundaries, budget,
+                                     start.input_sha256, _noise_source(internal, noise_seed),
+                                     start.started, internal,
                                      _ledger_entry(cfg, rid, budget, cells),
-                                     _input_facts(cfg, contributions), lease.check,
-                                     level_results)
+                                     _input_facts(cfg, contributions), lease.check)
             crashpoint("after-publish")
             lease.check()
             complete_release(cfg.ledger, rid, folder, owner)
             crashpoint("after-ledger-complete")
         show_in_feed(root, rid, ledger_url=cfg.ledger.url, base_url=cfg.publish.base_url)
         return report_release(cfg.ledger, folder, "published", cfg.publish.base_url)
+
+
+def publish_run_name(release_id: str) -> str:
+    """The publish parts' subflow run: ``publish-parts-<id>`` (its task runs are
+    ``publish-part-<part>`` and ``cell-tiles-<cell>``)."""
+    return f"publish-parts-{release_id}"
+
+
+@flow(name="dpatlas-publish-parts", persist_result=False)
+def write_publish_parts(parts: list[PublishPart], job: PartJob
+                        ) -> tuple[list[PartResult], list[tuple[TileJob, str]]]:
+    """Every part's tract files, then every tract archive from the parts' features, each a
+    task on the flow's task runner (the Dask workers with ``runner: dask``); nothing is
+    published here (the release flow commits them). No archive is built once a part failed
+    its output check: the release is refused."""
+    results = publish_part.map(parts, unmapped(job)).result()
+    if any(r.failed for r in results):
+        return results, []
+    tiles = tile_jobs(results, list(job.cells))
+    built = publish_tiles.map(tiles, unmapped(job)).result() if tiles else []
+    return results, list(zip(tiles, built))
+
+
+def _publish_parts(cfg: ReleaseConfig, rid: str, address: Optional[str], results: list[Path],
+                   boundaries, budget,
+                   level_results: list[Path], internal: Path, location: Optional[str],
+                   chunks: list[Chunk]):
+    """The parts of the release written (none when it is already in place): with a staging
+    location the parts read the chunks' results there and write there, else in the internal
+    folder; on the release's Dask cluster (``address``) with ``runner: dask``."""
+    if already_published(cfg, rid) is not None:  # a crash after the rename: nothing to write
+        return None, [], []
+    if location:
+        where = staging.join(location, "publish")
+        inputs = [staging.join(location, STAGE_FOLDERS["estimate"], f"{c.name}.parquet")
+                  for c in chunks]
+    else:
+        where, inputs = str(internal / "publish"), None
+    plan = plan_publish(cfg, rid, results, boundaries, budget, level_results, where, inputs)
+    stage = write_publish_parts.with_options(task_runner=release_task_runner(cfg, address),
+                                             flow_run_name=publish_run_name(rid))
+    parts, archives = stage(plan.parts, plan.job)
+    return plan, parts, archives
 
 
 def _needed_draws(chunks: list[Chunk], sizes, budget) -> set[tuple[str, str]]:

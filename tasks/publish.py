@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Callable, Mapping, Optional
@@ -14,93 +15,157 @@ from dpatlas.release.allocate import BudgetPlan
 from dpatlas.core.config import ReleaseConfig, public_config
 from dpatlas.publication.feed import update_feed
 from dpatlas.release.manifest import build_manifest, input_commitment
-from dpatlas.publication.cell_stream import (CellGroupChecks, assembled_groups, cell_groups,
-                                            release_cells, write_release_by_cells)
-from dpatlas.publication.model_estimates import add_model_estimates
+from dpatlas.publication.cell_stream import CellGroupChecks, finish_release, release_cells
+from dpatlas.publication.model_estimates import fit_summary
+from dpatlas.publication.release_parts import (PartJob, PartResult, PublishPart, TileJob,
+                                               build_tile_job, collect, is_url, model_fits,
+                                               part_project, plan_parts, remove_parts,
+                                               write_boundaries, write_level_rows, write_part)
 from dpatlas.publication.tiles import release_tile_text
 from dpatlas.publication.level_files import assemble_level, unit_of, write_all_levels
-from dpatlas.publication.tract_files import (PublishError, release_folder,
+from dpatlas.publication.tract_files import (PublishError, release_folder, stage_release,
                                              standard_error_maximum, verify_release)
 from dpatlas.release.outcome import format_counts
 from dpatlas.release.validate import write_release_docs
 from dpatlas.release.validation_report import record_run
 
-from .common import RETRY_IO
+from .common import RETRY_IO, TASK_OPTIONS
+
+
+@dataclass
+class PublishPlan:
+    """What publishing a release is made of: its cells, its county and state tables, its
+    parts and what every part reads (dpatlas.publication.release_parts)."""
+    cells: list[str]
+    levels: dict
+    parts: list[PublishPart]
+    job: PartJob
+
+
+def plan_publish(cfg: ReleaseConfig, release_id: str, result_files: list[Path],
+                 boundaries: gpd.GeoDataFrame, budget: BudgetPlan,
+                 level_files: Optional[list[Path]], location: str,
+                 part_inputs: Optional[list[str]] = None) -> PublishPlan:
+    """The parts of the release and what they read, written to ``location`` (the
+    boundaries, the county and state rows: public values and DP outputs). ``result_files``:
+    the chunks' results here; ``part_inputs``: the same where the parts read them (URLs of
+    the staging location; default ``result_files``)."""
+    cells = release_cells(result_files)
+    levels = assemble_levels(level_files or [], boundaries, budget, cells)
+    job = PartJob(release_id=release_id, config=public_config(cfg),
+                  results=tuple(str(p) for p in (part_inputs or result_files)),
+                  boundaries=write_boundaries(boundaries, location),
+                  levels=write_level_rows(levels, location), location=location,
+                  cells=tuple(cells),
+                  model_steps=(tuple(s.as_dict() for s in budget.steps)
+                               if cfg.small_area.model else None),
+                  standard_error_max=standard_error_maximum())
+    return PublishPlan(cells, levels, plan_parts(cells, boundaries["geoid"]), job)
+
+
+@task(name="publish-part", task_run_name="publish-part-{part.name}", **TASK_OPTIONS)
+def publish_part(part: PublishPart, job: PartJob) -> PartResult:
+    """One part's tract files (some states, or the whole release of one state), written where
+    the flow collects them; draws no noise (DP outputs and public values only)."""
+    result = write_part(part, job)
+    log = get_run_logger()
+    for fit in result.model_fits:
+        log.info("small-area model, cell %s, state %s: %s", fit["cell"], fit["state"],
+                 fit_summary(fit))
+    log.info("part %s: %d rows in %d file(s)%s", part.name, result.summary.rows,
+             len(result.files), " (an output check failed)" if result.failed else "")
+    return result
+
+
+@task(name="cell-tiles", task_run_name="cell-tiles-{tile.name}", **TASK_OPTIONS)
+def publish_tiles(tile: TileJob, job: PartJob) -> str:
+    """One tract archive from every part's features of its cell; where it was built."""
+    return build_tile_job(tile, job)
+
+
+def already_published(cfg: ReleaseConfig, release_id: str) -> Optional[Path]:
+    """The release's folder when a crash came after it became visible (one rename: it is
+    complete; checked here), else None."""
+    final = release_folder(cfg.publish.root, release_id)  # refuses a symlink or a file there
+    if final is not None:
+        verify_release(final)
+    return final
 
 
 @task(name="publish", **RETRY_IO)
-def publish_release(cfg: ReleaseConfig, release_id: str, result_files: list[Path],
+def publish_release(cfg: ReleaseConfig, release_id: str, plan: Optional[PublishPlan],
+                    parts: list[PartResult], archives: list[tuple[TileJob, str]],
                     boundaries: gpd.GeoDataFrame, budget: BudgetPlan, input_sha256: str,
                     random_source: str | Mapping[str, int], started: str, internal: Path,
                     ledger_entry: dict, input_facts: dict,
-                    check_lease: Optional[Callable[[], None]] = None,
-                    level_files: Optional[list[Path]] = None) -> Path:
-    """Assemble, check against the output contract, and publish the release atomically.
+                    check_lease: Optional[Callable[[], None]] = None) -> Path:
+    """Commit the parts: record their output checks (refused if one broke the contract),
+    collect their files and archives into a staging folder, add the county and state files,
+    the maps, the web map and the manifest, and publish the release atomically.
 
-    ``internal``: the release's internal folder (the files are staged there, outside the
-    public tree). ``input_facts``: see :func:`dpatlas.release.manifest.assumptions`. ``check_lease``:
-    the ledger lease's check, called right before the release becomes visible.
-    ``level_files``: the county and state estimates (with levels beyond the tract).
-    """
-    final = release_folder(cfg.publish.root, release_id)  # refuses a symlink or a file there
+    ``plan``: None when the release was already in place (a crash after the rename).
+    ``internal``: the release's internal folder (the staging folder goes there).
+    ``input_facts``: see :func:`dpatlas.release.manifest.assumptions`. ``check_lease``: the
+    ledger lease's check, called right before the release becomes visible."""
+    final = already_published(cfg, release_id)
     if final is not None:
-        # A crash after the folder became visible: it is complete (one rename), check it.
-        verify_release(final)
         get_run_logger().info("release %s is already in place at %s; checked", release_id, final)
         return final
-    # A group of cells at a time (dpatlas.publication.cell_stream): the flow's memory does
-    # not grow with the number of cells.
-    cells = release_cells(result_files)
-    groups = cell_groups(cells, len(boundaries))
-    levels = assemble_levels(level_files or [], boundaries, budget, cells)
-    model_fits = [] if cfg.small_area.model else None
-    model = (partial(_with_model_estimates, levels, [s.as_dict() for s in budget.steps],
-                     model_fits) if model_fits is not None else None)
+    _record_part_checks(parts, internal)
+    levels = plan.levels
+    fits = model_fits(parts) if cfg.small_area.model else None
     commitment = input_commitment(input_sha256, internal)
-
     counts: dict = {}  # the manifest's counts, for the log line
 
-    def manifest_of(summary) -> dict:  # once every group is written: the fits are all in
+    def manifest_of(summary) -> dict:
         manifest = build_manifest(cfg, release_id, budget, summary, commitment, random_source,
-                                  started, input_facts, ledger_entry, levels, model_fits)
+                                  started, input_facts, ledger_entry, levels, fits)
         counts.update(manifest["counts"])
         return manifest
 
-    geoids = list(boundaries["geoid"])
-    level_rows = _level_rows_to_check(levels, boundaries)
-    folder = write_release_by_cells(
-        assembled_groups(result_files, groups, boundaries, model), cells,
-        manifest_of, cfg.publish.root, release_id, config=public_config(cfg),
-        checks=CellGroupChecks(
-            group=partial(_check_tract_group, geoids, cfg, internal),
-            finish=partial(_check_output_contracts, level_rows, cfg, internal)),
-        group_count=len(groups), internal_dir=internal, check_lease=check_lease,
-        more_files=partial(write_all_levels, levels, interval_level=cfg.intervals.level,
-                           tile_text=partial(release_tile_text, release_id, public_config(cfg))))
+    checks = CellGroupChecks(
+        group=_never, finish=partial(_check_output_contracts,
+                                     _level_rows_to_check(levels, boundaries), cfg, internal))
+    config = public_config(cfg)
+
+    def stage(staging: Path) -> tuple[list[str], dict]:
+        streamed = collect(staging, parts, archives)
+        return finish_release(
+            staging, streamed, release_id, config, checks, manifest_of,
+            partial(write_all_levels, levels, interval_level=cfg.intervals.level,
+                    tile_text=partial(release_tile_text, release_id, config)))
+
+    folder = stage_release(cfg.publish.root, release_id, stage, config=config,
+                           internal_dir=internal, check_lease=check_lease)
+    remove_parts(plan.job.location)
     get_run_logger().info("published release %s at %s (%s)", release_id, folder,
                           format_counts(counts["by_status"]))
     return folder
 
 
-def _with_model_estimates(levels: dict, steps: list[dict], fits: list[dict],
-                          table: gpd.GeoDataFrame) -> gpd.GeoDataFrame:
-    """A group's table with the small-area model's columns (post-processing of the tables as
-    published, no budget; fitted per cell and state), its fits added to ``fits``."""
-    table, group_fits = add_model_estimates(table, levels, get_run_logger(), steps)
-    fits.extend(group_fits)
-    return table
+def _never(rows, index, count) -> str:  # the parts checked every group of tract rows
+    raise AssertionError("a committed release's tract groups were checked in their parts")
 
 
-def _check_tract_group(geoids: Optional[list], cfg: ReleaseConfig, internal: Path, rows: pd.DataFrame,
-                       index: int, count: int) -> str:
-    """One group of cells' tract rows against the tract contract. The groups' runs make the
-    whole table's checks: each row's checks in its group's run; (geoid, cell) unique in each
-    group, and across groups since no cell is in two; every boundary tract in the table,
-    checked in the first group's run alone (a run copies the boundary GEOIDs into each of
-    its expectations: a run per group with them cost more than the checks themselves). Its
-    run is ``published``, ``published-<k>-of-<count>`` with several groups."""
-    run = "published" if count == 1 else f"published-{index + 1}-of-{count}"
-    return _check_contract("tract", rows, geoids if index == 0 else None, cfg, internal, run)
+def _record_part_checks(parts: list[PartResult], internal: Path) -> None:
+    """Every part's output checks in the release's report and Data Docs (their GX runs copied
+    into its project); a broken contract refuses the release, saying what broke."""
+    from data_contracts import ReleaseDocs, import_release_runs
+
+    release = ReleaseDocs.in_folder(internal)
+    for part in parts:
+        asset = "the release's tract table, as it would be published"
+        if part.part.states is not None:
+            asset += f" (states {', '.join(part.part.states)})"
+        for run, check in part.checks:
+            record_run(internal, run, asset, check)
+        with part_project(part) as project:
+            import_release_runs(ReleaseDocs(project, project.parent / ".gx-docs"), release)
+    broken = [check for part in parts for _, check in part.checks if not check.success]
+    if broken:
+        write_release_docs(internal)  # the refused check in the Data Docs site
+        raise PublishError("the release table breaks its output contract; nothing was "
+                           f"published:\n{broken[0].summary()}")
 
 
 def _level_rows_to_check(levels: dict, boundaries: gpd.GeoDataFrame) -> dict:

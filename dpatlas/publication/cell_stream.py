@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -68,23 +69,30 @@ def cell_groups(cells: list[str], tracts: int,
     return [cells[i:i + size] for i in range(0, len(cells), size)] or [[]]
 
 
-def read_results_of(result_files: list[Path], cells: list[str]) -> pd.DataFrame:
-    """The chunks' result rows of ``cells`` only (every row when ``cells`` is empty): the
-    parquet reader skips the other cells' rows."""
-    filters = [("cell", "in", list(cells))] if cells else None
-    return pd.concat([pd.read_parquet(p, filters=filters) for p in result_files],
+def read_results_of(result_files: list[Path], cells: list[str],
+                    geoids: Optional[tuple[str, str]] = None) -> pd.DataFrame:
+    """The chunks' result rows of ``cells`` only (every row when ``cells`` is empty), and with
+    ``geoids`` (a half-open range) of those GEOIDs only: the parquet reader skips the other
+    rows. ``result_files``: paths, or URLs fsspec reads."""
+    filters = [("cell", "in", list(cells))] if cells else []
+    if geoids is not None:
+        filters += [("geoid", ">=", geoids[0]), ("geoid", "<", geoids[1])]
+    return pd.concat([pd.read_parquet(p, filters=filters or None) for p in result_files],
                      ignore_index=True)
 
 
 def assembled_groups(result_files: list[Path], groups: list[list[str]],
                      boundaries: gpd.GeoDataFrame,
-                     then: Optional[Callable[[gpd.GeoDataFrame], gpd.GeoDataFrame]] = None
+                     then: Optional[Callable[[gpd.GeoDataFrame], gpd.GeoDataFrame]] = None,
+                     geoids: Optional[tuple[str, str]] = None
                      ) -> Iterator[gpd.GeoDataFrame]:
     """Each group's tract table (:func:`~dpatlas.publication.tract_files.assemble` of its
     cells' results, ``then`` applied: the small-area model), in cell order, made when the
-    writer asks for it: one group's rows are in memory at a time."""
+    writer asks for it: one group's rows are in memory at a time. ``geoids``: the results of
+    that GEOID range only (the boundaries' states, for a publish part of some states)."""
     for cells in groups:
-        table = assemble(read_results_of(result_files, cells), boundaries)
+        table = assemble(read_results_of(result_files, cells, geoids), boundaries,
+                         sorted(cells) or None)
         yield in_cell_order(then(table) if then is not None else table)
 
 
@@ -215,6 +223,14 @@ class TractSummary:
         self.by_status.update(table["status"].value_counts(sort=False).to_dict())
         self.by_mechanism.update(table["mechanism"].value_counts(sort=False).to_dict())
 
+    def merge(self, other: "TractSummary") -> None:
+        """Add another part's summary (its rows are other tracts' or other cells')."""
+        self.cells = sorted(set(self.cells) | set(other.cells))
+        self.geoids.update(other.geoids)
+        self.rows += other.rows
+        self.by_status.update(other.by_status)
+        self.by_mechanism.update(other.by_mechanism)
+
     def counts(self) -> dict:
         return {"tracts": len(self.geoids), "rows": self.rows,
                 "by_status": _most_first(self.by_status),
@@ -258,26 +274,63 @@ def write_release_by_cells(groups: Iterable[gpd.GeoDataFrame], cells: list[str],
     with the rest. The rows are in cell order (module docstring). Nothing is visible unless
     all of it succeeded (:func:`~dpatlas.publication.tract_files.stage_release`)."""
     def stage(staging: Path) -> tuple[list[str], dict]:
-        checker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="publish-check")
-        tiler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="publish-tiles")
-        try:
-            streamed = _append_groups(staging, groups, cells, config, checks, group_count,
-                                      checker, partial(tiler.submit, _build_tract_tiles,
-                                                       staging, release_id, config),
-                                      cell_tile_builder(staging, release_id, config, cells,
-                                                        tiler))
-            tract_files, finished, level_files, extent = _finish_files(
-                staging, streamed, release_id, config, checks, more_files)
-        finally:
-            checker.shutdown(wait=True, cancel_futures=True)
-            tiler.shutdown(wait=True, cancel_futures=True)
-        manifest = {**manifest_of(streamed.summary), **finished,
-                    "rounding": rounding_statement(streamed.columns), "extent": extent}
-        published = [*streamed.files, *(f for f in PUBLISHED_FILES if f not in _TRACT_FILES)]
-        return [*published, *tract_files, *level_files], manifest
+        with streaming_executors() as (checker, tiler):
+            streamed = stream_groups(staging, groups, cells, config, checks.group, group_count,
+                                     checker, tiler, release_id)
+            return finish_release(staging, streamed, release_id, config, checks, manifest_of,
+                                  more_files)
 
     return stage_release(root, release_id, stage, config=config, internal_dir=internal_dir,
                          check_lease=check_lease)
+
+
+@contextmanager
+def streaming_executors() -> Iterator[tuple[ThreadPoolExecutor, ThreadPoolExecutor]]:
+    """The two threads beside the writers: one checks a group while the next is written, one
+    runs tippecanoe; both stopped (pending work cancelled) on the way out, so nothing still
+    writes into a folder its caller removes."""
+    checker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="publish-check")
+    tiler = ThreadPoolExecutor(max_workers=1, thread_name_prefix="publish-tiles")
+    try:
+        yield checker, tiler
+    finally:
+        checker.shutdown(wait=True, cancel_futures=True)
+        tiler.shutdown(wait=True, cancel_futures=True)
+
+
+def stream_groups(folder: Path, groups: Iterable[gpd.GeoDataFrame], cells: list[str],
+                  config: dict, check_group: Callable[[pd.DataFrame, int, int], str],
+                  group_count: int, checker: ThreadPoolExecutor,
+                  tiler: Optional[ThreadPoolExecutor], release_id: str,
+                  by_state: Optional[bool] = None) -> "Streamed":
+    """The tract files of ``groups`` written into ``folder`` (:func:`_append_groups`), and
+    their tiles started on ``tiler``: the whole GeoJSON's, or each cell's archive with several
+    ``cells``. Without a ``tiler`` no tiles are built: with several cells each cell's features
+    are left in a FeatureCollection of their own (``CellTileBuilder.features``), for an archive
+    built from every part's (a publish part, dpatlas.publication.release_parts). ``by_state``:
+    whether the rows go to state parts (None: decided by the first group, as for a release
+    written whole)."""
+    start_tiles = (partial(tiler.submit, _build_tract_tiles, folder, release_id, config)
+                   if tiler is not None else None)
+    return _append_groups(folder, groups, cells, config, check_group, group_count, checker,
+                          start_tiles, cell_tile_builder(folder, release_id, config, cells,
+                                                         tiler),
+                          by_state)
+
+
+def finish_release(staging: Path, streamed: "Streamed", release_id: str, config: dict,
+                   checks: CellGroupChecks, manifest_of: Callable[[TractSummary], dict],
+                   more_files: Optional[Callable[[Path], list[str]]]
+                   ) -> tuple[list[str], dict]:
+    """The rest of a release once its tract files are in ``staging``: the tiles (waited for),
+    the remaining checks, the web map, the maps, the level files and config.json; the files
+    to publish and the manifest without ``files``."""
+    tract_files, finished, level_files, extent = _finish_files(
+        staging, streamed, release_id, config, checks, more_files)
+    manifest = {**manifest_of(streamed.summary), **finished,
+                "rounding": rounding_statement(streamed.columns), "extent": extent}
+    published = [*streamed.files, *(f for f in PUBLISHED_FILES if f not in _TRACT_FILES)]
+    return [*published, *tract_files, *level_files], manifest
 
 
 def write_release(table: gpd.GeoDataFrame, manifest: dict, root: Path, release_id: str, *,
@@ -301,7 +354,7 @@ def write_release(table: gpd.GeoDataFrame, manifest: dict, root: Path, release_i
 
 
 @dataclass
-class _Streamed:
+class Streamed:
     """What the groups left behind: the summary, the columns, the overview's rows (one cell:
     every boundary tract's polygon, whose union is the release's footprint), the suites of
     the groups checked, and the last group's check, still running."""
@@ -311,8 +364,8 @@ class _Streamed:
     suites: list[str]
     last_check: Future
     # tippecanoe on the whole GeoJSON (or every state's), started once it was written; with
-    # several cells, the builder of each cell's archive (cell_tiles.py)
-    tiles: Future | CellTileBuilder
+    # several cells, the builder of each cell's archive (cell_tiles.py); None: built elsewhere
+    tiles: Future | CellTileBuilder | None
     files: list[str]  # the tract files written: the single files, or each state's parts
 
     def all_suites(self) -> list[str]:
@@ -321,10 +374,11 @@ class _Streamed:
 
 
 def _append_groups(staging: Path, groups: Iterable[gpd.GeoDataFrame], cells: list[str],
-                   config: dict, checks: CellGroupChecks, group_count: int,
-                   checker: ThreadPoolExecutor,
-                   start_tiles: Callable[[list[Path]], Future],
-                   cell_tiles: Optional[CellTileBuilder] = None) -> _Streamed:
+                   config: dict, check_group: Callable[[pd.DataFrame, int, int], str],
+                   group_count: int, checker: ThreadPoolExecutor,
+                   start_tiles: Optional[Callable[[list[Path]], Future]],
+                   cell_tiles: Optional[CellTileBuilder] = None,
+                   by_state: Optional[bool] = None) -> Streamed:
     """Append each group to the tract files while ``checker`` checks it; what the rest of
     the release needs. ``start_tiles`` is called as soon as the last group's GeoJSON is
     written, so tippecanoe (the longest writer) runs beside the last group's other writers
@@ -339,17 +393,18 @@ def _append_groups(staging: Path, groups: Iterable[gpd.GeoDataFrame], cells: lis
     level = ci.get("level", 0.95)
     parquet = state_parts.ByState(staging, state_parts.PARQUET_PARTS, "tracts.parquet",
                                   lambda: GeoParquetAppender(staging / "tracts.parquet"),
-                                  GeoParquetAppender)
+                                  GeoParquetAppender, partitioned=by_state)
     csv = state_parts.ByState(staging, state_parts.CSV_PARTS, CSV_FILE,
                               lambda: CsvAppender(staging, level), state_parts.CsvPart,
-                              on_partition=lambda c: write_table_schema(c, staging, level))
+                              on_partition=lambda c: write_table_schema(c, staging, level),
+                              partitioned=by_state)
     # One file: each cell's archive is cut from its run of it; parts by state: each cell's
     # features are written for its archive as the group arrives (CellTileBuilder.add_group).
     geojson = state_parts.ByState(
         staging, state_parts.GEOJSON_PARTS, "tracts.geojson",
         lambda: GeoJsonAppender(staging / "tracts.geojson", several_cells=len(cells) > 1,
                                 cell_tiles=cell_tiles),
-        partial(GeoJsonAppender, several_cells=len(cells) > 1))
+        partial(GeoJsonAppender, several_cells=len(cells) > 1), partitioned=by_state)
     summary, suites, shown, columns, pending = TractSummary(), [], None, [], None
     overview = shown_cell(cells) if cells else None
     started: list[Future] = []
@@ -360,8 +415,9 @@ def _append_groups(staging: Path, groups: Iterable[gpd.GeoDataFrame], cells: lis
             cell_tiles.add_group(table)
         if last:
             geojson.close()
-            started.append(cell_tiles
-                           or start_tiles([staging / name for name in geojson.names()]))
+            started.append(cell_tiles if cell_tiles is not None
+                           else start_tiles([staging / name for name in geojson.names()])
+                           if start_tiles is not None else None)
 
     try:
         for index, table in enumerate(_numbered(groups, group_count)):
@@ -373,7 +429,7 @@ def _append_groups(staging: Path, groups: Iterable[gpd.GeoDataFrame], cells: lis
             checked, for_geojson = rows.copy(), table.copy()
             if pending is not None:
                 suites.append(pending.result())  # the previous group's (raises if broken)
-            pending = checker.submit(checks.group, checked, index, group_count)
+            pending = checker.submit(check_group, checked, index, group_count)
             last = index == group_count - 1
             in_parallel([lambda: parquet.append(table), lambda: csv.append(rows),
                          lambda: geojson_then_tiles(for_geojson, last)])
@@ -386,7 +442,7 @@ def _append_groups(staging: Path, groups: Iterable[gpd.GeoDataFrame], cells: lis
         parquet.close()
         geojson.close()
     files = [*parquet.names(), *geojson.names(), *csv.names()]
-    return _Streamed(summary, columns, shown, suites, pending, started[0], files)
+    return Streamed(summary, columns, shown, suites, pending, started[0], files)
 
 
 def _build_tract_tiles(staging: Path, release_id: str, config: dict, geojson: list[Path]):
@@ -407,7 +463,7 @@ def _numbered(groups: Iterable[gpd.GeoDataFrame], count: int) -> Iterator[gpd.Ge
         raise PublishError(f"{seen} groups of cells were assembled, {count} expected (a bug)")
 
 
-def _finish_files(staging: Path, streamed: _Streamed, release_id: str, config: dict,
+def _finish_files(staging: Path, streamed: Streamed, release_id: str, config: dict,
                   checks: CellGroupChecks,
                   more_files: Optional[Callable[[Path], list[str]]]
                   ) -> tuple[list, dict, list, dict]:

@@ -41,6 +41,12 @@ def cell_tiles_file(cell: str) -> str:
     return f"{CELL_TILES_PREFIX}-{hashlib.sha256(cell.encode()).hexdigest()[:16]}.pmtiles"
 
 
+def cell_features_file(cell: str) -> str:
+    """The FeatureCollection of ``cell``'s features an archive is built from (a dot name: it is
+    never published)."""
+    return f".{cell_tiles_file(cell)}.geojson"
+
+
 def is_cell_tiles_file(name: str) -> bool:
     """Whether a published file's name is a cell's tract archive."""
     return name.startswith(CELL_TILES_PREFIX) and name.endswith(".pmtiles") and "/" not in name
@@ -67,8 +73,10 @@ def cell_runs(props) -> list[tuple[str, slice]]:
 
 
 def cell_tile_builder(staging: Path, release_id: str, config: dict, cells: list[str],
-                      tiler: ThreadPoolExecutor) -> "CellTileBuilder | None":
-    """The builder of each cell's archive for a release of several ``cells``, else None."""
+                      tiler: ThreadPoolExecutor | None) -> "CellTileBuilder | None":
+    """The builder of each cell's archive for a release of several ``cells``, else None
+    (without a ``tiler``: the writer of each cell's features, for an archive built from
+    several publish parts' features, :func:`cell_features_file`)."""
     return CellTileBuilder(staging, release_id, config, tiler) if per_cell(cells) else None
 
 
@@ -84,6 +92,7 @@ class CellTileBuilder:
         self.min_zoom = tiles.tract_min_zoom(config.get("levels"))
         self.built: dict[str, Future] = {}
         self.pending: dict[str, tuple | None] = {}
+        self.features_written: list[str] = []
 
     def write_group(self, fh, path: Path, head: str, props, geoms, ids, wrote: bool) -> bool:
         """Append a group's features to the open ``tracts.geojson`` (``fh`` at ``path``, opened
@@ -130,18 +139,26 @@ class CellTileBuilder:
 
     def _start_pending(self) -> None:
         for cell, source in self.pending.items():  # a group holds whole cells
+            if self.tiler is None:  # features only: the archive is built from every part's
+                self.features_written.append(cell)
+                continue
             self.built[cell] = self.tiler.submit(self._build, cell, source)
         self.pending = {}
 
+    def features(self) -> dict[str, str]:
+        """Without a tiler: each cell's FeatureCollection written (its name in the folder)."""
+        return {cell: cell_features_file(cell) for cell in sorted(self.features_written)}
+
     def _note(self, cell: str, source: tuple | None) -> None:
-        if cell in self.built or (cell in self.pending and source is None):
+        if (cell in self.built or cell in self.features_written
+                or (cell in self.pending and source is None)):
             raise PublishError(f"cell {cell}'s rows are in two groups of cells (a bug: a group "
                                "holds whole cells); nothing was published")
         self.pending[cell] = source
 
     def _part(self, cell: str) -> Path:
         """Where ``cell``'s FeatureCollection is written for tippecanoe (removed once built)."""
-        return self.staging / f".{cell_tiles_file(cell)}.geojson"
+        return self.staging / cell_features_file(cell)
 
     def _build(self, cell: str, source: tuple | None) -> str:
         """``cell``'s archive, from its part (``source``: None) or from a byte range of

@@ -60,21 +60,27 @@ class ByState:
     group's rows are one state's, else one writer per state (``per_state(path)``, ``path``
     the part's, its folder made first; ``parts``: the parts' folder and file name). Every
     group holds every boundary tract, so the first group tells whether the release spans
-    several states; ``on_partition(columns)`` runs once when it does."""
+    several states; ``on_partition(columns)`` runs once when it does. ``partitioned``: given
+    when the caller knows (a publish part of some of the states of a release of several
+    writes their parts, even when it holds one state)."""
 
     def __init__(self, root: Path, parts: tuple[str, str], single_name: str,
                  single: Callable[[], object], per_state: Callable[[Path], object],
-                 on_partition: Optional[Callable[[list[str]], None]] = None):
+                 on_partition: Optional[Callable[[list[str]], None]] = None,
+                 partitioned: Optional[bool] = None):
         self.root, self.parts, self.single_name = Path(root), parts, single_name
         self.single, self.per_state = single, per_state
         self.on_partition = on_partition
-        self.partitioned: Optional[bool] = None
+        self.partitioned: Optional[bool] = partitioned
+        self.announced = False
         self.writers: dict[str, object] = {}
 
     def append(self, table: pd.DataFrame) -> None:
         states = states_of(table)
-        if self.partitioned is None:
-            self.partitioned = states.nunique() > 1
+        if not self.announced:
+            self.announced = True
+            if self.partitioned is None:
+                self.partitioned = states.nunique() > 1
             if not self.partitioned:
                 self.writers[""] = self.single()
             elif self.on_partition is not None:
@@ -96,6 +102,8 @@ class ByState:
 
     def names(self) -> list[str]:
         """The files written (relative to the release): the single file, or each part."""
+        if not self.announced:
+            return []
         if not self.partitioned:
             return [self.single_name]
         return [part_name(self.parts, state) for state in sorted(self.writers)]

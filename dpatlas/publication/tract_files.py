@@ -58,10 +58,14 @@ class PublishError(RuntimeError, OperatorError):
     """Publishing refused or failed; the message says what to do."""
 
 
-def assemble(results: pd.DataFrame, boundaries: gpd.GeoDataFrame) -> gpd.GeoDataFrame:
-    """Every boundary tract, for every cell, with its status; geometry from the boundaries;
-    with intervals, their standard errors and margins of error."""
-    cells = sorted(results["cell"].unique()) if len(results) else ["all"]
+def assemble(results: pd.DataFrame, boundaries: gpd.GeoDataFrame,
+             cells: Optional[list[str]] = None) -> gpd.GeoDataFrame:
+    """Every boundary tract, for every cell (``cells``, default the results'), with its
+    status; geometry from the boundaries; with intervals, their standard errors and margins of
+    error. (A publish part of some states is given its group's cells: its states may hold no
+    record of one of them.)"""
+    if cells is None:
+        cells = sorted(results["cell"].unique()) if len(results) else ["all"]
     grid = pd.MultiIndex.from_product([boundaries["geoid"], cells], names=["geoid", "cell"])
     table = results.set_index(["geoid", "cell"]).reindex(grid).reset_index()
     missing = table["status"].isna()

@@ -219,9 +219,14 @@ def test_runs_are_named_by_release_and_chunk_and_artifact_names_its_files(small_
     assert len(chunks) == 3
     with get_client(sync_client=True) as client:
         assert client.read_flow_run(run_id).name == f"release-{rid}"
-        [sub] = client.read_flow_runs(flow_run_filter=FlowRunFilter(
-            parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[run_id])))
-        assert sub.name == f"select-estimate-{rid}"
+        subflows = {s.name: s for s in client.read_flow_runs(flow_run_filter=FlowRunFilter(
+            parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[run_id])))}
+        # selection and estimation, then the publish parts (issue 35): each a named subflow
+        assert sorted(subflows) == [f"publish-parts-{rid}", f"select-estimate-{rid}"]
+        sub = subflows[f"select-estimate-{rid}"]
+        parts = {t.name for t in flow_task_runs(subflows[f"publish-parts-{rid}"].state,
+                                                ready=lambda runs: len(runs) == 1)}
+        assert parts == {"publish-part-all"}  # one state: one part, its tiles built in it
         names = {t.name for t in flow_task_runs(
             sub.state, ready=lambda runs: len(runs) == 2 * len(chunks))}
         assert names == {f"{stage}-{c}" for stage in ("select", "estimate") for c in chunks}

@@ -1,0 +1,461 @@
+"""Publishing in parts (issue 35, item 1): the tract files are written by tasks that can run
+anywhere (the Dask workers of a cluster, or the flow's own threads), and the flow only
+commits what they wrote.
+
+A release is cut into parts of whole states (:func:`plan_parts`): a release of one state is
+one part that writes its single files (``tracts.parquet``, ``tracts.csv``, ``tracts.geojson``)
+and its tiles, as a release written whole does; a release of several states is cut into parts
+of consecutive states of about :data:`PART_ROWS` tract-cells, and each part writes its states'
+files (``tracts/state=XX/part-0.parquet`` ...) and, with several cells, each cell's features
+for that cell's archive. A part reads what it needs by path or URL (fsspec): the chunks'
+results, filtered to its states' GEOIDs, and the public boundaries; it assembles its groups of
+cells, fits the small-area model (per cell and state, so a part holds whole fits), checks each
+group against the output contract in a GX project of its own, and writes its files into its
+folder of the publish location (``<location>/<part>/``): the internal folder, or the staging
+location given by ``staging_url``. Then the tile archives are built from every part's
+GeoJSON (:func:`tile_jobs`, one per cell), also as tasks.
+
+Nothing a part writes is public: the flow collects the files into the release's staging
+folder only once every part and every archive succeeded (:func:`collect`), records the
+checks, and then writes the manifest, hashes, feed and STAC as for a release written whole;
+nothing is visible before the one rename. A part draws no noise (it reads DP outputs and public
+values only), so a part that failed or was interrupted is simply written again.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections import Counter
+from concurrent.futures import Future
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from functools import partial
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import geopandas as gpd
+import pandas as pd
+
+from dpatlas.publication import tiles
+from dpatlas.publication.cell_stream import (Streamed, TractSummary, assembled_groups,
+                                             cell_groups, stream_groups, streaming_executors)
+from dpatlas.publication.cell_tiles import cell_tiles_file, per_cell
+from dpatlas.publication.model_estimates import add_model_estimates
+from dpatlas.publication.state_parts import GEOJSON_PARTS, parts_of
+from dpatlas.publication.tract_files import CSV_SCHEMA_FILE, PublishError
+
+# Tract-cells per part of a release of several states (whole states, consecutive in GEOID
+# order): a part's output check costs about a second of GX whatever its size, so a one-cell
+# national release (74,000 tracts) is 4 parts rather than 51, while at 42 cells nearly every
+# state is a part of its own (the largest, California, bounds how far publishing spreads).
+PART_ROWS = 20_000
+WHOLE = "all"  # the one part of a release of one state
+GX_PROJECT = ".gx"  # a part's GX project, in its folder (never collected into the release)
+TILES_FOLDER = "tiles"
+
+
+@dataclass(frozen=True)
+class PublishPart:
+    """Some states of a release and its groups of cells. ``states`` None: the whole release
+    (of one state), written as single files."""
+    name: str
+    states: Optional[tuple[str, ...]]
+    groups: tuple[tuple[str, ...], ...]
+    run: str = "published"  # its output checks' run name (``-<k>-of-<n>`` per group added)
+
+    def geoid_range(self) -> Optional[tuple[str, str]]:
+        """The GEOIDs of its states as a half-open range (states are consecutive)."""
+        if self.states is None:
+            return None
+        return self.states[0], self.states[-1] + ":"  # ":" sorts after every digit
+
+
+def plan_parts(cells: list[str], geoids) -> list[PublishPart]:
+    """The parts of a release of ``cells`` over the boundary tracts ``geoids``."""
+    per_state = Counter(str(g)[:2] for g in geoids)
+    if len(per_state) <= 1:
+        return [PublishPart(WHOLE, None, _groups(cells, len(geoids)))]
+    packed: list[list[str]] = [[]]
+    rows = 0
+    for state in sorted(per_state):
+        size = per_state[state] * max(1, len(cells))
+        if packed[-1] and rows + size > PART_ROWS:
+            packed.append([])
+            rows = 0
+        packed[-1].append(state)
+        rows += size
+    names = [f"states-{p[0]}" + (f"-{p[-1]}" if len(p) > 1 else "") for p in packed]
+    # one part: its checks are the release's ("published"), as for a release written whole
+    return [PublishPart(name, tuple(p), _groups(cells, sum(per_state[s] for s in p)),
+                        "published" if len(packed) == 1 else f"published-{name}")
+            for name, p in zip(names, packed)]
+
+
+def _groups(cells: list[str], tracts: int) -> tuple[tuple[str, ...], ...]:
+    return tuple(tuple(g) for g in cell_groups(cells, tracts))
+
+
+@dataclass(frozen=True)
+class PartJob:
+    """What every part of a release reads (paths or URLs; no person-level rows): the chunks'
+    result files, the boundaries' GeoParquet, the county and state rows (``levels``: the
+    model reads its states'; None without levels), the folder the parts go to, the public config
+    (what the files and tiles say), the release's cells, and, with the small-area model, the
+    plan's budget steps (``Step.as_dict``)."""
+    release_id: str
+    config: dict
+    results: tuple[str, ...]
+    boundaries: str
+    levels: Optional[str]
+    location: str
+    cells: tuple[str, ...]
+    model_steps: Optional[tuple[dict, ...]]
+    standard_error_max: float
+
+
+@dataclass
+class PartResult:
+    """What a part wrote (its ``files``, named as the release names them, in ``folder``) and
+    what the flow needs of it: the manifest's counts, the columns, the overview cell's rows,
+    each group's check (run name, result), the model's fits, each cell's features for its
+    archive, and (the part of a one-state release) its tiles. ``failed``: a group broke the
+    output contract (its check is the last of ``checks``); nothing of it is to be published."""
+    part: PublishPart
+    folder: str
+    files: list[str] = field(default_factory=list)
+    summary: TractSummary = field(default_factory=TractSummary)
+    columns: list[str] = field(default_factory=list)
+    shown: Optional[gpd.GeoDataFrame] = None
+    suites: list[str] = field(default_factory=list)
+    checks: list[tuple[str, Any]] = field(default_factory=list)
+    model_fits: list[dict] = field(default_factory=list)
+    features: dict[str, str] = field(default_factory=dict)
+    tiles: Any = None
+    failed: bool = False
+
+
+class _GroupRefused(PublishError):
+    """A group of a part broke the output contract (its check is in the part's result)."""
+
+
+def write_part(part: PublishPart, job: PartJob) -> PartResult:
+    """Write one part's files into ``<job.location>/<part.name>/`` and say what it wrote."""
+    with _writable_folder(job.location, part.name) as folder:
+        boundaries = read_boundaries(job.boundaries, part.geoid_range())
+        result = PartResult(part, join(job.location, part.name))
+        model = (partial(_with_model, read_level_rows(job.levels, part),
+                         list(job.model_steps), result.model_fits)
+                 if job.model_steps is not None else None)
+        groups = assembled_groups(list(job.results), [list(g) for g in part.groups],
+                                  boundaries, model, part.geoid_range())
+        check = partial(_check_group, part, list(boundaries["geoid"]), job.standard_error_max,
+                        folder, result.checks)
+        try:
+            with streaming_executors() as (checker, tiler):
+                streamed = stream_groups(folder, groups, list(job.cells), job.config, check,
+                                         len(part.groups), checker,
+                                         tiler if part.states is None else None,
+                                         job.release_id,
+                                         by_state=None if part.states is None else True)
+                result.suites = streamed.all_suites()
+                built = streamed.tiles.result() if streamed.tiles is not None else None
+        except _GroupRefused:
+            result.failed = True
+            return result
+        if part.states is None:
+            result.tiles = built
+        elif built is not None:  # several cells: the builder wrote each cell's features
+            result.features = streamed.tiles.features()
+        result.files, result.summary = streamed.files, streamed.summary
+        result.columns, result.shown = streamed.columns, streamed.shown
+        return result
+
+
+def _with_model(level_rows: dict, steps: list[dict], fits: list[dict],
+                table: gpd.GeoDataFrame) -> gpd.GeoDataFrame:
+    table, group_fits = add_model_estimates(table, level_rows, None, steps)
+    fits.extend(group_fits)
+    return table
+
+
+def _check_group(part: PublishPart, geoids: list[str], se_max: float, folder: Path,
+                 checks: list, rows: pd.DataFrame, index: int, count: int) -> str:
+    """One group's rows against the tract contract, in the part's own GX project; every
+    boundary tract of its states in its first group's run. The run is the part's
+    (``published``, or ``published-<part>`` when there are several), with ``-<k>-of-<n>``
+    when the part has several groups."""
+    from data_contracts import ReleaseDocs, validate_published
+
+    run = part.run + ("" if count == 1 else f"-{index + 1}-of-{count}")
+    check = validate_published(rows, boundary_geoids=geoids if index == 0 else None,
+                               standard_error_max=se_max,
+                               release=ReleaseDocs(folder / GX_PROJECT, folder / ".gx-docs"),
+                               run_name=run)
+    checks.append((run, replace(check, validation_result=None)))  # GX's object stays here
+    if not check.success:
+        raise _GroupRefused(f"{run}: the release table breaks its output contract")
+    return check.suite
+
+
+# ---------------------------------------------------------------------------------- tiles
+
+
+@dataclass(frozen=True)
+class TileJob:
+    """One tract archive (``archive``: its name in the release) from every part's GeoJSON of
+    its cell (``inputs``: (part name, path or URL))."""
+    archive: str
+    cell: Optional[str]
+    inputs: tuple[tuple[str, str], ...]
+
+    @property
+    def name(self) -> str:
+        return self.cell if self.cell is not None else "all"
+
+
+def tile_jobs(results: list[PartResult], cells: list[str]) -> list[TileJob]:
+    """The archives to build from the parts of a release of several states: one per cell
+    (with several cells), else ``tracts.pmtiles`` from every state's GeoJSON. None for the
+    one part of a one-state release, which built its tiles itself."""
+    if len(results) == 1 and results[0].part.states is None:
+        return []
+    if per_cell(cells):
+        return [TileJob(cell_tiles_file(cell), cell,
+                        tuple((r.part.name, join(r.folder, r.features[cell])) for r in results))
+                for cell in cells]
+    return [TileJob(tiles.TILES_FILE, None,
+                    tuple((f"{r.part.name}-{i}", join(r.folder, name)) for r in results
+                          for i, name in enumerate(parts_of(r.files, GEOJSON_PARTS))))]
+
+
+def build_tile_job(tile: TileJob, job: PartJob) -> str:
+    """Build one archive into ``<location>/tiles/`` (where the flow collects it); its path or
+    URL. tippecanoe reads the parts' GeoJSON under the parts' names in a folder of its own, so
+    the archive's metadata (tippecanoe records its command line) is the same wherever the
+    parts were written."""
+    with _writable_folder(job.location, f"{TILES_FOLDER}/.{tile.archive}") as work:
+        inputs = []
+        for name, source in tile.inputs:
+            local = work / f"{name}.geojson"
+            _fetch(source, local, link=_symlink)
+            inputs.append(local)
+        tiles.build_tiles(inputs, work / tile.archive,
+                          min_zoom=tiles.tract_min_zoom(job.config.get("levels")),
+                          text=tiles.release_tile_text(job.release_id, job.config))
+        for local in inputs:
+            local.unlink()
+    archive = join(job.location, TILES_FOLDER, tile.archive)
+    _move(join(job.location, TILES_FOLDER, f".{tile.archive}", tile.archive), archive)
+    return archive
+
+
+# ------------------------------------------------------------------------------- the commit
+
+
+def collect(staging: Path, results: list[PartResult],
+            archives: list[tuple[TileJob, str]]) -> Streamed:
+    """Every part's files and every archive (``archives``: each job and where it was built)
+    into ``staging`` (hard links where the parts share its file system, else copies), and what
+    the release's remaining files and manifest are made from, as if the release had been
+    written whole. Refuses a part that failed."""
+    for r in results:
+        if r.failed:
+            raise PublishError(f"publish part {r.part.name} failed its output check")
+    files: list[str] = []
+    for r in results:
+        files += r.files
+        for name in [*r.files, *_tiles_of(r)]:
+            _fetch(join(r.folder, name), staging / name)
+    # the CSV parts' one Table Schema: every part writes it alike; the first part's is taken
+    _fetch(join(results[0].folder, CSV_SCHEMA_FILE), staging / CSV_SCHEMA_FILE)
+    for tile, source in archives:
+        _fetch(source, staging / tile.archive)
+    summary = TractSummary()
+    for r in results:
+        summary.merge(r.summary)
+    shown = [r.shown for r in results if r.shown is not None]
+    suites = [s for r in results for s in r.suites]
+    if len(results) == 1 and results[0].part.states is None:
+        tiles_value = results[0].tiles
+    elif any(tile.cell is not None for tile, _ in archives):
+        tiles_value = {tile.cell: tile.archive for tile, _ in archives}
+    else:
+        tiles_value = tiles.TILES_FILE
+    table = (gpd.GeoDataFrame(pd.concat(shown, ignore_index=True), crs=shown[0].crs)
+             if len(shown) > 1 else shown[0])
+    return Streamed(summary, results[0].columns, table, suites[:-1], _done(suites[-1]),
+                    _done(tiles_value), files)
+
+
+@contextmanager
+def part_project(result: PartResult) -> Iterator[Path]:
+    """The part's GX project (where its output checks were stored) as a local folder:
+    downloaded first when the part was written to object storage."""
+    if not is_url(result.folder):
+        yield _local(result.folder) / GX_PROJECT
+        return
+    import fsspec
+
+    with tempfile.TemporaryDirectory(prefix="dpatlas-part-gx-") as tmp:
+        fs, path = fsspec.core.url_to_fs(join(result.folder, GX_PROJECT))
+        fs.get(path.rstrip("/") + "/", f"{tmp}/{GX_PROJECT}/", recursive=True)
+        yield Path(tmp) / GX_PROJECT
+
+
+def _tiles_of(result: PartResult) -> list[str]:
+    """The archives the part of a one-state release built itself."""
+    if result.part.states is not None or result.tiles is None:
+        return []
+    return sorted(result.tiles.values()) if isinstance(result.tiles, dict) else [tiles.TILES_FILE]
+
+
+def model_fits(results: list[PartResult]) -> list[dict]:
+    """Every part's fits, by cell then state (the order of a release written whole)."""
+    return sorted((f for r in results for f in r.model_fits),
+                  key=lambda f: (str(f["cell"]), str(f["state"])))
+
+
+def _done(value) -> Future:
+    future: Future = Future()
+    future.set_result(value)
+    return future
+
+
+# ------------------------------------------------------------------- paths, URLs and reading
+
+
+def is_url(location: str) -> bool:
+    """Whether ``location`` names object storage (``s3://``...) rather than a local folder."""
+    return "://" in str(location) and not str(location).startswith("file://")
+
+
+def _local(location: str) -> Path:
+    return Path(str(location).removeprefix("file://"))
+
+
+def join(location: str, *names: str) -> str:
+    return "/".join([str(location).rstrip("/"), *names])
+
+
+@contextmanager
+def _writable_folder(location: str, name: str) -> Iterator[Path]:
+    """A local folder to write ``<location>/<name>`` into: the folder itself (emptied first: a
+    part interrupted before is written again), or, for object storage, a temporary folder
+    uploaded when the block ends."""
+    if not is_url(location):
+        folder = _local(location) / name
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True, mode=0o700)
+        yield folder
+        return
+    import fsspec
+
+    with tempfile.TemporaryDirectory(prefix="dpatlas-part-") as tmp:
+        yield Path(tmp)
+        fs, path = fsspec.core.url_to_fs(join(location, name))
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
+        fs.put(tmp.rstrip("/") + "/", path, recursive=True)
+
+
+def _fetch(source: str, dest: Path, link=os.link) -> None:
+    """``source`` (path or URL) at ``dest``: linked (``link``) when local, else copied."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if is_url(source):
+        import fsspec
+
+        fs, path = fsspec.core.url_to_fs(source)
+        fs.get(path, str(dest))
+        return
+    try:
+        link(_local(source), dest)
+    except OSError:
+        shutil.copyfile(_local(source), dest)
+
+
+def _symlink(source: Path, dest: Path) -> None:
+    os.symlink(os.path.abspath(source), dest)
+
+
+def _move(source: str, dest: str) -> None:
+    if not is_url(source):
+        os.replace(_local(source), _local(dest))
+        shutil.rmtree(_local(source).parent, ignore_errors=True)
+        return
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(source)
+    fs.mv(path, fsspec.core.url_to_fs(dest)[1])
+    fs.rm(path.rsplit("/", 1)[0], recursive=True)
+
+
+def read_boundaries(location: str, geoids: Optional[tuple[str, str]]) -> gpd.GeoDataFrame:
+    """The boundaries the flow wrote for its parts, only the GEOID range ``geoids``."""
+    filters = None if geoids is None else [("geoid", ">=", geoids[0]),
+                                           ("geoid", "<", geoids[1])]
+    return gpd.read_parquet(location if is_url(location) else _local(location), filters=filters)
+
+
+def write_boundaries(boundaries: gpd.GeoDataFrame, location: str) -> str:
+    """The boundaries, once, where every part reads its states' (public values)."""
+    return _put_parquet(boundaries.to_parquet, location, "boundaries.parquet")
+
+
+def _put_parquet(write, location: str, name: str) -> str:
+    """``write(path)`` to ``<location>/<name>``: directly, or through a temporary file."""
+    target = join(location, name)
+    if not is_url(location):
+        _local(location).mkdir(parents=True, exist_ok=True, mode=0o700)
+        write(_local(target))
+        return target
+    import fsspec
+
+    with tempfile.TemporaryDirectory(prefix="dpatlas-publish-") as tmp:
+        write(Path(tmp) / name)
+        fs, path = fsspec.core.url_to_fs(target)
+        fs.put(str(Path(tmp) / name), path)
+    return target
+
+
+def write_level_rows(levels: dict, location: str) -> Optional[str]:
+    """The county and state tables without geometry (the model reads none of theirs), once,
+    where every part reads its states' rows (DP outputs); None without levels."""
+    if not levels:
+        return None
+    rows = pd.concat([pd.DataFrame(t.drop(columns="geometry")).assign(_level=level)
+                      for level, t in levels.items()], ignore_index=True)
+    return _put_parquet(lambda path: rows.to_parquet(path, index=False), location,
+                        "levels.parquet")
+
+
+def read_level_rows(location: Optional[str], part: PublishPart) -> dict:
+    """Level -> the rows of a part's states (every row for the whole release)."""
+    if location is None:
+        return {}
+    geoids = part.geoid_range()
+    filters = None if geoids is None else [("geoid", ">=", geoids[0]),
+                                           ("geoid", "<", geoids[1])]
+    rows = pd.read_parquet(location if is_url(location) else _local(location), filters=filters)
+    return {str(level): table.drop(columns="_level").reset_index(drop=True)
+            for level, table in rows.groupby("_level", sort=False)}
+
+
+def remove_parts(location: str) -> None:
+    """The parts' folder, once the release is published (or refused): nothing there is
+    needed again (a part is written afresh if its release is run again)."""
+    if not is_url(location):
+        shutil.rmtree(_local(location), ignore_errors=True)
+        return
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(location)
+    if fs.exists(path):
+        fs.rm(path, recursive=True)
+
+
+__all__ = ["PART_ROWS", "PartJob", "PartResult", "PublishPart", "TileJob", "build_tile_job",
+           "collect", "is_url", "join", "model_fits", "part_project", "read_level_rows",
+           "plan_parts", "read_boundaries", "remove_parts", "tile_jobs", "write_boundaries",
+           "write_level_rows", "write_part"]

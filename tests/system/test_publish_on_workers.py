@@ -1,0 +1,98 @@
+"""Publishing on the workers (issue 35, item 1): a two-state, two-cell release on a Dask cluster
+of separate processes (`dask scheduler`, two `dask worker`) writes its publish parts and its
+cell archives in the worker processes, reading their inputs from a file:// staging URL, and
+the flow only commits them; the files equal the local runner's, read back part by part."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import geopandas as gpd
+import pandas as pd
+import pytest
+
+from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
+from dpatlas.publication import release_parts
+from tests.support.dask_cluster import dask_processes
+from tests.support.inputs import write_config
+from tests.support.prefect_server import prefect_server
+
+pytestmark = pytest.mark.slow
+
+STATES = ("17", "18")
+
+
+def _config(tmp: Path, data: Path, **over) -> Path:
+    cfg = {"input": {"path": str(data / "microdata"), "columns": {"cell": "cell"}},
+           "boundaries": {"path": str(data / "tracts.parquet")},
+           "privacy": {"epsilon_per_tract": 1.0},
+           "selection": {"rule": "dp", "threshold": 3.0},
+           "publish": {"root": str(tmp / "releases"), "internal_root": str(tmp / "internal"),
+                       "min_n": 20},
+           "ledger": {"url": f"sqlite:///{tmp / 'ledger.db'}", "dataset": "workers"},
+           "partition_tracts": 25, "levels": ["tract", "county", "state"],
+           "small_area": {"model": True}}
+    tmp.mkdir(parents=True, exist_ok=True)
+    return write_config(tmp / "config.yaml", cfg, **over)
+
+
+def _data_files(folder: Path) -> dict[str, str]:
+    """Every published data file (tract parts, cell archives, county and state files) by
+    sha256: what does not depend on when or where the release ran."""
+    names = [p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()]
+    data = [n for n in names if n.startswith(("tracts", "counties", "states"))]
+    return {n: hashlib.sha256((folder / n).read_bytes()).hexdigest() for n in sorted(data)}
+
+
+def test_a_release_publishes_on_the_workers_and_equals_the_local_runners(tmp_path,
+                                                                          monkeypatch):
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from dpatlas.audit import audit_release
+    from flows.release import release
+
+    data = tmp_path / "data"
+    write_synthetic(data, list(STATES), seed=5, params=StateParams(n_tracts=20, counties=2),
+                    cells=2)
+    # 20 tracts x 2 cells a state: a part per state, so the two parts run side by side
+    monkeypatch.setattr(release_parts, "PART_ROWS", 40)
+    shared = tmp_path / "shared"
+    (tmp_path / "prefect").mkdir()
+    with prefect_server(tmp_path / "prefect") as url, \
+            temporary_settings(updates={PREFECT_API_URL: url}):
+        local = release(str(_config(tmp_path / "local", data)), "w1", 5)
+        with dask_processes(tmp_path / "cluster", workers=2,
+                            env={"PREFECT_API_URL": url, "PREFECT_LOGGING_LEVEL": "INFO"}
+                            ) as cluster:
+            dask = release(str(_config(tmp_path / "dask", data, runner="dask",
+                                       dask_address=cluster.address,
+                                       staging_url=f"file://{shared}")), "w1", 5)
+            assert all(w.poll() is None for w in cluster.workers)
+    assert local.status == dask.status == "published"
+    a, b = Path(local.folder), Path(dask.folder)
+
+    # the publish tasks ran in the worker processes, not the flow's
+    manifest = json.loads((b / "manifest.json").read_text())
+    cells = sorted(manifest["cell_tiles"])
+    assert len(cells) == 2
+    logs = "".join(log.read_text() for log in cluster.worker_logs)
+    for name in [*(f"publish-part-states-{s}" for s in STATES),
+                 *(f"cell-tiles-{c}" for c in cells)]:
+        assert f"Task run '{name}' - Finished in state Completed()" in logs, logs[-3000:]
+    # nothing of the parts is left behind once the release is committed
+    assert not (shared / "w1" / "publish").exists()
+
+    # the files equal the local runner's: byte for byte, and read back part by part
+    assert _data_files(a) == _data_files(b)
+    assert any(n.startswith("tracts/state=18/") for n in _data_files(b))
+    read = {k: gpd.read_parquet(f / "tracts", partitioning=None)
+               .sort_values(["geoid", "cell"]).reset_index(drop=True) for k, f in (("a", a),
+                                                                                   ("b", b))}
+    pd.testing.assert_frame_equal(read["a"], read["b"])
+    assert len(read["b"]) == 40 * 2 and "p25_model" in read["b"].columns
+    for key in ("counts", "small_area", "cell_tiles", "output_contract"):
+        assert json.loads((a / "manifest.json").read_text())[key] == manifest[key], key
+    checks = {name: (good, detail) for name, good, detail in audit_release(b).checks}
+    assert all(good for good, _ in checks.values()), checks
