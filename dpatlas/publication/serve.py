@@ -103,10 +103,11 @@ class PublishedFiles(StaticFiles):
     async def get_response(self, path: str, scope) -> Response:
         response = await super().get_response(path, scope)
         if isinstance(response, FileResponse) and not isinstance(response, OpenedFileResponse):
-            # Starlette's own 404.html page would be sent by opening its path again.
-            if isinstance(response.path, OpenedPath):
-                response.path.handle.close()
-            raise HTTPException(status_code=404)
+            # Starlette sends a root's 404.html itself, by its path: send the file looked up.
+            if not isinstance(response.path, OpenedPath):
+                raise HTTPException(status_code=404)
+            return OpenedFileResponse(response.path, status_code=response.status_code,
+                                      stat_result=response.stat_result)
         return response
 
     def lookup_path(self, path: str) -> tuple[str, os.stat_result | None]:
