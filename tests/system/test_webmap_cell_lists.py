@@ -39,10 +39,9 @@ def _first_cell_rows(frame: pd.DataFrame) -> pd.DataFrame:
 
 @pytest.fixture(scope="module")
 def release(tmp_path_factory):
+    boundaries = synth_boundaries(tract_geoids("17", 60, 3)[0], seed=0)
     root = tmp_path_factory.mktemp("cell-lists") / "releases"
     root.mkdir()
-    geoids, _ = tract_geoids("17", 60, 3)
-    boundaries = synth_boundaries(geoids, seed=0)
     first = _first_cell_rows(_results(boundaries["geoid"].to_numpy(), 500))
     second = _results(boundaries["geoid"].to_numpy(), 501)
     table = P.assemble(pd.concat([first.assign(cell=CELLS[0]), second.assign(cell=CELLS[1])],
