@@ -122,7 +122,8 @@ class CellTileBuilder:
         """A group of whole cells written elsewhere (a release partitioned by state writes
         each state's GeoJSON): each cell's features to a FeatureCollection of their own, and
         its archive started."""
-        props, geoms, ids = geojson_parts(table, self.staging / "tracts.geojson", per_cell=True)
+        inputs = ", ".join(str(self._part(c)) for c in dict.fromkeys(table["cell"].astype(str)))
+        props, geoms, ids = geojson_parts(table, inputs, per_cell=True)
         self._write_own_collections(feature_collection_head(geoms), props, geoms, ids)
         self._start_pending()
 

@@ -84,11 +84,12 @@ def write_geojson_rfc7946(gdf: gpd.GeoDataFrame, path: str | Path,
 FEATURE_COLLECTION_TAIL = "]}"
 
 
-def geojson_parts(gdf: gpd.GeoDataFrame, path: Path, decimals: int = GEOJSON_DECIMALS,
+def geojson_parts(gdf: gpd.GeoDataFrame, path: Path | str, decimals: int = GEOJSON_DECIMALS,
                   per_cell: bool | None = None) -> tuple[pd.DataFrame, np.ndarray, list | None]:
     """What a FeatureCollection of ``gdf`` is written from: its properties, its RFC 7946
     geometries (WGS 84, snapped, counter-clockwise) and feature ids (:func:`feature_ids`;
-    ``per_cell`` as there). ``path``: named in the refusal of a frame without a CRS."""
+    ``per_cell`` as there). ``path``: the file(s) being written (a state's part, a cell's
+    archive input...), named in the refusal of a frame without a CRS."""
     if gdf.crs is None:
         raise BoundaryError(f"{path}: refusing to write boundaries without a CRS")
     gdf = gdf.to_crs(CRS)

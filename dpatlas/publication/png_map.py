@@ -13,7 +13,7 @@ import pandas as pd
 import shapely
 
 from dpatlas.publication import colours, static_map
-from dpatlas.publication.tract_files import _union
+from dpatlas.publication.tract_files import tract_union
 
 # The static map (p25_map.png), drawn with matplotlib's object API (a Figure on an Agg canvas,
 # no pyplot state): each layer is one collection built from shapely's coordinate arrays, and the
@@ -104,10 +104,10 @@ def low_reliability_shape(geoms: np.ndarray):
     """The tracts ``geoms`` merged into one (Multi)Polygon, to hatch as one patch.
 
     Tracts tile their area, so the coverage union applies (~0.3 s for 67,000 tracts); tracts
-    that do not form a clean coverage take the general union (:func:`_union`).
+    that do not form a clean coverage take the general union (:func:`tract_union`).
     """
     geoms = geoms[_drawn(geoms)]
-    return _union(geoms) if len(geoms) else shapely.Polygon()
+    return tract_union(geoms) if len(geoms) else shapely.Polygon()
 
 
 def _drawn(geoms: np.ndarray) -> np.ndarray:

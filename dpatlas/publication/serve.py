@@ -25,19 +25,19 @@ from pathlib import Path
 
 import uvicorn
 from starlette.applications import Starlette
-from starlette.responses import Response
+from starlette.exceptions import HTTPException
+from starlette.responses import FileResponse, Response
 from starlette.routing import Mount
 from starlette.staticfiles import StaticFiles
 
+from dpatlas.publication.opened_file import (OpenedFileResponse, OpenedPath, open_checked,
+                                             opened_file_response)
 from dpatlas.publication.publish_root import check_publish_root, unpublished_reason
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 _BEYOND_ANY_FILE = 10**18
-# Never served, whatever their name: a database is not a release artefact (and by name:
-# publish_root.DATABASE_SUFFIXES).
-_SQLITE_MAGIC = b"SQLite format 3\x00"
 # Types the standard table lacks or gets wrong for a publish root.
 _TYPES = {".pmtiles": "application/vnd.pmtiles", ".geojson": "application/geo+json",
           ".json": "application/json", ".js": "text/javascript", ".mjs": "text/javascript",
@@ -100,6 +100,16 @@ class PublishedFiles(StaticFiles):
         super().__init__(directory=os.path.realpath(root), html=True)
         self._root = os.path.realpath(root)
 
+    async def get_response(self, path: str, scope) -> Response:
+        response = await super().get_response(path, scope)
+        if isinstance(response, FileResponse) and not isinstance(response, OpenedFileResponse):
+            # Starlette sends a root's 404.html itself, by its path: send the file looked up.
+            if not isinstance(response.path, OpenedPath):
+                raise HTTPException(status_code=404)
+            return OpenedFileResponse(response.path, status_code=response.status_code,
+                                      stat_result=response.stat_result)
+        return response
+
     def lookup_path(self, path: str) -> tuple[str, os.stat_result | None]:
         # Every file served passes here: the one asked for, a folder's index.html, 404.html.
         full_path, stat_result = super().lookup_path(path)
@@ -110,13 +120,12 @@ class PublishedFiles(StaticFiles):
         # name, nor staged rows, a key or the input copied into the root since).
         if unpublished_reason(self._root, relative) is not None:
             return "", None
-        try:
-            with open(full_path, "rb") as handle:
-                if handle.read(len(_SQLITE_MAGIC)) == _SQLITE_MAGIC:
-                    return "", None
-        except OSError:
+        # Opened once: the database check and the send read the same open file, so a file
+        # swapped in at this path after the check is not what is sent (time of check = use).
+        opened = open_checked(full_path)
+        if opened is None:
             return "", None
-        return full_path, stat_result
+        return opened, os.fstat(opened.handle.fileno())
 
     def file_response(self, full_path, stat_result, scope, status_code=200) -> Response:
         # Starlette would answer several ranges (multipart) and refuse with 400 what we ignore
@@ -127,12 +136,14 @@ class PublishedFiles(StaticFiles):
             wanted = parse_range(asked.decode("latin-1") if asked else None,
                                  stat_result.st_size)
         except Unsatisfiable:
+            full_path.handle.close()
             return Response(status_code=416,
                             headers={"Content-Range": f"bytes */{stat_result.st_size}"})
         if wanted is not None:
             headers.append((b"range", f"bytes={wanted[0]}-{wanted[1]}".encode()))
         scope["headers"] = headers
-        response = super().file_response(full_path, stat_result, scope, status_code)
+        response = opened_file_response(full_path, stat_result, scope, status_code,
+                                        self.is_not_modified)
         media_type = _TYPES.get(Path(full_path).suffix.lower())
         if media_type is not None and response.status_code != 304:
             response.headers["Content-Type"] = media_type

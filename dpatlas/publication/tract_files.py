@@ -193,7 +193,7 @@ def footprint(table: gpd.GeoDataFrame) -> dict:
     geoms = geoms[~shapely.is_empty(geoms)]
     if len(geoms) == 0:
         return {"bbox": None, "geometry": None}
-    union = _union(geoms)
+    union = tract_union(geoms)
     simple = union.simplify(FOOTPRINT_TOLERANCE_DEGREES, preserve_topology=True)
     shape = rfc7946_geometries(np.array([simple], dtype=object))[0]
     # The bbox of the tracts themselves, so it holds every published coordinate.
@@ -203,7 +203,7 @@ def footprint(table: gpd.GeoDataFrame) -> dict:
     return {"bbox": [round(float(v), 7) for v in bbox], "geometry": geojson_geometry(shape)}
 
 
-def _union(geoms: np.ndarray):
+def tract_union(geoms: np.ndarray):
     """Union of tract polygons: the fast coverage union when the tracts form a valid coverage
     (edges shared vertex for vertex, as TIGER/Line and the synthetic tracts do), else the
     general overlay union (GEOS raises on some such inputs rather than returning a bad union:

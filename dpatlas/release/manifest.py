@@ -519,8 +519,7 @@ def build_manifest(cfg: ReleaseConfig, release_id: str, plan: BudgetPlan,
                                   "standard errors": "plug-in estimates of the total error's "
                                   "standard deviation from the interval step's DP statistics "
                                   "and the public noise scales, capped at 0.5 "
-                                  "(mechanisms/intervals.py)"},
-                       "low_reliability_width": cfg.intervals.low_reliability_width}
+                                  "(mechanisms/intervals.py)"}}
                       if plan.interval_epsilon else None),
         "noise_sampler": sampler_description(plan, random_source),
         "ledger_entry": entry,

@@ -640,6 +640,18 @@ def test_intervals_epsilon_set_to_99(forged):
     assert "intervals.epsilon 99 is not the interval step's" in bad["columns"]
 
 
+def test_the_manifest_no_longer_records_a_low_reliability_width_and_old_ones_still_pass(forged):
+    """Maps hatch an interval that spans colour classes (publication.colours.spans_classes),
+    so the manifest no longer records intervals.low_reliability_width; a release published
+    with it still passes the audit."""
+    m = manifest_of(forged)
+    assert m["intervals"] and "low_reliability_width" not in m["intervals"]
+    m["intervals"]["low_reliability_width"] = 0.5
+    write_manifest(forged, m)
+    code, bad, lines = run_audit(forged)
+    assert code == 0 and not bad, lines
+
+
 # --- 8. every format holds the same values ------------------------------------------------------
 
 

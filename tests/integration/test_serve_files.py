@@ -77,3 +77,33 @@ def test_a_file_is_revalidated_not_sent_again(served):  # noqa: F811
     response, body = _get(connect, "/r1/tracts.pmtiles", {"If-None-Match": etag})
     assert response.status == 304 and body == b""
     assert response.getheader("Cache-Control") == "no-cache"
+
+
+def test_a_database_swapped_in_between_check_and_send_is_not_served(served, tmp_path,  # noqa: F811
+                                                                    monkeypatch):
+    """The check and the send read one open file: a database moved onto the checked path in
+    the gap between them (the lookup and the response) is not what is sent."""
+    from dpatlas.publication.serve import PublishedFiles
+
+    connect, data = served
+    path = tmp_path / "root" / "r1" / "tracts.pmtiles"
+    swap = tmp_path / "root" / "r1" / ".swap"
+    database = sqlite3.connect(swap)
+    database.execute("create table t (secret text)")
+    database.commit()
+    database.close()
+    forged = swap.read_bytes()
+    swap.write_bytes((forged + bytes(len(data)))[:len(data)])  # the same size as the file
+    looked_up = PublishedFiles.lookup_path
+
+    def lookup_then_swap(self, relative):
+        found = looked_up(self, relative)
+        if relative.endswith("tracts.pmtiles") and found[1] is not None:
+            os.replace(swap, path)  # the gap: after the check, before the send
+        return found
+
+    monkeypatch.setattr(PublishedFiles, "lookup_path", lookup_then_swap)
+    response, body = _get(connect, "/r1/tracts.pmtiles")
+    assert not body.startswith(b"SQLite format 3")
+    assert response.status == 200 and body == data
+    assert path.read_bytes().startswith(b"SQLite format 3")  # the swap did happen

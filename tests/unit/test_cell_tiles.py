@@ -37,3 +37,23 @@ def test_stac_lists_a_cells_archive_as_tiles_with_its_cell_in_the_title():
     asset = stac._asset("r1", name, "0" * 64, 10)
     assert asset.title == "Tracts of cell outcome-1: vector tiles (PMTiles)"
     assert asset.media_type == "application/vnd.pmtiles"
+
+
+def test_a_cells_archive_input_without_a_crs_is_refused_naming_that_input(tmp_path):
+    """The refusal names the file being written (the cell's archive input), not
+    ``tracts.geojson``, which a release partitioned by state does not write."""
+    import geopandas as gpd
+    from shapely.geometry import box
+
+    from dpatlas.core.places import BoundaryError
+    from dpatlas.publication.cell_tiles import CellTileBuilder
+
+    table = gpd.GeoDataFrame({"geoid": ["01001000100", "02001000100"], "cell": ["a", "b"]},
+                             geometry=[box(0, 0, 1, 1), box(1, 0, 2, 1)], crs=None)
+    builder = CellTileBuilder(tmp_path, "r1", {}, tiler=None)
+    with pytest.raises(BoundaryError, match="without a CRS") as refused:
+        builder.add_group(table)
+    message = str(refused.value)
+    assert "tracts.geojson" not in message.replace(".pmtiles.geojson", "")
+    assert str(tmp_path / ".tracts-a.pmtiles.geojson") in message
+    assert str(tmp_path / ".tracts-b.pmtiles.geojson") in message

@@ -77,3 +77,13 @@ def test_readme_is_short_and_docs_index_lists_every_document():
             if (p.suffix == ".md" and p.name != "README.md")
             or (p.is_dir() and p.name.startswith("evaluation"))}
     assert docs <= indexed, docs - indexed
+
+
+def test_the_national_doc_says_a_release_of_several_cells_publishes_an_archive_per_cell():
+    """docs/national.md quoted `tracts.pmtiles` sizes as the national release's; since issue 35
+    a release of several cells publishes `tracts-<cell>.pmtiles` instead (cell_tiles.py)."""
+    from dpatlas.publication.cell_tiles import CELL_TILES_PREFIX
+
+    text = (REPO / "docs" / "national.md").read_text(encoding="utf-8")
+    assert f"`{CELL_TILES_PREFIX}<cell>.pmtiles`" in text
+    assert "publishes no\n`tracts.pmtiles`" in text or "publishes no `tracts.pmtiles`" in text

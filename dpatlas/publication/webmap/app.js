@@ -462,8 +462,9 @@
     return rows;
   }
 
-  // The estimates of the units above (a tract's county and state, a county's state) for the
-  // shown value, each the level's own direct estimate, from the level's CSV.
+  // The units above (a tract's county and state, a county's state): each named (its `name`
+  // where published) and its estimate of the shown value, the level's own direct estimate,
+  // from the level's CSV.
   function unitRows(p, level, units) {
     const rows = [];
     for (const above of ["county", "state"]) {
@@ -473,6 +474,7 @@
       const row = table.get(geoid + "|" + (p.cell === undefined ? "all" : p.cell));
       const text = row ? estimateText(row, state.value) + (row.status === "released" ? ""
         : " (" + row.status + ")") : "not published";
+      if (row && row.name) rows.push([LEVELS[above].noun, geoid + " " + row.name]);
       rows.push([above + " " + geoid + " (" + state.value + ")", text]);
     }
     return rows;
@@ -541,9 +543,14 @@
   const DOWNLOADS = [["csv", "CSV"], ["parquet", "GeoParquet"], ["geojson", "GeoJSON"],
                      ["schema.json", "CSV schema"]];
 
-  // The release's files, each level's (tracts.csv, counties.parquet, ...) and its manifest,
-  // as links relative to the page.
-  function drawDownloads(id) {
+  // The static maps a release may publish beside p25_map.png (the manifest's files say which):
+  // p25_map_direct.png, the direct values, when p25_map.png shows the model's
+  // (dpatlas/publication/static_map.py).
+  const MORE_MAPS = [["p25_map_direct.png", "PNG map (direct values)"]];
+
+  // The release's files, each level's (tracts.csv, counties.parquet, ...), its manifest and
+  // its static maps, as links relative to the page.
+  function drawDownloads(id, manifest) {
     const box = $("downloads");
     const link = (file, text) => {
       const a = document.createElement("a");
@@ -568,6 +575,10 @@
     more.append(link("README.md", "README (codebook: columns, how to read and cite)"), " · ",
                 link("manifest.json", "manifest (files, hashes, budget)"), " · ",
                 link("p25_map.png", "PNG map"));
+    const files = (manifest && manifest.files) || {};
+    for (const [file, text] of MORE_MAPS) {
+      if (Object.prototype.hasOwnProperty.call(files, file)) more.append(" · ", link(file, text));
+    }
     box.append(more);
   }
 
@@ -648,8 +659,9 @@
   // ----------------------------------------------------------- search: what a query matches
   // A query names a unit by its GEOID (tract 11 digits, county 5, state 2), its Census GEO_ID
   // ("1400000US" + a tract GEOID, "0500000US" + county, "0400000US" + state), a state's name
-  // or postal code, or a county's name with or without "County" and a state (", NC", ", North
-  // Carolina"); any case. The names are the published `name` columns (Census-style); the
+  // or postal code, a county's name with or without "County" and a state (", NC", ", North
+  // Carolina"), or a tract's name ("Census Tract 12.01", then its county and/or state after a
+  // comma or semicolon to tell it from the tracts of that number elsewhere); any case. The names are the published `name` columns (Census-style); the
   // states' names and postal codes are the page's config (dpatlas/core/state_fips.py).
   const GEO_ID_LEVELS = { "1400000us": "tract", "0500000us": "county", "0400000us": "state" };
   const GEOID_LENGTH = { tract: 11, county: 5, state: 2 };
@@ -697,6 +709,36 @@
     return { test: (p) => match(p, true), near: (p) => match(p, false) };
   }
 
+  // A tract's name as typed or published: its number without leading zeros ("census tract
+  // 0012.01" is "12.01"), the county base name after it (countyKey) and the state a last part
+  // names; null for a text that is not a tract's name.
+  const TRACT_NAME = /^(?:census\s+)?tract\s+0*(\d+(?:\.\d+)?)\s*(?:[,;]\s*(.*))?$/;
+
+  function tractKey(text) {
+    const match = TRACT_NAME.exec(text.trim().toLowerCase().replace(/\s+/g, " "));
+    if (!match) return null;
+    const parts = (match[2] || "").split(/\s*[,;]\s*/).filter((part) => part);
+    const fips = parts.length ? stateNamed(parts[parts.length - 1]) : null;
+    if (fips !== null) parts.pop();
+    const county = parts.length ? countyKey(parts.join(", ")).base : null;
+    return { number: match[1], county: county, state: fips };
+  }
+
+  // The tracts a tract name names: the same number, in the county and state typed (if any).
+  function tractNameTarget(query) {
+    const want = tractKey(query);
+    if (want === null) return null;
+    const test = (p) => {
+      const have = typeof p.name === "string" ? tractKey(p.name) : null;
+      if (have === null || have.number !== want.number) return false;
+      if (want.state !== null && (have.state || p.state) !== want.state) return false;
+      if (want.county === null) return true;
+      const county = countyNameOf(p, "tract");
+      return county !== null && countyKey(county).base === want.county;
+    };
+    return { level: "tract", what: "tract named “" + query + "”", test: test };
+  }
+
   // The unit of ``level`` with this GEOID; a county or state in a release without its files:
   // its tracts (``all``: the level whose files are missing).
   function unitTarget(level, geoid, what) {
@@ -720,6 +762,8 @@
       }
     }
     if (!/[a-z]/.test(low)) return null;
+    const tract = tractNameTarget(query);
+    if (tract) return tract;
     const fips = stateNamed(query);
     if (fips !== null) return unitTarget("state", fips, "state " + config.states[fips][1]);
     const level = state.levels.includes("county") ? "county" : "tract";
@@ -756,8 +800,9 @@
     const q = query.trim(), target = searchTarget(q);
     if (!target) {
       closePopup();  // a miss: the old popup would read as the answer
-      say("Type an 11-digit tract GEOID (or 1400000US and the GEOID), a 5-digit county FIPS "
-          + "code, a county name or a state name or postal code.", false);
+      say("Type an 11-digit tract GEOID (or 1400000US and the GEOID), a tract name (Census "
+          + "Tract 12.01, Wake County), a 5-digit county FIPS code, a county name or a state "
+          + "name or postal code.", false);
       return;
     }
     const features = await levelFeatures(state.release, target.level);
@@ -917,10 +962,18 @@
   // cell_tiles, dpatlas/publication/cell_tiles.py): the tract source is the shown cell's
   // archive, so the map fetches that cell's tiles alone. Otherwise (one cell, or a release
   // from before issue 35) it is tracts.pmtiles, every cell's features filtered by cell.
-  async function cellArchives(id) {
-    const manifest = await fetchJson(releaseUrl(id, "manifest.json")).catch(() => null);
+  function cellArchives(manifest) {
     const files = manifest && manifest.cell_tiles;
     return files && typeof files === "object" && Object.keys(files).length ? files : null;
+  }
+
+  // The values a tract attribute (status, mechanism) takes in the release. With an archive
+  // per cell the shown archive's tilestats know its own cell alone: the manifest's counts
+  // (counts.by_status, counts.by_mechanism) are every cell's. Otherwise the tiles' tilestats.
+  function tractValues(manifest, metadata, name) {
+    const counts = manifest && manifest.counts && manifest.counts["by_" + name];
+    if (state.cellTiles && counts && typeof counts === "object") return Object.keys(counts);
+    return attributeValues(metadata, name);
   }
 
   function tractArchive(id) {
@@ -972,7 +1025,8 @@
   async function loadRelease(map, id) {
     state.release = id;
     api.loaded = null;
-    state.cellTiles = await cellArchives(id);
+    const manifest = await fetchJson(releaseUrl(id, "manifest.json")).catch(() => null);
+    state.cellTiles = cellArchives(manifest);
     if (state.cellTiles) state.cell = chooseCell(null);  // the cell whose archive to open
     const archive = tractArchive(id);
     const [header, metadata, releaseConfig] = await Promise.all([
@@ -982,8 +1036,8 @@
     const intervals = (releaseConfig && releaseConfig.intervals) || {};
     state.level = intervals.enabled ? intervals.level : null;
     state.cell = chooseCell(metadata);
-    state.mechanisms = attributeValues(metadata, "mechanism").map(String).sort();
-    state.statuses = attributeValues(metadata, "status").map(String);
+    state.mechanisms = tractValues(manifest, metadata, "mechanism").map(String).sort();
+    state.statuses = tractValues(manifest, metadata, "status").map(String);
     $("cell").value = state.cell;
     // The levels the release published (config.json's levels; absent: tracts only).
     const published = (releaseConfig && releaseConfig.levels) || ["tract"];
@@ -1010,7 +1064,7 @@
     }
     addOutlines(map);
     drawLegend();
-    drawDownloads(id);
+    drawDownloads(id, manifest);
     $("search-message").hidden = true;
     showDataMessage(map);
     $("manifest-link").href = releaseUrl(id, "manifest.json");

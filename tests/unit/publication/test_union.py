@@ -7,7 +7,7 @@ import shapely
 from shapely.geometry import Polygon, box
 
 from dpatlas.publication.png_map import low_reliability_shape
-from dpatlas.publication.tract_files import _union
+from dpatlas.publication.tract_files import tract_union
 
 
 def test_a_coverage_whose_neighbours_do_not_share_a_vertex_falls_back_to_the_general_union():
@@ -21,10 +21,10 @@ def test_a_coverage_whose_neighbours_do_not_share_a_vertex_falls_back_to_the_gen
     except shapely.errors.GEOSException:
         raised = True
     assert raised  # the case the fallback is for
-    assert _union(geoms).equals(shapely.union_all(geoms))
+    assert tract_union(geoms).equals(shapely.union_all(geoms))
     assert low_reliability_shape(geoms).equals(shapely.union_all(geoms))
 
 
 def test_a_clean_coverage_is_unioned_exactly():
     geoms = np.array([box(i, 0, i + 1, 1) for i in range(4)], dtype=object)
-    assert _union(geoms).equals(box(0, 0, 4, 1))
+    assert tract_union(geoms).equals(box(0, 0, 4, 1))
