@@ -150,6 +150,24 @@ def test_memory_table_names_tippecanoe_even_when_its_text_says_dask(bench_nation
         "dask worker"
 
 
+def test_memory_table_says_which_process_started_tippecanoe(bench_national):
+    """Issue 35 item 4: tippecanoe runs under the flow today and may run under a worker once
+    publish moves there; its peak is labelled with the process that started it."""
+    class Proc:
+        def __init__(self, argv, pid, parent=None):
+            self.argv, self.pid, self._parent = argv, pid, parent
+
+        def cmdline(self):
+            return self.argv
+
+        def parent(self):
+            return self._parent
+    worker = Proc(["/venv/bin/python", "/venv/bin/dask", "worker", "tcp://127.0.0.1:1"], 7)
+    tiles = Proc(["tippecanoe", "-o", "cell-3.pmtiles", "x.geojson"], 8, parent=worker)
+    assert bench_national._label_with_parent(tiles) == "tippecanoe (cell-3) under dask worker 7"
+    assert bench_national._label_with_parent(worker) == "dask worker"
+
+
 @pytest.mark.slow
 def test_release_benchmark_runs_the_demo_config(tmp_path):
     out = run_benchmark("bench_release.py", "--out", str(tmp_path), cwd=tmp_path)
