@@ -22,14 +22,15 @@ TARGET_FLOW_MIB = 1.5 * GIB
 TARGET_TIPPECANOE_MIB = 300.0
 TARGET_WORKER_MIB = 4 * GIB
 
-# Tasks whose runs spread over workers (Prefect task names, tasks/*.py). The lead's publish on
-# the workers adds `publish-part` (one per state) and `cell-tiles` (one per cell); the commit
-# stays `publish`. Without them, today's `publish` is one serial step of the flow.
-PARALLEL_TASKS = ("validate", "select", "estimate", "estimate-levels", "publish-part",
-                  "cell-tiles")
-# Of those, the tasks whose NUMBER grows with the cells (a chunk and a level task hold a bounded
-# group of cells, a tile task one cell): their longest run stays as measured. The others (a
-# state's validation or publish part) hold every cell of their unit: their runs grow with cells.
+# Where a task ran is measured (the flow's pid or a worker's): a task that ran on a worker is
+# work that spreads over workers, one that ran in the flow is the flow machine's serial work
+# (today validation, levels and publish; the lead's publish on the workers runs `publish-part`,
+# one per state, and `cell-tiles`, one per cell, there). The commit stays serial wherever it
+# runs: `publish` (today's whole publish, one serial step, even if submitted to Dask) and `feed`.
+SERIAL_TASKS = ("publish", "feed")
+# The tasks whose NUMBER grows with the cells (a chunk and a level task hold a bounded group of
+# cells, a tile task one cell): their longest run stays as measured. Any other task (a state's
+# validation or publish part) holds every cell of its unit: its longest run grows with cells.
 COUNT_GROWS_WITH_CELLS = ("select", "estimate", "estimate-levels", "cell-tiles")
 
 TASKS_SUBFOLDER = "tasks"  # under the run's timings folder: one jsonl file per process
@@ -104,34 +105,39 @@ def union_seconds(intervals) -> float:
 
 
 def stage_cpu_table(records: list[dict], flow_pid: int) -> list[dict]:
-    """Per Prefect task name: runs, wall (any run running), summed task wall, CPU-s, the
-    longest run's CPU-s and where it ran (flow, workers or both); in order of first start."""
-    by_task: dict[str, list[dict]] = {}
+    """Per Prefect task name and place (``flow`` or ``workers``): runs, wall (any run
+    running), summed task wall, CPU-s, the longest run's CPU-s and the process's CPU-s while
+    its runs ran; in order of first start."""
+    groups: dict[tuple[str, str], list[dict]] = {}
     for r in records:
-        by_task.setdefault(r["task"], []).append(r)
+        groups.setdefault((r["task"], "flow" if r["pid"] == flow_pid else "workers"),
+                          []).append(r)
     rows = []
-    for task, rs in by_task.items():
+    for (task, where), rs in groups.items():
         cpus = [task_cpu(r, flow_pid) for r in rs]
-        places = {"flow" if r["pid"] == flow_pid else "workers" for r in rs}
-        rows.append({"stage": task, "runs": len(rs),
+        rows.append({"stage": task, "where": where, "runs": len(rs),
                      "wall": union_seconds([(r["start"], r["end"]) for r in rs]),
                      "task_wall": sum(r["end"] - r["start"] for r in rs),
                      "cpu": sum(cpus), "longest_cpu": max(cpus),
-                     "where": "+".join(sorted(places)),
+                     # the process's CPU while each run ran: exact for a run alone in its
+                     # process (a worker; publish), an upper bound beside other task threads
+                     "process_cpu": sum(r["process_cpu"] + r["children_cpu"] for r in rs),
                      "first_start": min(r["start"] for r in rs)})
     rows.sort(key=lambda row: row["first_start"])
     return rows
 
 
+def is_parallel(stage: dict) -> bool:
+    """Runs that spread over workers: on a worker, and not the serial commit."""
+    return stage["where"] == "workers" and stage["stage"] not in SERIAL_TASKS
+
+
 def serial_cpu(stages: list[dict], flow_tree_cpu: float) -> float:
-    """The flow machine's serial CPU-s: the release process tree's (wait4: the flow and what it
-    reaped) less the parallel tasks it ran itself (local runner), plus the serial tasks that ran
-    on workers (e.g. today's `publish` submitted to Dask)."""
-    parallel_in_flow = sum(s["cpu"] for s in stages
-                           if s["stage"] in PARALLEL_TASKS and s["where"] == "flow")
-    serial_on_workers = sum(s["cpu"] for s in stages
-                            if s["stage"] not in PARALLEL_TASKS and s["where"] == "workers")
-    return max(0.0, flow_tree_cpu - parallel_in_flow) + serial_on_workers
+    """The flow machine's serial CPU-s: all of the release process tree's (wait4: the flow's
+    tasks, its own code between them, what it reaped, e.g. tippecanoe), plus the serial tasks
+    that ran on workers (today's `publish` if submitted to Dask)."""
+    return flow_tree_cpu + sum(s["cpu"] for s in stages
+                               if s["where"] == "workers" and not is_parallel(s))
 
 
 def cluster_estimate(stages: list[dict], serial: float, measured_cells: int,
@@ -145,9 +151,9 @@ def cluster_estimate(stages: list[dict], serial: float, measured_cells: int,
     flow's serial part (scaled with the cells) runs alone. The largest term limits it."""
     scale = cells / measured_cells
     workers = machines * workers_per_machine
-    parallel = [s for s in stages if s["stage"] in PARALLEL_TASKS]
+    parallel = [s for s in stages if is_parallel(s)]
     lines = [f"measured at {measured_cells} cell(s); target {cells} cells: scale "
-             f"{cells} / {measured_cells} = {scale:.2f}"]
+             f"{cells} / {measured_cells} = {scale:.2f}", "on the workers (per unit):"]
     work = 0.0
     longest, longest_task = 0.0, "-"
     for s in parallel:
@@ -161,8 +167,13 @@ def cluster_estimate(stages: list[dict], serial: float, measured_cells: int,
                      + ("" if grows else f" × {scale:.2f}") + f" = {task_long:.2f} s")
         if task_long > longest:
             longest, longest_task = task_long, s["stage"]
-    on_workers = work / workers
     serial_scaled = serial * scale
+    lines.append("on the flow machine (serial; its largest stages, per unit):")
+    for s in sorted((s for s in stages if not is_parallel(s)), key=lambda s: -s["cpu"])[:6]:
+        lines.append(f"  {s['stage']} ({s['where']}): {s['runs']} runs, {s['cpu']:.2f} CPU-s "
+                     f"({s['cpu'] / s['runs']:.3f} per run) × {scale:.2f} = "
+                     f"{s['cpu'] * scale:.1f} s")
+    on_workers = work / workers
     total = on_workers + longest + serial_scaled
     terms = {"work on the workers": on_workers, "longest single task": longest,
              "the flow's serial part": serial_scaled}

@@ -800,14 +800,19 @@ def print_matrix_run(key: str, res: dict, floor: dict | None, local_one_cell: bo
           f"{_load(res['load_end'])} at the end; wall {res['wall']:.1f} s, CPU "
           f"{res['cpu']['release_total']:.1f} s (flow tree {res['cpu']['release_tree']:.1f}, "
           f"workers {res['cpu']['dask_workers']:.1f})\n")
+    print("CPU-s: a worker's process CPU while the run ran; in the flow, the run's own thread's "
+          "(not the library threads it started) + children it reaped (tippecanoe). Process "
+          "CPU-s: the whole process's while the runs ran (an upper bound in the flow, where "
+          "task threads overlap).\n")
     print("| stage (task name) | runs | wall s (any run) | task wall s (sum) | CPU-s | "
-          "longest run CPU-s | where |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
+          "longest run CPU-s | process CPU-s | where |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for row in res["task_stages"]:
         print(f"| {row['stage']} | {row['runs']} | {row['wall']:.1f} | {row['task_wall']:.1f} | "
-              f"{row['cpu']:.1f} | {row['longest_cpu']:.2f} | {row['where']} |")
-    print(f"\nthe flow's serial CPU-s (flow tree less the parallel tasks it ran, plus serial "
-          f"tasks on workers): {res['serial_cpu']:.1f}")
+              f"{row['cpu']:.1f} | {row['longest_cpu']:.2f} | {row['process_cpu']:.1f} | "
+              f"{row['where']} |")
+    print(f"\nthe flow machine's serial CPU-s (the flow's process tree, plus the serial "
+          f"commit if it ran on a worker): {res['serial_cpu']:.1f}")
     for worker, mib in sorted(res["workers_children_peak_mib"].items()):
         print(f"largest child a worker reaped (ru_maxrss, e.g. tippecanoe), {worker}: "
               f"{mib:,.0f} MiB")

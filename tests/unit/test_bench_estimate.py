@@ -39,26 +39,36 @@ def test_stage_cpu_counts_a_workers_process_and_the_flows_own_thread(matrix):
     assert rows["select"]["longest_cpu"] == pytest.approx(1.5)
     assert rows["select"]["where"] == "workers"
     assert rows["publish"]["cpu"] == pytest.approx(5.0) and rows["publish"]["where"] == "flow"
+    assert rows["publish"]["process_cpu"] == pytest.approx(9.0)  # the whole process's
     assert [r["stage"] for r in matrix.stage_cpu_table(records, FLOW)] == ["select", "publish"]
 
 
-def test_serial_part_leaves_out_parallel_tasks_the_flow_ran_and_adds_serial_ones_on_workers(
-        matrix):
-    local = matrix.stage_cpu_table([_run("select", FLOW, 0, 1, thread=4.0),
-                                    _run("publish", FLOW, 1, 2, thread=3.0)], FLOW)
-    assert matrix.serial_cpu(local, flow_tree_cpu=10.0) == pytest.approx(6.0)
-    # today's publish submitted to a worker is still one serial step
+def test_a_task_that_ran_in_both_places_has_a_row_for_each(matrix):
+    records = [_run("estimate-levels", FLOW, 0, 1, thread=1.0),
+               _run("estimate-levels", W1, 0, 1, process=2.0)]
+    rows = {(r["stage"], r["where"]): r["cpu"] for r in matrix.stage_cpu_table(records, FLOW)}
+    assert rows == {("estimate-levels", "flow"): 1.0, ("estimate-levels", "workers"): 2.0}
+
+
+def test_serial_part_is_the_flow_tree_plus_the_commit_wherever_it_ran(matrix):
+    # today's publish submitted to a worker is still one serial step; a chunk is not
     dask = matrix.stage_cpu_table([_run("select", W1, 0, 1, process=4.0),
                                    _run("publish", W1, 1, 2, process=3.0)], FLOW)
     assert matrix.serial_cpu(dask, flow_tree_cpu=2.0) == pytest.approx(5.0)
+    local = matrix.stage_cpu_table([_run("select", FLOW, 0, 1, thread=4.0)], FLOW)
+    assert matrix.serial_cpu(local, flow_tree_cpu=10.0) == pytest.approx(10.0)
+
+
+def _stage(name, runs, cpu, longest, where="workers"):
+    return {"stage": name, "where": where, "runs": runs, "cpu": cpu, "longest_cpu": longest}
 
 
 def test_estimate_is_work_over_workers_plus_longest_task_plus_scaled_serial_part(matrix):
     # measured at 6 cells: 60 chunks' selection 120 CPU-s (longest 3), 51 publish parts 102
-    # CPU-s (longest 6: a state holds every cell, so it grows 7x), serial 30 CPU-s
-    stages = [{"stage": "select", "runs": 60, "cpu": 120.0, "longest_cpu": 3.0},
-              {"stage": "publish-part", "runs": 51, "cpu": 102.0, "longest_cpu": 6.0},
-              {"stage": "publish", "runs": 1, "cpu": 20.0, "longest_cpu": 20.0}]
+    # CPU-s (longest 6: a state holds every cell, so it grows 7x), the commit on a worker
+    # (serial: in the serial CPU-s given), the flow's serial part 30 CPU-s
+    stages = [_stage("select", 60, 120.0, 3.0), _stage("publish-part", 51, 102.0, 6.0),
+              _stage("publish", 1, 20.0, 20.0), _stage("validate", 51, 9.0, 1.0, "flow")]
     est = matrix.cluster_estimate(stages, serial=30.0, measured_cells=6)
     assert est["scale"] == pytest.approx(7.0) and est["workers"] == 20
     assert est["work_cpu"] == pytest.approx((120.0 + 102.0) * 7)
@@ -70,13 +80,14 @@ def test_estimate_is_work_over_workers_plus_longest_task_plus_scaled_serial_part
     text = "\n".join(est["lines"])
     assert "1554.0 CPU-s / 20 workers = 77.7 s" in text
     assert "estimate: 77.7 + 42.0 + 210.0 = 329.7 s" in text
+    assert "validate (flow): 51 runs, 9.00 CPU-s (0.176 per run)" in text
 
 
 def test_estimate_without_the_new_publish_tasks_keeps_todays_publish_serial(matrix):
-    stages = [{"stage": "estimate", "runs": 10, "cpu": 40.0, "longest_cpu": 5.0},
-              {"stage": "publish", "runs": 1, "cpu": 50.0, "longest_cpu": 50.0}]
+    stages = [_stage("estimate", 10, 40.0, 5.0), _stage("publish", 1, 50.0, 50.0, "flow"),
+              _stage("estimate-levels", 51, 30.0, 1.0, "flow")]
     est = matrix.cluster_estimate(stages, serial=60.0, measured_cells=1, cells=42)
-    assert est["work_cpu"] == pytest.approx(40.0 * 42)  # publish is not worker work
+    assert est["work_cpu"] == pytest.approx(40.0 * 42)  # neither publish nor flow levels
     assert est["longest"] == pytest.approx(5.0)  # a chunk's size does not grow with cells
     assert est["serial"] == pytest.approx(60.0 * 42)
 
