@@ -574,7 +574,8 @@ def run_release(api_url: str, config: Path, rid: str, timings: Path, client=None
     task_stages = _matrix.stage_cpu_table(_matrix.read_task_cpu(timings), proc.pid)
     return {"flow_pid": proc.pid, "task_stages": task_stages,
             "serial_cpu": _matrix.serial_cpu(task_stages, release_cpu),
-            "workers_children_peak_mib": workers_children_mib,"wall": wall, "inside": inside, "peaks": peaks, "stages": stages,
+            "workers_children_peak_mib": workers_children_mib,
+            "wall": wall, "inside": inside, "peaks": peaks, "stages": stages,
             "tasks_union": union_seconds([(r["start"], r["end"]) for r in runs]),
             "overhead": flow_overhead(stages, start, wall),
             "cpu": {"release_tree": release_cpu, "dask_workers": workers_cpu,

@@ -193,3 +193,21 @@ def test_national_benchmark_runs_at_a_small_scale(tmp_path):
     assert results["ratios"]["local"]["wall_over_floor"] == pytest.approx(
         local["wall"] / results["floor"]["floor_cpu"])
     assert "release wall / floor CPU" in out and "the floor (benchmarks/bench_floor.py" in out
+
+
+@pytest.mark.slow
+def test_national_benchmark_matrix_runs_at_a_small_scale(tmp_path):
+    """Issue 35 item 4 in one run: floor, local and a `dask worker` process, per-stage CPU,
+    peaks with targets, and the 42-cell estimate with its arithmetic."""
+    out = run_benchmark("bench_national.py", "--work", str(tmp_path), "--scale", "0.01",
+                        "--matrix", "--matrix-cells", "1", "--matrix-workers", "1",
+                        cwd=tmp_path)
+    assert "### estimate: 42 cells on 10 machines × 2 workers" in out, out
+    assert "release wall / floor CPU-s" in out and "tippecanoe (tracts) under release" in out
+    results = json.loads((tmp_path / "matrix.json").read_text())
+    runs = results["matrix"]["1"]["runs"]
+    assert set(runs) == {"local", "dask-1w"}
+    where = {(s["stage"], s["where"]) for s in runs["dask-1w"]["task_stages"]}
+    assert {("select", "workers"), ("estimate", "workers"), ("publish", "flow")} <= where
+    assert all(s["cpu"] >= 0 for s in runs["local"]["task_stages"])
+    assert results["estimate"]["basis"] == "dask-1w" and results["estimate"]["total"] > 0
