@@ -140,15 +140,29 @@ def serial_cpu(stages: list[dict], flow_tree_cpu: float) -> float:
                                if s["where"] == "workers" and not is_parallel(s))
 
 
+def serial_fixed_part(serial_by_cells: dict[int, float]) -> float:
+    """The part of the flow's serial CPU-s that does not grow with the cells (start-up, Prefect,
+    the ledger): the intercept of the line through the fewest and the most cells measured
+    (0 with one cell count, or when the line would go below 0)."""
+    if len(serial_by_cells) < 2:
+        return 0.0
+    lo, hi = min(serial_by_cells), max(serial_by_cells)
+    per_cell = (serial_by_cells[hi] - serial_by_cells[lo]) / (hi - lo)
+    return max(0.0, min(serial_by_cells[lo], serial_by_cells[lo] - per_cell * lo))
+
+
 def cluster_estimate(stages: list[dict], serial: float, measured_cells: int,
-                     cells: int = 42, machines: int = 10, workers_per_machine: int = 2) -> dict:
+                     cells: int = 42, machines: int = 10, workers_per_machine: int = 2,
+                     serial_fixed: float = 0.0) -> dict:
     """Seconds for ``cells`` cells on ``machines`` × ``workers_per_machine`` workers.
 
     Every cost grows linearly with the cells (each person has a record in each cell). Work on
     the workers = Σ parallel tasks' CPU-s × cells / measured cells, spread evenly over the
     workers; the critical path adds the longest single task (as measured where the number of
     its runs grows with the cells, scaled with the cells where its runs hold every cell); the
-    flow's serial part (scaled with the cells) runs alone. The largest term limits it."""
+    flow's serial part (:func:`serial_cpu`: the machine that runs the flow; its share that
+    grows scaled with the cells, plus ``serial_fixed``) runs alone, on one core. The largest
+    term limits it."""
     scale = cells / measured_cells
     workers = machines * workers_per_machine
     parallel = [s for s in stages if is_parallel(s)]
@@ -167,7 +181,7 @@ def cluster_estimate(stages: list[dict], serial: float, measured_cells: int,
                      + ("" if grows else f" × {scale:.2f}") + f" = {task_long:.2f} s")
         if task_long > longest:
             longest, longest_task = task_long, s["stage"]
-    serial_scaled = serial * scale
+    serial_scaled = serial_fixed + (serial - serial_fixed) * scale
     lines.append("on the flow machine (serial; its largest stages, per unit):")
     for s in sorted((s for s in stages if not is_parallel(s)), key=lambda s: -s["cpu"])[:6]:
         lines.append(f"  {s['stage']} ({s['where']}): {s['runs']} runs, {s['cpu']:.2f} CPU-s "
@@ -180,7 +194,8 @@ def cluster_estimate(stages: list[dict], serial: float, measured_cells: int,
     limit = max(terms, key=terms.get)
     lines += [f"work on the workers: {work:.1f} CPU-s / {workers} workers = {on_workers:.1f} s",
               f"critical path: longest single task ({longest_task}) = {longest:.1f} s",
-              f"flow's serial part: {serial:.2f} CPU-s × {scale:.2f} = {serial_scaled:.1f} s",
+              f"flow's serial part: {serial_fixed:.2f} fixed + ({serial:.2f} - "
+              f"{serial_fixed:.2f}) CPU-s × {scale:.2f} = {serial_scaled:.1f} s",
               f"estimate: {on_workers:.1f} + {longest:.1f} + {serial_scaled:.1f} = "
               f"{total:.1f} s; limited by {limit} ({100 * terms[limit] / total:.0f}%)"
               if total > 0 else "estimate: 0 s (nothing measured)"]

@@ -864,8 +864,10 @@ def run_matrix(args, work: Path) -> None:
     basis_cells = max(matrix)
     runs = matrix[basis_cells]["runs"]
     basis = max(runs, key=lambda k: int(k[5:-1]) if k.startswith("dask-") else 0)  # most workers
+    fixed = _matrix.serial_fixed_part({c: m["runs"][basis]["serial_cpu"]
+                                       for c, m in matrix.items() if basis in m["runs"]})
     estimate = _matrix.cluster_estimate(runs[basis]["task_stages"], runs[basis]["serial_cpu"],
-                                        basis_cells)
+                                        basis_cells, serial_fixed=fixed)
     print_matrix_summary(matrix)
     print(f"\n### estimate: 42 cells on 10 machines × 2 workers, from the {basis} run at "
           f"{basis_cells} cell(s)\n")

@@ -80,6 +80,7 @@ def test_estimate_is_work_over_workers_plus_longest_task_plus_scaled_serial_part
     text = "\n".join(est["lines"])
     assert "1554.0 CPU-s / 20 workers = 77.7 s" in text
     assert "estimate: 77.7 + 42.0 + 210.0 = 329.7 s" in text
+    assert "0.00 fixed + (30.00 - 0.00) CPU-s × 7.00 = 210.0 s" in text
     assert "validate (flow): 51 runs, 9.00 CPU-s (0.176 per run)" in text
 
 
@@ -106,3 +107,13 @@ def test_targets_beside_the_figures(matrix):
     assert not any("prefect" in f for f in rows)
     assert "release wall / floor CPU-s" not in {
         f for f, *_ in matrix.target_rows(run, 5.0, local_one_cell=False)}
+
+
+def test_the_serial_parts_fixed_share_is_not_scaled_with_the_cells(matrix):
+    # 10 CPU-s at 1 cell, 35 at 6: 5 per cell on 5 fixed
+    assert matrix.serial_fixed_part({1: 10.0, 6: 35.0}) == pytest.approx(5.0)
+    assert matrix.serial_fixed_part({6: 35.0}) == 0.0
+    assert matrix.serial_fixed_part({1: 10.0, 6: 5.0}) == pytest.approx(10.0)  # noise: <= lo
+    assert matrix.serial_fixed_part({1: 10.0, 6: 100.0}) == 0.0  # never below 0
+    est = matrix.cluster_estimate([], serial=35.0, measured_cells=6, serial_fixed=5.0)
+    assert est["serial"] == pytest.approx(5.0 + 30.0 * 7)
