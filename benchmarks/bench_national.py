@@ -37,6 +37,11 @@ workers can be measured). Per run it reports:
         [--runners local,dask] [--scale 1.0] [--json-out results.json] [--no-floor]
 
 ``--scale`` multiplies every state's tract count (e.g. 0.1 for a quick trial run).
+
+``--matrix`` (issue 35 item 4) runs the whole side-by-side matrix in one run instead: per cell
+count the floor, the local runner, 1 and 2 `dask worker` processes; CPU-s per stage recorded
+where each task ran, the targets, and the 42-cell estimate on 10 machines × 2 workers
+(benchmarks/_matrix.py; docs/measured.md).
 """
 
 from __future__ import annotations
