@@ -37,6 +37,11 @@ workers can be measured). Per run it reports:
         [--runners local,dask] [--scale 1.0] [--json-out results.json] [--no-floor]
 
 ``--scale`` multiplies every state's tract count (e.g. 0.1 for a quick trial run).
+
+``--matrix`` (issue 35 item 4) runs the whole side-by-side matrix in one run instead: per cell
+count the floor, the local runner, 1 and 2 `dask worker` processes; CPU-s per stage recorded
+where each task ran, the targets, and the 42-cell estimate on 10 machines × 2 workers
+(benchmarks/_matrix.py; docs/measured.md).
 """
 
 from __future__ import annotations
@@ -59,6 +64,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # _measure, _national
 from _measure import (cpu_of, cpu_used, load_average, measure,  # noqa: E402
                       rusage_cpu_seconds)
 from _national import data_folder, floor_report_lines  # noqa: E402
+import _matrix  # noqa: E402
+from _matrix import union_seconds  # noqa: E402
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # the release and workers inherit it
@@ -224,6 +231,7 @@ def install_estimator_timers() -> None:
     """
     import tasks.estimate as estimate_tasks
 
+    _matrix.install_task_cpu_recorder(TIMINGS_ENV)  # CPU per task run, for --matrix
     for name in ("select_partition", "estimate_partition"):
         fn = getattr(estimate_tasks, name)
         if not hasattr(fn, "__wrapped__"):
@@ -297,6 +305,19 @@ def _label(proc) -> str:
     return cmd[:60]
 
 
+def _label_with_parent(proc) -> str:
+    """:func:`_label`, and for tippecanoe the process that started it (the flow today, a
+    worker when the tiles are built there): "tippecanoe (tracts) under dask worker 1234"."""
+    label = _label(proc)
+    if not label.startswith("tippecanoe"):
+        return label
+    try:
+        parent = proc.parent()
+    except Exception:  # gone
+        parent = None
+    return label if parent is None else f"{label} under {_label(parent)} {parent.pid}"
+
+
 @dataclass
 class MemorySampler:
     """Samples the peak RSS of the release's process tree and of extra processes."""
@@ -317,8 +338,8 @@ class MemorySampler:
                                   psutil.Process(self.roots[0]).memory_info().rss / 2**20))
         except (psutil.NoSuchProcess, IndexError):
             pass
-        pids = set(self.extra)
-        for root in self.roots:
+        pids = set()
+        for root in [*self.roots, *self.extra]:  # a worker's children too: its tippecanoe
             try:
                 proc = psutil.Process(root)
                 pids.add(root)
@@ -332,7 +353,7 @@ class MemorySampler:
             label = self.peaks.get(pid, (None, 0.0))[0]
             if label is None:
                 try:
-                    label = _label(psutil.Process(pid))
+                    label = _label_with_parent(psutil.Process(pid))
                 except psutil.NoSuchProcess:
                     continue
             self.peaks[pid] = (label, max(peak, self.peaks.get(pid, ("", 0.0))[1]))
@@ -357,16 +378,6 @@ class MemorySampler:
 
 class StageTableError(RuntimeError):
     """The Prefect server's task runs cannot give the per-stage table: the reason why."""
-
-
-def union_seconds(intervals) -> float:
-    """Time during which at least one interval was open (tasks may run concurrently)."""
-    total, end = 0.0, float("-inf")
-    for a, b in sorted(intervals):
-        if b > end:
-            total += b - max(a, end)
-            end = b
-    return total
 
 
 def _read_task_runs(api_url: str, since: float) -> list:
@@ -512,6 +523,13 @@ def prefect_server_pids() -> list[int]:
     return sorted(set(pids))
 
 
+def _reaped_children_peak_mib() -> float:
+    """In a worker: the peak RSS of the largest child it reaped (ru_maxrss), in MiB."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+
+
 def run_release(api_url: str, config: Path, rid: str, timings: Path, client=None,
                 runner: str = "local") -> dict:
     """`dpatlas release` in a subprocess; wall and CPU time, memory per process, estimator
@@ -538,6 +556,9 @@ def run_release(api_url: str, config: Path, rid: str, timings: Path, client=None
             _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
     workers_cpu = cpu_used(workers_before, cpu_of(workers))
+    # what the workers reaped (tippecanoe, once tiles are built there): the kernel's peak
+    workers_children_mib = (client.run(_reaped_children_peak_mib) if client is not None
+                            else {})
     server_cpu = cpu_used(server_before, cpu_of(server))
     own.cpu_children = 0.0  # the release reaped by wait4 is counted below, not here
     if status != 0:
@@ -555,7 +576,11 @@ def run_release(api_url: str, config: Path, rid: str, timings: Path, client=None
     check_stage_table(stages, runner, len(runs))
     add_stage_rss(stages, sampler.flow_rss)
     release_cpu = rusage_cpu_seconds(usage)
-    return {"wall": wall, "inside": inside, "peaks": peaks, "stages": stages,
+    task_stages = _matrix.stage_cpu_table(_matrix.read_task_cpu(timings), proc.pid)
+    return {"flow_pid": proc.pid, "task_stages": task_stages,
+            "serial_cpu": _matrix.serial_cpu(task_stages, release_cpu),
+            "workers_children_peak_mib": workers_children_mib,
+            "wall": wall, "inside": inside, "peaks": peaks, "stages": stages,
             "tasks_union": union_seconds([(r["start"], r["end"]) for r in runs]),
             "overhead": flow_overhead(stages, start, wall),
             "cpu": {"release_tree": release_cpu, "dask_workers": workers_cpu,
@@ -662,9 +687,9 @@ def cluster_projection(chunks: list[dict], worker_cpu: float, machines: int = 10
 
 
 def run_on_processes(api_url: str, work: Path, data: Path, workers: int,
-                     cells: int | None = None) -> dict:
+                     cells: int | None = None, tag: str = "") -> dict:
     """One release on `dask scheduler` + ``workers`` × `dask worker` started as processes;
-    per-chunk costs written to ``chunks-dask-<n>w.json`` under --work."""
+    per-chunk costs written to ``chunks-dask-<n>w<tag>.json`` under --work."""
     from distributed import Client
 
     from tests.support.dask_cluster import dask_processes
@@ -674,7 +699,7 @@ def run_on_processes(api_url: str, work: Path, data: Path, workers: int,
     # `timeout` or kill sends SIGTERM: exit through the context managers below, so the
     # scheduler and workers (in sessions of their own) are stopped, not orphaned
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    key = f"dask-{workers}w"
+    key = f"dask-{workers}w{tag}"
     timings = timings_folder(work, key)
     env = {"PREFECT_API_URL": api_url, TIMINGS_ENV: str(timings),
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
@@ -770,6 +795,115 @@ def print_floor(floor: dict) -> None:
           f"load average {_load(sub['load_start'])} -> {_load(sub['load_end'])}", flush=True)
 
 
+# --- issue 35 item 4: the whole matrix in one run (--matrix) --------------------------------
+
+
+def print_matrix_run(key: str, res: dict, floor: dict | None, local_one_cell: bool) -> None:
+    """Per stage (Prefect task name) wall and CPU-s, and the item's targets beside the run's
+    figures."""
+    print(f"\n#### {key}: per stage (CPU per task run, recorded where it ran)\n")
+    print(f"load average (1/5/15 min): {_load(res['load_start'])} at the start, "
+          f"{_load(res['load_end'])} at the end; wall {res['wall']:.1f} s, CPU "
+          f"{res['cpu']['release_total']:.1f} s (flow tree {res['cpu']['release_tree']:.1f}, "
+          f"workers {res['cpu']['dask_workers']:.1f})\n")
+    print("CPU-s: a worker's process CPU while the run ran; in the flow, the run's own thread's "
+          "(not the library threads it started) + children it reaped (tippecanoe). Process "
+          "CPU-s: the whole process's while the runs ran (an upper bound in the flow, where "
+          "task threads overlap).\n")
+    print("| stage (task name) | runs | wall s (any run) | task wall s (sum) | CPU-s | "
+          "longest run CPU-s | process CPU-s | where |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for row in res["task_stages"]:
+        print(f"| {row['stage']} | {row['runs']} | {row['wall']:.1f} | {row['task_wall']:.1f} | "
+              f"{row['cpu']:.1f} | {row['longest_cpu']:.2f} | {row['process_cpu']:.1f} | "
+              f"{row['where']} |")
+    print(f"\nthe flow machine's serial CPU-s (the flow's process tree, plus the serial "
+          f"commit if it ran on a worker): {res['serial_cpu']:.1f}")
+    for worker, mib in sorted(res["workers_children_peak_mib"].items()):
+        print(f"largest child a worker reaped (ru_maxrss, e.g. tippecanoe), {worker}: "
+              f"{mib:,.0f} MiB")
+    floor_cpu = floor["floor_cpu"] if floor else None
+    print("\n| figure | value | target | |")
+    print("| --- | ---: | --- | --- |")
+    for figure, value, target, met in _matrix.target_rows(res, floor_cpu, local_one_cell):
+        print(f"| {figure} | {value} | {target} | {'meets' if met else 'MISSES'} |")
+
+
+def run_matrix(args, work: Path) -> None:
+    """The floor, then the local runner and `dask scheduler` + 1 and 2 `dask worker` processes,
+    at each cell count; the runs of one cell count back to back (load drift hits all sides
+    alike); then the estimate for 42 cells on 10 machines × 2 workers."""
+    from tests.support.prefect_server import prefect_server
+
+    cell_counts = [int(c) for c in args.matrix_cells.split(",")]
+    worker_counts = [int(w) for w in args.matrix_workers.split(",")]
+    matrix: dict[int, dict] = {}
+    home = work / "prefect-home"
+    shutil.rmtree(home, ignore_errors=True)
+    home.mkdir(parents=True)
+    out = args.json_out.resolve() if args.json_out else work / "matrix.json"
+    with prefect_server(home) as api_url:
+        os.environ["PREFECT_API_URL"] = api_url
+        for cells in cell_counts:
+            data = data_folder(work, args.scale, cells)
+            data.mkdir(parents=True, exist_ok=True)
+            country = generate_country(data, args.scale, cells)
+            print(f"\n## {cells} cell(s): {country['tracts']:,} tracts, "
+                  f"{country['records']:,} records", flush=True)
+            floor = run_floor(data, work)
+            print_floor(floor)
+            runs: dict[str, dict] = {}
+            tag = f"-{cells}c"
+            config = write_config(work, data, "local", None, cells)
+            set_ledger_cap(config)
+            runs["local"] = run_release(api_url, config, f"national-local{tag}",
+                                        timings_folder(work, f"local{tag}"), runner="local")
+            print_matrix_run(f"local, {cells} cell(s)", runs["local"], floor, cells == 1)
+            for workers in worker_counts:
+                runs[f"dask-{workers}w"] = run_on_processes(api_url, work, data, workers,
+                                                            cells, tag)
+                print_matrix_run(f"dask, {workers} worker process(es), {cells} cell(s)",
+                                 runs[f"dask-{workers}w"], floor, False)
+            matrix[cells] = {"country": country, "floor": floor, "runs": runs,
+                             "ratios": floor_ratios(runs, floor)}
+    basis_cells = max(matrix)
+    runs = matrix[basis_cells]["runs"]
+    basis = max(runs, key=lambda k: int(k[5:-1]) if k.startswith("dask-") else 0)  # most workers
+    fixed = _matrix.serial_fixed_part({c: m["runs"][basis]["serial_cpu"]
+                                       for c, m in matrix.items() if basis in m["runs"]})
+    estimate = _matrix.cluster_estimate(runs[basis]["task_stages"], runs[basis]["serial_cpu"],
+                                        basis_cells, serial_fixed=fixed)
+    print_matrix_summary(matrix)
+    print(f"\n### estimate: 42 cells on 10 machines × 2 workers, from the {basis} run at "
+          f"{basis_cells} cell(s)\n")
+    print("\n".join(estimate["lines"]))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"matrix": {str(c): {**m, "runs": _jsonable(m["runs"])}
+                                          for c, m in matrix.items()},
+                               "estimate": {**estimate, "basis": basis}},
+                              indent=2, default=str))
+    print(f"\nresults: {out}")
+
+
+def print_matrix_summary(matrix: dict) -> None:
+    print("\n### the matrix\n")
+    print("| cells | run | wall s | CPU s | wall / floor CPU | flow peak MiB | worker peaks MiB "
+          "| tippecanoe peak MiB | load (1 min) start → end |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: | --- | ---: | --- |")
+    for cells, m in matrix.items():
+        for key, res in m["runs"].items():
+            peaks = list(res["peaks"].values())
+            flow = max((mib for label, mib in peaks if label == "release (flow)"), default=0.0)
+            workers = ", ".join(f"{mib:,.0f}" for label, mib in peaks if label == "dask worker")
+            tiles = max((mib for label, mib in peaks if label.startswith("tippecanoe")),
+                        default=0.0)
+            ratio = m["ratios"].get(key, {}).get("wall_over_floor")
+            print(f"| {cells} | {key} | {res['wall']:.1f} | {res['cpu']['release_total']:.1f} | "
+                  f"{'-' if ratio is None else f'{ratio:.2f}'} | {flow:,.0f} | "
+                  f"{workers or '-'} | {tiles:,.0f} | {res['load_start'][0]:.2f} → "
+                  f"{res['load_end'][0]:.2f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", type=Path, default=Path("/tmp/dpatlas-national"))
@@ -794,7 +928,20 @@ def main() -> None:
     ap.add_argument("--dask-workers", default="2",
                     help="with --dask-cluster processes: comma-separated worker counts, one "
                          "release each (e.g. 1,2)")
+    ap.add_argument("--matrix", action="store_true",
+                    help="issue 35 item 4 in one run: per cell count (--matrix-cells) the "
+                         "floor, the local runner and `dask worker` processes "
+                         "(--matrix-workers), then the 42-cell 20-worker estimate; JSON to "
+                         "--json-out (default WORK/matrix.json)")
+    ap.add_argument("--matrix-cells", default="1,6", help="with --matrix: cell counts")
+    ap.add_argument("--matrix-workers", default="1,2",
+                    help="with --matrix: `dask worker` process counts")
     args = ap.parse_args()
+    if args.matrix:
+        if args.scale <= 0:
+            raise SystemExit("error: --scale must be > 0")
+        run_matrix(args, args.work.resolve())
+        return
     runners = [r.strip() for r in args.runners.split(",") if r.strip()]
     if not set(runners) <= {"local", "dask"} or not runners:
         raise SystemExit("error: --runners takes local, dask or both (comma-separated)")
@@ -879,11 +1026,14 @@ def main() -> None:
 def write_results(path: Path, country: dict, floor: dict | None, results: dict,
                   failure: str | None) -> None:
     summary = {"country": country, "floor": floor, "ratios": floor_ratios(results, floor),
-               "failure": failure,
-               "results": {k: {**v, "peaks": {str(p): list(lm) for p, lm in v["peaks"].items()}}
-                           for k, v in results.items()}}
+               "failure": failure, "results": _jsonable(results)}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(summary, indent=2, default=str))
+
+
+def _jsonable(results: dict) -> dict:
+    return {k: {**v, "peaks": {str(p): list(lm) for p, lm in v["peaks"].items()}}
+            for k, v in results.items()}
 
 
 if __name__ == "__main__":

@@ -150,6 +150,24 @@ def test_memory_table_names_tippecanoe_even_when_its_text_says_dask(bench_nation
         "dask worker"
 
 
+def test_memory_table_says_which_process_started_tippecanoe(bench_national):
+    """Issue 35 item 4: tippecanoe runs under the flow today and may run under a worker once
+    publish moves there; its peak is labelled with the process that started it."""
+    class Proc:
+        def __init__(self, argv, pid, parent=None):
+            self.argv, self.pid, self._parent = argv, pid, parent
+
+        def cmdline(self):
+            return self.argv
+
+        def parent(self):
+            return self._parent
+    worker = Proc(["/venv/bin/python", "/venv/bin/dask", "worker", "tcp://127.0.0.1:1"], 7)
+    tiles = Proc(["tippecanoe", "-o", "cell-3.pmtiles", "x.geojson"], 8, parent=worker)
+    assert bench_national._label_with_parent(tiles) == "tippecanoe (cell-3) under dask worker 7"
+    assert bench_national._label_with_parent(worker) == "dask worker"
+
+
 @pytest.mark.slow
 def test_release_benchmark_runs_the_demo_config(tmp_path):
     out = run_benchmark("bench_release.py", "--out", str(tmp_path), cwd=tmp_path)
@@ -175,3 +193,21 @@ def test_national_benchmark_runs_at_a_small_scale(tmp_path):
     assert results["ratios"]["local"]["wall_over_floor"] == pytest.approx(
         local["wall"] / results["floor"]["floor_cpu"])
     assert "release wall / floor CPU" in out and "the floor (benchmarks/bench_floor.py" in out
+
+
+@pytest.mark.slow
+def test_national_benchmark_matrix_runs_at_a_small_scale(tmp_path):
+    """Issue 35 item 4 in one run: floor, local and a `dask worker` process, per-stage CPU,
+    peaks with targets, and the 42-cell estimate with its arithmetic."""
+    out = run_benchmark("bench_national.py", "--work", str(tmp_path), "--scale", "0.01",
+                        "--matrix", "--matrix-cells", "1", "--matrix-workers", "1",
+                        cwd=tmp_path)
+    assert "### estimate: 42 cells on 10 machines × 2 workers" in out, out
+    assert "release wall / floor CPU-s" in out and "tippecanoe (tracts) under release" in out
+    results = json.loads((tmp_path / "matrix.json").read_text())
+    runs = results["matrix"]["1"]["runs"]
+    assert set(runs) == {"local", "dask-1w"}
+    where = {(s["stage"], s["where"]) for s in runs["dask-1w"]["task_stages"]}
+    assert {("select", "workers"), ("estimate", "workers"), ("publish", "flow")} <= where
+    assert all(s["cpu"] >= 0 for s in runs["local"]["task_stages"])
+    assert results["estimate"]["basis"] == "dask-1w" and results["estimate"]["total"] > 0
