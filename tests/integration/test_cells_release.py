@@ -21,7 +21,7 @@ from dpatlas.evaluation.synthetic_input import (StateParams, cell_names,  # noqa
 from dpatlas.release import contributions  # noqa: E402
 from dpatlas.release.contributions import check_contributions  # noqa: E402
 
-from tests.support.inputs import write_config  # noqa: E402
+from tests.support.inputs import cells_release_config, write_config  # noqa: E402
 from tests.support.published import read_published  # noqa: E402
 
 CELLS = 3
@@ -103,14 +103,7 @@ def release_cells(out: Path, tmp: Path, release_id: str, **bounds: int) -> Path:
     """The release of the generated cells ``out`` (noise seed 7) with its work under ``tmp``;
     ``bounds``: module constants set for the run (``"dpatlas.release.ingest.PARTITION_RECORDS"``
     and the like, by dotted name), the published folder returned."""
-    cfg = {"input": {"path": str(out / "microdata"), "columns": {"cell": "cell"}},
-           "boundaries": {"path": str(out / "tracts.parquet")},
-           "privacy": {"epsilon_per_tract": 1.0},
-           "selection": {"rule": "dp", "threshold": 3.0},
-           "publish": {"root": str(tmp / "releases"), "internal_root": str(tmp / "internal"),
-                       "min_n": 20},
-           "ledger": {"url": f"sqlite:///{tmp / 'ledger.db'}", "dataset": "cells"},
-           "partition_tracts": 25, "levels": ["tract", "county", "state"]}
+    cfg = cells_release_config(out, tmp)
     with pytest.MonkeyPatch.context() as mp, prefect_test_harness(server_startup_timeout=180):
         for name, value in bounds.items():
             mp.setattr(name, value)

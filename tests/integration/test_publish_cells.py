@@ -357,20 +357,12 @@ def flow_release(tmp_path_factory):
     from prefect.testing.utilities import prefect_test_harness
 
     from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
-    from tests.support.inputs import write_config
+    from tests.support.inputs import cells_release_config, write_config
 
     tmp = tmp_path_factory.mktemp("flow-cells")
     write_synthetic(tmp / "data", ["17", "18"], seed=5,
                     params=StateParams(n_tracts=20, counties=2), cells=3)
-    cfg = {"input": {"path": str(tmp / "data" / "microdata"), "columns": {"cell": "cell"}},
-           "boundaries": {"path": str(tmp / "data" / "tracts.parquet")},
-           "privacy": {"epsilon_per_tract": 1.0},
-           "selection": {"rule": "dp", "threshold": 3.0},
-           "publish": {"root": str(tmp / "releases"), "internal_root": str(tmp / "internal"),
-                       "min_n": 20},
-           "ledger": {"url": f"sqlite:///{tmp / 'ledger.db'}", "dataset": "cells"},
-           "partition_tracts": 25, "levels": ["tract", "county", "state"],
-           "small_area": {"model": True}}
+    cfg = cells_release_config(tmp / "data", tmp, small_area={"model": True})
     patch = pytest.MonkeyPatch()
     patch.setattr(S, "CELL_GROUP_ROWS", 40)  # 40 tracts: a group per cell
     try:

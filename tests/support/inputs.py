@@ -66,3 +66,17 @@ def levels_release_config(tmp, **publish) -> dict:
             "ledger": {"url": f"sqlite:///{tmp / 'ledger.db'}", "dataset": "il"},
             "partition_tracts": 30, "levels": ["tract", "county", "state"],
             "small_area": {"model": True}}
+
+
+def cells_release_config(data, tmp, dataset: str = "cells", **extra) -> dict:
+    """The config of a release of generated cells (``data``: write_synthetic's folder with
+    ``cells``) with its work under ``tmp``: every level, ε 1 per tract, min_n 20; ``extra``:
+    more top-level keys (``small_area``, ``runner``...)."""
+    return {"input": {"path": str(data / "microdata"), "columns": {"cell": "cell"}},
+            "boundaries": {"path": str(data / "tracts.parquet")},
+            "privacy": {"epsilon_per_tract": 1.0},
+            "selection": {"rule": "dp", "threshold": 3.0},
+            "publish": {"root": str(tmp / "releases"), "internal_root": str(tmp / "internal"),
+                        "min_n": 20},
+            "ledger": {"url": f"sqlite:///{tmp / 'ledger.db'}", "dataset": dataset},
+            "partition_tracts": 25, "levels": ["tract", "county", "state"], **extra}

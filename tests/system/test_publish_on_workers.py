@@ -16,7 +16,7 @@ import pytest
 from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
 from dpatlas.publication import release_parts
 from tests.support.dask_cluster import dask_processes
-from tests.support.inputs import write_config
+from tests.support.inputs import cells_release_config, write_config
 from tests.support.prefect_server import prefect_server
 
 pytestmark = pytest.mark.slow
@@ -25,16 +25,8 @@ STATES = ("17", "18")
 
 
 def _config(tmp: Path, data: Path, **over) -> Path:
-    cfg = {"input": {"path": str(data / "microdata"), "columns": {"cell": "cell"}},
-           "boundaries": {"path": str(data / "tracts.parquet")},
-           "privacy": {"epsilon_per_tract": 1.0},
-           "selection": {"rule": "dp", "threshold": 3.0},
-           "publish": {"root": str(tmp / "releases"), "internal_root": str(tmp / "internal"),
-                       "min_n": 20},
-           "ledger": {"url": f"sqlite:///{tmp / 'ledger.db'}", "dataset": "workers"},
-           "partition_tracts": 25, "levels": ["tract", "county", "state"],
-           "small_area": {"model": True}}
     tmp.mkdir(parents=True, exist_ok=True)
+    cfg = cells_release_config(data, tmp, "workers", small_area={"model": True})
     return write_config(tmp / "config.yaml", cfg, **over)
 
 
