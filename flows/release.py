@@ -252,20 +252,16 @@ def publish_run_name(release_id: str) -> str:
 
 
 @flow(name="dpatlas-publish-parts", persist_result=False)
-def write_publish_parts(parts: list[PublishPart], job: PartJob, tiles_here: bool = True
-                        ) -> tuple[list[PartResult], list[tuple[TileJob, Optional[str]]]]:
-    """Every part's tract files, then (``tiles_here``) every tract archive from the parts'
-    features, each a task on the flow's task runner (the Dask workers with ``runner: dask``);
-    nothing is published here (the release flow commits them). Without ``tiles_here`` the
-    archives are left to the commit, which builds them beside its other files (the local
-    runner: its task threads are the flow's, and tippecanoe then overlaps the rest). No archive
-    is built once a part failed its output check: the release is refused."""
+def write_publish_parts(parts: list[PublishPart], job: PartJob
+                        ) -> tuple[list[PartResult], list[tuple[TileJob, str]]]:
+    """Every part's tract files, then every tract archive from the parts' features, each a
+    task on the flow's task runner (the Dask workers with ``runner: dask``); nothing is
+    published here (the release flow commits them). No archive is built once a part failed
+    its output check: the release is refused."""
     results = publish_part.map(parts, unmapped(job)).result()
     if any(r.failed for r in results):
         return results, []
     tiles = tile_jobs(results, list(job.cells))
-    if not tiles_here:
-        return results, [(tile, None) for tile in tiles]
     built = publish_tiles.map(tiles, unmapped(job)).result() if tiles else []
     return results, list(zip(tiles, built))
 
@@ -288,7 +284,7 @@ def _publish_parts(cfg: ReleaseConfig, rid: str, address: Optional[str], results
     plan = plan_publish(cfg, rid, results, boundaries, budget, level_results, where, inputs)
     stage = write_publish_parts.with_options(task_runner=release_task_runner(cfg, address),
                                              flow_run_name=publish_run_name(rid))
-    parts, archives = stage(plan.parts, plan.job, tiles_here=cfg.runner == "dask")
+    parts, archives = stage(plan.parts, plan.job)
     return plan, parts, archives
 
 

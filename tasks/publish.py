@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -95,16 +94,14 @@ def already_published(cfg: ReleaseConfig, release_id: str) -> Optional[Path]:
 
 @task(name="publish", **RETRY_IO)
 def publish_release(cfg: ReleaseConfig, release_id: str, plan: Optional[PublishPlan],
-                    parts: list[PartResult],
-                    archives: list[tuple[TileJob, Optional[str]]],
+                    parts: list[PartResult], archives: list[tuple[TileJob, str]],
                     boundaries: gpd.GeoDataFrame, budget: BudgetPlan, input_sha256: str,
                     random_source: str | Mapping[str, int], started: str, internal: Path,
                     ledger_entry: dict, input_facts: dict,
                     check_lease: Optional[Callable[[], None]] = None) -> Path:
     """Commit the parts: record their output checks (refused if one broke the contract),
-    collect their files and archives into a staging folder (building, beside the rest, the
-    archives not built on the workers: ``archives`` source None), add the county and state
-    files, the maps, the web map and the manifest, and publish the release atomically.
+    collect their files and archives into a staging folder, add the county and state files,
+    the maps, the web map and the manifest, and publish the release atomically.
 
     ``plan``: None when the release was already in place (a crash after the rename).
     ``internal``: the release's internal folder (the staging folder goes there).
@@ -132,12 +129,11 @@ def publish_release(cfg: ReleaseConfig, release_id: str, plan: Optional[PublishP
     config = public_config(cfg)
 
     def stage(staging: Path) -> tuple[list[str], dict]:
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="publish-tiles") as tiler:
-            streamed = collect(staging, parts, archives, plan.job, tiler)
-            return finish_release(
-                staging, streamed, release_id, config, checks, manifest_of,
-                partial(write_all_levels, levels, interval_level=cfg.intervals.level,
-                        tile_text=partial(release_tile_text, release_id, config)))
+        streamed = collect(staging, parts, archives)
+        return finish_release(
+            staging, streamed, release_id, config, checks, manifest_of,
+            partial(write_all_levels, levels, interval_level=cfg.intervals.level,
+                    tile_text=partial(release_tile_text, release_id, config)))
 
     folder = stage_release(cfg.publish.root, release_id, stage, config=config,
                            internal_dir=internal, check_lease=check_lease)

@@ -28,7 +28,7 @@ import os
 import shutil
 import tempfile
 from collections import Counter
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -255,15 +255,11 @@ def build_tile_job(tile: TileJob, job: PartJob) -> str:
 
 
 def collect(staging: Path, results: list[PartResult],
-            archives: list[tuple[TileJob, Optional[str]]], job: PartJob,
-            tiler: ThreadPoolExecutor) -> Streamed:
-    """Every part's files and every archive (``archives``: each job and where it was built,
-    or None: not built yet) into ``staging`` (hard links where the parts share its file
-    system, else copies), and what the release's remaining files and manifest are made from,
-    as if the release had been written whole. The archives not built yet are built on
-    ``tiler`` (one thread: tippecanoe runs beside the rest of the release's files, as for a
-    release written whole); the returned tiles' future holds them. Refuses a part that
-    failed."""
+            archives: list[tuple[TileJob, str]]) -> Streamed:
+    """Every part's files and every archive (``archives``: each job and where it was built)
+    into ``staging`` (hard links where the parts share its file system, else copies), and what
+    the release's remaining files and manifest are made from, as if the release had been
+    written whole. Refuses a part that failed."""
     for r in results:
         if r.failed:
             raise PublishError(f"publish part {r.part.name} failed its output check")
@@ -274,31 +270,23 @@ def collect(staging: Path, results: list[PartResult],
             _fetch(join(r.folder, name), staging / name)
     # the CSV parts' one Table Schema: every part writes it alike; the first part's is taken
     _fetch(join(results[0].folder, CSV_SCHEMA_FILE), staging / CSV_SCHEMA_FILE)
+    for tile, source in archives:
+        _fetch(source, staging / tile.archive)
     summary = TractSummary()
     for r in results:
         summary.merge(r.summary)
     shown = [r.shown for r in results if r.shown is not None]
     suites = [s for r in results for s in r.suites]
+    if len(results) == 1 and results[0].part.states is None:
+        tiles_value = results[0].tiles
+    elif any(tile.cell is not None for tile, _ in archives):
+        tiles_value = {tile.cell: tile.archive for tile, _ in archives}
+    else:
+        tiles_value = tiles.TILES_FILE
     table = (gpd.GeoDataFrame(pd.concat(shown, ignore_index=True), crs=shown[0].crs)
              if len(shown) > 1 else shown[0])
-    if len(results) == 1 and results[0].part.states is None:
-        tiles_done = _done(results[0].tiles)
-    else:
-        tiles_done = tiler.submit(_archives_into, staging, archives, job)
     return Streamed(summary, results[0].columns, table, suites[:-1], _done(suites[-1]),
-                    tiles_done, files)
-
-
-def _archives_into(staging: Path, archives: list[tuple[TileJob, Optional[str]]],
-                   job: PartJob):
-    """Each archive in ``staging`` (built first where it was not); what the tiles' future of
-    a release written whole holds: each cell's archive by cell, or the one archive's name."""
-    for tile, source in archives:
-        _fetch(source if source is not None else build_tile_job(tile, job),
-               staging / tile.archive)
-    if any(tile.cell is not None for tile, _ in archives):
-        return {tile.cell: tile.archive for tile, _ in archives}
-    return tiles.TILES_FILE
+                    _done(tiles_value), files)
 
 
 @contextmanager
