@@ -40,9 +40,10 @@ from tasks.estimate import estimate_chunk, estimate_staged, select_chunk, select
 from tasks.ingest import list_partitions
 from tasks.ledger import LEASE_SECONDS, charge_release, complete_release, release_status
 from tasks.preflight import preflight
+from dpatlas.publication.tract_files import release_folder
 from dpatlas.publication.release_parts import (PartJob, PartResult, PublishPart, TileJob,
                                                tile_jobs)
-from tasks.publish import (already_published, plan_publish, publish_part, publish_release,
+from tasks.publish import (plan_publish, publish_part, publish_release,
                            publish_tiles, show_in_feed)
 from tasks.report import report_release
 from tasks.state import open_release, record_plan
@@ -54,7 +55,7 @@ from dpatlas.release.events import on_release_failure
 from dpatlas.release.outcome import ReleaseOutcome
 from flows.cluster import release_cluster, release_task_runner
 from flows.levels import estimate_release_levels
-from flows.worker_draws import copy_recorded, draw_on_workers, task_seed
+from flows.worker_draws import copy_recorded, draw_on_workers, draw_urls, task_seed
 
 
 def new_release_id() -> str:
@@ -273,12 +274,12 @@ def _publish_parts(cfg: ReleaseConfig, rid: str, address: Optional[str], results
     """The parts of the release written (none when it is already in place): with a staging
     location the parts read the chunks' results there and write there, else in the internal
     folder; on the release's Dask cluster (``address``) with ``runner: dask``."""
-    if already_published(cfg, rid) is not None:  # a crash after the rename: nothing to write
+    # a crash after the rename: nothing to write (publish_release checks the folder)
+    if release_folder(cfg.publish.root, rid) is not None:
         return None, [], []
     if location:
         where = staging.join(location, "publish")
-        inputs = [staging.join(location, STAGE_FOLDERS["estimate"], f"{c.name}.parquet")
-                  for c in chunks]
+        inputs = draw_urls(location, "estimate", chunks)
     else:
         where, inputs = str(internal / "publish"), None
     plan = plan_publish(cfg, rid, results, boundaries, budget, level_results, where, inputs)

@@ -27,13 +27,19 @@ def task_seed(base: Optional[int], stage: int, index: int) -> Optional[int]:
     return None if base is None else base * 1_000_003 + stage * 10_007 + index
 
 
+def draw_urls(location: str, stage: str, units: Sequence[Named]) -> list[str]:
+    """Where each unit's draw of ``stage`` is written on the workers (and read again: the
+    publish parts read the chunks' estimates there)."""
+    return [staging.join(location, STAGE_FOLDERS[stage], f"{u.name}.parquet") for u in units]
+
+
 def draw_on_workers(log: DrawLog, stage: str, units: Sequence[Named], location: str,
                     noise_seed: Optional[int], stage_index: int,
                     submit: Callable) -> list[str]:
     """Each unit's recorded draw of ``stage`` (its URL): reused when recorded, else drawn by
     ``submit(todo, outs, seeds)`` on the workers and recorded here. The draws that succeeded
     are recorded even when another failed, so a resume reuses them."""
-    urls = [staging.join(location, STAGE_FOLDERS[stage], f"{u.name}.parquet") for u in units]
+    urls = draw_urls(location, stage, units)
     seeds = [task_seed(noise_seed, stage_index, k) for k in range(len(units))]
     todo = [k for k, u in enumerate(units) if log.reuse(stage, u.name) is None]
     if not todo:  # a resume that finds every draw of this stage recorded

@@ -18,7 +18,7 @@ from dpatlas.release.manifest import build_manifest, input_commitment
 from dpatlas.publication.cell_stream import CellGroupChecks, finish_release, release_cells
 from dpatlas.publication.model_estimates import fit_summary
 from dpatlas.publication.release_parts import (PartJob, PartResult, PublishPart, TileJob,
-                                               build_tile_job, collect, is_url, model_fits,
+                                               build_tile_job, collect, model_fits,
                                                part_project, plan_parts, remove_parts,
                                                write_boundaries, write_level_rows, write_part)
 from dpatlas.publication.tiles import release_tile_text

@@ -74,11 +74,16 @@ def read_results_of(result_files: list[Path], cells: list[str],
     """The chunks' result rows of ``cells`` only (every row when ``cells`` is empty), and with
     ``geoids`` (a half-open range) of those GEOIDs only: the parquet reader skips the other
     rows. ``result_files``: paths, or URLs fsspec reads."""
-    filters = [("cell", "in", list(cells))] if cells else []
-    if geoids is not None:
-        filters += [("geoid", ">=", geoids[0]), ("geoid", "<", geoids[1])]
+    filters = ([("cell", "in", list(cells))] if cells else []) + geoid_filters(geoids)
     return pd.concat([pd.read_parquet(p, filters=filters or None) for p in result_files],
                      ignore_index=True)
+
+
+def geoid_filters(geoids: Optional[tuple[str, str]]) -> list[tuple]:
+    """A Parquet reader's filters keeping the half-open GEOID range ``geoids`` (none: all)."""
+    if geoids is None:
+        return []
+    return [("geoid", ">=", geoids[0]), ("geoid", "<", geoids[1])]
 
 
 def assembled_groups(result_files: list[Path], groups: list[list[str]],

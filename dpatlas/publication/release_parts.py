@@ -38,9 +38,11 @@ from typing import Any, Iterator, Optional
 import geopandas as gpd
 import pandas as pd
 
+from dpatlas.core.locations import join, local_path, remove_tree, url_fs
 from dpatlas.publication import tiles
 from dpatlas.publication.cell_stream import (Streamed, TractSummary, assembled_groups,
-                                             cell_groups, stream_groups, streaming_executors)
+                                             cell_groups, geoid_filters, stream_groups,
+                                             streaming_executors)
 from dpatlas.publication.cell_tiles import cell_tiles_file, per_cell
 from dpatlas.publication.model_estimates import add_model_estimates
 from dpatlas.publication.state_parts import GEOJSON_PARTS, parts_of
@@ -293,13 +295,12 @@ def collect(staging: Path, results: list[PartResult],
 def part_project(result: PartResult) -> Iterator[Path]:
     """The part's GX project (where its output checks were stored) as a local folder:
     downloaded first when the part was written to object storage."""
-    if not is_url(result.folder):
-        yield _local(result.folder) / GX_PROJECT
+    local = local_path(result.folder)
+    if local is not None:
+        yield local / GX_PROJECT
         return
-    import fsspec
-
     with tempfile.TemporaryDirectory(prefix="dpatlas-part-gx-") as tmp:
-        fs, path = fsspec.core.url_to_fs(join(result.folder, GX_PROJECT))
+        fs, path = url_fs(join(result.folder, GX_PROJECT))
         fs.get(path.rstrip("/") + "/", f"{tmp}/{GX_PROJECT}/", recursive=True)
         yield Path(tmp) / GX_PROJECT
 
@@ -326,17 +327,10 @@ def _done(value) -> Future:
 # ------------------------------------------------------------------- paths, URLs and reading
 
 
-def is_url(location: str) -> bool:
-    """Whether ``location`` names object storage (``s3://``...) rather than a local folder."""
-    return "://" in str(location) and not str(location).startswith("file://")
-
-
-def _local(location: str) -> Path:
-    return Path(str(location).removeprefix("file://"))
-
-
-def join(location: str, *names: str) -> str:
-    return "/".join([str(location).rstrip("/"), *names])
+def _readable(location: str):
+    """What a reader is given: the local path, or the URL for fsspec."""
+    local = local_path(location)
+    return location if local is None else local
 
 
 @contextmanager
@@ -344,35 +338,33 @@ def _writable_folder(location: str, name: str) -> Iterator[Path]:
     """A local folder to write ``<location>/<name>`` into: the folder itself (emptied first: a
     part interrupted before is written again), or, for object storage, a temporary folder
     uploaded when the block ends."""
-    if not is_url(location):
-        folder = _local(location) / name
+    local = local_path(location)
+    if local is not None:
+        folder = local / name
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True, mode=0o700)
         yield folder
         return
-    import fsspec
-
     with tempfile.TemporaryDirectory(prefix="dpatlas-part-") as tmp:
         yield Path(tmp)
-        fs, path = fsspec.core.url_to_fs(join(location, name))
-        if fs.exists(path):
-            fs.rm(path, recursive=True)
+        target = join(location, name)
+        remove_tree(target)
+        fs, path = url_fs(target)
         fs.put(tmp.rstrip("/") + "/", path, recursive=True)
 
 
 def _fetch(source: str, dest: Path, link=os.link) -> None:
     """``source`` (path or URL) at ``dest``: linked (``link``) when local, else copied."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    if is_url(source):
-        import fsspec
-
-        fs, path = fsspec.core.url_to_fs(source)
+    local = local_path(source)
+    if local is None:
+        fs, path = url_fs(source)
         fs.get(path, str(dest))
         return
     try:
-        link(_local(source), dest)
+        link(local, dest)
     except OSError:
-        shutil.copyfile(_local(source), dest)
+        shutil.copyfile(local, dest)
 
 
 def _symlink(source: Path, dest: Path) -> None:
@@ -380,22 +372,20 @@ def _symlink(source: Path, dest: Path) -> None:
 
 
 def _move(source: str, dest: str) -> None:
-    if not is_url(source):
-        os.replace(_local(source), _local(dest))
-        shutil.rmtree(_local(source).parent, ignore_errors=True)
+    """``source`` renamed ``dest``, and the folder it was in removed."""
+    local = local_path(source)
+    if local is not None:
+        os.replace(local, local_path(dest))
+        shutil.rmtree(local.parent, ignore_errors=True)
         return
-    import fsspec
-
-    fs, path = fsspec.core.url_to_fs(source)
-    fs.mv(path, fsspec.core.url_to_fs(dest)[1])
+    fs, path = url_fs(source)
+    fs.mv(path, url_fs(dest)[1])
     fs.rm(path.rsplit("/", 1)[0], recursive=True)
 
 
 def read_boundaries(location: str, geoids: Optional[tuple[str, str]]) -> gpd.GeoDataFrame:
     """The boundaries the flow wrote for its parts, only the GEOID range ``geoids``."""
-    filters = None if geoids is None else [("geoid", ">=", geoids[0]),
-                                           ("geoid", "<", geoids[1])]
-    return gpd.read_parquet(location if is_url(location) else _local(location), filters=filters)
+    return gpd.read_parquet(_readable(location), filters=geoid_filters(geoids) or None)
 
 
 def write_boundaries(boundaries: gpd.GeoDataFrame, location: str) -> str:
@@ -406,15 +396,14 @@ def write_boundaries(boundaries: gpd.GeoDataFrame, location: str) -> str:
 def _put_parquet(write, location: str, name: str) -> str:
     """``write(path)`` to ``<location>/<name>``: directly, or through a temporary file."""
     target = join(location, name)
-    if not is_url(location):
-        _local(location).mkdir(parents=True, exist_ok=True, mode=0o700)
-        write(_local(target))
+    local = local_path(location)
+    if local is not None:
+        local.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write(local / name)
         return target
-    import fsspec
-
     with tempfile.TemporaryDirectory(prefix="dpatlas-publish-") as tmp:
         write(Path(tmp) / name)
-        fs, path = fsspec.core.url_to_fs(target)
+        fs, path = url_fs(target)
         fs.put(str(Path(tmp) / name), path)
     return target
 
@@ -434,28 +423,23 @@ def read_level_rows(location: Optional[str], part: PublishPart) -> dict:
     """Level -> the rows of a part's states (every row for the whole release)."""
     if location is None:
         return {}
-    geoids = part.geoid_range()
-    filters = None if geoids is None else [("geoid", ">=", geoids[0]),
-                                           ("geoid", "<", geoids[1])]
-    rows = pd.read_parquet(location if is_url(location) else _local(location), filters=filters)
+    rows = pd.read_parquet(_readable(location),
+                           filters=geoid_filters(part.geoid_range()) or None)
     return {str(level): table.drop(columns="_level").reset_index(drop=True)
             for level, table in rows.groupby("_level", sort=False)}
 
 
 def remove_parts(location: str) -> None:
-    """The parts' folder, once the release is published (or refused): nothing there is
-    needed again (a part is written afresh if its release is run again)."""
-    if not is_url(location):
-        shutil.rmtree(_local(location), ignore_errors=True)
-        return
-    import fsspec
-
-    fs, path = fsspec.core.url_to_fs(location)
-    if fs.exists(path):
-        fs.rm(path, recursive=True)
+    """The parts' folder, once the release is published: nothing there is needed again (a
+    part is written afresh if its release is run again). A local folder that cannot be
+    removed is left (the release is public already; retention clears the internal folder)."""
+    try:
+        remove_tree(location)
+    except OSError:
+        pass
 
 
 __all__ = ["PART_ROWS", "PartJob", "PartResult", "PublishPart", "TileJob", "build_tile_job",
-           "collect", "is_url", "join", "model_fits", "part_project", "read_level_rows",
+           "collect", "model_fits", "part_project", "read_level_rows",
            "plan_parts", "read_boundaries", "remove_parts", "tile_jobs", "write_boundaries",
            "write_level_rows", "write_part"]

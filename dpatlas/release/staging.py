@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-import shutil
 from pathlib import Path
 from typing import Optional
 
@@ -26,6 +25,7 @@ import pyarrow.parquet as pq
 
 from dpatlas.core.errors import ReleaseRefused
 from dpatlas.core.files import write_bytes_atomic
+from dpatlas.core.locations import join, local_path, remove_tree, url_fs
 
 __all__ = ["check_staging_url", "join", "list_files", "read_bytes", "read_parquet",
            "release_location", "remove_tree", "sha256_url", "stage_files", "write_parquet"]
@@ -43,7 +43,7 @@ def check_staging_url(url: Optional[str], forbidden: dict[str, Path]) -> None:
     A relative path is the config's to resolve (dpatlas.core.config), so it is absolute here."""
     if not url:
         return
-    local = _local_path(url)
+    local = local_path(url)
     if local is None:
         _check_scheme(url)
         return
@@ -78,23 +78,6 @@ def _check_scheme(url: str) -> None:
         ) from None
 
 
-def _fs(url: str):
-    import fsspec
-
-    return fsspec.core.url_to_fs(url)
-
-
-def _local_path(url: str) -> Optional[Path]:
-    """The path of a ``file://`` URL (or a plain path); None for any other protocol."""
-    if url.startswith("file://"):
-        return Path(url[len("file://"):])
-    return None if "://" in url else Path(url)
-
-
-def join(url: str, *parts: str) -> str:
-    return "/".join([url.rstrip("/"), *parts])
-
-
 def release_location(staging_url: str, release_id: str) -> str:
     """The release's own prefix under the configured staging URL."""
     return join(staging_url, release_id)
@@ -102,11 +85,11 @@ def release_location(staging_url: str, release_id: str) -> str:
 
 def list_files(url: str) -> dict[str, int]:
     """Every file under the folder or prefix ``url`` (URL -> bytes); empty if there is none."""
-    local = _local_path(url)
+    local = local_path(url)
     if local is not None:
         return ({str(p): p.stat().st_size for p in sorted(local.rglob("*")) if p.is_file()}
                 if local.is_dir() else {})
-    fs, path = _fs(url)
+    fs, path = url_fs(url)
     if not fs.exists(path):
         return {}
     protocol = url.split("://", 1)[0]
@@ -114,34 +97,22 @@ def list_files(url: str) -> dict[str, int]:
             for name, info in sorted(fs.find(path, detail=True).items())}
 
 
-def remove_tree(url: str) -> None:
-    """Remove the folder or prefix ``url`` and everything under it (nothing if absent)."""
-    local = _local_path(url)
-    if local is not None:
-        if local.is_dir():
-            shutil.rmtree(local)
-        return
-    fs, path = _fs(url)
-    if fs.exists(path):
-        fs.rm(path, recursive=True)
-
-
 def write_bytes(url: str, data: bytes) -> None:
     """Whole or not at all: a local file is renamed into place (0600 in a 0700 folder); an
     object store's put is atomic already."""
-    local = _local_path(url)
+    local = local_path(url)
     if local is not None:
         write_bytes_atomic(local, data, private=True)
         return
-    fs, path = _fs(url)
+    fs, path = url_fs(url)
     fs.pipe_file(path, data)
 
 
 def read_bytes(url: str) -> bytes:
-    local = _local_path(url)
+    local = local_path(url)
     if local is not None:
         return local.read_bytes()
-    fs, path = _fs(url)
+    fs, path = url_fs(url)
     return fs.cat_file(path)
 
 
@@ -161,10 +132,10 @@ def write_parquet(frame: pd.DataFrame, url: str) -> str:
 def read_parquet(url: str, columns=None, filters=None) -> pd.DataFrame:
     """A Parquet file by URL, filtered while reading (only the columns, row groups and rows
     asked for)."""
-    local = _local_path(url)
+    local = local_path(url)
     if local is not None:
         return pd.read_parquet(local, columns=columns, filters=filters)
-    fs, path = _fs(url)
+    fs, path = url_fs(url)
     return pq.read_table(path, filesystem=fs, columns=columns, filters=filters).to_pandas()
 
 
