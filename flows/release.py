@@ -41,10 +41,10 @@ from tasks.ingest import list_partitions
 from tasks.ledger import LEASE_SECONDS, charge_release, complete_release, release_status
 from tasks.preflight import preflight
 from dpatlas.publication.tract_files import release_folder
-from dpatlas.publication.release_parts import (PartJob, PartResult, PublishPart, TileJob,
-                                               tile_jobs)
-from tasks.publish import (plan_publish, publish_part, publish_release,
-                           publish_tiles, show_in_feed)
+from dpatlas.publication.release_parts import (LevelJob, LevelResult, PartJob, PartResult,
+                                               PublishPart, TileJob, tile_jobs)
+from tasks.publish import (plan_publish, publish_level, publish_part,
+                           publish_release, publish_tiles, show_in_feed)
 from tasks.report import report_release
 from tasks.state import open_release, record_plan
 from tasks.validate import (bound_contributions, build_validation_docs, check_boundaries,
@@ -230,10 +230,10 @@ def release(config_path: str, release_id: Optional[str] = None,
             # workers), then committed here with the manifest (atomically, under the lease);
             # complete the ledger entry, then show the release in the feed.
             mark_root(cfg)
-            plan, parts, archives = _publish_parts(cfg, rid, address, results, boundaries,
+            plan, parts, archives, level_parts = _publish_parts(cfg, rid, address, results, boundaries,
                                                    budget, level_results, internal, location,
                                                    chunks)
-            folder = publish_release(cfg, rid, plan, parts, archives, boundaries, budget,
+            folder = publish_release(cfg, rid, plan, parts, archives, level_parts, budget,
                                      start.input_sha256, _noise_source(internal, noise_seed),
                                      start.started, internal,
                                      _ledger_entry(cfg, rid, budget, cells),
@@ -253,18 +253,21 @@ def publish_run_name(release_id: str) -> str:
 
 
 @flow(name="dpatlas-publish-parts", persist_result=False)
-def write_publish_parts(parts: list[PublishPart], job: PartJob
-                        ) -> tuple[list[PartResult], list[tuple[TileJob, str]]]:
-    """Every part's tract files, then every tract archive from the parts' features, each a
-    task on the flow's task runner (the Dask workers with ``runner: dask``); nothing is
-    published here (the release flow commits them). No archive is built once a part failed
-    its output check: the release is refused."""
+def write_publish_parts(parts: list[PublishPart], job: PartJob, levels: list[LevelJob]
+                        ) -> tuple[list[PartResult], list[tuple[TileJob, str]],
+                                   list[LevelResult]]:
+    """Every part's tract files and every level's files (side by side), then every tract
+    archive from the parts' features, each a task on the flow's task runner (the Dask workers
+    with ``runner: dask``); nothing is published here (the release flow commits them). No
+    archive is built once a part failed its output check: the release is refused."""
+    level_futures = publish_level.map(levels, unmapped(job)) if levels else None
     results = publish_part.map(parts, unmapped(job)).result()
+    level_results = level_futures.result() if level_futures is not None else []
     if any(r.failed for r in results):
-        return results, []
+        return results, [], level_results
     tiles = tile_jobs(results, list(job.cells))
     built = publish_tiles.map(tiles, unmapped(job)).result() if tiles else []
-    return results, list(zip(tiles, built))
+    return results, list(zip(tiles, built)), level_results
 
 
 def _publish_parts(cfg: ReleaseConfig, rid: str, address: Optional[str], results: list[Path],
@@ -276,7 +279,7 @@ def _publish_parts(cfg: ReleaseConfig, rid: str, address: Optional[str], results
     folder; on the release's Dask cluster (``address``) with ``runner: dask``."""
     # a crash after the rename: nothing to write (publish_release checks the folder)
     if release_folder(cfg.publish.root, rid) is not None:
-        return None, [], []
+        return None, [], [], []
     if location:
         where = staging.join(location, "publish")
         inputs = draw_urls(location, "estimate", chunks)
@@ -285,8 +288,8 @@ def _publish_parts(cfg: ReleaseConfig, rid: str, address: Optional[str], results
     plan = plan_publish(cfg, rid, results, boundaries, budget, level_results, where, inputs)
     stage = write_publish_parts.with_options(task_runner=release_task_runner(cfg, address),
                                              flow_run_name=publish_run_name(rid))
-    parts, archives = stage(plan.parts, plan.job)
-    return plan, parts, archives
+    parts, archives, levels = stage(plan.parts, plan.job, plan.level_jobs)
+    return plan, parts, archives, levels
 
 
 def _needed_draws(chunks: list[Chunk], sizes, budget) -> set[tuple[str, str]]:

@@ -17,12 +17,13 @@ from dpatlas.publication.feed import update_feed
 from dpatlas.release.manifest import build_manifest, input_commitment
 from dpatlas.publication.cell_stream import CellGroupChecks, finish_release, release_cells
 from dpatlas.publication.model_estimates import fit_summary
-from dpatlas.publication.release_parts import (PartJob, PartResult, PublishPart, TileJob,
-                                               build_tile_job, collect, model_fits,
+from dpatlas.publication.release_parts import (LevelJob, LevelResult, PartJob, PartResult,
+                                               PublishPart, TileJob, build_tile_job, collect,
+                                               collect_levels, level_jobs, model_fits,
                                                part_project, plan_parts, remove_parts,
-                                               write_boundaries, write_level_rows, write_part)
-from dpatlas.publication.tiles import release_tile_text
-from dpatlas.publication.level_files import assemble_level, unit_of, write_all_levels
+                                               write_boundaries, write_level_part,
+                                               write_level_rows, write_part)
+from dpatlas.publication.level_files import assemble_level
 from dpatlas.publication.tract_files import (PublishError, release_folder, stage_release,
                                              standard_error_maximum, verify_release)
 from dpatlas.release.outcome import format_counts
@@ -40,6 +41,7 @@ class PublishPlan:
     levels: dict
     parts: list[PublishPart]
     job: PartJob
+    level_jobs: list[LevelJob]
 
 
 def plan_publish(cfg: ReleaseConfig, release_id: str, result_files: list[Path],
@@ -60,7 +62,8 @@ def plan_publish(cfg: ReleaseConfig, release_id: str, result_files: list[Path],
                   model_steps=(tuple(s.as_dict() for s in budget.steps)
                                if cfg.small_area.model else None),
                   standard_error_max=standard_error_maximum())
-    return PublishPlan(cells, levels, plan_parts(cells, boundaries["geoid"]), job)
+    return PublishPlan(cells, levels, plan_parts(cells, boundaries["geoid"]), job,
+                       level_jobs(levels, boundaries["geoid"], location))
 
 
 @task(name="publish-part", task_run_name="publish-part-{part.name}", **TASK_OPTIONS)
@@ -75,6 +78,13 @@ def publish_part(part: PublishPart, job: PartJob) -> PartResult:
     log.info("part %s: %d rows in %d file(s)%s", part.name, result.summary.rows,
              len(result.files), " (an output check failed)" if result.failed else "")
     return result
+
+
+@task(name="publish-level", task_run_name="publish-level-{level.level}", **TASK_OPTIONS)
+def publish_level(level: LevelJob, job: PartJob) -> LevelResult:
+    """One level's files (``counties.*``, ``states.*``, their tiles), checked against its
+    contract, written where the flow collects them."""
+    return write_level_part(level, job)
 
 
 @task(name="cell-tiles", task_run_name="cell-tiles-{tile.name}", **TASK_OPTIONS)
@@ -95,13 +105,14 @@ def already_published(cfg: ReleaseConfig, release_id: str) -> Optional[Path]:
 @task(name="publish", **RETRY_IO)
 def publish_release(cfg: ReleaseConfig, release_id: str, plan: Optional[PublishPlan],
                     parts: list[PartResult], archives: list[tuple[TileJob, str]],
-                    boundaries: gpd.GeoDataFrame, budget: BudgetPlan, input_sha256: str,
+                    level_parts: list[LevelResult], budget: BudgetPlan, input_sha256: str,
                     random_source: str | Mapping[str, int], started: str, internal: Path,
                     ledger_entry: dict, input_facts: dict,
                     check_lease: Optional[Callable[[], None]] = None) -> Path:
-    """Commit the parts: record their output checks (refused if one broke the contract),
-    collect their files and archives into a staging folder, add the county and state files,
-    the maps, the web map and the manifest, and publish the release atomically.
+    """Commit the parts: record their output checks and the level files' (refused if one
+    broke its contract), collect their files, archives and the county and state files into a
+    staging folder, add the maps, the web map and the manifest, and publish the release
+    atomically.
 
     ``plan``: None when the release was already in place (a crash after the rename).
     ``internal``: the release's internal folder (the staging folder goes there).
@@ -111,7 +122,7 @@ def publish_release(cfg: ReleaseConfig, release_id: str, plan: Optional[PublishP
     if final is not None:
         get_run_logger().info("release %s is already in place at %s; checked", release_id, final)
         return final
-    _record_part_checks(parts, internal)
+    _record_part_checks(parts, level_parts, internal)
     levels = plan.levels
     fits = model_fits(parts) if cfg.small_area.model else None
     commitment = input_commitment(input_sha256, internal)
@@ -123,17 +134,21 @@ def publish_release(cfg: ReleaseConfig, release_id: str, plan: Optional[PublishP
         counts.update(manifest["counts"])
         return manifest
 
-    checks = CellGroupChecks(
-        group=_never, finish=partial(_check_output_contracts,
-                                     _level_rows_to_check(levels, boundaries), cfg, internal))
+    level_suites = {r.job.level: r.check[1].suite for r in level_parts}
+
+    def finish(tract_suites: list[str]) -> dict:  # the checks ran in the parts: the Data Docs
+        contract = _check_output_contracts({}, cfg, internal, tract_suites)
+        if level_suites:
+            contract["output_contract"]["level_suites"] = level_suites
+        return contract
+
+    checks = CellGroupChecks(group=_never, finish=finish)
     config = public_config(cfg)
 
     def stage(staging: Path) -> tuple[list[str], dict]:
         streamed = collect(staging, parts, archives)
-        return finish_release(
-            staging, streamed, release_id, config, checks, manifest_of,
-            partial(write_all_levels, levels, interval_level=cfg.intervals.level,
-                    tile_text=partial(release_tile_text, release_id, config)))
+        return finish_release(staging, streamed, release_id, config, checks, manifest_of,
+                              partial(collect_levels, results=level_parts))
 
     folder = stage_release(cfg.publish.root, release_id, stage, config=config,
                            internal_dir=internal, check_lease=check_lease)
@@ -147,9 +162,11 @@ def _never(rows, index, count) -> str:  # the parts checked every group of tract
     raise AssertionError("a committed release's tract groups were checked in their parts")
 
 
-def _record_part_checks(parts: list[PartResult], internal: Path) -> None:
-    """Every part's output checks in the release's report and Data Docs (their GX runs copied
-    into its project); a broken contract refuses the release, saying what broke."""
+def _record_part_checks(parts: list[PartResult], level_parts: list[LevelResult],
+                        internal: Path) -> None:
+    """Every part's output checks and every level's in the release's report and Data Docs
+    (their GX runs copied into its project); a broken contract refuses the release, saying
+    what broke."""
     from data_contracts import ReleaseDocs, import_release_runs
 
     release = ReleaseDocs.in_folder(internal)
@@ -159,24 +176,22 @@ def _record_part_checks(parts: list[PartResult], internal: Path) -> None:
             asset += f" (states {', '.join(part.part.states)})"
         for run, check in part.checks:
             record_run(internal, run, asset, check)
-        with part_project(part) as project:
+    for level in level_parts:
+        record_run(internal, level.check[0],
+                   f"the release's {level.job.level} table, as it would be published",
+                   level.check[1])
+    for written in [*parts, *level_parts]:
+        with part_project(written) as project:
             import_release_runs(ReleaseDocs(project, project.parent / ".gx-docs"), release)
-    broken = [check for part in parts for _, check in part.checks if not check.success]
+    broken = [("release table", check) for part in parts for _, check in part.checks
+              if not check.success]
+    broken += [(f"{level.job.level} table", level.check[1]) for level in level_parts
+               if not level.check[1].success]
     if broken:
         write_release_docs(internal)  # the refused check in the Data Docs site
-        raise PublishError("the release table breaks its output contract; nothing was "
-                           f"published:\n{broken[0].summary()}")
-
-
-def _level_rows_to_check(levels: dict, boundaries: gpd.GeoDataFrame) -> dict:
-    """What the output checks of the county and state tables read, taken apart from the
-    frames the writers read (pandas may consolidate a frame's blocks in place while reading
-    it: no frame is shared with a thread that writes): level -> the table's rows without
-    geometry and the boundaries' units at that level. (The tract table's groups are checked
-    as they are written: :func:`_check_tract_group`.)"""
-    geoids = list(boundaries["geoid"])
-    return {level: (pd.DataFrame(t.drop(columns="geometry")), list(unit_of(geoids, level)))
-            for level, t in levels.items()}
+        name, check = broken[0]
+        raise PublishError(f"the {name} breaks its output contract; nothing was "
+                           f"published:\n{check.summary()}")
 
 
 def _check_output_contracts(rows: dict, cfg: ReleaseConfig, internal: Path,

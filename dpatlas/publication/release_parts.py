@@ -292,9 +292,9 @@ def collect(staging: Path, results: list[PartResult],
 
 
 @contextmanager
-def part_project(result: PartResult) -> Iterator[Path]:
-    """The part's GX project (where its output checks were stored) as a local folder:
-    downloaded first when the part was written to object storage."""
+def part_project(result: "PartResult | LevelResult") -> Iterator[Path]:
+    """The GX project of a part or a level's files (where its output checks were stored) as a
+    local folder: downloaded first when it was written to object storage."""
     local = local_path(result.folder)
     if local is not None:
         yield local / GX_PROJECT
@@ -439,7 +439,74 @@ def remove_parts(location: str) -> None:
         pass
 
 
-__all__ = ["PART_ROWS", "PartJob", "PartResult", "PublishPart", "TileJob", "build_tile_job",
-           "collect", "model_fits", "part_project", "read_level_rows",
-           "plan_parts", "read_boundaries", "remove_parts", "tile_jobs", "write_boundaries",
-           "write_level_rows", "write_part"]
+
+# ------------------------------------------------------------------- the county and state files
+
+
+@dataclass(frozen=True)
+class LevelJob:
+    """One level's files (``counties.*`` or ``states.*``) to write from its table (``table``:
+    a GeoParquet, path or URL, written by the flow) and checked against its contract, with
+    every unit of the boundaries (``units``) in it."""
+    level: str
+    table: str
+    units: tuple[str, ...]
+
+
+@dataclass
+class LevelResult:
+    """A level's files (named as the release names them, in ``folder``) and its check (run
+    name, result)."""
+    job: LevelJob
+    folder: str
+    files: list[str]
+    check: tuple[str, Any]
+
+
+def level_jobs(levels: dict, geoids, location: str) -> list[LevelJob]:
+    """The levels' tables written where their tasks read them, one job per level."""
+    from dpatlas.publication.level_files import unit_of
+
+    return [LevelJob(level, _put_parquet(partial(table.to_parquet, index=False), location,
+                                         f"level-{level}.parquet"),
+                     tuple(unit_of(list(geoids), level)))
+            for level, table in levels.items()]
+
+
+def write_level_part(level: LevelJob, job: PartJob) -> LevelResult:
+    """One level's files and tiles into ``<location>/level-<level>/``, and its table checked
+    against its contract there (in a GX project of its own, as a part's tract rows)."""
+    from data_contracts import ReleaseDocs, validate_published_level
+
+    from dpatlas.publication.level_files import write_level_files
+
+    interval_level = (job.config.get("intervals") or {}).get("level", 0.95)
+    with _writable_folder(job.location, f"level-{level.level}") as folder:
+        local = local_path(level.table)
+        table = gpd.read_parquet(level.table if local is None else local)
+        files = write_level_files(table, folder, level.level, interval_level,
+                                  partial(tiles.release_tile_text, job.release_id, job.config))
+        run = f"published-{level.level}"
+        check = validate_published_level(
+            pd.DataFrame(table.drop(columns="geometry")), level.level,
+            boundary_units=list(level.units), standard_error_max=job.standard_error_max,
+            release=ReleaseDocs(folder / GX_PROJECT, folder / ".gx-docs"), run_name=run)
+    return LevelResult(level, join(job.location, f"level-{level.level}"), files,
+                       (run, replace(check, validation_result=None)))
+
+
+def collect_levels(staging: Path, results: list["LevelResult"]) -> list[str]:
+    """Every level's files into ``staging``; their names."""
+    names = []
+    for r in results:
+        for name in r.files:
+            _fetch(join(r.folder, name), staging / name)
+            names.append(name)
+    return names
+
+
+__all__ = ["LevelJob", "LevelResult", "PART_ROWS", "PartJob", "PartResult", "PublishPart",
+           "TileJob", "build_tile_job", "collect", "collect_levels", "join",
+           "level_jobs", "model_fits", "part_project", "plan_parts", "read_boundaries",
+           "read_level_rows", "remove_parts", "tile_jobs", "write_boundaries",
+           "write_level_part", "write_level_rows", "write_part"]

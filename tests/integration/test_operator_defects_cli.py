@@ -389,8 +389,8 @@ def test_d12_a_full_disk_names_the_stage_the_path_and_the_rerun(tmp_path, monkey
         raise OSError(errno.ENOSPC, "No space left on device")
 
     def flow(config, rid, seed):  # the publish stage runs into the full disk
-        publish.publish_release.fn(load_config(config), rid, None, [], [], None, None, "",
-                                   "", "", tmp_path / "out-internal" / rid, {}, {})
+        publish.publish_release.fn(load_config(config), rid, None, [], [], [], None, "", "",
+                                   "", tmp_path / "out-internal" / rid, {}, {})
 
     monkeypatch.setattr(publish, "release_folder", full_disk)
     monkeypatch.setattr(flows.release, "release", flow)
