@@ -451,6 +451,32 @@ def test_a_broken_output_contract_publishes_nothing(small_state, tmp_path, monke
     assert runs == ["input-17", "published"]
 
 
+def test_a_county_table_breaking_its_contract_publishes_nothing(small_state, tmp_path,
+                                                                 monkeypatch):
+    """The county and state files are written and checked in a task of their own (issue 35,
+    item 1: on the workers with runner dask): a county table that breaks its contract refuses
+    the release with its check's message, nothing is visible, and the refused run is in the
+    release's Data Docs beside the tract table's."""
+    import data_contracts
+
+    checked = data_contracts.validate_published_level
+
+    def strict(table, level, **kwargs):  # every county standard error is over this cap
+        if level == "county":
+            kwargs["standard_error_max"] = 1e-9
+        return checked(table, level, **kwargs)
+
+    monkeypatch.setattr(data_contracts, "validate_published_level", strict)
+    config = make_config(tmp_path, small_state, levels=["tract", "county", "state"])
+    with pytest.raises(Exception, match="the county table breaks its output contract; "
+                                        "nothing was published"):
+        run(config, "broken-county")
+    assert not os.path.lexists(tmp_path / "releases" / "broken-county")
+    docs = tmp_path / "internal" / "broken-county" / "data_docs" / "validations"
+    runs = sorted(p.name for p in docs.glob("*/*"))
+    assert "published-county" in runs and "published" in runs, runs
+
+
 def test_estimand_is_stated_in_the_manifest_and_the_schema(published):
     """Issue 32: one estimand, the tract expected outcome, for every value, interval and SE,
     stated once in the manifest and by every such column of the manifest and the schema."""

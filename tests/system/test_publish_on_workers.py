@@ -1,6 +1,6 @@
 """Publishing on the workers (issue 35, item 1): a two-state, two-cell release on a Dask cluster
-of separate processes (`dask scheduler`, two `dask worker`) writes its publish parts and its
-cell archives in the worker processes, reading their inputs from a file:// staging URL, and
+of separate processes (`dask scheduler`, two `dask worker`) writes its publish parts, its
+county and state files and its cell archives in the worker processes, reading their inputs from a file:// staging URL, and
 the flow only commits them; the files equal the local runner's, read back part by part."""
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ def test_a_release_publishes_on_the_workers_and_equals_the_local_runners(tmp_pat
     assert len(cells) == 2
     logs = "".join(log.read_text() for log in cluster.worker_logs)
     for name in [*(f"publish-part-states-{s}" for s in STATES),
-                 *(f"cell-tiles-{c}" for c in cells)]:
+                 *(f"cell-tiles-{c}" for c in cells),
+                 "publish-level-county", "publish-level-state"]:
         assert f"Task run '{name}' - Finished in state Completed()" in logs, logs[-3000:]
     # nothing of the parts is left behind once the release is committed
     assert not (shared / "w1" / "publish").exists()
