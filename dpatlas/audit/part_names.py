@@ -7,30 +7,44 @@ import re
 from pathlib import Path
 
 
-# A part's folder, its file, the single file the parts replace.
-KINDS = (("tracts", "part-0.parquet", "tracts.parquet"), ("tracts-csv", "tracts.csv", "tracts.csv"),
-         ("tracts-geojson", "tracts.geojson", "tracts.geojson"))
+# A part's folder, its file's pattern, the single file the parts replace. A state's GeoParquet
+# may be several files, part-0.parquet, part-1.parquet ... (a state written by several publish
+# tasks, each some of its cells); its CSV and GeoJSON are one file each.
+KINDS = (("tracts", r"part-[0-9]+\.parquet", "tracts.parquet"),
+         ("tracts-csv", r"tracts\.csv", "tracts.csv"),
+         ("tracts-geojson", r"tracts\.geojson", "tracts.geojson"))
 PART_NAME = re.compile(r"^(tracts|tracts-csv|tracts-geojson)/state=([0-9]{2})/"
-                       r"(part-0\.parquet|tracts\.csv|tracts\.geojson)$")
+                       r"(part-([0-9]+)\.parquet|tracts\.csv|tracts\.geojson)$")
 PARTS_FOLDERS = tuple(folder for folder, _, _ in KINDS)
 
 
 def is_part(name) -> bool:
     """A name of a part's form whose file is its folder's (``tracts-csv/.../tracts.csv``)."""
     match = PART_NAME.match(name) if isinstance(name, str) else None
-    return match is not None and (match.group(1), match.group(3)) in {
-        (folder, file) for folder, file, _ in KINDS}
+    return match is not None and any(
+        match.group(1) == folder and re.fullmatch(file, match.group(3))
+        for folder, file, _ in KINDS)
 
 
-def listed_parts(m: dict) -> dict[str, dict[str, str]]:
-    """{state: {joined file: the part's name in the manifest}} of the parts listed."""
-    parts: dict[str, dict[str, str]] = {}
+def listed_parts(m: dict) -> dict[str, dict[str, list[str]]]:
+    """{state: {joined file: the parts' names in the manifest, in piece order}} of the parts
+    listed."""
+    parts: dict[str, dict[str, list[str]]] = {}
     joined = {folder: single for folder, _, single in KINDS}
-    for name in (m.get("files") or {}):
-        if is_part(name):
-            match = PART_NAME.match(name)
-            parts.setdefault(match.group(2), {})[joined[match.group(1)]] = name
+    for name in sorted((n for n in (m.get("files") or {}) if is_part(n)), key=_piece):
+        match = PART_NAME.match(name)
+        parts.setdefault(match.group(2), {}).setdefault(joined[match.group(1)], []).append(name)
     return parts
+
+
+def _piece(name: str) -> tuple[str, str, int]:
+    match = PART_NAME.match(name)
+    return match.group(1), match.group(2), int(match.group(4) or 0)
+
+
+def piece_numbers(names: list[str]) -> list[int]:
+    """The piece numbers of a state's GeoParquet parts (``part-<k>.parquet``), in order."""
+    return [_piece(name)[2] for name in names]
 
 
 def unlisted_parts(folder: Path, files: dict) -> list[str]:

@@ -1,6 +1,6 @@
 """Tract files partitioned by state (issue 35, item 2): a release spanning several states
-publishes ``tracts/state=XX/part-0.parquet``, ``tracts-csv/state=XX/tracts.csv`` and
-``tracts-geojson/state=XX/tracts.geojson`` per state instead of the three single files.
+publishes ``tracts/state=XX/part-<k>.parquet`` (one or more), ``tracts-csv/state=XX/tracts.csv``
+and ``tracts-geojson/state=XX/tracts.geojson`` per state instead of the three single files.
 
 The files check hashes every part like any file (:func:`is_part`, :func:`unlisted_parts`);
 :func:`check_parts` checks that each state has its three parts, that every row of a part is of
@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from .base import MANIFEST, Mismatch
 from .files import _sha256, readable
-from .part_names import KINDS, is_part, listed_parts
+from .part_names import KINDS, is_part, listed_parts, piece_numbers
 
 def check_parts(folder: Path, m: dict) -> str:
     parts = listed_parts(m)
@@ -41,31 +41,32 @@ def check_parts(folder: Path, m: dict) -> str:
         missing = sorted({single for _, _, single in KINDS} - set(files))
         if missing:
             problems.append(f"state {state} has no part of {', '.join(missing)}")
-        if "tracts.parquet" not in files:
-            continue
-        part = files["tracts.parquet"]
-        try:
-            table = pq.read_table(readable(folder / part),
-                                  columns=["geoid", "state"])
-            geo = json.loads((table.schema.metadata or {}).get(b"geo", b"null"))
-        except (OSError, ValueError, pa.ArrowException) as err:
-            problems.append(f"{part} cannot be read: {err}")
-            continue
-        rows += table.num_rows
-        others = {str(g)[:2] for g in table.column("geoid").unique().to_pylist()} | {
-            str(s) for s in table.column("state").unique().to_pylist()}
-        if others - {state}:
-            problems.append(f"{part} holds rows of states "
-                            f"{sorted(others - {state})}")
-        if not isinstance(geo, dict):
-            problems.append(f"{part} has no GeoParquet metadata")
-            continue
-        agreed = _collection_keys(geo)
-        if geo_seen is None:
-            geo_seen = agreed
-        elif agreed != geo_seen:
-            problems.append(f"{part}: its GeoParquet metadata (version, "
-                            "columns, encoding, CRS) differ from the other parts'")
+        pieces = piece_numbers(files.get("tracts.parquet", []))
+        if pieces != list(range(len(pieces))):
+            problems.append(f"state {state}'s GeoParquet parts are numbered {pieces}, not "
+                            "0, 1, ... without a gap")
+        for part in files.get("tracts.parquet", []):
+            try:
+                table = pq.read_table(readable(folder / part), columns=["geoid", "state"])
+                geo = json.loads((table.schema.metadata or {}).get(b"geo", b"null"))
+            except (OSError, ValueError, pa.ArrowException) as err:
+                problems.append(f"{part} cannot be read: {err}")
+                continue
+            rows += table.num_rows
+            others = {str(g)[:2] for g in table.column("geoid").unique().to_pylist()} | {
+                str(s) for s in table.column("state").unique().to_pylist()}
+            if others - {state}:
+                problems.append(f"{part} holds rows of states "
+                                f"{sorted(others - {state})}")
+            if not isinstance(geo, dict):
+                problems.append(f"{part} has no GeoParquet metadata")
+                continue
+            agreed = _collection_keys(geo)
+            if geo_seen is None:
+                geo_seen = agreed
+            elif agreed != geo_seen:
+                problems.append(f"{part}: its GeoParquet metadata (version, "
+                                "columns, encoding, CRS) differ from the other parts'")
     if problems:
         raise Mismatch("; ".join(problems))
     return (f"{len(parts)} states' parts (parquet, csv, geojson), {rows:,} rows, each of its "
@@ -99,8 +100,8 @@ def joined_view(folder: Path, m: dict):
                     os.link(folder / name, view / name)
                 except OSError:
                     shutil.copyfile(folder / name, view / name)
-        by_kind = {single: [readable(folder / parts[s][single]) for s in sorted(parts)
-                            if single in parts[s]] for _, _, single in KINDS}
+        by_kind = {single: [readable(folder / name) for s in sorted(parts)
+                            for name in parts[s].get(single, [])] for _, _, single in KINDS}
         _join_parquet(by_kind["tracts.parquet"], view / "tracts.parquet")
         _join_csv(by_kind["tracts.csv"], view / "tracts.csv")
         _join_geojson(by_kind["tracts.geojson"], view / "tracts.geojson")

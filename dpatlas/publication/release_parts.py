@@ -44,14 +44,17 @@ from dpatlas.publication.cell_stream import (Streamed, TractSummary, assembled_g
                                              cell_groups, geoid_filters, stream_groups,
                                              streaming_executors)
 from dpatlas.publication.cell_tiles import cell_tiles_file, per_cell
+from dpatlas.publication.geojson import FEATURE_COLLECTION_TAIL
 from dpatlas.publication.model_estimates import add_model_estimates
-from dpatlas.publication.state_parts import GEOJSON_PARTS, parts_of
+from dpatlas.publication.state_parts import GEOJSON_PARTS, parts_of, piece_name
 from dpatlas.publication.tract_files import CSV_SCHEMA_FILE, PublishError
 
 # Tract-cells per part of a release of several states (whole states, consecutive in GEOID
 # order): a part's output check costs about a second of GX whatever its size, so a one-cell
 # national release (74,000 tracts) is 4 parts rather than 51, while at 42 cells nearly every
-# state is a part of its own (the largest, California, bounds how far publishing spreads).
+# state is a part of its own, and a state larger than a part at its number of cells (California
+# at 42: 338,000 tract-cells) is cut into parts of some of its cells each, so that no one task
+# bounds how far publishing spreads.
 PART_ROWS = 20_000
 WHOLE = "all"  # the one part of a release of one state
 GX_PROJECT = ".gx"  # a part's GX project, in its folder (never collected into the release)
@@ -66,6 +69,9 @@ class PublishPart:
     states: Optional[tuple[str, ...]]
     groups: tuple[tuple[str, ...], ...]
     run: str = "published"  # its output checks' run name (``-<k>-of-<n>`` per group added)
+    # the part's place among its state's (a state cut by cells): its GeoParquet is published
+    # as ``part-<piece>.parquet``; its CSV and GeoJSON are joined with the others' in order
+    piece: int = 0
 
     def geoid_range(self) -> Optional[tuple[str, str]]:
         """The GEOIDs of its states as a half-open range (states are consecutive)."""
@@ -79,20 +85,38 @@ def plan_parts(cells: list[str], geoids) -> list[PublishPart]:
     per_state = Counter(str(g)[:2] for g in geoids)
     if len(per_state) <= 1:
         return [PublishPart(WHOLE, None, _groups(cells, len(geoids)))]
-    packed: list[list[str]] = [[]]
+    # (states, their cells, piece or None): consecutive states packed together, and a state
+    # too large for one part cut by its cells (piece k: its k-th group of cells)
+    packed: list[tuple[list[str], list[str], Optional[int]]] = [([], cells, None)]
     rows = 0
     for state in sorted(per_state):
         size = per_state[state] * max(1, len(cells))
-        if packed[-1] and rows + size > PART_ROWS:
-            packed.append([])
+        if size > PART_ROWS and len(cells) > 1:
+            step = max(1, PART_ROWS // per_state[state])
+            packed += [([state], cells[i:i + step], i // step)
+                       for i in range(0, len(cells), step)]
+            packed.append(([], cells, None))
             rows = 0
-        packed[-1].append(state)
+            continue
+        if packed[-1][0] and rows + size > PART_ROWS:
+            packed.append(([], cells, None))
+            rows = 0
+        packed[-1][0].append(state)
         rows += size
-    names = [f"states-{p[0]}" + (f"-{p[-1]}" if len(p) > 1 else "") for p in packed]
+    packed = [p for p in packed if p[0]]
     # one part: its checks are the release's ("published"), as for a release written whole
-    return [PublishPart(name, tuple(p), _groups(cells, sum(per_state[s] for s in p)),
-                        "published" if len(packed) == 1 else f"published-{name}")
-            for name, p in zip(names, packed)]
+    return [PublishPart(name, tuple(states), _groups(some, sum(per_state[s] for s in states)),
+                        "published" if len(packed) == 1 else f"published-{name}", piece or 0)
+            for name, (states, some, piece) in zip(map(_part_name, packed), packed)]
+
+
+def _part_name(packed: tuple[list[str], list[str], Optional[int]]) -> str:
+    """``states-01-05`` (its first and last states), or ``states-06-cells-<k>`` (the k-th
+    part, from 1, of a state cut by its cells)."""
+    states, _, piece = packed
+    if piece is not None:
+        return f"states-{states[0]}-cells-{piece + 1}"
+    return f"states-{states[0]}" + (f"-{states[-1]}" if len(states) > 1 else "")
 
 
 def _groups(cells: list[str], tracts: int) -> tuple[tuple[str, ...], ...]:
@@ -170,9 +194,19 @@ def write_part(part: PublishPart, job: PartJob) -> PartResult:
             result.tiles = built
         elif built is not None:  # several cells: the builder wrote each cell's features
             result.features = streamed.tiles.features()
-        result.files, result.summary = streamed.files, streamed.summary
+        result.files = [_as_piece(folder, name, part.piece) for name in streamed.files]
+        result.summary = streamed.summary
         result.columns, result.shown = streamed.columns, streamed.shown
         return result
+
+
+def _as_piece(folder: Path, name: str, piece: int) -> str:
+    """A written file's name as published: a GeoParquet part renamed ``part-<piece>.parquet``
+    (the part is its state's piece-th)."""
+    published = piece_name(name, piece)
+    if published != name:
+        os.replace(folder / name, folder / published)
+    return published
 
 
 def _with_model(level_rows: dict, steps: list[dict], fits: list[dict],
@@ -225,7 +259,8 @@ def tile_jobs(results: list[PartResult], cells: list[str]) -> list[TileJob]:
         return []
     if per_cell(cells):
         return [TileJob(cell_tiles_file(cell), cell,
-                        tuple((r.part.name, join(r.folder, r.features[cell])) for r in results))
+                        tuple((r.part.name, join(r.folder, r.features[cell])) for r in results
+                              if cell in r.features))  # a state cut by cells: in one of its parts
                 for cell in cells]
     return [TileJob(tiles.TILES_FILE, None,
                     tuple((f"{r.part.name}-{i}", join(r.folder, name)) for r in results
@@ -266,10 +301,17 @@ def collect(staging: Path, results: list[PartResult],
         if r.failed:
             raise PublishError(f"publish part {r.part.name} failed its output check")
     files: list[str] = []
+    # a state cut by its cells: its CSV and GeoJSON are in each of its parts, joined here
+    # (the first copied, not linked, as the others are appended to it)
+    joined = {name for name, n in Counter(f for r in results for f in r.files).items() if n > 1}
     for r in results:
-        files += r.files
         for name in [*r.files, *_tiles_of(r)]:
-            _fetch(join(r.folder, name), staging / name)
+            if name in files:
+                _append_piece(join(r.folder, name), staging / name)
+                continue
+            _fetch(join(r.folder, name), staging / name,
+                   link=shutil.copyfile if name in joined else os.link)
+        files += [name for name in r.files if name not in files]
     # the CSV parts' one Table Schema: every part writes it alike; the first part's is taken
     _fetch(join(results[0].folder, CSV_SCHEMA_FILE), staging / CSV_SCHEMA_FILE)
     for tile, source in archives:
@@ -365,6 +407,57 @@ def _fetch(source: str, dest: Path, link=os.link) -> None:
         link(local, dest)
     except OSError:
         shutil.copyfile(local, dest)
+
+
+def _append_piece(source: str, dest: Path) -> None:
+    """A later part's CSV or GeoJSON of a state appended to the state's file (``dest``), so
+    that the state's file reads as if one part had written it: the CSV without its header,
+    the GeoJSON's features after a comma (both parts' FeatureCollections open alike: every
+    group of cells holds every boundary tract of the state, so their ``bbox`` is the same)."""
+    with tempfile.TemporaryDirectory(prefix="dpatlas-piece-") as tmp:
+        piece = Path(tmp) / dest.name
+        _fetch(source, piece, link=_symlink)
+        if dest.suffix == ".csv":
+            _append_csv(piece, dest)
+        else:
+            _append_features(piece, dest)
+
+
+def _append_csv(piece: Path, state_file: Path) -> None:
+    """The rows of ``piece`` (a CSV with the same header) appended to ``state_file``."""
+    with open(piece, "rb") as source, open(state_file, "ab") as out:
+        source.readline()  # the header, which the state's file has
+        shutil.copyfileobj(source, out, _COPY_BYTES)
+
+
+def _append_features(piece: Path, state_file: Path) -> None:
+    """The features of ``piece`` (a FeatureCollection opening as ``state_file``'s) appended
+    to ``state_file``'s: its text without its head, after a comma, before the tail."""
+    tail = FEATURE_COLLECTION_TAIL.encode()
+    with open(state_file, "rb") as fh:
+        head = fh.read(_HEAD_BYTES)
+    head = head[:head.index(b'"features":[') + len(b'"features":[')]
+    with open(piece, "rb") as source, open(state_file, "r+b") as out:
+        if source.read(len(head)) != head:
+            raise PublishError(f"{piece}: a part's GeoJSON of a state opens unlike the "
+                               "state's other part (a bug); nothing was published")
+        out.seek(-len(tail), os.SEEK_END)
+        if out.read() != tail:
+            raise PublishError(f"{state_file} does not end as a FeatureCollection (a bug)")
+        size = os.fstat(source.fileno()).st_size - len(head) - len(tail)
+        out.seek(-len(tail), os.SEEK_END)
+        if size > 0:
+            out.write(b"," if out.tell() > len(head) else b"")
+            while size > 0:
+                block = source.read(min(_COPY_BYTES, size))
+                out.write(block)
+                size -= len(block)
+        out.write(tail)
+        out.truncate()
+
+
+_COPY_BYTES = 1 << 20
+_HEAD_BYTES = 4096  # a FeatureCollection's head: its type and bbox
 
 
 def _symlink(source: Path, dest: Path) -> None:

@@ -2,7 +2,10 @@
 one state publishes, instead of ``tracts.parquet``, ``tracts.csv`` and ``tracts.geojson``, one
 of each per state (XX: the state's FIPS code): ``tracts/state=XX/part-0.parquet``,
 ``tracts-csv/state=XX/tracts.csv`` and ``tracts-geojson/state=XX/tracts.geojson``, so a user who
-wants one state downloads that state's files. A one-state release keeps its single files.
+wants one state downloads that state's files. A one-state release keeps its single files. A
+state whose rows were written by several publish tasks (dpatlas.publication.release_parts: a
+large state at many cells) has several GeoParquet files, ``part-0.parquet``, ``part-1.parquet``
+..., each some of its cells; its CSV and GeoJSON are still one file each.
 Each format has a folder of its own so that ``tracts/`` holds Parquet files only: a Parquet
 dataset reader (pandas, pyarrow, DuckDB) given a folder reads every file in it.
 
@@ -34,15 +37,36 @@ CSV_PARTS = ("tracts-csv", "tracts.csv")
 GEOJSON_PARTS = ("tracts-geojson", "tracts.geojson")
 
 
-# A part's name as the manifest lists it (the only names with a "/" of a release).
-PART_NAME = re.compile(r"(tracts/state=[0-9]{2}/part-0\.parquet|tracts-csv/state=[0-9]{2}/"
+# A part's name as the manifest lists it (the only names with a "/" of a release). A state's
+# GeoParquet rows may be in several files, ``part-<k>.parquet`` (a state too large for one
+# publish task is written by several, each a group of its cells); its CSV and GeoJSON are one
+# file each.
+PART_NAME = re.compile(r"(tracts/state=[0-9]{2}/part-[0-9]+\.parquet|tracts-csv/state=[0-9]{2}/"
                        r"tracts\.csv|tracts-geojson/state=[0-9]{2}/tracts\.geojson)")
+_PIECE = re.compile(r"part-([0-9]+)\.parquet$")
 
 
 def parts_of(files, parts: tuple[str, str]) -> list[str]:
-    """The names in ``files`` of one format's parts (``parts``: its folder and file), sorted."""
-    return sorted(f for f in files if PART_NAME.fullmatch(f) and f.startswith(parts[0] + "/")
-                  and f.endswith("/" + parts[1]))
+    """The names in ``files`` of one format's parts (``parts``: its folder and file), by state
+    then piece (``part-2`` before ``part-10``)."""
+    def of_format(name: str) -> bool:
+        if not (PART_NAME.fullmatch(name) and name.startswith(parts[0] + "/")):
+            return False
+        file = name.rsplit("/", 1)[1]
+        return bool(_PIECE.fullmatch(file)) if _PIECE.fullmatch(parts[1]) else file == parts[1]
+
+    return sorted(filter(of_format, files), key=_state_then_piece)
+
+
+def _state_then_piece(name: str) -> tuple[str, int]:
+    piece = _PIECE.search(name)
+    return name.rsplit("/", 1)[0], int(piece.group(1)) if piece else 0
+
+
+def piece_name(name: str, piece: int) -> str:
+    """A part's file name as the ``piece``-th of its state's: ``part-<piece>.parquet`` for a
+    GeoParquet part (the others, one per state, keep their name)."""
+    return _PIECE.sub(f"part-{piece}.parquet", name) if _PIECE.search(name) else name
 
 
 def part_name(parts: tuple[str, str], state: str) -> str:
@@ -126,6 +150,10 @@ def codebook_lines(folder: Path) -> list[str]:
     """The codebook's section on reading a release of several states (none for one state)."""
     if not (Path(folder) / PARQUET_PARTS[0]).is_dir():
         return []
+    several = any(Path(folder).glob(f"{PARQUET_PARTS[0]}/state=*/part-1.parquet"))
+    pieces = (["A large state's GeoParquet rows may be in several files, `part-0.parquet`, "
+               "`part-1.parquet` ... (each some of its cells): read the state's folder, not "
+               "one file, to have all of them.", ""] if several else [])
     return ["## One file per state", "",
             "The tract table is published one file per state (`XX`: the state's FIPS code): "
             "`tracts/state=XX/part-0.parquet` (GeoParquet, each file with its own `geo` "
@@ -138,4 +166,4 @@ def codebook_lines(folder: Path) -> list[str]:
             'table = pd.read_parquet("tracts/", partitioning=None)  # geometry as WKB bytes',
             "import pyarrow.dataset as ds",
             'dataset = ds.dataset("tracts/", format="parquet")  # filter before reading',
-            "```", ""]
+            "```", "", *pieces]

@@ -171,3 +171,67 @@ def test_a_release_by_state_and_of_two_cells_has_each_cells_archive_of_both_stat
         assert cells == {str(cell)}
         assert {g[:2] for g in geoids} == {"17", "18"} and len(geoids) == 40
     assert _audit(two_states)["formats"][0]
+
+
+# --- a state cut by its cells (issue 35, item 1: parts per state × group of cells) -------------
+
+
+@pytest.fixture(scope="module")
+def cut_states(tmp_path_factory) -> Path:
+    """The same data as ``two_states``, released with parts of at most 30 tract-cells: each
+    state (20 tracts × 2 cells) is written by two parts, a cell each."""
+    tmp = tmp_path_factory.mktemp("cut")
+    write_synthetic(tmp / "data", ["17", "18"], seed=5,
+                    params=StateParams(n_tracts=20, counties=2), cells=2)
+    return release_cells(tmp / "data", tmp, "p2",
+                         **{"dpatlas.publication.release_parts.PART_ROWS": 30})
+
+
+def _sorted(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.sort_values(["geoid", "cell"]).reset_index(drop=True)
+
+
+def test_a_state_cut_by_its_cells_publishes_a_geoparquet_per_part_and_one_csv_and_geojson(
+        cut_states, two_states):
+    files = json.loads((cut_states / "manifest.json").read_text())["files"]
+    for state in ("17", "18"):
+        pieces = [pq.read_table(cut_states / f"tracts/state={state}/part-{k}.parquet")
+                  for k in (0, 1)]
+        cells = [set(map(str, p.column("cell").to_pylist())) for p in pieces]
+        assert [len(c) for c in cells] == [1, 1] and cells[0] != cells[1]  # a cell each
+        assert f"tracts/state={state}/part-1.parquet" in files
+        assert part("csv", state) in files and part("geojson", state) in files
+        # the state's CSV and GeoJSON are one file each with all its rows, as when uncut
+        cut_csv = pd.read_csv(cut_states / part("csv", state), dtype=str)
+        whole_csv = pd.read_csv(two_states / part("csv", state), dtype=str)
+        pd.testing.assert_frame_equal(_sorted(cut_csv), _sorted(whole_csv))
+        cut_json = json.loads((cut_states / part("geojson", state)).read_text())
+        whole_json = json.loads((two_states / part("geojson", state)).read_text())
+        assert cut_json["bbox"] == whole_json["bbox"]
+        assert (sorted(cut_json["features"], key=lambda f: f["id"])
+                == sorted(whole_json["features"], key=lambda f: f["id"]))
+    cut = pd.read_parquet(cut_states / "tracts", partitioning=None)
+    whole = pd.read_parquet(two_states / "tracts", partitioning=None)
+    pd.testing.assert_frame_equal(_sorted(cut), _sorted(whole))
+
+
+def test_the_audit_passes_a_release_whose_states_are_cut_by_cells(cut_states):
+    checks = _audit(cut_states)
+    assert all(good for good, _ in checks.values()), checks
+    assert "2 states' parts" in checks["parts"][1]
+    package = json.loads((cut_states / "datapackage.json").read_text())
+    parquet = {r["name"]: r for r in package["resources"]}["tracts-geoparquet"]["path"]
+    assert parquet == [f"tracts/state={s}/part-{k}.parquet" for s in ("17", "18") for k in (0, 1)]
+    assert "part-1.parquet" in (cut_states / "README.md").read_text()
+
+
+def test_the_audit_fails_a_cut_states_geoparquet_piece_left_out(cut_states, tmp_path):
+    """A piece removed from the folder and the manifest: the rows are short and the pieces
+    have a gap."""
+    folder = _forged(cut_states, tmp_path)
+    (folder / "tracts/state=18/part-0.parquet").unlink()
+    manifest = json.loads((folder / "manifest.json").read_text())
+    del manifest["files"]["tracts/state=18/part-0.parquet"]
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    checks = _audit(folder)
+    assert not checks["parts"][0] and "numbered [1]" in checks["parts"][1]
