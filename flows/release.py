@@ -42,7 +42,8 @@ from tasks.ledger import LEASE_SECONDS, charge_release, complete_release, releas
 from tasks.preflight import preflight
 from dpatlas.publication.tract_files import release_folder
 from dpatlas.publication.release_parts import (LevelJob, LevelResult, PartJob, PartResult,
-                                               PublishPart, TileJob, tile_jobs)
+                                               PublishPart, TileJob, level_tile_jobs,
+                                               tile_jobs)
 from tasks.publish import (plan_publish, publish_level, publish_part,
                            publish_release, publish_tiles, show_in_feed)
 from tasks.report import report_release
@@ -263,9 +264,10 @@ def write_publish_parts(parts: list[PublishPart], job: PartJob, levels: list[Lev
     level_futures = publish_level.map(levels, unmapped(job)) if levels else None
     results = publish_part.map(parts, unmapped(job)).result()
     level_results = level_futures.result() if level_futures is not None else []
-    if any(r.failed for r in results):
+    if any(r.failed for r in results) or any(not r.check[1].success for r in level_results):
         return results, [], level_results
-    tiles = tile_jobs(results, list(job.cells))
+    # the tract archives, and with several cells each level's archive of each cell
+    tiles = tile_jobs(results, list(job.cells)) + level_tile_jobs(level_results)
     built = publish_tiles.map(tiles, unmapped(job)).result() if tiles else []
     return results, list(zip(tiles, built)), level_results
 

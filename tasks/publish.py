@@ -17,9 +17,11 @@ from dpatlas.publication.feed import update_feed
 from dpatlas.release.manifest import build_manifest, input_commitment
 from dpatlas.publication.cell_stream import CellGroupChecks, finish_release, release_cells
 from dpatlas.publication.model_estimates import fit_summary
+from dpatlas.publication.cell_tiles import LEVEL_MANIFEST_KEY as LEVEL_CELL_TILES_KEY
 from dpatlas.publication.release_parts import (LevelJob, LevelResult, PartJob, PartResult,
                                                PublishPart, TileJob, build_tile_job, collect,
-                                               collect_levels, level_jobs, model_fits,
+                                               collect_levels, level_cell_tiles, level_jobs,
+                                               model_fits,
                                                part_project, plan_parts, remove_parts,
                                                write_boundaries, write_level_part,
                                                write_level_rows, write_part)
@@ -128,9 +130,15 @@ def publish_release(cfg: ReleaseConfig, release_id: str, plan: Optional[PublishP
     commitment = input_commitment(input_sha256, internal)
     counts: dict = {}  # the manifest's counts, for the log line
 
+    # the tract archives, and (several cells) each level's archive of each cell
+    tract_archives = [a for a in archives if a[0].level == "tract"]
+    level_archives = [a for a in archives if a[0].level != "tract"]
+
     def manifest_of(summary) -> dict:
         manifest = build_manifest(cfg, release_id, budget, summary, commitment, random_source,
                                   started, input_facts, ledger_entry, levels, fits)
+        if level_archives:
+            manifest[LEVEL_CELL_TILES_KEY] = level_cell_tiles(level_archives)
         counts.update(manifest["counts"])
         return manifest
 
@@ -146,9 +154,10 @@ def publish_release(cfg: ReleaseConfig, release_id: str, plan: Optional[PublishP
     config = public_config(cfg)
 
     def stage(staging: Path) -> tuple[list[str], dict]:
-        streamed = collect(staging, parts, archives)
+        streamed = collect(staging, parts, tract_archives)
         return finish_release(staging, streamed, release_id, config, checks, manifest_of,
-                              partial(collect_levels, results=level_parts))
+                              partial(collect_levels, results=level_parts,
+                                      archives=level_archives))
 
     folder = stage_release(cfg.publish.root, release_id, stage, config=config,
                            internal_dir=internal, check_lease=check_lease)

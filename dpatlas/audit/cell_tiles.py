@@ -16,12 +16,13 @@ WHOLE_ARCHIVE = "tracts.pmtiles"
 _PLAIN_CELL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
-def cell_archive_name(cell: str) -> str:
-    """The name of ``cell``'s tract archive in a release of several cells."""
+def cell_archive_name(cell: str, layer: str = "tracts") -> str:
+    """The name of ``cell``'s tract archive in a release of several cells (``layer``
+    ``counties`` or ``states``: that level's archive of the cell)."""
     cell = str(cell)
     if _PLAIN_CELL.fullmatch(cell):
-        return f"tracts-{cell}.pmtiles"
-    return f"tracts--{hashlib.sha256(cell.encode()).hexdigest()[:16]}.pmtiles"
+        return f"{layer}-{cell}.pmtiles"
+    return f"{layer}--{hashlib.sha256(cell.encode()).hexdigest()[:16]}.pmtiles"
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from .accounting import _charged, guarantee_from
+from .cell_tiles import cell_archive_name, rows_of
 from .base import (
     INTERVAL_COLUMNS, LEVEL_DIGITS, LEVEL_STEMS, MAX_GEOJSON_BYTES, MOE90_COLUMNS, Mismatch,
     REL_TOL, SE_COLUMNS, SPEND_COLUMNS, VALUE_COLUMNS, _is_number, close,
@@ -191,7 +192,8 @@ def _level_table_problems(folder: Path, level: str, sec: dict, steps: dict,
     return problems
 
 
-def _level_format_problems(folder: Path, level: str, files: set = frozenset()) -> list[str]:
+def _level_format_problems(folder: Path, level: str, files: set = frozenset(),
+                           m: dict | None = None) -> list[str]:
     stem = LEVEL_STEMS[level]
     columns, table = _table_rows(folder, stem)
     kinds = _kinds(folder, stem)
@@ -210,14 +212,42 @@ def _level_format_problems(folder: Path, level: str, files: set = frozenset()) -
         stem, reference, f"{stem}.parquet", features=features or [])
     if f"{stem}.pmtiles" in files:
         problems += _level_tiles_problems(folder, stem, table, columns, reference)
+    else:  # several cells: an archive per cell, each holding that cell's rows
+        archives, found = _level_cell_archives(level, stem, table, files, m or {})
+        problems += found
+        for name, cell in archives.items():
+            problems += _level_tiles_problems(folder, stem, rows_of(table, cell), columns,
+                                              reference, name)
     return problems
 
 
+def _level_cell_archives(level: str, stem: str, table: dict, files: set,
+                         m: dict) -> tuple[dict[str, str], list[str]]:
+    """A level's archives of each cell ({name: cell}, the names derived from the table's cells,
+    not the manifest's) and the problems: a cell without its archive, one listed of no cell,
+    a manifest ``level_cell_tiles`` naming others. None when no archive of the level is
+    listed (a release published without tiles, or before issue 35)."""
+    expected = {cell_archive_name(c, stem): c for c in sorted({str(k[1]) for k in table})}
+    listed = {n for n in files if n.startswith(f"{stem}-") and n.endswith(".pmtiles")}
+    if not listed:
+        return {}, []
+    problems = [f"cell {cell!r} has no {level} archive {name} in the manifest's files"
+                for name, cell in expected.items() if name not in listed]
+    problems += [f"{name} is listed but is the {level} archive of no cell of {stem}.parquet"
+                 for name in sorted(listed - set(expected))]
+    said = (m.get("level_cell_tiles") or {}).get(level)
+    if said != {c: n for n, c in expected.items()}:
+        problems.append(f"the manifest's level_cell_tiles.{level} {said} is not each cell's "
+                        f"archive { {c: n for n, c in expected.items()} }")
+    return {n: c for n, c in expected.items() if n in listed}, problems
+
+
 def _level_tiles_problems(folder: Path, stem: str, table: dict, columns: list[str],
-                          reference: dict) -> list[str]:
-    """The level's vector tiles (layer ``stem``) at their lowest zoom hold its table's values
-    (a web map's county or state colours are the published ones) and polygons."""
-    name = f"{stem}.pmtiles"
+                          reference: dict, name: str | None = None) -> list[str]:
+    """The level's vector tiles (layer ``stem``; ``name``: the archive, ``<stem>.pmtiles``
+    unless it is a cell's) at their lowest zoom hold its table's values (a web map's county
+    or state colours are the published ones) and polygons."""
+    name = name or f"{stem}.pmtiles"
     try:
         header, entries = pmtiles_tile_entries(folder / name)
         rows = [f for _, _, t in entries for f in mvt_features(t, stem)]
@@ -249,7 +279,9 @@ def check_levels(folder: Path, m: dict) -> str:
     for level in LEVEL_DIGITS:
         names = _level_file_names(level)
         if level not in levels:
-            stray = sorted(files & {*names, f"{LEVEL_STEMS[level]}.pmtiles"})
+            stem = LEVEL_STEMS[level]
+            stray = sorted(files & {*names, f"{stem}.pmtiles"}) + sorted(
+                n for n in files if n.startswith(f"{stem}-") and n.endswith(".pmtiles"))
             if stray:
                 problems.append(f"{stray} published without a {level} level (paid by no step)")
             continue
@@ -261,7 +293,7 @@ def check_levels(folder: Path, m: dict) -> str:
             continue
         try:
             problems += _level_table_problems(folder, level, sec, steps, m)
-            problems += _level_format_problems(folder, level, files)
+            problems += _level_format_problems(folder, level, files, m)
         except Mismatch as err:
             problems.append(str(err))
         except Exception as err:  # noqa: BLE001 - any reader error is a finding

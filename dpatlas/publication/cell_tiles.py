@@ -30,15 +30,25 @@ from dpatlas.publication.tract_files import PublishError
 _PLAIN_CELL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 CELL_TILES_PREFIX = "tracts-"
 MANIFEST_KEY = "cell_tiles"
+# {level: {cell: archive}}: the county and state archives of a release of several cells
+LEVEL_MANIFEST_KEY = "level_cell_tiles"
 
 
-def cell_tiles_file(cell: str) -> str:
+def cell_tiles_file(cell: str, layer: str = "tracts") -> str:
     """The archive of ``cell``'s tracts: ``tracts-<cell>.pmtiles``, or ``tracts--<digest>``
-    for a cell whose name is not plain ASCII letters, digits, ``_`` and ``-``."""
+    for a cell whose name is not plain ASCII letters, digits, ``_`` and ``-``; ``layer``
+    ``counties`` or ``states``: that level's archive of the cell, named alike."""
     cell = str(cell)
     if _PLAIN_CELL.fullmatch(cell):
-        return f"{CELL_TILES_PREFIX}{cell}.pmtiles"
-    return f"{CELL_TILES_PREFIX}-{hashlib.sha256(cell.encode()).hexdigest()[:16]}.pmtiles"
+        return f"{layer}-{cell}.pmtiles"
+    return f"{layer}--{hashlib.sha256(cell.encode()).hexdigest()[:16]}.pmtiles"
+
+
+def level_cell_tiles_file(level: str, cell: str) -> str:
+    """The archive of ``cell``'s counties or states (``level``): ``counties-<cell>.pmtiles``,
+    ``states-<cell>.pmtiles`` (a release of several cells; one cell keeps ``counties.pmtiles``
+    and ``states.pmtiles``)."""
+    return cell_tiles_file(cell, tiles.LEVEL_TILES[level].layer)
 
 
 def cell_features_file(cell: str) -> str:
@@ -52,12 +62,24 @@ def is_cell_tiles_file(name: str) -> bool:
     return name.startswith(CELL_TILES_PREFIX) and name.endswith(".pmtiles") and "/" not in name
 
 
+def level_of_cell_tiles_file(name: str) -> str | None:
+    """The level (``county``, ``state``) whose cell archive ``name`` is; None for any other."""
+    for level, spec in tiles.LEVEL_TILES.items():
+        if (name.startswith(f"{spec.layer}-") and name.endswith(".pmtiles")
+                and "/" not in name):
+            return level
+    return None
+
+
 def cell_tiles_title(name: str) -> str:
-    """The STAC title of a cell's archive ``tracts-<cell>.pmtiles`` (its cell named when the
-    name holds it, not when it is a digest)."""
-    cell = name.removeprefix(CELL_TILES_PREFIX).removesuffix(".pmtiles")
+    """The STAC title of a cell's archive ``tracts-<cell>.pmtiles`` (or a level's,
+    ``counties-<cell>.pmtiles``): its cell named when the name holds it, not when it is a
+    digest."""
+    level = level_of_cell_tiles_file(name)
+    layer = tiles.LEVEL_TILES[level].layer if level else "tracts"
+    cell = name.removeprefix(f"{layer}-").removesuffix(".pmtiles")
     whose = "one cell" if cell.startswith("-") else f"cell {cell}"
-    return f"Tracts of {whose}: vector tiles (PMTiles)"
+    return f"{layer.capitalize()} of {whose}: vector tiles (PMTiles)"
 
 
 def per_cell(cells: list[str]) -> bool:

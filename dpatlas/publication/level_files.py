@@ -126,22 +126,25 @@ def _unit_field(column: str, level: str, decimals: int, interval_level: float) -
 
 def write_level_files(table: gpd.GeoDataFrame, folder: Path, level: str,
                       interval_level: float = 0.95,
-                      tile_text: Callable[[str], tiles.TileText] | None = None) -> list[str]:
+                      tile_text: Callable[[str], tiles.TileText] | None = None,
+                      with_tiles: bool = True) -> list[str]:
     """The four files of ``level`` in ``folder`` and its vector tiles (the web map's layer of
     the level, ``counties.pmtiles`` or ``states.pmtiles``); their names. ``tile_text``: the
-    archive's metadata text for a layer name (``tiles.release_tile_text`` of the release)."""
+    archive's metadata text for a layer name (``tiles.release_tile_text`` of the release).
+    ``with_tiles`` False: no archive (a release of several cells builds one per cell)."""
     parquet, geojson, csv, schema = level_files(level)
     folder = Path(folder)
     table.to_parquet(folder / parquet, index=False)
     write_geojson_rfc7946(table, folder / geojson)
     layer = tiles.LEVEL_TILES[level].layer
-    archive = tiles.build_level_tiles(folder / geojson, folder, level,
-                                      tile_text(layer) if tile_text else None)
+    archive = [tiles.build_level_tiles(folder / geojson, folder, level,
+                                       tile_text(layer) if tile_text else None)
+               ] if with_tiles else []
     plain = pd.DataFrame(table.drop(columns="geometry"))
     plain.to_csv(folder / csv, index=False, na_rep="")
     (folder / schema).write_text(json.dumps(
         level_table_schema(list(plain.columns), level, interval_level), indent=2) + "\n")
-    return [*level_files(level), archive]
+    return [*level_files(level), *archive]
 
 
 def level_spend_text(level: str, steps: list[str]) -> str:

@@ -43,7 +43,7 @@ from dpatlas.publication import tiles
 from dpatlas.publication.cell_stream import (Streamed, TractSummary, assembled_groups,
                                              cell_groups, geoid_filters, stream_groups,
                                              streaming_executors)
-from dpatlas.publication.cell_tiles import cell_tiles_file, per_cell
+from dpatlas.publication.cell_tiles import cell_tiles_file, level_cell_tiles_file, per_cell
 from dpatlas.publication.geojson import FEATURE_COLLECTION_TAIL
 from dpatlas.publication.model_estimates import add_model_estimates
 from dpatlas.publication.state_parts import GEOJSON_PARTS, parts_of, piece_name
@@ -241,14 +241,17 @@ def _check_group(part: PublishPart, geoids: list[str], se_max: float, folder: Pa
 @dataclass(frozen=True)
 class TileJob:
     """One tract archive (``archive``: its name in the release) from every part's GeoJSON of
-    its cell (``inputs``: (part name, path or URL))."""
+    its cell (``inputs``: (part name, path or URL)); ``level`` county or state: that level's
+    archive of the cell, from its level task's features of the cell."""
     archive: str
     cell: Optional[str]
     inputs: tuple[tuple[str, str], ...]
+    level: str = "tract"
 
     @property
     def name(self) -> str:
-        return self.cell if self.cell is not None else "all"
+        cell = self.cell if self.cell is not None else "all"
+        return cell if self.level == "tract" else f"{self.level}-{cell}"
 
 
 def tile_jobs(results: list[PartResult], cells: list[str]) -> list[TileJob]:
@@ -278,9 +281,16 @@ def build_tile_job(tile: TileJob, job: PartJob) -> str:
             local = work / f"{name}.geojson"
             _fetch(source, local, link=_symlink)
             inputs.append(local)
-        tiles.build_tiles(inputs, work / tile.archive,
-                          min_zoom=tiles.tract_min_zoom(job.config.get("levels")),
-                          text=tiles.release_tile_text(job.release_id, job.config))
+        if tile.level == "tract":
+            tiles.build_tiles(inputs, work / tile.archive,
+                              min_zoom=tiles.tract_min_zoom(job.config.get("levels")),
+                              text=tiles.release_tile_text(job.release_id, job.config))
+        else:  # a level's archive of one cell: the level's layer and zooms
+            spec = tiles.LEVEL_TILES[tile.level]
+            tiles.build_tiles(inputs, work / tile.archive, min_zoom=spec.min_zoom,
+                              max_zoom=spec.max_zoom, layer=spec.layer,
+                              text=tiles.release_tile_text(job.release_id, job.config,
+                                                           spec.layer))
         for local in inputs:
             local.unlink()
     archive = join(job.location, TILES_FOLDER, tile.archive)
@@ -314,7 +324,7 @@ def collect(staging: Path, results: list[PartResult],
         files += [name for name in r.files if name not in files]
     # the CSV parts' one Table Schema: every part writes it alike; the first part's is taken
     _fetch(join(results[0].folder, CSV_SCHEMA_FILE), staging / CSV_SCHEMA_FILE)
-    for tile, source in archives:
+    for tile, source in archives:  # the tract archives (the levels' are collect_levels')
         _fetch(source, staging / tile.archive)
     summary = TractSummary()
     for r in results:
@@ -554,6 +564,15 @@ class LevelResult:
     folder: str
     files: list[str]
     check: tuple[str, Any]
+    features: dict[str, str] = field(default_factory=dict)  # several cells: each cell's
+
+
+def level_tile_jobs(results: list[LevelResult]) -> list[TileJob]:
+    """Each level's archive of each cell (a release of several cells), from the features its
+    level task wrote of that cell."""
+    return [TileJob(level_cell_tiles_file(r.job.level, cell), cell,
+                    ((tiles.LEVEL_TILES[r.job.level].layer, join(r.folder, name)),), r.job.level)
+            for r in results for cell, name in r.features.items()]
 
 
 def level_jobs(levels: dict, geoids, location: str) -> list[LevelJob]:
@@ -577,29 +596,62 @@ def write_level_part(level: LevelJob, job: PartJob) -> LevelResult:
     with _writable_folder(job.location, f"level-{level.level}") as folder:
         local = local_path(level.table)
         table = gpd.read_parquet(level.table if local is None else local)
+        several = per_cell(list(job.cells))
         files = write_level_files(table, folder, level.level, interval_level,
-                                  partial(tiles.release_tile_text, job.release_id, job.config))
+                                  partial(tiles.release_tile_text, job.release_id, job.config),
+                                  with_tiles=not several)
+        # several cells: an archive per cell, each its own task (level_tile_jobs)
+        features = _level_cell_features(table, level.level, folder) if several else {}
         run = f"published-{level.level}"
         check = validate_published_level(
             pd.DataFrame(table.drop(columns="geometry")), level.level,
             boundary_units=list(level.units), standard_error_max=job.standard_error_max,
             release=ReleaseDocs(folder / GX_PROJECT, folder / ".gx-docs"), run_name=run)
     return LevelResult(level, join(job.location, f"level-{level.level}"), files,
-                       (run, replace(check, validation_result=None)))
+                       (run, replace(check, validation_result=None)), features)
 
 
-def collect_levels(staging: Path, results: list["LevelResult"]) -> list[str]:
-    """Every level's files into ``staging``; their names."""
+def _level_cell_features(table: gpd.GeoDataFrame, level: str, folder: Path) -> dict[str, str]:
+    """Each cell's rows of a level's table as a FeatureCollection of their own in ``folder``
+    (a dot name, never published): {cell: its file}."""
+    from dpatlas.publication.geojson import write_geojson_rfc7946
+
+    cells = table["cell"].astype(str)
+    features = {}
+    for cell in sorted(cells.unique()):
+        name = f".{level_cell_tiles_file(level, cell)}.geojson"
+        write_geojson_rfc7946(table[cells == cell], folder / name)
+        features[cell] = name
+    return features
+
+
+def collect_levels(staging: Path, results: list["LevelResult"],
+                   archives: list[tuple[TileJob, str]] = ()) -> list[str]:
+    """Every level's files and its archives of each cell (``archives``: each job and where
+    it was built) into ``staging``; their names."""
     names = []
     for r in results:
         for name in r.files:
             _fetch(join(r.folder, name), staging / name)
             names.append(name)
+    for tile, source in archives:
+        _fetch(source, staging / tile.archive)
+        names.append(tile.archive)
     return names
+
+
+def level_cell_tiles(archives: list[tuple[TileJob, str]]) -> dict[str, dict[str, str]]:
+    """{level: {cell: archive}} of the levels' archives of each cell (the manifest's
+    ``level_cell_tiles``; the web map switches each level's source with the cell)."""
+    out: dict[str, dict[str, str]] = {}
+    for tile, _ in archives:
+        out.setdefault(tile.level, {})[str(tile.cell)] = tile.archive
+    return out
 
 
 __all__ = ["LevelJob", "LevelResult", "PART_ROWS", "PartJob", "PartResult", "PublishPart",
            "TileJob", "build_tile_job", "collect", "collect_levels", "join",
-           "level_jobs", "model_fits", "part_project", "plan_parts", "read_boundaries",
+           "level_cell_tiles", "level_jobs", "level_tile_jobs", "model_fits", "part_project",
+           "plan_parts", "read_boundaries",
            "read_level_rows", "remove_parts", "tile_jobs", "write_boundaries",
            "write_level_part", "write_level_rows", "write_part"]

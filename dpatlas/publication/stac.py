@@ -31,7 +31,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
-from dpatlas.publication.cell_tiles import cell_tiles_title, is_cell_tiles_file
+from dpatlas.publication.cell_tiles import (cell_tiles_title, is_cell_tiles_file,
+                                           level_of_cell_tiles_file)
 from dpatlas.publication.state_parts import PART_NAME  # a state's part, as an asset
 from dpatlas.publication import static_map
 from dpatlas.publication.codebook import published_metadata
@@ -104,7 +105,7 @@ def asset_roles(name: str) -> list[str]:
     and page "visual", licence texts "metadata", anything else "data"."""
     if name in ROLES:
         return ROLES[name]
-    if is_cell_tiles_file(name):  # tracts-<cell>.pmtiles: a cell's tracts.pmtiles
+    if is_cell_tiles_file(name) or level_of_cell_tiles_file(name):  # a cell's archive
         return ROLES["tracts.pmtiles"]
     suffix = Path(name).suffix.lower()
     if name in WEB_MAP_SUPPORT or suffix in (".html", ".js", ".mjs", ".css"):
@@ -209,7 +210,8 @@ def _asset(release_id: str, name: str, sha256: str, size: int):
 
     suffix = Path(name).suffix.lower()
     asset = pystac.Asset(href=f"../{release_id}/{name}", title=TITLES.get(name) or (
-        cell_tiles_title(name) if is_cell_tiles_file(name) else name),
+        cell_tiles_title(name) if is_cell_tiles_file(name) or level_of_cell_tiles_file(name)
+        else name),
                          media_type=MEDIA_TYPES.get(suffix), roles=asset_roles(name))
     FileExtension.ext(asset).apply(checksum=multihash_sha256(sha256), size=int(size))
     return asset

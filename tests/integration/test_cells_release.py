@@ -211,3 +211,60 @@ def test_a_release_with_large_states_split_by_cells_publishes_the_same_tracts(
     assert all(f"input-{k}" in page for k in keys)
     assert "input partition 17-c1 (state 17, cell group 1)" in "".join(
         p.read_text() for p in index.parent.rglob("*.html"))
+
+
+# --- the county and state archives of each cell (issue 35, item 3, for the levels) ------------
+
+
+def _archive_features(path: Path, layer: str) -> list[dict]:
+    import gzip
+
+    import mapbox_vector_tile
+    from pmtiles.reader import MmapSource, Reader, all_tiles
+
+    with open(path, "rb") as fh:
+        reader = Reader(MmapSource(fh))
+        return [f["properties"] for _, tile in all_tiles(reader.get_bytes)
+                for f in mapbox_vector_tile.decode(gzip.decompress(tile))[layer]["features"]]
+
+
+def test_each_cell_has_its_own_county_and_state_archives_holding_its_rows_alone(released):
+    from dpatlas.audit import audit_release
+
+    m = json.loads((released / "manifest.json").read_text())
+    names = cell_names(CELLS)
+    assert m["level_cell_tiles"] == {
+        "county": {c: f"counties-{c}.pmtiles" for c in names},
+        "state": {c: f"states-{c}.pmtiles" for c in names}}
+    assert not {"counties.pmtiles", "states.pmtiles"} & set(m["files"])
+    for level, layer in (("county", "counties"), ("state", "states")):
+        table = read_published(released, layer)
+        for cell, name in m["level_cell_tiles"][level].items():
+            assert name in m["files"]
+            features = _archive_features(released / name, layer)
+            assert {str(f["cell"]) for f in features} == {cell}
+            assert {f["geoid"] for f in features} == set(table["geoid"])
+    checks = {n: (good, detail) for n, good, detail in audit_release(released).checks}
+    assert all(good for good, _ in checks.values()), checks
+
+
+def test_the_audit_fails_a_county_archive_swapped_with_another_cells(released, tmp_path):
+    import hashlib
+    import shutil
+
+    from dpatlas.audit import audit_release
+
+    folder = tmp_path / "forged"
+    shutil.copytree(released, folder)
+    one, two = folder / "counties-outcome-1.pmtiles", folder / "counties-outcome-2.pmtiles"
+    data = one.read_bytes()
+    one.write_bytes(two.read_bytes())
+    two.write_bytes(data)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    for name in (one.name, two.name):  # a forger's rehash: only the contents can tell
+        body = (folder / name).read_bytes()
+        manifest["files"][name].update(sha256=hashlib.sha256(body).hexdigest(),
+                                       bytes=len(body))
+    (folder / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    checks = {n: (good, detail) for n, good, detail in audit_release(folder).checks}
+    assert not checks["levels"][0] and "counties-outcome-1.pmtiles" in checks["levels"][1]

@@ -33,7 +33,7 @@
                   legend: null, releases: [], mechanisms: [], levels: ["tract"],
                   fixedLevel: null, shownLevel: "tract", hasModel: false, estimate: "direct",
                   unitTables: {}, minZoom: {}, bounds: null, popup: null, geojson: {},
-                  cellTiles: null };
+                  cellTiles: null, levelCellTiles: null };
   // For tests and the curious: the map, the state, and the id of the release last drawn.
   const api = (window.dpatlas = { state: state, map: null, loaded: null });
 
@@ -983,10 +983,28 @@
     return archive;
   }
 
-  // The shown cell changed: with an archive per cell, the tract source reads the new cell's.
+  // A county or state archive: with several cells the shown cell's (manifest.json's
+  // level_cell_tiles), else counties.pmtiles / states.pmtiles with every cell's features.
+  function levelArchive(id, level) {
+    const files = state.levelCellTiles && state.levelCellTiles[level];
+    const file = files && files[state.cell] ? files[state.cell] : LEVELS[level].file;
+    const archive = new pmtiles.PMTiles(releaseUrl(id, file));
+    protocol.add(archive);
+    return archive;
+  }
+
+  // The shown cell changed: with an archive per cell, each level's source reads the new
+  // cell's (the map then fetches that cell's tiles alone).
   function showCellTiles(map) {
     const source = state.cellTiles && map.getSource(LAYER);
     if (source) source.setUrl("pmtiles://" + tractArchive(state.release).source.getKey());
+    for (const level of state.levels || []) {
+      const levelSource = level !== "tract" && state.levelCellTiles
+        && state.levelCellTiles[level] && map.getSource(LEVELS[level].layer);
+      if (levelSource) {
+        levelSource.setUrl("pmtiles://" + levelArchive(state.release, level).source.getKey());
+      }
+    }
   }
 
   function chooseCell(metadata) {
@@ -1027,6 +1045,8 @@
     api.loaded = null;
     const manifest = await fetchJson(releaseUrl(id, "manifest.json")).catch(() => null);
     state.cellTiles = cellArchives(manifest);
+    const levelFiles = manifest && manifest.level_cell_tiles;
+    state.levelCellTiles = levelFiles && typeof levelFiles === "object" ? levelFiles : null;
     if (state.cellTiles) state.cell = chooseCell(null);  // the cell whose archive to open
     const archive = tractArchive(id);
     const [header, metadata, releaseConfig] = await Promise.all([
@@ -1049,7 +1069,7 @@
     const archives = { tract: archive };
     for (const level of state.levels) {
       if (level === "tract") continue;
-      archives[level] = new pmtiles.PMTiles(releaseUrl(id, LEVELS[level].file));
+      archives[level] = levelArchive(id, level);
     }
     const headers = await Promise.all(state.levels.map((l) => archives[l].getHeader()));
     removeRelease(map);
@@ -1059,7 +1079,6 @@
     map.fitBounds(state.bounds, { padding: 20, animate: false });
     state.shownLevel = levelToShow(map.getZoom());
     for (const level of state.levels) {
-      if (level !== "tract") protocol.add(archives[level]);
       addLayers(map, level, archives[level].source.getKey());
     }
     addOutlines(map);
