@@ -258,7 +258,8 @@ def write_publish_parts(parts: list[PublishPart], job: PartJob, levels: list[Lev
                         ) -> tuple[list[PartResult], list[tuple[TileJob, str]],
                                    list[LevelResult]]:
     """Every part's tract files and every level's files (side by side), then every tract
-    archive from the parts' features, each a task on the flow's task runner (the Dask workers
+    archive from the parts' features and (several cells) each level's archive of each cell
+    from its level task's features, each a task on the flow's task runner (the Dask workers
     with ``runner: dask``); nothing is published here (the release flow commits them). No
     archive is built once a part failed its output check: the release is refused."""
     level_futures = publish_level.map(levels, unmapped(job)) if levels else None

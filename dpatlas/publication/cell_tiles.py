@@ -8,6 +8,9 @@ Each cell's rows are one contiguous run of ``tracts.geojson``'s features (rows a
 cell by cell); its archive is built from a FeatureCollection of that run alone (the same head,
 so the same bbox), written beside the staging files under a dot name and removed once built.
 The manifest's ``cell_tiles`` maps each cell to its archive (the web map reads it).
+
+The county and state levels follow (:func:`level_cell_tiles_file`): ``counties-<cell>.pmtiles``
+and ``states-<cell>.pmtiles``, listed in the manifest's ``level_cell_tiles``.
 """
 
 from __future__ import annotations
