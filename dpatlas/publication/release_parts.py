@@ -2,12 +2,14 @@
 anywhere (the Dask workers of a cluster, or the flow's own threads), and the flow only
 commits what they wrote.
 
-A release is cut into parts of whole states (:func:`plan_parts`): a release of one state is
-one part that writes its single files (``tracts.parquet``, ``tracts.csv``, ``tracts.geojson``)
-and its tiles, as a release written whole does; a release of several states is cut into parts
-of consecutive states of about :data:`PART_ROWS` tract-cells, and each part writes its states'
-files (``tracts/state=XX/part-0.parquet`` ...) and, with several cells, each cell's features
-for that cell's archive. A part reads what it needs by path or URL (fsspec): the chunks'
+A release is cut into parts (:func:`plan_parts`): a release of one state is one part that
+writes its single files (``tracts.parquet``, ``tracts.csv``, ``tracts.geojson``) and its tiles,
+as a release written whole does; a release of several states is cut into parts of consecutive
+states of about :data:`PART_ROWS` tract-cells, and a state larger than that at its number of
+cells into parts of some of its cells each (state × group of cells). Each part writes its
+states' files (``tracts/state=XX/part-<k>.parquet`` ...; a cut state's CSV and GeoJSON pieces
+are joined by the commit) and, with several cells, each cell's features for that cell's
+archive. A part reads what it needs by path or URL (fsspec): the chunks'
 results, filtered to its states' GEOIDs, and the public boundaries; it assembles its groups of
 cells, fits the small-area model (per cell and state, so a part holds whole fits), checks each
 group against the output contract in a GX project of its own, and writes its files into its
