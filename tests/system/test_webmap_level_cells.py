@@ -66,3 +66,49 @@ def test_the_map_fetches_the_shown_cells_county_and_state_archives_and_switches_
         assert page.errors == [] and set(page.tile_statuses) == {206}
     finally:
         page.close()
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_a_release_of_several_states_lists_each_states_files_and_finds_a_tract_in_its_state(
+        browser, release):  # noqa: F811 (the imported fixture)
+    """Its downloads link each state's files (which it publishes), not the single tract files
+    (which it does not); a tract found by its GEOID is read from its state's GeoJSON alone."""
+    import urllib.request
+
+    from tests.system.test_webmap import _search
+
+    base, folder = release
+    m = json.loads((folder / "manifest.json").read_text())
+    page = Page(browser, flights=True)
+    try:
+        page.open(f"{base}{folder.name}/", folder.name)
+        files = page.page.eval_on_selector_all("#downloads a", "as => as.map(a => a.dataset.file)")
+        assert not {"tracts.csv", "tracts.parquet", "tracts.geojson"} & set(files), files
+        for state in ("17", "18"):
+            for name in (f"tracts-csv/state={state}/tracts.csv",
+                         f"tracts/state={state}/part-0.parquet",
+                         f"tracts-geojson/state={state}/tracts.geojson"):
+                assert name in files and name in m["files"], (name, files)
+        for name in files:  # every link is a published file
+            assert name in m["files"], name
+            with urllib.request.urlopen(f"{base}{folder.name}/{name}") as response:
+                assert response.status == 200
+        geoid = next(g for g in read_geoids(folder) if g.startswith("18"))
+        message = _search(page, geoid)
+        assert page.page.get_attribute("#search-message", "data-found") == "true", message
+        fetched = page.page.evaluate(
+            "() => performance.getEntriesByType('resource').map(e => e.name)")
+        assert any(u.endswith("tracts-geojson/state=18/tracts.geojson") for u in fetched)
+        assert not any(u.endswith("tracts-geojson/state=17/tracts.geojson") for u in fetched)
+        assert not any(u.endswith("/tracts.geojson") and "state=" not in u for u in fetched)
+        assert page.errors == []
+    finally:
+        page.close()
+
+
+def read_geoids(folder) -> list[str]:
+    import pandas as pd
+
+    return sorted(pd.read_parquet(folder / "tracts", partitioning=None,
+                                  columns=["geoid"])["geoid"].astype(str))

@@ -33,7 +33,7 @@
                   legend: null, releases: [], mechanisms: [], levels: ["tract"],
                   fixedLevel: null, shownLevel: "tract", hasModel: false, estimate: "direct",
                   unitTables: {}, minZoom: {}, bounds: null, popup: null, geojson: {},
-                  cellTiles: null, levelCellTiles: null };
+                  cellTiles: null, levelCellTiles: null, tractParts: null };
   // For tests and the curious: the map, the state, and the id of the release last drawn.
   const api = (window.dpatlas = { state: state, map: null, loaded: null });
 
@@ -563,6 +563,10 @@
     heading.textContent = "Download release " + id;
     box.replaceChildren(heading);
     for (const level of state.levels) {
+      if (level === "tract" && state.tractParts) {  // a release of several states
+        box.append(stateDownloads(manifest, link));
+        continue;
+      }
       const row = document.createElement("p");
       row.append(LEVELS[level].plural + ": ");
       DOWNLOADS.forEach(([ext, text], i) => {
@@ -582,10 +586,69 @@
     box.append(more);
   }
 
+  // The tract files of a release of several states: a file per state and format (a large
+  // state's GeoParquet may be several, part-0, part-1 ...), as the manifest lists them, in a
+  // list folded under one line, and the one CSV schema.
+  function stateDownloads(manifest, link) {
+    const files = Object.keys((manifest && manifest.files) || {}), byState = {};
+    const kinds = [[/^tracts-csv\/state=(\d{2})\/tracts\.csv$/, "CSV"],
+                   [/^tracts\/state=(\d{2})\/part-(\d+)\.parquet$/, "GeoParquet"],
+                   [/^tracts-geojson\/state=(\d{2})\/tracts\.geojson$/, "GeoJSON"]];
+    for (const [pattern, text] of kinds) {
+      const named = files.map((f) => [f, pattern.exec(f)]).filter(([, m]) => m)
+        .sort((a, b) => Number(a[1][2] || 0) - Number(b[1][2] || 0));
+      for (const [file, m] of named) {
+        (byState[m[1]] = byState[m[1]] || []).push(link(file, m[2] && named.some(
+          ([, o]) => o[1] === m[1] && o[2] !== "0") ? text + " (part " + m[2] + ")" : text));
+      }
+    }
+    const details = document.createElement("details");
+    const summary = document.createElement("summary");
+    const states = Object.keys(byState).sort();
+    summary.append("Tracts: a file per state (" + states.length + " states) · ",
+                   link("tracts.schema.json", "CSV schema"));
+    details.append(summary);
+    for (const fips of states) {
+      const row = document.createElement("p");
+      row.dataset.state = fips;
+      const named = (config.states || {})[fips];
+      row.append((named ? named[1] : "State " + fips) + ": ");
+      byState[fips].forEach((a, i) => { if (i) row.append(" · "); row.append(a); });
+      details.append(row);
+    }
+    return details;
+  }
+
   // ------------------------------------------------------------------------------- search
 
-  // A level's published GeoJSON, fetched once per release, when a search first needs it.
-  function levelFeatures(id, level) {
+  // The tract GeoJSON of each state of a release of several states ({state: file}, from the
+  // manifest's files), or null (a release of one state publishes tracts.geojson).
+  function tractParts(manifest) {
+    const out = {};
+    for (const file of Object.keys((manifest && manifest.files) || {})) {
+      const m = /^tracts-geojson\/state=(\d{2})\/tracts\.geojson$/.exec(file);
+      if (m) out[m[1]] = file;
+    }
+    return Object.keys(out).length ? out : null;
+  }
+
+  // A level's published GeoJSON, fetched once per release, when a search first needs it; a
+  // release of several states: the tracts of ``states`` only (a search that names no state
+  // reads every state's file).
+  function levelFeatures(id, level, states) {
+    if (level === "tract" && state.tractParts) {
+      const parts = state.tractParts;
+      const wanted = (states && states.length ? states : Object.keys(parts))
+        .filter((s) => parts[s]);
+      return Promise.all(wanted.map((s) => {
+        const key = id + "|tract|" + s;
+        if (!state.geojson[key]) {
+          state.geojson[key] = fetchJson(releaseUrl(id, parts[s]))
+            .then((doc) => doc.features || []);
+        }
+        return state.geojson[key];
+      })).then((lists) => lists.flat());
+    }
     const key = id + "|" + level;
     if (!state.geojson[key]) {
       state.geojson[key] = fetchJson(releaseUrl(id, LEVELS[level].layer + ".geojson"))
@@ -736,17 +799,20 @@
       const county = countyNameOf(p, "tract");
       return county !== null && countyKey(county).base === want.county;
     };
-    return { level: "tract", what: "tract named “" + query + "”", test: test };
+    return { level: "tract", what: "tract named “" + query + "”", test: test,
+             states: want.state !== null ? [want.state] : null };
   }
 
   // The unit of ``level`` with this GEOID; a county or state in a release without its files:
   // its tracts (``all``: the level whose files are missing).
   function unitTarget(level, geoid, what) {
     what = what || level + " " + geoid;
+    const states = [geoid.slice(0, 2)];  // a release of several states: its state's tracts
     if (level === "tract" || state.levels.includes(level)) {
-      return { level: level, what: what, test: (p) => p.geoid === geoid };
+      return { level: level, what: what, test: (p) => p.geoid === geoid, states: states };
     }
-    return { level: "tract", what: what, all: level, test: (p) => p[level] === geoid };
+    return { level: "tract", what: what, all: level, test: (p) => p[level] === geoid,
+             states: states };
   }
 
   function searchTarget(query) {
@@ -805,7 +871,7 @@
           + "name or postal code.", false);
       return;
     }
-    const features = await levelFeatures(state.release, target.level);
+    const features = await levelFeatures(state.release, target.level, target.states);
     const shown = (f) => f.geometry && (state.cell === null || f.properties.cell === undefined
                                         || f.properties.cell === state.cell);
     let hits = features.filter((f) => shown(f) && target.test(f.properties));
@@ -1045,6 +1111,7 @@
     api.loaded = null;
     const manifest = await fetchJson(releaseUrl(id, "manifest.json")).catch(() => null);
     state.cellTiles = cellArchives(manifest);
+    state.tractParts = tractParts(manifest);
     const levelFiles = manifest && manifest.level_cell_tiles;
     state.levelCellTiles = levelFiles && typeof levelFiles === "object" ? levelFiles : null;
     if (state.cellTiles) state.cell = chooseCell(null);  // the cell whose archive to open
