@@ -7,6 +7,7 @@ import pandas as pd
 from prefect import get_run_logger, task
 
 from dpatlas.core.config import Columns, InputConfig
+from dpatlas.release.contribution_buckets import repeated_in_bucket
 from dpatlas.release.contributions import check_contributions
 from dpatlas.release import cell_groups
 from dpatlas.release.estimate import (Chunk, all_sizes, split_into_chunks, staged_counts,
@@ -16,6 +17,7 @@ from dpatlas.release.boundaries import load_boundaries
 from dpatlas.release.validate import (BoundaryCoverageError, apply_policy, check_changed_share,
                                       check_one_partition_per_tract, check_rank_scale,
                                       input_column_names, write_release_docs)
+from dpatlas.release.validate_parts import ValidatedPart, validate_part
 
 from .common import RETRY_IO, TASK_OPTIONS
 from .ingest import ingest_partition
@@ -39,6 +41,28 @@ def validate_partition(cfg: InputConfig, policy: str, key: str, internal: Path,
     return staged, report.as_dict()
 
 
+@task(name="validate", task_run_name="validate-{key}", **RETRY_IO)
+def validate_partition_part(cfg: InputConfig, policy: str, key: str, internal: str, where: str,
+                            docs_index: str, hash_ids: bool,
+                            cells: tuple[str | None, ...] | None = None) -> ValidatedPart:
+    """One partition read, checked in a GX project of its own and staged at ``where``, on
+    a worker (:func:`dpatlas.release.validate_parts.validate_part`); the flow records it."""
+    part = validate_part(ingest_partition(cfg, key, cells), policy, key, internal, where,
+                         docs_index, input_column_names(cfg.columns), hash_ids)
+    if part.report is not None:
+        get_run_logger().info("partition %s: %d rows valid, %d quarantined, %d clipped, "
+                              "%d dropped", key, part.report["rows_out"],
+                              part.report["quarantined"], part.report["clipped"],
+                              part.report["dropped"])
+    return part
+
+
+@task(name="contribution-bucket", task_run_name="contribution-bucket-{bucket}", **RETRY_IO)
+def find_repeated(bucket: int, folders: list[str]) -> dict:
+    """The records with a repeated (person, cell) hash in one bucket of every partition."""
+    return repeated_in_bucket(bucket, folders)
+
+
 @task(name="validation-docs", **RETRY_IO)
 def build_validation_docs(internal: Path) -> Path:
     """The release's Data Docs site with every input partition's validation, rendered once
@@ -57,11 +81,12 @@ def check_change_limit(reports: list[dict], max_share: float,
 
 @task(name="check-contributions", **TASK_OPTIONS)
 def bound_contributions(staged: list[Path], policy: str, internal: Path,
-                        columns: Columns | None = None) -> dict:
+                        columns: Columns | None = None, found=None) -> dict:
     """At most one record per (person, cell) across every staged partition: fail or bound.
-    ``columns`` (``input.columns``) names the quarantine file's columns."""
+    ``columns`` (``input.columns``) names the quarantine file's columns; ``found``: the
+    repeated hashes found on the workers (see check_contributions)."""
     report = check_contributions(staged, policy, internal,
-                                 input_column_names(columns) if columns else None)
+                                 input_column_names(columns) if columns else None, found)
     if report["checked"]:
         get_run_logger().info("contributions (%s): %d records, %d person(s) with several "
                               "records in a cell, %d record(s) removed", policy,
