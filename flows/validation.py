@@ -23,7 +23,7 @@ from prefect.futures import wait
 
 from dpatlas.core.config import ReleaseConfig
 from dpatlas.core.files import write_bytes_atomic
-from dpatlas.core.locations import join, local_path, readable_folder, remove_tree
+from dpatlas.core.locations import join, readable_folder, remove_tree
 from dpatlas.release import staging
 from dpatlas.release.contribution_buckets import BUCKETS, merge_buckets
 from dpatlas.release.validate import (ValidationFailed, input_column_names, quarantine_path,
@@ -33,8 +33,8 @@ from dpatlas.release.validate_parts import (GX_FOLDER, HASHES_FOLDER, PARTS_FOLD
 from dpatlas.release.validation_report import report_index
 from flows.cluster import release_task_runner
 from tasks.ingest import list_partitions
-from tasks.validate import (build_validation_docs, find_repeated, validate_partition,
-                            validate_partition_part)
+from tasks import validate_workers
+from tasks.validate import build_validation_docs, validate_partition
 
 
 @dataclass
@@ -73,10 +73,13 @@ def validate_release_input(cfg: ReleaseConfig, release_id: str, address: Optiona
     parts = list_partitions(cfg.input)
     subflow = validate_on_workers.with_options(task_runner=release_task_runner(cfg, address),
                                                flow_run_name=validation_run_name(release_id))
-    validated, found = subflow(cfg.input, cfg.validation.policy, [p.key for p in parts],
-                               [p.cells for p in parts], str(internal), where,
-                               str(report_index(internal)), bool(cfg.input.columns.person_id))
-    remove_tree(join(where, HASHES_FOLDER))  # person-level hashes: not kept
+    try:
+        validated, found = subflow(cfg.input, cfg.validation.policy, [p.key for p in parts],
+                                   [p.cells for p in parts], str(internal), where,
+                                   str(report_index(internal)),
+                                   bool(cfg.input.columns.person_id))
+    finally:
+        remove_tree(join(where, HASHES_FOLDER))  # person-level hashes: not kept
     return _record_parts(cfg, internal, where, validated, found)
 
 
@@ -86,14 +89,15 @@ def validate_on_workers(input_cfg, policy: str, keys: list[str], cells: list, in
                         ) -> tuple[list[ValidatedPart], Optional[tuple[dict, int]]]:
     """Every partition's validation, one task each, then (when every partition passed and
     ``hash_ids``) one task per bucket of their (person, cell) hashes."""
-    futures = validate_partition_part.map(unmapped(input_cfg), unmapped(policy), keys,
-                                          unmapped(internal), unmapped(where),
-                                          unmapped(docs_index), unmapped(hash_ids), cells)
+    futures = validate_workers.validate_partition.map(
+        unmapped(input_cfg), unmapped(policy), keys, unmapped(internal), unmapped(where),
+        unmapped(docs_index), unmapped(hash_ids), cells)
     validated = futures.result()  # an input error (not a broken contract) raises here
     hashed = [part.hashes for part in validated]
     if not hash_ids or any(part.refusal for part in validated) or None in hashed:
         return validated, None
-    buckets = find_repeated.map(list(range(BUCKETS)), unmapped(hashed)).result()
+    buckets = validate_workers.find_repeated.map(list(range(BUCKETS)),
+                                                 unmapped(hashed)).result()
     return validated, (merge_buckets(buckets), sum(p.report["rows_out"] for p in validated))
 
 
@@ -105,13 +109,13 @@ def _record_parts(cfg: ReleaseConfig, internal: Path, where: str,
     from data_contracts import ReleaseDocs, import_release_runs
 
     release, columns = ReleaseDocs.in_folder(internal), input_column_names(cfg.input.columns)
-    remote = local_path(where) is None
+    elsewhere = where != str(internal)  # at the staging location: copied here
     reports, staged, at_location = [], [], {}
     for part in validated:
         with readable_folder(part.project) as folder:
             import_release_runs(ReleaseDocs(folder / GX_FOLDER, folder / ".gx-docs"), release)
         qfile = quarantine_path(internal, part.key) if part.quarantine else None
-        if qfile is not None and remote:
+        if qfile is not None and elsewhere:
             write_bytes_atomic(qfile, staging.read_bytes(part.quarantine), private=True)
         record_input_run(internal, part.key, cfg.validation.policy, part.check, qfile,
                          str(cfg.input.path), columns)
@@ -119,11 +123,13 @@ def _record_parts(cfg: ReleaseConfig, internal: Path, where: str,
             continue
         reports.append(part.report)
         local = internal / "staged" / f"input-{part.key}.parquet"
-        if remote:  # the flow's own readers (chunk plan, levels, contributions) read a copy
+        if elsewhere:  # the flow's own readers (chunk plan, levels, contributions) read a copy
             write_bytes_atomic(local, staging.read_bytes(part.staged), private=True)
             at_location[local] = part.staged
         staged.append(local)
     remove_tree(join(where, PARTS_FOLDER))
+    if elsewhere:  # the offending rows are kept in the internal folder only
+        remove_tree(join(where, "quarantine"))
     build_validation_docs(internal)
     refused = [part for part in validated if part.refusal]
     if refused:
