@@ -12,6 +12,7 @@ without drawing fresh noise for work already drawn; a completed release id rerun
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import socket
@@ -21,7 +22,6 @@ from pathlib import Path
 from typing import Optional
 
 from prefect import flow, unmapped
-from prefect.futures import wait
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
@@ -37,7 +37,6 @@ from dpatlas.release.preflight import mark_root
 from dpatlas.release.run_state import InputChanged, ReleaseLock
 from tasks.allocate import allocate_budget
 from tasks.estimate import estimate_chunk, estimate_staged, select_chunk, select_staged
-from tasks.ingest import list_partitions
 from tasks.ledger import LEASE_SECONDS, charge_release, complete_release, release_status
 from tasks.preflight import preflight
 from dpatlas.publication.tract_files import release_folder
@@ -48,14 +47,14 @@ from tasks.publish import (plan_publish, publish_level, publish_part,
                            publish_release, publish_tiles, show_in_feed)
 from tasks.report import report_release
 from tasks.state import open_release, record_plan
-from tasks.validate import (bound_contributions, build_validation_docs, check_boundaries,
-                            check_change_limit, plan_chunks, record_validation,
-                            validate_partition)
+from tasks.validate import (bound_contributions, check_boundaries, check_change_limit,
+                            plan_chunks, record_validation)
 
 from dpatlas.release.events import on_release_failure
 from dpatlas.release.outcome import ReleaseOutcome
 from flows.cluster import release_cluster, release_task_runner
 from flows.levels import estimate_release_levels
+from flows.validation import validate_release_input
 from flows.worker_draws import copy_recorded, draw_on_workers, draw_urls, task_seed
 
 
@@ -175,7 +174,7 @@ def release(config_path: str, release_id: Optional[str] = None,
     # rerun must work on a read-only file system). Published is final, so this needs no lock.
     if release_status(cfg.ledger, rid, root / rid) == "published":
         return _already_published(cfg, rid)
-    with ReleaseLock(internal, rid):
+    with ReleaseLock(internal, rid), contextlib.ExitStack() as cluster:
         status = release_status(cfg.ledger, rid, root / rid)
         if status == "published":  # by a run just now
             return _already_published(cfg, rid)
@@ -183,19 +182,24 @@ def release(config_path: str, release_id: Optional[str] = None,
         start = _open_release_or_refuse(cfg, rid, internal, owner,
                                         charged=status in ("in_progress", "failed"))
 
-        # 1-2. Ingest and validate every partition, then the checks that span partitions,
-        # all before any noise is drawn or any budget charged.
-        reports, staged = _validate_partitions(cfg, internal)
+        # One Dask cluster for the whole release (runner dask), from validation on; closed
+        # on every path.
+        address = cluster.enter_context(release_cluster(cfg))
+        # 1-2. Ingest and validate every partition (on the workers with runner dask:
+        # flows/validation.py), then the checks that span partitions, all before any noise is
+        # drawn or any budget charged.
+        validated = validate_release_input(cfg, rid, address, internal)
+        reports, staged = validated.reports, validated.staged
         check_change_limit(reports, cfg.validation.max_changed_share, cfg.input.rank_scale)
         contributions = (bound_contributions(staged, cfg.validation.contributions, internal,
-                                             cfg.input.columns)
+                                             cfg.input.columns, validated.found)
                          if cfg.input.columns.person_id else None)
         record_validation(internal, reports, contributions)
         chunks, sizes = plan_chunks(staged, cfg.partition_tracts)
         location, worker_chunks = None, chunks
         if cfg.staging_url:  # the workers read the partitions there, not through the scheduler
             location = staging.release_location(cfg.staging_url, rid)
-            worker_chunks = stage_chunks(chunks, staging.stage_files(staged, location))
+            worker_chunks = stage_chunks(chunks, validated.staged_urls(location, contributions))
         boundaries = check_boundaries(cfg.boundaries.path, cfg.boundaries.geoid_column,
                                       set(sizes["geoid"]))
 
@@ -214,8 +218,7 @@ def release(config_path: str, release_id: Optional[str] = None,
                   subflow=select_and_estimate, subflow_parameters=stage_parameters)
         cells = sorted(sizes["cell"].unique())
         charge_release(cfg.ledger, rid, budget, cells, start.config_sha256, owner, plan)
-        with (Ledger(cfg.ledger.url).leased(rid, owner, LEASE_SECONDS) as lease,
-              release_cluster(cfg) as address):  # one Dask cluster for the whole release
+        with Ledger(cfg.ledger.url).leased(rid, owner, LEASE_SECONDS) as lease:
             crashpoint("after-ledger-charge")
 
             # 4-5. Select a mechanism per tract, then estimate, chunk by chunk.
@@ -302,26 +305,6 @@ def _needed_draws(chunks: list[Chunk], sizes, budget) -> set[tuple[str, str]]:
     if budget.levels:
         needed |= {("levels", u.name) for u in level_tasks(sizes)}
     return needed
-
-
-def _validate_partitions(cfg: ReleaseConfig, internal: Path) -> tuple[list[dict], list[Path]]:
-    """Read and validate every partition, one task each, two at a time (the flow's task
-    runner: one partition is read and staged while another is checked; the checks
-    themselves take turns, GX's context being one per release and not thread-safe). Results
-    come back in partition order, and a partition that breaks the contract refuses the
-    release with its own message (the first such in partition order). Then the release's
-    Data Docs site is rendered once, with every partition's run."""
-    futures = [validate_partition.submit(cfg.input, cfg.validation.policy, part.key, internal,
-                                         part.cells)
-               for part in list_partitions(cfg.input)]
-    wait(futures)
-    reports, staged = [], []
-    for future in futures:
-        path, report = future.result()  # raises the partition's own refusal
-        reports.append(report)
-        staged.append(Path(path))
-    build_validation_docs(internal)
-    return reports, staged
 
 
 def _open_release_or_refuse(cfg: ReleaseConfig, rid: str, internal: Path, owner: str,

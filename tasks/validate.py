@@ -57,11 +57,12 @@ def check_change_limit(reports: list[dict], max_share: float,
 
 @task(name="check-contributions", **TASK_OPTIONS)
 def bound_contributions(staged: list[Path], policy: str, internal: Path,
-                        columns: Columns | None = None) -> dict:
+                        columns: Columns | None = None, found=None) -> dict:
     """At most one record per (person, cell) across every staged partition: fail or bound.
-    ``columns`` (``input.columns``) names the quarantine file's columns."""
+    ``columns`` (``input.columns``) names the quarantine file's columns; ``found``: the
+    repeated hashes found on the workers (see check_contributions)."""
     report = check_contributions(staged, policy, internal,
-                                 input_column_names(columns) if columns else None)
+                                 input_column_names(columns) if columns else None, found)
     if report["checked"]:
         get_run_logger().info("contributions (%s): %d records, %d person(s) with several "
                               "records in a cell, %d record(s) removed", policy,

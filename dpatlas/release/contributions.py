@@ -101,18 +101,20 @@ def _ids_are_integers(staged: list[Path]) -> bool:
     "007" are one person cannot be decided without guessing (the input is read with one type,
     dpatlas.release.ingest, so a staged file of the other kind means the staging changed)."""
 
-    def kind(t: pa.DataType) -> str:
-        if pa.types.is_integer(t) and t != pa.uint64():
-            return "integer"
-        return "unsigned 64-bit" if pa.types.is_integer(t) else "text"
-
-    kinds = {p.name: kind(pq.read_schema(p).field("person_id").type) for p in staged}
+    kinds = {p.name: _id_kind(pq.read_schema(p)) for p in staged}
     if len(set(kinds.values())) > 1:
         held = ", ".join(f"{name}: {k}" for name, k in sorted(kinds.items()))
         raise ContributionError(f"staged partitions hold person ids of different types ({held})"
                                 "; person ids are compared as one type, so store them as one "
                                 "type in every partition and rerun the release")
     return set(kinds.values()) == {"integer"}
+
+
+def _id_kind(schema: pa.Schema) -> str:
+    t = schema.field("person_id").type
+    if pa.types.is_integer(t) and t != pa.uint64():
+        return "integer"
+    return "unsigned 64-bit" if pa.types.is_integer(t) else "text"
 
 
 def _canonical_ids(ids: pd.Series, as_integers: bool) -> pd.Series:
@@ -137,9 +139,10 @@ def _repeated(hashes: np.ndarray) -> np.ndarray:
 # --- the check ------------------------------------------------------------------------------
 
 
-def _partition_hashes(path: Path, as_integers: bool) -> np.ndarray:
-    """The (person, cell) hash of every record of one staged file, in file order (read and
-    hashed ``_BATCH_ROWS`` records at a time: a record's hash depends on its pair alone)."""
+def _partition_hashes(path, as_integers: bool, name=None) -> np.ndarray:
+    """The (person, cell) hash of every record of one staged file (a path, or an open file
+    called ``name``), in file order (read and hashed ``_BATCH_ROWS`` records at a time: a
+    record's hash depends on its pair alone)."""
     parts, missing = [], 0
     for batch in pq.ParquetFile(path).iter_batches(batch_size=_BATCH_ROWS,
                                                    columns=["person_id", "cell"]):
@@ -149,7 +152,7 @@ def _partition_hashes(path: Path, as_integers: bool) -> np.ndarray:
             frame["person_id"] = _canonical_ids(frame["person_id"], as_integers)
             parts.append(_key_hashes(frame))
     if missing:  # the input contract stops null ids; a staged file should never have one
-        raise ContributionError(f"{missing} record(s) in {path} have no person id; rerun "
+        raise ContributionError(f"{missing} record(s) in {name or path} have no person id; rerun "
                                 "the release so the input contract sees them")
     return np.concatenate(parts) if parts else np.empty(0, np.uint64)
 
@@ -184,17 +187,23 @@ def _candidates(staged: list[Path], as_integers: bool,
     if not staged:
         return pd.DataFrame(), total
     repeated = _repeated_in_buckets(hash_files, total)
-    parts = []
+    positions = {}
     if len(repeated):
-        for index, (path, hash_file) in enumerate(zip(staged, hash_files)):
-            hit = np.isin(np.load(hash_file), repeated)
-            if hit.any():
-                frame = pd.read_parquet(path)[hit].reset_index(drop=True)
-                frame["_file"] = index
-                parts.append(frame)
-    if not parts:
-        return pd.DataFrame(), total
-    return pd.concat(parts, ignore_index=True), total
+        for index, hash_file in enumerate(hash_files):
+            hit = np.flatnonzero(np.isin(np.load(hash_file), repeated))
+            if len(hit):
+                positions[index] = hit
+    return _rows_at(staged, positions), total
+
+
+def _rows_at(staged: list[Path], positions: dict[int, np.ndarray]) -> pd.DataFrame:
+    """The records at ``positions`` (file order) of each staged file (by its index), with
+    ``_file``, the index."""
+    parts = []
+    for index in sorted(positions):
+        frame = pd.read_parquet(staged[index]).iloc[np.sort(positions[index])]
+        parts.append(frame.reset_index(drop=True).assign(_file=index))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
 
 
 def _confirmed(candidates: pd.DataFrame, as_integers: bool) -> pd.DataFrame:
@@ -225,7 +234,8 @@ def _rewrite_without(path: Path, rows: np.ndarray) -> int:
 
 
 def check_contributions(staged: list[Path], policy: str, internal: Path,
-                        columns: dict[str, str] | None = None) -> dict:
+                        columns: dict[str, str] | None = None,
+                        found: "tuple[dict[int, np.ndarray], int] | None" = None) -> dict:
     """At most one record per (person, cell) over all staged partitions; fail or bound.
 
     ``staged`` are the validated partitions (Parquet: row, geoid, x, y, cell, person_id),
@@ -233,7 +243,10 @@ def check_contributions(staged: list[Path], policy: str, internal: Path,
     Every record of a (person, cell) with several records is written to
     ``internal/quarantine/duplicate-persons.parquet`` (with ``staged_file``, and under
     ``bound`` a ``kept`` flag), under the input's column names (``columns``,
-    :func:`~dpatlas.release.validate.input_column_names`).
+    :func:`~dpatlas.release.validate.input_column_names`). ``found``: the repeated hashes
+    found on the workers (:mod:`dpatlas.release.contribution_buckets`), as the positions of
+    their records in each staged file (by index in ``staged``) and the number of records
+    hashed; without it the hashes are computed and compared here.
 
     ``fail`` raises :class:`ContributionError` naming the number of persons and records and
     the quarantine file. ``bound`` keeps, for each such (person, cell), the record with the
@@ -266,8 +279,11 @@ def check_contributions(staged: list[Path], policy: str, internal: Path,
     as_integers = _ids_are_integers(staged)
     internal.mkdir(parents=True, exist_ok=True)
     # person-level hashes: private scratch in the internal folder, removed when done
-    with tempfile.TemporaryDirectory(prefix="contribution-hashes-", dir=internal) as scratch:
-        candidates, total = _candidates(staged, as_integers, Path(scratch))
+    if found is not None:
+        candidates, total = _rows_at(staged, found[0]), found[1]
+    else:
+        with tempfile.TemporaryDirectory(prefix="contribution-hashes-", dir=internal) as scratch:
+            candidates, total = _candidates(staged, as_integers, Path(scratch))
     repeats = _confirmed(candidates, as_integers)
     report.update(checked=True, records=total)
     if repeats.empty:

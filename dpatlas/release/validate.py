@@ -205,6 +205,93 @@ def input_asset(partition: str, source: str | None = None) -> str:
     return f"{what} of {source}" if source else what
 
 
+@dataclass
+class CheckedPartition:
+    """One partition checked against the input contract (:func:`check_partition`), before its
+    run is recorded in the release's report and the policy decides what goes on."""
+
+    partition: str
+    policy: str
+    df: pd.DataFrame  # after clipping (policy clip)
+    result: "ContractResult"
+    failures: list[dict]
+    bad: np.ndarray  # the offending rows
+    clipped: int
+    largest: float | None
+
+    def quarantine_file(self, internal: Path) -> Path | None:
+        """Where the offending rows go in the internal folder (None: there are none)."""
+        return quarantine_path(internal, self.partition) if self.bad.any() else None
+
+    def record(self, internal: Path, source: str | None, columns: dict[str, str] | None
+               ) -> Path:
+        """The run in the release's offline report (``input-<partition>``); returns its index."""
+        return record_input_run(internal, self.partition, self.policy, self.result,
+                                self.quarantine_file(internal), source, columns)
+
+    def quarantined_rows(self, columns: dict[str, str] | None) -> pd.DataFrame:
+        return quarantine_frame(self.df[self.bad], columns)
+
+    def refused(self) -> bool:
+        """The contract is broken and the policy cannot go on (not drop of row-level failures)."""
+        droppable = (self.policy == "drop" and self.bad.any()
+                     and all(map(_is_row_level, self.failures)))
+        return not self.result.success and not droppable
+
+    def refusal(self, internal: Path, docs_index: Path | None,
+                columns: dict[str, str] | None) -> str:
+        return _failure_message(self.df, self.policy, self.partition, self.failures,
+                                self.quarantine_file(internal), docs_index, columns)
+
+    def kept(self, docs_index: Path | None, internal: Path
+             ) -> tuple[pd.DataFrame, PartitionReport]:
+        """The rows that go on (without the offending ones under drop) and the report."""
+        df = self.df
+        report = PartitionReport(partition=self.partition, policy=self.policy,
+                                 rows_in=len(df), rows_out=len(df), clipped=self.clipped,
+                                 dropped=0, quarantined=int(self.bad.sum()),
+                                 quarantine_file=self.quarantine_file(internal),
+                                 largest_rank=self.largest, failures=self.failures,
+                                 docs_index=docs_index)
+        if self.bad.any() and not self.refused():  # policy drop
+            df = df[~self.bad].reset_index(drop=True)
+            report.rows_out = len(df)
+            report.dropped = int(self.bad.sum())
+        return df, report
+
+
+def record_input_run(internal: Path, partition: str, policy: str, result: "ContractResult",
+                     quarantine: Path | None, source: str | None,
+                     columns: dict[str, str] | None) -> Path:
+    """A partition's input check in the release's offline report, as run ``input-<partition>``
+    (``quarantine``: its offending rows' file); returns the report's index."""
+    return record_run(internal, f"input-{partition}", input_asset(partition, source), result,
+                      columns=columns, quarantine=quarantine,
+                      fixes=fixes(_failures(result), columns, policy))
+
+
+def quarantine_path(internal: Path, partition: str) -> Path:
+    return Path(internal) / "quarantine" / f"input-{partition}.parquet"
+
+
+def check_partition(df: pd.DataFrame, policy: str, partition: str, docs) -> CheckedPartition:
+    """Clip (policy clip), then run the input Checkpoint as ``input-<partition>`` in the GX
+    project ``docs`` (a :class:`data_contracts.ReleaseDocs`), sealed after."""
+    from data_contracts import validate_input
+
+    df = df.reset_index(drop=True)
+    largest = _largest_rank(df)
+    clipped = 0
+    if policy == "clip":
+        out_of_bounds = ((df["x"] < 0) | (df["x"] > 1) | (df["y"] < 0) | (df["y"] > 1))
+        clipped = int(out_of_bounds.sum())
+        df = df.assign(x=df["x"].clip(0.0, 1.0), y=df["y"].clip(0.0, 1.0))
+    result = validate_input(_contract_frame(df), release=docs, run_name=f"input-{partition}")
+    seal_release_docs(docs)
+    return CheckedPartition(partition, policy, df, result, _failures(result),
+                            np.asarray(result.bad_rows, dtype=bool), clipped, largest)
+
+
 def apply_policy(df: pd.DataFrame, policy: str, partition: str, internal: Path,
                  source: str | None = None, columns: dict[str, str] | None = None
                  ) -> tuple[pd.DataFrame, PartitionReport]:
@@ -219,46 +306,20 @@ def apply_policy(df: pd.DataFrame, policy: str, partition: str, internal: Path,
     in a refusal, the report and the quarantine file (whose ranks are on [0, 1], as
     validated; ``row`` is the input row).
     """
-    from data_contracts import RELEASE_CONTEXT_LOCK, ReleaseDocs, validate_input
+    from data_contracts import RELEASE_CONTEXT_LOCK, ReleaseDocs
 
-    quarantine = internal / "quarantine" / f"input-{partition}.parquet"
-    df = df.reset_index(drop=True)
-    largest = _largest_rank(df)
-    clipped = 0
-    if policy == "clip":
-        out_of_bounds = ((df["x"] < 0) | (df["x"] > 1) | (df["y"] < 0) | (df["y"] > 1))
-        clipped = int(out_of_bounds.sum())
-        df = df.assign(x=df["x"].clip(0.0, 1.0), y=df["y"].clip(0.0, 1.0))
-    docs = ReleaseDocs.in_folder(internal)
     # Partitions may be validated in threads: the release's GX project, its sealing and the
     # offline report's index are touched by one at a time (reading and staging are not).
     with RELEASE_CONTEXT_LOCK:
-        result = validate_input(_contract_frame(df), release=docs,
-                                run_name=f"input-{partition}")
-        seal_release_docs(docs)
-        failures = _failures(result)
-        bad = np.asarray(result.bad_rows, dtype=bool)
-        qfile = quarantine if bad.any() else None
-        report_index = record_run(internal, f"input-{partition}",
-                                  input_asset(partition, source), result, columns=columns,
-                                  quarantine=qfile, fixes=fixes(failures, columns, policy))
+        checked = check_partition(df, policy, partition, ReleaseDocs.in_folder(internal))
+        report_index = checked.record(internal, source, columns)
+    qfile = checked.quarantine_file(internal)
     if qfile:
-        write_parquet_atomic(quarantine_frame(df[bad], columns), quarantine, private=True)
-    report = PartitionReport(partition=partition, policy=policy, rows_in=len(df),
-                             rows_out=len(df), clipped=clipped, dropped=0,
-                             quarantined=int(bad.sum()), quarantine_file=qfile,
-                             largest_rank=largest, failures=failures,
-                             docs_index=report_index)
-    droppable = policy == "drop" and bad.any() and all(map(_is_row_level, failures))
-    if not result.success and not droppable:
+        write_parquet_atomic(checked.quarantined_rows(columns), qfile, private=True)
+    if checked.refused():
         write_release_docs(internal)  # the refused run (and the ones before) in the site
-        raise ValidationFailed(_failure_message(df, policy, partition, failures, qfile,
-                                                report_index, columns))
-    if bad.any():  # policy drop
-        df = df[~bad].reset_index(drop=True)
-        report.rows_out = len(df)
-        report.dropped = int(bad.sum())
-    return df, report
+        raise ValidationFailed(checked.refusal(internal, report_index, columns))
+    return checked.kept(report_index, internal)
 
 
 def check_one_partition_per_tract(counts: dict[Path, pd.DataFrame], sizes: pd.DataFrame

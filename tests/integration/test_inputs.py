@@ -203,6 +203,67 @@ def test_a_release_needs_a_person_id_or_the_stated_assumption(tmp_path):
     assert verified["status"] == "verified" and "smallest (GEOID, input row)" in verified["basis"]
 
 
+def _repeats_across_and_within(two_states: dict[str, pd.DataFrame]) -> None:
+    """p7 and p9 in both states (same cell), p11 twice in one tract of state 17."""
+    p7, p9 = two_states["17"].loc[7], two_states["17"].loc[9]
+    two_states["18"].loc[3, ["person_id", "cell"]] = [p7["person_id"], p7["cell"]]
+    two_states["18"].loc[5, ["person_id", "cell"]] = [p9["person_id"], p9["cell"]]
+    two_states["17"].loc[23, ["person_id", "geoid", "cell"]] = [
+        "p000011", two_states["17"].loc[11, "geoid"], two_states["17"].loc[11, "cell"]]
+
+
+def _checked_on_workers(cfg, internal: Path, policy: str) -> dict:
+    """The contributions check as runner dask does it: each partition validated, staged and
+    hashed into buckets by its worker task's code, one bucket task's code per bucket, then
+    the check on what they found."""
+    from dpatlas.release.contribution_buckets import BUCKETS, merge_buckets, repeated_in_bucket
+    from dpatlas.release.validate_parts import validate_part
+    from dpatlas.release.validation_report import report_index
+
+    parts = [validate_part(read_partition(cfg.input, part.key), "fail", part.key,
+                           str(internal), str(internal), str(report_index(internal)),
+                           hash_ids=True)
+             for part in partitions(cfg.input)]
+    found = merge_buckets([repeated_in_bucket(b, [p.hashes for p in parts])
+                           for b in range(BUCKETS)])
+    staged = [Path(p.staged) for p in parts]
+    return check_contributions(staged, policy, internal,
+                               found=(found, sum(p.report["rows_out"] for p in parts)))
+
+
+@pytest.mark.parametrize("policy", ["fail", "bound"])
+def test_the_check_from_the_workers_hashes_equals_the_flows(tmp_path, two_states, policy):
+    """Issue 35: with the hashing in the validation tasks and the repeats found a bucket at a
+    time (runner dask), the check gives the same report, the same quarantine file and the
+    same rows removed as the flow's own check, for both policies."""
+    _repeats_across_and_within(two_states)
+    cfg = input_config(write_states(tmp_path, two_states))
+    flow, workers = tmp_path / "flow" / "r", tmp_path / "workers" / "r"
+    staged, _ = stage_all(cfg, flow)
+
+    def outcome(check, internal: Path):
+        try:
+            report = check()
+        except ContributionError as err:
+            report = {"refused": str(err).replace(str(internal), "<internal>")}
+        report = {k: ([Path(f).name for f in v] if k == "files_rewritten" else
+                      v.replace(str(internal), "<internal>") if isinstance(v, str) else v)
+                  for k, v in report.items()}
+        quarantine = pd.read_parquet(internal / "quarantine" / "duplicate-persons.parquet")
+        rows = {p.name: pd.read_parquet(p) for p in sorted((internal / "staged").iterdir())}
+        return report, quarantine, rows
+
+    expected = outcome(lambda: check_contributions(staged, policy, flow), flow)
+    got = outcome(lambda: _checked_on_workers(cfg, workers, policy), workers)
+    assert got[0] == expected[0]
+    assert expected[0].get("persons_repeated", 3) == 3  # the repeats were there to find
+    pd.testing.assert_frame_equal(got[1], expected[1])
+    assert got[2].keys() == expected[2].keys() == {"input-17.parquet", "input-18.parquet"}
+    for name in expected[2]:
+        pd.testing.assert_frame_equal(got[2][name], expected[2][name])
+    assert not list((workers / "contribution-hashes").rglob("*.tmp"))
+
+
 def test_contribution_check_memory_is_bounded(tmp_path):
     """500,000 records in 5 partitions, 100 repeats: peak Python-heap use stays near the
     hash arrays (8 bytes a record), not a copy of every id."""

@@ -259,6 +259,52 @@ def test_partitions_are_checked_two_at_a_time_and_refuse_in_partition_order(tmp_
     assert sorted(p.name for p in docs.glob("*/*")) == ["input-17", "input-18", "input-19"]
 
 
+def test_a_partition_breaking_its_contract_on_the_dask_runner_refuses_before_any_draw(
+        tmp_path):
+    """Issue 35: with runner dask the partitions are validated on the release's workers, in
+    a subflow of their own (``validate-<id>``, a ``validate-<key>`` task each, each in a GX
+    project of its own); a partition that breaks the contract refuses the release with its
+    own message, before anything is drawn or charged, its offending rows quarantined and its
+    refused run in the release's Data Docs and offline report beside the others."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
+
+    from dpatlas.core.config import load_config
+    from dpatlas.ledger import Ledger
+    from dpatlas.release.validation_report import load_runs
+    from flows.release import release
+    from tests.integration.test_flow_structure import flow_task_runs
+
+    data = tmp_path / "data"
+    write_synthetic(data, ["17", "18"], seed=9, params=StateParams(n_tracts=20, counties=2))
+    part = data / "microdata" / "state=18" / "part-0.parquet"
+    df = pd.read_parquet(part)
+    df.loc[[2, 6], "parent_rank"] = 1.7
+    df.to_parquet(part, index=False)
+    config = make_config(tmp_path, data, runner="dask", dask_workers=1)
+    state = release(str(config), "refused", 7, return_state=True)
+    with pytest.raises(ValidationFailed) as err:
+        state.result()
+    message = str(err.value)
+    internal = tmp_path / "internal" / "refused"
+    quarantine = internal / "quarantine" / "input-18.parquet"
+    assert "input partition 18 " in message and "2 row(s)" in message, message
+    assert str(quarantine) in message and "validation report:" in message
+    assert len(pd.read_parquet(quarantine)) == 2
+    docs = internal / "data_docs" / "validations"
+    assert sorted(p.name for p in docs.glob("*/*")) == ["input-17", "input-18"]
+    assert [r["run_name"] for r in load_runs(internal)] == ["input-17", "input-18"]
+    # nothing drawn or charged, no part's project left behind
+    assert not any((internal / folder).exists() for folder in ("selection", "results"))
+    assert Ledger(load_config(config).ledger.url).release("refused") is None
+    assert not (internal / "validation-parts").exists()
+    with get_client(sync_client=True) as client:
+        [sub] = client.read_flow_runs(flow_run_filter=FlowRunFilter(
+            name=FlowRunFilterName(any_=["validate-refused"])))
+    names = {t.name for t in flow_task_runs(sub.state, ready=lambda runs: len(runs) == 2)}
+    assert names == {"validate-17", "validate-18"}
+
+
 def test_clip_and_drop_policies(small_state, tmp_path):
     data = copy_input(small_state, tmp_path)
     df = pd.read_parquet(part_file(data))

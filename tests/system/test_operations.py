@@ -357,6 +357,62 @@ def test_levels_run_on_the_workers_of_a_cluster_of_separate_processes(
     _same_tables(two_states_local, dask / "releases" / "x")
 
 
+def test_validation_and_the_contributions_check_run_on_the_workers(api_url, tmp_path):
+    """Issue 35: with runner dask and a staging URL, every partition's validation and every
+    bucket of the contributions check run in the `dask worker` processes (their logs name
+    them; the release's own output does not), each partition staged at the URL by its task;
+    the release's Data Docs list every partition's input run, and the release (a person in
+    both states, bounded to one record) equals the local runner's."""
+    data = tmp_path / "data"
+    write_synthetic(data, ["17", "18"], seed=9, params=StateParams(n_tracts=20, counties=2))
+    parts = {s: data / "microdata" / f"state={s}" / "part-0.parquet" for s in ("17", "18")}
+    frames = {s: pd.read_parquet(p) for s, p in parts.items()}
+    frames["18"].loc[[3, 5], "person_id"] = frames["17"].loc[[7, 9], "person_id"].to_numpy()
+    frames["18"].to_parquet(parts["18"], index=False)
+    bound = {"validation": {"contributions": "bound"}}
+    local, dask, shared = tmp_path / "local", tmp_path / "dask", tmp_path / "shared"
+    local.mkdir()
+    dask.mkdir()
+    rc, out = cli(api_url, "release", "-c", str(config(local, data, levels=LEVELS, **bound)),
+                  "--release-id", "x", "--noise-seed", "5")
+    assert rc == 0, out
+    with logging_workers(api_url, tmp_path / "cluster") as cluster:
+        rc, out = cli(api_url, "release", "-c", str(config(
+            dask, data, runner="dask", dask_address=cluster.address, levels=LEVELS,
+            staging_url=f"file://{shared}", **bound)), "--release-id", "x", "--noise-seed", "5")
+        assert all(w.poll() is None for w in cluster.workers)
+    assert rc == 0, out
+    worker_logs = "".join(log.read_text() for log in cluster.worker_logs)
+    runs = [f"validate-{s}" for s in ("17", "18")] + [f"contribution-bucket-{b}"
+                                                        for b in range(16)]
+    for name in runs:
+        run = f"Task run '{name}'"
+        assert f"{run} - Finished in state Completed()" in worker_logs, worker_logs[-3000:]
+        assert run not in out  # not run in the release's own process
+    internal = dask / "releases-internal" / "x"
+    docs = internal / "data_docs" / "validations"
+    assert {"input-17", "input-18"} <= {p.name for p in docs.glob("*/*")}
+    assert not (shared / "x" / "contribution-hashes").exists()  # person-level: not kept
+    assert not (shared / "x" / "validation-parts").exists()
+    assert not (shared / "x" / "quarantine").exists()
+    # the bounded partition at the URL is the flow's copy, one record fewer per repeat
+    staged = shared / "x" / "staged" / "input-18.parquet"
+    assert staged.stat().st_mode & 0o777 == 0o600
+    assert staged.read_bytes() == (internal / "staged" / "input-18.parquet").read_bytes()
+    assert len(pd.read_parquet(staged)) == len(frames["18"]) - 2
+    reports = [json.loads((root / "releases-internal" / "x" / "validation.json").read_text())
+               for root in (local, dask)]
+    for report in reports:
+        report["contributions"]["files_rewritten"] = [
+            Path(f).name for f in report["contributions"]["files_rewritten"]]
+        report["contributions"].pop("quarantine_file")
+        for part in report["partitions"]:
+            part.pop("docs_index")
+    assert reports[0] == reports[1]
+    assert reports[1]["contributions"]["records_removed"] == 2
+    _same_tables(local / "releases" / "x", dask / "releases" / "x")
+
+
 def test_staged_levels_recorded_before_a_crash_are_not_drawn_again(
         api_url, two_states, two_states_local, tmp_path):
     """Killed once the flow has recorded every level draw made on the workers, the resumed
