@@ -40,7 +40,7 @@ from typing import Any, Iterator, Optional
 import geopandas as gpd
 import pandas as pd
 
-from dpatlas.core.locations import join, local_path, remove_tree, url_fs
+from dpatlas.core.locations import join, local_path, remove_tree, url_fs, writable_folder
 from dpatlas.publication import tiles
 from dpatlas.publication.cell_stream import (Streamed, TractSummary, assembled_groups,
                                              cell_groups, geoid_filters, stream_groups,
@@ -170,7 +170,7 @@ class _GroupRefused(PublishError):
 
 def write_part(part: PublishPart, job: PartJob) -> PartResult:
     """Write one part's files into ``<job.location>/<part.name>/`` and say what it wrote."""
-    with _writable_folder(job.location, part.name) as folder:
+    with writable_folder(join(job.location, part.name)) as folder:
         boundaries = read_boundaries(job.boundaries, part.geoid_range())
         result = PartResult(part, join(job.location, part.name))
         model = (partial(_with_model, read_level_rows(job.levels, part),
@@ -277,7 +277,7 @@ def build_tile_job(tile: TileJob, job: PartJob) -> str:
     URL. tippecanoe reads the parts' GeoJSON under the parts' names in a folder of its own, so
     the archive's metadata (tippecanoe records its command line) is the same wherever the
     parts were written."""
-    with _writable_folder(job.location, f"{TILES_FOLDER}/.{tile.archive}") as work:
+    with writable_folder(join(job.location, TILES_FOLDER, f".{tile.archive}")) as work:
         inputs = []
         for name, source in tile.inputs:
             local = work / f"{name}.geojson"
@@ -385,26 +385,6 @@ def _readable(location: str):
     """What a reader is given: the local path, or the URL for fsspec."""
     local = local_path(location)
     return location if local is None else local
-
-
-@contextmanager
-def _writable_folder(location: str, name: str) -> Iterator[Path]:
-    """A local folder to write ``<location>/<name>`` into: the folder itself (emptied first: a
-    part interrupted before is written again), or, for object storage, a temporary folder
-    uploaded when the block ends."""
-    local = local_path(location)
-    if local is not None:
-        folder = local / name
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True, mode=0o700)
-        yield folder
-        return
-    with tempfile.TemporaryDirectory(prefix="dpatlas-part-") as tmp:
-        yield Path(tmp)
-        target = join(location, name)
-        remove_tree(target)
-        fs, path = url_fs(target)
-        fs.put(tmp.rstrip("/") + "/", path, recursive=True)
 
 
 def _fetch(source: str, dest: Path, link=os.link) -> None:
@@ -595,7 +575,7 @@ def write_level_part(level: LevelJob, job: PartJob) -> LevelResult:
     from dpatlas.publication.level_files import write_level_files
 
     interval_level = (job.config.get("intervals") or {}).get("level", 0.95)
-    with _writable_folder(job.location, f"level-{level.level}") as folder:
+    with writable_folder(join(job.location, f"level-{level.level}")) as folder:
         local = local_path(level.table)
         table = gpd.read_parquet(level.table if local is None else local)
         several = per_cell(list(job.cells))
