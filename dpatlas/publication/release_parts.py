@@ -558,12 +558,14 @@ def level_tile_jobs(results: list[LevelResult]) -> list[TileJob]:
 
 
 def level_jobs(levels: dict, geoids, location: str) -> list[LevelJob]:
-    """The levels' tables written where their tasks read them, one job per level."""
+    """The levels' tables written where their tasks read them, one job per level, with the
+    units the boundaries make up (each once: the job is a subflow parameter, and a tract's
+    unit repeated 74,000 times would pass Prefect's limit on a flow run's parameters)."""
     from dpatlas.publication.level_files import unit_of
 
     return [LevelJob(level, _put_parquet(partial(table.to_parquet, index=False), location,
                                          f"level-{level}.parquet"),
-                     tuple(unit_of(list(geoids), level)))
+                     tuple(sorted(set(unit_of(list(geoids), level)))))
             for level, table in levels.items()]
 
 

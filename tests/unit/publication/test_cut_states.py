@@ -91,3 +91,13 @@ def test_a_states_csv_joined_from_its_parts_has_one_header(tmp_path):
     release_parts._append_csv(tmp_path / "piece.csv", tmp_path / "joined.csv")
     whole = pd.concat([_table("a"), _table("b")]).drop(columns="geometry")
     assert (tmp_path / "joined.csv").read_text() == whole.to_csv(index=False)
+
+
+def test_a_level_job_names_each_unit_once(tmp_path):
+    """A level job is a parameter of the publish subflow: its units are the boundaries' units
+    each once, not each tract's (74,000 of them passed Prefect's 512 KiB limit nationally)."""
+    table = gpd.GeoDataFrame({"geoid": ["17", "18"], "cell": ["a", "a"]},
+                             geometry=[box(0, 0, 1, 1), box(1, 0, 2, 1)], crs="EPSG:4326")
+    tracts = [f"17{i:09d}" for i in range(500)] + [f"18{i:09d}" for i in range(500)]
+    [job] = release_parts.level_jobs({"state": table}, tracts, str(tmp_path))
+    assert job.units == ("17", "18")
