@@ -45,9 +45,25 @@ def prefect_server(home: Path, timeout: float = 180):
             time.sleep(0.5)
         yield url
     finally:
+        _send_queued()
         os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(20)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
         log.close()
+
+
+def _send_queued(timeout: float = 60) -> None:
+    """Send what this process queued for the server (events, logs of a flow run in-process
+    against it) before the server stops. A queue left for a stopped server is drained by the
+    next ``prefect_test_harness`` of the same test process, one timed-out send a minute at a
+    time (98 events: a test that hung past its 900 s timeout)."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    for worker in (APILogWorker, EventsWorker):
+        try:
+            worker.drain_all(timeout=timeout)
+        except RuntimeError:  # never started in this process
+            pass
