@@ -31,16 +31,16 @@ import shutil
 import tempfile
 from collections import Counter
 from concurrent.futures import Future
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import geopandas as gpd
 import pandas as pd
 
-from dpatlas.core.locations import join, local_path, remove_tree, url_fs, writable_folder
+from dpatlas.core.locations import (join, local_path, readable_folder, remove_tree, url_fs,
+                                    writable_folder)
 from dpatlas.publication import tiles
 from dpatlas.publication.cell_stream import (Streamed, TractSummary, assembled_groups,
                                              cell_groups, geoid_filters, stream_groups,
@@ -89,23 +89,24 @@ def plan_parts(cells: list[str], geoids) -> list[PublishPart]:
         return [PublishPart(WHOLE, None, _groups(cells, len(geoids)))]
     # (states, their cells, piece or None): consecutive states packed together, and a state
     # too large for one part cut by its cells (piece k: its k-th group of cells)
-    packed: list[tuple[list[str], list[str], Optional[int]]] = [([], cells, None)]
+    packed: list[tuple[list[str], list[str], Optional[int]]] = []
+    packing: list[str] = []
     rows = 0
     for state in sorted(per_state):
         size = per_state[state] * max(1, len(cells))
-        if size > PART_ROWS and len(cells) > 1:
+        cut = size > PART_ROWS and len(cells) > 1
+        if packing and (cut or rows + size > PART_ROWS):
+            packed.append((packing, cells, None))
+            packing, rows = [], 0
+        if cut:
             step = max(1, PART_ROWS // per_state[state])
             packed += [([state], cells[i:i + step], i // step)
                        for i in range(0, len(cells), step)]
-            packed.append(([], cells, None))
-            rows = 0
             continue
-        if packed[-1][0] and rows + size > PART_ROWS:
-            packed.append(([], cells, None))
-            rows = 0
-        packed[-1][0].append(state)
+        packing.append(state)
         rows += size
-    packed = [p for p in packed if p[0]]
+    if packing:
+        packed.append((packing, cells, None))
     # one part: its checks are the release's ("published"), as for a release written whole
     return [PublishPart(name, tuple(states), _groups(some, sum(per_state[s] for s in states)),
                         "published" if len(packed) == 1 else f"published-{name}", piece or 0)
@@ -345,18 +346,11 @@ def collect(staging: Path, results: list[PartResult],
                     _done(tiles_value), files)
 
 
-@contextmanager
-def part_project(result: "PartResult | LevelResult") -> Iterator[Path]:
+def part_project(result: "PartResult | LevelResult"):
     """The GX project of a part or a level's files (where its output checks were stored) as a
-    local folder: downloaded first when it was written to object storage."""
-    local = local_path(result.folder)
-    if local is not None:
-        yield local / GX_PROJECT
-        return
-    with tempfile.TemporaryDirectory(prefix="dpatlas-part-gx-") as tmp:
-        fs, path = url_fs(join(result.folder, GX_PROJECT))
-        fs.get(path.rstrip("/") + "/", f"{tmp}/{GX_PROJECT}/", recursive=True)
-        yield Path(tmp) / GX_PROJECT
+    local folder (a context manager): downloaded first when it was written to object
+    storage."""
+    return readable_folder(join(result.folder, GX_PROJECT))
 
 
 def _tiles_of(result: PartResult) -> list[str]:
@@ -578,8 +572,7 @@ def write_level_part(level: LevelJob, job: PartJob) -> LevelResult:
 
     interval_level = (job.config.get("intervals") or {}).get("level", 0.95)
     with writable_folder(join(job.location, f"level-{level.level}")) as folder:
-        local = local_path(level.table)
-        table = gpd.read_parquet(level.table if local is None else local)
+        table = gpd.read_parquet(_readable(level.table))
         several = per_cell(list(job.cells))
         files = write_level_files(table, folder, level.level, interval_level,
                                   partial(tiles.release_tile_text, job.release_id, job.config),
