@@ -44,17 +44,33 @@ def estimate_release_levels(cfg: ReleaseConfig, release_id: str, address: Option
     k's seed depends on k alone, as a chunk's does, so every runner draws the same noise."""
     if not budget.levels:
         return []
+    if cfg.runner != "dask":
+        units = level_tasks(sizes)
+        sources = [partitions_holding(staged, chunks, u.state) for u in units]
+        return _map_levels(units, sources, budget, cfg.publish.min_n, internal, noise_seed)
+    subflow = levels_on_workers.with_options(task_runner=release_task_runner(cfg, address),
+                                             flow_run_name=levels_run_name(release_id))
+    return subflow(**levels_subflow_parameters(cfg, staged, chunks, worker_chunks, sizes,
+                                               budget, internal, noise_seed, staging_location))
+
+
+def levels_subflow_parameters(cfg: ReleaseConfig, staged: list[Path], chunks: list[Chunk],
+                              worker_chunks: list[Chunk], sizes, budget, internal: Path,
+                              noise_seed: Optional[int],
+                              staging_location: Optional[str] = None) -> Optional[dict]:
+    """The parameters of the ``dpatlas-levels`` subflow (public values and paths), or None
+    when the release calls none (no levels, or the local runner): the flow measures them
+    against the server's limit before the charge, then calls the subflow with them."""
+    if not budget.levels or cfg.runner != "dask":
+        return None
     units = level_tasks(sizes)
     sources = [partitions_holding(staged, chunks, u.state) for u in units]
-    if cfg.runner != "dask":
-        return _map_levels(units, sources, budget, cfg.publish.min_n, internal, noise_seed)
     if staging_location:
         url_of = {Path(c.staged): w.staged for c, w in zip(chunks, worker_chunks)}
         sources = [[url_of[Path(p)] for p in files] for files in sources]
-    subflow = levels_on_workers.with_options(task_runner=release_task_runner(cfg, address),
-                                             flow_run_name=levels_run_name(release_id))
-    return subflow(units, [[str(p) for p in files] for files in sources], budget,
-                   cfg.publish.min_n, str(internal), noise_seed, staging_location)
+    return {"units": units, "sources": [[str(p) for p in files] for files in sources],
+            "budget": budget, "min_n": cfg.publish.min_n, "internal": str(internal),
+            "noise_seed": noise_seed, "staging_location": staging_location}
 
 
 @flow(name="dpatlas-levels", persist_result=False)

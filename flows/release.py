@@ -43,7 +43,7 @@ from dpatlas.publication.tract_files import release_folder
 from dpatlas.publication.release_parts import (LevelJob, LevelResult, PartJob, PartResult,
                                                PublishPart, TileJob, level_tile_jobs,
                                                tile_jobs)
-from tasks.publish import (plan_publish, publish_level, publish_part,
+from tasks.publish import (plan_publish, publish_parameters, publish_level, publish_part,
                            publish_release, publish_tiles, show_in_feed)
 from tasks.report import report_release
 from tasks.state import open_release, record_plan
@@ -53,7 +53,7 @@ from tasks.validate import (bound_contributions, check_boundaries, check_change_
 from dpatlas.release.events import on_release_failure
 from dpatlas.release.outcome import ReleaseOutcome
 from flows.cluster import release_cluster, release_task_runner
-from flows.levels import estimate_release_levels
+from flows.levels import estimate_release_levels, levels_on_workers, levels_subflow_parameters
 from flows.validation import validate_release_input
 from flows.worker_draws import copy_recorded, draw_on_workers, draw_urls, task_seed
 
@@ -214,9 +214,19 @@ def release(config_path: str, release_id: Optional[str] = None,
         stage_parameters = {"chunks": worker_chunks, "budget": budget, "min_n": cfg.publish.min_n,
                             "internal": str(internal), "noise_seed": noise_seed,
                             "staging_location": location}
-        preflight(cfg, rid, noise_seed, stage="before-charge", budget=budget, sizes=sizes,
-                  subflow=select_and_estimate, subflow_parameters=stage_parameters)
         cells = sorted(sizes["cell"].unique())
+        # every subflow called after the charge, measured before it (the server refuses a
+        # run whose parameters pass its limit: found then, the budget would be spent)
+        subflows = [(select_and_estimate, stage_parameters),
+                    (write_publish_parts, _publish_parameters(cfg, rid, internal, location,
+                                                              chunks, cells, boundaries,
+                                                              budget))]
+        levels_parameters = levels_subflow_parameters(cfg, staged, chunks, worker_chunks, sizes,
+                                                      budget, internal, noise_seed, location)
+        if levels_parameters is not None:
+            subflows.append((levels_on_workers, levels_parameters))
+        preflight(cfg, rid, noise_seed, stage="before-charge", budget=budget, sizes=sizes,
+                  subflows=subflows)
         charge_release(cfg.ledger, rid, budget, cells, start.config_sha256, owner, plan)
         with Ledger(cfg.ledger.url).leased(rid, owner, LEASE_SECONDS) as lease:
             crashpoint("after-ledger-charge")
@@ -286,16 +296,32 @@ def _publish_parts(cfg: ReleaseConfig, rid: str, address: Optional[str], results
     # a crash after the rename: nothing to write (publish_release checks the folder)
     if release_folder(cfg.publish.root, rid) is not None:
         return None, [], [], []
-    if location:
-        where = staging.join(location, "publish")
-        inputs = draw_urls(location, "estimate", chunks)
-    else:
-        where, inputs = str(internal / "publish"), None
+    where, inputs = _publish_location(internal, location, chunks)
     plan = plan_publish(cfg, rid, results, boundaries, budget, level_results, where, inputs)
     stage = write_publish_parts.with_options(task_runner=release_task_runner(cfg, address),
                                              flow_run_name=publish_run_name(rid))
     parts, archives, levels = stage(plan.parts, plan.job, plan.level_jobs)
     return plan, parts, archives, levels
+
+
+def _publish_location(internal: Path, location: Optional[str], chunks: list[Chunk]
+                      ) -> tuple[str, Optional[list[str]]]:
+    """Where the parts are written, and where they read the chunks' results (None: the
+    results in the internal folder)."""
+    if location:
+        return staging.join(location, "publish"), draw_urls(location, "estimate", chunks)
+    return str(internal / "publish"), None
+
+
+def _publish_parameters(cfg: ReleaseConfig, rid: str, internal: Path, location: Optional[str],
+                        chunks: list[Chunk], cells: list, boundaries, budget) -> dict:
+    """The publish subflow's parameters as :func:`_publish_parts` will pass them (the chunks'
+    results are where ``select_and_estimate`` returns them), before anything is drawn."""
+    where, inputs = _publish_location(internal, location, chunks)
+    inputs = inputs or [str(internal / STAGE_FOLDERS["estimate"] / f"{c.name}.parquet")
+                        for c in chunks]
+    return publish_parameters(cfg, rid, inputs, [str(c) for c in cells], boundaries["geoid"],
+                              budget, where)
 
 
 def _needed_draws(chunks: list[Chunk], sizes, budget) -> set[tuple[str, str]]:

@@ -19,12 +19,13 @@ from dpatlas.publication.cell_stream import CellGroupChecks, finish_release, rel
 from dpatlas.publication.model_estimates import fit_summary
 from dpatlas.publication.cell_tiles import LEVEL_MANIFEST_KEY as LEVEL_CELL_TILES_KEY
 from dpatlas.publication.release_parts import (LevelJob, LevelResult, PartJob, PartResult,
-                                               PublishPart, TileJob, build_tile_job, collect,
-                                               collect_levels, level_cell_tiles, level_jobs,
-                                               model_fits,
-                                               part_project, plan_parts, remove_parts,
-                                               write_boundaries, write_level_part,
-                                               write_level_rows, write_part)
+                                               PublishPart, TileJob, boundaries_location,
+                                               build_tile_job, collect, collect_levels,
+                                               level_cell_tiles, level_jobs,
+                                               level_rows_location, level_table_location,
+                                               level_units, model_fits, part_project,
+                                               plan_parts, remove_parts, write_boundaries,
+                                               write_level_part, write_level_rows, write_part)
 from dpatlas.publication.level_files import assemble_level
 from dpatlas.publication.tract_files import (PublishError, release_folder, stage_release,
                                              standard_error_maximum, verify_release)
@@ -56,16 +57,36 @@ def plan_publish(cfg: ReleaseConfig, release_id: str, result_files: list[Path],
     the staging location; default ``result_files``)."""
     cells = release_cells(result_files)
     levels = assemble_levels(level_files or [], boundaries, budget, cells)
-    job = PartJob(release_id=release_id, config=public_config(cfg),
-                  results=tuple(str(p) for p in (part_inputs or result_files)),
-                  boundaries=write_boundaries(boundaries, location),
-                  levels=write_level_rows(levels, location), location=location,
-                  cells=tuple(cells),
-                  model_steps=(tuple(s.as_dict() for s in budget.steps)
-                               if cfg.small_area.model else None),
-                  standard_error_max=standard_error_maximum())
+    job = _part_job(cfg, release_id, part_inputs or result_files, cells, budget, location,
+                    write_boundaries(boundaries, location), write_level_rows(levels, location))
     return PublishPlan(cells, levels, plan_parts(cells, boundaries["geoid"]), job,
                        level_jobs(levels, boundaries["geoid"], location))
+
+
+def publish_parameters(cfg: ReleaseConfig, release_id: str, part_inputs: list[str],
+                       cells: list[str], geoids, budget: BudgetPlan, location: str) -> dict:
+    """The publish subflow's parameters as :func:`plan_publish` will make them, from public
+    values alone and writing nothing: the preflight measures them against the Prefect
+    server's limit before the charge (found after it, the budget would be spent on a release
+    that cannot publish)."""
+    levels = [lp.level for lp in budget.levels]
+    job = _part_job(cfg, release_id, part_inputs, cells, budget, location,
+                    boundaries_location(location),
+                    level_rows_location(location) if levels else None)
+    return {"parts": plan_parts(cells, geoids), "job": job,
+            "levels": [LevelJob(level, level_table_location(location, level),
+                                level_units(geoids, level)) for level in levels]}
+
+
+def _part_job(cfg: ReleaseConfig, release_id: str, inputs, cells: list[str],
+              budget: BudgetPlan, location: str, boundaries_at: str,
+              levels_at: Optional[str]) -> PartJob:
+    return PartJob(release_id=release_id, config=public_config(cfg),
+                   results=tuple(str(p) for p in inputs), boundaries=boundaries_at,
+                   levels=levels_at, location=location, cells=tuple(cells),
+                   model_steps=(tuple(s.as_dict() for s in budget.steps)
+                                if cfg.small_area.model else None),
+                   standard_error_max=standard_error_maximum())
 
 
 @task(name="publish-part", task_run_name="publish-part-{part.name}", **TASK_OPTIONS)

@@ -467,9 +467,31 @@ def read_boundaries(location: str, geoids: Optional[tuple[str, str]]) -> gpd.Geo
     return gpd.read_parquet(_readable(location), filters=geoid_filters(geoids) or None)
 
 
+BOUNDARIES_FILE, LEVEL_ROWS_FILE = "boundaries.parquet", "levels.parquet"
+
+
+def boundaries_location(location: str) -> str:
+    """Where :func:`write_boundaries` puts the boundaries under ``location``."""
+    return join(location, BOUNDARIES_FILE)
+
+
+def level_rows_location(location: str) -> str:
+    """Where :func:`write_level_rows` puts the county and state rows under ``location``."""
+    return join(location, LEVEL_ROWS_FILE)
+
+
+def level_table_location(location: str, level: str) -> str:
+    """Where :func:`level_jobs` puts ``level``'s table under ``location``."""
+    return join(location, _level_table_name(level))
+
+
+def _level_table_name(level: str) -> str:
+    return f"level-{level}.parquet"
+
+
 def write_boundaries(boundaries: gpd.GeoDataFrame, location: str) -> str:
     """The boundaries, once, where every part reads its states' (public values)."""
-    return _put_parquet(boundaries.to_parquet, location, "boundaries.parquet")
+    return _put_parquet(boundaries.to_parquet, location, BOUNDARIES_FILE)
 
 
 def _put_parquet(write, location: str, name: str) -> str:
@@ -495,7 +517,7 @@ def write_level_rows(levels: dict, location: str) -> Optional[str]:
     rows = pd.concat([pd.DataFrame(t.drop(columns="geometry")).assign(_level=level)
                       for level, t in levels.items()], ignore_index=True)
     return _put_parquet(lambda path: rows.to_parquet(path, index=False), location,
-                        "levels.parquet")
+                        LEVEL_ROWS_FILE)
 
 
 def read_level_rows(location: Optional[str], part: PublishPart) -> dict:
@@ -553,14 +575,22 @@ def level_tile_jobs(results: list[LevelResult]) -> list[TileJob]:
 
 def level_jobs(levels: dict, geoids, location: str) -> list[LevelJob]:
     """The levels' tables written where their tasks read them, one job per level, with the
-    units the boundaries make up (each once: the job is a subflow parameter, and a tract's
-    unit repeated 74,000 times would pass Prefect's limit on a flow run's parameters)."""
+    units the boundaries make up (:func:`level_units`)."""
+    jobs = []
+    for level, table in levels.items():
+        at = _put_parquet(partial(table.to_parquet, index=False), location,
+                          _level_table_name(level))
+        jobs.append(LevelJob(level, at, level_units(geoids, level)))
+    return jobs
+
+
+def level_units(geoids, level: str) -> tuple[str, ...]:
+    """The units of ``level`` the tracts ``geoids`` make up, each once: a level job is a
+    subflow parameter, and a tract's unit repeated 74,000 times would pass Prefect's limit on
+    a flow run's parameters."""
     from dpatlas.publication.level_files import unit_of
 
-    return [LevelJob(level, _put_parquet(partial(table.to_parquet, index=False), location,
-                                         f"level-{level}.parquet"),
-                     tuple(sorted(set(unit_of(list(geoids), level)))))
-            for level, table in levels.items()]
+    return tuple(sorted(set(unit_of(list(geoids), level))))
 
 
 def write_level_part(level: LevelJob, job: PartJob) -> LevelResult:

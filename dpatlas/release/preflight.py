@@ -303,5 +303,12 @@ def check_subflow_parameters(subflow, parameters: dict) -> None:
         raise PreflightError(
             f"the {subflow.name} subflow's parameters are {size:,} bytes as JSON, over the "
             f"Prefect server's limit of {limit:,} (PREFECT_SERVER_API_MAX_PARAMETER_SIZE; "
-            f"{len(parameters.get('chunks', ()))} chunks): raise partition_tracts or the "
-            "server's limit; nothing was charged")
+            f"{_what_grows(parameters)}): raise partition_tracts or the server's limit; "
+            "nothing was charged")
+
+
+def _what_grows(parameters: dict) -> str:
+    """The lists that make a subflow's parameters large, counted: "67 chunks", "4 parts"."""
+    named = [(key, value) for key, value in parameters.items()
+             if isinstance(value, (list, tuple)) and key not in ("sources",)]
+    return ", ".join(f"{len(value)} {key}" for key, value in named) or "no lists"

@@ -542,3 +542,72 @@ def test_estimand_is_stated_in_the_manifest_and_the_schema(published):
         assert "least-squares line of its own" not in text[column] + declared[column], column
     for column in ("p25_lo", "p25_se"):
         assert "sampling error" in text[column] and "privacy noise" in text[column], column
+
+
+def test_the_publish_subflows_parameters_are_measured_before_the_charge(
+        small_state, tmp_path, monkeypatch):
+    """Every subflow the release calls after the charge is measured against the Prefect
+    server's limit before it: the publish subflow's parameters (parts, the job with the
+    public config, the county and state units) as they will be passed, so a release whose
+    publish call the server would refuse is refused with nothing drawn or charged, instead of
+    failing after its budget is spent."""
+    import json as _json
+
+    from prefect.settings import PREFECT_SERVER_API_MAX_PARAMETER_SIZE, temporary_settings
+
+    import flows.release as release_flow
+    import tasks.preflight as preflight_task
+    from dpatlas.core.config import load_config
+    from dpatlas.ledger import Ledger
+    from dpatlas.release.preflight import PreflightError, check_subflow_parameters
+    from flows.release import release
+
+    measured, planned = {}, []
+
+    def spy(subflow, parameters):
+        measured[subflow.name] = _json.dumps(subflow.serialize_parameters(parameters),
+                                             separators=(",", ":"))
+        check_subflow_parameters(subflow, parameters)
+
+    real_plan = release_flow.plan_publish
+
+    def plan_spy(*args, **kwargs):
+        planned.append(real_plan(*args, **kwargs))
+        return planned[-1]
+
+    monkeypatch.setattr(preflight_task, "check_subflow_parameters", spy)
+    monkeypatch.setattr(release_flow, "plan_publish", plan_spy)
+    config = make_config(tmp_path, small_state, levels=["tract", "county", "state"])
+    run(config, "measured")
+    assert set(measured) == {"dpatlas-select-estimate", "dpatlas-publish-parts"}
+    # what was measured is what the publish call was given
+    [plan] = planned
+    given = release_flow.write_publish_parts.serialize_parameters(
+        {"parts": plan.parts, "job": plan.job, "levels": plan.level_jobs})
+    assert measured["dpatlas-publish-parts"] == _json.dumps(given, separators=(",", ":"))
+    assert [job.level for job in plan.level_jobs] == ["county", "state"]
+
+    # The publish subflow over the limit (the real check under a limit one byte below its
+    # parameters, the estimation subflow's check unchanged): refused at the preflight, with
+    # nothing drawn or charged.
+    limits = []
+
+    def tight_for_publish(subflow, parameters):
+        if subflow.name != "dpatlas-publish-parts":
+            return check_subflow_parameters(subflow, parameters)
+        limits.append(len(_json.dumps(subflow.serialize_parameters(parameters),
+                                      separators=(",", ":")).encode()) - 1)
+        with temporary_settings({PREFECT_SERVER_API_MAX_PARAMETER_SIZE: limits[-1]}):
+            return check_subflow_parameters(subflow, parameters)
+
+    monkeypatch.setattr(preflight_task, "check_subflow_parameters", tight_for_publish)
+    watch = NoiseWatch(monkeypatch)
+    state = release(str(config), "refused", 7, return_state=True)
+    with pytest.raises(PreflightError) as err:
+        state.result()
+    assert "dpatlas-publish-parts subflow's parameters" in str(err.value), err.value
+    assert f"over the Prefect server's limit of {limits[0]:,}" in str(err.value)
+    assert "nothing was charged" in str(err.value)
+    assert watch.calls == 0
+    assert Ledger(load_config(config).ledger.url).release("refused") is None
+    assert not (tmp_path / "releases" / "refused").exists()

@@ -369,10 +369,26 @@ class Page:
         self.page = self.context.new_page()
         self.errors: list[str] = []
         self.tile_statuses: list[int] = []
-        self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        self.page.on("console", self._console)
         self.page.on("pageerror", lambda e: self.errors.append(f"uncaught: {e}"))
         self.page.on("requestfailed", self._failed)
         self.page.on("response", self._response)
+
+    def _console(self, message):
+        """A console error, with where it was logged and, for an Error, its stack: MapLibre
+        logs an unhandled map error as the bare Error, whose text alone may say nothing."""
+        if message.type != "error":
+            return
+        detail = message.text
+        try:
+            stacks = [a.evaluate("a => a instanceof Error ? a.name + ': ' + a.stack : null")
+                      for a in message.args]
+        except Exception:  # the page went away: keep the text
+            stacks = []
+        where = message.location or {}
+        detail += f" (at {where.get('url', '?')}:{where.get('lineNumber', '?')})"
+        detail += "".join(f"\n{s}" for s in stacks if s)
+        self.errors.append(detail)
 
     def _failed(self, request):
         if (self.flights and request.url.endswith(".pmtiles")

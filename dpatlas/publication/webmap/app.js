@@ -1243,6 +1243,20 @@
       center: [-96, 38], zoom: 3, attributionControl: { compact: true },
     });
     api.map = map;
+    // Without a listener MapLibre logs a map error as the bare Error object, whose text may be
+    // only "Error": say which source and tile failed, and how, so it can be traced. Still an
+    // error on the console: a tile that failed leaves a hole in the map.
+    map.on("error", (e) => {
+      const error = e.error || {}, canonical = e.tile && e.tile.tileID && e.tile.tileID.canonical;
+      const where = [e.sourceId ? "source " + e.sourceId : "",
+                     canonical ? "tile " + canonical.z + "/" + canonical.x + "/" + canonical.y
+                               : "",
+                     error.url ? "url " + error.url : "",
+                     error.status ? "HTTP " + error.status : ""].filter(Boolean).join(", ");
+      console.error("dpatlas web map: map error " + (error.name || "Error") + ": "
+                    + (error.message || "(no message)") + (where ? " (" + where + ")" : "")
+                    + (error.stack ? "\n" + error.stack : ""));
+    });
     map.addControl(new maplibregl.NavigationControl({ showCompass: false }));
     map.addControl(new maplibregl.ScaleControl({ maxWidth: 120, unit: "metric" }),
                    "bottom-left");

@@ -1,0 +1,101 @@
+"""What a tract archive's attributes cost tippecanoe: a release's own tract GeoJSON tiled as
+published (every attribute), with the GEOID alone, and with no attribute.
+
+    .venv/bin/python benchmarks/bench_tile_attributes.py --release DIR [--max-zoom 10]
+
+``DIR`` is a published release (``tracts.geojson``, or ``tracts-geojson/state=XX/`` of a
+release of several states). Each variant runs tippecanoe with the release's options
+(:func:`dpatlas.publication.tiles.tippecanoe_arguments`, from z6 as with counties) on the
+same features; the figures are tippecanoe's CPU seconds (user + system, of the child process),
+its wall time and the archive's bytes. Run it alone: the CPU figures are the point.
+
+Why: a release of several cells builds one tract archive per cell, each carrying every
+attribute of every feature, while the geometry is the same in every cell. If the attributes
+are most of the cost, one geometry archive plus each cell's values as data (joined by GEOID in
+the browser) would cost the geometry once instead of once per cell (issue 35's estimate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def tract_geojson_files(release: Path) -> list[Path]:
+    single = release / "tracts.geojson"
+    if single.is_file():
+        return [single]
+    files = sorted(release.glob("tracts-geojson/state=*/tracts.geojson"))
+    if not files:
+        raise SystemExit(f"{release}: no tracts.geojson nor tracts-geojson/state=*/")
+    return files
+
+
+def write_variant(files: list[Path], keep, out: Path) -> int:
+    """The features of ``files`` with their properties cut to ``keep`` (None: all), as one
+    FeatureCollection at ``out``; returns the number of features."""
+    features = []
+    for path in files:
+        for feature in json.loads(path.read_text())["features"]:
+            if keep is not None:
+                feature = {**feature, "properties": {k: v for k, v in
+                                                     feature["properties"].items() if k in keep}}
+            features.append(feature)
+    out.write_text(json.dumps({"type": "FeatureCollection", "features": features},
+                              separators=(",", ":")))
+    return len(features)
+
+
+def tile(geojson: Path, out: Path, max_zoom: int) -> dict:
+    from dpatlas.publication import tiles
+
+    argv = [str(tiles.tippecanoe_binary()),
+            *tiles.tippecanoe_arguments(geojson, out, min_zoom=tiles.MIN_ZOOM_WITH_COUNTIES,
+                                        max_zoom=max_zoom)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    # tippecanoe notes on stderr that the GEOID feature ids are not numeric (the same in
+    # every variant and in the release's own build); shown only if it fails
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"tippecanoe failed ({done.returncode}): {done.stderr[-2000:]}")
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"cpu": cpu, "wall": wall, "bytes": out.stat().st_size}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--release", type=Path, required=True)
+    parser.add_argument("--max-zoom", type=int, default=10)
+    args = parser.parse_args()
+    files = tract_geojson_files(args.release)
+    variants = [("every attribute (as published)", None), ("geoid only", {"geoid"}),
+                ("no attribute", set())]
+    print(f"release {args.release}: {len(files)} tract GeoJSON file(s); tippecanoe z6-"
+          f"z{args.max_zoom}, one run per variant, one after another")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="dpatlas-tile-attributes-") as tmp:
+        for label, keep in variants:
+            source = Path(tmp) / "variant.geojson"
+            count = write_variant(files, keep, source)
+            figures = tile(source, Path(tmp) / "variant.pmtiles", args.max_zoom)
+            rows.append((label, count, figures))
+            print(f"  {label:32s} {count:7,d} features  tippecanoe {figures['cpu']:6.1f} CPU-s  "
+                  f"{figures['wall']:6.1f} s wall  {figures['bytes'] / 1e6:7.1f} MB", flush=True)
+    full = rows[0][2]["cpu"]
+    for label, _, figures in rows[1:]:
+        print(f"  {label}: {figures['cpu'] / full:.2f} of the published archive's CPU")
+
+
+if __name__ == "__main__":
+    main()
