@@ -78,9 +78,26 @@ def validate_release_input(cfg: ReleaseConfig, release_id: str, address: Optiona
                                    [p.cells for p in parts], str(internal), where,
                                    str(report_index(internal)),
                                    bool(cfg.input.columns.person_id))
+    except BaseException:
+        # A task failed (an unreadable partition, a worker lost): what the others wrote there
+        # is not recorded, and a rerun validates every partition again. The rows they set
+        # aside are person-level: none is left at the staging location (the internal folder
+        # keeps its own, as the local runner's do).
+        _remove_unrecorded(where, elsewhere=where != str(internal))
+        raise
     finally:
         remove_tree(join(where, HASHES_FOLDER))  # person-level hashes: not kept
     return _record_parts(cfg, internal, where, validated, found)
+
+
+def _remove_unrecorded(where: str, elsewhere: bool) -> None:
+    """The partitions' GX projects, and at a staging location (``elsewhere``) their
+    quarantine files and staged rows, written by validation tasks whose run the flow never
+    recorded."""
+    remove_tree(join(where, PARTS_FOLDER))
+    if elsewhere:
+        remove_tree(join(where, "quarantine"))
+        remove_tree(join(where, "staged"))
 
 
 @flow(name="dpatlas-validate", persist_result=False)

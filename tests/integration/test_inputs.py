@@ -620,3 +620,49 @@ def test_a_state_above_the_bound_is_split_by_whole_cells(tmp_path, form, monkeyp
     assert len(read_partition(cfg.input, "01")) == 30
     with pytest.raises(InputError, match="no partition 17-c3"):
         read_partition(cfg.input, "17-c3")
+
+
+@pytest.mark.parametrize("staging", [True, False])
+def test_a_validation_on_the_workers_that_fails_leaves_no_rows_at_the_staging_location(
+        tmp_path, monkeypatch, staging):
+    """With runner dask, the validation tasks write each partition's staged rows, quarantine
+    file and GX project where the workers write (the staging location, or the internal
+    folder). When a task fails (an unreadable partition, a lost worker) the flow records none
+    of them and a rerun validates everything again; the person-level rows the others wrote at
+    a staging location are removed, not left there. In the internal folder (no staging
+    location) only the unrecorded GX projects go; its staged rows and quarantine stay, as the
+    local runner's do."""
+    import flows.validation as validation
+    from dpatlas.core.config import parse_config
+
+    data = write_states(tmp_path / "data", {"17": state_records("17")})
+    config = {"input": {"path": str(data), "columns": {"person_id": "person_id"}},
+              "boundaries": {"path": "tracts.parquet"}, "selection": {"rule": "fixed"},
+              "runner": "dask"}
+    if staging:
+        config["staging_url"] = str(tmp_path / "staging")
+    cfg = parse_config(config)
+    internal = tmp_path / "internal" / "r"
+    where = tmp_path / "staging" / "r" if staging else internal
+
+    class LostWorker(RuntimeError):
+        pass
+
+    def crashing_subflow(*args, **kwargs):  # one task wrote its files, another was lost
+        for name in ("staged/input-17.parquet", "quarantine/input-17.parquet",
+                     "validation-parts/17/gx/great_expectations.yml",
+                     "contribution-hashes/17/bucket-0.npy"):
+            (where / name).parent.mkdir(parents=True, exist_ok=True)
+            (where / name).write_bytes(b"person-level")
+        raise LostWorker("worker lost")
+
+    class Subflow:
+        def with_options(self, **options):
+            return crashing_subflow
+
+    monkeypatch.setattr(validation, "validate_on_workers", Subflow())
+    monkeypatch.setattr(validation, "release_task_runner", lambda cfg, address: None)
+    with pytest.raises(LostWorker):
+        validation.validate_release_input(cfg, "r", None, internal)
+    left = sorted(str(p.relative_to(where)) for p in where.rglob("*") if p.is_file())
+    assert left == ([] if staging else ["quarantine/input-17.parquet", "staged/input-17.parquet"])
