@@ -7,7 +7,10 @@ published (every attribute), with the GEOID alone, and with no attribute.
 release of several states). Each variant runs tippecanoe with the release's options
 (:func:`dpatlas.publication.tiles.tippecanoe_arguments`, from z6 as with counties) on the
 same features; the figures are tippecanoe's CPU seconds (user + system, of the child process),
-its wall time and the archive's bytes. Run it alone: the CPU figures are the point.
+its wall time and the archive's bytes. A fourth line times what such a design would publish
+beside one geometry archive: each feature's values (every attribute but the geometry) as
+compact JSON keyed by GEOID, written the way the GeoJSON writer writes its properties. Run it
+alone: the CPU figures are the point (each line also prints the load average).
 
 Why: a release of several cells builds one tract archive per cell, each carrying every
 attribute of every feature, while the geometry is the same in every cell. If the attributes
@@ -19,14 +22,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' _measure
+from _measure import measure  # noqa: E402
 
 
 def tract_geojson_files(release: Path) -> list[Path]:
@@ -54,23 +57,30 @@ def write_variant(files: list[Path], keep, out: Path) -> int:
     return len(features)
 
 
-def tile(geojson: Path, out: Path, max_zoom: int) -> dict:
+def tile(geojson: Path, out: Path, max_zoom: int, label: str) -> tuple[dict, str]:
     from dpatlas.publication import tiles
 
     argv = [str(tiles.tippecanoe_binary()),
             *tiles.tippecanoe_arguments(geojson, out, min_zoom=tiles.MIN_ZOOM_WITH_COUNTIES,
                                         max_zoom=max_zoom)]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    # tippecanoe notes on stderr that the GEOID feature ids are not numeric (the same in
-    # every variant and in the release's own build); shown only if it fails
-    done = subprocess.run(argv, capture_output=True, text=True)
+    with measure(f"{label}, tippecanoe") as span:
+        # tippecanoe notes on stderr that the GEOID feature ids are not numeric (the same in
+        # every variant and in the release's own build); shown only if it fails
+        done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"tippecanoe failed ({done.returncode}): {done.stderr[-2000:]}")
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"cpu": cpu, "wall": wall, "bytes": out.stat().st_size}
+    return {"cpu": span.cpu_children, "wall": span.wall, "bytes": out.stat().st_size}, span.line()
+
+
+def write_values(files: list[Path], out: Path) -> tuple[dict, str]:
+    """Each feature's properties as one JSON object keyed by GEOID (the values a
+    geometry-once design would publish per cell), timed from the parsed features."""
+    features = [f for path in files for f in json.loads(path.read_text())["features"]]
+    with measure("values keyed by GEOID, JSON") as span:
+        values = {f["properties"]["geoid"]: f["properties"] for f in features}
+        out.write_text(json.dumps(values, ensure_ascii=False, allow_nan=False,
+                                  separators=(",", ":")))
+    return {"cpu": span.cpu_process, "wall": span.wall, "bytes": out.stat().st_size}, span.line()
 
 
 def main() -> None:
@@ -84,17 +94,25 @@ def main() -> None:
     print(f"release {args.release}: {len(files)} tract GeoJSON file(s); tippecanoe z6-"
           f"z{args.max_zoom}, one run per variant, one after another")
     rows = []
-    with tempfile.TemporaryDirectory(prefix="dpatlas-tile-attributes-") as tmp:
+    with measure("bench_tile_attributes, whole run") as run, \
+            tempfile.TemporaryDirectory(prefix="dpatlas-tile-attributes-") as tmp:
         for label, keep in variants:
             source = Path(tmp) / "variant.geojson"
             count = write_variant(files, keep, source)
-            figures = tile(source, Path(tmp) / "variant.pmtiles", args.max_zoom)
-            rows.append((label, count, figures))
+            figures, line = tile(source, Path(tmp) / "variant.pmtiles", args.max_zoom, label)
+            rows.append((label, figures))
             print(f"  {label:32s} {count:7,d} features  tippecanoe {figures['cpu']:6.1f} CPU-s  "
                   f"{figures['wall']:6.1f} s wall  {figures['bytes'] / 1e6:7.1f} MB", flush=True)
-    full = rows[0][2]["cpu"]
-    for label, _, figures in rows[1:]:
+            print(f"    {line}")
+        figures, line = write_values(files, Path(tmp) / "values.json")
+        print(f"  {'values keyed by GEOID (JSON)':32s} {len(files):7,d} file(s)  written in "
+              f"{figures['cpu']:6.1f} CPU-s  {figures['wall']:6.1f} s wall  "
+              f"{figures['bytes'] / 1e6:7.1f} MB", flush=True)
+        print(f"    {line}")
+    full = rows[0][1]["cpu"]
+    for label, figures in rows[1:]:
         print(f"  {label}: {figures['cpu'] / full:.2f} of the published archive's CPU")
+    print(run.line())
 
 
 if __name__ == "__main__":

@@ -49,6 +49,27 @@ def test_quick_benchmarks_print_cpu_time_and_load_average(tmp_path):
     assert any("1 states, build_tiles: wall" in ln for ln in lines), out
 
 
+def test_tile_attributes_benchmark_prints_each_variant_with_its_cpu_and_load(tmp_path):
+    """benchmarks/bench_tile_attributes.py on a release of three tracts: each variant's
+    tippecanoe run and the values' JSON, each with its CPU and the load average."""
+    release = tmp_path / "release"
+    release.mkdir()
+    features = [{"type": "Feature", "id": f"1700100010{k}",
+                 "properties": {"geoid": f"1700100010{k}", "cell": "all", "p25": 0.1 * k},
+                 "geometry": {"type": "Polygon", "coordinates": [[
+                     [-89.0 + 0.1 * k, 40.0], [-88.9 + 0.1 * k, 40.0],
+                     [-88.9 + 0.1 * k, 40.1], [-89.0 + 0.1 * k, 40.0]]]}}
+                for k in range(3)]
+    (release / "tracts.geojson").write_text(json.dumps({"type": "FeatureCollection",
+                                                        "features": features}))
+    out = run_benchmark("bench_tile_attributes.py", "--release", str(release), cwd=tmp_path)
+    for label in ("every attribute (as published)", "geoid only", "no attribute"):
+        assert any(ln.strip().startswith(label) and "3 features" in ln
+                   for ln in out.splitlines()), out
+        assert f"{label}, tippecanoe: wall " in out and "| load average " in out, out
+    assert "values keyed by GEOID (JSON)" in out and "bench_tile_attributes, whole run: wall" in out
+
+
 def tiny_state(data: Path, tracts: int = 80) -> Path:
     """One synthetic state with the national benchmark's layout: microdata/, tracts.parquet.
     80 tracts: enough released tracts (>= 50) for the small-area model to fit."""
