@@ -625,6 +625,46 @@ def _shown_level(page: Page) -> str:
     return page.page.evaluate("() => window.dpatlas.state.shownLevel")
 
 
+@pytest.mark.slow
+@pytest.mark.browser
+def test_a_tile_that_failed_to_fetch_is_fetched_again_and_the_map_is_drawn(
+        browser, server, publish_root):
+    """A tile's range request that fails in the network (here the first one after the page
+    has loaded, aborted by the test) is a map error "Failed to fetch": the web map
+    reloads that source once, with a warning, and the tract is drawn in its colour; no console
+    error."""
+    ids, root = publish_root["ids"], publish_root["root"]
+    page = Page(browser)
+    warnings, cut = [], []
+    page.page.on("console", lambda m: m.type == "warning" and warnings.append(m.text))
+
+    def cut_first_tile(route):
+        ranged = route.request.headers.get("range", "")
+        if not cut and ranged and not ranged.startswith("bytes=0-"):
+            cut.append(ranged)
+            return route.abort("failed")
+        return route.continue_()
+
+    try:
+        page.open(server, ids["latest"])
+        page.page.route("**/tracts.pmtiles", cut_first_tile)  # loaded: the next are tiles
+        geoid, lon, lat = _target_tract(root / ids["latest"])
+        _jump(page, center=[lon, lat], zoom=9)
+        assert len(cut) == 1
+        shot = page.screenshot("tile-refetched.png")
+        _assert_colour(shot, page.pixel_of(lon, lat),
+                       W.class_colour(_published(root / ids["latest"]).loc[geoid, "p25"]),
+                       f"tract {geoid}")
+        # the cut request is the one failure (the test's, and the browser's own log line of
+        # it); the map error became a warning and a retry
+        cut_request = [e for e in page.errors if e.startswith("failed: ")
+                       or e.startswith("Failed to load resource: net::ERR_FAILED")]
+        assert len(cut_request) == 2 and len(page.errors) == 2, page.errors
+        assert any("failed to fetch; reloading the source once" in w for w in warnings), warnings
+    finally:
+        page.close()
+
+
 def _rendered_geoids(page: Page, layer: str) -> set[str]:
     return set(page.page.evaluate(
         "layer => window.dpatlas.map.queryRenderedFeatures({layers: [layer]})"

@@ -1246,8 +1246,24 @@
     // Without a listener MapLibre logs a map error as the bare Error object, whose text may be
     // only "Error": say which source and tile failed, and how, so it can be traced. Still an
     // error on the console: a tile that failed leaves a hole in the map.
+    // A tile whose range request failed in the network ("Failed to fetch": a dropped
+    // connection, or a request the browser cut while the map moved on) is fetched again once
+    // per source and release: its source reloads (setUrl with its own URL). Only a failure
+    // after that retry is an error.
+    const retried = new Set();
     map.on("error", (e) => {
       const error = e.error || {}, canonical = e.tile && e.tile.tileID && e.tile.tileID.canonical;
+      const source = e.sourceId && map.getSource(e.sourceId);
+      const key = state.release + "|" + e.sourceId;
+      if (canonical && source && source.url && error.message === "Failed to fetch"
+          && !retried.has(key)) {
+        retried.add(key);
+        console.warn("dpatlas web map: tile " + canonical.z + "/" + canonical.x + "/"
+                     + canonical.y + " of source " + e.sourceId + " failed to fetch; reloading "
+                     + "the source once");
+        source.setUrl(source.url);
+        return;
+      }
       const where = [e.sourceId ? "source " + e.sourceId : "",
                      canonical ? "tile " + canonical.z + "/" + canonical.x + "/" + canonical.y
                                : "",
