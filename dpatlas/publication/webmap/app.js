@@ -1243,13 +1243,12 @@
       center: [-96, 38], zoom: 3, attributionControl: { compact: true },
     });
     api.map = map;
-    // Without a listener MapLibre logs a map error as the bare Error object, whose text may be
-    // only "Error": say which source and tile failed, and how, so it can be traced. Still an
-    // error on the console: a tile that failed leaves a hole in the map.
     // A tile whose range request failed in the network ("Failed to fetch": a dropped
     // connection, or a request the browser cut while the map moved on) is fetched again once
-    // per source and release: its source reloads (setUrl with its own URL). Only a failure
-    // after that retry is an error.
+    // per source and release: its source reloads (setUrl with its own URL). Any other map
+    // error, and a failure after that retry, is a console error naming the source, tile and
+    // cause (MapLibre without a listener logs the bare Error object, whose text may be only
+    // "Error"): a tile that failed leaves a hole in the map.
     const retried = new Set();
     map.on("error", (e) => {
       const error = e.error || {}, canonical = e.tile && e.tile.tileID && e.tile.tileID.canonical;
