@@ -48,13 +48,13 @@ def release_task_runner(cfg: ReleaseConfig, address: Optional[str] = None):
     """A subflow's task runner: the Dask scheduler at ``address`` (from
     :func:`release_cluster`), or, with none given, ``dask_address`` or a LocalCluster of the
     runner's own; two local threads for the local runner."""
-    if cfg.runner == "dask":
-        from prefect_dask import DaskTaskRunner
+    if cfg.runner == "dask":  # each task run under a key of its own: flows/keyed_dask.py
+        from flows.keyed_dask import KeyedDaskTaskRunner
 
         address = address or cfg.dask_address
         if address:
-            return DaskTaskRunner(address=address)
-        return DaskTaskRunner(cluster_kwargs=local_cluster_kwargs(cfg))
+            return KeyedDaskTaskRunner(address=address)
+        return KeyedDaskTaskRunner(cluster_kwargs=local_cluster_kwargs(cfg))
     return ThreadPoolTaskRunner(max_workers=LOCAL_WORKERS)
 
 

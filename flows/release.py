@@ -195,7 +195,8 @@ def release(config_path: str, release_id: Optional[str] = None,
                                              cfg.input.columns, validated.found)
                          if cfg.input.columns.person_id else None)
         record_validation(internal, reports, contributions)
-        chunks, sizes = plan_chunks(staged, cfg.partition_tracts)
+        chunks, sizes = plan_chunks(staged, cfg.partition_tracts,
+                                    validated.counts_after(contributions))
         location, worker_chunks = None, chunks
         if cfg.staging_url:  # the workers read the partitions there, not through the scheduler
             location = staging.release_location(cfg.staging_url, rid)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+import pandas as pd
 from prefect import flow, unmapped
 from prefect.futures import wait
 
@@ -48,6 +49,13 @@ class ValidatedInput:
     staged: list[Path]
     found: Optional[tuple[dict, int]] = None
     at_location: dict[Path, str] = field(default_factory=dict)
+    counts: dict[Path, pd.DataFrame] = field(default_factory=dict)  # n per (geoid, cell)
+
+    def counts_after(self, contributions: Optional[dict]) -> dict[Path, pd.DataFrame]:
+        """Each staged file's n per (geoid, cell), counted by its validation task, for the
+        files the contributions check did not rewrite since (those are counted again)."""
+        rewritten = {Path(p) for p in (contributions or {}).get("files_rewritten", [])}
+        return {p: c for p, c in self.counts.items() if p not in rewritten}
 
     def staged_urls(self, location: str, contributions: Optional[dict]) -> dict[Path, str]:
         """Each staged file's URL at ``location``: copied there, unless the workers wrote it
@@ -127,7 +135,7 @@ def _record_parts(cfg: ReleaseConfig, internal: Path, where: str,
 
     release, columns = ReleaseDocs.in_folder(internal), input_column_names(cfg.input.columns)
     elsewhere = where != str(internal)  # at the staging location: copied here
-    reports, staged, at_location = [], [], {}
+    reports, staged, at_location, counts = [], [], {}, {}
     for part in validated:
         with readable_folder(part.project) as folder:
             import_release_runs(ReleaseDocs(folder / GX_FOLDER, folder / ".gx-docs"), release)
@@ -144,6 +152,8 @@ def _record_parts(cfg: ReleaseConfig, internal: Path, where: str,
             write_bytes_atomic(local, staging.read_bytes(part.staged), private=True)
             at_location[local] = part.staged
         staged.append(local)
+        if part.counts is not None:
+            counts[local] = part.counts
     remove_tree(join(where, PARTS_FOLDER))
     if elsewhere:  # the offending rows are kept in the internal folder only
         remove_tree(join(where, "quarantine"))
@@ -151,7 +161,7 @@ def _record_parts(cfg: ReleaseConfig, internal: Path, where: str,
     refused = [part for part in validated if part.refusal]
     if refused:
         raise ValidationFailed(refused[0].refusal)
-    return ValidatedInput(reports, staged, found, at_location)
+    return ValidatedInput(reports, staged, found, at_location, counts)
 
 
 def _validate_partitions(cfg: ReleaseConfig, internal: Path) -> tuple[list[dict], list[Path]]:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Optional
 
 import geopandas as gpd
 import pandas as pd
@@ -94,9 +95,12 @@ def record_validation(internal: Path, reports: list[dict], contributions: dict |
 
 
 @task(name="plan-chunks", **TASK_OPTIONS)
-def plan_chunks(staged: list[Path], chunk_tracts: int) -> tuple[list[Chunk], pd.DataFrame]:
-    """The chunks to select and estimate, and n per (tract, cell) for the pre-charge checks."""
-    counts = staged_counts(staged)
+def plan_chunks(staged: list[Path], chunk_tracts: int,
+                counts: Optional[dict[Path, pd.DataFrame]] = None
+                ) -> tuple[list[Chunk], pd.DataFrame]:
+    """The chunks to select and estimate, and n per (tract, cell) for the pre-charge checks.
+    ``counts``: staged files' counts made by their validation tasks (the others are read)."""
+    counts = staged_counts(staged, counts)
     sizes = all_sizes(counts)
     check_one_partition_per_tract(counts, sizes)
     chunks = split_into_chunks(tracts_of(counts), chunk_tracts, counts)

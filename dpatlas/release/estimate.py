@@ -63,9 +63,15 @@ def staged_tracts(staged: list[Path]) -> tuple[dict[Path, list[str]], pd.DataFra
     return tracts_of(counts), all_sizes(counts)
 
 
-def staged_counts(staged: list[Path]) -> dict[Path, pd.DataFrame]:
-    """Per staged partition, n per (geoid, cell) (sorted): what chunks are planned from."""
-    return {Path(path): _tract_cell_counts(Path(path)) for path in staged}
+def staged_counts(staged: list[Path], known: Optional[dict[Path, pd.DataFrame]] = None
+                  ) -> dict[Path, pd.DataFrame]:
+    """Per staged partition, n per (geoid, cell) (sorted): what chunks are planned from.
+    ``known``: partitions' counts already made from the rows they were staged with (by the
+    validation tasks on the workers, :func:`tract_cell_counts`), used instead of reading
+    those files again; the flow then reads no record to plan the chunks."""
+    known = {Path(path): counts for path, counts in (known or {}).items()}
+    return {Path(path): known[Path(path)] if Path(path) in known
+            else _tract_cell_counts(Path(path)) for path in staged}
 
 
 def tracts_of(counts: dict[Path, pd.DataFrame]) -> dict[Path, list[str]]:
@@ -98,12 +104,25 @@ def _tract_cell_counts(path: Path) -> pd.DataFrame:
     and summed, so memory follows the tract-cells, not the records."""
     import pyarrow.parquet as pq
 
-    parts = [batch.to_pandas().groupby(["geoid", "cell"]).size().rename("n")
-             for batch in pq.ParquetFile(path).iter_batches(batch_size=_COUNT_BATCH_ROWS,
-                                                            columns=["geoid", "cell"])]
-    if not parts:
+    batches = pq.ParquetFile(path).iter_batches(batch_size=_COUNT_BATCH_ROWS,
+                                                columns=["geoid", "cell"])
+    return _summed([tract_cell_counts(batch.to_pandas()) for batch in batches])
+
+
+def tract_cell_counts(rows: pd.DataFrame) -> pd.DataFrame:
+    """n per (geoid, cell) of ``rows`` (sorted; GEOIDs and cells as text), as
+    :func:`staged_counts` reads them from a staged file of those rows."""
+    if not len(rows):
         return pd.DataFrame({"geoid": [], "cell": [], "n": []})
-    return pd.concat(parts).groupby(level=["geoid", "cell"]).sum().reset_index()
+    keys = rows[["geoid", "cell"]].astype(str)
+    return keys.groupby(["geoid", "cell"]).size().rename("n").reset_index()
+
+
+def _summed(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    parts = [p for p in parts if len(p)]
+    if len(parts) <= 1:
+        return parts[0] if parts else pd.DataFrame({"geoid": [], "cell": [], "n": []})
+    return pd.concat(parts).groupby(["geoid", "cell"])["n"].sum().reset_index()
 
 
 def split_into_chunks(geoids: dict[Path, list[str]], size: int,

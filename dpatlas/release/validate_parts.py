@@ -23,6 +23,7 @@ import pandas as pd
 from dpatlas.core.locations import join, writable_folder
 from dpatlas.release import staging
 from dpatlas.release.contribution_buckets import write_hash_buckets
+from dpatlas.release.estimate import tract_cell_counts
 from dpatlas.release.validate import check_partition
 
 PARTS_FOLDER = "validation-parts"
@@ -42,6 +43,9 @@ class ValidatedPart:
     quarantine: Optional[str] = None  # where its offending rows were written
     staged: Optional[str] = None  # its clean rows
     hashes: Optional[str] = None  # the folder of its (person, cell) hashes
+    # n per (geoid, cell) of its clean rows: the flow plans the chunks from these, without
+    # reading the records again (public-size counts of confidential rows: internal only)
+    counts: Optional[pd.DataFrame] = None
 
 
 def validate_part(df: pd.DataFrame, policy: str, key: str, internal: str, where: str,
@@ -70,6 +74,7 @@ def validate_part(df: pd.DataFrame, policy: str, key: str, internal: str, where:
     part.report = report.as_dict()
     part.staged = join(where, "staged", f"input-{key}.parquet")
     staging.write_parquet(clean, part.staged)
+    part.counts = tract_cell_counts(clean)
     if hash_ids and "person_id" in clean.columns:
         part.hashes = join(where, HASHES_FOLDER, key)
         write_hash_buckets(part.staged, part.hashes)

@@ -231,6 +231,40 @@ def _checked_on_workers(cfg, internal: Path, policy: str) -> dict:
                                found=(found, sum(p.report["rows_out"] for p in parts)))
 
 
+def test_the_chunks_are_planned_from_the_validation_tasks_counts_as_from_the_staged_rows(
+        tmp_path, two_states):
+    """Runner dask: each validation task counts its clean rows per (geoid, cell) and the flow
+    plans the chunks from those counts instead of reading every record again. They equal the
+    counts read from the staged file (with rows the policy dropped: ranks out of range), a
+    file with known counts is not read, and a file the contributions check rewrote is read
+    again."""
+    from dpatlas.release.estimate import split_into_chunks, staged_counts, tracts_of
+    from dpatlas.release.validate_parts import validate_part
+    from dpatlas.release.validation_report import report_index
+    from flows.validation import ValidatedInput
+
+    two_states["17"].loc[[4, 9, 10], "child_rank"] = 1.7  # dropped (policy drop)
+    cfg = input_config(write_states(tmp_path, two_states))
+    internal = tmp_path / "internal"
+    parts = [validate_part(read_partition(cfg.input, part.key), "drop", part.key,
+                           str(internal), str(internal), str(report_index(internal)))
+             for part in partitions(cfg.input)]
+    staged = [Path(p.staged) for p in parts]
+    read = staged_counts(staged)
+    assert sum(int(c["n"].sum()) for c in read.values()) == 120 - 3
+    for part, path in zip(parts, staged):
+        pd.testing.assert_frame_equal(part.counts, read[path])
+    known = {path: part.counts for part, path in zip(parts, staged)}
+    for limit in (None, 40):  # chunks, also split by groups of cells
+        assert (split_into_chunks(tracts_of(staged_counts(staged, known)), 4, known, limit)
+                == split_into_chunks(tracts_of(read), 4, read, limit))
+    staged[0].unlink()  # known counts: the file is not read
+    assert staged_counts(staged[:1], known)[staged[0]] is known[staged[0]]
+    validated = ValidatedInput([], staged, counts=known)
+    after = validated.counts_after({"files_rewritten": [str(staged[1])]})
+    assert list(after) == [staged[0]]
+
+
 @pytest.mark.parametrize("policy", ["fail", "bound"])
 def test_the_check_from_the_workers_hashes_equals_the_flows(tmp_path, two_states, policy):
     """Issue 35: with the hashing in the validation tasks and the repeats found a bucket at a

@@ -44,3 +44,41 @@ def test_a_given_scheduler_is_used_and_the_local_runner_starts_no_cluster():
         assert address is None
         runner = release_task_runner(local, address)
         assert isinstance(runner, ThreadPoolTaskRunner) and runner._max_workers == 2
+
+
+def test_the_release_runner_submits_each_task_run_under_a_key_of_its_own(monkeypatch):
+    """flows/keyed_dask.py: task runs reach Dask under the task's name and a fresh UUID, so
+    ``distributed.Client.submit`` never hashes their arguments (``dask.tokenize``, the flow's
+    cost per task run that this runner removes); results come back as with prefect-dask's."""
+    import distributed.client
+    from distributed import LocalCluster
+    from prefect import flow, task
+
+    from flows.cluster import release_task_runner
+    from flows.keyed_dask import KeyedDaskTaskRunner
+
+    def no_hashing(*args, **kwargs):
+        raise AssertionError("Client.submit hashed a task run's arguments")
+
+    @task(name="double")
+    def double(x: int) -> int:
+        return 2 * x
+
+    keys = []
+
+    @flow(persist_result=False)
+    def doubled(values: list[int]) -> list[int]:
+        futures = double.map(values)
+        keys.extend(f.wrapped_future.key for f in futures)
+        return [f.result() for f in futures]
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster:
+        runner = release_task_runner(_cfg(), cluster.scheduler_address)
+        assert isinstance(runner, KeyedDaskTaskRunner)
+        monkeypatch.setattr(distributed.client, "tokenize", no_hashing)
+        assert doubled.with_options(task_runner=runner)([1, 2, 3]) == [2, 4, 6]
+        # the same call again: new keys, not the first run's results
+        assert doubled.with_options(task_runner=runner.duplicate())([1, 2, 3]) == [2, 4, 6]
+    assert len(keys) == len(set(keys)) == 6
+    assert all(k.startswith("double-") and len(k) == len("double-") + 32 for k in keys), keys
