@@ -232,3 +232,58 @@ def test_national_benchmark_matrix_runs_at_a_small_scale(tmp_path):
     assert {("select", "workers"), ("estimate", "workers"), ("publish", "flow")} <= where
     assert all(s["cpu"] >= 0 for s in runs["local"]["task_stages"])
     assert results["estimate"]["basis"] == "dask-1w" and results["estimate"]["total"] > 0
+
+
+def test_the_cells_estimate_prints_its_arithmetic_from_two_runs(tmp_path):
+    """benchmarks/estimate_cells.py on two made-up runs and a release of 3 states: each worker
+    stage on its line through 1 and 6 cells, the task runs planned by the release's code, the
+    flow's per-task-run and per-tract-cell growth, and the sum of the three terms."""
+    import pandas as pd
+
+    def run(cells: int) -> dict:
+        stages = [("validate", 51, 30.0 + 10 * cells, 3.0 + cells),
+                  ("contribution-bucket", 16, 0.5 * cells, 0.05),
+                  ("select", 67, 4.0 * cells, 0.2), ("estimate", 67, 26.0 * cells, 0.9),
+                  ("estimate-levels", 51 + 3 * (cells - 1), 7.0 * cells, 0.5),
+                  ("publish-level", 2, 10.0, 8.5),
+                  ("publish-part", 4 + 5 * (cells - 1), 30.0 * cells, 8.0),
+                  ("cell-tiles", 1 if cells == 1 else 3 * cells, 40.0 * cells, 38.0)]
+        return {"results": {"dask-2w": {
+            "serial_cpu": 49.0 + 3.0 * (cells - 1),
+            "task_stages": [{"stage": s, "where": "workers", "runs": r, "cpu": c,
+                             "longest_cpu": lc} for s, r, c, lc in stages]
+            + [{"stage": "publish", "where": "flow", "runs": 1, "cpu": 0.3,
+                "longest_cpu": 0.3}]}}}
+
+    for cells in (1, 6):
+        (tmp_path / f"{cells}.json").write_text(json.dumps(run(cells)))
+    release = tmp_path / "release"
+    for state, tracts in (("06", 9000), ("17", 3000), ("56", 150)):
+        folder = release / "tracts" / f"state={state}"
+        folder.mkdir(parents=True)
+        pd.DataFrame({"geoid": [f"{state}001{k:06d}" for k in range(tracts)],
+                      "n": 70}).to_parquet(folder / "part-0.parquet")
+    out = run_benchmark("estimate_cells.py", "--one", str(tmp_path / "1.json"), "--six",
+                        str(tmp_path / "6.json"), "--release", str(release),
+                        "--ms-per-task-run", "64", cwd=tmp_path)
+    # estimate: 40 -> 240 CPU-s at 1 and 6 cells, on the line at 42: 40 + 200 * 41 / 5
+    assert "  estimate: 26.0, 156.0 -> 1092;" in out, out
+    assert "validate: 40.0, 90.0 -> 450; longest run 4.00, 9.00 -> 45.0 (a state's" in out
+    assert "cell-tiles: 40.0, 240.0 -> 1680; longest run 38.00, 38.00 -> 38.0 (bounded" in out
+    assert "per task run 64.0 ms" in out and "µs per tract-cell" in out, out
+    # 12,150 tracts: chunks of 2,000 tracts (7 at 1 cell), split by cell groups at 42 cells
+    assert "task runs on the workers planned" in out and "at 42 cells: " in out, out
+    total = [ln for ln in out.splitlines() if ln.startswith("estimate: ")]
+    assert len(total) == 1 and "(longest task: validate)" in total[0], out
+    parts = total[0].split(" = ")[0].removeprefix("estimate: ").split(" + ")
+    assert len(parts) == 3 and all(float(p.split(" ")[0]) > 0 for p in parts), total
+
+
+def test_task_submission_benchmark_prints_both_runners_cpu_per_task_run(tmp_path):
+    """benchmarks/bench_task_submission.py with 3 task runs a runner: each runner's line with
+    its CPU and load, its CPU per task run, and the ratio of the two."""
+    out = run_benchmark("bench_task_submission.py", "--tasks", "3", cwd=tmp_path)
+    for label in ("DaskTaskRunner", "KeyedDaskTaskRunner"):
+        assert f"{label}: 3 task runs: wall " in out and "| load average " in out, out
+        assert f"  {label}: " in out and " ms of the flow process's CPU per task run" in out
+    assert "flow CPU per task run, DaskTaskRunner / KeyedDaskTaskRunner: " in out, out

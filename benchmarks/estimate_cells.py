@@ -1,0 +1,166 @@
+"""The national release at 42 cells on 10 machines (20 workers), estimated from two full-scale
+runs of ``bench_national.py`` on this machine, at 1 and at 6 cells, with its arithmetic.
+
+    .venv/bin/python benchmarks/bench_national.py --runners dask --dask-cluster processes \\
+        --dask-workers 2 --scale 1.0 --no-floor --work W1 --json-out one.json
+    .venv/bin/python benchmarks/bench_national.py --runners dask --dask-cluster processes \\
+        --dask-workers 2 --scale 1.0 --cells 6 --no-floor --work W6 --json-out six.json
+    .venv/bin/python benchmarks/bench_task_submission.py     # the flow's CPU per task run
+    .venv/bin/python benchmarks/estimate_cells.py --one one.json --six six.json \\
+        --release W1/run-dask/releases/national-dask-2w --ms-per-task-run 64
+
+Why two runs at full scale: the flow's serial CPU grows with the tract-cells and with the
+task runs, which grow at different rates (a chunk is split by groups of cells once its records
+pass ``cell_groups.TASK_RECORDS``, so a 42-cell release has 3.7 times the chunks of a 6-cell
+one). Measured at one scale and one cell count, the flow's growth cannot be told apart from its
+fixed part; the estimate of stop 41 took it from 0.1-scale runs, where the tract-cells were too
+few to show it, and was 385 s where this gives more than 500.
+
+The model (every figure printed):
+
+* work on the workers: each worker stage's CPU-s, linear in the cells through the two runs,
+  summed and spread evenly over the workers;
+* the longest single task: a stage whose tasks hold one state's records in every cell
+  (``validate``, the county and state files) grows on the same line; the others' tasks are
+  bounded by design (chunks and level tasks by records, publish parts by tract-cells, an
+  archive per cell), so their longest measured run stands;
+* the flow's serial CPU = fixed + (CPU per task run) x task runs + g x tract-cells. The CPU
+  per task run comes from ``bench_task_submission.py``; g and the fixed part from the two
+  runs; the task runs at 42 cells from the release's own planning code (chunks, level tasks,
+  publish parts) applied to the 1-cell release's n per tract, one record per person and cell.
+
+The three terms are added: nothing of the flow's serial part or of the longest task is assumed
+to overlap the rest (an upper bound, as the old estimate was).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+# Stages whose longest task holds a state's records in every cell (grows with the cells).
+GROWS_WITH_CELLS = {"validate", "publish-level"}
+
+
+def dask_run(path: Path) -> dict:
+    """The ``dask-2w`` run of a ``bench_national.py`` JSON (plain or ``--matrix``)."""
+    data = json.loads(Path(path).read_text())
+    if "results" in data:
+        return data["results"]["dask-2w"]
+    (cells,) = data["matrix"]
+    return data["matrix"][cells]["runs"]["dask-2w"]
+
+
+def planned_task_runs(release: Path, cells: int) -> dict:
+    """Task runs on the workers of a release of ``cells`` cells, planned by the release's own
+    code from the published 1-cell release's n per tract (every person in every cell)."""
+    import pandas as pd
+
+    from dpatlas.publication.release_parts import plan_parts
+    from dpatlas.release import cell_groups
+    from dpatlas.release.estimate import split_into_chunks, tracts_of
+    from dpatlas.release.levels import level_tasks
+
+    files = sorted(glob.glob(str(release / "tracts" / "state=*" / "*.parquet")))
+    if not files:
+        raise SystemExit(f"{release}: no tracts/state=*/ (a national release's GeoParquet)")
+    tracts = pd.concat([pd.read_parquet(f, columns=["geoid", "n"]) for f in files])
+    tracts = tracts[tracts["n"] > 0]
+    names = [f"outcome-{k}" for k in range(1, cells + 1)]
+    counts = {}
+    for state, rows in tracts.groupby(tracts["geoid"].str[:2]):
+        counts[Path(f"input-{state}.parquet")] = pd.DataFrame({
+            "geoid": list(rows["geoid"]) * cells,
+            "cell": [c for c in names for _ in range(len(rows))],
+            "n": list(rows["n"]) * cells}).sort_values(["geoid", "cell"], ignore_index=True)
+    chunks = split_into_chunks(tracts_of(counts), 2000, counts, cell_groups.TASK_RECORDS)
+    sizes = pd.concat(counts.values(), ignore_index=True)
+    return {"select": len(chunks), "estimate": len(chunks),
+            "estimate-levels": len(level_tasks(sizes)),
+            "publish-part": len(plan_parts(names, tracts["geoid"])),
+            "cell-tiles": 3 * cells if cells > 1 else 1,
+            "tract_cells": len(sizes), "records": int(sizes["n"].sum())}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--one", type=Path, required=True, help="the 1-cell run's JSON")
+    parser.add_argument("--six", type=Path, required=True, help="the 6-cell run's JSON")
+    parser.add_argument("--release", type=Path, required=True,
+                        help="the 1-cell run's published release (its n per tract)")
+    parser.add_argument("--ms-per-task-run", type=float, required=True,
+                        help="the flow's CPU per task run (bench_task_submission.py)")
+    parser.add_argument("--cells", type=int, default=42)
+    parser.add_argument("--workers", type=int, default=20)
+    args = parser.parse_args()
+    one, six = dask_run(args.one), dask_run(args.six)
+    lo, hi, target = 1, 6, args.cells
+    step = (target - lo) / (hi - lo)
+
+    def line(a: float, b: float) -> float:  # through (1, a) and (6, b), at the target
+        return a + (b - a) * step
+
+    stages = {s["stage"]: s for s in one["task_stages"] if s["where"] == "workers"}
+    stages6 = {s["stage"]: s for s in six["task_stages"] if s["where"] == "workers"}
+    print(f"## {target} cells on {args.workers} workers, from full-scale runs at 1 and 6 cells\n")
+    print("work on the workers (CPU-s: 1 cell, 6 cells -> the line at "
+          f"{target} cells):")
+    work, longest, longest_stage = 0.0, 0.0, "-"
+    for name, s in stages.items():
+        s6 = stages6[name]
+        cpu = line(s["cpu"], s6["cpu"])
+        grows = name in GROWS_WITH_CELLS
+        long = line(s["longest_cpu"], max(s6["longest_cpu"], s["longest_cpu"])) if grows \
+            else max(s["longest_cpu"], s6["longest_cpu"])
+        work += cpu
+        print(f"  {name}: {s['cpu']:.1f}, {s6['cpu']:.1f} -> {cpu:.0f}; longest run "
+              f"{s['longest_cpu']:.2f}, {s6['longest_cpu']:.2f} -> {long:.1f}"
+              + (" (a state's records in every cell: on the line)" if grows else
+                 " (bounded by design: the largest measured)"))
+        if long > longest:
+            longest, longest_stage = long, name
+    on_workers = work / args.workers
+    print(f"  sum {work:,.0f} CPU-s / {args.workers} workers = {on_workers:.1f} s\n")
+
+    plan1, plan6, plan = (planned_task_runs(args.release, c) for c in (lo, hi, target))
+    per_run = args.ms_per_task_run / 1000.0
+    fixed_runs = sum(stages[n]["runs"] for n in ("validate", "contribution-bucket",
+                                                 "publish-level") if n in stages)
+    runs = [fixed_runs + sum(p[k] for k in ("select", "estimate", "estimate-levels",
+                                             "publish-part", "cell-tiles"))
+            for p in (plan1, plan6, plan)]
+    measured = [sum(s["runs"] for s in stages.values()),
+                sum(s["runs"] for s in stages6.values())]
+    flow1, flow6 = one["serial_cpu"], six["serial_cpu"]
+    cells1, cells6, cells = plan1["tract_cells"], plan6["tract_cells"], plan["tract_cells"]
+    g = ((flow6 - flow1) - per_run * (runs[1] - runs[0])) / (cells6 - cells1)
+    fixed = flow1 - per_run * runs[0] - g * cells1
+    flow = fixed + per_run * runs[2] + g * cells
+    print("the flow's serial CPU-s = fixed + per task run x task runs + g x tract-cells:")
+    print(f"  measured: {flow1:.1f} at 1 cell, {flow6:.1f} at 6 cells; task runs on the "
+          f"workers planned {runs[0]}, {runs[1]} (measured {measured[0]}, {measured[1]}); "
+          f"tract-cells {cells1:,}, {cells6:,}")
+    print(f"  per task run {args.ms_per_task_run:.1f} ms (bench_task_submission.py); "
+          f"g = {1e6 * g:.1f} µs per tract-cell; fixed {fixed:.1f} CPU-s")
+    print(f"  at {target} cells: {plan['select']} chunks (select and estimate each), "
+          f"{plan['estimate-levels']} level tasks, {plan['publish-part']} publish parts, "
+          f"{plan['cell-tiles']} archives: {runs[2]} task runs; {cells:,} tract-cells, "
+          f"{plan['records']:,} records")
+    print(f"  {fixed:.1f} + {per_run:.3f} x {runs[2]} + {1e6 * g:.1f} µs x {cells:,} = "
+          f"{fixed:.1f} + {per_run * runs[2]:.1f} + {g * cells:.1f} = {flow:.1f} s\n")
+    total = on_workers + longest + flow
+    terms = {"the work on the workers": on_workers, "the longest task": longest,
+             "the flow's serial part": flow}
+    limit = max(terms, key=terms.get)
+    print(f"estimate: {on_workers:.1f} (workers) + {longest:.1f} (longest task: "
+          f"{longest_stage}) + {flow:.1f} (flow) = {total:.0f} s = {total / 60:.1f} minutes; "
+          f"limited by {limit} ({100 * terms[limit] / total:.0f}%)")
+
+
+if __name__ == "__main__":
+    main()
