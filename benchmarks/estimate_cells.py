@@ -19,6 +19,7 @@ few to show it, and was 385 s where this gives more than 500.
 The model (every figure printed):
 
 * work on the workers: each worker stage's CPU-s, linear in the cells through the two runs,
+  plus the workers' CPU outside the tasks' functions (per task run, times the task runs),
   summed and spread evenly over the workers;
 * the longest single task: a stage whose tasks hold one state's records in every cell
   (``validate``, the county and state files) grows on the same line; the others' tasks are
@@ -124,11 +125,8 @@ def main() -> None:
                  " (bounded by design: the largest measured)"))
         if long > longest:
             longest, longest_stage = long, name
-    on_workers = work / args.workers
-    print(f"  sum {work:,.0f} CPU-s / {args.workers} workers = {on_workers:.1f} s\n")
 
     plan1, plan6, plan = (planned_task_runs(args.release, c) for c in (lo, hi, target))
-    per_run = args.ms_per_task_run / 1000.0
     fixed_runs = sum(stages[n]["runs"] for n in ("validate", "contribution-bucket",
                                                  "publish-level") if n in stages)
     runs = [fixed_runs + sum(p[k] for k in ("select", "estimate", "estimate-levels",
@@ -136,6 +134,19 @@ def main() -> None:
             for p in (plan1, plan6, plan)]
     measured = [sum(s["runs"] for s in stages.values()),
                 sum(s["runs"] for s in stages6.values())]
+    # The workers' CPU outside the tasks' functions (Prefect's task engine on the worker,
+    # Dask's own work): per task run, the mean of the two runs', times the task runs.
+    outside = [run["cpu"]["dask_workers"] - sum(s["cpu"] for s in st.values())
+               for run, st in ((one, stages), (six, stages6))]
+    per_run_worker = (outside[0] / measured[0] + outside[1] / measured[1]) / 2
+    print(f"  outside the tasks' functions: {outside[0]:.1f}, {outside[1]:.1f} CPU-s over "
+          f"{measured[0]}, {measured[1]} task runs = {per_run_worker:.3f} per task run (mean) "
+          f"x {runs[2]} task runs at {target} cells = {per_run_worker * runs[2]:.0f}")
+    work += per_run_worker * runs[2]
+    on_workers = work / args.workers
+    print(f"  sum {work:,.0f} CPU-s / {args.workers} workers = {on_workers:.1f} s\n")
+
+    per_run = args.ms_per_task_run / 1000.0
     flow1, flow6 = one["serial_cpu"], six["serial_cpu"]
     cells1, cells6, cells = plan1["tract_cells"], plan6["tract_cells"], plan["tract_cells"]
     g = ((flow6 - flow1) - per_run * (runs[1] - runs[0])) / (cells6 - cells1)

@@ -248,8 +248,10 @@ def test_the_cells_estimate_prints_its_arithmetic_from_two_runs(tmp_path):
                   ("publish-level", 2, 10.0, 8.5),
                   ("publish-part", 4 + 5 * (cells - 1), 30.0 * cells, 8.0),
                   ("cell-tiles", 1 if cells == 1 else 3 * cells, 40.0 * cells, 38.0)]
+        cpu = sum(c for _, _, c, _ in stages)
         return {"results": {"dask-2w": {
             "serial_cpu": 49.0 + 3.0 * (cells - 1),
+            "cpu": {"dask_workers": cpu + 0.15 * sum(r for _, r, _, _ in stages)},
             "task_stages": [{"stage": s, "where": "workers", "runs": r, "cpu": c,
                              "longest_cpu": lc} for s, r, c, lc in stages]
             + [{"stage": "publish", "where": "flow", "runs": 1, "cpu": 0.3,
@@ -271,6 +273,7 @@ def test_the_cells_estimate_prints_its_arithmetic_from_two_runs(tmp_path):
     assert "validate: 40.0, 90.0 -> 450; longest run 4.00, 9.00 -> 45.0 (a state's" in out
     assert "cell-tiles: 40.0, 240.0 -> 1680; longest run 38.00, 38.00 -> 38.0 (bounded" in out
     assert "per task run 64.0 ms" in out and "µs per tract-cell" in out, out
+    assert "= 0.150 per task run (mean) x " in out, out  # the workers' own, outside tasks
     # 12,150 tracts: chunks of 2,000 tracts (7 at 1 cell), split by cell groups at 42 cells
     assert "task runs on the workers planned" in out and "at 42 cells: " in out, out
     total = [ln for ln in out.splitlines() if ln.startswith("estimate: ")]
