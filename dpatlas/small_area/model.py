@@ -45,6 +45,8 @@ Tracts without a direct (suppressed, failed) get the synthetic estimate with its
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 from scipy import optimize, spatial
@@ -377,14 +379,38 @@ def _with_mid(table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+@dataclass(frozen=True)
+class Neighbours:
+    """Where a state's tracts are (``xy``, km, in the order of ``geoids``) and their kernel
+    pairs per bandwidth: the same for every cell of the state, so a release of several cells
+    finds them once per state (``fit_published``), not once per fit."""
+
+    geoids: tuple[str, ...]
+    xy: np.ndarray
+    kernels: dict[float, KernelPairs]
+
+
+def tract_neighbours(boundaries, geoids) -> Neighbours:
+    """The :class:`Neighbours` of the tracts ``geoids`` (in that order), from ``boundaries``
+    (geoid, geometry); refused when a tract has no boundary."""
+    geoids = pd.Index(pd.Series(geoids).astype(str), name="geoid")
+    pos = tract_positions(boundaries).reindex(geoids)
+    if pos.isna().any().any():
+        raise ValueError("some tracts have no boundary: "
+                         f"{list(geoids[pos['x'].isna().to_numpy()][:5])}")
+    xy = pos[["x", "y"]].to_numpy()
+    return Neighbours(tuple(geoids), xy, neighbour_kernels(xy))
+
+
 def fit_model(tracts: pd.DataFrame, counties: pd.DataFrame | None = None,
               states: pd.DataFrame | None = None, boundaries=None,
-              noise: dict | None = None) -> pd.DataFrame:
+              noise: dict | None = None, neighbours: Neighbours | None = None) -> pd.DataFrame:
     """``tracts`` with the model columns of p25 and p75 added (``model_columns``).
 
     ``tracts``: the published tract table (geoid, n, status, mechanism, p25, p75; one cell);
     ``counties``/``states``: the published level tables (geoid of 5/2 digits, p25, p75,
-    p25_se, p75_se) or None; ``boundaries``: the published tract geometries (geoid, geometry).
+    p25_se, p75_se) or None; ``boundaries``: the published tract geometries (geoid, geometry),
+    or ``neighbours`` already found from them for these tracts in this order.
     """
     out = tracts.copy()
     out["geoid"] = out["geoid"].astype(str)
@@ -394,16 +420,16 @@ def fit_model(tracts: pd.DataFrame, counties: pd.DataFrame | None = None,
     if released < MIN_RELEASED:
         raise ValueError(f"the model needs at least {MIN_RELEASED} tracts with a direct "
                          f"estimate to fit its variances, got {released}")
-    if boundaries is None:
-        raise ValueError("fit_model needs the tract boundaries (neighbours come from them)")
-    pos = tract_positions(boundaries).reindex(out["geoid"])
-    if pos.isna().any().any():
-        raise ValueError("some tracts have no boundary: "
-                         f"{list(out['geoid'][pos['x'].isna().to_numpy()][:5])}")
-    xy = pos[["x", "y"]].to_numpy()
+    if neighbours is None:
+        if boundaries is None:
+            raise ValueError("fit_model needs the tract boundaries (neighbours come from them)")
+        neighbours = tract_neighbours(boundaries, out["geoid"])
+    elif neighbours.geoids != tuple(out["geoid"]):
+        raise ValueError("the neighbours given are not of these tracts in this order")
+    xy = neighbours.xy
     derived = [_with_mid(t) if t is not None else None for t in (out, counties, states)]
     out.attrs["fits"] = {}  # per quantity: covariates, β and σ² (the release's manifest)
-    kernels = neighbour_kernels(xy)  # the neighbour pairs: the same for both quantities
+    kernels = neighbours.kernels  # the neighbour pairs: the same for both quantities
     for q in QUANTITIES:
         est, se, z, out.attrs["fits"][q] = fit_quantity(derived[0], q, xy, derived[1],
                                                         derived[2], noise, kernels)

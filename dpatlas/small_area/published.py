@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dpatlas.small_area.model import (DIRECT_LAW, MIN_RELEASED, QUANTITIES, fit_model,
-                                      model_columns)
+from dpatlas.small_area.model import (DIRECT_LAW, MIN_RELEASED, QUANTITIES, Neighbours,
+                                      fit_model, model_columns, tract_neighbours)
 
 TRACT_INPUTS = ("geoid", "cell", "n", "status", "mechanism", "p25", "p75", "geometry")
 LEVEL_INPUTS = ("geoid", "cell", "p25", "p75", "p25_se", "p75_se")
@@ -72,6 +72,9 @@ def fit_published(tracts, counties=None, states=None,
     fits = []
     cell = t["cell"].astype(str)
     state = t["geoid"].str[:2]
+    # A state's tracts are where they are in every cell: their neighbours are found once (the
+    # kernel pairs and positions were a fifth of a part's model fits, rebuilt for each cell).
+    found: dict[tuple[str, ...], Neighbours] = {}
     for c in sorted(cell.unique()):
         for s in sorted(state[cell == c].unique()):
             rows = (cell == c) & (state == s)
@@ -84,9 +87,12 @@ def fit_published(tracts, counties=None, states=None,
                                        f"the {MIN_RELEASED} the model needs to fit its "
                                        "variances: model columns left empty"})
                 continue
+            geoids = tuple(part["geoid"])
+            if geoids not in found:
+                found[geoids] = tract_neighbours(part[["geoid", "geometry"]], part["geoid"])
             fitted = fit_model(part.drop(columns=["cell", "geometry"]),
-                               *(_of_cell(lv, c) for lv in levels),
-                               boundaries=part[["geoid", "geometry"]], noise=noise)
+                               *(_of_cell(lv, c) for lv in levels), noise=noise,
+                               neighbours=found[geoids])
             out.loc[rows, list(MODEL_COLUMNS)] = fitted[list(MODEL_COLUMNS)].to_numpy()
             fits.append({**fit, "fitted": True,
                          **{q: _plain(fitted.attrs["fits"][q]) for q in QUANTITIES}})

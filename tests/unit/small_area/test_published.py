@@ -54,3 +54,39 @@ def test_rounding_keeps_every_interval_around_its_estimate():
         assert (r[f"{q}_model_lo"] <= values.loc[ok, f"{q}_model_lo"]).all()
         assert (r[f"{q}_model_se"] >= values.loc[ok, f"{q}_model_se"]).all()
     assert ((rounded[ok] * 1e4).round() - rounded[ok] * 1e4).abs().max().max() < 1e-6
+
+
+def test_a_states_neighbours_are_found_once_for_all_its_cells_and_fit_as_found_per_cell(
+        monkeypatch):
+    """Several cells: a state's positions and kernel pairs are the same in every cell, found
+    once (a fifth of a publish part's model fits at full scale), and every cell's values are
+    bit for bit those of fitting that cell alone."""
+    from dpatlas.small_area import published
+
+    tracts, counties, states = release_tables()
+    rng = np.random.default_rng(5)
+    other = tracts.copy()
+    other["cell"] = "b"
+    for q in ("p25", "p75"):  # another cell: other values on the same tracts
+        other[q] = np.clip(other[q] + rng.normal(0, 0.05, len(other)), 0, 1)
+    both = gpd.GeoDataFrame(pd.concat([tracts.assign(cell="a"), other], ignore_index=True),
+                            geometry="geometry", crs="EPSG:4326")
+    levels = [pd.concat([lv.assign(cell="a"), lv.assign(cell="b")], ignore_index=True)
+              for lv in (counties, states)]
+    calls = []
+    found = published.tract_neighbours
+    monkeypatch.setattr(published, "tract_neighbours",
+                        lambda b, g: calls.append(len(g)) or found(b, g))
+    values, fits = fit_published(both, *levels)
+    assert calls == [144]  # state 17 once for both cells; state 18 is too small to fit
+    assert [(f["cell"], f["state"], f["fitted"]) for f in fits] == [
+        ("a", "17", True), ("a", "18", False), ("b", "17", True), ("b", "18", False)]
+    monkeypatch.setattr(published, "tract_neighbours", found)
+    for cell, table in (("a", tracts.assign(cell="a")), ("b", other)):
+        alone, _ = fit_published(table.reset_index(drop=True),
+                                 *(lv[lv["cell"] == cell] for lv in levels))
+        rows = (both["cell"] == cell).to_numpy()
+        np.testing.assert_array_equal(values.loc[rows].to_numpy(dtype=float),
+                                      alone.to_numpy(dtype=float))
+    assert not np.allclose(values.loc[both["cell"] == "a", "p25_model"].to_numpy(),
+                           values.loc[both["cell"] == "b", "p25_model"].to_numpy())
