@@ -290,3 +290,28 @@ def test_task_submission_benchmark_prints_both_runners_cpu_per_task_run(tmp_path
         assert f"{label}: 3 task runs: wall " in out and "| load average " in out, out
         assert f"  {label}: " in out and " ms of the flow process's CPU per task run" in out
     assert "flow CPU per task run, DaskTaskRunner / KeyedDaskTaskRunner: " in out, out
+
+
+def test_model_cells_benchmark_fits_both_ways_with_the_same_values(tmp_path):
+    """benchmarks/bench_model_cells.py on a release of one state (144 tracts) in two cells:
+    each way's line with its CPU and load, and their ratio once the values were checked equal."""
+    import pandas as pd
+
+    from tests.unit.small_area.test_published import release_tables
+
+    tracts, counties, states = release_tables()
+    tracts = tracts[tracts["geoid"].str[:2] == "17"]
+    release = tmp_path / "release"
+    (release / "tracts" / "state=17").mkdir(parents=True)
+    pd.concat([tracts.assign(cell="a"), tracts.assign(cell="b")], ignore_index=True).to_parquet(
+        release / "tracts" / "state=17" / "part-0.parquet")
+    for name, table in (("counties", counties), ("states", states)):
+        pd.concat([table.assign(cell="a"), table.assign(cell="b")],
+                  ignore_index=True).to_parquet(release / f"{name}.parquet")
+    out = run_benchmark("bench_model_cells.py", "--release", str(release), "--repeats", "1",
+                        cwd=tmp_path)
+    assert "state 17: 144 tracts in each of 2 cells (288 rows)" in out, out
+    for label in ("one call per cell (neighbours found per cell)",
+                  "all cells in one call (neighbours found once)"):
+        assert f"{label}: wall " in out, out
+    assert "CPU, per cell / at once: " in out and "(the same values, checked)" in out, out
