@@ -62,6 +62,7 @@ def planned_task_runs(release: Path, cells: int) -> dict:
     code from the published 1-cell release's n per tract (every person in every cell)."""
     import pandas as pd
 
+    from dpatlas.core.config import ReleaseConfig
     from dpatlas.publication.release_parts import plan_parts
     from dpatlas.release import cell_groups
     from dpatlas.release.estimate import split_into_chunks, tracts_of
@@ -79,7 +80,8 @@ def planned_task_runs(release: Path, cells: int) -> dict:
             "geoid": list(rows["geoid"]) * cells,
             "cell": [c for c in names for _ in range(len(rows))],
             "n": list(rows["n"]) * cells}).sort_values(["geoid", "cell"], ignore_index=True)
-    chunks = split_into_chunks(tracts_of(counts), 2000, counts, cell_groups.TASK_RECORDS)
+    chunk_tracts = ReleaseConfig.model_fields["partition_tracts"].default  # the release's
+    chunks = split_into_chunks(tracts_of(counts), chunk_tracts, counts, cell_groups.TASK_RECORDS)
     sizes = pd.concat(counts.values(), ignore_index=True)
     return {"select": len(chunks), "estimate": len(chunks),
             "estimate-levels": len(level_tasks(sizes)),

@@ -54,16 +54,21 @@ class ValidatedInput:
     def counts_after(self, contributions: Optional[dict]) -> dict[Path, pd.DataFrame]:
         """Each staged file's n per (geoid, cell), counted by its validation task, for the
         files the contributions check did not rewrite since (those are counted again)."""
-        rewritten = {Path(p) for p in (contributions or {}).get("files_rewritten", [])}
+        rewritten = _rewritten(contributions)
         return {p: c for p, c in self.counts.items() if p not in rewritten}
 
     def staged_urls(self, location: str, contributions: Optional[dict]) -> dict[Path, str]:
         """Each staged file's URL at ``location``: copied there, unless the workers wrote it
         there and the contributions check did not rewrite it since."""
-        rewritten = {Path(p) for p in (contributions or {}).get("files_rewritten", [])}
+        rewritten = _rewritten(contributions)
         urls = {p: u for p, u in self.at_location.items() if p not in rewritten}
         urls.update(staging.stage_files([p for p in self.staged if p not in urls], location))
         return urls
+
+
+def _rewritten(contributions: Optional[dict]) -> set[Path]:
+    """The staged files the contributions check rewrote (its report's ``files_rewritten``)."""
+    return {Path(p) for p in (contributions or {}).get("files_rewritten", [])}
 
 
 def validation_run_name(release_id: str) -> str:
