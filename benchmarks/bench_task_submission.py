@@ -1,5 +1,8 @@
 """What submitting a task run to Dask costs the flow process: prefect-dask's ``DaskTaskRunner``
 against the release's ``KeyedDaskTaskRunner`` (flows/keyed_dask.py), side by side in one run.
+The keyed runner is run twice: with Prefect's own ``SettingsContext.serialize`` (every Prefect
+setting dumped for every task run) and with the release's, which dumps a settings context once
+(``serialize_settings_once``); prefect-dask's runner is run with Prefect's own.
 
     .venv/bin/python benchmarks/bench_task_submission.py [--tasks 200]
 
@@ -68,23 +71,33 @@ def main() -> None:
     args = parser.parse_args()
 
     from distributed import LocalCluster
+    from prefect.context import SettingsContext
     from prefect_dask import DaskTaskRunner
 
-    from flows.keyed_dask import KeyedDaskTaskRunner
+    from flows.keyed_dask import (PREFECT_SETTINGS_SERIALIZE, KeyedDaskTaskRunner,
+                                  serialize_settings_once)
 
+    ways = (("DaskTaskRunner", DaskTaskRunner, PREFECT_SETTINGS_SERIALIZE),
+            ("KeyedDaskTaskRunner, settings dumped per task run", KeyedDaskTaskRunner,
+             PREFECT_SETTINGS_SERIALIZE),
+            ("KeyedDaskTaskRunner", KeyedDaskTaskRunner, serialize_settings_once))
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
                       dashboard_address=None) as cluster:
         run(KeyedDaskTaskRunner, cluster.scheduler_address, 5, "warm-up")
         spans = {}
-        for label, runner in (("DaskTaskRunner", DaskTaskRunner),
-                              ("KeyedDaskTaskRunner", KeyedDaskTaskRunner)):
-            spans[label] = span = run(runner, cluster.scheduler_address, args.tasks, label)
-            print(span.line())
-            print(f"  {label}: {1000 * span.cpu_process / args.tasks:.1f} ms of the flow "
-                  f"process's CPU per task run")
-    ratio = spans["DaskTaskRunner"].cpu_process / max(spans["KeyedDaskTaskRunner"].cpu_process,
-                                                      1e-9)
-    print(f"flow CPU per task run, DaskTaskRunner / KeyedDaskTaskRunner: {ratio:.2f}")
+        try:
+            for label, runner, serialize in ways:
+                SettingsContext.serialize = serialize
+                spans[label] = span = run(runner, cluster.scheduler_address, args.tasks, label)
+                print(span.line())
+                print(f"  {label}: {1000 * span.cpu_process / args.tasks:.1f} ms of the flow "
+                      f"process's CPU per task run")
+        finally:
+            SettingsContext.serialize = serialize_settings_once  # as the release has it
+    stock = spans["DaskTaskRunner"].cpu_process
+    for label, _, _ in ways[1:]:
+        print(f"flow CPU per task run, DaskTaskRunner / {label}: "
+              f"{stock / max(spans[label].cpu_process, 1e-9):.2f}")
 
 
 if __name__ == "__main__":

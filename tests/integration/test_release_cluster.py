@@ -82,3 +82,64 @@ def test_the_release_runner_submits_each_task_run_under_a_key_of_its_own(monkeyp
         assert doubled.with_options(task_runner=runner.duplicate())([1, 2, 3]) == [2, 4, 6]
     assert len(keys) == len(set(keys)) == 6
     assert all(k.startswith("double-") and len(k) == len("double-") + 32 for k in keys), keys
+
+
+def test_the_settings_are_dumped_once_per_settings_context_and_each_task_run_gets_its_flows():
+    """flows/keyed_dask.py: ``SettingsContext.serialize`` dumps a context object once and
+    gives that dump again (prefect-dask serializes the context for every task run); a new
+    context (``temporary_settings``) is dumped afresh, and each task run on the cluster sees
+    the settings of the flow that submitted it."""
+    from distributed import LocalCluster
+    from prefect import flow, task
+    from prefect.context import SettingsContext
+    from prefect.settings import (PREFECT_API_REQUEST_TIMEOUT, get_current_settings,
+                                  temporary_settings)
+
+    import flows.keyed_dask as keyed
+    from flows.cluster import release_task_runner
+
+    dumps = []
+    original = keyed.PREFECT_SETTINGS_SERIALIZE  # Prefect's own
+
+    def counted(context, include_secrets=True):
+        dumps.append(context)
+        return original(context, include_secrets=include_secrets)
+
+    @task(name="timeout")
+    def timeout(_: int) -> float:
+        return get_current_settings().api.request_timeout
+
+    @flow(persist_result=False)
+    def timeouts(n: int) -> list[float]:
+        return [f.result() for f in timeout.map(range(n))]
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster:
+        runner = release_task_runner(_cfg(), cluster.scheduler_address)
+        try:
+            keyed.PREFECT_SETTINGS_SERIALIZE = counted
+            keyed._last_settings.clear()
+            seen = {}
+            for seconds in (61.0, 62.0):
+                with temporary_settings({PREFECT_API_REQUEST_TIMEOUT: seconds}):
+                    before = len(dumps)
+                    seen[seconds] = timeouts.with_options(task_runner=runner.duplicate())(8)
+                    # eight task runs (and the flow's own start): one dump of this context
+                    assert len({id(c) for c in dumps[before:]}) == len(dumps[before:]) >= 1
+        finally:
+            keyed.PREFECT_SETTINGS_SERIALIZE = original
+            keyed._last_settings.clear()
+    assert seen == {61.0: [61.0] * 8, 62.0: [62.0] * 8}
+    assert len(dumps) < 16
+
+    # the memo gives Prefect's own dump, and a second context is not given the first's
+    first = SettingsContext.get()
+    assert SettingsContext.serialize is keyed.serialize_settings_once
+    assert first.serialize() is first.serialize()
+    assert first.serialize() == original(first)
+    with temporary_settings({PREFECT_API_REQUEST_TIMEOUT: 63.0}):
+        second = SettingsContext.get()
+        assert second is not first
+        assert second.serialize()["settings"]["api"]["request_timeout"] == 63.0
+    # (a dump holds the settings that were set: the first context may not set the timeout)
+    assert first.serialize()["settings"].get("api", {}).get("request_timeout") != 63.0

@@ -1,6 +1,6 @@
 """The small-area model's kernel mean as it was before issue 22 (main at de13102: the
 neighbour pairs queried afresh on every call), frozen as a reference: the golden test checks
-the shared ``KernelPairs`` against it bit for bit, and ``benchmarks/bench_levels.py`` times it
+the shared ``KernelPairs`` against it (to 1e-12: a sparse product sums in another order), and ``benchmarks/bench_levels.py`` times it
 as its "before" path. Not for the release."""
 
 from __future__ import annotations

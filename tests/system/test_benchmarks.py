@@ -283,13 +283,15 @@ def test_the_cells_estimate_prints_its_arithmetic_from_two_runs(tmp_path):
 
 
 def test_task_submission_benchmark_prints_both_runners_cpu_per_task_run(tmp_path):
-    """benchmarks/bench_task_submission.py with 3 task runs a runner: each runner's line with
-    its CPU and load, its CPU per task run, and the ratio of the two."""
+    """benchmarks/bench_task_submission.py with 3 task runs a way: each way's line with its CPU
+    and load, its CPU per task run, and the ratios to prefect-dask's runner."""
     out = run_benchmark("bench_task_submission.py", "--tasks", "3", cwd=tmp_path)
-    for label in ("DaskTaskRunner", "KeyedDaskTaskRunner"):
+    keyed_per_run = "KeyedDaskTaskRunner, settings dumped per task run"
+    for label in ("DaskTaskRunner", keyed_per_run, "KeyedDaskTaskRunner"):
         assert f"{label}: 3 task runs: wall " in out and "| load average " in out, out
         assert f"  {label}: " in out and " ms of the flow process's CPU per task run" in out
-    assert "flow CPU per task run, DaskTaskRunner / KeyedDaskTaskRunner: " in out, out
+    for label in (keyed_per_run, "KeyedDaskTaskRunner"):
+        assert f"flow CPU per task run, DaskTaskRunner / {label}: " in out, out
 
 
 def test_model_cells_benchmark_fits_both_ways_with_the_same_values(tmp_path):
@@ -315,3 +317,7 @@ def test_model_cells_benchmark_fits_both_ways_with_the_same_values(tmp_path):
                   "all cells in one call (neighbours found once)"):
         assert f"{label}: wall " in out, out
     assert "CPU, per cell / at once: " in out and "(the same values, checked)" in out, out
+    for label in ("kernel means, pairs selected and summed (before)",
+                  "kernel means, sparse matrix products (KernelPairs.mean)"):
+        assert f"{label}: wall " in out, out
+    assert "CPU of a fit's kernel means (20 fits), before / now: " in out, out
