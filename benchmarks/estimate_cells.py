@@ -22,9 +22,16 @@ The model (every figure printed):
   plus the workers' CPU outside the tasks' functions (per task run, times the task runs),
   summed and spread evenly over the workers;
 * the longest single task: a stage whose tasks hold one state's records in every cell
-  (``validate``, the county and state files) grows on the same line; the others' tasks are
-  bounded by design (chunks and level tasks by records, publish parts by tract-cells, an
-  archive per cell), so their longest measured run stands;
+  (the county and state files) grows on the same line; the others' tasks are bounded by
+  design (chunks and level tasks by records, publish parts by tract-cells, an archive per
+  cell), so their longest measured run stands;
+* validation, given ``--split-json`` (``bench_split_validation.py``): the partitions of the
+  release at the target are planned by the release's own grouping (a state past
+  ``ingest.PARTITION_RECORDS`` records is validated in groups of whole cells), and each is
+  priced c + a·g (+ b·(S − g) for a group of a split state: the records of its state it reads
+  and leaves), a and c from the two runs' validate stage (no state is split at 1 or 6 cells),
+  b from the bench. Without it, validation is on the line like the county and state files:
+  California's 24 M records at 42 cells as one task, which the release does not run;
 * the flow's serial CPU = fixed + (CPU per task run) x task runs + g x tract-cells. The CPU
   per task run comes from ``bench_task_submission.py``; g and the fixed part from the two
   runs; the task runs at 42 cells from the release's own planning code (chunks, level tasks,
@@ -90,6 +97,44 @@ def planned_task_runs(release: Path, cells: int) -> dict:
             "tract_cells": len(sizes), "records": int(sizes["n"].sum())}
 
 
+def validation_partitions(release: Path, cells: int) -> list[tuple[int, int]]:
+    """(records validated, records of its state) of each validation partition of a release of
+    ``cells`` cells, planned by the release's own grouping (``ingest.state_partitions``) from
+    the published 1-cell release's n per tract, every person in every cell."""
+    import pandas as pd
+
+    from dpatlas.release.ingest import state_partitions
+
+    files = sorted(glob.glob(str(release / "tracts" / "state=*" / "*.parquet")))
+    tracts = pd.concat([pd.read_parquet(f, columns=["geoid", "n"]) for f in files])
+    per_state = tracts.groupby(tracts["geoid"].str[:2])["n"].sum()
+    names = [f"outcome-{k}" for k in range(1, cells + 1)]
+    return [(int(part.rows), int(records) * cells)
+            for state, records in per_state.items()
+            for part in state_partitions(str(state), {c: int(records) for c in names})]
+
+
+def validation_at(release: Path, one: dict, six: dict, split: dict, target: int):
+    """The validate stage at ``target`` cells from its partitions: (CPU-s in all, the longest
+    partition's CPU-s, partitions, the printed arithmetic)."""
+    plans = {c: validation_partitions(release, c) for c in (1, 6, target)}
+    if any(g != s for c in (1, 6) for g, s in plans[c]):
+        raise SystemExit("a state is split at 1 or 6 cells: a and c cannot be fitted")
+    records = {c: sum(g for g, _ in plans[c]) for c in (1, 6)}
+    a = (six["cpu"] - one["cpu"]) / (records[6] - records[1])
+    c = (one["cpu"] - a * records[1]) / len(plans[1])
+    b = float(split["per_record_left"])
+    costs = [c + a * g + (b * (s - g) if g != s else 0.0) for g, s in plans[target]]
+    split_parts = sum(g != s for g, s in plans[target])
+    text = (f"  validate, by partition: a = {1e6 * a:.3f} µs per record validated, c = "
+            f"{c:.2f} CPU-s per task (the two runs), b = {1e6 * b:.3f} µs per record of its "
+            f"state a split partition reads and leaves (bench_split_validation.py, state "
+            f"{split['state']}); at {target} cells {len(costs)} partitions ({split_parts} "
+            f"of split states, at most {max(g for g, _ in plans[target]):,} records): "
+            f"{sum(costs):.0f} CPU-s, the longest {max(costs):.1f}")
+    return sum(costs), max(costs), len(costs), text
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--one", type=Path, required=True, help="the 1-cell run's JSON")
@@ -98,6 +143,8 @@ def main() -> None:
                         help="the 1-cell run's published release (its n per tract)")
     parser.add_argument("--ms-per-task-run", type=float, required=True,
                         help="the flow's CPU per task run (bench_task_submission.py)")
+    parser.add_argument("--split-json", type=Path,
+                        help="bench_split_validation.py's JSON: validation priced by partition")
     parser.add_argument("--cells", type=int, default=42)
     parser.add_argument("--workers", type=int, default=20)
     args = parser.parse_args()
@@ -114,17 +161,23 @@ def main() -> None:
     print("work on the workers (CPU-s: 1 cell, 6 cells -> the line at "
           f"{target} cells):")
     work, longest, longest_stage = 0.0, 0.0, "-"
+    validate_runs = None
     for name, s in stages.items():
         s6 = stages6[name]
-        cpu = line(s["cpu"], s6["cpu"])
-        grows = name in GROWS_WITH_CELLS
-        long = line(s["longest_cpu"], max(s6["longest_cpu"], s["longest_cpu"])) if grows \
-            else max(s["longest_cpu"], s6["longest_cpu"])
+        if name == "validate" and args.split_json:
+            split = json.loads(args.split_json.read_text())
+            cpu, long, validate_runs, text = validation_at(args.release, s, s6, split, target)
+            print(text)
+        else:
+            cpu = line(s["cpu"], s6["cpu"])
+            grows = name in GROWS_WITH_CELLS
+            long = line(s["longest_cpu"], max(s6["longest_cpu"], s["longest_cpu"])) if grows \
+                else max(s["longest_cpu"], s6["longest_cpu"])
+            print(f"  {name}: {s['cpu']:.1f}, {s6['cpu']:.1f} -> {cpu:.0f}; longest run "
+                  f"{s['longest_cpu']:.2f}, {s6['longest_cpu']:.2f} -> {long:.1f}"
+                  + (" (a state's records in every cell: on the line)" if grows else
+                     " (bounded by design: the largest measured)"))
         work += cpu
-        print(f"  {name}: {s['cpu']:.1f}, {s6['cpu']:.1f} -> {cpu:.0f}; longest run "
-              f"{s['longest_cpu']:.2f}, {s6['longest_cpu']:.2f} -> {long:.1f}"
-              + (" (a state's records in every cell: on the line)" if grows else
-                 " (bounded by design: the largest measured)"))
         if long > longest:
             longest, longest_stage = long, name
 
@@ -134,6 +187,8 @@ def main() -> None:
     runs = [fixed_runs + sum(p[k] for k in ("select", "estimate", "estimate-levels",
                                              "publish-part", "cell-tiles"))
             for p in (plan1, plan6, plan)]
+    if validate_runs is not None:  # the split states' partitions at the target
+        runs[2] += validate_runs - stages["validate"]["runs"]
     measured = [sum(s["runs"] for s in stages.values()),
                 sum(s["runs"] for s in stages6.values())]
     # The workers' CPU outside the tasks' functions (Prefect's task engine on the worker,

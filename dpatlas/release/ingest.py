@@ -246,7 +246,7 @@ def _in_cells(cells: pa.Array, group: tuple[str | None, ...]) -> pa.Array:
     return pc.is_in(_cell_text(cells), value_set=pa.array(group, pa.string()), skip_nulls=False)
 
 
-def _state_partitions(state: str, cell_counts: dict[str | None, int]) -> list[Partition]:
+def state_partitions(state: str, cell_counts: dict[str | None, int]) -> list[Partition]:
     """One state as one partition, or, above :data:`PARTITION_RECORDS`, as groups of whole
     cells (:func:`dpatlas.release.cell_groups.greedy_groups`: a group holds one cell at least,
     however large)."""
@@ -259,7 +259,7 @@ def _state_partitions(state: str, cell_counts: dict[str | None, int]) -> list[Pa
 def _listed(counts: dict[str, dict[str | None, int]]) -> list[Partition]:
     """The partitions of records counted per state (or ``other``) and cell, in key order."""
     return [part for key, cells in sorted(counts.items())
-            for part in (_state_partitions(key, cells) if key != OTHER
+            for part in (state_partitions(key, cells) if key != OTHER
                          else [Partition(key, sum(cells.values()))])]
 
 

@@ -281,6 +281,60 @@ def test_the_cells_estimate_prints_its_arithmetic_from_two_runs(tmp_path):
     parts = total[0].split(" = ")[0].removeprefix("estimate: ").split(" + ")
     assert len(parts) == 3 and all(float(p.split(" ")[0]) > 0 for p in parts), total
 
+    # validation priced by partition (bench_split_validation.py's b): at 42 cells state 06
+    # (630,000 records a cell) is split in 7 groups of 6 cells, 17 (210,000) in 3 (19, 19, 4)
+    split = tmp_path / "split.json"
+    split.write_text(json.dumps({"state": "06", "per_record_left": 0.5e-6}))
+    out = run_benchmark("estimate_cells.py", "--one", str(tmp_path / "1.json"), "--six",
+                        str(tmp_path / "6.json"), "--release", str(release),
+                        "--ms-per-task-run", "64", "--split-json", str(split), cwd=tmp_path)
+    # a = (90 - 40) CPU-s / (5,103,000 - 850,500) records; c = (40 - a x 850,500) / 3 tasks
+    assert "validate, by partition: a = 11.758 µs per record validated, c = 10.00 CPU-s" in out
+    assert "at 42 cells 11 partitions (10 of split states, at most 3,990,000 records)" in out
+    a, c, b = 50 / 4_252_500, 10.0, 0.5e-6
+    groups = [(3_780_000, 26_460_000)] * 7 + [(3_990_000, 8_820_000)] * 2 \
+        + [(840_000, 8_820_000), (441_000, 441_000)]
+    costs = [c + a * g + (b * (s - g) if g != s else 0) for g, s in groups]
+    assert f": {sum(costs):.0f} CPU-s, the longest {max(costs):.1f}" in out, out
+    assert "(longest task: validate)" not in out or f"+ {max(costs):.1f} (longest" in out
+
+
+def test_split_validation_benchmark_prices_a_state_whole_and_by_cell(tmp_path):
+    """benchmarks/bench_split_validation.py on a two-state input of three cells: the state
+    whole, each cell alone (the validation task's body), and the per-record costs it fits,
+    written to its JSON."""
+    import numpy as np
+    import pandas as pd
+    import yaml
+
+    rng = np.random.default_rng(3)
+    for state in ("17", "18"):
+        folder = tmp_path / "input" / f"state={state}"
+        folder.mkdir(parents=True)
+        tracts = [f"{state}001{k:06d}" for k in range(20)]
+        rows = [(f"p{state}-{k}", tracts[k % 20], cell) for cell in ("a", "b", "c")
+                for k in range(600)]
+        pd.DataFrame({"person_id": [r[0] for r in rows], "geoid": [r[1] for r in rows],
+                      "parent_rank": rng.uniform(size=len(rows)),
+                      "child_rank": rng.uniform(size=len(rows)),
+                      "cell": [r[2] for r in rows]}).to_parquet(folder / "part-0.parquet")
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({
+        "input": {"path": str(tmp_path / "input"), "format": "parquet",
+                  "columns": {"person_id": "person_id", "cell": "cell"}},
+        "boundaries": {"path": str(tmp_path / "tracts.parquet")}, "selection": {}}))
+    out = run_benchmark("bench_split_validation.py", "--config", str(config), "--state", "17",
+                        "--repeats", "1", "--json-out", str(tmp_path / "split.json"),
+                        cwd=tmp_path)
+    assert "state 17 whole: wall " in out and "| load average " in out, out
+    for cell in ("a", "b", "c"):
+        assert f"state 17 cell {cell} alone: wall " in out, out
+    assert "state 17: 1,800 records in 3 cells; whole " in out, out
+    assert "per record validated a = " in out and "read and left b = " in out, out
+    split = json.loads((tmp_path / "split.json").read_text())
+    assert split["records"] == 1800 and [g["records"] for g in split["groups"]] == [600] * 3
+    assert split["per_record_validated"] > 0 and "per_record_left" in split
+
 
 def test_task_submission_benchmark_prints_both_runners_cpu_per_task_run(tmp_path):
     """benchmarks/bench_task_submission.py with 3 task runs a way: each way's line with its CPU
