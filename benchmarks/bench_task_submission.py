@@ -1,8 +1,10 @@
 """What submitting a task run to Dask costs the flow process: prefect-dask's ``DaskTaskRunner``
 against the release's ``KeyedDaskTaskRunner`` (flows/keyed_dask.py), side by side in one run.
 The keyed runner is run twice: with Prefect's own ``SettingsContext.serialize`` (every Prefect
-setting dumped for every task run) and with the release's, which dumps a settings context once
-(``serialize_settings_once``); prefect-dask's runner is run with Prefect's own.
+setting dumped for every task run) and Prefect's own client on the worker (a TLS context built
+for every client, two a task run), then as the release runs it: a settings context dumped once
+(``serialize_settings_once``) and the worker's clients sharing one TLS context
+(``tasks/prefect_client.py``); prefect-dask's runner is run with Prefect's own.
 
     .venv/bin/python benchmarks/bench_task_submission.py [--tasks 200]
 
@@ -11,7 +13,7 @@ separate process) with the parameters the release's select tasks take: a chunk
 (``dpatlas.release.estimate.Chunk``), the default config's budget plan (``BudgetPlan``), the
 minimum n, an output URL and a seed. The figure is the flow process's own CPU seconds
 (this process: the flow runs here) per task run, from the first submission until every result
-is back; the worker's CPU is not in it. Prefect's API is ``PREFECT_API_URL`` or, unset,
+is back; the worker process's CPU over the same span is printed beside it. Prefect's API is ``PREFECT_API_URL`` or, unset,
 Prefect's ephemeral server. Run it alone: each line prints the load average too.
 """
 
@@ -44,6 +46,35 @@ def select_like_parameters(tasks: int):
         list(range(tasks))
 
 
+def _process_cpu() -> float:
+    import psutil
+
+    times = psutil.Process().cpu_times()
+    return times.user + times.system
+
+
+def _shared_tls(enabled: bool) -> None:
+    from tasks.prefect_client import use_shared_tls
+
+    use_shared_tls(enabled)
+
+
+def worker_cpu(address: str) -> list[float]:
+    """Each worker process's CPU seconds so far."""
+    from distributed import Client
+
+    with Client(address, timeout=30) as client:
+        return list(client.run(_process_cpu).values())
+
+
+def on_workers(address: str, shared_tls: bool) -> None:
+    """The workers' Prefect clients share a TLS context (the release's) or not (Prefect's)."""
+    from distributed import Client
+
+    with Client(address, timeout=30) as client:
+        client.run(_shared_tls, shared_tls)
+
+
 def run(runner_class, address: str, tasks: int, label: str):
     from prefect import flow, task, unmapped
 
@@ -58,8 +89,10 @@ def run(runner_class, address: str, tasks: int, label: str):
         futures = select_like.map(chunks, unmapped(budget), unmapped(min_n), outs, seeds)
         return [f.result() for f in futures]
 
+    before = sum(worker_cpu(address))
     with measure(f"{label}: {tasks} task runs") as span:
         got = submit_all.with_options(task_runner=runner_class(address=address))()
+    span.worker_cpu = sum(worker_cpu(address)) - before
     if got != [c.name for c in chunks]:
         raise SystemExit(f"{label}: wrong results {got[:5]}...")
     return span
@@ -77,27 +110,33 @@ def main() -> None:
     from flows.keyed_dask import (PREFECT_SETTINGS_SERIALIZE, KeyedDaskTaskRunner,
                                   serialize_settings_once)
 
-    ways = (("DaskTaskRunner", DaskTaskRunner, PREFECT_SETTINGS_SERIALIZE),
+    ways = (("DaskTaskRunner", DaskTaskRunner, PREFECT_SETTINGS_SERIALIZE, False),
             ("KeyedDaskTaskRunner, settings dumped per task run", KeyedDaskTaskRunner,
-             PREFECT_SETTINGS_SERIALIZE),
-            ("KeyedDaskTaskRunner", KeyedDaskTaskRunner, serialize_settings_once))
+             PREFECT_SETTINGS_SERIALIZE, False),
+            ("KeyedDaskTaskRunner", KeyedDaskTaskRunner, serialize_settings_once, True))
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
                       dashboard_address=None) as cluster:
         run(KeyedDaskTaskRunner, cluster.scheduler_address, 5, "warm-up")
         spans = {}
         try:
-            for label, runner, serialize in ways:
+            for label, runner, serialize, shared_tls in ways:
                 SettingsContext.serialize = serialize
+                on_workers(cluster.scheduler_address, shared_tls)
                 spans[label] = span = run(runner, cluster.scheduler_address, args.tasks, label)
                 print(span.line())
                 print(f"  {label}: {1000 * span.cpu_process / args.tasks:.1f} ms of the flow "
-                      f"process's CPU per task run")
+                      f"process's CPU per task run; the worker's "
+                      f"{1000 * span.worker_cpu / args.tasks:.1f} ms "
+                      f"({'one TLS context shared' if shared_tls else 'a TLS context per client'})")
         finally:
             SettingsContext.serialize = serialize_settings_once  # as the release has it
     stock = spans["DaskTaskRunner"].cpu_process
-    for label, _, _ in ways[1:]:
+    for label, *_ in ways[1:]:
         print(f"flow CPU per task run, DaskTaskRunner / {label}: "
               f"{stock / max(spans[label].cpu_process, 1e-9):.2f}")
+    own = spans[ways[1][0]].worker_cpu
+    print(f"worker CPU per task run, a TLS context per client / one shared: "
+          f"{own / max(spans['KeyedDaskTaskRunner'].worker_cpu, 1e-9):.2f}")
 
 
 if __name__ == "__main__":

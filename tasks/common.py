@@ -2,6 +2,10 @@
 
 from prefect.cache_policies import NO_CACHE
 
+# Prefect's API clients share one TLS context per process (every task module imports this
+# one, so the Dask workers that run them do too): tasks/prefect_client.py
+from . import prefect_client  # noqa: F401
+
 # Inputs are data frames and paths to confidential data: never hash or cache them, and keep
 # results in memory only (intermediate data is written to the internal folder explicitly).
 # No retries by default: a task that draws noise must never run twice for one charge (a rerun

@@ -143,3 +143,52 @@ def test_the_settings_are_dumped_once_per_settings_context_and_each_task_run_get
         assert second.serialize()["settings"]["api"]["request_timeout"] == 63.0
     # (a dump holds the settings that were set: the first context may not set the timeout)
     assert first.serialize()["settings"].get("api", {}).get("request_timeout") != 63.0
+
+
+def test_prefect_clients_share_one_tls_context_per_setting_and_keep_a_given_verify(monkeypatch):
+    """tasks/prefect_client.py: a sync Prefect client is given the TLS context Prefect would
+    build (CA file verified, or unverified with PREFECT_API_TLS_INSECURE_SKIP_VERIFY), built
+    once per process and per setting; a ``verify`` the caller sets is kept; Prefect's own
+    ``__init__`` builds a context for every client."""
+    import ssl
+
+    import certifi
+    from prefect.client.orchestration import SyncPrefectClient
+    from prefect.settings import (PREFECT_API_SSL_CERT_FILE, PREFECT_API_TLS_INSECURE_SKIP_VERIFY,
+                                  temporary_settings)
+
+    from tasks import prefect_client
+
+    built = []
+    create = ssl.create_default_context
+
+    def counted(*args, **kwargs):
+        built.append(kwargs.get("cafile"))
+        return create(*args, **kwargs)
+
+    monkeypatch.setattr(ssl, "create_default_context", counted)
+    monkeypatch.setattr(prefect_client, "_contexts", {})
+    assert SyncPrefectClient.__init__ is prefect_client._init_with_shared_tls
+    clients = [SyncPrefectClient("http://127.0.0.1:1/api") for _ in range(3)]
+    # one context for three clients, with Prefect's CA file (its setting, else certifi's)
+    assert built == [PREFECT_API_SSL_CERT_FILE.value() or certifi.where()]
+    first = prefect_client.with_shared_tls(None)["verify"]
+    assert first.verify_mode == ssl.CERT_REQUIRED and first.check_hostname
+    with temporary_settings({PREFECT_API_TLS_INSECURE_SKIP_VERIFY: True}):
+        insecure = prefect_client.with_shared_tls({})["verify"]
+        assert insecure is not first and insecure.verify_mode == ssl.CERT_NONE
+        assert not insecure.check_hostname
+    assert prefect_client.with_shared_tls({"verify": False, "timeout": 5}) == {
+        "verify": False, "timeout": 5}
+    assert len(built) == 2
+    for client in clients:
+        client._client.close()
+
+    # Prefect's own: a context per client
+    prefect_client.use_shared_tls(False)
+    try:
+        SyncPrefectClient("http://127.0.0.1:1/api")._client.close()
+        SyncPrefectClient("http://127.0.0.1:1/api")._client.close()
+    finally:
+        prefect_client.use_shared_tls(True)
+    assert len(built) == 4

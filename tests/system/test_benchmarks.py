@@ -344,6 +344,8 @@ def test_task_submission_benchmark_prints_both_runners_cpu_per_task_run(tmp_path
     for label in ("DaskTaskRunner", keyed_per_run, "KeyedDaskTaskRunner"):
         assert f"{label}: 3 task runs: wall " in out and "| load average " in out, out
         assert f"  {label}: " in out and " ms of the flow process's CPU per task run" in out
+    assert out.count("the worker's ") == 3 and "(one TLS context shared)" in out, out
+    assert "worker CPU per task run, a TLS context per client / one shared: " in out, out
     for label in (keyed_per_run, "KeyedDaskTaskRunner"):
         assert f"flow CPU per task run, DaskTaskRunner / {label}: " in out, out
 
