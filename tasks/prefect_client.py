@@ -3,9 +3,9 @@
 Every ``SyncPrefectClient`` Prefect makes builds a new ``ssl.SSLContext`` and loads its CA
 bundle into it (certifi's, or ``PREFECT_API_SSL_CERT_FILE``), unless it is given one. On a
 Dask worker that happens twice per task run (the task engine's hydrated context, then its
-client context), about 46 ms of the worker's CPU each: 24.5 of the 171 CPU-s the two workers
-spent on a full-scale national release of one cell (a py-spy profile), and it does not depend
-on the API being reached over TLS at all.
+client context), about 46 ms of the worker's CPU each: 24.5 s of the two workers' 217 CPU-s
+in a full-scale national release of one cell under py-spy, and whether the API is reached over
+TLS at all makes no difference.
 
 :func:`with_shared_tls` gives a client the context Prefect would build from the same settings
 (verified against the same CA file, or unverified with ``PREFECT_API_TLS_INSECURE_SKIP_VERIFY``,

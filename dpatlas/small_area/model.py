@@ -108,8 +108,8 @@ class KernelPairs:
     itself is not its own neighbour): found once per state and bandwidth, then reused by every
     kernel mean of the fit (2 quantities × 2 passes × 2 value columns), which differ only in
     their values and weights. A mean is then two products of K with a vector (its numerator
-    and denominator), not a selection of the pairs and two sums over them: about 2.5 times
-    faster on a state of 8,000 tracts (``benchmarks/bench_model_cells.py``)."""
+    and denominator), not a selection of the pairs and two sums over them: a fit's kernel
+    means 9 times faster on California's 8,161 tracts (``benchmarks/bench_model_cells.py``)."""
 
     def __init__(self, xy: np.ndarray, bandwidth_km: float):
         tree = spatial.cKDTree(xy)
