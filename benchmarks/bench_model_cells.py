@@ -8,7 +8,8 @@ as :func:`pairs_mean`), on the state's first cell, values checked equal to 1e-12
     .venv/bin/python benchmarks/bench_model_cells.py --release DIR [--state 17] [--repeats 3]
 
 ``DIR`` is a published release of several cells partitioned by state (``tracts/state=XX/``,
-``counties.parquet``, ``states.parquet``). Both ways give the same values (checked); the
+``counties.parquet``, ``states.parquet``; its ``manifest.json`` gives the plan's noise, which
+the fits take as the release's do). Both ways give the same values (checked); the
 figures are this process's CPU seconds, the best of ``--repeats``. Run it alone: each line
 prints the load average too.
 """
@@ -16,6 +17,7 @@ prints the load average too.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -87,7 +89,7 @@ def main() -> None:
     import numpy as np
     import pandas as pd
 
-    from dpatlas.small_area.published import fit_published
+    from dpatlas.small_area.published import fit_published, noise_from_steps
 
     files = sorted((args.release / "tracts" / f"state={args.state}").glob("*.parquet"))
     if not files:
@@ -100,12 +102,18 @@ def main() -> None:
     print(f"state {args.state}: {len(tracts) // len(cells):,} tracts in each of {len(cells)} "
           f"cells ({len(tracts):,} rows)")
 
+    # the plan's noise, as the release's publish parts fit with it (no manifest: without)
+    manifest = args.release / "manifest.json"
+    noise = (noise_from_steps((json.loads(manifest.read_text()).get("budget") or {})
+                              .get("steps")) if manifest.exists() else None)
+    print(f"the directs' noise from the plan: {noise}")
+
     def per_cell():
         return [fit_published(tracts[tracts["cell"].astype(str) == c].reset_index(drop=True),
-                              *levels)[0] for c in cells]
+                              *levels, noise)[0] for c in cells]
 
     def at_once():
-        return fit_published(tracts, *levels)[0]
+        return fit_published(tracts, *levels, noise)[0]
 
     best = {}
     for label, run in (("one call per cell (neighbours found per cell)", per_cell),

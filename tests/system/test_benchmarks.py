@@ -369,6 +369,7 @@ def test_model_cells_benchmark_fits_both_ways_with_the_same_values(tmp_path):
     out = run_benchmark("bench_model_cells.py", "--release", str(release), "--repeats", "1",
                         cwd=tmp_path)
     assert "state 17: 144 tracts in each of 2 cells (288 rows)" in out, out
+    assert "the directs' noise from the plan: None" in out, out  # no manifest here
     for label in ("one call per cell (neighbours found per cell)",
                   "all cells in one call (neighbours found once)"):
         assert f"{label}: wall " in out, out
