@@ -13,8 +13,9 @@ separate process) with the parameters the release's select tasks take: a chunk
 (``dpatlas.release.estimate.Chunk``), the default config's budget plan (``BudgetPlan``), the
 minimum n, an output URL and a seed. The figure is the flow process's own CPU seconds
 (this process: the flow runs here) per task run, from the first submission until every result
-is back; the worker process's CPU over the same span is printed beside it. Prefect's API is ``PREFECT_API_URL`` or, unset,
-Prefect's ephemeral server. Run it alone: each line prints the load average too.
+is back; the worker process's CPU over the same span is printed beside it. Prefect's API is
+``PREFECT_API_URL`` or, unset, Prefect's ephemeral server. Run it alone: each line prints the
+load average too.
 """
 
 from __future__ import annotations
@@ -59,23 +60,12 @@ def _shared_tls(enabled: bool) -> None:
     use_shared_tls(enabled)
 
 
-def worker_cpu(address: str) -> list[float]:
-    """Each worker process's CPU seconds so far."""
-    from distributed import Client
-
-    with Client(address, timeout=30) as client:
-        return list(client.run(_process_cpu).values())
+def worker_cpu(client) -> float:
+    """The worker processes' CPU seconds so far (``client``: a Dask client of the cluster)."""
+    return sum(client.run(_process_cpu).values())
 
 
-def on_workers(address: str, shared_tls: bool) -> None:
-    """The workers' Prefect clients share a TLS context (the release's) or not (Prefect's)."""
-    from distributed import Client
-
-    with Client(address, timeout=30) as client:
-        client.run(_shared_tls, shared_tls)
-
-
-def run(runner_class, address: str, tasks: int, label: str):
+def run(runner_class, client, tasks: int, label: str):
     from prefect import flow, task, unmapped
 
     @task(name="select-like")
@@ -89,10 +79,11 @@ def run(runner_class, address: str, tasks: int, label: str):
         futures = select_like.map(chunks, unmapped(budget), unmapped(min_n), outs, seeds)
         return [f.result() for f in futures]
 
-    before = sum(worker_cpu(address))
+    address = client.scheduler.address
+    before = worker_cpu(client)
     with measure(f"{label}: {tasks} task runs") as span:
         got = submit_all.with_options(task_runner=runner_class(address=address))()
-    span.worker_cpu = sum(worker_cpu(address)) - before
+    span.worker_cpu = worker_cpu(client) - before
     if got != [c.name for c in chunks]:
         raise SystemExit(f"{label}: wrong results {got[:5]}...")
     return span
@@ -103,7 +94,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=200)
     args = parser.parse_args()
 
-    from distributed import LocalCluster
+    from distributed import Client, LocalCluster
     from prefect.context import SettingsContext
     from prefect_dask import DaskTaskRunner
 
@@ -115,14 +106,14 @@ def main() -> None:
              PREFECT_SETTINGS_SERIALIZE, False),
             ("KeyedDaskTaskRunner", KeyedDaskTaskRunner, serialize_settings_once, True))
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster:
-        run(KeyedDaskTaskRunner, cluster.scheduler_address, 5, "warm-up")
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        run(KeyedDaskTaskRunner, client, 5, "warm-up")
         spans = {}
         try:
             for label, runner, serialize, shared_tls in ways:
                 SettingsContext.serialize = serialize
-                on_workers(cluster.scheduler_address, shared_tls)
-                spans[label] = span = run(runner, cluster.scheduler_address, args.tasks, label)
+                client.run(_shared_tls, shared_tls)  # the workers' Prefect clients
+                spans[label] = span = run(runner, client, args.tasks, label)
                 print(span.line())
                 print(f"  {label}: {1000 * span.cpu_process / args.tasks:.1f} ms of the flow "
                       f"process's CPU per task run; the worker's "

@@ -44,6 +44,7 @@ to overlap the rest (an upper bound, as the old estimate was).
 from __future__ import annotations
 
 import argparse
+import functools
 import glob
 import json
 import sys
@@ -64,6 +65,17 @@ def dask_run(path: Path) -> dict:
     return data["matrix"][cells]["runs"]["dask-2w"]
 
 
+@functools.cache
+def published_n(release: Path):
+    """The published release's n per tract (geoid, n), read once for every plan made of it."""
+    import pandas as pd
+
+    files = sorted(glob.glob(str(release / "tracts" / "state=*" / "*.parquet")))
+    if not files:
+        raise SystemExit(f"{release}: no tracts/state=*/ (a national release's GeoParquet)")
+    return pd.concat([pd.read_parquet(f, columns=["geoid", "n"]) for f in files])
+
+
 def planned_task_runs(release: Path, cells: int) -> dict:
     """Task runs on the workers of a release of ``cells`` cells, planned by the release's own
     code from the published 1-cell release's n per tract (every person in every cell)."""
@@ -75,10 +87,7 @@ def planned_task_runs(release: Path, cells: int) -> dict:
     from dpatlas.release.estimate import split_into_chunks, tracts_of
     from dpatlas.release.levels import level_tasks
 
-    files = sorted(glob.glob(str(release / "tracts" / "state=*" / "*.parquet")))
-    if not files:
-        raise SystemExit(f"{release}: no tracts/state=*/ (a national release's GeoParquet)")
-    tracts = pd.concat([pd.read_parquet(f, columns=["geoid", "n"]) for f in files])
+    tracts = published_n(release)
     tracts = tracts[tracts["n"] > 0]
     names = [f"outcome-{k}" for k in range(1, cells + 1)]
     counts = {}
@@ -101,12 +110,9 @@ def validation_partitions(release: Path, cells: int) -> list[tuple[int, int]]:
     """(records validated, records of its state) of each validation partition of a release of
     ``cells`` cells, planned by the release's own grouping (``ingest.state_partitions``) from
     the published 1-cell release's n per tract, every person in every cell."""
-    import pandas as pd
-
     from dpatlas.release.ingest import state_partitions
 
-    files = sorted(glob.glob(str(release / "tracts" / "state=*" / "*.parquet")))
-    tracts = pd.concat([pd.read_parquet(f, columns=["geoid", "n"]) for f in files])
+    tracts = published_n(release)
     per_state = tracts.groupby(tracts["geoid"].str[:2])["n"].sum()
     names = [f"outcome-{k}" for k in range(1, cells + 1)]
     return [(int(part.rows), int(records) * cells)
