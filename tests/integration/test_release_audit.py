@@ -633,7 +633,9 @@ def test_kill_9_while_staging_leaves_nothing_in_the_public_tree(release, tmp_pat
     try:
         # No deadline: the child either reaches the staging step (it then stalls there) or
         # exits; a hang is the run's timeout, not a race against this machine's speed.
-        while not marker.exists():
+        # the marker is there once it names the staging folder: ``write_text`` creates the
+        # file before it writes the name, and a kill between the two left an empty marker
+        while not (marker.exists() and marker.read_text()):
             assert child.poll() is None, "the child exited before staging"
             time.sleep(0.05)
         os.kill(child.pid, signal.SIGKILL)
