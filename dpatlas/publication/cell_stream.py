@@ -37,7 +37,8 @@ import pyarrow.parquet as pq
 from dpatlas.publication.cell_tiles import MANIFEST_KEY as CELL_TILES_KEY
 from dpatlas.publication.cell_tiles import CellTileBuilder, cell_tile_builder
 from dpatlas.publication.geojson import (FEATURE_COLLECTION_TAIL, feature_collection_head,
-                                         geojson_parts, write_features)
+                                         feature_texts, geojson_parts, write_feature_texts,
+                                         write_features)
 from dpatlas.publication.tract_files import (CSV_FILE, PUBLISHED_FILES, PublishError, _json,
                                              assemble, footprint, in_parallel, rounding_statement,
                                              stage_release, write_table_schema)
@@ -172,14 +173,19 @@ class CsvAppender:
 class GeoJsonAppender:
     """``tracts.geojson``: one FeatureCollection, its features appended a group at a time.
     Its ``bbox`` (written first) is the first group's: every group holds every boundary
-    tract, so every group's bbox is the same (checked)."""
+    tract, so every group's bbox is the same (checked).
+
+    ``cell_tiles``: the one file of a release of several cells, each cell's archive started as
+    its features are written. ``cell_features``: one state's file of a release partitioned by
+    state, whose features also go, as written, to their cells' archive inputs (made once)."""
 
     def __init__(self, path: Path, several_cells: bool,
-                 cell_tiles: Optional[CellTileBuilder] = None):
+                 cell_tiles: Optional[CellTileBuilder] = None,
+                 cell_features: Optional[CellTileBuilder] = None):
         self.path, self.per_cell = Path(path), several_cells
         self.fh, self.head, self.wrote = None, None, False
         # With several cells: each cell's archive, started as its features are written
-        self.cell_tiles = cell_tiles
+        self.cell_tiles, self.cell_features = cell_tiles, cell_features
 
     def append(self, table: gpd.GeoDataFrame) -> None:
         props, geoms, ids = geojson_parts(table, self.path, per_cell=self.per_cell)
@@ -191,11 +197,15 @@ class GeoJsonAppender:
             raise PublishError("a group of cells has another GeoJSON bbox than the first (a "
                                "bug: every cell holds every boundary tract); nothing was "
                                "published")
-        if self.cell_tiles is None:
-            self.wrote = write_features(self.fh, props, geoms, ids, after_others=self.wrote)
-        else:  # the same bytes, each cell's archive started as its features are written
+        if self.cell_tiles is not None:  # the same bytes, each cell's archive started
             self.wrote = self.cell_tiles.write_group(self.fh, self.path, self.head, props,
                                                      geoms, ids, self.wrote)
+        elif self.cell_features is not None:
+            texts = feature_texts(props, geoms, ids)
+            self.wrote = write_feature_texts(self.fh, texts, self.wrote)
+            self.cell_features.add_features(props["cell"].astype(str).to_numpy(), texts)
+        else:
+            self.wrote = write_features(self.fh, props, geoms, ids, after_others=self.wrote)
 
     def close(self) -> None:
         if self.fh is not None and not self.fh.closed:
@@ -403,13 +413,15 @@ def _append_groups(staging: Path, groups: Iterable[gpd.GeoDataFrame], cells: lis
                               lambda: CsvAppender(staging, level), state_parts.CsvPart,
                               on_partition=lambda c: write_table_schema(c, staging, level),
                               partitioned=by_state)
-    # One file: each cell's archive is cut from its run of it; parts by state: each cell's
-    # features are written for its archive as the group arrives (CellTileBuilder.add_group).
+    # One file: each cell's archive is cut from its run of it; parts by state: each state's
+    # features, made once, are also written to their cells' archive inputs
+    # (CellTileBuilder.add_features), whole once the group's states are in.
     geojson = state_parts.ByState(
         staging, state_parts.GEOJSON_PARTS, "tracts.geojson",
         lambda: GeoJsonAppender(staging / "tracts.geojson", several_cells=len(cells) > 1,
                                 cell_tiles=cell_tiles),
-        partial(GeoJsonAppender, several_cells=len(cells) > 1), partitioned=by_state)
+        partial(GeoJsonAppender, several_cells=len(cells) > 1, cell_features=cell_tiles),
+        partitioned=by_state)
     summary, suites, shown, columns, pending = TractSummary(), [], None, [], None
     overview = shown_cell(cells) if cells else None
     started: list[Future] = []
@@ -417,7 +429,7 @@ def _append_groups(staging: Path, groups: Iterable[gpd.GeoDataFrame], cells: lis
     def geojson_then_tiles(table: gpd.GeoDataFrame, last: bool) -> None:
         geojson.append(table)
         if cell_tiles is not None and geojson.partitioned:
-            cell_tiles.add_group(table)
+            cell_tiles.end_group()  # its states' features went to their cells' inputs too
         if last:
             geojson.close()
             started.append(cell_tiles if cell_tiles is not None

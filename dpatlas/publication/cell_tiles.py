@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from dpatlas.publication import tiles
-from dpatlas.publication.geojson import (FEATURE_COLLECTION_TAIL, feature_collection_head,
-                                        geojson_parts, write_features)
+from dpatlas.publication.geojson import (FEATURE_COLLECTION_TAIL, feature_texts,
+                                        geojson_parts, write_feature_texts, write_features)
 from dpatlas.publication.tract_files import PublishError
 
 # A cell whose name is made of these is named as it is; any other (spaces, slashes, dots,
@@ -32,6 +32,10 @@ from dpatlas.publication.tract_files import PublishError
 # kind can start with, so two cells never share an archive.
 _PLAIN_CELL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 CELL_TILES_PREFIX = "tracts-"
+# The head of a cell's FeatureCollection written from several states' features
+# (CellTileBuilder.add_features): no bbox, which is known only once every state is in.
+_BARE_HEAD = '{"type":"FeatureCollection","features":['
+
 MANIFEST_KEY = "cell_tiles"
 # {level: {cell: archive}}: the county and state archives of a release of several cells
 LEVEL_MANIFEST_KEY = "level_cell_tiles"
@@ -118,6 +122,9 @@ class CellTileBuilder:
         self.built: dict[str, Future] = {}
         self.pending: dict[str, tuple | None] = {}
         self.features_written: list[str] = []
+        # each cell's FeatureCollection being written (add_features): its file, and whether
+        # it holds a feature yet
+        self.open: dict[str, list] = {}
 
     def write_group(self, fh, path: Path, head: str, props, geoms, ids, wrote: bool) -> bool:
         """Append a group's features to the open ``tracts.geojson`` (``fh`` at ``path``, opened
@@ -139,29 +146,57 @@ class CellTileBuilder:
             if cell is not None:
                 self._note(cell, (path, head, (start, fh.tell())))
         if not consecutive:
-            self._write_own_collections(head, props, geoms, ids)
+            self._write_own_collections(props, geoms, ids)
         self._start_pending()
         return wrote
 
     def add_group(self, table) -> None:
-        """A group of whole cells written elsewhere (a release partitioned by state writes
-        each state's GeoJSON): each cell's features to a FeatureCollection of their own, and
-        its archive started."""
+        """A group of whole cells written elsewhere: each cell's features to a
+        FeatureCollection of their own, and its archive started (:meth:`add_features` and
+        :meth:`end_group` with the features made here)."""
         inputs = ", ".join(str(self._part(c)) for c in dict.fromkeys(table["cell"].astype(str)))
         props, geoms, ids = geojson_parts(table, inputs, per_cell=True)
-        self._write_own_collections(feature_collection_head(geoms), props, geoms, ids)
+        self.add_features(props["cell"].astype(str).to_numpy(),
+                          feature_texts(props, geoms, ids))
+        self.end_group()
+
+    def add_features(self, cells: np.ndarray, texts: list[str]) -> None:
+        """Features already made for another collection (a release partitioned by state:
+        each state's GeoJSON, :class:`~dpatlas.publication.cell_stream.GeoJsonAppender`),
+        ``texts``, of rows of ``cells``, appended to each cell's FeatureCollection of its own,
+        in their order; a cell's collection stays open until :meth:`end_group`, so a group's
+        states add to it one after the other. Its head has no ``bbox`` (optional in RFC 7946,
+        and the collection is only tippecanoe's input: the archive's bounds are its
+        features')."""
+        for cell in map(str, dict.fromkeys(cells)):
+            if cell not in self.open:
+                if cell in self.built or cell in self.features_written or cell in self.pending:
+                    raise PublishError(f"cell {cell}'s rows are in two groups of cells (a bug: "
+                                       "a group holds whole cells); nothing was published")
+                out = open(self._part(cell), "w", encoding="utf-8")
+                out.write(_BARE_HEAD)
+                self.open[cell] = [out, False]
+            entry = self.open[cell]
+            rows = np.flatnonzero(cells == cell)
+            entry[1] = write_feature_texts(entry[0], [texts[i] for i in rows], entry[1])
+
+    def end_group(self) -> None:
+        """The group's cells are whole: their collections closed and their archives
+        started."""
+        self._close_open()
         self._start_pending()
 
-    def _write_own_collections(self, head: str, props, geoms, ids) -> None:
-        cells = props["cell"].astype(str).to_numpy()
-        for cell in dict.fromkeys(cells):
-            rows = np.flatnonzero(cells == cell)
-            with open(self._part(cell), "w", encoding="utf-8") as out:
-                out.write(head)
-                write_features(out, props.iloc[rows], geoms[rows],
-                               None if ids is None else [ids[i] for i in rows])
-                out.write(FEATURE_COLLECTION_TAIL)
+    def _close_open(self) -> None:
+        opened, self.open = self.open, {}
+        for cell, (out, _) in opened.items():
+            out.write(FEATURE_COLLECTION_TAIL)
+            out.close()
             self._note(cell, None)
+
+    def _write_own_collections(self, props, geoms, ids) -> None:
+        self.add_features(props["cell"].astype(str).to_numpy(),
+                          feature_texts(props, geoms, ids))
+        self._close_open()
 
     def _start_pending(self) -> None:
         for cell, source in self.pending.items():  # a group holds whole cells

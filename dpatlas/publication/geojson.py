@@ -92,10 +92,24 @@ def geojson_parts(gdf: gpd.GeoDataFrame, path: Path | str, decimals: int = GEOJS
     archive input...), named in the refusal of a frame without a CRS."""
     if gdf.crs is None:
         raise BoundaryError(f"{path}: refusing to write boundaries without a CRS")
-    gdf = gdf.to_crs(CRS)
-    geoms = rfc7946_geometries(gdf.geometry.to_numpy(), decimals)
+    # A release of several cells holds each tract's polygon once per cell, the same object in
+    # every row (the rows are joined to the boundaries): each is reprojected and snapped once.
+    first, inverse = distinct_objects(gdf.geometry.to_numpy())
+    distinct = gpd.GeoSeries(gdf.geometry.to_numpy()[first], crs=gdf.crs).to_crs(CRS)
+    geoms = rfc7946_geometries(distinct.to_numpy(), decimals)[inverse]
     props = pd.DataFrame(gdf.drop(columns=gdf.geometry.name))
     return props, geoms, feature_ids(props, per_cell)
+
+
+def distinct_objects(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The positions of the first row holding each distinct object of ``values`` (by
+    identity, not by equality: the same Python object in several rows) and, per row, which of
+    them it holds, so that ``values[first][inverse]`` is ``values`` again. Work done per
+    distinct object is then done once, whatever the rows: an object is one value, so its
+    result is the same in every row that holds it."""
+    ids = np.fromiter(map(id, values), dtype=np.uint64, count=len(values))
+    _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1)
 
 
 def feature_collection_head(geoms: np.ndarray, decimals: int = GEOJSON_DECIMALS) -> str:
@@ -116,9 +130,25 @@ def write_features(fh, props: pd.DataFrame, geoms: np.ndarray, ids: list | None,
     for a, b in _row_runs(props):
         texts = _feature_texts(props.iloc[a:b], geoms[a:b],
                                None if ids is None else ids[a:b], decimals)
-        fh.write(("," if after_others else "") + ",".join(texts))
-        after_others = True
+        after_others = write_feature_texts(fh, texts, after_others)
     return after_others
+
+
+def feature_texts(props: pd.DataFrame, geoms: np.ndarray, ids: list | None,
+                  decimals: int = GEOJSON_DECIMALS) -> list[str]:
+    """Each row's Feature as the JSON text :func:`write_features` writes for it, for rows
+    whose features go to more than one collection (a state's file and its cells' archive
+    inputs): made once, written with :func:`write_feature_texts`."""
+    return _feature_texts(props, geoms, ids, decimals)
+
+
+def write_feature_texts(fh, texts: list[str], after_others: bool = False) -> bool:
+    """Append features made by :func:`feature_texts` to an open FeatureCollection
+    (``after_others``: a comma first); whether the collection now holds a feature."""
+    if not texts:
+        return after_others
+    fh.write(("," if after_others else "") + ",".join(texts))
+    return True
 
 
 # Rows per chunk of the streamed GeoJSON when the table has no ``state`` column.
@@ -189,12 +219,15 @@ _LONG_DECIMAL = re.compile(r"-?\d+\.\d{8,}(?:[eE][-+]?\d+)?")
 def _geometry_texts(geoms: np.ndarray, decimals: int) -> list[str]:
     """RFC 7946 geometry objects as text, null where empty; numbers with at most ``decimals``
     decimals (``repr`` of a float rounded to that many places)."""
-    empty = shapely.is_missing(geoms) | shapely.is_empty(geoms)
-    texts = np.full(len(geoms), "null", dtype=object)
+    first, inverse = distinct_objects(geoms)  # a polygon in every cell's row: printed once
+    distinct = geoms[first]
+    empty = shapely.is_missing(distinct) | shapely.is_empty(distinct)
+    texts = np.full(len(distinct), "null", dtype=object)
     if (~empty).any():
-        texts[~empty] = shapely.to_geojson(geoms[~empty])
-    return [_LONG_DECIMAL.sub(lambda m: repr(round(float(m.group()), decimals)), t)
-            if t != "null" else t for t in texts]
+        texts[~empty] = shapely.to_geojson(distinct[~empty])
+    texts = np.array([_LONG_DECIMAL.sub(lambda m: repr(round(float(m.group()), decimals)), t)
+                      if t != "null" else t for t in texts], dtype=object)
+    return texts[inverse].tolist()
 
 
 def feature_ids(props: pd.DataFrame, per_cell: bool | None = None) -> list[str] | None:
