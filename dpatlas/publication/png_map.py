@@ -13,7 +13,7 @@ import pandas as pd
 import shapely
 
 from dpatlas.publication import colours, static_map
-from dpatlas.publication.tract_files import tract_union
+from dpatlas.publication.tract_files import tract_union, union_groups
 
 # The static map (p25_map.png), drawn with matplotlib's object API (a Figure on an Agg canvas,
 # no pyplot state): each layer is one collection built from shapely's coordinate arrays, and the
@@ -60,6 +60,7 @@ def write_map(table: gpd.GeoDataFrame, path: Path, title: str, intervals: bool =
     from matplotlib.patches import Patch
 
     geoms = table.geometry.to_numpy()
+    states = union_groups(table)  # where a merged shape is unioned state by state
     drawn = _drawn(geoms)
     fig = Figure(figsize=map_figsize(geoms[drawn], table.crs))
     FigureCanvasAgg(fig)
@@ -79,15 +80,16 @@ def write_map(table: gpd.GeoDataFrame, path: Path, title: str, intervals: bool =
     _add_choropleth(ax, geoms[coloured], p25[coloured], static_map.ESTIMATE_WORDS[estimate])
     weak = drawn & static_map.low_reliability(table, estimate).to_numpy() & bool(intervals)
     if weak.any():
-        _add_tracts(ax, np.array([low_reliability_shape(geoms[weak])], dtype=object),
+        _add_tracts(ax, np.array([low_reliability_shape(geoms[weak], _of(states, weak))],
+                                 dtype=object),
                     facecolor="none", hatch=MAP_HATCH, edgecolor=MAP_HATCH_COLOUR,
                     linewidth=0.0)
         handles.append(Patch(facecolor="white", edgecolor=MAP_HATCH_COLOUR, hatch=MAP_HATCH,
                              label=colours.LOW_RELIABILITY_LABEL))
     for rows, merge, style, handle in (static_map.model_marks(table, coloured)
                                        if estimate == "model" else []):
-        shapes = np.array([low_reliability_shape(geoms[rows])], dtype=object) if merge \
-            else geoms[rows]
+        shapes = (np.array([low_reliability_shape(geoms[rows], _of(states, rows))],
+                           dtype=object) if merge else geoms[rows])
         _add_tracts(ax, shapes, **style)
         handles.append(handle)
     _set_map_aspect(ax, geoms[drawn], table.crs)
@@ -100,14 +102,21 @@ def write_map(table: gpd.GeoDataFrame, path: Path, title: str, intervals: bool =
     fig.savefig(path, dpi=MAP_DPI)
 
 
-def low_reliability_shape(geoms: np.ndarray):
+def _of(groups: np.ndarray | None, rows) -> np.ndarray | None:
+    return None if groups is None else groups[rows]
+
+
+def low_reliability_shape(geoms: np.ndarray, groups: np.ndarray | None = None):
     """The tracts ``geoms`` merged into one (Multi)Polygon, to hatch as one patch.
 
     Tracts tile their area, so the coverage union applies (~0.3 s for 67,000 tracts); tracts
-    that do not form a clean coverage take the general union (:func:`tract_union`).
+    that do not form a clean coverage take the general union, state by state where ``groups``
+    gives each tract's state (:func:`tract_union`).
     """
-    geoms = geoms[_drawn(geoms)]
-    return tract_union(geoms) if len(geoms) else shapely.Polygon()
+    drawn = _drawn(geoms)
+    geoms = geoms[drawn]
+    groups = groups[drawn] if groups is not None else None
+    return tract_union(geoms, groups) if len(geoms) else shapely.Polygon()
 
 
 def _drawn(geoms: np.ndarray) -> np.ndarray:

@@ -189,11 +189,12 @@ def rounding_statement(columns, decimals: int = PUBLISHED_DECIMALS) -> dict:
 def footprint(table: gpd.GeoDataFrame) -> dict:
     """The release's extent for catalogues: WGS 84 ``bbox`` and a simplified union of the
     tracts as an RFC 7946 ``geometry`` (manifest key ``extent``; the STAC item reads it)."""
-    geoms = table.to_crs("EPSG:4326").geometry.drop_duplicates().to_numpy()
-    geoms = geoms[~shapely.is_empty(geoms)]
+    series = table.to_crs("EPSG:4326").geometry.drop_duplicates()
+    series = series[~shapely.is_empty(series.to_numpy())]
+    geoms = series.to_numpy()
     if len(geoms) == 0:
         return {"bbox": None, "geometry": None}
-    union = tract_union(geoms)
+    union = tract_union(geoms, union_groups(table.loc[series.index]))
     simple = union.simplify(FOOTPRINT_TOLERANCE_DEGREES, preserve_topology=True)
     shape = rfc7946_geometries(np.array([simple], dtype=object))[0]
     # The bbox of the tracts themselves, so it holds every published coordinate.
@@ -203,18 +204,49 @@ def footprint(table: gpd.GeoDataFrame) -> dict:
     return {"bbox": [round(float(v), 7) for v in bbox], "geometry": geojson_geometry(shape)}
 
 
-def tract_union(geoms: np.ndarray):
+def union_groups(table: pd.DataFrame) -> Optional[np.ndarray]:
+    """Each row's state (its ``state``, else its GEOID's first two digits), the groups
+    :func:`tract_union` unions apart when the whole is not one coverage; None without
+    either column."""
+    if "state" in table.columns:
+        return table["state"].astype(str).to_numpy()
+    if "geoid" in table.columns:
+        return table["geoid"].astype(str).str[:2].to_numpy()
+    return None
+
+
+def tract_union(geoms: np.ndarray, groups: Optional[np.ndarray] = None):
     """Union of tract polygons: the fast coverage union when the tracts form a valid coverage
     (edges shared vertex for vertex, as TIGER/Line and the synthetic tracts do), else the
     general overlay union (GEOS raises on some such inputs rather than returning a bad union:
-    tracts cut from real outlines whose neighbours do not share every vertex)."""
+    tracts cut from real outlines whose neighbours do not share every vertex).
+
+    ``groups`` (a label per polygon: its state, :func:`union_groups`): when the whole is not
+    one coverage, each group is unioned on its own the same way and the groups' unions then
+    together. Tracts drawn state by state share no vertices across a state line, so a
+    national table is no coverage while each state is: its union took 0.23 CPU-s this way
+    against 2.13 by the general union of every tract (74,001 synthetic tracts; the same
+    area, no difference between the two)."""
+    union = _coverage_union(geoms)
+    if union is not None:
+        return union
+    if groups is not None and len(groups) == len(geoms):
+        labels = np.unique(groups)
+        if len(labels) > 1:
+            pieces = [tract_union(geoms[groups == label]) for label in labels]
+            return shapely.union_all(np.array(pieces, dtype=object))
+    return shapely.union_all(geoms)
+
+
+def _coverage_union(geoms: np.ndarray):
+    """The coverage union of ``geoms``, or None where they are not a clean coverage."""
     try:
         union = shapely.coverage_union_all(geoms)
     except shapely.errors.GEOSException:
-        return shapely.union_all(geoms)
+        return None
     if shapely.is_valid(union) and np.isclose(union.area, shapely.area(geoms).sum(), rtol=1e-6):
         return union
-    return shapely.union_all(geoms)
+    return None
 
 
 def code_version() -> dict:
