@@ -52,12 +52,14 @@ from dpatlas.publication.state_parts import GEOJSON_PARTS, parts_of, piece_name
 from dpatlas.publication.tract_files import CSV_SCHEMA_FILE, PublishError
 
 # Tract-cells per part of a release of several states (whole states, consecutive in GEOID
-# order): a part's output check costs about a second of GX whatever its size, so a one-cell
-# national release (74,000 tracts) is 4 parts rather than 51, while at 42 cells nearly every
-# state is a part of its own, and a state larger than a part at its number of cells (California
-# at 42: 338,000 tract-cells) is cut into parts of some of its cells each, so that no one task
-# bounds how far publishing spreads.
-PART_ROWS = 20_000
+# order): a part's output check costs about a second of GX whatever its size (1.08 CPU-s for
+# 1,000 rows, 1.29 for 20,000, 2.33 for 60,000 in a fresh GX project), and each part is a task
+# run and a run in the Data Docs besides, so a one-cell national release (74,000 tracts) is 2
+# parts rather than 51, at 42 cells 105 rather than 189 at 20,000, and a state larger than a
+# part at its number of cells (California at 42: 338,000 tract-cells) is cut into parts of
+# some of its cells each, so that no one task bounds how far publishing spreads (a part of
+# 40,000 takes about 12 CPU-s, less than a cell's tract archive).
+PART_ROWS = 40_000
 WHOLE = "all"  # the one part of a release of one state
 GX_PROJECT = ".gx"  # a part's GX project, in its folder (never collected into the release)
 TILES_FOLDER = "tiles"
