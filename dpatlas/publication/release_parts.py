@@ -57,8 +57,9 @@ from dpatlas.publication.tract_files import CSV_SCHEMA_FILE, PublishError
 # run and a run in the Data Docs besides, so a one-cell national release (74,000 tracts) is 2
 # parts rather than 51, at 42 cells 105 rather than 189 at 20,000, and a state larger than a
 # part at its number of cells (California at 42: 338,000 tract-cells) is cut into parts of
-# some of its cells each, so that no one task bounds how far publishing spreads (a part of
-# 40,000 takes about 12 CPU-s, less than a cell's tract archive).
+# some of its cells each, so that no one task bounds how far publishing spreads (the longest
+# part of the full-scale national runs at 1 and 6 cells took 10.6 CPU-s, a cell's tract
+# archive 28-31).
 PART_ROWS = 40_000
 WHOLE = "all"  # the one part of a release of one state
 GX_PROJECT = ".gx"  # a part's GX project, in its folder (never collected into the release)
