@@ -458,6 +458,8 @@ def _append_groups(staging: Path, groups: Iterable[gpd.GeoDataFrame], cells: lis
     finally:
         parquet.close()
         geojson.close()
+        if cell_tiles is not None:
+            cell_tiles.close()  # a group that failed midway leaves its cells' inputs open
     files = [*parquet.names(), *geojson.names(), *csv.names()]
     return Streamed(summary, columns, shown, suites, pending, started[0], files)
 

@@ -186,6 +186,14 @@ class CellTileBuilder:
         self._close_open()
         self._start_pending()
 
+    def close(self) -> None:
+        """Close the cells' inputs still open: a group that failed before :meth:`end_group`
+        (its part is refused; the unfinished files stay in the part's folder, never
+        published). Nothing is noted or started."""
+        opened, self.open = self.open, {}
+        for out, _ in opened.values():
+            out.close()
+
     def _close_open(self) -> None:
         opened, self.open = self.open, {}
         for cell, (out, _) in opened.items():

@@ -126,3 +126,17 @@ def test_the_frames_are_not_changed(tmp_path):
     geojson_parts(table, tmp_path / "x.geojson", per_cell=True)
     pd.testing.assert_frame_equal(pd.DataFrame(table.drop(columns="geometry")), before)
     assert all(a is b for a, b in zip(table.geometry.to_numpy(), geoms))
+
+
+def test_a_group_that_fails_midway_leaves_no_file_open_and_starts_nothing(tmp_path):
+    table = _table(shared=True)
+    builder = CellTileBuilder(tmp_path, "r1", {}, tiler=None)
+    appender = GeoJsonAppender(tmp_path / "01.geojson", several_cells=True,
+                               cell_features=builder)
+    appender.append(table[table["state"] == "01"].reset_index(drop=True))
+    handles = [out for out, _ in builder.open.values()]
+    assert len(handles) == len(CELLS) and not any(h.closed for h in handles)
+    builder.close()  # the part failed before its group ended
+    appender.close()
+    assert all(h.closed for h in handles) and builder.open == {}
+    assert builder.features() == {} and builder.pending == {}
