@@ -151,14 +151,11 @@ class CellTileBuilder:
         return wrote
 
     def add_group(self, table) -> None:
-        """A group of whole cells written elsewhere: each cell's features to a
-        FeatureCollection of their own, and its archive started (:meth:`add_features` and
-        :meth:`end_group` with the features made here)."""
+        """A group of whole cells written elsewhere: each cell's features, made here, to a
+        FeatureCollection of their own, and its archive started."""
         inputs = ", ".join(str(self._part(c)) for c in dict.fromkeys(table["cell"].astype(str)))
-        props, geoms, ids = geojson_parts(table, inputs, per_cell=True)
-        self.add_features(props["cell"].astype(str).to_numpy(),
-                          feature_texts(props, geoms, ids))
-        self.end_group()
+        self._write_own_collections(*geojson_parts(table, inputs, per_cell=True))
+        self._start_pending()
 
     def add_features(self, cells: np.ndarray, texts: list[str]) -> None:
         """Features already made for another collection (a release partitioned by state:

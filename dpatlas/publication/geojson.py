@@ -94,8 +94,9 @@ def geojson_parts(gdf: gpd.GeoDataFrame, path: Path | str, decimals: int = GEOJS
         raise BoundaryError(f"{path}: refusing to write boundaries without a CRS")
     # A release of several cells holds each tract's polygon once per cell, the same object in
     # every row (the rows are joined to the boundaries): each is reprojected and snapped once.
-    first, inverse = distinct_objects(gdf.geometry.to_numpy())
-    distinct = gpd.GeoSeries(gdf.geometry.to_numpy()[first], crs=gdf.crs).to_crs(CRS)
+    polygons = gdf.geometry.to_numpy()
+    first, inverse = distinct_objects(polygons)
+    distinct = gpd.GeoSeries(polygons[first], crs=gdf.crs).to_crs(CRS)
     geoms = rfc7946_geometries(distinct.to_numpy(), decimals)[inverse]
     props = pd.DataFrame(gdf.drop(columns=gdf.geometry.name))
     return props, geoms, feature_ids(props, per_cell)
@@ -128,18 +129,10 @@ def write_features(fh, props: pd.DataFrame, geoms: np.ndarray, ids: list | None,
     (:func:`_row_runs`); ``after_others``: features were written before (a comma first).
     Returns whether the collection now holds a feature."""
     for a, b in _row_runs(props):
-        texts = _feature_texts(props.iloc[a:b], geoms[a:b],
-                               None if ids is None else ids[a:b], decimals)
+        texts = feature_texts(props.iloc[a:b], geoms[a:b],
+                              None if ids is None else ids[a:b], decimals)
         after_others = write_feature_texts(fh, texts, after_others)
     return after_others
-
-
-def feature_texts(props: pd.DataFrame, geoms: np.ndarray, ids: list | None,
-                  decimals: int = GEOJSON_DECIMALS) -> list[str]:
-    """Each row's Feature as the JSON text :func:`write_features` writes for it, for rows
-    whose features go to more than one collection (a state's file and its cells' archive
-    inputs): made once, written with :func:`write_feature_texts`."""
-    return _feature_texts(props, geoms, ids, decimals)
 
 
 def write_feature_texts(fh, texts: list[str], after_others: bool = False) -> bool:
@@ -177,10 +170,12 @@ def _json_text(value) -> str:
     return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
-def _feature_texts(props: pd.DataFrame, geoms: np.ndarray, ids: list[str] | None,
-                   decimals: int) -> list[str]:
+def feature_texts(props: pd.DataFrame, geoms: np.ndarray, ids: list[str] | None,
+                  decimals: int = GEOJSON_DECIMALS) -> list[str]:
     """Each row's Feature as JSON text: id, properties (:func:`_json_scalar`'s values), and
-    the geometry as GEOS writes it (null when empty)."""
+    the geometry as GEOS writes it (null when empty). Made once for rows whose features go to
+    more than one collection (a state's file and its cells' archive inputs), written with
+    :func:`write_feature_texts`."""
     columns = [_json_values(props[c]) for c in props.columns]
     names = list(props.columns)
     geometry = _geometry_texts(geoms, decimals)

@@ -189,12 +189,13 @@ def rounding_statement(columns, decimals: int = PUBLISHED_DECIMALS) -> dict:
 def footprint(table: gpd.GeoDataFrame) -> dict:
     """The release's extent for catalogues: WGS 84 ``bbox`` and a simplified union of the
     tracts as an RFC 7946 ``geometry`` (manifest key ``extent``; the STAC item reads it)."""
-    series = table.to_crs("EPSG:4326").geometry.drop_duplicates()
-    series = series[~shapely.is_empty(series.to_numpy())]
-    geoms = series.to_numpy()
+    geometry = table.to_crs("EPSG:4326").geometry
+    geoms = geometry.to_numpy()
+    keep = ~geometry.duplicated().to_numpy() & ~shapely.is_empty(geoms)  # by position
+    geoms, groups = geoms[keep], union_groups(table)
     if len(geoms) == 0:
         return {"bbox": None, "geometry": None}
-    union = tract_union(geoms, union_groups(table.loc[series.index]))
+    union = tract_union(geoms, None if groups is None else groups[keep])
     simple = union.simplify(FOOTPRINT_TOLERANCE_DEGREES, preserve_topology=True)
     shape = rfc7946_geometries(np.array([simple], dtype=object))[0]
     # The bbox of the tracts themselves, so it holds every published coordinate.
