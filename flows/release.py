@@ -34,6 +34,7 @@ from dpatlas.release.levels import level_tasks
 from dpatlas.core.ids import validate_release_id
 from dpatlas.ledger import LeaseLost, Ledger, ReleaseBusy, charges
 from dpatlas.release.preflight import mark_root
+from dpatlas.release.plan_record import draw_layout
 from dpatlas.release.run_state import InputChanged, ReleaseLock
 from tasks.allocate import allocate_budget
 from tasks.estimate import estimate_chunk, estimate_staged, select_chunk, select_staged
@@ -207,7 +208,9 @@ def release(config_path: str, release_id: Optional[str] = None,
         # 3. Allocate the budget; check the release can complete; charge the ledger (refused
         # over the cap) and take the release's lease, before any noise.
         budget = allocate_budget(cfg)
-        plan = record_plan(internal, budget)  # a resume under another plan is refused here
+        # a resume under another plan, or whose draws are grouped otherwise, is refused here
+        plan = record_plan(internal, budget,
+                           draw_layout(chunks, level_tasks(sizes) if budget.levels else []))
         if os.path.lexists(root / rid):  # a crash past publish: nothing is drawn again
             DrawLog(internal).require_recorded(
                 _needed_draws(chunks, sizes, budget),

@@ -39,11 +39,12 @@ def open_release(cfg: ReleaseConfig, internal: Path, charged: bool = False) -> R
 
 
 @task(name="record-plan", **TASK_OPTIONS)
-def record_plan(internal: Path, budget: BudgetPlan) -> dict:
-    """The plan this run charges and draws under, in the draw log's header; a resume whose
-    plan differs from the one its recorded draws were made under is refused here, before the
+def record_plan(internal: Path, budget: BudgetPlan, layout: dict) -> dict:
+    """The plan this run charges and draws under, and how its draws are grouped into tasks
+    (``plan_record.draw_layout``), in the draw log's header; a resume whose plan or layout
+    differs from the one its recorded draws were made under is refused here, before the
     charge and before any noise (dpatlas.release.draws). Returns the plan entry for the
     ledger."""
     entry = plan_entry(budget)
-    DrawLog(internal).settle_plan(entry, say=get_run_logger().warning)
+    DrawLog(internal).settle_plan(entry, layout, say=get_run_logger().warning)
     return entry

@@ -57,6 +57,13 @@ none is, nothing was drawn under the old plan and the header takes the new one; 
 still compares it with what was charged). A header written before plans were recorded has none
 to compare: the ledger's charges per step and cell are compared instead.
 
+The draw layout (issue 35): a draw is recorded under its task's name, and a task's records
+follow from how the code groups them (chunks, cell groups, level tasks). The header records
+that layout beside the plan, and a resume whose draws would be grouped otherwise (a version
+that groups them differently, landed mid-release) is refused with :class:`DrawLayoutChanged`
+once a draw is recorded. A header written before layouts were recorded is checked as far as
+it can be: every draw it records must be one of the resume's tasks by name.
+
 The header replaces the previous version's ``state.json``: a resume whose config or input
 differs is refused with :class:`~dpatlas.release.run_state.InputChanged`. A release begun by
 that version (``state.json`` and no log) is migrated when it resumes: its header is taken from
@@ -80,14 +87,14 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from dpatlas.core.errors import OperatorError
-from dpatlas.core.plan_record import PlanChanged, describe_changes, plan_changes
+from dpatlas.core.plan_record import PlanChanged, describe_changes, plan_changes, plan_sha256
 from dpatlas.core.files import now_utc, write_bytes_atomic, write_parquet_atomic
 from dpatlas.core.hashing import sha256_file
 from dpatlas.release import staging
 from dpatlas.release.crash import crashpoint
 from dpatlas.release.run_state import InputChanged
 
-__all__ = ["DRAWS_FILE", "DrawLog", "DrawLogMissing", "PersistedDrawChanged", "draw_once",
+__all__ = ["DRAWS_FILE", "DrawLayoutChanged", "DrawLog", "DrawLogMissing", "PersistedDrawChanged", "draw_once",
            "noise_source"]
 
 DRAWS_FILE = "draws.jsonl"
@@ -106,6 +113,12 @@ _log = logging.getLogger(__name__)
 class PersistedDrawChanged(RuntimeError, OperatorError):
     """A recorded noise draw's file is missing or differs from what was recorded (tampering or
     disk loss), or the log itself is damaged. Never redrawn: it may have been read downstream."""
+
+
+class DrawLayoutChanged(PlanChanged):
+    """A resumed release's noise draws would be grouped into other tasks than the recorded
+    ones (another version's grouping): some records' noise would be drawn again, or a draw
+    reused for records it was not drawn for."""
 
 
 class DrawLogMissing(PersistedDrawChanged):
@@ -199,31 +212,72 @@ class DrawLog:
 
     # -- the plan --------------------------------------------------------------------------
 
-    def settle_plan(self, entry: dict, say: Say = _log.warning) -> None:
+    def settle_plan(self, entry: dict, layout: Optional[dict] = None,
+                    say: Say = _log.warning) -> None:
         """At the charge: the header's plan must be ``entry``'s (``plan_record.plan_entry``)
-        once a draw is recorded (raises PlanChanged, naming what changed, and writes nothing);
-        while none is, the header takes ``entry``'s plan and code version."""
+        and its draw layout ``layout``'s (``plan_record.draw_layout``) once a draw is
+        recorded (raises PlanChanged or DrawLayoutChanged, naming what changed, and writes
+        nothing); while none is, the header takes ``entry``'s plan and code version and the
+        layout."""
         header = self.header()
-        if header.get("plan_sha256") == entry["plan_sha256"]:
-            return  # the code version may differ: it is recorded, not compared
         draws = tuple(self.lines()[1:])
-        if draws and "plan" in header:
-            changes = plan_changes(header["plan"], entry["plan"])
-            began = header.get("code_version") or {}
-            raise PlanChanged(
-                f"release {self.internal.name} drew noise under another budget plan than this "
-                f"run's ({describe_changes(changes)}): resuming would mix the two and spend "
-                "more than was charged; finish it with the version that began it (dpatlas "
-                f"{began.get('package', '?')}, git {began.get('git_commit') or 'unknown'}) or "
-                "start a new release id (nothing was drawn or published by this run)",
-                changes)
+        same_plan = header.get("plan_sha256") == entry["plan_sha256"]
         if draws:
-            return  # a header from before plans were recorded: the ledger compares the charges
-        if "plan" in header:
+            if not same_plan and "plan" in header:
+                changes = plan_changes(header["plan"], entry["plan"])
+                raise PlanChanged(
+                    f"release {self.internal.name} drew noise under another budget plan than "
+                    f"this run's ({describe_changes(changes)}): resuming would mix the two and "
+                    f"spend more than was charged; {self._finish_with(header)}", changes)
+            # the code version may differ: it is recorded, not compared; a header from
+            # before plans were recorded leaves the plan to the ledger, which compares charges
+            if layout is not None:
+                self._check_layout(header, layout, draws)
+            return
+        layout_sha256 = None if layout is None else plan_sha256(layout)
+        if same_plan and header.get("draw_layout_sha256") == layout_sha256:
+            return
+        if "plan" in header and not same_plan:
             say(f"release {self.internal.name}: no draw was made under the plan its log "
                 "recorded; it now records this run's plan")
-        self._write({**header, "plan": entry["plan"], "plan_sha256": entry["plan_sha256"],
-                     "code_version": entry["code_version"]})
+        settled = {**header, "plan": entry["plan"], "plan_sha256": entry["plan_sha256"],
+                   "code_version": entry["code_version"]}
+        if layout is not None:
+            settled.update(draw_layout=layout, draw_layout_sha256=layout_sha256)
+        self._write(settled)
+
+    def _check_layout(self, header: dict, layout: dict, draws: tuple[dict, ...]) -> None:
+        """A resume's draws must be grouped as the recorded ones were: the same task names over
+        the same records. A header from before layouts were recorded is checked as far as it
+        can be: every recorded draw's name must be one of this run's tasks."""
+        if "draw_layout" in header:
+            if header.get("draw_layout_sha256") == plan_sha256(layout):
+                return
+            changes = plan_changes(_by_name(header["draw_layout"]), _by_name(layout))
+            if not changes:
+                changes = ["the order of the tasks (which seeds them in test mode)"]
+            raise DrawLayoutChanged(
+                f"release {self.internal.name} recorded noise draws grouped into other tasks "
+                f"than this run's ({describe_changes(changes)}): a task's draw is recorded "
+                "under its name, so resuming would draw some records' noise again or reuse a "
+                f"draw for other records; {self._finish_with(header)}", changes)
+        tasks = ({("select", c[0]) for c in layout["chunks"]}
+                 | {("estimate", c[0]) for c in layout["chunks"]}
+                 | {("levels", u[0]) for u in layout["levels"]})
+        strays = sorted({f"{d['stage']} {d['chunk']}" for d in draws
+                         if (d["stage"], d["chunk"]) not in tasks})
+        if strays:
+            changes = [f"{name}: recorded, not a task of this run" for name in strays]
+            raise DrawLayoutChanged(
+                f"release {self.internal.name} recorded noise draws this run has no task for "
+                f"({describe_changes(changes)}): the code groups the draws otherwise than the "
+                f"version that drew them; {self._finish_with(header)}", changes)
+
+    def _finish_with(self, header: dict) -> str:
+        began = header.get("code_version") or {}
+        return (f"finish it with the version that began it (dpatlas "
+                f"{began.get('package', '?')}, git {began.get('git_commit') or 'unknown'}) or "
+                "start a new release id (nothing was drawn or published by this run)")
 
     def _check_same(self, header: dict, config_sha256: str, input_sha256: str,
                     earlier_config_sha256: Optional[str] = None) -> None:
@@ -379,6 +433,13 @@ class DrawLog:
         return {"stage": stage, "chunk": chunk, "noise": noise, "recorded": time,
                 "path": str(Path(path).relative_to(self.internal)),
                 "sha256": sha256_file(written or path)}
+
+
+def _by_name(layout: dict) -> dict:
+    """A draw layout keyed by task name, so that a refusal names the tasks that changed."""
+    return {"draw_layout_version": layout.get("draw_layout_version"),
+            "chunks": {c[0]: {"geoids": c[1:3], "cells": c[3]} for c in layout["chunks"]},
+            "levels": {u[0]: {"state": u[1], "cells": u[2]} for u in layout["levels"]}}
 
 
 def _pending(out: Path) -> Path:

@@ -8,6 +8,14 @@ states it (ε, δ parameters, its guarantee with ε, δ or ρ, and per alternati
 mechanism, parameters, sensitivity and its derivation). A resume compares it whole
 (``dpatlas.core.plan_record``). The code version is recorded beside it, never compared: a
 release may be finished by any version that draws under the same plan.
+
+Beside the plan, the *draw layout*: how the release's noise draws are grouped into tasks. Each
+draw is recorded under its task's name (``state-06-c0``), so which records a name covers is
+part of what was drawn; it follows from the input and config (both compared) and from the code
+that groups them (:mod:`dpatlas.release.cell_groups`, the chunking of
+``dpatlas.release.estimate``, :func:`~dpatlas.release.levels.level_tasks`). A version that
+groups them otherwise would find other names, or the same names over other records, and draw
+some records' noise again: the layout is recorded and compared too (``DrawLog.settle_plan``).
 """
 
 from __future__ import annotations
@@ -16,14 +24,19 @@ import dataclasses
 import functools
 import hashlib
 from pathlib import Path
+from typing import Sequence
 
 from dpatlas.core.plan_record import plan_sha256
 from dpatlas.publication.tract_files import code_version
 from dpatlas.release.allocate import BudgetPlan
+from dpatlas.release.estimate import Chunk
+from dpatlas.release.levels import LevelTask
 
-__all__ = ["PLAN_RECORD_VERSION", "budget_plan_record", "plan_entry", "running_code"]
+__all__ = ["DRAW_LAYOUT_VERSION", "PLAN_RECORD_VERSION", "budget_plan_record", "draw_layout",
+           "plan_entry", "running_code"]
 
 PLAN_RECORD_VERSION = 1
+DRAW_LAYOUT_VERSION = 1
 # The packages whose source makes a release's draws (hashed for the code version).
 _SOURCE_PACKAGES = ("dpatlas", "mechanisms", "tasks", "flows")
 
@@ -76,3 +89,15 @@ def plan_entry(budget: BudgetPlan) -> dict:
     """What the charge records: the plan, its sha256 and the running code's version."""
     record = budget_plan_record(budget)
     return {"plan": record, "plan_sha256": plan_sha256(record), "code_version": running_code()}
+
+
+def draw_layout(chunks: Sequence[Chunk], levels: Sequence[LevelTask]) -> dict:
+    """The release's draw tasks in order (in test mode a task's seed is its index): per
+    chunk (its selection and its estimates) its name, GEOID range and cells (None: all of its
+    tracts' cells); per level task its name, state and cells. The staged file a chunk reads
+    is left out: where the records lie is not what was drawn."""
+    return {"draw_layout_version": DRAW_LAYOUT_VERSION,
+            "chunks": [[c.name, c.first_geoid, c.last_geoid,
+                        None if c.cells is None else list(c.cells)] for c in chunks],
+            "levels": [[u.name, u.state, None if u.cells is None else list(u.cells)]
+                       for u in levels]}

@@ -278,3 +278,31 @@ def test_a_crash_past_publish_with_its_lines_and_files_gone_is_refused_never_red
             file.unlink()
     err = refused_with_nothing_done(tmp_path, internal, draws_made, PersistedDrawChanged)
     assert "is already published at" in str(err) and "does not record 6" in str(err)
+
+
+# -- issue 35: the draw layout --------------------------------------------------------------
+
+
+def test_a_resume_by_a_version_that_chunks_otherwise_is_refused_before_any_draw(
+        small_state, tmp_path, monkeypatch, draws_made):
+    """A version whose chunks hold other tracts under the same names would reuse the recorded
+    draw of ``input-17-0`` for tracts it was not drawn for, and draw others' noise again."""
+    import tasks.validate
+    from dpatlas.release.draws import DrawLayoutChanged
+
+    config = make_config(tmp_path, small_state, levels=LEVELS)
+    internal = tmp_path / "internal" / "r1"
+    crashed(monkeypatch, config, "after-estimate-input-17-0")
+    assert ("estimate", "input-17-0") in DrawLog(internal).draws()
+
+    began_with = tasks.validate.split_into_chunks
+    monkeypatch.setattr(tasks.validate, "split_into_chunks",
+                        lambda geoids, size, *rest: began_with(geoids, size + 7, *rest))
+    err = refused_with_nothing_done(tmp_path, internal, draws_made, DrawLayoutChanged)
+    assert "chunks/input-17-0/geoids" in str(err)
+    assert not (tmp_path / "releases" / "r1").exists()
+
+    monkeypatch.setattr(tasks.validate, "split_into_chunks", began_with)
+    draws_made.clear()
+    assert run(config).status == "published"  # the version that began it finishes it
+    assert ("estimate", "input-17-0") not in draws_made

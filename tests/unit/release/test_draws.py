@@ -314,6 +314,70 @@ def test_a_header_from_before_plans_with_draws_is_left_to_the_ledger(internal):
     assert (internal / DRAWS_FILE).read_bytes() == before
 
 
+# -- issue 35: the draw layout in the header -------------------------------------------------
+
+def layout(*chunks: tuple, levels: tuple = ()) -> dict:
+    """A draw layout (``plan_record.draw_layout``) of chunks (name, first, last, cells)."""
+    return {"draw_layout_version": 1, "chunks": [list(c) for c in chunks],
+            "levels": [list(u) for u in levels]}
+
+
+ONE_RANGE = (("c0", "17001000100", "17001000900", None), ("c1", "17001001000", "17001009900", None))
+
+
+def test_a_resume_whose_draws_are_grouped_otherwise_is_refused(internal):
+    from dpatlas.release.draws import DrawLayoutChanged
+
+    log, draws = opened(internal), Draws()
+    log.settle_plan(entry(), layout(*ONE_RANGE, levels=[("state-17", "17", None)]))
+    header = DrawLog(internal).header()
+    assert header["draw_layout"]["chunks"][0] == ["c0", "17001000100", "17001000900", None]
+    run(log, draws, "select", "c0")
+    before = (internal / DRAWS_FILE).read_bytes()
+
+    # the same name over other tracts (a version that chunks otherwise), and a level task
+    # split by cells: both named, nothing written
+    moved = (("c0", "17001000100", "17001001500", None), ("c1", "17001001600", "17001009900", None))
+    with pytest.raises(DrawLayoutChanged) as err:
+        opened(internal).settle_plan(entry(package="2.0"), layout(
+            *moved, levels=[("state-17-c0", "17", ["a"]), ("state-17-c1", "17", ["b"])]))
+    text = str(err.value)
+    assert "chunks/c0/geoids" in text and "chunks/c1/geoids" in text
+    assert "levels/state-17: " in text and "levels/state-17-c0: (none) →" in text
+    assert "dpatlas 1.0" in text  # the version that began it can finish it
+    assert isinstance(err.value, ReleaseRefused) and isinstance(err.value, OperatorError)
+    assert (internal / DRAWS_FILE).read_bytes() == before
+
+    # the same tasks in another order seed otherwise in test mode: refused too
+    with pytest.raises(DrawLayoutChanged, match="the order of the tasks"):
+        opened(internal).settle_plan(entry(), layout(*reversed(ONE_RANGE),
+                                                     levels=[("state-17", "17", None)]))
+    # the same layout under new code resumes, and writes nothing
+    opened(internal).settle_plan(entry(package="2.0"),
+                                 layout(*ONE_RANGE, levels=[("state-17", "17", None)]))
+    assert (internal / DRAWS_FILE).read_bytes() == before
+
+
+def test_a_layout_no_draw_was_made_under_is_replaced(internal):
+    log = opened(internal)
+    log.settle_plan(entry(), layout(*ONE_RANGE))
+    log.settle_plan(entry(), layout(ONE_RANGE[0]))  # same plan, other tasks, nothing drawn
+    assert DrawLog(internal).header()["draw_layout"]["chunks"] == [list(ONE_RANGE[0])]
+
+
+def test_a_header_from_before_layouts_is_refused_only_for_draws_with_no_task(internal):
+    from dpatlas.release.draws import DrawLayoutChanged
+
+    log, draws = opened(internal), Draws()
+    log.settle_plan(entry())  # as the version before layouts recorded it
+    run(log, draws, "select", "c0")
+    before = (internal / DRAWS_FILE).read_bytes()
+    with pytest.raises(DrawLayoutChanged, match="select c0: recorded, not a task of this run"):
+        opened(internal).settle_plan(entry(), layout(("c0-c0", "1", "2", ["a"])))
+    opened(internal).settle_plan(entry(), layout(*ONE_RANGE))  # its names: all it can check
+    assert (internal / DRAWS_FILE).read_bytes() == before  # and no layout is claimed for it
+
+
 def test_a_missing_log_of_a_charged_release_is_refused_never_begun_afresh(internal):
     from dpatlas.release.draws import DrawLogMissing
 

@@ -81,3 +81,25 @@ def test_the_entry_holds_the_code_version_beside_the_plan():
 
 def test_a_plan_change_is_an_operator_error():
     assert issubclass(PlanChanged, OperatorError)
+
+
+def test_the_draw_layout_names_each_task_with_its_records_and_not_where_they_lie():
+    from pathlib import Path
+
+    from dpatlas.release.estimate import Chunk
+    from dpatlas.release.levels import LevelTask
+    from dpatlas.release.plan_record import draw_layout
+
+    chunks = [Chunk(Path("/a/input-17.parquet"), "17001000100", "17001000900", "input-17-0-c0",
+                    ("a", "b")), Chunk("s3://x/input-17.parquet", "17001001000", "17001009900",
+                                       "input-17-1")]
+    units = [LevelTask("17", None, "state-17")]
+    record = draw_layout(chunks, units)
+    assert record["chunks"] == [["input-17-0-c0", "17001000100", "17001000900", ["a", "b"]],
+                                ["input-17-1", "17001001000", "17001009900", None]]
+    assert record["levels"] == [["state-17", "17", None]]
+    moved = [Chunk("s3://elsewhere/x.parquet", *c[1:]) for c in
+             [(None, "17001000100", "17001000900", "input-17-0-c0", ("a", "b")),
+              (None, "17001001000", "17001009900", "input-17-1")]]
+    assert plan_sha256(draw_layout(moved, units)) == plan_sha256(record)  # staged elsewhere
+    json.loads(canonical_plan(record))
