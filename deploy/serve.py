@@ -42,6 +42,7 @@ from prefect import serve
 from deploy.automations import budget_automation_name, dataset_tag, install_budget_automation
 from deploy.schedule import cron_schedule
 from dpatlas.core.config import ConfigError, load_config
+from dpatlas.core.memory import RELEASE_ARENAS
 from flows.release import release
 
 FLOW_NAME = release.name  # "dpatlas-release"
@@ -142,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     # inherit that from their flow; tasks must keep their results in memory (confidential
     # data), so make "not persisted" their default in the runs started from here.
     os.environ.setdefault("PREFECT_TASKS_DEFAULT_PERSIST_RESULT", "false")
+    # each run's process starts with two malloc arenas, as `dpatlas release` limits its own
+    # (dpatlas.core.memory: glibc reads the variable at the process's start)
+    os.environ.setdefault("MALLOC_ARENA_MAX", str(RELEASE_ARENAS))
     print(f"serving {', '.join(f'{FLOW_NAME}/{d.name}' for d in deployments)} "
           f"against {url}", flush=True)
     with use_api(url):

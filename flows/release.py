@@ -26,6 +26,7 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from dpatlas.core.config import ReleaseConfig, load_config
+from dpatlas.core.memory import limit_malloc_arenas
 from dpatlas.release.crash import crashpoint
 from dpatlas.release import staging
 from dpatlas.release.draws import STAGE_FOLDERS, DrawLog, DrawLogMissing, noise_source
@@ -160,6 +161,9 @@ def release(config_path: str, release_id: Optional[str] = None,
     ``publish.mode`` is ``test`` (a test root, whose manifests say NOT FOR RELEASE). Without it
     noise comes from the operating system's CSPRNG.
     """
+    # the peak follows the data, not the threads (dpatlas.core.memory); `dpatlas release`
+    # has set it before Prefect started any thread, which is what works best
+    limit_malloc_arenas()
     cfg = load_config(Path(config_path))
     # an empty id given is refused, not replaced by a fresh one (issue 31, O6)
     rid = validate_release_id(release_id if release_id is not None

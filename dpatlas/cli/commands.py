@@ -5,7 +5,12 @@ server_commands.py and feed_commands.py; what they share is in common.py."""
 
 from __future__ import annotations
 
-import typer
+from dpatlas.core.memory import limit_malloc_arenas
+
+# before anything starts a thread: glibc fixes the arena limit once threads have made eight
+limit_malloc_arenas()
+
+import typer  # noqa: E402
 
 from dpatlas.cli import (evaluation_commands as evaluation, publication_commands as publication,
                          release_commands as release)

@@ -1,0 +1,54 @@
+"""Fewer malloc arenas in a release's process, so that its peak memory follows its data.
+
+glibc gives each thread that contends for the heap an arena of its own, up to eight per core,
+and an arena keeps the memory its frees leave behind. A release run by the local runner holds
+its tasks in a thread pool beside Prefect's own threads, so the frames of one stage are freed
+into arenas that the next stage's threads do not reuse. Measured on the full-scale national
+release, one cell, local runner (`benchmarks/bench_national.py --runners local --scale 1.0`,
+two runs each, 2 cores): the flow process peaked at 1,637 and 1,646 MiB, and at 1,256 and
+1,282 MiB with the limit of two arenas set through ``MALLOC_ARENA_MAX=2`` (wall 111-116 s
+against 117-120 s: the threads wait a little more for the heap).
+
+glibc fixes its arena limit once the process has made eight arenas, so the limit is set with
+``mallopt`` as early as possible: when ``dpatlas``'s command line is imported, before Prefect
+starts its threads (two runs: 1,313 and 1,302 MiB). Set only when the release flow begins, it
+came too late to do as much (1,583 and 1,552 MiB): the flow sets it too, for callers that run
+it from Python, and ``deploy/serve.py`` gives its runs' processes the environment variable.
+Elsewhere (musl, macOS) there is nothing to set; an explicit ``MALLOC_ARENA_MAX`` is left as
+it is.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import logging
+import os
+
+__all__ = ["RELEASE_ARENAS", "limit_malloc_arenas"]
+
+RELEASE_ARENAS = 2
+_M_ARENA_MAX = -8  # glibc's malloc.h
+_log = logging.getLogger(__name__)
+
+
+@functools.lru_cache(maxsize=None)
+def limit_malloc_arenas(arenas: int = RELEASE_ARENAS) -> bool:
+    """Limit this process's malloc arenas to ``arenas`` (glibc only; once per process).
+    Returns whether the limit was set here (False: not glibc, or set in the environment)."""
+    if os.environ.get("MALLOC_ARENA_MAX"):
+        return False  # the operator's own choice, read by glibc at start
+    name = ctypes.util.find_library("c")
+    if name is None or "libc.so" not in name:
+        return False
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    done = mallopt(_M_ARENA_MAX, arenas) == 1
+    if not done:
+        _log.debug("mallopt(M_ARENA_MAX, %d) was refused", arenas)
+    return done
