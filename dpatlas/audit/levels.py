@@ -23,7 +23,7 @@ from .geometry import (
 from .tables import (
     _interval_value_problems, _mechanism_and_reason_problems, _standard_error_problems,
 )
-from .tiles import TILE_READ_ERRORS, mvt_features, pmtiles_tile_entries
+from .tiles import TILE_OMITTED, TILE_READ_ERRORS, mvt_features, pmtiles_tile_entries
 
 
 # A county is the tract GEOID's first 5 digits, a state its first 2; each level publishes
@@ -258,7 +258,7 @@ def _level_tiles_problems(folder: Path, stem: str, table: dict, columns: list[st
     if not rows:
         return [f"{name} has no {stem} at its lowest zoom"]
     return _compare(name, rows, table, columns, exact_columns=False, complete=False,
-                    reference=f"{stem}.parquet") + shapes
+                    reference=f"{stem}.parquet", omitted=TILE_OMITTED) + shapes
 
 
 def check_levels(folder: Path, m: dict) -> str:

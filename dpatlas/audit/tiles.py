@@ -32,6 +32,10 @@ MAX_LEAF_DEPTH = 3
 # A directory or tile inflated to more than this is refused (a gzip bomb would exhaust the
 # audit's memory): the largest tile of a national release at its lowest zoom is tens of MB.
 MAX_UNPACKED_BYTES = 512 << 20
+# Columns the tiles may leave out (docs/files.md): the unclamped values and the bare standard
+# errors, which the map never shows. Any other column a tile lacks is read as null.
+TILE_OMITTED = frozenset({"p25_raw", "p75_raw", "p25_se", "p75_se", "p25_model_se",
+                          "p75_model_se"})
 # MVT feature type 3: a polygon (the only kind publish writes to a tract, county or state layer).
 MVT_POLYGON = 3
 # What reading a damaged or hostile archive may raise: each is a finding, never a crash

@@ -47,6 +47,10 @@ def tracts_geojson(tmp_path_factory) -> tuple[Path, dict]:
                  "p75": round(float(rng.uniform(0, 1)), 4) if released else None,
                  "epsilon_spent": 0.9999998614530536 if released else 0.0,
                  "delta_spent": 1e-06 if released else 0.0}
+        # published in the files, left out of the tiles (tiles.NOT_IN_TILES)
+        props.update({c: round(float(rng.uniform(-0.2, 1.2)), 4) if released else None
+                      for c in ("p25_raw", "p75_raw", "p25_se", "p75_se", "p25_model_se",
+                                "p75_model_se")})
         features.append({"type": "Feature", "properties": props,
                          "geometry": json.loads(json.dumps(geom.__geo_interface__))})
     path = tmp_path_factory.mktemp("geojson") / "tracts.geojson"
@@ -73,7 +77,8 @@ def test_archive_has_the_stable_layer_zooms_and_every_tract(built, tracts_geojso
     assert (layer["minzoom"], layer["maxzoom"]) == (T.MIN_ZOOM, T.MAX_ZOOM) == (4, 10)
     assert built.features == len(tracts_geojson[1]) == 40
     assert built.bytes == built.path.stat().st_size > 0
-    # Every attribute that was published is in the tiles, with its JSON type.
+    # Every attribute that was published is in the tiles, with its JSON type, but those the
+    # map never shows.
     assert layer["fields"] == {"cell": "String", "county": "String", "delta_spent": "Number",
                                "epsilon_spent": "Number", "geoid": "String",
                                "mechanism": "String", "n": "Number", "p25": "Number",
@@ -100,7 +105,8 @@ def test_tract_tiles_start_where_the_map_can_draw_tracts_with_counties():
 @pytest.mark.parametrize("zoom", [T.MIN_ZOOM, T.MAX_ZOOM])
 def test_every_tract_keeps_its_values_at_min_and_max_zoom(built, tracts_geojson, zoom):
     """Decode the tiles that hold each tract's representative point: the tract is there (not
-    dropped at low zoom) with exactly its published attributes; null values are absent."""
+    dropped at low zoom) with exactly its published attributes but the ones the map never
+    shows (the unclamped values and bare standard errors); null values are absent."""
     _, by_geoid = tracts_geojson
     from shapely.geometry import shape
 
@@ -111,8 +117,17 @@ def test_every_tract_keeps_its_values_at_min_and_max_zoom(built, tracts_geojson,
         for f in T.decode_tile(built.path, zoom, x, y)["features"][0]["features"]:
             seen[f["properties"]["geoid"]] = f["properties"]
         assert geoid in seen, f"{geoid} missing from tile {zoom}/{x}/{y}"
-        expected = {k: v for k, v in feature["properties"].items() if v is not None}
+        expected = {k: v for k, v in feature["properties"].items()
+                    if v is not None and k not in T.NOT_IN_TILES}
         assert seen[geoid] == expected
+    # the fixture has every published kind: what the tiles leave out was there to leave
+    assert set(T.NOT_IN_TILES) <= set(next(iter(by_geoid.values()))["properties"])
+
+
+def test_the_columns_the_tiles_leave_out_are_the_ones_the_audit_allows():
+    from dpatlas.audit.tiles import TILE_OMITTED
+
+    assert set(T.NOT_IN_TILES) == TILE_OMITTED  # two lists: the audit imports no publisher
 
 
 @pytest.fixture(scope="module")
