@@ -21,7 +21,7 @@ from prefect import flow, unmapped
 from dpatlas.core.config import ReleaseConfig
 from dpatlas.release.draws import STAGE_FOLDERS, DrawLog
 from dpatlas.release.estimate import Chunk
-from dpatlas.release.levels import LevelTask, level_tasks, partitions_holding
+from dpatlas.release.levels import LevelTask, partitions_holding
 from flows.cluster import release_task_runner
 from flows.worker_draws import copy_recorded, draw_on_workers, task_seed
 from tasks.levels import estimate_levels_staged, estimate_state_levels
@@ -36,34 +36,36 @@ def levels_run_name(release_id: str) -> str:
 
 def estimate_release_levels(cfg: ReleaseConfig, release_id: str, address: Optional[str],
                             staged: list[Path], chunks: list[Chunk], worker_chunks: list[Chunk],
-                            sizes, budget, internal: Path, noise_seed: Optional[int],
+                            units: list[LevelTask], budget, internal: Path,
+                            noise_seed: Optional[int],
                             staging_location: Optional[str] = None) -> list[Path]:
     """County and state estimates, one task per state, or per group of its cells when it holds
-    many records (none unless the plan has levels), each reading only the staged partitions
-    that hold its records (``worker_chunks``' copies of them with a staging location). Task
-    k's seed depends on k alone, as a chunk's does, so every runner draws the same noise."""
+    many records (``units``: :func:`~dpatlas.release.levels.level_tasks`, the ones the draw
+    log's layout records; none unless the plan has levels), each reading only the staged
+    partitions that hold its records (``worker_chunks``' copies of them with a staging
+    location). Task k's seed depends on k alone, as a chunk's does, so every runner draws the
+    same noise."""
     if not budget.levels:
         return []
     if cfg.runner != "dask":
-        units = level_tasks(sizes)
         sources = [partitions_holding(staged, chunks, u.state) for u in units]
         return _map_levels(units, sources, budget, cfg.publish.min_n, internal, noise_seed)
     subflow = levels_on_workers.with_options(task_runner=release_task_runner(cfg, address),
                                              flow_run_name=levels_run_name(release_id))
-    return subflow(**levels_subflow_parameters(cfg, staged, chunks, worker_chunks, sizes,
+    return subflow(**levels_subflow_parameters(cfg, staged, chunks, worker_chunks, units,
                                                budget, internal, noise_seed, staging_location))
 
 
 def levels_subflow_parameters(cfg: ReleaseConfig, staged: list[Path], chunks: list[Chunk],
-                              worker_chunks: list[Chunk], sizes, budget, internal: Path,
-                              noise_seed: Optional[int],
+                              worker_chunks: list[Chunk], units: list[LevelTask], budget,
+                              internal: Path, noise_seed: Optional[int],
                               staging_location: Optional[str] = None) -> Optional[dict]:
-    """The parameters of the ``dpatlas-levels`` subflow (public values and paths), or None
-    when the release calls none (no levels, or the local runner): the flow measures them
-    against the server's limit before the charge, then calls the subflow with them."""
+    """The parameters of the ``dpatlas-levels`` subflow (public values and paths) for the
+    level tasks ``units``, or None when the release calls none (no levels, or the local
+    runner): the flow measures them against the server's limit before the charge, then calls
+    the subflow with them."""
     if not budget.levels or cfg.runner != "dask":
         return None
-    units = level_tasks(sizes)
     sources = [partitions_holding(staged, chunks, u.state) for u in units]
     if staging_location:
         url_of = {Path(c.staged): w.staged for c, w in zip(chunks, worker_chunks)}

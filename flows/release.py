@@ -31,7 +31,7 @@ from dpatlas.release.crash import crashpoint
 from dpatlas.release import staging
 from dpatlas.release.draws import STAGE_FOLDERS, DrawLog, DrawLogMissing, noise_source
 from dpatlas.release.estimate import Chunk, stage_chunks
-from dpatlas.release.levels import level_tasks
+from dpatlas.release.levels import LevelTask, level_tasks
 from dpatlas.core.ids import validate_release_id
 from dpatlas.ledger import LeaseLost, Ledger, ReleaseBusy, charges
 from dpatlas.release.preflight import mark_root
@@ -212,12 +212,13 @@ def release(config_path: str, release_id: Optional[str] = None,
         # 3. Allocate the budget; check the release can complete; charge the ledger (refused
         # over the cap) and take the release's lease, before any noise.
         budget = allocate_budget(cfg)
+        # the level tasks, made once: the layout records them, and they are the ones drawn
+        units = level_tasks(sizes) if budget.levels else []
         # a resume under another plan, or whose draws are grouped otherwise, is refused here
-        plan = record_plan(internal, budget,
-                           draw_layout(chunks, level_tasks(sizes) if budget.levels else []))
+        plan = record_plan(internal, budget, draw_layout(chunks, units))
         if os.path.lexists(root / rid):  # a crash past publish: nothing is drawn again
             DrawLog(internal).require_recorded(
-                _needed_draws(chunks, sizes, budget),
+                _needed_draws(chunks, units),
                 f"release {rid} is already published at {root / rid}")
         stage_parameters = {"chunks": worker_chunks, "budget": budget, "min_n": cfg.publish.min_n,
                             "internal": str(internal), "noise_seed": noise_seed,
@@ -229,7 +230,7 @@ def release(config_path: str, release_id: Optional[str] = None,
                     (write_publish_parts, _publish_parameters(cfg, rid, internal, location,
                                                               chunks, cells, boundaries,
                                                               budget))]
-        levels_parameters = levels_subflow_parameters(cfg, staged, chunks, worker_chunks, sizes,
+        levels_parameters = levels_subflow_parameters(cfg, staged, chunks, worker_chunks, units,
                                                       budget, internal, noise_seed, location)
         if levels_parameters is not None:
             subflows.append((levels_on_workers, levels_parameters))
@@ -245,7 +246,7 @@ def release(config_path: str, release_id: Optional[str] = None,
             results = stage(**stage_parameters)
             # the levels on the workers too, with runner dask (flows/levels.py)
             level_results = estimate_release_levels(cfg, rid, address, staged, chunks,
-                                                    worker_chunks, sizes, budget, internal,
+                                                    worker_chunks, units, budget, internal,
                                                     noise_seed, location)
 
             # 6. Publish: the parts of the map-ready files written on the task runner (the
@@ -332,13 +333,11 @@ def _publish_parameters(cfg: ReleaseConfig, rid: str, internal: Path, location: 
                               budget, where)
 
 
-def _needed_draws(chunks: list[Chunk], sizes, budget) -> set[tuple[str, str]]:
+def _needed_draws(chunks: list[Chunk], units: list[LevelTask]) -> set[tuple[str, str]]:
     """Every draw the release publishes: each chunk's selection and estimates, and each level
-    task's (with levels), as (stage, chunk) in its draw log."""
-    needed = {(stage, c.name) for c in chunks for stage in ("select", "estimate")}
-    if budget.levels:
-        needed |= {("levels", u.name) for u in level_tasks(sizes)}
-    return needed
+    task's (``units``: none without levels), as (stage, chunk) in its draw log."""
+    return ({(stage, c.name) for c in chunks for stage in ("select", "estimate")}
+            | {("levels", u.name) for u in units})
 
 
 def _open_release_or_refuse(cfg: ReleaseConfig, rid: str, internal: Path, owner: str,

@@ -94,8 +94,8 @@ from dpatlas.release import staging
 from dpatlas.release.crash import crashpoint
 from dpatlas.release.run_state import InputChanged
 
-__all__ = ["DRAWS_FILE", "DrawLayoutChanged", "DrawLog", "DrawLogMissing", "PersistedDrawChanged", "draw_once",
-           "noise_source"]
+__all__ = ["DRAWS_FILE", "DrawLayoutChanged", "DrawLog", "DrawLogMissing", "PersistedDrawChanged",
+           "draw_once", "noise_source"]
 
 DRAWS_FILE = "draws.jsonl"
 # 2: a draw stays under its pending name until its line is written (module doc); a header
@@ -212,15 +212,13 @@ class DrawLog:
 
     # -- the plan --------------------------------------------------------------------------
 
-    def settle_plan(self, entry: dict, layout: Optional[dict] = None,
-                    say: Say = _log.warning) -> None:
+    def settle_plan(self, entry: dict, layout: dict, say: Say = _log.warning) -> None:
         """At the charge: the header's plan must be ``entry``'s (``plan_record.plan_entry``)
         and its draw layout ``layout``'s (``plan_record.draw_layout``) once a draw is
         recorded (raises PlanChanged or DrawLayoutChanged, naming what changed, and writes
         nothing); while none is, the header takes ``entry``'s plan and code version and the
         layout."""
-        header = self.header()
-        draws = tuple(self.lines()[1:])
+        header, *draws = self.lines()
         same_plan = header.get("plan_sha256") == entry["plan_sha256"]
         if draws:
             if not same_plan and "plan" in header:
@@ -231,22 +229,19 @@ class DrawLog:
                     f"spend more than was charged; {self._finish_with(header)}", changes)
             # the code version may differ: it is recorded, not compared; a header from
             # before plans were recorded leaves the plan to the ledger, which compares charges
-            if layout is not None:
-                self._check_layout(header, layout, draws)
+            self._check_layout(header, layout, draws)
             return
-        layout_sha256 = None if layout is None else plan_sha256(layout)
+        layout_sha256 = plan_sha256(layout)
         if same_plan and header.get("draw_layout_sha256") == layout_sha256:
             return
         if "plan" in header and not same_plan:
             say(f"release {self.internal.name}: no draw was made under the plan its log "
                 "recorded; it now records this run's plan")
-        settled = {**header, "plan": entry["plan"], "plan_sha256": entry["plan_sha256"],
-                   "code_version": entry["code_version"]}
-        if layout is not None:
-            settled.update(draw_layout=layout, draw_layout_sha256=layout_sha256)
-        self._write(settled)
+        self._write({**header, "plan": entry["plan"], "plan_sha256": entry["plan_sha256"],
+                     "code_version": entry["code_version"], "draw_layout": layout,
+                     "draw_layout_sha256": layout_sha256})
 
-    def _check_layout(self, header: dict, layout: dict, draws: tuple[dict, ...]) -> None:
+    def _check_layout(self, header: dict, layout: dict, draws: list[dict]) -> None:
         """A resume's draws must be grouped as the recorded ones were: the same task names over
         the same records. A header from before layouts were recorded is checked as far as it
         can be: every recorded draw's name must be one of this run's tasks."""

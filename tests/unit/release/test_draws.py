@@ -266,6 +266,16 @@ def test_a_legacy_release_resumed_with_another_input_is_refused_and_keeps_its_he
 
 # -- issue 31: the plan in the header, and draw once without trusting the log alone ------------
 
+def layout(*chunks: tuple, levels: tuple = ()) -> dict:
+    """A draw layout (``plan_record.draw_layout``) of chunks (name, first, last, cells)."""
+    return {"draw_layout_version": 1, "chunks": [list(c) for c in chunks],
+            "levels": [list(u) for u in levels]}
+
+
+ONE_RANGE = (("c0", "17001000100", "17001000900", None), ("c1", "17001001000", "17001009900", None))
+LAYOUT = layout(*ONE_RANGE)  # the draws these tests make: c0
+
+
 def entry(epsilon: float = 0.31, package: str = "1.0") -> dict:
     from dpatlas.core.plan_record import plan_sha256
 
@@ -279,7 +289,7 @@ def test_the_charge_records_the_plan_in_the_header_and_a_resume_under_another_is
     from dpatlas.core.plan_record import PlanChanged
 
     log, draws = opened(internal), Draws()
-    log.settle_plan(entry())
+    log.settle_plan(entry(), LAYOUT)
     header = DrawLog(internal).header()
     assert header["plan"] == entry()["plan"] and header["plan_sha256"] == entry()["plan_sha256"]
     assert header["code_version"]["package"] == "1.0"
@@ -287,21 +297,21 @@ def test_the_charge_records_the_plan_in_the_header_and_a_resume_under_another_is
     before = (internal / DRAWS_FILE).read_bytes()
 
     with pytest.raises(PlanChanged) as err:
-        opened(internal).settle_plan(entry(0.45, package="2.0"))
+        opened(internal).settle_plan(entry(0.45, package="2.0"), LAYOUT)
     assert "levels/county/epsilon: 0.31 → 0.45" in str(err.value)
     assert "dpatlas 1.0" in str(err.value)  # the version that began it can finish it
     assert isinstance(err.value, OperatorError)
     assert (internal / DRAWS_FILE).read_bytes() == before  # nothing written
 
-    opened(internal).settle_plan(entry(package="2.0"))  # same plan, new code: resumes
+    opened(internal).settle_plan(entry(package="2.0"), LAYOUT)  # same plan, new code: resumes
     assert (internal / DRAWS_FILE).read_bytes() == before  # the code version is not compared
 
 
 def test_a_plan_no_draw_was_made_under_is_replaced(internal):
     log = opened(internal)
-    log.settle_plan(entry())
+    log.settle_plan(entry(), LAYOUT)
     said = []
-    log.settle_plan(entry(0.45), say=said.append)  # e.g. refused over the cap, then upgraded
+    log.settle_plan(entry(0.45), LAYOUT, say=said.append)  # e.g. refused over the cap, then upgraded
     assert DrawLog(internal).header()["plan"] == entry(0.45)["plan"]
     assert "no draw was made under the plan" in said[0]
 
@@ -310,20 +320,11 @@ def test_a_header_from_before_plans_with_draws_is_left_to_the_ledger(internal):
     log, draws = opened(internal), Draws()
     run(log, draws, "select", "c0")
     before = (internal / DRAWS_FILE).read_bytes()
-    log.settle_plan(entry())  # nothing to compare here: the ledger compares the charges
+    log.settle_plan(entry(), LAYOUT)  # nothing to compare here: the ledger compares the charges
     assert (internal / DRAWS_FILE).read_bytes() == before
 
 
 # -- issue 35: the draw layout in the header -------------------------------------------------
-
-def layout(*chunks: tuple, levels: tuple = ()) -> dict:
-    """A draw layout (``plan_record.draw_layout``) of chunks (name, first, last, cells)."""
-    return {"draw_layout_version": 1, "chunks": [list(c) for c in chunks],
-            "levels": [list(u) for u in levels]}
-
-
-ONE_RANGE = (("c0", "17001000100", "17001000900", None), ("c1", "17001001000", "17001009900", None))
-
 
 def test_a_resume_whose_draws_are_grouped_otherwise_is_refused(internal):
     from dpatlas.release.draws import DrawLayoutChanged
@@ -369,7 +370,9 @@ def test_a_header_from_before_layouts_is_refused_only_for_draws_with_no_task(int
     from dpatlas.release.draws import DrawLayoutChanged
 
     log, draws = opened(internal), Draws()
-    log.settle_plan(entry())  # as the version before layouts recorded it
+    log.settle_plan(entry(), LAYOUT)
+    header = log.header()  # as the version before layouts recorded it:
+    log._write({k: v for k, v in header.items() if not k.startswith("draw_layout")})
     run(log, draws, "select", "c0")
     before = (internal / DRAWS_FILE).read_bytes()
     with pytest.raises(DrawLayoutChanged, match="select c0: recorded, not a task of this run"):
