@@ -93,10 +93,13 @@ TARGET_RSS_MIB = 4 * 1024.0
 TARGET_FLOOR_RATIO = 2.5  # release wall / floor CPU (issue 22)
 
 # Stages every release runs (their task keys: the task functions' names, tasks/*.py): a
-# table without one of them is wrong. (Reading a partition is part of validate_partition.)
+# table without one of them is wrong. (Reading a partition is part of its validation task:
+# validate_partitions on the local runner, a group of partitions each; validate_partition on
+# the workers.)
 # A stage is one of its alternatives: chunks staged by URL run as select_staged/estimate_staged.
-REQUIRED_STAGES = ("validate_partition", ("select_chunk", "select_staged"),
-                   ("estimate_chunk", "estimate_staged"), "publish_release")
+REQUIRED_STAGES = (("validate_partitions", "validate_partition"),
+                   ("select_chunk", "select_staged"), ("estimate_chunk", "estimate_staged"),
+                   "publish_release")
 
 LEDGER_CAP_EPSILON, LEDGER_CAP_DELTA = 1000.0, 1e-3  # far above two releases at eps = 1
 SAMPLE_SECONDS = 0.2

@@ -29,13 +29,14 @@ from dpatlas.release import staging
 from dpatlas.release.contribution_buckets import BUCKETS, merge_buckets
 from dpatlas.release.validate import (ValidationFailed, input_column_names, quarantine_path,
                                       record_input_run)
+from dpatlas.release.validation_groups import input_groups
 from dpatlas.release.validate_parts import (GX_FOLDER, HASHES_FOLDER, PARTS_FOLDER,
                                             ValidatedPart)
 from dpatlas.release.validation_report import report_index
 from flows.cluster import release_task_runner
 from tasks.ingest import list_partitions
 from tasks import validate_workers
-from tasks.validate import build_validation_docs, validate_partition
+from tasks.validate import build_validation_docs, validate_partitions
 
 
 @dataclass
@@ -170,20 +171,22 @@ def _record_parts(cfg: ReleaseConfig, internal: Path, where: str,
 
 
 def _validate_partitions(cfg: ReleaseConfig, internal: Path) -> tuple[list[dict], list[Path]]:
-    """Read and validate every partition, one task each, two at a time (the flow's task
-    runner: one partition is read and staged while another is checked; the checks
-    themselves take turns, GX's context being one per release and not thread-safe). Results
-    come back in partition order, and a partition that breaks the contract refuses the
-    release with its own message (the first such in partition order). Then the release's
-    Data Docs site is rendered once, with every partition's run."""
-    futures = [validate_partition.submit(cfg.input, cfg.validation.policy, part.key, internal,
-                                         part.cells)
-               for part in list_partitions(cfg.input)]
+    """Read and validate every partition, one task per group of partitions (one each unless
+    the input has many: :func:`~dpatlas.release.validation_groups.input_groups`), two at a
+    time (the flow's task runner: one group is read and staged while another is checked; the
+    checks themselves take turns, GX's context being one per release and not thread-safe).
+    Results come back in partition order, and a partition that breaks the contract refuses
+    the release with its own message (the first such in partition order). Then the release's
+    Data Docs site is rendered once, with every run."""
+    futures = [validate_partitions.submit(cfg.input, cfg.validation.policy,
+                                          [part.key for part in group], internal,
+                                          [part.cells for part in group])
+               for group in input_groups(list_partitions(cfg.input))]
     wait(futures)
     reports, staged = [], []
     for future in futures:
-        path, report = future.result()  # raises the partition's own refusal
-        reports.append(report)
-        staged.append(Path(path))
+        for path, report in future.result():  # raises the partition's own refusal
+            reports.append(report)
+            staged.append(Path(path))
     build_validation_docs(internal)
     return reports, staged

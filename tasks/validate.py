@@ -14,7 +14,8 @@ from dpatlas.release.estimate import (Chunk, all_sizes, split_into_chunks, stage
                                       tracts_of)
 from dpatlas.core.files import write_json_atomic, write_parquet_atomic
 from dpatlas.release.boundaries import load_boundaries
-from dpatlas.release.validate import (BoundaryCoverageError, apply_policy, check_changed_share,
+from dpatlas.release.validation_groups import apply_policy_to_group, group_label
+from dpatlas.release.validate import (BoundaryCoverageError, check_changed_share,
                                       check_one_partition_per_tract, check_rank_scale,
                                       input_column_names, write_release_docs)
 
@@ -22,22 +23,34 @@ from .common import RETRY_IO, TASK_OPTIONS
 from .ingest import ingest_partition
 
 
-@task(name="validate", task_run_name="validate-{key}", **RETRY_IO)
-def validate_partition(cfg: InputConfig, policy: str, key: str, internal: Path,
-                       cells: tuple[str | None, ...] | None = None) -> tuple[Path, dict]:
-    """Read one partition, apply the input contract, and stage the clean rows for the later
-    stages. One task, not an ingest task and a validate task: the frame never leaves the
-    task, and the flow schedules half as many task runs. The validation report names the
-    input file or folder as the data asset."""
-    df = ingest_partition(cfg, key, cells)
-    clean, report = apply_policy(df, policy, key, internal, str(cfg.path),
-                                 input_column_names(cfg.columns))
-    staged = write_parquet_atomic(clean, internal / "staged" / f"input-{key}.parquet",
-                                  private=True)
-    get_run_logger().info("partition %s: %d rows valid, %d quarantined, %d clipped, %d dropped",
-                          key, report.rows_out, report.quarantined, report.clipped,
-                          report.dropped)
-    return staged, report.as_dict()
+def _validation_run_name() -> str:
+    from prefect.runtime import task_run
+
+    return f"validate-{group_label(task_run.parameters['keys'])}"
+
+
+@task(name="validate", task_run_name=_validation_run_name, **RETRY_IO)
+def validate_partitions(cfg: InputConfig, policy: str, keys: list[str], internal: Path,
+                        cells: list[tuple[str | None, ...] | None]) -> list[tuple[Path, dict]]:
+    """Read partitions ``keys`` (``cells``: each one's, as listed), apply the input contract
+    (one run for them all: :mod:`dpatlas.release.validation_groups`) and stage each one's
+    clean rows for the later stages. One task, not an ingest task and a validate task: the
+    frames never leave the task, and the flow schedules half as many task runs. The
+    validation report names the input file or folder as the data asset."""
+    frames = [(key, ingest_partition(cfg, key, part_cells))
+              for key, part_cells in zip(keys, cells)]
+    checked = apply_policy_to_group(frames, policy, internal, str(cfg.path),
+                                    input_column_names(cfg.columns))
+    del frames
+    staged = []
+    for clean, report in checked:
+        path = internal / "staged" / f"input-{report.partition}.parquet"
+        write_parquet_atomic(clean, path, private=True)
+        get_run_logger().info("partition %s: %d rows valid, %d quarantined, %d clipped, "
+                              "%d dropped", report.partition, report.rows_out,
+                              report.quarantined, report.clipped, report.dropped)
+        staged.append((path, report.as_dict()))
+    return staged
 
 
 @task(name="validation-docs", **RETRY_IO)

@@ -61,7 +61,7 @@ def validate_part(df: pd.DataFrame, policy: str, key: str, internal: str, where:
     project = join(where, PARTS_FOLDER, key)
     with writable_folder(project) as folder:
         checked = check_partition(df, policy, key, ReleaseDocs(folder / GX_FOLDER,
-                                                               folder / ".gx-docs"))
+                                                               folder / ".gx-docs"), columns)
     part = ValidatedPart(key, replace(checked.result, validation_result=None), project)
     qfile = checked.quarantine_file(Path(internal))
     if qfile is not None:

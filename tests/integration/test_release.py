@@ -475,8 +475,9 @@ def test_three_state_release_has_one_data_docs_site(tmp_path):
     assert list(gx_config["data_docs_sites"]) == ["dpatlas_contracts"]
     checkpoints = sorted(p.stem for p in (internal / "gx" / "gx" / "checkpoints").iterdir())
     # one checkpoint per suite; a release without the small-area model validates the tract
-    # suite without its model expectations, a suite variant named for what it leaves out
-    assert checkpoints == ["input_microdata",
+    # suite without its model expectations, a suite variant named for what it leaves out;
+    # likewise an input without a cell column is checked without the cell's expectations
+    assert checkpoints == ["input_microdata-without-cell",
                            "published_tracts-without-p25_model-without-p75_model"]
 
 

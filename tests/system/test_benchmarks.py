@@ -207,7 +207,7 @@ def test_national_benchmark_runs_at_a_small_scale(tmp_path):
     local = results["results"]["local"]
     assert 0 < local["inside"] < local["wall"]  # estimator time is part of the wall time
     assert any(label == "release (flow)" and mib > 0 for label, mib in local["peaks"].values())
-    assert {"validate_partition", "publish_release"} <= {s["stage"] for s in local["stages"]}
+    assert {"validate_partitions", "publish_release"} <= {s["stage"] for s in local["stages"]}
     # CPU beside the wall time, and the floor of the same run with the ratio
     assert local["cpu"]["release_tree"] > 0 and local["cpu"]["prefect_server"] >= 0
     assert results["floor"]["floor_cpu"] > 0 and results["failure"] is None
