@@ -149,38 +149,50 @@ def _add_choropleth(ax, geoms: np.ndarray, p25: np.ndarray, words: str = "DP") -
     bar.ax.tick_params(labelsize=7)
 
 
-def _add_tracts(ax, geoms: np.ndarray, **style):
-    """The (Multi)Polygons ``geoms`` (none empty) as one PathCollection on ``ax``; None if
-    there are none."""
+def _add_tracts(ax, geoms: np.ndarray, facecolor, **style):
+    """The (Multi)Polygons ``geoms`` (none empty) as one PathCollection on ``ax``, filled with
+    ``facecolor`` (one colour, or one per geometry); None if there are none. The geometries
+    of one colour are one compound path (:func:`class_paths`)."""
     from matplotlib.collections import PathCollection
 
     if len(geoms) == 0:
         return None
-    coll = PathCollection(polygon_paths(geoms), **style)
+    each = np.asarray(facecolor, dtype=object)
+    if each.ndim == 0:
+        each = np.full(len(geoms), facecolor, dtype=object)
+    paths, shared = class_paths(geoms, each.astype(str))
+    coll = PathCollection(paths, facecolor=list(shared), **style)
     ax.add_collection(coll, autolim=True)
     ax.autoscale_view()
     return coll
 
 
-def polygon_paths(geoms: np.ndarray) -> list:
-    """One matplotlib Path per (Multi)Polygon, each ring a closed sub-path (MOVETO, LINETO…,
-    CLOSEPOLY), the path geopandas draws for it.
+def class_paths(geoms: np.ndarray, classes: np.ndarray) -> tuple[list, np.ndarray]:
+    """One matplotlib Path per class (``classes``: each geometry's, e.g. its colour) holding
+    every ring of the class's (Multi)Polygons as a closed sub-path (MOVETO, LINETO…,
+    CLOSEPOLY), and the classes in the paths' order.
 
     Rings are normalised first (``shapely.normalize``: exterior and holes wound oppositely,
-    so matplotlib's non-zero fill leaves holes empty). Built from shapely's ragged coordinate
-    arrays in a few numpy calls, not one Patch object per tract (6 of 25 s at 20,000 tracts).
+    so matplotlib's non-zero fill leaves holes empty; tracts do not overlap, so a class's
+    tracts fill as they did one path each). A path per class, not per tract: a national map
+    has 74,000 tracts in 9 colours, and building and drawing 74,000 Path objects took 3.1 of
+    its 3.9 s (two maps). Built from shapely's ragged coordinate arrays in a few numpy calls.
     """
     from matplotlib.path import Path as MplPath
 
-    _, coords, offsets = shapely.to_ragged_array(shapely.normalize(geoms))
+    classes = np.asarray(classes)
+    order = np.argsort(classes, kind="stable")
+    shared, first = np.unique(classes[order], return_index=True)
+    _, coords, offsets = shapely.to_ragged_array(shapely.normalize(geoms[order]))
     ring_starts = offsets[0]  # into coords, one per ring, and the end
     # The first ring of each geometry (through the polygon level for MultiPolygons).
     geom_rings = offsets[1] if len(offsets) == 2 else offsets[1][offsets[2]]
     codes = np.full(len(coords), MplPath.LINETO, dtype=MplPath.code_type)
     codes[ring_starts[:-1]] = MplPath.MOVETO
     codes[ring_starts[1:] - 1] = MplPath.CLOSEPOLY
-    cuts = ring_starts[geom_rings]
-    return [MplPath(coords[a:b], codes[a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
+    cuts = [*ring_starts[geom_rings[first]], len(coords)]
+    return ([MplPath(coords[a:b], codes[a:b]) for a, b in zip(cuts[:-1], cuts[1:])],
+            shared)
 
 
 def map_figsize(geoms: np.ndarray, crs) -> tuple[float, float]:
