@@ -43,11 +43,11 @@ from tasks.estimate import estimate_chunk, estimate_staged, select_chunk, select
 from tasks.ledger import LEASE_SECONDS, charge_release, complete_release, release_status
 from tasks.preflight import preflight
 from dpatlas.publication.tract_files import release_folder
-from dpatlas.publication.release_parts import (LevelJob, LevelResult, PartJob, PartResult,
-                                               PublishPart, TileJob, level_tile_jobs,
-                                               tile_jobs)
-from tasks.publish import (plan_publish, publish_parameters, publish_level, publish_part,
-                           publish_release, publish_tiles, show_in_feed)
+from dpatlas.publication.release_parts import (LevelJob, LevelResult, MadeOverview, PartJob,
+                                               PartResult, PublishPart, TileJob,
+                                               level_tile_jobs, tile_jobs)
+from tasks.publish import (plan_publish, publish_parameters, publish_level, publish_overview,
+                           publish_part, publish_release, publish_tiles, show_in_feed)
 from tasks.report import report_release
 from tasks.state import open_release, record_plan
 from tasks.validate import (bound_contributions, check_boundaries, check_change_limit,
@@ -256,9 +256,9 @@ def release(config_path: str, release_id: Optional[str] = None,
             # workers), then committed here with the manifest (atomically, under the lease);
             # complete the ledger entry, then show the release in the feed.
             mark_root(cfg)
-            plan, parts, archives, level_parts = _publish_parts(cfg, rid, address, results, boundaries,
-                                                   budget, level_results, internal, location,
-                                                   chunks)
+            plan, parts, archives, level_parts, overview = _publish_parts(
+                cfg, rid, address, results, boundaries, budget, level_results, internal,
+                location, chunks)
             # quote: the parts carry every tract's GEOID and the overview's rows, which
             # Prefect would visit one by one looking for futures (none are there)
             folder = publish_release(cfg, rid, quote(plan), quote(parts), quote(archives),
@@ -266,7 +266,8 @@ def release(config_path: str, release_id: Optional[str] = None,
                                      start.input_sha256, _noise_source(internal, noise_seed),
                                      start.started, internal,
                                      _ledger_entry(cfg, rid, budget, cells),
-                                     _input_facts(cfg, contributions), lease.check)
+                                     _input_facts(cfg, contributions), lease.check,
+                                     quote(overview))
             crashpoint("after-publish")
             lease.check()
             complete_release(cfg.ledger, rid, folder, owner)
@@ -284,21 +285,24 @@ def publish_run_name(release_id: str) -> str:
 @flow(name="dpatlas-publish-parts", persist_result=False)
 def write_publish_parts(parts: list[PublishPart], job: PartJob, levels: list[LevelJob]
                         ) -> tuple[list[PartResult], list[tuple[TileJob, str]],
-                                   list[LevelResult]]:
+                                   list[LevelResult], Optional[MadeOverview]]:
     """Every part's tract files and every level's files (side by side), then every tract
     archive from the parts' features and (several cells) each level's archive of each cell
-    from its level task's features, each a task on the flow's task runner (the Dask workers
-    with ``runner: dask``); nothing is published here (the release flow commits them). No
-    archive is built once a part failed its output check: the release is refused."""
+    from its level task's features, and beside them the overview maps, each a task on the
+    flow's task runner (the Dask workers with ``runner: dask``); nothing is published here
+    (the release flow commits them). No archive is built once a part failed its output
+    check: the release is refused."""
     level_futures = publish_level.map(levels, unmapped(job)) if levels else None
     results = publish_part.map(parts, unmapped(job)).result()
     level_results = level_futures.result() if level_futures is not None else []
     if any(r.failed for r in results) or any(not r.check[1].success for r in level_results):
-        return results, [], level_results
-    # the tract archives, and with several cells each level's archive of each cell
+        return results, [], level_results, None
+    # the tract archives, and with several cells each level's archive of each cell; beside
+    # them the overview maps (not quoted: a quote is a tuple the Dask runner would take apart)
     tiles = tile_jobs(results, list(job.cells)) + level_tile_jobs(level_results)
+    overview = publish_overview.submit(results, job)
     built = publish_tiles.map(tiles, unmapped(job)).result() if tiles else []
-    return results, list(zip(tiles, built)), level_results
+    return results, list(zip(tiles, built)), level_results, overview.result()
 
 
 def _publish_parts(cfg: ReleaseConfig, rid: str, address: Optional[str], results: list[Path],
@@ -310,13 +314,13 @@ def _publish_parts(cfg: ReleaseConfig, rid: str, address: Optional[str], results
     folder; on the release's Dask cluster (``address``) with ``runner: dask``."""
     # a crash after the rename: nothing to write (publish_release checks the folder)
     if release_folder(cfg.publish.root, rid) is not None:
-        return None, [], [], []
+        return None, [], [], [], None
     where, inputs = _publish_location(internal, location, chunks)
     plan = plan_publish(cfg, rid, results, boundaries, budget, level_results, where, inputs)
     stage = write_publish_parts.with_options(task_runner=release_task_runner(cfg, address),
                                              flow_run_name=publish_run_name(rid))
-    parts, archives, levels = stage(plan.parts, plan.job, plan.level_jobs)
-    return plan, parts, archives, levels
+    parts, archives, levels, overview = stage(plan.parts, plan.job, plan.level_jobs)
+    return plan, parts, archives, levels, overview
 
 
 def _publish_location(internal: Path, location: Optional[str], chunks: list[Chunk]

@@ -18,14 +18,16 @@ from dpatlas.release.manifest import build_manifest, input_commitment
 from dpatlas.publication.cell_stream import CellGroupChecks, finish_release, release_cells
 from dpatlas.publication.model_estimates import fit_summary
 from dpatlas.publication.cell_tiles import LEVEL_MANIFEST_KEY as LEVEL_CELL_TILES_KEY
-from dpatlas.publication.release_parts import (LevelJob, LevelResult, PartJob, PartResult,
-                                               PublishPart, TileJob, boundaries_location,
+from dpatlas.publication.release_parts import (LevelJob, LevelResult, MadeOverview, PartJob,
+                                               PartResult, PublishPart, TileJob,
+                                               boundaries_location,
                                                build_tile_job, collect, collect_levels,
                                                level_cell_tiles, level_jobs,
                                                level_rows_location, level_table_location,
                                                level_units, model_fits, part_project,
                                                plan_parts, remove_parts, write_boundaries,
-                                               write_level_part, write_level_rows, write_part)
+                                               write_level_part, write_level_rows,
+                                               write_overview, write_part)
 from dpatlas.publication.level_files import assemble_level
 from dpatlas.publication.tract_files import (PublishError, release_folder, stage_release,
                                              standard_error_maximum, verify_release)
@@ -110,6 +112,13 @@ def publish_level(level: LevelJob, job: PartJob) -> LevelResult:
     return write_level_part(level, job)
 
 
+@task(name="overview", **TASK_OPTIONS)
+def publish_overview(results: list[PartResult], job: PartJob) -> MadeOverview:
+    """The overview maps and footprint of every part's overview rows, written where the flow
+    collects them, while the archives are built; draws no noise."""
+    return write_overview(results, job)
+
+
 @task(name="cell-tiles", task_run_name="cell-tiles-{tile.name}", **TASK_OPTIONS)
 def publish_tiles(tile: TileJob, job: PartJob) -> str:
     """One tract archive from every part's features of its cell; where it was built."""
@@ -131,7 +140,8 @@ def publish_release(cfg: ReleaseConfig, release_id: str, plan: Optional[PublishP
                     level_parts: list[LevelResult], budget: BudgetPlan, input_sha256: str,
                     random_source: str | Mapping[str, int], started: str, internal: Path,
                     ledger_entry: dict, input_facts: dict,
-                    check_lease: Optional[Callable[[], None]] = None) -> Path:
+                    check_lease: Optional[Callable[[], None]] = None,
+                    overview: Optional[MadeOverview] = None) -> Path:
     """Commit the parts: record their output checks and the level files' (refused if one
     broke its contract), collect their files, archives and the county and state files into a
     staging folder, add the maps, the web map and the manifest, and publish the release
@@ -140,7 +150,8 @@ def publish_release(cfg: ReleaseConfig, release_id: str, plan: Optional[PublishP
     ``plan``: None when the release was already in place (a crash after the rename).
     ``internal``: the release's internal folder (the staging folder goes there).
     ``input_facts``: see :func:`dpatlas.release.manifest.assumptions`. ``check_lease``: the
-    ledger lease's check, called right before the release becomes visible."""
+    ledger lease's check, called right before the release becomes visible. ``overview``: the
+    overview maps and footprint made beside the archives (None: drawn here)."""
     final = already_published(cfg, release_id)
     if final is not None:
         get_run_logger().info("release %s is already in place at %s; checked", release_id, final)
@@ -175,7 +186,7 @@ def publish_release(cfg: ReleaseConfig, release_id: str, plan: Optional[PublishP
     config = public_config(cfg)
 
     def stage(staging: Path) -> tuple[list[str], dict]:
-        streamed = collect(staging, parts, tract_archives)
+        streamed = collect(staging, parts, tract_archives, overview)
         return finish_release(staging, streamed, release_id, config, checks, manifest_of,
                               partial(collect_levels, results=level_parts,
                                       archives=level_archives))

@@ -368,6 +368,15 @@ def write_release(table: gpd.GeoDataFrame, manifest: dict, root: Path, release_i
                                   more_files=more_files)
 
 
+@dataclass(frozen=True)
+class Overview:
+    """The overview maps (``maps``: the files written beside ``p25_map.png``, as
+    :func:`~dpatlas.publication.static_map.write_overview_maps` returns them) and the
+    release's ``extent`` (:func:`~dpatlas.publication.tract_files.footprint`)."""
+    maps: tuple[str, ...]
+    extent: dict
+
+
 @dataclass
 class Streamed:
     """What the groups left behind: the summary, the columns, the overview's rows (one cell:
@@ -382,6 +391,9 @@ class Streamed:
     # several cells, the builder of each cell's archive (cell_tiles.py); None: built elsewhere
     tiles: Future | CellTileBuilder | None
     files: list[str]  # the tract files written: the single files, or each state's parts
+    # the overview maps and footprint, made beside the tract archives and already in the
+    # staging folder (release_parts.write_overview); None: drawn here, from ``shown``
+    overview: Optional["Overview"] = None
 
     def all_suites(self) -> list[str]:
         """Every group's suite, once the last group's check is done (raises if it failed)."""
@@ -496,14 +508,15 @@ def _finish_files(staging: Path, streamed: Streamed, release_id: str, config: di
                            several_cells=len(streamed.summary.cells) > 1,
                            publish=config.get("publish"))
     outline = streamed.shown.copy()  # its own frame for the footprint's thread
+    made = streamed.overview
     built, finished, web_map, level_files, extent, maps, _ = in_parallel([
         streamed.tiles.result,  # started with the last group (raises if tippecanoe failed)
         lambda: checks.finish(streamed.all_suites()),
         lambda: webmap.write_web_map(staging, release_id),
         lambda: more_files(staging) if more_files is not None else [],
-        lambda: footprint(outline),
-        lambda: write_overview_maps(streamed.shown, staging, title, bool(ci.get("enabled")),
-                                    draw=write_map),
+        lambda: made.extent if made is not None else footprint(outline),
+        lambda: list(made.maps) if made is not None else write_overview_maps(
+            streamed.shown, staging, title, bool(ci.get("enabled")), draw=write_map),
         lambda: (staging / "config.json").write_text(json.dumps(
             config, indent=2, sort_keys=True, default=_json)),
     ])

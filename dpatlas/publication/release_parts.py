@@ -42,14 +42,16 @@ import pandas as pd
 from dpatlas.core.locations import (join, local_path, readable_folder, remove_tree, url_fs,
                                     writable_folder)
 from dpatlas.publication import tiles
-from dpatlas.publication.cell_stream import (Streamed, TractSummary, assembled_groups,
-                                             cell_groups, geoid_filters, stream_groups,
-                                             streaming_executors)
+from dpatlas.publication.cell_stream import (Overview, Streamed, TractSummary,
+                                             assembled_groups, cell_groups, geoid_filters,
+                                             stream_groups, streaming_executors)
 from dpatlas.publication.cell_tiles import cell_tiles_file, level_cell_tiles_file, per_cell
 from dpatlas.publication.geojson import FEATURE_COLLECTION_TAIL
 from dpatlas.publication.model_estimates import add_model_estimates
+from dpatlas.publication.png_map import overview_title, write_map
 from dpatlas.publication.state_parts import GEOJSON_PARTS, parts_of, piece_name
-from dpatlas.publication.tract_files import CSV_SCHEMA_FILE, PublishError
+from dpatlas.publication.static_map import MAP_FILE, write_overview_maps
+from dpatlas.publication.tract_files import CSV_SCHEMA_FILE, PublishError, footprint
 
 # Tract-cells per part of a release of several states (whole states, consecutive in GEOID
 # order): a part's output check costs about a second of GX whatever its size (1.08 CPU-s for
@@ -304,15 +306,57 @@ def build_tile_job(tile: TileJob, job: PartJob) -> str:
     return archive
 
 
+# --------------------------------------------------------------------------- the overview
+
+OVERVIEW_FOLDER = "overview"
+
+
+@dataclass(frozen=True)
+class MadeOverview:
+    """The overview maps in ``folder`` (path or URL; ``files``: every file written there) and
+    the release's footprint, made beside the tract archives."""
+    folder: str
+    files: tuple[str, ...]
+    overview: Overview
+
+
+def overview_rows(results: list[PartResult]) -> gpd.GeoDataFrame:
+    """The overview cell's rows of every part, in part order: the release's tract table of
+    that cell (every boundary tract's polygon)."""
+    shown = [r.shown for r in results if r.shown is not None]
+    return (gpd.GeoDataFrame(pd.concat(shown, ignore_index=True), crs=shown[0].crs)
+            if len(shown) > 1 else shown[0])
+
+
+def write_overview(results: list[PartResult], job: PartJob) -> MadeOverview:
+    """The overview PNG(s) and the footprint of the parts' overview rows, into
+    ``<location>/overview/``. They are made from the tract table alone, so they are made
+    while tippecanoe builds the archives, not after it in the commit (3.4 of the commit's
+    5.1 s on the national benchmark)."""
+    table = overview_rows(results)
+    summary = TractSummary()
+    for r in results:
+        summary.merge(r.summary)
+    title = overview_title(job.release_id, table, several_cells=len(summary.cells) > 1,
+                           publish=job.config.get("publish"))
+    enabled = bool((job.config.get("intervals") or {}).get("enabled"))
+    folder = join(job.location, OVERVIEW_FOLDER)
+    with writable_folder(folder) as local:
+        extra = write_overview_maps(table, local, title, enabled, draw=write_map)
+    return MadeOverview(folder, (MAP_FILE, *extra), Overview(tuple(extra), footprint(table)))
+
+
 # ------------------------------------------------------------------------------- the commit
 
 
 def collect(staging: Path, results: list[PartResult],
-            archives: list[tuple[TileJob, str]]) -> Streamed:
+            archives: list[tuple[TileJob, str]],
+            overview: Optional[MadeOverview] = None) -> Streamed:
     """Every part's files and every archive (``archives``: each job and where it was built)
     into ``staging`` (hard links where the parts share its file system, else copies), and what
     the release's remaining files and manifest are made from, as if the release had been
-    written whole. Refuses a part that failed."""
+    written whole; with ``overview``, its maps too (else the commit draws them). Refuses a
+    part that failed."""
     for r in results:
         if r.failed:
             raise PublishError(f"publish part {r.part.name} failed its output check")
@@ -332,10 +376,11 @@ def collect(staging: Path, results: list[PartResult],
     _fetch(join(results[0].folder, CSV_SCHEMA_FILE), staging / CSV_SCHEMA_FILE)
     for tile, source in archives:  # the tract archives (the levels' are collect_levels')
         _fetch(source, staging / tile.archive)
+    for name in overview.files if overview is not None else ():
+        _fetch(join(overview.folder, name), staging / name)
     summary = TractSummary()
     for r in results:
         summary.merge(r.summary)
-    shown = [r.shown for r in results if r.shown is not None]
     suites = [s for r in results for s in r.suites]
     if len(results) == 1 and results[0].part.states is None:
         tiles_value = results[0].tiles
@@ -343,10 +388,9 @@ def collect(staging: Path, results: list[PartResult],
         tiles_value = {tile.cell: tile.archive for tile, _ in archives}
     else:
         tiles_value = tiles.TILES_FILE
-    table = (gpd.GeoDataFrame(pd.concat(shown, ignore_index=True), crs=shown[0].crs)
-             if len(shown) > 1 else shown[0])
-    return Streamed(summary, results[0].columns, table, suites[:-1], _done(suites[-1]),
-                    _done(tiles_value), files)
+    return Streamed(summary, results[0].columns, overview_rows(results), suites[:-1],
+                    _done(suites[-1]), _done(tiles_value), files,
+                    overview.overview if overview is not None else None)
 
 
 def part_project(result: "PartResult | LevelResult"):
@@ -659,9 +703,9 @@ def level_cell_tiles(archives: list[tuple[TileJob, str]]) -> dict[str, dict[str,
     return out
 
 
-__all__ = ["LevelJob", "LevelResult", "PART_ROWS", "PartJob", "PartResult", "PublishPart",
-           "TileJob", "build_tile_job", "collect", "collect_levels", "join",
-           "level_cell_tiles", "level_jobs", "level_tile_jobs", "model_fits", "part_project",
-           "plan_parts", "read_boundaries",
+__all__ = ["LevelJob", "LevelResult", "MadeOverview", "OVERVIEW_FOLDER", "PART_ROWS",
+           "PartJob", "PartResult", "PublishPart", "TileJob", "build_tile_job", "collect",
+           "collect_levels", "join", "level_cell_tiles", "level_jobs", "level_tile_jobs",
+           "model_fits", "overview_rows", "part_project", "plan_parts", "read_boundaries",
            "read_level_rows", "remove_parts", "tile_jobs", "write_boundaries",
-           "write_level_part", "write_level_rows", "write_part"]
+           "write_level_part", "write_level_rows", "write_overview", "write_part"]
