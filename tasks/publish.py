@@ -112,7 +112,7 @@ def publish_level(level: LevelJob, job: PartJob) -> LevelResult:
     return write_level_part(level, job)
 
 
-@task(name="overview", **TASK_OPTIONS)
+@task(name="overview", task_run_name="overview", **TASK_OPTIONS)
 def publish_overview(results: list[PartResult], job: PartJob) -> MadeOverview:
     """The overview maps and footprint of every part's overview rows, written where the flow
     collects them, while the archives are built; draws no noise."""
