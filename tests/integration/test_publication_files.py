@@ -432,20 +432,13 @@ def test_a_released_state_has_standard_files_and_a_valid_catalogue(tmp_path):
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from prefect.testing.utilities import prefect_test_harness
 
-    from tests.support.inputs import write_config
+    from tests.support.inputs import basic_release_config, write_config
     from dpatlas.audit.run import main as audit
     from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
 
     data = tmp_path / "state"
     write_synthetic(data, ["01"], seed=8, params=StateParams(n_tracts=60, counties=4))
-    config = write_config(tmp_path / "config.yaml", {
-        "input": {"path": str(data / "microdata")},
-        "boundaries": {"path": str(data / "tracts.parquet")},
-        "privacy": {"epsilon_per_tract": 1.0},
-        "selection": {"rule": "dp", "threshold": 3.0},
-        "publish": {"root": str(tmp_path / "releases"),
-                    "internal_root": str(tmp_path / "internal")},
-    })
+    config = write_config(tmp_path / "config.yaml", basic_release_config(data, tmp_path))
     with prefect_test_harness(server_startup_timeout=180):
         from flows.release import release as run_release
 

@@ -162,7 +162,7 @@ def test_a_release_checked_in_groups_publishes_what_one_checked_by_partition_doe
     from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
     from flows import validation
     from flows.release import release
-    from tests.support.inputs import write_config
+    from tests.support.inputs import basic_release_config, write_config
 
     data = tmp_path / "data"
     write_synthetic(data, ["17", "18", "19"], seed=9, params=StateParams(n_tracts=30, counties=2))
@@ -170,14 +170,8 @@ def test_a_release_checked_in_groups_publishes_what_one_checked_by_partition_doe
     def release_in(folder, groups):
         monkeypatch.setattr(validation, "input_groups", groups)
         folder.mkdir()
-        cfg = write_config(folder / "config.yaml", {
-            "input": {"path": str(data / "microdata")},
-            "boundaries": {"path": str(data / "tracts.parquet")},
-            "privacy": {"epsilon_per_tract": 1.0},
-            "selection": {"rule": "dp", "threshold": 3.0},
-            "publish": {"root": str(folder / "releases"),
-                        "internal_root": str(folder / "internal")},
-            "partition_tracts": 60})
+        cfg = write_config(folder / "config.yaml",
+                           basic_release_config(data, folder, partition_tracts=60))
         return Path(release(str(cfg), "r1", 7)), folder / "internal" / "r1"
 
     real = validation.input_groups

@@ -68,6 +68,17 @@ def levels_release_config(tmp, **publish) -> dict:
             "small_area": {"model": True}}
 
 
+def basic_release_config(data, tmp, **extra) -> dict:
+    """The config of a tract release of ``data`` (write_synthetic's folder) with its work under
+    ``tmp``: ε 1 per tract, the dp rule at threshold 3; ``extra``: more top-level keys."""
+    return {"input": {"path": str(data / "microdata")},
+            "boundaries": {"path": str(data / "tracts.parquet")},
+            "privacy": {"epsilon_per_tract": 1.0},
+            "selection": {"rule": "dp", "threshold": 3.0},
+            "publish": {"root": str(tmp / "releases"), "internal_root": str(tmp / "internal")},
+            **extra}
+
+
 def cells_release_config(data, tmp, dataset: str = "cells", **extra) -> dict:
     """The config of a release of generated cells (``data``: write_synthetic's folder with
     ``cells``) with its work under ``tmp``: every level, ε 1 per tract, min_n 20; ``extra``:
