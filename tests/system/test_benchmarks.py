@@ -378,3 +378,24 @@ def test_model_cells_benchmark_fits_both_ways_with_the_same_values(tmp_path):
                   "kernel means, sparse matrix products (KernelPairs.mean)"):
         assert f"{label}: wall " in out, out
     assert "CPU of a fit's kernel means (20 fits), before / now: " in out, out
+
+
+def test_validation_groups_benchmark_prints_both_ways_side_by_side(tmp_path):
+    """benchmarks/bench_validation_groups.py on ten small states: more partitions than the
+    local runner's runs, so the grouped way runs fewer checks; both rounds of both ways, and
+    the fitted cost of a run."""
+    from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
+
+    states = ["01", "02", "04", "05", "06", "08", "09", "10", "11", "12"]
+    write_synthetic(tmp_path / "data", states, seed=4, params=StateParams(n_tracts=8, counties=2))
+    out = run_benchmark("bench_validation_groups.py", "--data", str(tmp_path / "data"),
+                        cwd=tmp_path)
+    import re
+
+    groups = int(re.search(r"^10 partitions, [0-9,]+ records; ([0-9]+) groups of ", out,
+                           re.M)[1])
+    assert 1 < groups <= 8, out  # at most the local runner's 8 runs
+    for round_ in (1, 2):
+        assert f"round {round_}, by partition: 10 runs, " in out, out
+        assert f"round {round_}, grouped: {groups} runs, " in out, out
+    assert "s fixed + " in out and "us a record (least squares over the 10 runs)" in out, out
