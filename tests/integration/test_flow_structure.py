@@ -225,8 +225,9 @@ def test_runs_are_named_by_release_and_chunk_and_artifact_names_its_files(small_
         assert sorted(subflows) == [f"publish-parts-{rid}", f"select-estimate-{rid}"]
         sub = subflows[f"select-estimate-{rid}"]
         parts = {t.name for t in flow_task_runs(subflows[f"publish-parts-{rid}"].state,
-                                                ready=lambda runs: len(runs) == 1)}
-        assert parts == {"publish-part-all"}  # one state: one part, its tiles built in it
+                                                ready=lambda runs: len(runs) == 2)}
+        # one state: one part, its tiles built in it; then the overview maps
+        assert parts == {"publish-part-all", "overview"}
         names = {t.name for t in flow_task_runs(
             sub.state, ready=lambda runs: len(runs) == 2 * len(chunks))}
         assert names == {f"{stage}-{c}" for stage in ("select", "estimate") for c in chunks}
