@@ -48,6 +48,10 @@ MIN_ZOOM_WITH_COUNTIES = 6
 MAX_ZOOM = 10
 
 
+# How shared edges stay shared when simplified (see tippecanoe_arguments)
+SHARED_EDGES_TRACTS = "--no-simplification-of-shared-nodes"
+SHARED_EDGES_LEVELS = "--detect-shared-borders"
+
 # Columns the tiles leave out (the files keep them): the map never shows an unclamped value or
 # a bare standard error (its popup gives the margin of error and the interval, which say what
 # the number is), so in the tiles they were bytes every reader fetched for nothing. Left out,
@@ -168,7 +172,11 @@ def tippecanoe_arguments(geojson: Path | list[Path], out: Path, *, min_zoom: int
       place of ``--detect-shared-borders``, which did the same here at 10% more CPU: on the
       national one-cell tracts 24.3-24.6 against 21.9-22.2 user CPU-s (two runs each), with
       as many sliver holes in the union of decoded z6 and z8 tiles (37 against 38, 46
-      against 45, 4 against 3 ...; without either, 407);
+      against 45, 4 against 3 ...; without either, 407). The county and state layers keep
+      ``--detect-shared-borders``: they start at z0, where with the other option a state's
+      polygon (North Carolina in the demo) lay 4.8 grid units from its GeoParquet polygon,
+      past the 4 ``dpatlas audit`` allows; their archives are small, so the CPU matters
+      little there;
     * ``--exclude`` each of :data:`NOT_IN_TILES` (what the map never shows); every other
       property is kept with its JSON type (GEOIDs stay strings);
     * ``--force``: the output is ours (a fresh path in the staging folder);
@@ -184,7 +192,7 @@ def tippecanoe_arguments(geojson: Path | list[Path], out: Path, *, min_zoom: int
     arguments = ["-o", str(out), "--layer", layer,
                  f"--minimum-zoom={min_zoom}", f"--maximum-zoom={max_zoom}",
                  "--no-feature-limit", "--no-tile-size-limit",
-                 "--no-simplification-of-shared-nodes",
+                 SHARED_EDGES_TRACTS if layer == LAYER else SHARED_EDGES_LEVELS,
                  f"--name={text.name}", f"--description={text.description}",
                  f"--attribution={text.attribution}"]
     arguments += [f"--exclude={column}" for column in NOT_IN_TILES]
