@@ -380,11 +380,12 @@ class Overview:
 @dataclass
 class Streamed:
     """What the groups left behind: the summary, the columns, the overview's rows (one cell:
-    every boundary tract's polygon, whose union is the release's footprint), the suites of
-    the groups checked, and the last group's check, still running."""
+    every boundary tract's polygon, whose union is the release's footprint; None when the
+    ``overview`` was made already), the suites of the groups checked, and the last group's
+    check, still running."""
     summary: TractSummary
     columns: list[str]
-    shown: gpd.GeoDataFrame
+    shown: Optional[gpd.GeoDataFrame]
     suites: list[str]
     last_check: Future
     # tippecanoe on the whole GeoJSON (or every state's), started once it was written; with
@@ -494,6 +495,17 @@ def _numbered(groups: Iterable[gpd.GeoDataFrame], count: int) -> Iterator[gpd.Ge
         raise PublishError(f"{seen} groups of cells were assembled, {count} expected (a bug)")
 
 
+def draw_overview(table: gpd.GeoDataFrame, folder: Path, release_id: str, config: dict,
+                  several_cells: bool) -> list[str]:
+    """The overview PNG(s) of ``table`` (the overview cell's rows) into ``folder``, titled and
+    marked as the release's public ``config`` says; the files written beside ``p25_map.png``
+    (:func:`~dpatlas.publication.static_map.write_overview_maps`)."""
+    title = overview_title(release_id, table, several_cells=several_cells,
+                           publish=config.get("publish"))
+    intervals = bool((config.get("intervals") or {}).get("enabled"))
+    return write_overview_maps(table, folder, title, intervals, draw=write_map)
+
+
 def _finish_files(staging: Path, streamed: Streamed, release_id: str, config: dict,
                   checks: CellGroupChecks,
                   more_files: Optional[Callable[[Path], list[str]]]
@@ -503,20 +515,16 @@ def _finish_files(staging: Path, streamed: Streamed, release_id: str, config: di
     (of the overview's cell: every tract's polygon, as the whole table's)."""
     from dpatlas.publication import tiles, webmap
 
-    ci = config.get("intervals") or {}
-    title = overview_title(release_id, streamed.shown,
-                           several_cells=len(streamed.summary.cells) > 1,
-                           publish=config.get("publish"))
-    outline = streamed.shown.copy()  # its own frame for the footprint's thread
     made = streamed.overview
+    outline = streamed.shown.copy() if made is None else None  # the footprint thread's frame
     built, finished, web_map, level_files, extent, maps, _ = in_parallel([
         streamed.tiles.result,  # started with the last group (raises if tippecanoe failed)
         lambda: checks.finish(streamed.all_suites()),
         lambda: webmap.write_web_map(staging, release_id),
         lambda: more_files(staging) if more_files is not None else [],
         lambda: made.extent if made is not None else footprint(outline),
-        lambda: list(made.maps) if made is not None else write_overview_maps(
-            streamed.shown, staging, title, bool(ci.get("enabled")), draw=write_map),
+        lambda: list(made.maps) if made is not None else draw_overview(
+            streamed.shown, staging, release_id, config, len(streamed.summary.cells) > 1),
         lambda: (staging / "config.json").write_text(json.dumps(
             config, indent=2, sort_keys=True, default=_json)),
     ])

@@ -43,14 +43,14 @@ from dpatlas.core.locations import (join, local_path, readable_folder, remove_tr
                                     writable_folder)
 from dpatlas.publication import tiles
 from dpatlas.publication.cell_stream import (Overview, Streamed, TractSummary,
-                                             assembled_groups, cell_groups, geoid_filters,
-                                             stream_groups, streaming_executors)
+                                             assembled_groups, cell_groups, draw_overview,
+                                             geoid_filters, stream_groups,
+                                             streaming_executors)
 from dpatlas.publication.cell_tiles import cell_tiles_file, level_cell_tiles_file, per_cell
 from dpatlas.publication.geojson import FEATURE_COLLECTION_TAIL
 from dpatlas.publication.model_estimates import add_model_estimates
-from dpatlas.publication.png_map import overview_title, write_map
 from dpatlas.publication.state_parts import GEOJSON_PARTS, parts_of, piece_name
-from dpatlas.publication.static_map import MAP_FILE, write_overview_maps
+from dpatlas.publication.static_map import MAP_FILE
 from dpatlas.publication.tract_files import CSV_SCHEMA_FILE, PublishError, footprint
 
 # Tract-cells per part of a release of several states (whole states, consecutive in GEOID
@@ -334,15 +334,10 @@ def write_overview(results: list[PartResult], job: PartJob) -> MadeOverview:
     while tippecanoe builds the archives, not after it in the commit (3.4 of the commit's
     5.1 s on the national benchmark)."""
     table = overview_rows(results)
-    summary = TractSummary()
-    for r in results:
-        summary.merge(r.summary)
-    title = overview_title(job.release_id, table, several_cells=len(summary.cells) > 1,
-                           publish=job.config.get("publish"))
-    enabled = bool((job.config.get("intervals") or {}).get("enabled"))
+    several_cells = len({c for r in results for c in r.summary.cells}) > 1
     folder = join(job.location, OVERVIEW_FOLDER)
     with writable_folder(folder) as local:
-        extra = write_overview_maps(table, local, title, enabled, draw=write_map)
+        extra = draw_overview(table, local, job.release_id, job.config, several_cells)
     return MadeOverview(folder, (MAP_FILE, *extra), Overview(tuple(extra), footprint(table)))
 
 
@@ -388,9 +383,11 @@ def collect(staging: Path, results: list[PartResult],
         tiles_value = {tile.cell: tile.archive for tile, _ in archives}
     else:
         tiles_value = tiles.TILES_FILE
-    return Streamed(summary, results[0].columns, overview_rows(results), suites[:-1],
-                    _done(suites[-1]), _done(tiles_value), files,
-                    overview.overview if overview is not None else None)
+    # made beside the archives, the overview needs none of its rows here
+    made = overview.overview if overview is not None else None
+    return Streamed(summary, results[0].columns,
+                    overview_rows(results) if made is None else None, suites[:-1],
+                    _done(suites[-1]), _done(tiles_value), files, made)
 
 
 def part_project(result: "PartResult | LevelResult"):

@@ -26,11 +26,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from dpatlas.release.ingest import PARTITION_RECORDS, Partition
-from dpatlas.release.validate import (PartitionReport, _failures, apply_policy, clip_ranks,
-                                      contract_frame, group_asset, seal_release_docs)
+from dpatlas.release.validate import (CheckedPartition, PartitionReport, _failures,
+                                      apply_policy, clip_ranks, contract_frame, group_asset,
+                                      seal_release_docs)
 from dpatlas.release.validation_report import record_run
 from dpatlas.release.validation_words import fixes
 
@@ -96,8 +98,7 @@ def apply_policy_to_group(frames: list[tuple[str, pd.DataFrame]], policy: str, i
     del rows
     if not result.success:  # which partition, which rows: each checked again on its own
         return [apply_policy(df, policy, key, internal, source, columns) for key, df in frames]
-    return [(df, PartitionReport(partition=key, policy=policy, rows_in=len(df),
-                                 rows_out=len(df), clipped=clipped, dropped=0, quarantined=0,
-                                 quarantine_file=None, largest_rank=largest, failures=[],
-                                 docs_index=index))
+    # each partition as checked alone and passed: no failure, no offending row
+    return [CheckedPartition(key, policy, df, result, [], np.zeros(len(df), dtype=bool),
+                             clipped, largest).kept(index, internal)
             for key, (df, clipped, largest) in zip(keys, checked)]
