@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import shutil
 import sys
 import tempfile
 import time
@@ -211,6 +212,8 @@ def floor(data: Path, work: Path | None = None, seed: int | None = None) -> dict
         finally:
             if had_intervals:
                 estimate._intervals = estimate._intervals.__wrapped__
+            if owned:  # the temporary folder held only the config written above
+                shutil.rmtree(work, ignore_errors=True)
     return summary(clock, span, records, n_chunks, sum(len(r) for r in results), model_fits,
                    bool(budget.levels), bool(cfg.small_area.model))
 

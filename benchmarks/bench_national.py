@@ -96,10 +96,11 @@ TARGET_FLOOR_RATIO = 2.5  # release wall / floor CPU (issue 22)
 # table without one of them is wrong. (Reading a partition is part of its validation task:
 # validate_partitions on the local runner, a group of partitions each; validate_partition on
 # the workers.)
-# A stage is one of its alternatives: chunks staged by URL run as select_staged/estimate_staged.
+# A stage is one of its alternatives: chunks staged by URL run as select_staged/estimate_staged,
+# other chunks are selected and estimated by one task (select_and_estimate_chunks).
 REQUIRED_STAGES = (("validate_partitions", "validate_partition"),
-                   ("select_chunk", "select_staged"), ("estimate_chunk", "estimate_staged"),
-                   "publish_release")
+                   ("select_and_estimate_chunks", "select_staged"),
+                   ("select_and_estimate_chunks", "estimate_staged"), "publish_release")
 
 LEDGER_CAP_EPSILON, LEDGER_CAP_DELTA = 1000.0, 1e-3  # far above two releases at eps = 1
 SAMPLE_SECONDS = 0.2

@@ -16,6 +16,7 @@ from prefect.exceptions import MissingContextError
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from dpatlas.core.config import ReleaseConfig
+from dpatlas.release.task_groups import LOCAL_TASK_GROUPS, consecutive_groups
 
 # The local runner's threads: two, as this machine has two cores.
 LOCAL_WORKERS = 2
@@ -56,6 +57,15 @@ def release_task_runner(cfg: ReleaseConfig, address: Optional[str] = None):
             return KeyedDaskTaskRunner(address=address)
         return KeyedDaskTaskRunner(cluster_kwargs=local_cluster_kwargs(cfg))
     return ThreadPoolTaskRunner(max_workers=LOCAL_WORKERS)
+
+
+def local_task_groups(cfg: ReleaseConfig, weights: list[float]) -> Optional[list[list[int]]]:
+    """The runs of consecutive units (chunks, level tasks) a drawing stage gives each task run
+    on the local runner (:mod:`dpatlas.release.task_groups`); None with workers, which take a
+    task run per unit."""
+    if cfg.runner == "dask":
+        return None
+    return consecutive_groups(weights, LOCAL_TASK_GROUPS)
 
 
 def _logger():

@@ -22,7 +22,7 @@ from dpatlas.core.config import ReleaseConfig
 from dpatlas.release.draws import STAGE_FOLDERS, DrawLog
 from dpatlas.release.estimate import Chunk
 from dpatlas.release.levels import LevelTask, partitions_holding
-from flows.cluster import release_task_runner
+from flows.cluster import local_task_groups, release_task_runner
 from flows.worker_draws import copy_recorded, draw_on_workers, task_seed
 from tasks.levels import estimate_levels_staged, estimate_state_levels
 
@@ -38,18 +38,21 @@ def estimate_release_levels(cfg: ReleaseConfig, release_id: str, address: Option
                             staged: list[Path], chunks: list[Chunk], worker_chunks: list[Chunk],
                             units: list[LevelTask], budget, internal: Path,
                             noise_seed: Optional[int],
-                            staging_location: Optional[str] = None) -> list[Path]:
+                            staging_location: Optional[str] = None,
+                            unit_records: Optional[list[int]] = None) -> list[Path]:
     """County and state estimates, one task per state, or per group of its cells when it holds
     many records (``units``: :func:`~dpatlas.release.levels.level_tasks`, the ones the draw
     log's layout records; none unless the plan has levels), each reading only the staged
     partitions that hold its records (``worker_chunks``' copies of them with a staging
     location). Task k's seed depends on k alone, as a chunk's does, so every runner draws the
-    same noise."""
+    same noise; the local runner runs consecutive units in one task run (``unit_records``,
+    each unit's records, balance the runs: :mod:`dpatlas.release.task_groups`)."""
     if not budget.levels:
         return []
     if cfg.runner != "dask":
         sources = [partitions_holding(staged, chunks, u.state) for u in units]
-        return _map_levels(units, sources, budget, cfg.publish.min_n, internal, noise_seed)
+        return _map_levels(units, sources, budget, cfg.publish.min_n, internal, noise_seed,
+                           local_task_groups(cfg, unit_records or [1] * len(units)))
     subflow = levels_on_workers.with_options(task_runner=release_task_runner(cfg, address),
                                              flow_run_name=levels_run_name(release_id))
     return subflow(**levels_subflow_parameters(cfg, staged, chunks, worker_chunks, units,
@@ -96,12 +99,15 @@ def levels_on_workers(units: list[LevelTask], sources: list[list[str]], budget, 
 
 
 def _map_levels(units: list[LevelTask], sources: list[list[Path]], budget, min_n: int,
-                internal: Path, noise_seed: Optional[int]) -> list[Path]:
+                internal: Path, noise_seed: Optional[int],
+                groups: Optional[list[list[int]]] = None) -> list[Path]:
     """The level tasks on the current flow's task runner, each drawing once into the internal
-    folder and recording its draw itself."""
+    folder and recording its draw itself: a task run per unit, or per run of consecutive
+    units in ``groups`` (the local runner). Unit k's seed depends on k alone."""
+    groups = groups or [[k] for k in range(len(units))]
     futures = estimate_state_levels.map(
-        sources, units, unmapped(budget), unmapped(min_n),
-        [internal / STAGE_FOLDERS["levels"] / f"{u.name}.parquet" for u in units],
-        unmapped(DrawLog(internal)),
-        [task_seed(noise_seed, LEVELS_STAGE, k) for k in range(len(units))])
-    return [Path(p) for p in futures.result()]
+        [[sources[k] for k in group] for group in groups],
+        [[units[k] for k in group] for group in groups], unmapped(budget), unmapped(min_n),
+        unmapped(internal), unmapped(DrawLog(internal)),
+        [[task_seed(noise_seed, LEVELS_STAGE, k) for k in group] for group in groups])
+    return [Path(p) for paths in futures.result() for p in paths]

@@ -32,6 +32,7 @@ from dpatlas.release.crash import crashpoint
 from dpatlas.release import staging
 from dpatlas.release.draws import STAGE_FOLDERS, DrawLog, DrawLogMissing, noise_source
 from dpatlas.release.estimate import Chunk, stage_chunks
+from dpatlas.release.task_groups import chunk_records, level_records
 from dpatlas.release.levels import LevelTask, level_tasks
 from dpatlas.core.ids import validate_release_id
 from dpatlas.ledger import LeaseLost, Ledger, ReleaseBusy, charges
@@ -39,7 +40,7 @@ from dpatlas.release.preflight import mark_root
 from dpatlas.release.plan_record import draw_layout
 from dpatlas.release.run_state import InputChanged, ReleaseLock
 from tasks.allocate import allocate_budget
-from tasks.estimate import estimate_chunk, estimate_staged, select_chunk, select_staged
+from tasks.estimate import estimate_staged, select_and_estimate_chunks, select_staged
 from tasks.ledger import LEASE_SECONDS, charge_release, complete_release, release_status
 from tasks.preflight import preflight
 from dpatlas.publication.tract_files import release_folder
@@ -55,7 +56,7 @@ from tasks.validate import (bound_contributions, check_boundaries, check_change_
 
 from dpatlas.release.events import on_release_failure
 from dpatlas.release.outcome import ReleaseOutcome
-from flows.cluster import release_cluster, release_task_runner
+from flows.cluster import local_task_groups, release_cluster, release_task_runner
 from flows.levels import estimate_release_levels, levels_on_workers, levels_subflow_parameters
 from flows.validation import validate_release_input
 from flows.worker_draws import copy_recorded, draw_on_workers, draw_urls, task_seed
@@ -95,10 +96,13 @@ def select_run_name(release_id: str) -> str:
 @flow(name="dpatlas-select-estimate", persist_result=False)
 def select_and_estimate(chunks: list[Chunk], budget, min_n: int, internal: str,
                         noise_seed: Optional[int] = None,
-                        staging_location: Optional[str] = None) -> list[Path]:
-    """Selection then estimation for every chunk: each stage fans out over the chunks with
-    ``.map`` on the flow's task runner. Chunk k's seed depends on k alone, so the noise each
-    chunk draws does not depend on the order in which the chunks run.
+                        staging_location: Optional[str] = None,
+                        groups: Optional[list[list[int]]] = None) -> list[Path]:
+    """Selection then estimation for every chunk, fanned out with ``.map`` on the flow's task
+    runner: a task run per chunk, or per run of consecutive chunks in ``groups`` (the local
+    runner: :mod:`dpatlas.release.task_groups`), each chunk selected then estimated. Chunk
+    k's seeds depend on k alone, so the noise each chunk draws depends neither on the order
+    in which the chunks run nor on how they are grouped.
 
     With a ``staging_location`` (the chunks' partitions staged there), the workers read and
     write there and this flow records their draws (:func:`_select_and_estimate_staged`)."""
@@ -106,20 +110,14 @@ def select_and_estimate(chunks: list[Chunk], budget, min_n: int, internal: str,
     if staging_location:
         return _select_and_estimate_staged(chunks, budget, min_n, internal, noise_seed,
                                            staging_location)
-    draws = unmapped(DrawLog(internal))  # each draw made once: reused on resume, never redrawn
-    selections = select_chunk.map(
-        chunks, unmapped(budget), unmapped(min_n),
-        [internal / STAGE_FOLDERS["select"] / f"{c.name}.parquet" for c in chunks], draws,
-        [task_seed(noise_seed, 1, k) for k in range(len(chunks))])
-    estimates = estimate_chunk.map(
-        chunks, selections, unmapped(budget), unmapped(min_n),
-        [internal / STAGE_FOLDERS["estimate"] / f"{c.name}.parquet" for c in chunks], draws,
-        [task_seed(noise_seed, 2, k) for k in range(len(chunks))])
-    estimates.wait()
-    # A failed selection's own error (e.g. a tampered draw) first: the estimate that needed it
-    # never ran, so its future holds no error worth showing.
-    selections.result()
-    return [Path(p) for p in estimates.result()]
+    groups = groups or [[k] for k in range(len(chunks))]
+    runs = select_and_estimate_chunks.map(
+        [[chunks[k] for k in group] for group in groups], unmapped(budget), unmapped(min_n),
+        unmapped(internal),
+        unmapped(DrawLog(internal)),  # each draw made once: reused on resume, never redrawn
+        [[(task_seed(noise_seed, 1, k), task_seed(noise_seed, 2, k)) for k in group]
+         for group in groups])
+    return [Path(p) for paths in runs.result() for p in paths]
 
 
 def _select_and_estimate_staged(chunks: list[Chunk], budget, min_n: int, internal: Path,
@@ -225,7 +223,8 @@ def release(config_path: str, release_id: Optional[str] = None,
                 f"release {rid} is already published at {root / rid}")
         stage_parameters = {"chunks": worker_chunks, "budget": budget, "min_n": cfg.publish.min_n,
                             "internal": str(internal), "noise_seed": noise_seed,
-                            "staging_location": location}
+                            "staging_location": location,
+                            "groups": local_task_groups(cfg, chunk_records(chunks, sizes))}
         cells = sorted(sizes["cell"].unique())
         # every subflow called after the charge, measured before it (the server refuses a
         # run whose parameters pass its limit: found then, the budget would be spent)
@@ -250,7 +249,8 @@ def release(config_path: str, release_id: Optional[str] = None,
             # the levels on the workers too, with runner dask (flows/levels.py)
             level_results = estimate_release_levels(cfg, rid, address, staged, chunks,
                                                     worker_chunks, units, budget, internal,
-                                                    noise_seed, location)
+                                                    noise_seed, location,
+                                                    level_records(units, sizes))
 
             # 6. Publish: the parts of the map-ready files written on the task runner (the
             # workers), then committed here with the manifest (atomically, under the lease);

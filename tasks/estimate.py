@@ -8,8 +8,9 @@ from prefect import get_run_logger, task
 from dpatlas.release import staging
 from dpatlas.release.allocate import BudgetPlan
 from dpatlas.release.crash import crashpoint
-from dpatlas.release.draws import DrawLog, draw_once, noise_source
+from dpatlas.release.draws import STAGE_FOLDERS, DrawLog, draw_once, noise_source
 from dpatlas.release.estimate import Chunk, estimate_partition, read_chunk, select_partition
+from dpatlas.release.task_groups import group_label
 from mechanisms.noise import default_randomness
 
 from .common import TASK_OPTIONS
@@ -18,14 +19,34 @@ from .common import TASK_OPTIONS
 # the draws its log records instead (dpatlas.release.draws: each draw is made once).
 
 
-@task(name="select", task_run_name="select-{chunk.name}", **TASK_OPTIONS)
-def select_chunk(chunk: Chunk, budget: BudgetPlan, min_n: int, out: Path, draws: DrawLog,
-                 seed: int | None = None) -> Path:
+def _group_run_name() -> str:
+    from prefect.runtime import task_run
+
+    return "select-estimate-" + group_label([c.name for c in task_run.parameters["chunks"]])
+
+
+@task(name="select-estimate", task_run_name=_group_run_name, **TASK_OPTIONS)
+def select_and_estimate_chunks(chunks: list[Chunk], budget: BudgetPlan, min_n: int,
+                               internal: Path, draws: DrawLog,
+                               seeds: list[tuple[int | None, int | None]]) -> list[Path]:
+    """Each chunk in turn: its selection, then its estimates (``seeds``: each chunk's
+    selection and estimate seeds). One task run for a run of consecutive chunks
+    (:mod:`dpatlas.release.task_groups`); each chunk draws once under its own name."""
+    log = get_run_logger()
+    paths = []
+    for chunk, (select_seed, estimate_seed) in zip(chunks, seeds):
+        selection = select_chunk(chunk, budget, min_n, internal, draws, select_seed, log)
+        paths.append(estimate_chunk(chunk, selection, budget, min_n, internal, draws,
+                                    estimate_seed, log))
+    return paths
+
+
+def select_chunk(chunk: Chunk, budget: BudgetPlan, min_n: int, internal: Path,
+                 draws: DrawLog, seed: int | None, log) -> Path:
     """Choose the mechanism per tract. The dp rule's noise is persisted and recorded before
     anything uses it; a resumed release reuses the recorded draw instead of drawing again."""
-    log = get_run_logger()
     path, sel = draw_once(
-        draws, "select", chunk.name, out,
+        draws, "select", chunk.name, internal / STAGE_FOLDERS["select"] / f"{chunk.name}.parquet",
         lambda: select_partition(read_chunk(chunk), budget, default_randomness(seed), min_n),
         noise_source(seed), log.info)
     if sel is not None:
@@ -34,14 +55,13 @@ def select_chunk(chunk: Chunk, budget: BudgetPlan, min_n: int, out: Path, draws:
     return path
 
 
-@task(name="estimate", task_run_name="estimate-{chunk.name}", **TASK_OPTIONS)
-def estimate_chunk(chunk: Chunk, selection: Path, budget: BudgetPlan, min_n: int, out: Path,
-                   draws: DrawLog, seed: int | None = None) -> Path:
+def estimate_chunk(chunk: Chunk, selection: Path, budget: BudgetPlan, min_n: int,
+                   internal: Path, draws: DrawLog, seed: int | None, log) -> Path:
     """Estimate each tract-cell with its selected mechanism, from the recorded selection;
     persisted and recorded once, like the selection."""
-    log = get_run_logger()
     path, res = draw_once(
-        draws, "estimate", chunk.name, out,
+        draws, "estimate", chunk.name,
+        internal / STAGE_FOLDERS["estimate"] / f"{chunk.name}.parquet",
         lambda: estimate_partition(read_chunk(chunk), pd.read_parquet(selection), budget,
                                    default_randomness(seed), min_n),
         noise_source(seed), log.info)

@@ -9,29 +9,43 @@ from prefect import get_run_logger, task
 from dpatlas.release import staging
 from dpatlas.release.allocate import BudgetPlan
 from dpatlas.release.crash import crashpoint
-from dpatlas.release.draws import DrawLog, draw_once, noise_source
+from dpatlas.release.draws import STAGE_FOLDERS, DrawLog, draw_once, noise_source
 from dpatlas.release.levels import LevelTask, estimate_levels, read_state
+from dpatlas.release.task_groups import group_label
 from mechanisms.noise import default_randomness
 
 from .common import TASK_OPTIONS
 
 
-@task(name="estimate-levels", task_run_name="estimate-levels-{unit.name}", **TASK_OPTIONS)
-def estimate_state_levels(staged: list[Path], unit: LevelTask, budget: BudgetPlan, min_n: int,
-                          out: Path, draws: DrawLog, seed: int | None = None) -> Path:
-    """The county and state estimates of one state, or of one group of its cells (its
-    records read from every staged partition that holds them). Draws noise: never retried;
-    recorded once in the release's draw log, like a chunk's estimates, and reused on resume."""
+def _group_run_name() -> str:
+    from prefect.runtime import task_run
+
+    return "estimate-levels-" + group_label([u.name for u in task_run.parameters["units"]])
+
+
+@task(name="estimate-levels", task_run_name=_group_run_name, **TASK_OPTIONS)
+def estimate_state_levels(sources: list[list[Path]], units: list[LevelTask], budget: BudgetPlan,
+                          min_n: int, internal: Path, draws: DrawLog,
+                          seeds: list[int | None]) -> list[Path]:
+    """The county and state estimates of each of ``units`` in turn (a state, or one group of
+    its cells; unit k's records read from every staged partition in ``sources[k]``). One task
+    run for a run of consecutive units (:mod:`dpatlas.release.task_groups`). Draws noise:
+    never retried; each unit recorded once in the release's draw log under its own name, like
+    a chunk's estimates, and reused on resume."""
     log = get_run_logger()
-    path, res = draw_once(
-        draws, "levels", unit.name, out,
-        lambda: estimate_levels(read_state(staged, unit.state, unit.cells), budget,
-                                default_randomness(seed), min_n),
-        noise_source(seed), log.info)
-    if res is not None:
-        _say_drawn(unit, res)
-        crashpoint(f"after-estimate-levels-{unit.name.removeprefix('state-')}")
-    return path
+    paths = []
+    for staged, unit, seed in zip(sources, units, seeds):
+        path, res = draw_once(
+            draws, "levels", unit.name,
+            internal / STAGE_FOLDERS["levels"] / f"{unit.name}.parquet",
+            lambda: estimate_levels(read_state(staged, unit.state, unit.cells), budget,
+                                    default_randomness(seed), min_n),
+            noise_source(seed), log.info)
+        if res is not None:
+            _say_drawn(unit, res)
+            crashpoint(f"after-estimate-levels-{unit.name.removeprefix('state-')}")
+        paths.append(path)
+    return paths
 
 
 @task(name="estimate-levels", task_run_name="estimate-levels-{unit.name}", **TASK_OPTIONS)

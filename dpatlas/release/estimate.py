@@ -37,8 +37,9 @@ from dpatlas.release.selection import (DP_BAND, PRIMARY_STEP, SELECTION_STEP, Se
 
 @dataclass(frozen=True)
 class Chunk:
-    """Up to ``partition_tracts`` tracts of one staged partition: selected and estimated as one
-    task, its noise persisted under ``name`` (so a resumed release finds it again).
+    """Up to ``partition_tracts`` tracts of one staged partition: selected and estimated
+    together (one task run, or one of a run of chunks: :mod:`dpatlas.release.task_groups`),
+    its noise persisted under ``name`` (so a resumed release finds it again).
 
     The tracts are the contiguous range ``first_geoid``..``last_geoid`` of the partition's
     sorted GEOIDs: a chunk is a few bytes whatever its size, so the subflow's parameters stay

@@ -228,9 +228,11 @@ def test_runs_are_named_by_release_and_chunk_and_artifact_names_its_files(small_
                                                 ready=lambda runs: len(runs) == 2)}
         # one state: one part, its tiles built in it; then the overview maps
         assert parts == {"publish-part-all", "overview"}
+        # the local runner: a task run per chunk while there are few (dpatlas.release.
+        # task_groups), each chunk selected then estimated in it
         names = {t.name for t in flow_task_runs(
-            sub.state, ready=lambda runs: len(runs) == 2 * len(chunks))}
-        assert names == {f"{stage}-{c}" for stage in ("select", "estimate") for c in chunks}
+            sub.state, ready=lambda runs: len(runs) == len(chunks))}
+        assert names == {f"select-estimate-{c}" for c in chunks}
         [summary] = [a for a in client.read_artifacts(artifact_filter=ArtifactFilter(
             flow_run_id=ArtifactFilterFlowRunId(any_=[run_id]))) if a.key == SUMMARY_KEY]
     # no publish.base_url: no link (relative ones 404 in the UI); each file and its folder
@@ -242,3 +244,48 @@ def test_runs_are_named_by_release_and_chunk_and_artifact_names_its_files(small_
     assert "file:" not in summary.data and str(tmp_path) not in summary.data
     root = tmp_path / "releases"
     assert all((root / rid / name).is_file() for name in named)
+
+
+def test_local_runner_selects_and_estimates_runs_of_chunks_drawing_as_one_per_chunk(
+        small_state, tmp_path, monkeypatch):
+    """With more chunks than LOCAL_TASK_GROUPS the local runner gives each task run a run of
+    consecutive chunks (dpatlas.release.task_groups), and every chunk still draws once under
+    its own name and seed: the same estimates, bit for bit, as a task run per chunk."""
+    import pandas as pd
+
+    import flows.cluster as cluster
+    from dpatlas.release.draws import DrawLog
+    from flows.release import release
+
+    config = make_config(tmp_path, small_state, partition_tracts=4)
+    monkeypatch.setattr(cluster, "LOCAL_TASK_GROUPS", 5)
+    grouped = release(str(config), "grouped", 11, return_state=True)
+    monkeypatch.setattr(cluster, "LOCAL_TASK_GROUPS", 10_000)
+    release(str(config), "one-per-chunk", 11)
+
+    internal = tmp_path / "internal"
+    chunks = sorted(p.stem for p in (internal / "grouped" / "results").glob("*.parquet"))
+    assert len(chunks) > 5
+    for rid in ("grouped", "one-per-chunk"):
+        drawn = DrawLog(internal / rid).draws()
+        assert sorted(drawn) == sorted((s, c) for s in ("select", "estimate") for c in chunks)
+    for chunk in chunks:
+        pd.testing.assert_frame_equal(
+            pd.read_parquet(internal / "grouped" / "results" / f"{chunk}.parquet"),
+            pd.read_parquet(internal / "one-per-chunk" / "results" / f"{chunk}.parquet"))
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+    with get_client(sync_client=True) as client:
+        [sub] = [s for s in client.read_flow_runs(flow_run_filter=FlowRunFilter(
+            parent_flow_run_id=FlowRunFilterParentFlowRunId(
+                any_=[grouped.state_details.flow_run_id])))
+            if s.name == "select-estimate-grouped"]
+    names = sorted(t.name for t in flow_task_runs(sub.state, ready=lambda runs: len(runs) >= 2))
+    assert 2 <= len(names) <= 5
+    # each run names its first and last chunk; together they hold every chunk in order
+    spans = [re.fullmatch(r"select-estimate-(input-[\w-]+?)(?:-to-(input-[\w-]+))?", n).groups()
+             for n in names]
+    firsts = sorted(first for first, _ in spans)
+    assert firsts[0] == chunks[0] and set(firsts) <= set(chunks)

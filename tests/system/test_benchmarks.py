@@ -125,10 +125,10 @@ def test_national_benchmark_refuses_an_empty_stage_table(bench_national):
     runs = [_run(t, i, i + 1) for i, t in enumerate(
         ["validate_partition", "publish_release"])]
     with pytest.raises(bench_national.StageTableError,
-                       match="no task runs of stage.s. select_chunk/select_staged, "
-                             "estimate_chunk/estimate_staged"):
+                       match="no task runs of stage.s. select_and_estimate_chunks/"
+                             "select_staged, select_and_estimate_chunks/estimate_staged"):
         bench_national.check_stage_table(bench_national.stage_table(runs), "dask", 2)
-    whole = runs + [_run("select_chunk", 1.5, 2.0), _run("estimate_chunk", 2.0, 2.5)]
+    whole = runs + [_run("select_and_estimate_chunks", 1.5, 2.5)]
     bench_national.check_stage_table(bench_national.stage_table(whole), "local", 4)
     staged = runs + [_run("select_staged", 1.5, 2.0), _run("estimate_staged", 2.0, 2.5)]
     bench_national.check_stage_table(bench_national.stage_table(staged), "dask-2w", 4)
