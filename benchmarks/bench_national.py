@@ -19,7 +19,8 @@ workers can be measured). Per run it reports:
   the release process from ``wait4``;
 - the share of the wall time outside the estimators: time during which no call of the plain
   selection or estimation functions (``dpatlas.release.estimate.select_partition`` /
-  ``estimate_partition``, i.e. all noise and estimator arithmetic) was running in any process;
+  ``estimate_partition``, i.e. all noise and estimator arithmetic, or the flow's wait for
+  them in a compute-pool worker) was running in any process;
 - per stage (Prefect task), the time during which at least one of its task runs was running
   (from the Prefect server's task runs), the summed task time and the number of task runs,
   and the idle gap before it (no task running: the flow's own code between stages); the run
@@ -229,17 +230,20 @@ def read_intervals(folder: Path) -> list[tuple[float, float]]:
 
 
 def install_estimator_timers() -> None:
-    """Wrap the selection and estimation functions the Prefect tasks call (in this process).
-
-    ``tasks.estimate`` imported them by name, so its module attributes are the ones to wrap.
-    """
+    """Wrap the selection and estimation functions (in this process): the module attributes
+    of ``dpatlas.release.estimate``, which its draw functions look up at each call (a Dask
+    worker, or the local runner without a compute pool), and ``compute`` as ``tasks.estimate``
+    imported it, whose call spans the draw in a compute-pool worker
+    (dpatlas.release.compute_pool), whose own functions are not wrapped."""
+    import dpatlas.release.estimate as estimate
     import tasks.estimate as estimate_tasks
 
     _matrix.install_task_cpu_recorder(TIMINGS_ENV)  # CPU per task run, for --matrix
-    for name in ("select_partition", "estimate_partition"):
-        fn = getattr(estimate_tasks, name)
+    for module, name in ((estimate, "select_partition"), (estimate, "estimate_partition"),
+                         (estimate_tasks, "compute")):
+        fn = getattr(module, name)
         if not hasattr(fn, "__wrapped__"):
-            setattr(estimate_tasks, name, _timed(fn))
+            setattr(module, name, _timed(fn))
 
 
 def release_child(config: str, release_id: str) -> None:
@@ -302,8 +306,15 @@ def _label(proc) -> str:
         return f"tippecanoe ({Path(out).name.strip('.').split('.')[0]})"
     if "release_child" in cmd or "dpatlas.cli.commands" in cmd:
         return "release (flow)"
-    if "dask" in cmd or "multiprocessing" in cmd or "distributed" in cmd:
+    if "dask" in cmd or "distributed" in cmd:
         return "dask worker"
+    if "multiprocessing" in cmd:  # spawned: a Dask nanny's worker, or the local runner's
+        try:                        # compute pool (dpatlas.release.compute_pool)
+            parent = proc.parent()
+        except Exception:
+            parent = None
+        return ("dask worker" if parent is not None and _label(parent) == "dask worker"
+                else "compute process")
     if "prefect" in cmd and "server" in cmd:
         return "prefect server"
     return cmd[:60]

@@ -28,6 +28,7 @@ from prefect.utilities.annotations import quote
 
 from dpatlas.core.config import ReleaseConfig, load_config
 from dpatlas.core.memory import limit_malloc_arenas
+from dpatlas.release.compute_pool import compute_pool, pool_processes
 from dpatlas.release.crash import crashpoint
 from dpatlas.release import staging
 from dpatlas.release.draws import STAGE_FOLDERS, DrawLog, DrawLogMissing, noise_source
@@ -189,6 +190,7 @@ def release(config_path: str, release_id: Optional[str] = None,
         # One Dask cluster for the whole release (runner dask), from validation on; closed
         # on every path.
         address = cluster.enter_context(release_cluster(cfg))
+        draws_pool = cluster.enter_context(contextlib.ExitStack())  # closed after the levels
         # 1-2. Ingest and validate every partition (on the workers with runner dask:
         # flows/validation.py), then the checks that span partitions, all before any noise is
         # drawn or any budget charged.
@@ -201,6 +203,9 @@ def release(config_path: str, release_id: Optional[str] = None,
         record_validation(internal, reports, contributions)
         chunks, sizes = plan_chunks(staged, cfg.partition_tracts,
                                     validated.counts_after(contributions))
+        # The local runner's draws computed in processes when there are enough records to
+        # repay starting them; started now, they import while the plan is checked and charged.
+        draws_pool.enter_context(compute_pool(pool_processes(cfg, int(sizes["n"].sum()))))
         location, worker_chunks = None, chunks
         if cfg.staging_url:  # the workers read the partitions there, not through the scheduler
             location = staging.release_location(cfg.staging_url, rid)
@@ -251,6 +256,7 @@ def release(config_path: str, release_id: Optional[str] = None,
                                                     worker_chunks, units, budget, internal,
                                                     noise_seed, location,
                                                     level_records(units, sizes))
+            draws_pool.close()  # every draw made: its processes' memory is publish's now
 
             # 6. Publish: the parts of the map-ready files written on the task runner (the
             # workers), then committed here with the manifest (atomically, under the lease);

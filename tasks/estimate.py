@@ -2,16 +2,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
 from prefect import get_run_logger, task
 
 from dpatlas.release import staging
 from dpatlas.release.allocate import BudgetPlan
 from dpatlas.release.crash import crashpoint
 from dpatlas.release.draws import STAGE_FOLDERS, DrawLog, draw_once, noise_source
-from dpatlas.release.estimate import Chunk, estimate_partition, read_chunk, select_partition
+from dpatlas.release.compute_pool import compute
+from dpatlas.release.estimate import Chunk, draw_estimates, draw_selection
 from dpatlas.release.task_groups import group_label
-from mechanisms.noise import default_randomness
 
 from .common import TASK_OPTIONS
 
@@ -47,7 +46,7 @@ def select_chunk(chunk: Chunk, budget: BudgetPlan, min_n: int, internal: Path,
     anything uses it; a resumed release reuses the recorded draw instead of drawing again."""
     path, sel = draw_once(
         draws, "select", chunk.name, internal / STAGE_FOLDERS["select"] / f"{chunk.name}.parquet",
-        lambda: select_partition(read_chunk(chunk), budget, default_randomness(seed), min_n),
+        lambda: compute(draw_selection, chunk, budget, seed, min_n),
         noise_source(seed), log.info)
     if sel is not None:
         log.info("%s: selected %s", chunk.name, sel["mechanism"].value_counts().to_dict())
@@ -62,8 +61,7 @@ def estimate_chunk(chunk: Chunk, selection: Path, budget: BudgetPlan, min_n: int
     path, res = draw_once(
         draws, "estimate", chunk.name,
         internal / STAGE_FOLDERS["estimate"] / f"{chunk.name}.parquet",
-        lambda: estimate_partition(read_chunk(chunk), pd.read_parquet(selection), budget,
-                                   default_randomness(seed), min_n),
+        lambda: compute(draw_estimates, chunk, selection, budget, seed, min_n),
         noise_source(seed), log.info)
     if res is not None:
         log.info("%s: %d tract-cells, %s", chunk.name, len(res),
@@ -81,7 +79,7 @@ def estimate_chunk(chunk: Chunk, selection: Path, budget: BudgetPlan, min_n: int
 def select_staged(chunk: Chunk, budget: BudgetPlan, min_n: int, out: str,
                   seed: int | None = None) -> str:
     """The selection of one chunk, read from and written to the staging URL."""
-    sel = select_partition(read_chunk(chunk), budget, default_randomness(seed), min_n)
+    sel = draw_selection(chunk, budget, seed, min_n)
     get_run_logger().info("%s: selected %s", chunk.name,
                           sel["mechanism"].value_counts().to_dict())
     return staging.write_parquet(sel, out)
@@ -91,8 +89,7 @@ def select_staged(chunk: Chunk, budget: BudgetPlan, min_n: int, out: str,
 def estimate_staged(chunk: Chunk, selection: str, budget: BudgetPlan, min_n: int, out: str,
                     seed: int | None = None) -> str:
     """The estimates of one chunk from its recorded selection, both at the staging URL."""
-    res = estimate_partition(read_chunk(chunk), staging.read_parquet(selection), budget,
-                             default_randomness(seed), min_n)
+    res = draw_estimates(chunk, selection, budget, seed, min_n)
     get_run_logger().info("%s: %d tract-cells, %s", chunk.name, len(res),
                           res["status"].value_counts().to_dict())
     return staging.write_parquet(res, out)

@@ -10,9 +10,9 @@ from dpatlas.release import staging
 from dpatlas.release.allocate import BudgetPlan
 from dpatlas.release.crash import crashpoint
 from dpatlas.release.draws import STAGE_FOLDERS, DrawLog, draw_once, noise_source
-from dpatlas.release.levels import LevelTask, estimate_levels, read_state
+from dpatlas.release.compute_pool import compute
+from dpatlas.release.levels import LevelTask, draw_levels
 from dpatlas.release.task_groups import group_label
-from mechanisms.noise import default_randomness
 
 from .common import TASK_OPTIONS
 
@@ -38,8 +38,7 @@ def estimate_state_levels(sources: list[list[Path]], units: list[LevelTask], bud
         path, res = draw_once(
             draws, "levels", unit.name,
             internal / STAGE_FOLDERS["levels"] / f"{unit.name}.parquet",
-            lambda: estimate_levels(read_state(staged, unit.state, unit.cells), budget,
-                                    default_randomness(seed), min_n),
+            lambda: compute(draw_levels, staged, unit, budget, seed, min_n),
             noise_source(seed), log.info)
         if res is not None:
             _say_drawn(unit, res)
@@ -55,8 +54,7 @@ def estimate_levels_staged(sources: list[str], unit: LevelTask, budget: BudgetPl
     URL from the staged partitions in ``sources``, its draw written at ``out`` (a URL under
     the staging location). Returns the sha256 of what it wrote; the flow records the draw
     (flows/worker_draws.py)."""
-    res = estimate_levels(read_state(sources, unit.state, unit.cells), budget,
-                          default_randomness(seed), min_n)
+    res = draw_levels(sources, unit, budget, seed, min_n)
     _say_drawn(unit, res)
     return staging.write_parquet(res, out)
 

@@ -291,6 +291,9 @@ class ReleaseConfig(_Strict):
     runner: Literal["local", "dask"] = "local"
     dask_address: Optional[str] = None  # runner dask: a scheduler address; none = local cluster
     dask_workers: int = Field(2, ge=1, le=256)
+    # The local runner's worker processes for the draws' arithmetic (0: the flow's threads;
+    # dpatlas.release.compute_pool)
+    local_processes: int = Field(2, ge=0, le=256)
     # Where the chunks' partitions and draws are staged for workers on other machines
     # (file:///shared/folder, s3://bucket/prefix; dpatlas.release.staging); none = not staged
     staging_url: Optional[str] = None
@@ -455,7 +458,7 @@ def fingerprint(cfg: ReleaseConfig, relative_paths: bool = True) -> str:
     absolute), which a release they began was recorded under (``tasks.state.open_release``).
     """
     data = cfg.model_dump(mode="json", exclude={"runner", "dask_address", "dask_workers",
-                                               "staging_url"})
+                                               "local_processes", "staging_url"})
     data["publish"].pop("internal_root", None)
     for key in PUBLISH_METADATA_KEYS:  # housekeeping and metadata, not the release
         data["publish"].pop(key, None)
@@ -627,6 +630,7 @@ ledger:                       # the privacy budget ledger (a SQLAlchemy URL)
 runner: local                 # local | dask (prefect-dask)
 dask_address: null            # runner dask: scheduler address, e.g. tcp://10.0.0.5:8786; null = a local cluster
 dask_workers: 2               # workers of the local cluster
+local_processes: 2            # runner local: processes computing the draws of a release of 500,000+ records (0: threads)
 staging_url: null             # e.g. file:///shared/dpatlas-staging or s3://bucket/prefix: workers read chunks there
                               # (person-level rows: never inside the publish root or the input)
 

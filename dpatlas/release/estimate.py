@@ -20,7 +20,7 @@ import pandas as pd
 import mechanisms as M
 from mechanisms.batch import TractBatch
 from mechanisms.privacy_filter import NO_METER, PrivacyFilter
-from mechanisms.noise import Randomness
+from mechanisms.noise import Randomness, default_randomness
 from mechanisms.sorted_predictions import sharing_sorted_predictions
 
 from mechanisms import intervals as CI
@@ -174,6 +174,23 @@ def read_chunk(chunk: Chunk) -> pd.DataFrame:
     if isinstance(chunk.staged, str):  # a staging URL: read through fsspec
         return staging.read_parquet(chunk.staged, columns=CHUNK_COLUMNS, filters=rows)
     return pd.read_parquet(chunk.staged, columns=CHUNK_COLUMNS, filters=rows)
+
+
+def draw_selection(chunk: Chunk, budget: BudgetPlan, seed: Optional[int],
+                   min_n: int) -> pd.DataFrame:
+    """A chunk's selection drawn from ``seed`` (None: the operating system's CSPRNG): read,
+    selected, returned; the caller persists and records it. Module-level and picklable, so
+    a compute-pool worker (:mod:`dpatlas.release.compute_pool`) or a Dask worker runs it."""
+    return select_partition(read_chunk(chunk), budget, default_randomness(seed), min_n)
+
+
+def draw_estimates(chunk: Chunk, selection: Path | str, budget: BudgetPlan,
+                   seed: Optional[int], min_n: int) -> pd.DataFrame:
+    """A chunk's estimates from its recorded ``selection`` (a path, or a URL under the staging
+    location), drawn from ``seed``; like :func:`draw_selection`."""
+    chosen = (staging.read_parquet(selection) if isinstance(selection, str)
+              else pd.read_parquet(selection))
+    return estimate_partition(read_chunk(chunk), chosen, budget, default_randomness(seed), min_n)
 
 
 def suite_columns(plan: BudgetPlan) -> list[str]:

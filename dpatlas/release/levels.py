@@ -25,7 +25,7 @@ import pandas as pd
 import mechanisms as M
 from mechanisms import intervals as CI
 from mechanisms.batch import TractBatch
-from mechanisms.noise import Randomness
+from mechanisms.noise import Randomness, default_randomness
 from mechanisms.privacy_filter import PrivacyFilter
 from mechanisms.sufficient_stats import noisy_stats_split
 
@@ -96,6 +96,16 @@ def level_tasks(sizes: pd.DataFrame, record_bound: Optional[int] = None) -> list
         tasks.extend(LevelTask(state, cells, f"state-{state}" + group_suffix(j, groups))
                      for j, cells in enumerate(groups))
     return tasks
+
+
+def draw_levels(sources: list[Path | str], unit: "LevelTask", budget: BudgetPlan,
+                seed: Optional[int], min_n: int) -> pd.DataFrame:
+    """A level task's county and state estimates, its records read from ``sources`` (paths,
+    or URLs under the staging location), drawn from ``seed`` (None: the operating system's
+    CSPRNG); the caller persists and records them. Picklable, for a compute-pool worker
+    (:mod:`dpatlas.release.compute_pool`) or a Dask worker."""
+    return estimate_levels(read_state(sources, unit.state, unit.cells), budget,
+                           default_randomness(seed), min_n)
 
 
 def estimate_levels(df: pd.DataFrame, plan: BudgetPlan, rand: Randomness,

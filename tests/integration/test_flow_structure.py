@@ -250,18 +250,33 @@ def test_local_runner_selects_and_estimates_runs_of_chunks_drawing_as_one_per_ch
         small_state, tmp_path, monkeypatch):
     """With more chunks than LOCAL_TASK_GROUPS the local runner gives each task run a run of
     consecutive chunks (dpatlas.release.task_groups), and every chunk still draws once under
-    its own name and seed: the same estimates, bit for bit, as a task run per chunk."""
+    its own name and seed, here computed in the release's worker processes
+    (dpatlas.release.compute_pool): the same estimates, bit for bit, as a task run per chunk
+    computed on the flow's threads."""
     import pandas as pd
 
     import flows.cluster as cluster
+    from dpatlas.release import compute_pool
     from dpatlas.release.draws import DrawLog
     from flows.release import release
 
     config = make_config(tmp_path, small_state, partition_tracts=4)
     monkeypatch.setattr(cluster, "LOCAL_TASK_GROUPS", 5)
+    monkeypatch.setattr(compute_pool, "MIN_RECORDS", 0)  # the small state in processes
+    started = []
+    real_pool = compute_pool.compute_pool
+
+    def recorded_pool(processes):
+        started.append(processes)
+        return real_pool(processes)
+
+    monkeypatch.setattr("flows.release.compute_pool", recorded_pool)
     grouped = release(str(config), "grouped", 11, return_state=True)
+    assert started == [2]  # the config's default local_processes
     monkeypatch.setattr(cluster, "LOCAL_TASK_GROUPS", 10_000)
-    release(str(config), "one-per-chunk", 11)
+    release(str(make_config(tmp_path, small_state, partition_tracts=4, local_processes=0)),
+            "one-per-chunk", 11)
+    assert started == [2, 0]
 
     internal = tmp_path / "internal"
     chunks = sorted(p.stem for p in (internal / "grouped" / "results").glob("*.parquet"))

@@ -1,0 +1,87 @@
+"""The local runner's draws computed in worker processes, not in the flow's threads.
+
+The local runner runs a stage's task runs on two threads of the flow process. The arithmetic of
+a draw (a chunk's selection or estimates, a state's levels) is numpy called from Python: on
+the national benchmark two threads made 1.55 times the progress of one (13.7 s against 21.2
+CPU-s, no Prefect involved), because every short numpy call has to win the interpreter lock
+back, while two processes made about 1.9 times (each ran the whole set in 19.7 and 20.3 s, side
+by side, against 18.3-19.8 s alone). So with ``local_processes`` (the config; 0 keeps the threads) the release flow starts
+that many worker processes (:func:`compute_pool`, ``spawn``: a fresh interpreter, nothing of
+the flow's threads or Prefect's state copied) once the chunks are planned, so they import the
+estimators while the plan is checked and charged, and each draw's arithmetic runs there
+(:func:`compute`). A worker costs about 1.6 CPU-s to start (its imports): a release of fewer
+than :data:`MIN_RECORDS` records keeps the threads (:func:`pool_processes`).
+
+Only the arithmetic moves: the task run stays on the flow's thread, which waits for the result
+without holding the lock. Everything that makes a draw a draw stays there too, in order: the
+draw log's check that it was never drawn, persisting the frame, the crash points, recording it
+(:func:`dpatlas.release.draws.draw_once`). The noise is drawn in the worker, by the same
+function from the same seed (none: the operating system's CSPRNG, read by the worker), so the
+draw does not depend on where it was computed. A worker that dies fails its task run, and the
+release, which resumes from the draws its log records, as after any crash.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+from typing import Callable, Iterator, Optional, TypeVar
+
+T = TypeVar("T")
+
+_active: Optional[ProcessPoolExecutor] = None  # the pool of the release running in this process
+
+# Below this many records the draws take a few seconds on the flow's threads, about what
+# starting the workers costs; the national benchmark has 5.2 M.
+MIN_RECORDS = 500_000
+
+
+def pool_processes(cfg, records: int) -> int:
+    """The worker processes a release of ``records`` records computes its draws in: the
+    config's ``local_processes`` on the local runner with at least :data:`MIN_RECORDS`
+    records, else 0 (the flow's threads; the Dask workers compute their own)."""
+    if cfg.runner != "local" or records < MIN_RECORDS:
+        return 0
+    return cfg.local_processes
+
+
+def _warm() -> None:
+    """Each worker imports the estimators once, as it starts (while the input is validated)."""
+    import dpatlas.release.estimate  # noqa: F401
+    import dpatlas.release.levels  # noqa: F401
+
+
+def _started() -> int:
+    import os
+
+    return os.getpid()
+
+
+@contextlib.contextmanager
+def compute_pool(processes: int) -> Iterator[Optional[ProcessPoolExecutor]]:
+    """``processes`` worker processes for :func:`compute` while the block runs (none when 0,
+    or when a pool is active already); stopped on leaving, on every path."""
+    global _active
+    if processes < 1 or _active is not None:
+        yield None
+        return
+    pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_warm)
+    try:
+        for _ in range(processes):  # start them now: they import while the flow goes on
+            pool.submit(_started)
+        _active = pool
+        yield pool
+    finally:
+        _active = None
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def compute(fn: Callable[..., T], *args) -> T:
+    """``fn(*args)`` in a worker of the active pool (``fn`` and its arguments picklable), or
+    here when there is none (the Dask workers, tests calling tasks directly)."""
+    pool = _active
+    if pool is None:
+        return fn(*args)
+    return pool.submit(fn, *args).result()
