@@ -75,7 +75,9 @@ def compute_pool(processes: int) -> Iterator[Optional[ProcessPoolExecutor]]:
         yield pool
     finally:
         _active = None
-        pool.shutdown(wait=True, cancel_futures=True)
+        # not waited for: the workers exit on their own once told to (the flow goes on to
+        # publish meanwhile); the interpreter joins them before it exits
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def compute(fn: Callable[..., T], *args) -> T:
