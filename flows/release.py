@@ -190,7 +190,9 @@ def release(config_path: str, release_id: Optional[str] = None,
         # One Dask cluster for the whole release (runner dask), from validation on; closed
         # on every path.
         address = cluster.enter_context(release_cluster(cfg))
-        draws_pool = cluster.enter_context(contextlib.ExitStack())  # closed after the levels
+        # the local runner's compute pool (dpatlas.release.compute_pool), closed once the
+        # parts are written
+        compute_processes = cluster.enter_context(contextlib.ExitStack())
         # 1-2. Ingest and validate every partition (on the workers with runner dask:
         # flows/validation.py), then the checks that span partitions, all before any noise is
         # drawn or any budget charged.
@@ -203,9 +205,11 @@ def release(config_path: str, release_id: Optional[str] = None,
         record_validation(internal, reports, contributions)
         chunks, sizes = plan_chunks(staged, cfg.partition_tracts,
                                     validated.counts_after(contributions))
-        # The local runner's draws computed in processes when there are enough records to
-        # repay starting them; started now, they import while the plan is checked and charged.
-        draws_pool.enter_context(compute_pool(pool_processes(cfg, int(sizes["n"].sum()))))
+        # The local runner's draws and publish parts computed in processes when there are
+        # enough records to repay starting them; started now, they import while the plan is
+        # checked and charged.
+        compute_processes.enter_context(
+            compute_pool(pool_processes(cfg, int(sizes["n"].sum()))))
         location, worker_chunks = None, chunks
         if cfg.staging_url:  # the workers read the partitions there, not through the scheduler
             location = staging.release_location(cfg.staging_url, rid)
@@ -256,7 +260,6 @@ def release(config_path: str, release_id: Optional[str] = None,
                                                     worker_chunks, units, budget, internal,
                                                     noise_seed, location,
                                                     level_records(units, sizes))
-            draws_pool.close()  # every draw made: its processes' memory is publish's now
 
             # 6. Publish: the parts of the map-ready files written on the task runner (the
             # workers), then committed here with the manifest (atomically, under the lease);
@@ -265,6 +268,7 @@ def release(config_path: str, release_id: Optional[str] = None,
             plan, parts, archives, level_parts, overview = _publish_parts(
                 cfg, rid, address, results, boundaries, budget, level_results, internal,
                 location, chunks)
+            compute_processes.close()  # the parts are written: its workers' work is done
             # quote: the parts carry every tract's GEOID and the overview's rows, which
             # Prefect would visit one by one looking for futures (none are there)
             folder = publish_release(cfg, rid, quote(plan), quote(parts), quote(archives),
@@ -298,8 +302,10 @@ def write_publish_parts(parts: list[PublishPart], job: PartJob, levels: list[Lev
     flow's task runner (the Dask workers with ``runner: dask``); nothing is published here
     (the release flow commits them). No archive is built once a part failed its output
     check: the release is refused."""
+    # the parts first: the tract archives wait for them, the levels can finish beside those
+    part_futures = publish_part.map(parts, unmapped(job))
     level_futures = publish_level.map(levels, unmapped(job)) if levels else None
-    results = publish_part.map(parts, unmapped(job)).result()
+    results = part_futures.result()
     level_results = level_futures.result() if level_futures is not None else []
     if any(r.failed for r in results) or any(not r.check[1].success for r in level_results):
         return results, [], level_results, None

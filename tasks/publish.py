@@ -12,6 +12,7 @@ from prefect import get_run_logger, task
 
 from dpatlas.publication import feed as feed_files
 from dpatlas.release.allocate import BudgetPlan
+from dpatlas.release.compute_pool import compute
 from dpatlas.core.config import ReleaseConfig, public_config
 from dpatlas.publication.feed import update_feed
 from dpatlas.release.manifest import build_manifest, input_commitment
@@ -95,7 +96,7 @@ def _part_job(cfg: ReleaseConfig, release_id: str, inputs, cells: list[str],
 def publish_part(part: PublishPart, job: PartJob) -> PartResult:
     """One part's tract files (some states, or the whole release of one state), written where
     the flow collects them; draws no noise (DP outputs and public values only)."""
-    result = write_part(part, job)
+    result = compute(write_part, part, job)  # in a compute-pool worker, when there is one
     log = get_run_logger()
     for fit in result.model_fits:
         log.info("small-area model, cell %s, state %s: %s", fit["cell"], fit["state"],
@@ -109,14 +110,14 @@ def publish_part(part: PublishPart, job: PartJob) -> PartResult:
 def publish_level(level: LevelJob, job: PartJob) -> LevelResult:
     """One level's files (``counties.*``, ``states.*``, their tiles), checked against its
     contract, written where the flow collects them."""
-    return write_level_part(level, job)
+    return compute(write_level_part, level, job)
 
 
 @task(name="overview", task_run_name="overview", **TASK_OPTIONS)
 def publish_overview(results: list[PartResult], job: PartJob) -> MadeOverview:
     """The overview maps and footprint of every part's overview rows, written where the flow
     collects them, while the archives are built; draws no noise."""
-    return write_overview(results, job)
+    return compute(write_overview, results, job)
 
 
 @task(name="cell-tiles", task_run_name="cell-tiles-{tile.name}", **TASK_OPTIONS)

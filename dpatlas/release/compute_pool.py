@@ -1,24 +1,30 @@
-"""The local runner's draws computed in worker processes, not in the flow's threads.
+"""The local runner's draws and publish parts computed in worker processes, not in the flow's
+threads.
 
 The local runner runs a stage's task runs on two threads of the flow process. The arithmetic of
 a draw (a chunk's selection or estimates, a state's levels) is numpy called from Python: on
 the national benchmark two threads made 1.55 times the progress of one (13.7 s against 21.2
 CPU-s, no Prefect involved), because every short numpy call has to win the interpreter lock
 back, while two processes made about 1.9 times (each ran the whole set in 19.7 and 20.3 s, side
-by side, against 18.3-19.8 s alone). So with ``local_processes`` (the config; 0 keeps the threads) the release flow starts
+by side, against 18.3-19.8 s alone). Writing the publish parts (pandas, Great Expectations, the
+writers) is mostly Python and fared worse: the process was 1.1-1.5 cores busy while its two
+parts ran. So with ``local_processes`` (the config; 0 keeps the threads) the release flow starts
 that many worker processes (:func:`compute_pool`, ``spawn``: a fresh interpreter, nothing of
 the flow's threads or Prefect's state copied) once the chunks are planned, so they import the
-estimators while the plan is checked and charged, and each draw's arithmetic runs there
-(:func:`compute`). A worker costs about 1.6 CPU-s to start (its imports): a release of fewer
-than :data:`MIN_RECORDS` records keeps the threads (:func:`pool_processes`).
+estimators while the plan is checked and charged; each draw's arithmetic, and then each publish
+part, level and the overview maps, runs there (:func:`compute`), as on a Dask worker. A worker
+costs about 1.6 CPU-s to start (its imports): a release of fewer than :data:`MIN_RECORDS`
+records keeps the threads (:func:`pool_processes`).
 
-Only the arithmetic moves: the task run stays on the flow's thread, which waits for the result
+Only the work moves: the task run stays on the flow's thread, which waits for the result
 without holding the lock. Everything that makes a draw a draw stays there too, in order: the
 draw log's check that it was never drawn, persisting the frame, the crash points, recording it
 (:func:`dpatlas.release.draws.draw_once`). The noise is drawn in the worker, by the same
 function from the same seed (none: the operating system's CSPRNG, read by the worker), so the
-draw does not depend on where it was computed. A worker that dies fails its task run, and the
-release, which resumes from the draws its log records, as after any crash.
+draw does not depend on where it was computed. A publish part draws nothing: it writes files
+into the staging folder that the flow alone commits, as from a Dask worker. A worker that dies
+fails its task run, and the release, which resumes from the draws its log records, as after
+any crash.
 """
 
 from __future__ import annotations

@@ -1,0 +1,94 @@
+"""A local release whose draws and publish parts run in the compute pool's worker processes
+(dpatlas.release.compute_pool) publishes what the flow's threads publish: the same draws from
+the same seed, the same files byte for byte, and it passes the audit."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
+from dpatlas.publication import release_parts
+from dpatlas.release import compute_pool as CP
+from tests.support.inputs import cells_release_config, write_config
+from tests.support.prefect_server import prefect_server
+
+STATES = ("17", "18")
+
+
+def _config(tmp: Path, data: Path, **over) -> Path:
+    tmp.mkdir(parents=True, exist_ok=True)
+    cfg = cells_release_config(data, tmp, "pool", small_area={"model": True})
+    return write_config(tmp / "config.yaml", cfg, **over)
+
+
+def _data_files(folder: Path) -> dict[str, str]:
+    names = [p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()]
+    data = [n for n in names if n.startswith(("tracts", "counties", "states", "p25_map"))]
+    return {n: hashlib.sha256((folder / n).read_bytes()).hexdigest() for n in sorted(data)}
+
+
+@pytest.fixture(scope="module")
+def two_states(tmp_path_factory) -> Path:
+    data = tmp_path_factory.mktemp("pool-data")
+    write_synthetic(data, list(STATES), seed=5, params=StateParams(n_tracts=20, counties=2),
+                    cells=2)
+    return data
+
+
+def test_the_compute_pool_publishes_what_the_threads_publish(tmp_path, two_states,
+                                                             monkeypatch):
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    import tasks.estimate
+    import tasks.levels
+    import tasks.publish
+    from dpatlas.audit import audit_release
+    from dpatlas.release.draws import DrawLog
+    from flows.release import release
+
+    monkeypatch.setattr(release_parts, "PART_ROWS", 40)  # a part per state, side by side
+    monkeypatch.setattr(CP, "MIN_RECORDS", 0)  # this small input in processes too
+    in_workers = []
+
+    def recorded(module):
+        real = module.compute
+
+        def compute(fn, *args):
+            in_workers.append((fn.__name__, CP._active is not None))
+            return real(fn, *args)
+        monkeypatch.setattr(module, "compute", compute)
+
+    for module in (tasks.estimate, tasks.levels, tasks.publish):
+        recorded(module)
+    (tmp_path / "prefect").mkdir()
+    with prefect_server(tmp_path / "prefect") as url, \
+            temporary_settings(updates={PREFECT_API_URL: url}):
+        pooled = release(str(_config(tmp_path / "pooled", two_states)), "p1", 5)
+        used = sorted(set(in_workers))
+        in_workers.clear()
+        threads = release(str(_config(tmp_path / "threads", two_states, local_processes=0)),
+                          "p1", 5)
+    assert pooled.status == threads.status == "published"
+    # every kind of work went to the workers in the first release, none in the second
+    assert used == [(name, True) for name in sorted(
+        ["draw_estimates", "draw_levels", "draw_selection", "write_level_part",
+         "write_overview", "write_part"])]
+    assert in_workers and all(not active for _, active in in_workers)
+    assert CP._active is None
+
+    a, b = Path(pooled.folder), Path(threads.folder)
+    assert sorted(DrawLog(tmp_path / "pooled" / "internal" / "p1").draws()) == sorted(
+        DrawLog(tmp_path / "threads" / "internal" / "p1").draws())
+    files = _data_files(a)
+    assert any(n.startswith("tracts/state=18/") for n in files)
+    assert any(n.startswith("p25_map") for n in files)
+    assert files == _data_files(b)
+    manifests = [json.loads((f / "manifest.json").read_text()) for f in (a, b)]
+    for key in ("counts", "small_area", "cell_tiles", "output_contract", "extent", "budget"):
+        assert manifests[0][key] == manifests[1][key], key
+    checks = {name: (good, detail) for name, good, detail in audit_release(a).checks}
+    assert all(good for good, _ in checks.values()), checks
