@@ -45,10 +45,11 @@ def release_cluster(cfg: ReleaseConfig) -> Iterator[Optional[str]]:
             yield cluster.scheduler_address
 
 
-def release_task_runner(cfg: ReleaseConfig, address: Optional[str] = None):
+def release_task_runner(cfg: ReleaseConfig, address: Optional[str] = None,
+                        threads: int = LOCAL_WORKERS):
     """A subflow's task runner: the Dask scheduler at ``address`` (from
     :func:`release_cluster`), or, with none given, ``dask_address`` or a LocalCluster of the
-    runner's own; two local threads for the local runner."""
+    runner's own; ``threads`` local threads (two by default) for the local runner."""
     if cfg.runner == "dask":  # each task run under a key of its own: flows/keyed_dask.py
         from flows.keyed_dask import KeyedDaskTaskRunner
 
@@ -56,7 +57,7 @@ def release_task_runner(cfg: ReleaseConfig, address: Optional[str] = None):
         if address:
             return KeyedDaskTaskRunner(address=address)
         return KeyedDaskTaskRunner(cluster_kwargs=local_cluster_kwargs(cfg))
-    return ThreadPoolTaskRunner(max_workers=LOCAL_WORKERS)
+    return ThreadPoolTaskRunner(max_workers=threads)
 
 
 def local_task_groups(cfg: ReleaseConfig, weights: list[float]) -> Optional[list[list[int]]]:

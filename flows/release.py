@@ -57,7 +57,8 @@ from tasks.validate import (bound_contributions, check_boundaries, check_change_
 
 from dpatlas.release.events import on_release_failure
 from dpatlas.release.outcome import ReleaseOutcome
-from flows.cluster import local_task_groups, release_cluster, release_task_runner
+from flows.cluster import (LOCAL_WORKERS, local_task_groups, release_cluster,
+                           release_task_runner)
 from flows.levels import estimate_release_levels, levels_on_workers, levels_subflow_parameters
 from flows.validation import validate_release_input
 from flows.worker_draws import copy_recorded, draw_on_workers, draw_urls, task_seed
@@ -297,24 +298,35 @@ def write_publish_parts(parts: list[PublishPart], job: PartJob, levels: list[Lev
                         ) -> tuple[list[PartResult], list[tuple[TileJob, str]],
                                    list[LevelResult], Optional[MadeOverview]]:
     """Every part's tract files and every level's files (side by side), then every tract
-    archive from the parts' features and (several cells) each level's archive of each cell
-    from its level task's features, and beside them the overview maps, each a task on the
-    flow's task runner (the Dask workers with ``runner: dask``); nothing is published here
-    (the release flow commits them). No archive is built once a part failed its output
-    check: the release is refused."""
+    archive from the parts' features, as soon as the parts are written, and (several cells)
+    each level's archive of each cell from its level task's features, and beside them the
+    overview maps, each a task on the flow's task runner (the Dask workers with ``runner:
+    dask``); nothing is published here (the release flow commits them). No archive is built
+    once a part failed its output check, and none is kept once a level failed its check: the
+    release is refused."""
     # the parts first: the tract archives wait for them, the levels can finish beside those
     part_futures = publish_part.map(parts, unmapped(job))
     level_futures = publish_level.map(levels, unmapped(job)) if levels else None
     results = part_futures.result()
-    level_results = level_futures.result() if level_futures is not None else []
-    if any(r.failed for r in results) or any(not r.check[1].success for r in level_results):
-        return results, [], level_results, None
-    # the tract archives, and with several cells each level's archive of each cell; beside
-    # them the overview maps (not quoted: a quote is a tuple the Dask runner would take apart)
-    tiles = tile_jobs(results, list(job.cells)) + level_tile_jobs(level_results)
+    if any(r.failed for r in results):
+        return results, [], level_futures.result() if level_futures is not None else [], None
+    # the tract archives and, beside them, the overview maps and the levels still running
+    # (not quoted: a quote is a tuple the Dask runner would take apart)
+    tract_tiles = tile_jobs(results, list(job.cells))
     overview = publish_overview.submit(results, job)
-    built = publish_tiles.map(tiles, unmapped(job)).result() if tiles else []
-    return results, list(zip(tiles, built)), level_results, overview.result()
+    tract_built = publish_tiles.map(tract_tiles, unmapped(job)) if tract_tiles else None
+    level_results = level_futures.result() if level_futures is not None else []
+    if any(not r.check[1].success for r in level_results):
+        overview.wait()  # nothing left writing into the staging folder
+        if tract_built is not None:
+            tract_built.wait()
+        return results, [], level_results, None
+    # with several cells each level's archive of each cell
+    level_tiles = level_tile_jobs(level_results)
+    level_built = publish_tiles.map(level_tiles, unmapped(job)).result() if level_tiles else []
+    built = (tract_built.result() if tract_built is not None else []) + level_built
+    return (results, list(zip(tract_tiles + level_tiles, built)), level_results,
+            overview.result())
 
 
 def _publish_parts(cfg: ReleaseConfig, rid: str, address: Optional[str], results: list[Path],
@@ -329,7 +341,11 @@ def _publish_parts(cfg: ReleaseConfig, rid: str, address: Optional[str], results
         return None, [], [], [], None
     where, inputs = _publish_location(internal, location, chunks)
     plan = plan_publish(cfg, rid, results, boundaries, budget, level_results, where, inputs)
-    stage = write_publish_parts.with_options(task_runner=release_task_runner(cfg, address),
+    # local runner: two threads more than the draws have, so the tract archive and the
+    # overview start beside the level tasks still running (the threads mostly wait: on the
+    # compute pool's workers or on tippecanoe)
+    stage = write_publish_parts.with_options(task_runner=release_task_runner(
+                                                 cfg, address, threads=LOCAL_WORKERS + 2),
                                              flow_run_name=publish_run_name(rid))
     parts, archives, levels, overview = stage(plan.parts, plan.job, plan.level_jobs)
     return plan, parts, archives, levels, overview
