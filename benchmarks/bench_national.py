@@ -308,6 +308,8 @@ def _label(proc) -> str:
         return "release (flow)"
     if "dask" in cmd or "distributed" in cmd:
         return "dask worker"
+    if "resource_tracker" in cmd:  # multiprocessing's own helper, beside spawned workers
+        return "resource tracker"
     if "multiprocessing" in cmd:  # spawned: a Dask nanny's worker, or the local runner's
         try:                        # compute pool (dpatlas.release.compute_pool)
             parent = proc.parent()

@@ -414,8 +414,9 @@ def _noisy_stats_intervals(batch, released, eps, rand, level, meter,
                                          1.0 - rest / (2 * inflation))
         # sampling: the least-squares prediction's error about the population line,
         # t_(n−2)·σ·sqrt(1/n + (x* − x̄)²/nvar) at the bounds (σ² <= RSS/(n − 2))
-        q_sampling = t_quantile * np.sqrt(np.maximum(rss_hi, 0.0) / np.maximum(n - 2, 1)
-                                          * (1.0 / n + dx_max ** 2 / safe_lo))
+        with np.errstate(invalid="ignore"):  # a non-finite bound: the trivial interval below
+            q_sampling = t_quantile * np.sqrt(np.maximum(rss_hi, 0.0) / np.maximum(n - 2, 1)
+                                              * (1.0 / n + dx_max ** 2 / safe_lo))
         q = np.sqrt(q_privacy ** 2 + q_sampling ** 2)
         point = getattr(released, name)[:, idx]
         q = np.where(known & np.isfinite(q_sampling), q, np.inf)
