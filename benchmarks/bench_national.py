@@ -229,21 +229,38 @@ def read_intervals(folder: Path) -> list[tuple[float, float]]:
             for line in f.read_text().splitlines() if line]
 
 
+# The draw functions of selection and estimation (dpatlas.release.estimate), as the drawing
+# tasks hand them to ``compute`` (tasks/common.py)
+ESTIMATOR_DRAWS = ("draw_selection", "draw_estimates")
+
+
+def _timed_draws(compute):
+    """``compute``, timed (:func:`_timed`) when it computes a selection or estimates: its call
+    spans the draw made in a compute-pool worker (dpatlas.release.compute_pool), whose own
+    functions are not wrapped."""
+    timed = _timed(compute)
+
+    def wrapper(fn, *args):
+        return (timed if fn.__name__ in ESTIMATOR_DRAWS else compute)(fn, *args)
+    wrapper.__wrapped__ = compute
+    return wrapper
+
+
 def install_estimator_timers() -> None:
     """Wrap the selection and estimation functions (in this process): the module attributes
     of ``dpatlas.release.estimate``, which its draw functions look up at each call (a Dask
-    worker, or the local runner without a compute pool), and ``compute`` as ``tasks.estimate``
-    imported it, whose call spans the draw in a compute-pool worker
-    (dpatlas.release.compute_pool), whose own functions are not wrapped."""
+    worker, or the local runner without a compute pool), and ``compute`` as ``tasks.common``
+    imported it, for the draws made in a compute-pool worker."""
     import dpatlas.release.estimate as estimate
-    import tasks.estimate as estimate_tasks
+    import tasks.common as common_tasks
 
     _matrix.install_task_cpu_recorder(TIMINGS_ENV)  # CPU per task run, for --matrix
-    for module, name in ((estimate, "select_partition"), (estimate, "estimate_partition"),
-                         (estimate_tasks, "compute")):
-        fn = getattr(module, name)
+    for name in ("select_partition", "estimate_partition"):
+        fn = getattr(estimate, name)
         if not hasattr(fn, "__wrapped__"):
-            setattr(module, name, _timed(fn))
+            setattr(estimate, name, _timed(fn))
+    if not hasattr(common_tasks.compute, "__wrapped__"):
+        common_tasks.compute = _timed_draws(common_tasks.compute)
 
 
 def release_child(config: str, release_id: str) -> None:

@@ -41,7 +41,7 @@ def _main() -> None:
     out = args.out or Path(tempfile.mkdtemp(prefix="dpatlas-bench-"))
 
     import dpatlas.release.estimate as est
-    import tasks.estimate as est_tasks
+    import tasks.common as common_tasks
     from dpatlas.cli.demo import (demo_data_current, ensure_demo_cap, generate_demo_data,
                                   write_demo_config)
 
@@ -74,11 +74,14 @@ def _main() -> None:
         return total
 
     # the estimation module's functions, which its draw functions look up at each call, and
-    # `compute` as the tasks imported it: its call spans a draw made in a compute-pool worker
-    # (dpatlas.release.compute_pool), whose functions are not wrapped
+    # `compute` as the drawing tasks call it (tasks/common.py), for a selection or estimates:
+    # its call spans a draw made in a compute-pool worker (dpatlas.release.compute_pool),
+    # whose functions are not wrapped
     est.select_partition = timed(est.select_partition)
     est.estimate_partition = timed(est.estimate_partition)
-    est_tasks.compute = timed(est_tasks.compute)
+    compute, timed_compute = common_tasks.compute, timed(common_tasks.compute)
+    common_tasks.compute = lambda fn, *a: (
+        timed_compute if fn.__name__ in ("draw_selection", "draw_estimates") else compute)(fn, *a)
 
     from prefect.testing.utilities import prefect_test_harness
 

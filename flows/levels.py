@@ -19,7 +19,7 @@ from typing import Optional
 from prefect import flow, unmapped
 
 from dpatlas.core.config import ReleaseConfig
-from dpatlas.release.draws import STAGE_FOLDERS, DrawLog
+from dpatlas.release.draws import DrawLog
 from dpatlas.release.estimate import Chunk
 from dpatlas.release.levels import LevelTask, partitions_holding
 from flows.cluster import local_task_groups, release_task_runner

@@ -31,7 +31,7 @@ from dpatlas.core.memory import limit_malloc_arenas
 from dpatlas.release.compute_pool import compute_pool, pool_processes
 from dpatlas.release.crash import crashpoint
 from dpatlas.release import staging
-from dpatlas.release.draws import STAGE_FOLDERS, DrawLog, DrawLogMissing, noise_source
+from dpatlas.release.draws import DrawLog, DrawLogMissing, draw_path, noise_source
 from dpatlas.release.estimate import Chunk, stage_chunks
 from dpatlas.release.task_groups import chunk_records, level_records
 from dpatlas.release.levels import LevelTask, level_tasks
@@ -365,7 +365,7 @@ def _publish_parameters(cfg: ReleaseConfig, rid: str, internal: Path, location: 
     """The publish subflow's parameters as :func:`_publish_parts` will pass them (the chunks'
     results are where ``select_and_estimate`` returns them), before anything is drawn."""
     where, inputs = _publish_location(internal, location, chunks)
-    inputs = inputs or [str(internal / STAGE_FOLDERS["estimate"] / f"{c.name}.parquet")
+    inputs = inputs or [str(draw_path(internal, "estimate", c.name))
                         for c in chunks]
     return publish_parameters(cfg, rid, inputs, [str(c) for c in cells], boundaries["geoid"],
                               budget, where)

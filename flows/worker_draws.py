@@ -12,7 +12,7 @@ from typing import Callable, Optional, Protocol, Sequence
 from dpatlas.core.files import write_bytes_atomic
 from dpatlas.release import staging
 from dpatlas.release.crash import crashpoint
-from dpatlas.release.draws import STAGE_FOLDERS, DrawLog, noise_source
+from dpatlas.release.draws import STAGE_FOLDERS, DrawLog, draw_path, noise_source
 
 
 class Named(Protocol):
@@ -68,6 +68,6 @@ def copy_recorded(log: DrawLog, stage: str, units: Sequence[Named],
     paths = []
     for unit in units:
         url = log.reuse(stage, unit.name)  # refused if it differs from the one recorded
-        local = internal / STAGE_FOLDERS[stage] / f"{unit.name}.parquet"
+        local = draw_path(internal, stage, unit.name)
         paths.append(write_bytes_atomic(local, staging.read_bytes(url), private=True))
     return paths

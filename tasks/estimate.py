@@ -7,12 +7,11 @@ from prefect import get_run_logger, task
 from dpatlas.release import staging
 from dpatlas.release.allocate import BudgetPlan
 from dpatlas.release.crash import crashpoint
-from dpatlas.release.draws import STAGE_FOLDERS, DrawLog, draw_once, noise_source
-from dpatlas.release.compute_pool import compute
+from dpatlas.release.draws import DrawLog
 from dpatlas.release.estimate import Chunk, draw_estimates, draw_selection
 from dpatlas.release.task_groups import group_label
 
-from .common import TASK_OPTIONS
+from .common import TASK_OPTIONS, draw_computed
 
 # These tasks draw noise: never retried (TASK_OPTIONS). A rerun of the release resumes from
 # the draws its log records instead (dpatlas.release.draws: each draw is made once).
@@ -44,10 +43,8 @@ def select_chunk(chunk: Chunk, budget: BudgetPlan, min_n: int, internal: Path,
                  draws: DrawLog, seed: int | None, log) -> Path:
     """Choose the mechanism per tract. The dp rule's noise is persisted and recorded before
     anything uses it; a resumed release reuses the recorded draw instead of drawing again."""
-    path, sel = draw_once(
-        draws, "select", chunk.name, internal / STAGE_FOLDERS["select"] / f"{chunk.name}.parquet",
-        lambda: compute(draw_selection, chunk, budget, seed, min_n),
-        noise_source(seed), log.info)
+    path, sel = draw_computed(draws, "select", chunk.name, internal, seed, log,
+                             draw_selection, chunk, budget, seed, min_n)
     if sel is not None:
         log.info("%s: selected %s", chunk.name, sel["mechanism"].value_counts().to_dict())
         crashpoint(f"after-select-{chunk.name}")
@@ -58,11 +55,8 @@ def estimate_chunk(chunk: Chunk, selection: Path, budget: BudgetPlan, min_n: int
                    internal: Path, draws: DrawLog, seed: int | None, log) -> Path:
     """Estimate each tract-cell with its selected mechanism, from the recorded selection;
     persisted and recorded once, like the selection."""
-    path, res = draw_once(
-        draws, "estimate", chunk.name,
-        internal / STAGE_FOLDERS["estimate"] / f"{chunk.name}.parquet",
-        lambda: compute(draw_estimates, chunk, selection, budget, seed, min_n),
-        noise_source(seed), log.info)
+    path, res = draw_computed(draws, "estimate", chunk.name, internal, seed, log,
+                              draw_estimates, chunk, selection, budget, seed, min_n)
     if res is not None:
         log.info("%s: %d tract-cells, %s", chunk.name, len(res),
                  res["status"].value_counts().to_dict())

@@ -9,12 +9,11 @@ from prefect import get_run_logger, task
 from dpatlas.release import staging
 from dpatlas.release.allocate import BudgetPlan
 from dpatlas.release.crash import crashpoint
-from dpatlas.release.draws import STAGE_FOLDERS, DrawLog, draw_once, noise_source
-from dpatlas.release.compute_pool import compute
+from dpatlas.release.draws import DrawLog
 from dpatlas.release.levels import LevelTask, draw_levels
 from dpatlas.release.task_groups import group_label
 
-from .common import TASK_OPTIONS
+from .common import TASK_OPTIONS, draw_computed
 
 
 def _group_run_name() -> str:
@@ -35,11 +34,8 @@ def estimate_state_levels(sources: list[list[Path]], units: list[LevelTask], bud
     log = get_run_logger()
     paths = []
     for staged, unit, seed in zip(sources, units, seeds):
-        path, res = draw_once(
-            draws, "levels", unit.name,
-            internal / STAGE_FOLDERS["levels"] / f"{unit.name}.parquet",
-            lambda: compute(draw_levels, staged, unit, budget, seed, min_n),
-            noise_source(seed), log.info)
+        path, res = draw_computed(draws, "levels", unit.name, internal, seed, log,
+                                  draw_levels, staged, unit, budget, seed, min_n)
         if res is not None:
             _say_drawn(unit, res)
             crashpoint(f"after-estimate-levels-{unit.name.removeprefix('state-')}")

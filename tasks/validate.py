@@ -14,7 +14,8 @@ from dpatlas.release.estimate import (Chunk, all_sizes, split_into_chunks, stage
                                       tracts_of)
 from dpatlas.core.files import write_json_atomic, write_parquet_atomic
 from dpatlas.release.boundaries import load_boundaries
-from dpatlas.release.validation_groups import apply_policy_to_group, group_label
+from dpatlas.release.task_groups import group_label
+from dpatlas.release.validation_groups import apply_policy_to_group
 from dpatlas.release.validate import (BoundaryCoverageError, check_changed_share,
                                       check_one_partition_per_tract, check_rank_scale,
                                       input_column_names, write_release_docs)

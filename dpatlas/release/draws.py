@@ -106,6 +106,11 @@ LEGACY_STATE_FILE = "state.json"  # the run state of the version before the log
 # Where each stage persists its draws (flows/release.py), for migrating a legacy release.
 STAGE_FOLDERS = {"select": "selection", "estimate": "results", "levels": "levels"}
 
+
+def draw_path(internal: Path, stage: str, name: str) -> Path:
+    """Where the draw of (``stage``, ``name``) is persisted in the internal folder."""
+    return Path(internal) / STAGE_FOLDERS[stage] / f"{name}.parquet"
+
 Say = Callable[[str], None]
 _log = logging.getLogger(__name__)
 

@@ -21,6 +21,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from dpatlas.release.levels import unit_labels
+
 # Task runs per stage on the local runner: enough that the last runs are short (the two
 # threads finish together, each run being ~1/16 of the work), few enough that Prefect's own
 # cost per run stays under a second a stage.
@@ -70,7 +72,7 @@ def chunk_records(chunks: Sequence, sizes: pd.DataFrame) -> list[int]:
 
 def level_records(units: Sequence, sizes: pd.DataFrame) -> list[int]:
     """The records of each level task (its state's ``n`` over its cells, from the sizes)."""
-    states = sizes["geoid"].astype(str).str[:2].to_numpy()
+    states = unit_labels(sizes["geoid"], "state")
     cells = sizes["cell"].astype(str).to_numpy()
     counts = sizes["n"].to_numpy()
     records = []
@@ -83,5 +85,6 @@ def level_records(units: Sequence, sizes: pd.DataFrame) -> list[int]:
 
 
 def group_label(names: Sequence[str]) -> str:
-    """A run of units in a task run's name: ``input-17-0``, or ``input-01-0-to-input-04-1``."""
+    """A run of units in a task or run name: ``input-17-0``, or ``input-01-0-to-input-04-1``
+    (chunks; partitions' keys: ``17``, or ``01-to-08``)."""
     return names[0] if len(names) == 1 else f"{names[0]}-to-{names[-1]}"

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from dpatlas.release.ingest import PARTITION_RECORDS, Partition
+from dpatlas.release.task_groups import group_label
 from dpatlas.release.validate import (CheckedPartition, PartitionReport, _failures,
                                       apply_policy, clip_ranks, contract_frame, group_asset,
                                       seal_release_docs)
@@ -67,11 +68,6 @@ def input_groups(parts: list[Partition], max_runs: int = MAX_INPUT_RUNS,
     if group:
         groups.append(group)
     return groups
-
-
-def group_label(keys: list[str]) -> str:
-    """A group's partitions in a run or task name: ``17``, or ``01-to-08``."""
-    return keys[0] if len(keys) == 1 else f"{keys[0]}-to-{keys[-1]}"
 
 
 def apply_policy_to_group(frames: list[tuple[str, pd.DataFrame]], policy: str, internal: Path,

@@ -4,7 +4,6 @@ the same seed, the same files byte for byte, and it passes the audit."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -13,22 +12,20 @@ import pytest
 from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
 from dpatlas.publication import release_parts
 from dpatlas.release import compute_pool as CP
-from tests.support.inputs import cells_release_config, write_config
+from tests.support.inputs import write_model_cells_config
+from tests.support.published import DATA_FILES, data_file_hashes
 from tests.support.prefect_server import prefect_server
 
 STATES = ("17", "18")
 
 
 def _config(tmp: Path, data: Path, **over) -> Path:
-    tmp.mkdir(parents=True, exist_ok=True)
-    cfg = cells_release_config(data, tmp, "pool", small_area={"model": True})
-    return write_config(tmp / "config.yaml", cfg, **over)
+    return write_model_cells_config(tmp, data, "pool", **over)
 
 
 def _data_files(folder: Path) -> dict[str, str]:
-    names = [p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()]
-    data = [n for n in names if n.startswith(("tracts", "counties", "states", "p25_map"))]
-    return {n: hashlib.sha256((folder / n).read_bytes()).hexdigest() for n in sorted(data)}
+    """The data files and the overview maps, by sha256."""
+    return data_file_hashes(folder, DATA_FILES + ("p25_map",))
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +40,7 @@ def test_the_compute_pool_publishes_what_the_threads_publish(tmp_path, two_state
                                                              monkeypatch):
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    import tasks.estimate
-    import tasks.levels
+    import tasks.common
     import tasks.publish
     from dpatlas.audit import audit_release
     from dpatlas.release.draws import DrawLog
@@ -62,7 +58,7 @@ def test_the_compute_pool_publishes_what_the_threads_publish(tmp_path, two_state
             return real(fn, *args)
         monkeypatch.setattr(module, "compute", compute)
 
-    for module in (tasks.estimate, tasks.levels, tasks.publish):
+    for module in (tasks.common, tasks.publish):  # the drawing tasks compute through common
         recorded(module)
     (tmp_path / "prefect").mkdir()
     with prefect_server(tmp_path / "prefect") as url, \

@@ -48,19 +48,19 @@ class Crash(Exception):
 
 @pytest.fixture
 def draws_made(monkeypatch) -> list:
-    """Every noise draw the release's tasks make, as (stage, chunk)."""
-    import tasks.estimate
-    import tasks.levels
+    """Every noise draw the release's tasks make, as (stage, chunk): the drawing tasks
+    (selection, estimates, levels) all draw through tasks.common.draw_computed."""
+    import tasks.common
 
     made = []
-    for stage_tasks in (tasks.estimate, tasks.levels):
-        def counted(log, stage, chunk, out, draw, *args, real=stage_tasks.draw_once, **kwargs):
-            def counting_draw():
-                made.append((stage, chunk))
-                return draw()
-            return real(log, stage, chunk, out, counting_draw, *args, **kwargs)
 
-        monkeypatch.setattr(stage_tasks, "draw_once", counted)
+    def counted(log, stage, chunk, out, draw, *args, real=tasks.common.draw_once, **kwargs):
+        def counting_draw():
+            made.append((stage, chunk))
+            return draw()
+        return real(log, stage, chunk, out, counting_draw, *args, **kwargs)
+
+    monkeypatch.setattr(tasks.common, "draw_once", counted)
     return made
 
 

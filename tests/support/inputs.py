@@ -91,3 +91,11 @@ def cells_release_config(data, tmp, dataset: str = "cells", **extra) -> dict:
                         "min_n": 20},
             "ledger": {"url": f"sqlite:///{tmp / 'ledger.db'}", "dataset": dataset},
             "partition_tracts": 25, "levels": ["tract", "county", "state"], **extra}
+
+
+def write_model_cells_config(tmp, data, dataset: str, **over) -> "Path":
+    """A release of generated cells with the small-area model (:func:`cells_release_config`),
+    its config written in ``tmp`` (``over``: top-level keys, as :func:`write_config`)."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    cfg = cells_release_config(data, tmp, dataset, small_area={"model": True})
+    return write_config(tmp / "config.yaml", cfg, **over)

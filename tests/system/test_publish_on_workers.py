@@ -5,7 +5,6 @@ the flow only commits them; the files equal the local runner's, read back part b
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -16,7 +15,8 @@ import pytest
 from dpatlas.evaluation.synthetic_input import StateParams, write_synthetic
 from dpatlas.publication import release_parts
 from tests.support.dask_cluster import dask_processes
-from tests.support.inputs import cells_release_config, write_config
+from tests.support.inputs import write_model_cells_config
+from tests.support.published import data_file_hashes
 from tests.support.prefect_server import prefect_server
 
 pytestmark = pytest.mark.slow
@@ -25,17 +25,7 @@ STATES = ("17", "18")
 
 
 def _config(tmp: Path, data: Path, **over) -> Path:
-    tmp.mkdir(parents=True, exist_ok=True)
-    cfg = cells_release_config(data, tmp, "workers", small_area={"model": True})
-    return write_config(tmp / "config.yaml", cfg, **over)
-
-
-def _data_files(folder: Path) -> dict[str, str]:
-    """Every published data file (tract parts, cell archives, county and state files) by
-    sha256: what does not depend on when or where the release ran."""
-    names = [p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()]
-    data = [n for n in names if n.startswith(("tracts", "counties", "states"))]
-    return {n: hashlib.sha256((folder / n).read_bytes()).hexdigest() for n in sorted(data)}
+    return write_model_cells_config(tmp, data, "workers", **over)
 
 
 def test_a_release_publishes_on_the_workers_and_equals_the_local_runners(tmp_path,
@@ -78,8 +68,8 @@ def test_a_release_publishes_on_the_workers_and_equals_the_local_runners(tmp_pat
     assert not (shared / "w1" / "publish").exists()
 
     # the files equal the local runner's: byte for byte, and read back part by part
-    assert _data_files(a) == _data_files(b)
-    assert any(n.startswith("tracts/state=18/") for n in _data_files(b))
+    assert data_file_hashes(a) == data_file_hashes(b)
+    assert any(n.startswith("tracts/state=18/") for n in data_file_hashes(b))
     read = {k: gpd.read_parquet(f / "tracts", partitioning=None)
                .sort_values(["geoid", "cell"]).reset_index(drop=True) for k, f in (("a", a),
                                                                                    ("b", b))}
