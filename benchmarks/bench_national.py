@@ -230,7 +230,7 @@ def read_intervals(folder: Path) -> list[tuple[float, float]]:
 
 
 # The draw functions of selection and estimation (dpatlas.release.estimate), as the drawing
-# tasks hand them to ``compute`` (tasks/common.py)
+# tasks hand them to ``compute`` (tasks/draws.py)
 ESTIMATOR_DRAWS = ("draw_selection", "draw_estimates")
 
 
@@ -249,18 +249,18 @@ def _timed_draws(compute):
 def install_estimator_timers() -> None:
     """Wrap the selection and estimation functions (in this process): the module attributes
     of ``dpatlas.release.estimate``, which its draw functions look up at each call (a Dask
-    worker, or the local runner without a compute pool), and ``compute`` as ``tasks.common``
+    worker, or the local runner without a compute pool), and ``compute`` as ``tasks.draws``
     imported it, for the draws made in a compute-pool worker."""
     import dpatlas.release.estimate as estimate
-    import tasks.common as common_tasks
+    import tasks.draws as draw_tasks
 
     _matrix.install_task_cpu_recorder(TIMINGS_ENV)  # CPU per task run, for --matrix
     for name in ("select_partition", "estimate_partition"):
         fn = getattr(estimate, name)
         if not hasattr(fn, "__wrapped__"):
             setattr(estimate, name, _timed(fn))
-    if not hasattr(common_tasks.compute, "__wrapped__"):
-        common_tasks.compute = _timed_draws(common_tasks.compute)
+    if not hasattr(draw_tasks.compute, "__wrapped__"):
+        draw_tasks.compute = _timed_draws(draw_tasks.compute)
 
 
 def release_child(config: str, release_id: str) -> None:

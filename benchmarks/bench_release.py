@@ -41,7 +41,7 @@ def _main() -> None:
     out = args.out or Path(tempfile.mkdtemp(prefix="dpatlas-bench-"))
 
     import dpatlas.release.estimate as est
-    import tasks.common as common_tasks
+    import tasks.draws as draw_tasks
     from dpatlas.cli.demo import (demo_data_current, ensure_demo_cap, generate_demo_data,
                                   write_demo_config)
 
@@ -74,13 +74,13 @@ def _main() -> None:
         return total
 
     # the estimation module's functions, which its draw functions look up at each call, and
-    # `compute` as the drawing tasks call it (tasks/common.py), for a selection or estimates:
+    # `compute` as the drawing tasks call it (tasks/draws.py), for a selection or estimates:
     # its call spans a draw made in a compute-pool worker (dpatlas.release.compute_pool),
     # whose functions are not wrapped
     est.select_partition = timed(est.select_partition)
     est.estimate_partition = timed(est.estimate_partition)
-    compute, timed_compute = common_tasks.compute, timed(common_tasks.compute)
-    common_tasks.compute = lambda fn, *a: (
+    compute, timed_compute = draw_tasks.compute, timed(draw_tasks.compute)
+    draw_tasks.compute = lambda fn, *a: (
         timed_compute if fn.__name__ in ("draw_selection", "draw_estimates") else compute)(fn, *a)
 
     from prefect.testing.utilities import prefect_test_harness

@@ -1,11 +1,6 @@
-"""Shared task settings, and how the drawing tasks make a draw."""
-
-from pathlib import Path
+"""Shared task settings."""
 
 from prefect.cache_policies import NO_CACHE
-
-from dpatlas.release.compute_pool import compute
-from dpatlas.release.draws import DrawLog, draw_once, draw_path, noise_source
 
 # Prefect's API clients share one TLS context per process (every task module imports this
 # one, so the Dask workers that run them do too): tasks/prefect_client.py
@@ -32,12 +27,3 @@ def _transient_io_error(task, task_run, state) -> bool:
 # transient file-system or network-file-system error is retried twice.
 RETRY_IO = dict(TASK_OPTIONS, retries=2, retry_delay_seconds=2,
                 retry_condition_fn=_transient_io_error)
-
-
-def draw_computed(draws: DrawLog, stage: str, name: str, internal: Path, seed, log, fn, *args):
-    """The draw of (``stage``, ``name``), made once at its place in the internal folder
-    (:func:`~dpatlas.release.draws.draw_once`: reused when recorded), the frame computed by
-    ``fn(*args)`` in a worker of the compute pool when there is one
-    (:mod:`dpatlas.release.compute_pool`). Its path, and the frame when drawn now."""
-    return draw_once(draws, stage, name, draw_path(internal, stage, name),
-                     lambda: compute(fn, *args), noise_source(seed), log.info)

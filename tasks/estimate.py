@@ -11,7 +11,8 @@ from dpatlas.release.draws import DrawLog
 from dpatlas.release.estimate import Chunk, draw_estimates, draw_selection
 from dpatlas.release.task_groups import group_label
 
-from .common import TASK_OPTIONS, draw_computed
+from .common import TASK_OPTIONS
+from .draws import draw_computed
 
 # These tasks draw noise: never retried (TASK_OPTIONS). A rerun of the release resumes from
 # the draws its log records instead (dpatlas.release.draws: each draw is made once).

@@ -13,7 +13,8 @@ from dpatlas.release.draws import DrawLog
 from dpatlas.release.levels import LevelTask, draw_levels
 from dpatlas.release.task_groups import group_label
 
-from .common import TASK_OPTIONS, draw_computed
+from .common import TASK_OPTIONS
+from .draws import draw_computed
 
 
 def _group_run_name() -> str:

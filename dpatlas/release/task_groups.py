@@ -21,8 +21,6 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from dpatlas.release.levels import unit_labels
-
 # Task runs per stage on the local runner: enough that the last runs are short (the two
 # threads finish together, each run being ~1/16 of the work), few enough that Prefect's own
 # cost per run stays under a second a stage.
@@ -72,7 +70,9 @@ def chunk_records(chunks: Sequence, sizes: pd.DataFrame) -> list[int]:
 
 def level_records(units: Sequence, sizes: pd.DataFrame) -> list[int]:
     """The records of each level task (its state's ``n`` over its cells, from the sizes)."""
-    states = unit_labels(sizes["geoid"], "state")
+    # a GEOID's first two digits are its state (not levels.unit_labels: the input checks
+    # that group their runs here may not import the publication, which that module does)
+    states = sizes["geoid"].astype(str).str[:2].to_numpy()
     cells = sizes["cell"].astype(str).to_numpy()
     counts = sizes["n"].to_numpy()
     records = []

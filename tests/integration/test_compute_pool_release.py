@@ -40,7 +40,7 @@ def test_the_compute_pool_publishes_what_the_threads_publish(tmp_path, two_state
                                                              monkeypatch):
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    import tasks.common
+    import tasks.draws
     import tasks.publish
     from dpatlas.audit import audit_release
     from dpatlas.release.draws import DrawLog
@@ -58,7 +58,7 @@ def test_the_compute_pool_publishes_what_the_threads_publish(tmp_path, two_state
             return real(fn, *args)
         monkeypatch.setattr(module, "compute", compute)
 
-    for module in (tasks.common, tasks.publish):  # the drawing tasks compute through common
+    for module in (tasks.draws, tasks.publish):  # the drawing tasks compute through draws
         recorded(module)
     (tmp_path / "prefect").mkdir()
     with prefect_server(tmp_path / "prefect") as url, \

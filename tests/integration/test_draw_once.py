@@ -49,18 +49,18 @@ class Crash(Exception):
 @pytest.fixture
 def draws_made(monkeypatch) -> list:
     """Every noise draw the release's tasks make, as (stage, chunk): the drawing tasks
-    (selection, estimates, levels) all draw through tasks.common.draw_computed."""
-    import tasks.common
+    (selection, estimates, levels) all draw through tasks.draws.draw_computed."""
+    import tasks.draws
 
     made = []
 
-    def counted(log, stage, chunk, out, draw, *args, real=tasks.common.draw_once, **kwargs):
+    def counted(log, stage, chunk, out, draw, *args, real=tasks.draws.draw_once, **kwargs):
         def counting_draw():
             made.append((stage, chunk))
             return draw()
         return real(log, stage, chunk, out, counting_draw, *args, **kwargs)
 
-    monkeypatch.setattr(tasks.common, "draw_once", counted)
+    monkeypatch.setattr(tasks.draws, "draw_once", counted)
     return made
 
 
