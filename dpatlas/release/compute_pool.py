@@ -10,11 +10,13 @@ by side, against 18.3-19.8 s alone). Writing the publish parts (pandas, Great Ex
 writers) is mostly Python and fared worse: the process was 1.1-1.5 cores busy while its two
 parts ran. So with ``local_processes`` (the config; 0 keeps the threads) the release flow starts
 that many worker processes (:func:`compute_pool`, ``spawn``: a fresh interpreter, nothing of
-the flow's threads or Prefect's state copied) once the chunks are planned, so they import the
-estimators while the plan is checked and charged; each draw's arithmetic, and then each publish
-part, level and the overview maps, runs there (:func:`compute`), as on a Dask worker. A worker
-costs about 1.6 CPU-s to start (its imports): a release of fewer than :data:`MIN_RECORDS`
-records keeps the threads (:func:`pool_processes`).
+the flow's threads or Prefect's state copied) as soon as it has listed the input. Each imports
+what it will run (the modules the flow names: the estimators, Great Expectations, the writers)
+while the flow validates the input, when the flow's two threads keep only 1.2-1.5 cores busy,
+not at its first task on the release's busiest stretch. Each draw's arithmetic, and then each
+publish part, level and the overview maps, runs there (:func:`compute`), as on a Dask worker.
+Those imports cost a worker about 3.5 CPU-s (1.7 of them Great Expectations'): a release of
+fewer than :data:`MIN_RECORDS` records keeps the threads (:func:`pool_processes`).
 
 Only the work moves: the task run stays on the flow's thread, which waits for the result
 without holding the lock. Everything that makes a draw a draw stays there too, in order: the
@@ -52,10 +54,23 @@ def pool_processes(cfg, records: int) -> int:
     return cfg.local_processes
 
 
-def _warm() -> None:
-    """Each worker imports the estimators once, as it starts (while the input is validated)."""
-    import dpatlas.release.estimate  # noqa: F401
-    import dpatlas.release.levels  # noqa: F401
+# The workers' scheduling priority below the flow's (``nice``: 1024 against 110 CFS weight,
+# about ten to one): when the flow wants the cores (validating the input while the workers
+# import, tippecanoe building the tract archive while the level files and the overview maps
+# are written), its work goes first and the workers take what is left; when the flow only waits
+# for them (the draws, the parts) they have the cores to themselves.
+WORKER_NICENESS = 10
+
+
+def _warm(modules: tuple[str, ...]) -> None:
+    """Each worker lowers its priority, then imports ``modules`` once, as it starts."""
+    import importlib
+    import os
+
+    if hasattr(os, "nice"):  # POSIX
+        os.nice(WORKER_NICENESS)
+    for name in modules:
+        importlib.import_module(name)
 
 
 def _started() -> int:
@@ -65,15 +80,18 @@ def _started() -> int:
 
 
 @contextlib.contextmanager
-def compute_pool(processes: int) -> Iterator[Optional[ProcessPoolExecutor]]:
+def compute_pool(processes: int, warm: tuple[str, ...] = ()
+                 ) -> Iterator[Optional[ProcessPoolExecutor]]:
     """``processes`` worker processes for :func:`compute` while the block runs (none when 0,
-    or when a pool is active already); stopped on leaving, on every path."""
+    or when a pool is active already), each importing the modules ``warm`` names as it starts
+    (names, not imports here: what the workers run is above this module); stopped on leaving,
+    on every path."""
     global _active
     if processes < 1 or _active is not None:
         yield None
         return
     pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_warm)
+                               initializer=_warm, initargs=(tuple(warm),))
     try:
         for _ in range(processes):  # start them now: they import while the flow goes on
             pool.submit(_started)

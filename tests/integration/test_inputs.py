@@ -697,6 +697,6 @@ def test_a_validation_on_the_workers_that_fails_leaves_no_rows_at_the_staging_lo
     monkeypatch.setattr(validation, "validate_on_workers", Subflow())
     monkeypatch.setattr(validation, "release_task_runner", lambda cfg, address: None)
     with pytest.raises(LostWorker):
-        validation.validate_release_input(cfg, "r", None, internal)
+        validation.validate_release_input(cfg, "r", None, internal, partitions(cfg.input))
     left = sorted(str(p.relative_to(where)) for p in where.rglob("*") if p.is_file())
     assert left == ([] if staging else ["quarantine/input-17.parquet", "staged/input-17.parquet"])

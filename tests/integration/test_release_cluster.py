@@ -192,3 +192,27 @@ def test_prefect_clients_share_one_tls_context_per_setting_and_keep_a_given_veri
     finally:
         prefect_client.use_shared_tls(True)
     assert len(built) == 4
+
+
+def test_a_subflow_called_without_heartbeat_starts_no_heartbeat_thread_of_its_own():
+    """flows/cluster.py: the release's subflows run without Prefect's heartbeat thread (whose
+    join costs each run's end up to a second); the calling flow keeps its own."""
+    from prefect import flow
+    from prefect.settings import get_current_settings
+
+    from flows.cluster import subflow_without_heartbeat
+
+    @flow(persist_result=False)
+    def child() -> object:
+        return get_current_settings().flows.heartbeat_frequency
+
+    @flow(persist_result=False)
+    def parent() -> tuple:
+        own = get_current_settings().flows.heartbeat_frequency
+        with subflow_without_heartbeat():
+            quiet = child()
+        return own, quiet, child(), get_current_settings().flows.heartbeat_frequency
+
+    own, quiet, plain, after = parent()
+    assert quiet is None
+    assert own == plain == after and own is not None  # Prefect's default (180 s) elsewhere

@@ -72,3 +72,29 @@ def test_a_draw_is_the_same_in_a_worker_as_here(tmp_path):
         there = CP.compute(draw_selection, chunk, budget, 7, 2)
     pd.testing.assert_frame_equal(here, there)
     assert len(here) == 12
+
+
+def _imported(name: str) -> bool:
+    import sys
+
+    return name in sys.modules
+
+
+def test_the_workers_import_what_they_are_told_to_as_they_start():
+    # a module nothing of the pool's own code imports: only the warm-up puts it there
+    with CP.compute_pool(1, warm=("tabnanny",)):
+        assert CP.compute(_imported, "tabnanny")
+    with CP.compute_pool(1):
+        assert not CP.compute(_imported, "tabnanny")
+
+
+def test_the_release_flow_names_only_modules_that_exist():
+    # a misspelt name would break every pooled release at its first draw (the pool's
+    # initializer fails in each worker)
+    import importlib.util
+
+    from flows.release import COMPUTE_MODULES
+
+    assert COMPUTE_MODULES
+    for name in COMPUTE_MODULES:
+        assert importlib.util.find_spec(name) is not None, name
