@@ -115,3 +115,18 @@ def cpu_used(before: dict[int, float], after: dict[int, float]) -> float:
     """CPU seconds the processes used between two :func:`cpu_of` readings (processes that
     ended in between count as nothing: read them before they end)."""
     return sum(after[pid] - before.get(pid, 0.0) for pid in after)
+
+
+# The draw functions of selection and estimation (dpatlas.release.estimate), as the drawing
+# tasks hand them to ``compute`` (tasks/draws.py)
+ESTIMATOR_DRAWS = ("draw_selection", "draw_estimates")
+
+
+def time_estimator_draws(compute, timed_compute):
+    """``compute`` (tasks/draws.py's), calling ``timed_compute`` instead when it computes a
+    selection or estimates: that call spans the draw made in a compute-pool worker
+    (dpatlas.release.compute_pool), whose own functions the benchmark cannot wrap."""
+    def wrapper(fn, *args):
+        return (timed_compute if fn.__name__ in ESTIMATOR_DRAWS else compute)(fn, *args)
+    wrapper.__wrapped__ = compute
+    return wrapper

@@ -63,7 +63,7 @@ sys.path.insert(0, str(ROOT))  # and tests/support/prefect_server.py: a loopback
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _measure, _national
 
 from _measure import (cpu_of, cpu_used, load_average, measure,  # noqa: E402
-                      rusage_cpu_seconds)
+                      rusage_cpu_seconds, time_estimator_draws)
 from _national import data_folder, floor_report_lines  # noqa: E402
 import _matrix  # noqa: E402
 from _matrix import union_seconds  # noqa: E402
@@ -229,23 +229,6 @@ def read_intervals(folder: Path) -> list[tuple[float, float]]:
             for line in f.read_text().splitlines() if line]
 
 
-# The draw functions of selection and estimation (dpatlas.release.estimate), as the drawing
-# tasks hand them to ``compute`` (tasks/draws.py)
-ESTIMATOR_DRAWS = ("draw_selection", "draw_estimates")
-
-
-def _timed_draws(compute):
-    """``compute``, timed (:func:`_timed`) when it computes a selection or estimates: its call
-    spans the draw made in a compute-pool worker (dpatlas.release.compute_pool), whose own
-    functions are not wrapped."""
-    timed = _timed(compute)
-
-    def wrapper(fn, *args):
-        return (timed if fn.__name__ in ESTIMATOR_DRAWS else compute)(fn, *args)
-    wrapper.__wrapped__ = compute
-    return wrapper
-
-
 def install_estimator_timers() -> None:
     """Wrap the selection and estimation functions (in this process): the module attributes
     of ``dpatlas.release.estimate``, which its draw functions look up at each call (a Dask
@@ -260,7 +243,8 @@ def install_estimator_timers() -> None:
         if not hasattr(fn, "__wrapped__"):
             setattr(estimate, name, _timed(fn))
     if not hasattr(draw_tasks.compute, "__wrapped__"):
-        draw_tasks.compute = _timed_draws(draw_tasks.compute)
+        draw_tasks.compute = time_estimator_draws(draw_tasks.compute,
+                                                  _timed(draw_tasks.compute))
 
 
 def release_child(config: str, release_id: str) -> None:

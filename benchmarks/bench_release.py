@@ -24,7 +24,7 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' _measure
-from _measure import measure  # noqa: E402
+from _measure import measure, time_estimator_draws  # noqa: E402
 
 
 def main() -> None:
@@ -79,9 +79,7 @@ def _main() -> None:
     # whose functions are not wrapped
     est.select_partition = timed(est.select_partition)
     est.estimate_partition = timed(est.estimate_partition)
-    compute, timed_compute = draw_tasks.compute, timed(draw_tasks.compute)
-    draw_tasks.compute = lambda fn, *a: (
-        timed_compute if fn.__name__ in ("draw_selection", "draw_estimates") else compute)(fn, *a)
+    draw_tasks.compute = time_estimator_draws(draw_tasks.compute, timed(draw_tasks.compute))
 
     from prefect.testing.utilities import prefect_test_harness
 

@@ -111,6 +111,7 @@ def draw_path(internal: Path, stage: str, name: str) -> Path:
     """Where the draw of (``stage``, ``name``) is persisted in the internal folder."""
     return Path(internal) / STAGE_FOLDERS[stage] / f"{name}.parquet"
 
+
 Say = Callable[[str], None]
 _log = logging.getLogger(__name__)
 
