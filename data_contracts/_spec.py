@@ -11,6 +11,11 @@ PUBLISHED_SUITE = "published_tracts"
 #: The county and state tables of a release with levels (issue 20): the tract contract's
 #: rules for a unit of the level, its GEOID of 5 or 2 digits, and a ``level`` column.
 PUBLISHED_LEVEL_SUITES = {"county": "published_counties", "state": "published_states"}
+#: Every unit of the boundaries has a row in a published table (tracts, counties, states):
+#: a run of its own on one row per boundary unit, beside the table's run (data_contracts.api).
+COVERAGE_SUITE = "published_coverage"
+#: The coverage frame's column: a boundary unit's code where the table has no row of it.
+MISSING_COLUMN = "missing_geoid"
 
 #: The 50 states, DC (11) and Puerto Rico (72).
 STATE_FIPS: tuple[str, ...] = (

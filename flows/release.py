@@ -27,7 +27,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.utilities.annotations import quote
 
 from dpatlas.core.config import ReleaseConfig, load_config
-from dpatlas.core.memory import limit_malloc_arenas
+from dpatlas.core.memory import freeze_heap_at_exit, limit_malloc_arenas
 from dpatlas.release.compute_pool import compute_pool, pool_processes
 from dpatlas.release.crash import crashpoint
 from dpatlas.release import staging
@@ -174,6 +174,7 @@ def release(config_path: str, release_id: Optional[str] = None,
     # the peak follows the data, not the threads (dpatlas.core.memory); `dpatlas release`
     # has set it before Prefect started any thread, which is what works best
     limit_malloc_arenas()
+    freeze_heap_at_exit()  # the process's shutdown does not collect its heap again
     cfg = load_config(Path(config_path))
     # an empty id given is refused, not replaced by a fresh one (issue 31, O6)
     rid = validate_release_id(release_id if release_id is not None

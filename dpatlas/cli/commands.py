@@ -5,10 +5,11 @@ server_commands.py and feed_commands.py; what they share is in common.py."""
 
 from __future__ import annotations
 
-from dpatlas.core.memory import limit_malloc_arenas
+from dpatlas.core.memory import freeze_heap_at_exit, limit_malloc_arenas
 
 # before anything starts a thread: glibc fixes the arena limit once threads have made eight
 limit_malloc_arenas()
+freeze_heap_at_exit()  # a release's process exits in 0.1 s, not 1.1 (dpatlas.core.memory)
 
 import typer  # noqa: E402
 

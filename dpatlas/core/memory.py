@@ -16,17 +16,26 @@ came too late to do as much (1,583 and 1,552 MiB): the flow sets it too, for cal
 it from Python, and ``deploy/serve.py`` gives its runs' processes the environment variable.
 Elsewhere (musl, macOS) there is nothing to set; an explicit ``MALLOC_ARENA_MAX`` is left as
 it is.
+
+The same processes end faster when the cyclic garbage collector is told to leave their heap to
+the operating system (:func:`freeze_heap_at_exit`): the interpreter's shutdown collected the
+release flow's half a million objects several times over, 1.1 s of the national release's
+wall time after its last task (``perf``: 80% of that time in ``gc_collect_main``), against
+0.1 s with the heap frozen; each compute process (``dpatlas.release.compute_pool``) did the
+same as it exited.
 """
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import ctypes.util
 import functools
+import gc
 import logging
 import os
 
-__all__ = ["RELEASE_ARENAS", "limit_malloc_arenas"]
+__all__ = ["RELEASE_ARENAS", "freeze_heap_at_exit", "limit_malloc_arenas"]
 
 RELEASE_ARENAS = 2
 _M_ARENA_MAX = -8  # glibc's malloc.h
@@ -52,3 +61,15 @@ def limit_malloc_arenas(arenas: int = RELEASE_ARENAS) -> bool:
     if not done:
         _log.debug("mallopt(M_ARENA_MAX, %d) was refused", arenas)
     return done
+
+
+@functools.lru_cache(maxsize=None)
+def freeze_heap_at_exit() -> None:
+    """As this process exits (an ``atexit`` handler, once per process), move every object
+    alive then out of the cyclic collector's reach (``gc.freeze``), so that the interpreter's
+    shutdown does not scan them again and again before the operating system takes the memory
+    back. Other ``atexit`` handlers run as before, and objects freed by reference counting are
+    freed (files closed, connections ended); only reference cycles still alive at exit are not
+    collected, which spares nothing a release writes: its files are closed as they are
+    written."""
+    atexit.register(gc.freeze)

@@ -63,12 +63,16 @@ WORKER_NICENESS = 10
 
 
 def _warm(modules: tuple[str, ...]) -> None:
-    """Each worker lowers its priority, then imports ``modules`` once, as it starts."""
+    """Each worker lowers its priority, then imports ``modules`` once, as it starts; it
+    exits without collecting its heap again (:func:`~dpatlas.core.memory.freeze_heap_at_exit`)."""
     import importlib
     import os
 
+    from dpatlas.core.memory import freeze_heap_at_exit
+
     if hasattr(os, "nice"):  # POSIX
         os.nice(WORKER_NICENESS)
+    freeze_heap_at_exit()
     for name in modules:
         importlib.import_module(name)
 

@@ -24,6 +24,8 @@ from data_contracts import (
     SUITES_DIR,
     ContractResult,
     Failure,
+    ReleaseDocs,
+    build_release_docs,
     load_suite,
     validate_input,
     validate_published,
@@ -157,6 +159,21 @@ def test_good_input_passes(good_input):
     assert not res.bad_rows.any()
     assert res.docs_index is None
     assert res.suite == INPUT_SUITE
+
+
+def test_no_result_or_data_docs_page_carries_an_unkeyed_digest_of_the_rows(good_input, tmp_path):
+    """GX's own batch fingerprint (an md5 of the whole frame) is off (data_contracts/_context.py):
+    a stored input validation and its Data Docs page name no digest of the person-level rows;
+    the load time is still recorded."""
+    docs = ReleaseDocs.in_folder(tmp_path)
+    res = validate_input(good_input, release=docs, run_name="input-01")
+    assert res.success, res.summary()
+    markers = res.validation_result.meta["batch_markers"]
+    assert "ge_load_time" in markers and "pandas_data_fingerprint" not in markers
+    build_release_docs(docs)
+    stored = [p for p in tmp_path.rglob("*") if p.suffix in (".json", ".html") and p.is_file()]
+    assert any("input-01" in str(p) for p in stored)
+    assert not [p for p in stored if "pandas_data_fingerprint" in p.read_text()]
 
 
 def test_good_input_without_person_id_passes(good_input):
@@ -418,9 +435,11 @@ def test_missing_boundary_tract_caught(published):
     df = table[table["geoid"] != missing]
     res = validate_published(df, boundary_geoids=geoids)
     f = only_failure(res)
+    # checked on a frame of its own (published_coverage): a row per boundary tract, its
+    # GEOID in missing_geoid where the table has none
     assert (f.expectation, f.column, f.unexpected_count) == (
-        "expect_column_distinct_values_to_contain_set",
-        "geoid",
+        "expect_column_values_to_be_null",
+        "missing_geoid",
         1,
     )
     assert missing in f.details
@@ -522,7 +541,8 @@ def test_a_level_table_missing_a_unit_of_the_boundaries_fails(published):
                                    boundary_units=[g[:5] for g in geoids])
     f = only_failure(res)
     assert (f.expectation, f.column, f.unexpected_count) == (
-        "expect_column_distinct_values_to_contain_set", "geoid", 1)
+        "expect_column_values_to_be_null", "missing_geoid", 1)
+    assert gone in f.details
 
 
 def test_the_tract_contract_refuses_a_county_table(published):

@@ -135,6 +135,30 @@ def test_bound_keeps_exactly_one_record_by_the_persons_own_records(tmp_path, two
     assert again["persons_repeated"] == 0 and again["files_rewritten"] == []
 
 
+
+def test_files_hashed_two_at_a_time_give_the_verdict_of_one_at_a_time(tmp_path, two_states,
+                                                                      monkeypatch):
+    """The staged files are hashed in two threads (contributions.HASHING_THREADS): the same
+    repeats, counts and kept records as one file after another."""
+    from dpatlas.release import contributions as C
+
+    p7 = two_states["17"].loc[7]
+    two_states["18"].loc[3, ["person_id", "cell"]] = [p7["person_id"], p7["cell"]]
+    cfg = input_config(write_states(tmp_path, two_states))
+    reports, files = {}, {}
+    for threads in (1, 2):
+        monkeypatch.setattr(C, "HASHING_THREADS", threads)
+        internal = tmp_path / f"threads-{threads}"
+        staged, _ = stage_all(cfg, internal)
+        reports[threads] = check_contributions(staged, "bound", internal)
+        files[threads] = [pd.read_parquet(p) for p in staged]
+        assert not list(internal.glob("contribution-hashes-*"))  # the scratch is removed
+    for key in ("records", "persons_repeated", "records_of_repeated", "records_removed"):
+        assert reports[2][key] == reports[1][key], key
+    assert reports[2]["records"] == 120 and reports[2]["records_removed"] == 1
+    for one, two in zip(files[1], files[2]):
+        pd.testing.assert_frame_equal(one, two)
+
 def test_same_person_in_two_cells_of_one_tract_is_accepted(tmp_path, two_states):
     # cells compose sequentially, so a person may be in several of them
     row = two_states["17"].loc[4]

@@ -463,8 +463,14 @@ def test_three_state_release_has_one_data_docs_site(tmp_path):
     # the GX site, and beside it the offline report of the same runs (issue 21 item 2)
     assert sorted(p.relative_to(internal) for p in internal.rglob("index.html")) == \
         [Path("data_docs/index.html"), Path("validation_report/index.html")]
-    runs = sorted(p.name for p in (docs / "validations").glob("*/*"))
+    suite_runs = sorted(p.relative_to(docs / "validations").as_posix()
+                        for p in (docs / "validations").glob("*/*"))
+    # the output check's run is two, of the same name: the table's and its boundary
+    # coverage's (published_coverage)
+    assert "published_coverage/published" in suite_runs
+    runs = sorted({r.split("/")[1] for r in suite_runs})
     assert runs == ["input-17", "input-18", "input-19", "published"]
+    assert len(suite_runs) == 5
     index = (docs / "index.html").read_text()
     assert all(name in index for name in runs)
     report = (internal / "validation_report" / "index.html").read_text()
@@ -477,7 +483,7 @@ def test_three_state_release_has_one_data_docs_site(tmp_path):
     # one checkpoint per suite; a release without the small-area model validates the tract
     # suite without its model expectations, a suite variant named for what it leaves out;
     # likewise an input without a cell column is checked without the cell's expectations
-    assert checkpoints == ["input_microdata-without-cell",
+    assert checkpoints == ["input_microdata-without-cell", "published_coverage",
                            "published_tracts-without-p25_model-without-p75_model"]
 
 
@@ -494,8 +500,11 @@ def test_a_broken_output_contract_publishes_nothing(small_state, tmp_path, monke
     internal = tmp_path / "internal" / "broken"
     assert not [p for p in internal.iterdir() if p.name.startswith("staging-")]
     assert not list((tmp_path / "releases").glob(".staging-*"))
-    runs = sorted(p.name for p in (internal / "data_docs" / "validations").glob("*/*"))
-    assert runs == ["input-17", "published"]
+    runs = sorted(p.relative_to(internal / "data_docs" / "validations").as_posix()
+                  for p in (internal / "data_docs" / "validations").glob("*/*"))
+    # the table's run and, of the same name, its boundary coverage's (published_coverage)
+    assert [r.split("/")[1] for r in runs] == ["input-17", "published", "published"]
+    assert "published_coverage/published" in runs
 
 
 def test_a_county_table_breaking_its_contract_publishes_nothing(small_state, tmp_path,

@@ -63,3 +63,31 @@ def test_the_command_line_sets_the_limit_when_it_is_imported():
 def test_an_operators_own_setting_is_left_as_it_is():
     setup = "from dpatlas.core.memory import limit_malloc_arenas; assert not limit_malloc_arenas()"
     assert arenas(setup, MALLOC_ARENA_MAX="4") > 2
+
+
+FREEZE_AT_EXIT = """
+import atexit, gc, sys
+{setup}
+kept = [{{"k": [i]}} for i in range(50_000)]  # containers the collector would scan
+log = open(sys.argv[1], "w")  # left open, as a careless caller might
+log.write("x" * 100_000)
+atexit.register(lambda: print("handler ran", flush=True))  # runs before the freeze
+atexit._run_exitfuncs()  # what the interpreter runs as it exits, run here to look after
+print(gc.get_freeze_count() >= 50_000)
+"""
+
+
+def _exits(setup: str, tmp_path) -> list[str]:
+    out = tmp_path / "written.txt"
+    done = subprocess.run([sys.executable, "-c", FREEZE_AT_EXIT.format(setup=setup), str(out)],
+                          capture_output=True, text=True, timeout=120, check=True)
+    assert out.read_text() == "x" * 100_000  # an unclosed file is still written whole
+    return done.stdout.split("\n")[:2]
+
+
+def test_the_command_line_leaves_the_heap_to_the_system_at_exit(tmp_path):
+    """dpatlas.core.memory.freeze_heap_at_exit, registered as the command line is imported:
+    at exit the objects alive are frozen (the shutdown does not collect them again), after
+    the handlers registered later have run."""
+    assert _exits("import dpatlas.cli.commands", tmp_path) == ["handler ran", "True"]
+    assert _exits("", tmp_path) == ["handler ran", "False"]  # without it: not frozen
