@@ -142,9 +142,11 @@ def test_the_wheel_installed_outside_the_checkout_runs_the_demo_and_the_audit(tm
             result = json.loads(path.read_text())
             results[result["suite_name"]] = result
     # (the demo publishes counties and states too: each level table has its own contract;
-    # its input has no cell column, so the input suite runs without the cell's expectations)
+    # its input has no cell column, so the input suite runs without the cell's expectations;
+    # every table's boundary coverage is checked by a suite of its own)
     assert set(results) == {"input_microdata-without-cell", "published_tracts",
-                            "published_counties", "published_states"}, sorted(results)
+                            "published_counties", "published_states",
+                            "published_coverage"}, sorted(results)
     for result in results.values():
         assert result["success"] and result["statistics"]["evaluated_expectations"] > 0
     assert (internal / "data_docs" / "index.html").is_file()
