@@ -195,7 +195,8 @@ def load_suite(name: str, keep: Callable[[dict], bool] | None = None) -> gx.Expe
     return suite
 
 
-def _keeper(columns: Sequence[str], parameters: dict[str, Any]) -> Callable[[dict], bool]:
+def _keeper(columns: Sequence[str]) -> Callable[[dict], bool]:
+    """Keeps an expectation unless it is tagged ``only_if_column`` and the frame lacks it."""
     cols = set(columns)
 
     def keep(expectation: dict) -> bool:
@@ -374,7 +375,7 @@ def _validate_in_context(
     if not isinstance(df, pd.DataFrame):
         raise TypeError(f"expected a pandas DataFrame, got {type(df).__name__}")
     frame = _positional(df)
-    keep = _keeper([str(c) for c in frame.columns], parameters)
+    keep = _keeper([str(c) for c in frame.columns])
     if release is not None:
         context = release_context(release.project_dir, release.docs_dir)
         variant = _suite_variant(suite_name, keep)
