@@ -28,6 +28,7 @@ from functools import partial
 from pathlib import Path
 
 import geopandas as gpd
+import pandas as pd
 
 from dpatlas.publication.level_files import write_all_levels
 from dpatlas.publication.tiles import release_tile_text
@@ -40,10 +41,21 @@ WRITERS = ("write_release", "write_release_by_cells", "append", "write_features"
            "write_datapackage", "write_shared_library")
 
 
+def read_tracts(folder: Path) -> gpd.GeoDataFrame:
+    """The release's tract table: ``tracts.parquet``, or a national-style release's parts
+    (``tracts/state=XX/part-<k>.parquet``, each holding its ``state`` column) in order."""
+    if (folder / "tracts.parquet").is_file():
+        return gpd.read_parquet(folder / "tracts.parquet")
+    parts = sorted((folder / "tracts").glob("state=*/part-*.parquet"))
+    if not parts:
+        raise SystemExit(f"{folder}: neither tracts.parquet nor tracts/state=XX/ parts")
+    return pd.concat([gpd.read_parquet(p) for p in parts], ignore_index=True)
+
+
 def load(folder: Path):
     """The release's tract table, its level tables, config and manifest (without its
     file list, which write_release writes again)."""
-    table = gpd.read_parquet(folder / "tracts.parquet")
+    table = read_tracts(folder)
     levels = {level: gpd.read_parquet(folder / f"{stem}.parquet")
               for level, stem in (("county", "counties"), ("state", "states"))
               if (folder / f"{stem}.parquet").is_file()}

@@ -11,7 +11,7 @@ published), no feature is dropped or merged at any zoom, and the layer is always
 release reads every other.
 
 Zooms suit census tracts: from z4 (a state fits a screen), or z6 when the release has counties
-(:func:`tract_min_zoom`), to z10 (:data:`MAX_ZOOM`); MapLibre over-zooms z10 beyond that.
+(:func:`tract_min_zoom`), to z9 (:data:`MAX_ZOOM`); MapLibre over-zooms z9 beyond that.
 Counties and states start at z0, so a national or multi-state release is never blank when
 zoomed out (:data:`LEVEL_TILES`). One archive per level keeps ``tracts.pmtiles`` exactly what
 it was (old releases, the audit) and lets a page fetch only the levels it shows.
@@ -41,11 +41,15 @@ MIN_ZOOM = 4
 # its 29 CPU-s on the national tracts, issue 22) and never be drawn by zoom. From z6 a user
 # who fixes the tract level still sees a whole state's tracts.
 MIN_ZOOM_WITH_COUNTIES = 6
-# z10, not z12: at z10 a tile's 4,096-unit grid is ~10 m on the ground (less north of the
-# equator), finer than any tract edge a choropleth needs, and MapLibre over-zooms the z10 tiles
-# beyond it. The national tracts' archive: 218 MB and 85 CPU-s of tippecanoe at z12 against
-# 68 MB and 31 CPU-s at z10 (issue 22, docs/webmap.md).
-MAX_ZOOM = 10
+# z9, not z10 or z12: MapLibre over-zooms the last zoom's tiles beyond it, and a tile's
+# 4,096-unit grid drawn on 512 pixels is 1/8 pixel at its own zoom, so z9 tiles place every
+# edge within about a pixel up to z12 (a few streets; the grid is ~19 m on the ground at the
+# equator, ~15 m at 40 degrees N) and within 2-4 pixels at z13-z14, where z10 tiles were
+# within 1-2. That last zoom cost a quarter of tippecanoe's work, which is on the release's
+# critical path: the national one-cell tracts took 21.9-22.0 user CPU-s and 60.0 MB at
+# z6-z10, 16.4 and 36.7 MB at z6-z9 (issue 35, docs/webmap.md); at z12 (issue 22) 85 CPU-s
+# and 218 MB.
+MAX_ZOOM = 9
 
 
 # How shared edges stay shared when simplified (see tippecanoe_arguments)
@@ -70,10 +74,12 @@ class LevelTiles:
     max_zoom: int
 
 
-# Counties from z0 (a county of the eastern states is a few pixels wide at z2-z3) to z10,
-# where the smallest counties (independent cities, a few km) are hundreds of pixels wide;
-# states from z0 to z8 (over-zoomed beyond, their outline at z8 is within ~50 m).
-LEVEL_TILES = {"county": LevelTiles("counties.pmtiles", "counties", 0, 10),
+# Counties from z0 (a county of the eastern states is a few pixels wide at z2-z3) to z9 like
+# the tracts (:data:`MAX_ZOOM`), where the smallest counties (independent cities, a few km)
+# are a hundred pixels wide or more (national counties: 2.5 user CPU-s and 5.4 MB of
+# tippecanoe at z0-z9 against 4.0 and 10.3 MB at z0-z10); states from z0 to z8 (over-zoomed
+# beyond, their outline at z8 is within ~50 m).
+LEVEL_TILES = {"county": LevelTiles("counties.pmtiles", "counties", 0, MAX_ZOOM),
                "state": LevelTiles("states.pmtiles", "states", 0, 8)}
 
 # argv[0] of tippecanoe's run: the archive's generator_options starts with it.

@@ -89,7 +89,7 @@ def test_the_release_publishes_three_levels_and_passes_the_audit(released):
     m = manifest_of(released)
     # below z6 the counties and the state stand in for the tracts (issue 22)
     (layer,) = read_metadata(released / "tracts.pmtiles")["vector_layers"]
-    assert (layer["id"], layer["minzoom"], layer["maxzoom"]) == ("tracts", 6, 10)
+    assert (layer["id"], layer["minzoom"], layer["maxzoom"]) == ("tracts", 6, 9)
     for stem, level, digits in (("counties", "county", 5), ("states", "state", 2)):
         for suffix in ("parquet", "geojson", "csv", "schema.json", "pmtiles"):
             assert f"{stem}.{suffix}" in m["files"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import math
 import os
 import shutil
 from pathlib import Path
@@ -350,6 +349,33 @@ def test_boundary_file_lacking_tracts_stops_before_noise(small_state, tmp_path, 
         run(make_config(tmp_path, data))
     assert watch.calls == 0
     assert not (tmp_path / "releases").exists()
+
+
+def test_a_broken_input_is_refused_before_a_broken_boundary_file_is_read(
+        small_state, tmp_path, monkeypatch):
+    """What the operator is told keeps the stages' order: with the input and the boundary
+    file both broken, the input's refusal; with only the boundary file broken, its own error,
+    after validation and before any noise."""
+    from dpatlas.core.places import BoundaryError
+
+    data = copy_input(small_state, tmp_path)
+    (data / "tracts.parquet").write_bytes(b"not a parquet file")
+    df = pd.read_parquet(part_file(data))
+    df.loc[[3], "parent_rank"] = 1.7
+    df.to_parquet(part_file(data), index=False)
+    watch = NoiseWatch(monkeypatch)
+    for folder in ("both", "boundaries"):
+        (tmp_path / folder).mkdir()
+    with pytest.raises(ValidationFailed, match="expect_column_values_to_be_between"):
+        run(make_config(tmp_path / "both", data))
+    df.loc[[3], "parent_rank"] = 0.5
+    df.to_parquet(part_file(data), index=False)
+    with pytest.raises(BoundaryError, match="tracts.parquet"):
+        run(make_config(tmp_path / "boundaries", data))
+    assert (tmp_path / "boundaries" / "internal" / "r1" / "validation.json").is_file()
+    assert watch.calls == 0
+    assert not (tmp_path / "both" / "releases").exists()
+    assert not (tmp_path / "boundaries" / "releases").exists()
 
 
 def test_empty_tracts_are_listed_as_suppressed(small_state, tmp_path):

@@ -75,7 +75,7 @@ def test_archive_has_the_stable_layer_zooms_and_every_tract(built, tracts_geojso
     meta = T.read_metadata(built.path)
     (layer,) = meta["vector_layers"]
     assert layer["id"] == T.LAYER == "tracts"
-    assert (layer["minzoom"], layer["maxzoom"]) == (T.MIN_ZOOM, T.MAX_ZOOM) == (4, 10)
+    assert (layer["minzoom"], layer["maxzoom"]) == (T.MIN_ZOOM, T.MAX_ZOOM) == (4, 9)
     assert built.features == len(tracts_geojson[1]) == 40
     assert built.bytes == built.path.stat().st_size > 0
     # Every attribute that was published is in the tiles, with its JSON type, but those the
@@ -199,8 +199,8 @@ def _extent_fits(west, south, east, north, zoom) -> bool:
 
 
 def test_the_archive_opens_on_its_whole_extent_not_at_the_maximum_zoom(built, counties_geojson):
-    """tippecanoe set center_zoom to the maximum zoom (z10: a few streets of one tract, issue
-    33). The header's centre is now the middle of the archive's bounds at the largest zoom
+    """tippecanoe set center_zoom to the maximum zoom (z10 then: a few streets of one tract,
+    issue 33). The header's centre is now the middle of the archive's bounds at the largest zoom
     showing them all, within the archive's zooms; a PMTiles reader reads it back."""
     for archive, (min_zoom, max_zoom) in (
             (built.path, (T.MIN_ZOOM, T.MAX_ZOOM)),
