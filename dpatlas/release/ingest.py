@@ -44,6 +44,7 @@ Every such problem raises :class:`InputError` (the command line exits with code 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -316,8 +317,29 @@ def _hive_counts(dataset: ds.Dataset) -> dict[str, int]:
     for fragment in dataset.get_fragments():
         state = ds.get_partition_keys(fragment.partition_expression).get("state")
         key = str(state).zfill(2)
-        counts[key] = counts.get(key, 0) + fragment.count_rows()
+        counts[key] = counts.get(key, 0) + _footer_rows(fragment)
     return counts
+
+
+# Rows per Parquet file, by (path, size, modification time): every partition read needs the
+# rows of the states before it (its records' positions count from the dataset's start), so
+# without it each of a national input's 51 reads opened all 51 footers again, 2,601 in all
+# (1.3 s of the flow's time when validating on its threads). A file changed since is another
+# key, read again.
+_FOOTER_ROWS: dict[tuple[str, int, int], int] = {}
+
+
+def _footer_rows(fragment: ds.ParquetFileFragment) -> int:
+    """``fragment.count_rows()``, read once per process for a file unchanged since."""
+    try:
+        stat = os.stat(fragment.path)
+    except OSError:  # not a local file: read each time
+        return fragment.count_rows()
+    key = (fragment.path, stat.st_size, stat.st_mtime_ns)
+    rows = _FOOTER_ROWS.get(key)
+    if rows is None:
+        rows = _FOOTER_ROWS[key] = fragment.count_rows()
+    return rows
 
 
 def _hive_state(dataset: ds.Dataset, state: str) -> ds.Expression:
@@ -579,7 +601,17 @@ def _check_hive_state(cfg: InputConfig, dataset: ds.Dataset, state: str,
     """Every record of folder ``state=SS`` has a GEOID of state SS (or a malformed one, which
     the contract reports). A tract whose records lie in two state folders would be validated,
     charged and estimated as two tracts, and could never be published (issue 31)."""
-    keys = _state_keys(geoids)
+    if pa.types.is_dictionary(geoids.type):
+        geoids = geoids.cast(geoids.type.value_type)
+    if pa.types.is_null(geoids.type):
+        return
+    # A GEOID that starts with the folder's state is not another state's: only the others
+    # (few or none) go through the 11-digit pattern (on a whole national input that pattern
+    # was 0.5 s of the flow's time)
+    others = pc.filter(geoids, pc.invert(pc.fill_null(pc.starts_with(geoids, state), True)))
+    if len(others) == 0:
+        return
+    keys = _state_keys(others)
     elsewhere = pc.and_(pc.not_equal(keys, state), pc.not_equal(keys, OTHER))
     if pc.any(elsewhere).as_py():
         raise _misfiled(cfg, dataset, state)

@@ -614,6 +614,46 @@ def test_hive_partition_counts_come_from_the_footers(tmp_path, two_states, monke
     assert list(df["row"]) == list(range(120, 127))  # positions in partition order
 
 
+def test_footer_counts_are_read_once_per_file_and_again_once_it_changed(tmp_path, two_states):
+    """Every partition read needs the rows of the states before it: each file's footer is
+    read once per process (issue 35), and a file written again is read again."""
+    from dpatlas.release import ingest
+
+    cfg = input_config(write_states(tmp_path, two_states))
+    ingest._FOOTER_ROWS.clear()
+    assert list(read_partition(cfg.input, "18")["row"]) == list(range(60, 120))
+    files = sorted(str(p) for p in (tmp_path / "microdata").glob("state=*/part-0.parquet"))
+    assert sorted(key[0] for key in ingest._FOOTER_ROWS) == files
+    # a count the cache holds is the one used: the footer is not opened again
+    (key17,) = [key for key in ingest._FOOTER_ROWS if "state=17" in key[0]]
+    ingest._FOOTER_ROWS[key17] = 1000
+    assert list(read_partition(cfg.input, "18")["row"])[:1] == [1000]
+    # state 17 written again with fewer records: another size, read again
+    two_states["17"].iloc[:25].to_parquet(tmp_path / "microdata" / "state=17" / "part-0.parquet",
+                                          index=False)
+    assert list(read_partition(cfg.input, "18")["row"]) == list(range(25, 85))
+    ingest._FOOTER_ROWS.clear()
+
+
+def test_the_state_folder_check_passes_malformed_geoids_to_the_contract(tmp_path, two_states):
+    """Only a whole 11-digit GEOID of another state is misfiled: a 10-digit GEOID (a lost
+    leading zero), a blank or a null one in folder state=18 are left to the contract, also
+    when they do not start with 18."""
+    frame = two_states["18"].copy()
+    frame["geoid"] = frame["geoid"].astype(object)
+    frame.loc[0, "geoid"] = "1700100010"   # 10 digits
+    frame.loc[1, "geoid"] = ""
+    frame.loc[2, "geoid"] = None
+    frame.loc[3, "geoid"] = "17abc000100"  # 11 characters, not digits
+    two_states["18"] = frame
+    cfg = input_config(write_states(tmp_path, two_states))
+    assert len(read_partition(cfg.input, "18")) == 60
+    frame.loc[4, "geoid"] = "17001000100"  # a whole GEOID of state 17: refused
+    frame.to_parquet(tmp_path / "microdata" / "state=18" / "part-0.parquet", index=False)
+    with pytest.raises(InputError, match="state=18/part-0.parquet"):
+        read_partition(cfg.input, "18")
+
+
 # --- a large state split by whole cells ---------------------------------------------------------
 
 # Records per cell of the large state: sorted, its cells are "../etc", "a/b", "x y", "ü"
