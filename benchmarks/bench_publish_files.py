@@ -28,7 +28,6 @@ from functools import partial
 from pathlib import Path
 
 import geopandas as gpd
-import pandas as pd
 
 from dpatlas.publication.level_files import write_all_levels
 from dpatlas.publication.tiles import release_tile_text
@@ -43,13 +42,10 @@ WRITERS = ("write_release", "write_release_by_cells", "append", "write_features"
 
 def read_tracts(folder: Path) -> gpd.GeoDataFrame:
     """The release's tract table: ``tracts.parquet``, or a national-style release's parts
-    (``tracts/state=XX/part-<k>.parquet``, each holding its ``state`` column) in order."""
+    read as one table the way its codebook says (each part keeps its ``state`` column)."""
     if (folder / "tracts.parquet").is_file():
         return gpd.read_parquet(folder / "tracts.parquet")
-    parts = sorted((folder / "tracts").glob("state=*/part-*.parquet"))
-    if not parts:
-        raise SystemExit(f"{folder}: neither tracts.parquet nor tracts/state=XX/ parts")
-    return pd.concat([gpd.read_parquet(p) for p in parts], ignore_index=True)
+    return gpd.read_parquet(folder / "tracts", partitioning=None)
 
 
 def load(folder: Path):
