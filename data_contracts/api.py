@@ -372,6 +372,43 @@ def _validate_in_context(
     release: ReleaseDocs | None = None,
     run_name: str | None = None,
 ) -> ContractResult:
+    try:
+        return _validate_frame(suite_name, df, docs_dir, parameters, release, run_name)
+    finally:
+        if release is not None:
+            _forget_frame(release_context(release.project_dir, release.docs_dir))
+
+
+def _forget_frame(context) -> None:
+    """Drop the frame a run in the release's context loaded, and every metric computed from it.
+
+    The release's context is kept for the whole process (:func:`release_context`), and with
+    it the pandas engine of its data source, which held the last run's frame and its per-row
+    metrics until the next run replaced them: on a 4 M-record group of a national input,
+    about 200 MiB of pyarrow text and a few row-level conditions, kept while the flow read
+    and checked the next group. Its metric cache is also keyed by the batch's id, which is the
+    same for every run of a suite, so no run should find another run's metrics in it."""
+    try:
+        engine = context.data_sources.get("dpatlas").execution_engine
+    except (DataContextError, KeyError, LookupError):
+        return
+    if engine is None:
+        return
+    cache = getattr(engine, "_metric_cache", None)  # no public way to empty it in GX 1.x
+    if isinstance(cache, dict):
+        cache.clear()
+    engine.batch_manager.reset_batch_cache()
+    engine.batch_manager.batch_data_cache.clear()
+
+
+def _validate_frame(
+    suite_name: str,
+    df: pd.DataFrame,
+    docs_dir: Path | None,
+    parameters: dict[str, Any],
+    release: ReleaseDocs | None = None,
+    run_name: str | None = None,
+) -> ContractResult:
     if not isinstance(df, pd.DataFrame):
         raise TypeError(f"expected a pandas DataFrame, got {type(df).__name__}")
     frame = _positional(df)

@@ -40,9 +40,14 @@ from dpatlas.release.validation_words import fixes
 # At most this many runs of the input contract for an input of many partitions: 8 x 0.2 CPU-s
 # of fixed cost, against 10 CPU-s for 51 states checked one by one.
 MAX_INPUT_RUNS = 8
-# A group holds at most the records of one partition (ingest.PARTITION_RECORDS): the memory a
-# check takes is then what one partition's check takes today.
-GROUP_MAX_ROWS = PARTITION_RECORDS
+# A group holds at most half the records of one partition (ingest.PARTITION_RECORDS): the
+# flow's two threads have two groups in hand (one checked while the next is read and staged),
+# so together they hold no more than one partition. A 4 M-record group took about 0.9 GiB
+# at its peak (read, checked, staged), so with groups of up to 4 M the flow of a national
+# release with 6 cells (31 M records) peaked at 1.8 GiB in validation; with 2 M, 1.2 GiB
+# (benchmarks/bench_national.py --cells 6). With one cell the groups hold about 0.65 M
+# records and this bound does not bind.
+GROUP_MAX_ROWS = PARTITION_RECORDS // 2
 
 
 def input_groups(parts: list[Partition], max_runs: int = MAX_INPUT_RUNS,

@@ -492,6 +492,40 @@ def test_a_release_context_is_loaded_once_and_follows_its_project_folder(tmp_pat
     assert listed == {a: ["input-03"], b: ["input-01", "input-02"]}
 
 
+
+def test_a_release_context_keeps_no_frame_or_metric_after_a_run(tmp_path):
+    """The release's context lives as long as the process (it is loaded once per release), and
+    GX's pandas engine in it kept the last run's frame and per-row metrics until the next run:
+    ~200 MiB of a national input's 4 M-record group, held while the next group was read. After
+    each run nothing of the frame is left; and a run after another of the same suite and the
+    same batch id finds the rows it is given, not the metrics of the run before."""
+    import weakref
+
+    from data_contracts._context import release_context
+
+    docs = ReleaseDocs.in_folder(tmp_path)
+    good, bad = make_input(200, person_id=False), make_input(200, seed=1, person_id=False)
+    bad.loc[[5, 150], "y"] = 1.5
+    for run, frame, rows in (("input-01", good, []), ("input-02", bad, [5, 150]),
+                             ("input-03", good, [])):
+        result = validate_input(frame, release=docs, run_name=run)
+        assert result.success is (not rows) and flagged(result) == rows
+        engine = release_context(docs.project_dir, docs.docs_dir).data_sources.get(
+            "dpatlas").execution_engine
+        assert engine._metric_cache == {}
+        assert engine.batch_manager.batch_data_cache == {}
+        assert engine.batch_manager.batch_cache == {}
+    # and the frame itself is free once the caller drops it (nothing in GX still holds it)
+    held = make_input(200, seed=2, person_id=False)
+    assert validate_input(held, release=docs, run_name="input-04").success
+    probe = weakref.ref(held)
+    del held
+    import gc
+
+    gc.collect()
+    assert probe() is None
+
+
 # ----------------------------------------------------------------------------- levels
 
 

@@ -61,6 +61,26 @@ def test_a_group_never_grows_past_max_rows_and_a_large_partition_is_alone():
     assert all(sum(p.rows for p in g) <= 1_000 for g in groups if len(g) > 1)
 
 
+
+def test_two_groups_in_hand_hold_at_most_one_partition_and_one_cell_is_unchanged():
+    """The flow checks one group while it reads and stages the next: by default those two
+    hold no more records than one partition (a national input with 6 cells, 31 M records, in
+    partitions of up to 4 M, whose groups of up to 4 M took the flow to 1.8 GiB). With one
+    cell (5.2 M records, no state above 0.6 M) the groups are what they were."""
+    from dpatlas.release.ingest import PARTITION_RECORDS
+    from dpatlas.release.validation_groups import GROUP_MAX_ROWS
+
+    rng = np.random.default_rng(5)
+    six = _parts(list(rng.integers(60_000, 1_500_000, size=51)))
+    groups = input_groups(six)
+    sizes = [sum(p.rows for p in g) for g in groups]
+    assert all(n <= GROUP_MAX_ROWS for n, g in zip(sizes, groups) if len(g) > 1)
+    together = [a + b for a, b, g, h in zip(sizes, sizes[1:], groups, groups[1:])
+                if len(g) > 1 and len(h) > 1]
+    assert together and max(together) <= PARTITION_RECORDS
+    one = _parts(list(rng.integers(10_000, 200_000, size=50)) + [600_000])
+    assert input_groups(one) == input_groups(one, max_rows=PARTITION_RECORDS)
+
 def test_group_labels():
     assert group_label(["17"]) == "17"
     assert group_label(["01", "02", "04"]) == "01-to-04"
