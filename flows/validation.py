@@ -177,12 +177,15 @@ def _validate_partitions(cfg: ReleaseConfig, internal: Path, parts: list[Partiti
     the input has many: :func:`~dpatlas.release.validation_groups.input_groups`), two at a
     time (the flow's task runner: one group is read and staged while another is checked; the
     checks themselves take turns, GX's context being one per release and not thread-safe).
+    The two hold at most one partition's records together (a larger group waits to be alone:
+    :class:`~dpatlas.release.validation_groups.RowsInHand`).
     Results come back in partition order, and a partition that breaks the contract refuses
     the release with its own message (the first such in partition order). Then the release's
     Data Docs site is rendered once, with every run."""
     futures = [validate_partitions.submit(cfg.input, cfg.validation.policy,
                                           [part.key for part in group], internal,
-                                          [part.cells for part in group])
+                                          [part.cells for part in group],
+                                          int(sum(part.rows for part in group)))
                for group in input_groups(parts)]
     wait(futures)
     reports, staged = [], []

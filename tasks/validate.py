@@ -15,7 +15,7 @@ from dpatlas.release.estimate import (Chunk, all_sizes, split_into_chunks, stage
 from dpatlas.core.files import write_json_atomic, write_parquet_atomic
 from dpatlas.release.boundaries import load_boundaries
 from dpatlas.release.task_groups import group_label
-from dpatlas.release.validation_groups import apply_policy_to_group
+from dpatlas.release.validation_groups import ROWS_IN_HAND, apply_policy_to_group
 from dpatlas.release.validate import (BoundaryCoverageError, check_changed_share,
                                       check_one_partition_per_tract, check_rank_scale,
                                       input_column_names, write_release_docs)
@@ -32,26 +32,30 @@ def _validation_run_name() -> str:
 
 @task(name="validate", task_run_name=_validation_run_name, **RETRY_IO)
 def validate_partitions(cfg: InputConfig, policy: str, keys: list[str], internal: Path,
-                        cells: list[tuple[str | None, ...] | None]) -> list[tuple[Path, dict]]:
+                        cells: list[tuple[str | None, ...] | None], rows: int = 0
+                        ) -> list[tuple[Path, dict]]:
     """Read partitions ``keys`` (``cells``: each one's, as listed), apply the input contract
     (one run for them all: :mod:`dpatlas.release.validation_groups`) and stage each one's
     clean rows for the later stages. One task, not an ingest task and a validate task: the
     frames never leave the task, and the flow schedules half as many task runs. The
-    validation report names the input file or folder as the data asset."""
-    frames = [(key, ingest_partition(cfg, key, part_cells))
-              for key, part_cells in zip(keys, cells)]
-    checked = apply_policy_to_group(frames, policy, internal, str(cfg.path),
-                                    input_column_names(cfg.columns))
-    del frames
-    staged = []
-    for clean, report in checked:
-        path = internal / "staged" / f"input-{report.partition}.parquet"
-        write_parquet_atomic(clean, path, private=True)
-        get_run_logger().info("partition %s: %d rows valid, %d quarantined, %d clipped, "
-                              "%d dropped", report.partition, report.rows_out,
-                              report.quarantined, report.clipped, report.dropped)
-        staged.append((path, report.as_dict()))
-    return staged
+    validation report names the input file or folder as the data asset. ``rows``: their
+    records as listed, held in hand beside the other task's within a bound
+    (:class:`~dpatlas.release.validation_groups.RowsInHand`)."""
+    with ROWS_IN_HAND.holding(rows):
+        frames = [(key, ingest_partition(cfg, key, part_cells))
+                  for key, part_cells in zip(keys, cells)]
+        checked = apply_policy_to_group(frames, policy, internal, str(cfg.path),
+                                        input_column_names(cfg.columns))
+        del frames
+        staged = []
+        for clean, report in checked:
+            path = internal / "staged" / f"input-{report.partition}.parquet"
+            write_parquet_atomic(clean, path, private=True)
+            get_run_logger().info("partition %s: %d rows valid, %d quarantined, %d clipped, "
+                                  "%d dropped", report.partition, report.rows_out,
+                                  report.quarantined, report.clipped, report.dropped)
+            staged.append((path, report.as_dict()))
+        return staged
 
 
 @task(name="validation-docs", **RETRY_IO)

@@ -211,3 +211,44 @@ def test_a_release_checked_in_groups_publishes_what_one_checked_by_partition_doe
     assert files and files == sorted(p.relative_to(grouped) for p in grouped.rglob("tracts*.csv"))
     for name in files:
         pd.testing.assert_frame_equal(pd.read_csv(grouped / name), pd.read_csv(alone / name))
+
+
+def test_the_flow_holds_two_small_groups_at_once_and_a_large_one_alone(monkeypatch):
+    """RowsInHand: the validation tasks together hold at most a partition's records; groups
+    of half that go two at a time, a larger one waits until it is alone, and they are let in
+    in the order they asked."""
+    import threading
+    import time
+
+    from dpatlas.release.validation_groups import RowsInHand
+
+    monkeypatch.setattr("dpatlas.release.ingest.PARTITION_RECORDS", 100)
+    hand, lock = RowsInHand(), threading.Lock()
+    held, most, order = [0], [0], []
+
+    def task(name: str, rows: int, start: float) -> None:
+        time.sleep(start)
+        with hand.holding(rows):
+            with lock:
+                order.append(name)
+                held[0] += rows
+                most[0] = max(most[0], held[0])
+                together = held[0]
+            time.sleep(0.15)
+            with lock:
+                held[0] -= rows
+        seen[name] = together
+
+    seen: dict[str, int] = {}
+    plan = [("a", 50, 0.0), ("b", 50, 0.02), ("big", 90, 0.04), ("c", 40, 0.06),
+            ("huge", 250, 0.08)]
+    threads = [threading.Thread(target=task, args=p) for p in plan]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    assert not any(t.is_alive() for t in threads)
+    assert order == ["a", "b", "big", "c", "huge"]  # first come, first in
+    assert seen["b"] == 100  # a and b together: two halves
+    assert seen["big"] == 90 and seen["huge"] == 250  # alone (c waited behind big)
+    assert most[0] == 250 and max(v for k, v in seen.items() if k != "huge") <= 100
