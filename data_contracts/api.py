@@ -361,21 +361,9 @@ def _validate(suite_name: str, df: pd.DataFrame, docs_dir: Path | None,
     if release is None:  # a throw-away context of its own
         return _validate_in_context(suite_name, df, docs_dir, parameters, release, run_name)
     with RELEASE_CONTEXT_LOCK:
-        return _validate_in_context(suite_name, df, docs_dir, parameters, release, run_name)
-
-
-def _validate_in_context(
-    suite_name: str,
-    df: pd.DataFrame,
-    docs_dir: Path | None,
-    parameters: dict[str, Any],
-    release: ReleaseDocs | None = None,
-    run_name: str | None = None,
-) -> ContractResult:
-    try:
-        return _validate_frame(suite_name, df, docs_dir, parameters, release, run_name)
-    finally:
-        if release is not None:
+        try:
+            return _validate_in_context(suite_name, df, docs_dir, parameters, release, run_name)
+        finally:
             _forget_frame(release_context(release.project_dir, release.docs_dir))
 
 
@@ -401,7 +389,7 @@ def _forget_frame(context) -> None:
     engine.batch_manager.batch_data_cache.clear()
 
 
-def _validate_frame(
+def _validate_in_context(
     suite_name: str,
     df: pd.DataFrame,
     docs_dir: Path | None,
