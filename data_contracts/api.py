@@ -361,10 +361,11 @@ def _validate(suite_name: str, df: pd.DataFrame, docs_dir: Path | None,
     if release is None:  # a throw-away context of its own
         return _validate_in_context(suite_name, df, docs_dir, parameters, release, run_name)
     with RELEASE_CONTEXT_LOCK:
+        context = release_context(release.project_dir, release.docs_dir)  # the run's own
         try:
             return _validate_in_context(suite_name, df, docs_dir, parameters, release, run_name)
         finally:
-            _forget_frame(release_context(release.project_dir, release.docs_dir))
+            _forget_frame(context)
 
 
 def _forget_frame(context) -> None:

@@ -32,7 +32,7 @@ def _validation_run_name() -> str:
 
 @task(name="validate", task_run_name=_validation_run_name, **RETRY_IO)
 def validate_partitions(cfg: InputConfig, policy: str, keys: list[str], internal: Path,
-                        cells: list[tuple[str | None, ...] | None], rows: int = 0
+                        cells: list[tuple[str | None, ...] | None], rows: int
                         ) -> list[tuple[Path, dict]]:
     """Read partitions ``keys`` (``cells``: each one's, as listed), apply the input contract
     (one run for them all: :mod:`dpatlas.release.validation_groups`) and stage each one's

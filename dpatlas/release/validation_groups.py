@@ -53,7 +53,6 @@ MAX_INPUT_RUNS = 8
 GROUP_MAX_ROWS = PARTITION_RECORDS // 2
 
 
-
 class RowsInHand:
     """The records the flow's validation tasks hold at once (read and not yet staged): at most
     :data:`~dpatlas.release.ingest.PARTITION_RECORDS` together. Groups of up to
@@ -88,6 +87,7 @@ class RowsInHand:
 
 
 ROWS_IN_HAND = RowsInHand()  # one per process: the local runner's flow
+
 
 def input_groups(parts: list[Partition], max_runs: int = MAX_INPUT_RUNS,
                  max_rows: int = GROUP_MAX_ROWS) -> list[list[Partition]]:

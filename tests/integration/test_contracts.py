@@ -492,7 +492,6 @@ def test_a_release_context_is_loaded_once_and_follows_its_project_folder(tmp_pat
     assert listed == {a: ["input-03"], b: ["input-01", "input-02"]}
 
 
-
 def test_a_release_context_keeps_no_frame_or_metric_after_a_run(tmp_path):
     """The release's context lives as long as the process (it is loaded once per release), and
     GX's pandas engine in it kept the last run's frame and per-row metrics until the next run:

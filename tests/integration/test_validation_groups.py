@@ -61,7 +61,6 @@ def test_a_group_never_grows_past_max_rows_and_a_large_partition_is_alone():
     assert all(sum(p.rows for p in g) <= 1_000 for g in groups if len(g) > 1)
 
 
-
 def test_two_groups_in_hand_hold_at_most_one_partition_and_one_cell_is_unchanged():
     """The flow checks one group while it reads and stages the next: by default those two
     hold no more records than one partition (a national input with 6 cells, 31 M records, in
@@ -80,6 +79,7 @@ def test_two_groups_in_hand_hold_at_most_one_partition_and_one_cell_is_unchanged
     assert together and max(together) <= PARTITION_RECORDS
     one = _parts(list(rng.integers(10_000, 200_000, size=50)) + [600_000])
     assert input_groups(one) == input_groups(one, max_rows=PARTITION_RECORDS)
+
 
 def test_group_labels():
     assert group_label(["17"]) == "17"
@@ -216,7 +216,8 @@ def test_a_release_checked_in_groups_publishes_what_one_checked_by_partition_doe
 def test_the_flow_holds_two_small_groups_at_once_and_a_large_one_alone(monkeypatch):
     """RowsInHand: the validation tasks together hold at most a partition's records; groups
     of half that go two at a time, a larger one waits until it is alone, and they are let in
-    in the order they asked."""
+    in the order they asked. Each task holds until the test lets it go, and the next asks
+    only once the one before has taken its turn, so nothing depends on timing."""
     import threading
     import time
 
@@ -224,31 +225,61 @@ def test_the_flow_holds_two_small_groups_at_once_and_a_large_one_alone(monkeypat
 
     monkeypatch.setattr("dpatlas.release.ingest.PARTITION_RECORDS", 100)
     hand, lock = RowsInHand(), threading.Lock()
-    held, most, order = [0], [0], []
+    held, order, seen = [0], [], {}
+    done = {}
 
-    def task(name: str, rows: int, start: float) -> None:
-        time.sleep(start)
+    def task(name: str, rows: int) -> None:
         with hand.holding(rows):
             with lock:
                 order.append(name)
                 held[0] += rows
-                most[0] = max(most[0], held[0])
-                together = held[0]
-            time.sleep(0.15)
+                seen[name] = held[0]
+            done[name].wait(10)
             with lock:
                 held[0] -= rows
-        seen[name] = together
 
-    seen: dict[str, int] = {}
-    plan = [("a", 50, 0.0), ("b", 50, 0.02), ("big", 90, 0.04), ("c", 40, 0.06),
-            ("huge", 250, 0.08)]
-    threads = [threading.Thread(target=task, args=p) for p in plan]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=10)
-    assert not any(t.is_alive() for t in threads)
-    assert order == ["a", "b", "big", "c", "huge"]  # first come, first in
+    def until(condition) -> None:
+        deadline = time.monotonic() + 10
+        while not condition():
+            assert time.monotonic() < deadline, "timed out"
+            time.sleep(0.005)
+
+    threads = {}
+
+    def ask(name: str, rows: int) -> None:
+        asked = hand._tickets
+        done[name] = threading.Event()
+        threads[name] = threading.Thread(target=task, args=(name, rows))
+        threads[name].start()
+        until(lambda: hand._tickets == asked + 1)  # in the queue
+
+    ask("a", 50)
+    until(lambda: "a" in order)
+    ask("b", 50)
+    until(lambda: "b" in order)
     assert seen["b"] == 100  # a and b together: two halves
-    assert seen["big"] == 90 and seen["huge"] == 250  # alone (c waited behind big)
-    assert most[0] == 250 and max(v for k, v in seen.items() if k != "huge") <= 100
+    ask("big", 90)
+    ask("c", 40)
+    ask("huge", 250)
+    time.sleep(0.05)
+    assert order == ["a", "b"]  # big waits for room; c and huge wait behind it
+    done["a"].set()
+    time.sleep(0.05)
+    assert order == ["a", "b"]  # 50 + 90 > 100: still waiting
+    done["b"].set()
+    until(lambda: "big" in order)
+    time.sleep(0.05)
+    assert order == ["a", "b", "big"]  # 90 + 40 > 100: c waits, and huge behind it
+    done["big"].set()
+    until(lambda: "c" in order)
+    time.sleep(0.05)
+    assert "huge" not in order  # above the limit: only alone
+    done["c"].set()
+    until(lambda: "huge" in order)
+    done["huge"].set()
+    for t in threads.values():
+        t.join(10)
+    assert not any(t.is_alive() for t in threads.values())
+    assert order == ["a", "b", "big", "c", "huge"]  # first come, first in
+    assert seen == {"a": 50, "b": 100, "big": 90, "c": 40, "huge": 250}
+    assert held[0] == 0
