@@ -106,6 +106,7 @@ REQUIRED_STAGES = (("validate_partitions", "validate_partition"),
 LEDGER_CAP_EPSILON, LEDGER_CAP_DELTA = 1000.0, 1e-3  # far above two releases at eps = 1
 SAMPLE_SECONDS = 0.2
 TIMINGS_ENV = "DPATLAS_BENCH_TIMINGS"  # where a release process writes its estimator intervals
+TILES_SUBFOLDER = "tiles"  # under it: one jsonl file of tippecanoe peaks per process
 
 
 # --- the synthetic country ------------------------------------------------------------------
@@ -229,6 +230,44 @@ def read_intervals(folder: Path) -> list[tuple[float, float]]:
             for line in f.read_text().splitlines() if line]
 
 
+def record_tile_builds() -> None:
+    """Wrap ``tiles.build_tiles`` (in this process): each build's tippecanoe pid, label and
+    peak RSS (the kernel's, from the build's own ``wait4``), appended to
+    ``$DPATLAS_BENCH_TIMINGS/tiles/<pid>.jsonl``. The sampler alone misses a tippecanoe that
+    starts and ends between two of its samples (a small cell). Idempotent."""
+    import psutil
+
+    from dpatlas.publication import tiles
+
+    build_tiles = tiles.build_tiles
+    if hasattr(build_tiles, "__wrapped__"):
+        return
+
+    def wrapper(geojson, out, **kwargs):
+        build = build_tiles(geojson, out, **kwargs)
+        if build.peak_rss_mib is not None:
+            here = psutil.Process()
+            record = {"pid": build.pid, "mib": build.peak_rss_mib,
+                      "label": f"{_tippecanoe_label(out)} under {_label(here)} {here.pid}"}
+            folder = Path(os.environ[TIMINGS_ENV]) / TILES_SUBFOLDER
+            folder.mkdir(parents=True, exist_ok=True)
+            with open(folder / f"{os.getpid()}.jsonl", "a") as fh:
+                fh.write(json.dumps(record) + "\n")
+        return build
+    wrapper.__wrapped__ = build_tiles
+    tiles.build_tiles = wrapper
+
+
+def add_tile_builds(peaks: dict[int, tuple[str, float]], timings: Path) -> None:
+    """Each recorded tippecanoe (:func:`record_tile_builds`) in ``peaks``, at the larger of its
+    recorded and sampled peak."""
+    folder = timings / TILES_SUBFOLDER
+    for f in sorted(folder.glob("*.jsonl")) if folder.exists() else []:
+        for record in map(json.loads, f.read_text().splitlines()):
+            label, sampled = peaks.get(record["pid"], (record["label"], 0.0))
+            peaks[record["pid"]] = (label, max(sampled, record["mib"]))
+
+
 def install_estimator_timers() -> None:
     """Wrap the selection and estimation functions (in this process): the module attributes
     of ``dpatlas.release.estimate``, which its draw functions look up at each call (a Dask
@@ -238,6 +277,7 @@ def install_estimator_timers() -> None:
     import tasks.draws as draw_tasks
 
     _matrix.install_task_cpu_recorder(TIMINGS_ENV)  # CPU per task run, for --matrix
+    record_tile_builds()
     for name in ("select_partition", "estimate_partition"):
         fn = getattr(estimate, name)
         if not hasattr(fn, "__wrapped__"):
@@ -303,8 +343,7 @@ def _label(proc) -> str:
     cmd = " ".join(argv)
     if argv and Path(argv[0]).name == "tippecanoe":
         # checked first: its arguments quote the release's text, which may say "dask"
-        out = argv[argv.index("-o") + 1] if "-o" in argv[:-1] else "?"
-        return f"tippecanoe ({Path(out).name.strip('.').split('.')[0]})"
+        return _tippecanoe_label(argv[argv.index("-o") + 1] if "-o" in argv[:-1] else "?")
     if "release_child" in cmd or "dpatlas.cli.commands" in cmd:
         return "release (flow)"
     if "dask" in cmd or "distributed" in cmd:
@@ -321,6 +360,12 @@ def _label(proc) -> str:
     if "prefect" in cmd and "server" in cmd:
         return "prefect server"
     return cmd[:60]
+
+
+def _tippecanoe_label(archive: str | Path) -> str:
+    """The label of the tippecanoe writing ``archive`` or its partial file (``tracts.pmtiles``,
+    ``.tracts.pmtiles.partial.pmtiles``): "tippecanoe (tracts)"."""
+    return f"tippecanoe ({Path(archive).name.strip('.').split('.')[0]})"
 
 
 def _label_with_parent(proc) -> str:
@@ -541,13 +586,6 @@ def prefect_server_pids() -> list[int]:
     return sorted(set(pids))
 
 
-def _reaped_children_peak_mib() -> float:
-    """In a worker: the peak RSS of the largest child it reaped (ru_maxrss), in MiB."""
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-
-
 def run_release(api_url: str, config: Path, rid: str, timings: Path, client=None,
                 runner: str = "local") -> dict:
     """`dpatlas release` in a subprocess; wall and CPU time, memory per process, estimator
@@ -574,9 +612,6 @@ def run_release(api_url: str, config: Path, rid: str, timings: Path, client=None
             _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
     workers_cpu = cpu_used(workers_before, cpu_of(workers))
-    # what the workers reaped (tippecanoe, once tiles are built there): the kernel's peak
-    workers_children_mib = (client.run(_reaped_children_peak_mib) if client is not None
-                            else {})
     server_cpu = cpu_used(server_before, cpu_of(server))
     own.cpu_children = 0.0  # the release reaped by wait4 is counted below, not here
     if status != 0:
@@ -586,6 +621,7 @@ def run_release(api_url: str, config: Path, rid: str, timings: Path, client=None
         raise SystemExit(f"release failed (status {status}):\n{output[-4000:]}{hint}")
     intervals = read_intervals(timings)
     peaks = dict(sampler.peaks)
+    add_tile_builds(peaks, timings)
     label, sampled = peaks.get(proc.pid, ("release (flow)", 0.0))
     peaks[proc.pid] = (label, max(sampled, usage.ru_maxrss / 1024))
     inside = union_seconds(intervals)
@@ -597,7 +633,6 @@ def run_release(api_url: str, config: Path, rid: str, timings: Path, client=None
     task_stages = _matrix.stage_cpu_table(_matrix.read_task_cpu(timings), proc.pid)
     return {"flow_pid": proc.pid, "task_stages": task_stages,
             "serial_cpu": _matrix.serial_cpu(task_stages, release_cpu),
-            "workers_children_peak_mib": workers_children_mib,
             "wall": wall, "inside": inside, "peaks": peaks, "stages": stages,
             "tasks_union": union_seconds([(r["start"], r["end"]) for r in runs]),
             "overhead": flow_overhead(stages, start, wall),
@@ -837,9 +872,6 @@ def print_matrix_run(key: str, res: dict, floor: dict | None, local_one_cell: bo
               f"{row['where']} |")
     print(f"\nthe flow machine's serial CPU-s (the flow's process tree, plus the serial "
           f"commit if it ran on a worker): {res['serial_cpu']:.1f}")
-    for worker, mib in sorted(res["workers_children_peak_mib"].items()):
-        print(f"largest child a worker reaped (ru_maxrss, e.g. tippecanoe), {worker}: "
-              f"{mib:,.0f} MiB")
     floor_cpu = floor["floor_cpu"] if floor else None
     print("\n| figure | value | target | |")
     print("| --- | ---: | --- | --- |")

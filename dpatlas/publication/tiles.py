@@ -86,6 +86,7 @@ LEVEL_TILES = {"county": LevelTiles("counties.pmtiles", "counties", 0, MAX_ZOOM)
 GENERATOR_NAME = "tippecanoe"
 
 log = logging.getLogger(__name__)
+POLL_SECONDS = 0.02  # how often a running tippecanoe's exit and peak memory are read
 
 
 class TilesError(RuntimeError, OperatorError):
@@ -94,7 +95,9 @@ class TilesError(RuntimeError, OperatorError):
 
 @dataclass(frozen=True)
 class TileBuild:
-    """What a build produced: the archive, its size, the features read and the time taken."""
+    """What a build produced: the archive, its size, the features read, the time taken, and
+    tippecanoe's process and peak resident memory (its high-water mark, read while it ran:
+    None when it ended before the first read, or where there is no /proc)."""
 
     path: Path
     bytes: int
@@ -102,6 +105,61 @@ class TileBuild:
     seconds: float
     min_zoom: int
     max_zoom: int
+    pid: int
+    peak_rss_mib: float | None
+
+
+@dataclass(frozen=True)
+class _Exit:
+    pid: int
+    returncode: int
+    stderr: str
+    peak_rss_mib: float | None
+    timed_out: bool
+
+
+def _high_water_mib(pid: int, program: str) -> float | None:
+    """The peak RSS (VmHWM) of process ``pid`` once it runs ``program``, in MiB; None before
+    its exec (until then the status is the forking process's, whose memory the child shares
+    or copies), after its exit, or where there is no /proc."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    if fields.get("Name", "").strip() != program[:15] or "VmHWM" not in fields:
+        return None
+    return int(fields["VmHWM"].split()[0]) / 1024
+
+
+def _run_measured(command: list[str], binary: Path, cwd: Path, timeout: float) -> _Exit:
+    """Run ``command`` (``binary`` as the executable), killed after ``timeout`` seconds, and
+    read its peak RSS every :data:`POLL_SECONDS` from the kernel's high-water mark (VmHWM):
+    the mark keeps a peak however briefly it was reached, so only growth in the last poll
+    before the exit can be missed. Not ``wait4``'s ``ru_maxrss``: on Linux it counts the
+    memory of the process that forked it, the release's flow, from before the exec."""
+    proc = subprocess.Popen(command, executable=binary, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd)
+    deadline, peak, timed_out = time.monotonic() + timeout, None, False
+    with proc:
+        try:
+            while True:
+                try:
+                    _, stderr = proc.communicate(timeout=POLL_SECONDS)
+                    break
+                except subprocess.TimeoutExpired:  # still running: none of its output lost
+                    sample = _high_water_mib(proc.pid, binary.name)
+                    peak = sample if peak is None else max(peak, sample or 0.0)
+                    if time.monotonic() > deadline:
+                        proc.kill()
+                        _, stderr = proc.communicate()
+                        timed_out = True
+                        break
+        except BaseException:  # interrupted: tippecanoe must not outlive the build
+            proc.kill()
+            raise
+    return _Exit(proc.pid, proc.returncode, stderr.decode("utf-8", "replace"), peak,
+                 timed_out)
 
 
 def tippecanoe_binary() -> Path:
@@ -208,6 +266,13 @@ def tippecanoe_arguments(geojson: Path | list[Path], out: Path, *, min_zoom: int
     return [*arguments, "--force", "--quiet", *map(str, inputs)]
 
 
+def _remove_partial(partial: Path) -> None:
+    """A failed build's files: the partial archive and what tippecanoe keeps beside it while
+    writing (a killed run leaves its SQLite ``-journal``)."""
+    for name in (partial, partial.with_name(f"{partial.name}-journal")):
+        name.unlink(missing_ok=True)
+
+
 def build_tiles(geojson: Path | list[Path], out: Path, *, min_zoom: int = MIN_ZOOM,
                 max_zoom: int = MAX_ZOOM, timeout: float = 3600.0,
                 layer: str = LAYER, text: TileText | None = None) -> TileBuild:
@@ -242,22 +307,26 @@ def build_tiles(geojson: Path | list[Path], out: Path, *, min_zoom: int = MIN_ZO
     log.info("tiles: building %s from %s (z%d-z%d)", out.name, geojson, min_zoom, max_zoom)
     started = time.perf_counter()
     try:
-        done = subprocess.run(command, executable=binary, capture_output=True, text=True,
-                              timeout=timeout, cwd=out.parent)
-    except subprocess.TimeoutExpired:
-        partial.unlink(missing_ok=True)
-        raise TilesError(f"tippecanoe took more than {timeout:.0f} s on {geojson}") from None
+        done = _run_measured(command, binary, out.parent, timeout)
+    except BaseException:
+        _remove_partial(partial)
+        raise
+    if done.timed_out:
+        _remove_partial(partial)
+        raise TilesError(f"tippecanoe took more than {timeout:.0f} s on {geojson}")
     if done.returncode != 0 or not partial.is_file():
-        partial.unlink(missing_ok=True)
+        _remove_partial(partial)
         last = (done.stderr.strip().splitlines() or ["no message"])[-1]
         raise TilesError(f"tippecanoe failed on {geojson} (exit {done.returncode}): {last}")
     set_center(partial, min_zoom, max_zoom)
     os.replace(partial, out)
     seconds = time.perf_counter() - started
     build = TileBuild(path=out, bytes=out.stat().st_size, features=_feature_count(out, layer),
-                      seconds=seconds, min_zoom=min_zoom, max_zoom=max_zoom)
-    log.info("tiles: %s built in %.2f s, %d bytes, %d features", out.name, seconds,
-             build.bytes, build.features)
+                      seconds=seconds, min_zoom=min_zoom, max_zoom=max_zoom, pid=done.pid,
+                      peak_rss_mib=done.peak_rss_mib)
+    log.info("tiles: %s built in %.2f s, %d bytes, %d features, tippecanoe's peak %s",
+             out.name, seconds, build.bytes, build.features,
+             "unknown" if build.peak_rss_mib is None else f"{build.peak_rss_mib:.0f} MiB")
     return build
 
 
