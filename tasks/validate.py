@@ -13,6 +13,7 @@ from dpatlas.release import cell_groups
 from dpatlas.release.estimate import (Chunk, all_sizes, split_into_chunks, staged_counts,
                                       tracts_of)
 from dpatlas.core.files import write_json_atomic, write_parquet_atomic
+from dpatlas.core.memory import return_arrow_memory
 from dpatlas.release.boundaries import load_boundaries
 from dpatlas.release.task_groups import group_label
 from dpatlas.release.validation_groups import ROWS_IN_HAND, apply_policy_to_group
@@ -42,20 +43,29 @@ def validate_partitions(cfg: InputConfig, policy: str, keys: list[str], internal
     records as listed, held in hand beside the other task's within a bound
     (:class:`~dpatlas.release.validation_groups.RowsInHand`)."""
     with ROWS_IN_HAND.holding(rows):
-        frames = [(key, ingest_partition(cfg, key, part_cells))
-                  for key, part_cells in zip(keys, cells)]
-        checked = apply_policy_to_group(frames, policy, internal, str(cfg.path),
-                                        input_column_names(cfg.columns))
-        del frames
-        staged = []
-        for clean, report in checked:
-            path = internal / "staged" / f"input-{report.partition}.parquet"
-            write_parquet_atomic(clean, path, private=True)
-            get_run_logger().info("partition %s: %d rows valid, %d quarantined, %d clipped, "
-                                  "%d dropped", report.partition, report.rows_out,
-                                  report.quarantined, report.clipped, report.dropped)
-            staged.append((path, report.as_dict()))
-        return staged
+        try:
+            return _read_check_stage(cfg, policy, keys, internal, cells)
+        finally:  # the frames are gone: what they and the staging passed through the pool
+            return_arrow_memory()
+
+
+def _read_check_stage(cfg: InputConfig, policy: str, keys: list[str], internal: Path,
+                      cells: list[tuple[str | None, ...] | None]) -> list[tuple[Path, dict]]:
+    frames = [(key, ingest_partition(cfg, key, part_cells))
+              for key, part_cells in zip(keys, cells)]
+    return_arrow_memory()  # the tables the frames were read from, before the check
+    checked = apply_policy_to_group(frames, policy, internal, str(cfg.path),
+                                    input_column_names(cfg.columns))
+    del frames
+    staged = []
+    for clean, report in checked:
+        path = internal / "staged" / f"input-{report.partition}.parquet"
+        write_parquet_atomic(clean, path, private=True)
+        get_run_logger().info("partition %s: %d rows valid, %d quarantined, %d clipped, "
+                              "%d dropped", report.partition, report.rows_out,
+                              report.quarantined, report.clipped, report.dropped)
+        staged.append((path, report.as_dict()))
+    return staged
 
 
 @task(name="validation-docs", **RETRY_IO)

@@ -24,6 +24,16 @@ wall time after its last task (``perf``: 57% of its samples in ``gc_collect_main
 more in the collector's ``visit_*`` functions), against
 0.1 s with the heap frozen; each compute process (``dpatlas.release.compute_pool``) did the
 same as it exited.
+
+Arrow's own allocator (mimalloc in the pyarrow wheels) keeps what a thread frees for that
+thread's next allocations, and its pages go back to the operating system only when asked
+(:func:`return_arrow_memory`). Reading a partition of 4 M records (California's first group
+of cells in a 24-cell national input, 305 MiB as a frame) passes 460 MiB through the pool; it
+kept the process 325 MiB above what the frame needs until the next read, and the input
+check, which comes on top, peaked 220 MiB higher for it. Returned after the read and after
+the partition is staged, one validation task of that partition peaked at 1,111 MiB instead of
+1,334 and left the process at 383 MiB instead of 742 (one run each; each return took under
+4 ms).
 """
 
 from __future__ import annotations
@@ -36,7 +46,8 @@ import gc
 import logging
 import os
 
-__all__ = ["RELEASE_ARENAS", "freeze_heap_at_exit", "limit_malloc_arenas"]
+__all__ = ["RELEASE_ARENAS", "freeze_heap_at_exit", "limit_malloc_arenas",
+           "return_arrow_memory"]
 
 RELEASE_ARENAS = 2
 _M_ARENA_MAX = -8  # glibc's malloc.h
@@ -74,3 +85,12 @@ def freeze_heap_at_exit() -> None:
     collected, which spares nothing a release writes: its files are closed as they are
     written."""
     atexit.register(gc.freeze)
+
+
+def return_arrow_memory() -> None:
+    """Give the pages Arrow's memory pool keeps after frees back to the operating system.
+    Call it in the thread that did the work: mimalloc keeps a heap per thread, and a thread
+    returns only its own."""
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
