@@ -15,8 +15,9 @@ workers can be measured). Per run it reports:
 - wall time of the `dpatlas release` process (the Prefect server is already up; its start-up
   is printed separately);
 - peak resident memory of every process in the release's process tree and of the Dask
-  workers: the kernel's high-water mark (VmHWM), sampled every 0.2 s, and ``ru_maxrss`` of
-  the release process from ``wait4``;
+  workers: the kernel's high-water mark (VmHWM), sampled every 0.2 s (not ``wait4``'s
+  ``ru_maxrss`` of the release, which is the largest of it and every process it reaped: its
+  compute processes), and each tippecanoe's peak as its build read it;
 - the share of the wall time outside the estimators: time during which no call of the plain
   selection or estimation functions (``dpatlas.release.estimate.select_partition`` /
   ``estimate_partition``, i.e. all noise and estimator arithmetic, or the flow's wait for
@@ -260,11 +261,15 @@ def record_tile_builds() -> None:
 
 def add_tile_builds(peaks: dict[int, tuple[str, float]], timings: Path) -> None:
     """Each recorded tippecanoe (:func:`record_tile_builds`) in ``peaks``, at the larger of its
-    recorded and sampled peak."""
+    recorded and sampled peak (a sample taken before its exec does not count)."""
     folder = timings / TILES_SUBFOLDER
     for f in sorted(folder.glob("*.jsonl")) if folder.exists() else []:
         for record in map(json.loads, f.read_text().splitlines()):
             label, sampled = peaks.get(record["pid"], (record["label"], 0.0))
+            if not label.startswith("tippecanoe"):
+                # sampled only before its exec, as the flow's fork: the flow's memory, not
+                # tippecanoe's (at 42 cells one such row said 1,384 MiB)
+                label, sampled = record["label"], 0.0
             peaks[record["pid"]] = (label, max(sampled, record["mib"]))
 
 
@@ -419,6 +424,10 @@ class MemorySampler:
                     label = _label_with_parent(psutil.Process(pid))
                 except psutil.NoSuchProcess:
                     continue
+                if label == "release (flow)" and pid != self.roots[0]:
+                    # a child caught between its fork and its exec: the flow's command line
+                    # and the memory it shares with the flow, not a second flow
+                    label = "fork of the flow, before its exec"
             self.peaks[pid] = (label, max(peak, self.peaks.get(pid, ("", 0.0))[1]))
 
     def run(self) -> None:
@@ -622,8 +631,11 @@ def run_release(api_url: str, config: Path, rid: str, timings: Path, client=None
     intervals = read_intervals(timings)
     peaks = dict(sampler.peaks)
     add_tile_builds(peaks, timings)
-    label, sampled = peaks.get(proc.pid, ("release (flow)", 0.0))
-    peaks[proc.pid] = (label, max(sampled, usage.ru_maxrss / 1024))
+    # The flow's peak is its own high-water mark, sampled. wait4's ru_maxrss is the largest
+    # of the flow and every process it reaped (its compute processes: at 42 cells it said
+    # 1,729 MiB, a compute process's figure, where the flow's VmHWM was 1,375): kept apart.
+    if proc.pid not in peaks:  # never sampled (a release of under 0.2 s): the bound only
+        peaks[proc.pid] = ("release (flow) and its reaped children", usage.ru_maxrss / 1024)
     inside = union_seconds(intervals)
     runs = task_runs_since(api_url, start)
     stages = stage_table(runs)
@@ -634,8 +646,11 @@ def run_release(api_url: str, config: Path, rid: str, timings: Path, client=None
     return {"flow_pid": proc.pid, "task_stages": task_stages,
             "serial_cpu": _matrix.serial_cpu(task_stages, release_cpu),
             "wall": wall, "inside": inside, "peaks": peaks, "stages": stages,
+            # the flow's resident memory over the run: (seconds from the start, MiB)
+            "flow_rss": [(round(t - start, 1), round(mib)) for t, mib in sampler.flow_rss],
             "tasks_union": union_seconds([(r["start"], r["end"]) for r in runs]),
             "overhead": flow_overhead(stages, start, wall),
+            "release_tree_maxrss_mib": usage.ru_maxrss / 1024,  # flow or a reaped child
             "cpu": {"release_tree": release_cpu, "dask_workers": workers_cpu,
                     "release_total": release_cpu + workers_cpu,
                     "prefect_server": server_cpu, "bench_process": own.cpu_process},

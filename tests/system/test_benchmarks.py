@@ -189,6 +189,38 @@ def test_memory_table_says_which_process_started_tippecanoe(bench_national):
     assert bench_national._label_with_parent(worker) == "dask worker"
 
 
+def test_a_tippecanoe_between_two_samples_is_in_the_memory_table(bench_national, tmp_path,
+                                                                  monkeypatch):
+    """Stop 50's CI: a small cell's tippecanoe ran between two of the sampler's reads and its
+    row was missing. Each build's own figure (TileBuild.peak_rss_mib) is recorded where it
+    ran and joins the sampled peaks: the larger of the two for a process seen by both."""
+    from dpatlas.publication import tiles
+
+    builds = iter([(4242, 55.0), (4343, 80.0), (4444, None), (4545, 90.0)])
+
+    def build_tiles(geojson, out, **kwargs):
+        pid, peak = next(builds)
+        return tiles.TileBuild(path=out, bytes=1, features=1, seconds=0.1, min_zoom=4,
+                               max_zoom=9, pid=pid, peak_rss_mib=peak)
+    monkeypatch.setattr(tiles, "build_tiles", build_tiles)
+    monkeypatch.setenv(bench_national.TIMINGS_ENV, str(tmp_path))
+    bench_national.record_tile_builds()
+    bench_national.record_tile_builds()  # idempotent: one record per build, not two
+    for name in ("tracts.pmtiles", "tracts-outcome-3.pmtiles", "states.pmtiles",
+                 "counties.pmtiles"):
+        tiles.build_tiles(tmp_path / "x.geojson", tmp_path / name)
+    peaks = {4242: ("tippecanoe (tracts) under release (flow) 1", 30.0), 1: ("release", 900.0),
+             # sampled between its fork and its exec: the flow's memory
+             4545: ("fork of the flow, before its exec", 1384.0)}
+    bench_national.add_tile_builds(peaks, tmp_path)
+    assert peaks[4242] == ("tippecanoe (tracts) under release (flow) 1", 55.0)
+    label, mib = peaks[4343]
+    assert label.startswith("tippecanoe (tracts-outcome-3) under ") and mib == 80.0
+    assert 4444 not in peaks and peaks[1] == ("release", 900.0)  # no figure: nothing added
+    label, mib = peaks[4545]
+    assert label.startswith("tippecanoe (counties) under ") and mib == 90.0
+
+
 @pytest.mark.slow
 def test_release_benchmark_runs_the_demo_config(tmp_path):
     out = run_benchmark("bench_release.py", "--out", str(tmp_path), cwd=tmp_path)
