@@ -67,6 +67,7 @@ from _measure import (cpu_of, cpu_used, load_average, measure,  # noqa: E402
                       rusage_cpu_seconds, time_estimator_draws)
 from _national import data_folder, floor_report_lines  # noqa: E402
 import _matrix  # noqa: E402
+from dpatlas.core.memory import high_water_mib  # noqa: E402
 from _matrix import union_seconds  # noqa: E402
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -233,7 +234,7 @@ def read_intervals(folder: Path) -> list[tuple[float, float]]:
 
 def record_tile_builds() -> None:
     """Wrap ``tiles.build_tiles`` (in this process): each build's tippecanoe pid, label and
-    peak RSS (the kernel's, from the build's own ``wait4``), appended to
+    peak RSS (its VmHWM, read by the build while tippecanoe ran), appended to
     ``$DPATLAS_BENCH_TIMINGS/tiles/<pid>.jsonl``. The sampler alone misses a tippecanoe that
     starts and ends between two of its samples (a small cell). Idempotent."""
     import psutil
@@ -329,17 +330,6 @@ def estimator_timer_plugin():
 # --- memory of every process ----------------------------------------------------------------
 
 
-def _high_water_mib(pid: int) -> float | None:
-    """The kernel's peak resident set of a live process (VmHWM), in MiB."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
-
-
 def _label(proc) -> str:
     try:
         argv = proc.cmdline()
@@ -415,7 +405,7 @@ class MemorySampler:
             except psutil.NoSuchProcess:
                 continue
         for pid in pids:
-            peak = _high_water_mib(pid)
+            peak = high_water_mib(pid)
             if peak is None:
                 continue
             label = self.peaks.get(pid, (None, 0.0))[0]

@@ -45,8 +45,9 @@ import functools
 import gc
 import logging
 import os
+from pathlib import Path
 
-__all__ = ["RELEASE_ARENAS", "freeze_heap_at_exit", "limit_malloc_arenas",
+__all__ = ["RELEASE_ARENAS", "freeze_heap_at_exit", "high_water_mib", "limit_malloc_arenas",
            "return_arrow_memory"]
 
 RELEASE_ARENAS = 2
@@ -94,3 +95,18 @@ def return_arrow_memory() -> None:
     import pyarrow as pa
 
     pa.default_memory_pool().release_unused()
+
+
+def high_water_mib(pid: int, program: str | None = None) -> float | None:
+    """The peak RSS (VmHWM) of process ``pid``, in MiB; None after its exit or where there is
+    no /proc. With ``program``: None too until ``pid`` runs it (before its exec the status is
+    the forking process's, whose memory the child shares or copies)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    if "VmHWM" not in fields or (program is not None
+                                 and fields.get("Name", "").strip() != program[:15]):
+        return None
+    return int(fields["VmHWM"].split()[0]) / 1024

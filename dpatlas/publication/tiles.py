@@ -31,6 +31,7 @@ from pathlib import Path
 
 from dpatlas.core.config import DEFAULT_LICENSE
 from dpatlas.core.errors import OperatorError
+from dpatlas.core.memory import high_water_mib
 
 LAYER = "tracts"
 TILES_FILE = "tracts.pmtiles"
@@ -118,20 +119,6 @@ class _Exit:
     timed_out: bool
 
 
-def _high_water_mib(pid: int, program: str) -> float | None:
-    """The peak RSS (VmHWM) of process ``pid`` once it runs ``program``, in MiB; None before
-    its exec (until then the status is the forking process's, whose memory the child shares
-    or copies), after its exit, or where there is no /proc."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return None
-    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-    if fields.get("Name", "").strip() != program[:15] or "VmHWM" not in fields:
-        return None
-    return int(fields["VmHWM"].split()[0]) / 1024
-
-
 def _run_measured(command: list[str], binary: Path, cwd: Path, timeout: float) -> _Exit:
     """Run ``command`` (``binary`` as the executable), killed after ``timeout`` seconds, and
     read its peak RSS every :data:`POLL_SECONDS` from the kernel's high-water mark (VmHWM):
@@ -148,7 +135,7 @@ def _run_measured(command: list[str], binary: Path, cwd: Path, timeout: float) -
                     _, stderr = proc.communicate(timeout=POLL_SECONDS)
                     break
                 except subprocess.TimeoutExpired:  # still running: none of its output lost
-                    sample = _high_water_mib(proc.pid, binary.name)
+                    sample = high_water_mib(proc.pid, binary.name)
                     peak = sample if peak is None else max(peak, sample or 0.0)
                     if time.monotonic() > deadline:
                         proc.kill()
