@@ -221,7 +221,7 @@ def target_rows(run: dict, floor_cpu: float | None, local_one_cell: bool) -> lis
             limit = TARGET_TIPPECANOE_MIB
         elif label == "release (flow)":
             limit = TARGET_FLOW_MIB
-        elif label == "dask worker":
+        elif label in ("dask worker", "compute process"):  # the local runner's workers
             limit = TARGET_WORKER_MIB
         else:
             continue

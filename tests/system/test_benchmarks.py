@@ -221,6 +221,35 @@ def test_a_tippecanoe_between_two_samples_is_in_the_memory_table(bench_national,
     assert label.startswith("tippecanoe (counties) under ") and mib == 90.0
 
 
+def test_a_child_that_execs_between_the_samplers_reads_keeps_its_own_peak(bench_national,
+                                                                          monkeypatch):
+    """The 6-cell matrix run of 2026-12-01 printed a tippecanoe at 1,077 MiB, the flow's own
+    peak: the sampler read the high-water mark before the child's exec (the fork's, shared
+    with the flow) and its command line after (tippecanoe's). Here the exec happens while the
+    command line is read; the row must hold tippecanoe's 100 MiB."""
+    import psutil
+
+    execed = {"tippecanoe": False}
+
+    def high_water_mib(pid, program=None):
+        if pid == 1:
+            return 1077.0
+        if not execed["tippecanoe"]:  # the fork: the flow's memory, under the flow's name
+            return None if program == "tippecanoe" else 1077.0
+        return 100.0
+
+    def label_with_parent(proc):
+        execed["tippecanoe"] = True  # the command line is tippecanoe's once read
+        return "tippecanoe (tracts-outcome-6) under release (flow) 1"
+
+    monkeypatch.setattr(bench_national, "high_water_mib", high_water_mib)
+    monkeypatch.setattr(bench_national, "_label_with_parent", label_with_parent)
+    monkeypatch.setattr(psutil, "Process", lambda pid: pid)
+    sampler = bench_national.MemorySampler(roots=[1])
+    sampler._record(4242)
+    assert sampler.peaks[4242] == ("tippecanoe (tracts-outcome-6) under release (flow) 1", 100.0)
+
+
 @pytest.mark.slow
 def test_release_benchmark_runs_the_demo_config(tmp_path):
     out = run_benchmark("bench_release.py", "--out", str(tmp_path), cwd=tmp_path)

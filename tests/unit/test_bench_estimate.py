@@ -105,12 +105,15 @@ def test_estimate_without_the_new_publish_tasks_keeps_todays_publish_serial(matr
 def test_targets_beside_the_figures(matrix):
     run = {"wall": 9.0, "peaks": {1: ("release (flow)", 1600.0), 2: ("dask worker", 900.0),
                                   3: ("tippecanoe (tracts) under dask worker 2", 301.0),
-                                  4: ("prefect server", 9999.0)}}
+                                  4: ("prefect server", 9999.0),
+                                  5: ("compute process", 4097.0)}}
     rows = {figure: (value, target, met)
             for figure, value, target, met in matrix.target_rows(run, 5.0, True)}
     assert rows["release wall / floor CPU-s"] == ("1.80", "≤ 2", True)
     assert rows["peak RSS, release (flow) (pid 1)"][2] is False  # > 1.5 GiB
     assert rows["peak RSS, dask worker (pid 2)"][2] is True
+    # the local runner's workers have the workers' bound
+    assert rows["peak RSS, compute process (pid 5)"] == ("4,097 MiB", "≤ 4,096 MiB", False)
     assert rows["peak RSS, tippecanoe (tracts) under dask worker 2 (pid 3)"] == (
         "301 MiB", "≤ 300 MiB", False)
     assert not any("prefect" in f for f in rows)
