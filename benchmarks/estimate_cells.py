@@ -21,8 +21,11 @@ The model (every figure printed):
 * work on the workers: each worker stage's CPU-s, linear in the cells through the two runs,
   plus the workers' CPU outside the tasks' functions (per task run, times the task runs),
   summed and spread evenly over the workers;
+* the county and state files (publish-level) and the archives (cell-tiles): proportional to
+  the cells from the 6-cell run, since at one cell the level archives are built inside
+  publish-level and at several in cell-tiles tasks of their own;
 * the longest single task: a stage whose tasks hold one state's records in every cell
-  (the county and state files) grows on the same line; the others' tasks are bounded by
+  (the county and state files) grows with the cells; the others' tasks are bounded by
   design (chunks and level tasks by records, publish parts by tract-cells, an archive per
   cell), so their longest measured run stands;
 * validation, given ``--split-json`` (``bench_split_validation.py``): the partitions of the
@@ -54,6 +57,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 # Stages whose longest task holds a state's records in every cell (grows with the cells).
 GROWS_WITH_CELLS = {"validate", "publish-level"}
+# Stages whose 1-cell run does other work than at several cells: with one cell the county and
+# state archives are built inside publish-level, with several each is a cell-tiles task of
+# its own (release_parts.write_level_part). A line through the two runs mixes the two
+# (publish-level's gave -9 CPU-s at 42 cells on 2026-12-01): proportional to the cells from
+# the several-cell run instead.
+SEVERAL_CELLS_ONLY = {"publish-level", "cell-tiles"}
 # Stages of one task per release whose work does not grow with the cells (the overview draws
 # one cell): at any number of cells, the larger of the two measured runs.
 ONE_PER_RELEASE = {"overview"}
@@ -177,6 +186,17 @@ def main() -> None:
             split = json.loads(args.split_json.read_text())
             cpu, long, validate_runs, text = validation_at(args.release, s, s6, split, target)
             print(text)
+        elif name in SEVERAL_CELLS_ONLY:
+            scale = target / hi
+            cpu = s6["cpu"] * scale
+            grows = name in GROWS_WITH_CELLS
+            long = s6["longest_cpu"] * scale if grows else s6["longest_cpu"]
+            print(f"  {name}: {s['cpu']:.1f}, {s6['cpu']:.1f} -> {cpu:.0f} ({hi} cells' x "
+                  f"{target}/{hi}: the level archives are built in publish-level at one "
+                  f"cell, in cell-tiles at several); longest run {s6['longest_cpu']:.2f} -> "
+                  f"{long:.1f}"
+                  + (" (a level's records in every cell: x the cells)" if grows else
+                     " (bounded by design: an archive a cell)"))
         elif name in ONE_PER_RELEASE:
             cpu = long = max(s["cpu"], s6["cpu"])
             print(f"  {name}: {s['cpu']:.1f}, {s6['cpu']:.1f} -> {cpu:.1f} (one task a release, "

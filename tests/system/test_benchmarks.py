@@ -332,13 +332,19 @@ def test_the_cells_estimate_prints_its_arithmetic_from_two_runs(tmp_path):
     # estimate: 40 -> 240 CPU-s at 1 and 6 cells, on the line at 42: 40 + 200 * 41 / 5
     assert "  estimate: 26.0, 156.0 -> 1092;" in out, out
     assert "validate: 40.0, 90.0 -> 450; longest run 4.00, 9.00 -> 45.0 (a state's" in out
-    assert "cell-tiles: 40.0, 240.0 -> 1680; longest run 38.00, 38.00 -> 38.0 (bounded" in out
+    # the archives and the level files from the 6-cell run, x 42 / 6: at one cell the level
+    # archives are built inside publish-level (10 CPU-s there, as at 6: a line gives 10)
+    assert "cell-tiles: 40.0, 240.0 -> 1680 (6 cells' x 42/6" in out, out
+    assert "longest run 38.00 -> 38.0 (bounded by design: an archive a cell)" in out, out
+    assert "publish-level: 10.0, 10.0 -> 70 (6 cells' x 42/6" in out, out
+    assert "longest run 8.50 -> 59.5 (a level's records in every cell: x the cells)" in out, out
     assert "per task run 64.0 ms" in out and "µs per tract-cell" in out, out
     assert "= 0.150 per task run (mean) x " in out, out  # the workers' own, outside tasks
     # 12,150 tracts: chunks of 2,000 tracts (7 at 1 cell), split by cell groups at 42 cells
     assert "task runs on the workers planned" in out and "at 42 cells: " in out, out
     total = [ln for ln in out.splitlines() if ln.startswith("estimate: ")]
-    assert len(total) == 1 and "(longest task: validate)" in total[0], out
+    # publish-level's 59.5 over validate's line (4 -> 9 CPU-s: 45 at 42 cells)
+    assert len(total) == 1 and "+ 59.5 (longest task: publish-level)" in total[0], out
     parts = total[0].split(" = ")[0].removeprefix("estimate: ").split(" + ")
     assert len(parts) == 3 and all(float(p.split(" ")[0]) > 0 for p in parts), total
 
