@@ -376,6 +376,10 @@ def _label_with_parent(proc) -> str:
     return label if parent is None else f"{label} under {_label(parent)} {parent.pid}"
 
 
+# A child sampled between its fork and its exec (its command line is still the flow's).
+FORK_LABEL = "fork of the flow, before its exec"
+
+
 @dataclass
 class MemorySampler:
     """Samples the peak RSS of the release's process tree and of extra processes."""
@@ -411,22 +415,25 @@ class MemorySampler:
         """One process's peak, under its label. The label is read first: a child that execs
         between the two reads would otherwise have its fork's memory (the flow's) under the
         program's name, as a 1,077 MiB "tippecanoe" at 6 cells did; and a tippecanoe's mark
-        is read only while the process runs tippecanoe."""
+        is read only while the process runs tippecanoe. A fork's label is read again at the
+        next sample, and what it had as a fork is not the program's."""
         import psutil
 
-        label = self.peaks.get(pid, (None, 0.0))[0]
-        if label is None:
+        label, peak = self.peaks.get(pid, (None, 0.0))
+        if label in (None, FORK_LABEL):
             try:
-                label = _label_with_parent(psutil.Process(pid))
+                read = _label_with_parent(psutil.Process(pid))
             except psutil.NoSuchProcess:
                 return
-            if label == "release (flow)" and pid != self.roots[0]:
+            if read == "release (flow)" and pid != self.roots[0]:
                 # a child caught between its fork and its exec: the flow's command line
                 # and the memory it shares with the flow, not a second flow
-                label = "fork of the flow, before its exec"
-        peak = high_water_mib(pid, "tippecanoe" if label.startswith("tippecanoe") else None)
-        if peak is not None:
-            self.peaks[pid] = (label, max(peak, self.peaks.get(pid, ("", 0.0))[1]))
+                read = FORK_LABEL
+            if read != label:  # new, or exec'd since: a fork's figure was the flow's memory
+                label, peak = read, 0.0
+        now = high_water_mib(pid, "tippecanoe" if label.startswith("tippecanoe") else None)
+        if now is not None:
+            self.peaks[pid] = (label, max(now, peak))
 
     def run(self) -> None:
         while not self._stop.is_set():

@@ -211,7 +211,7 @@ def test_a_tippecanoe_between_two_samples_is_in_the_memory_table(bench_national,
         tiles.build_tiles(tmp_path / "x.geojson", tmp_path / name)
     peaks = {4242: ("tippecanoe (tracts) under release (flow) 1", 30.0), 1: ("release", 900.0),
              # sampled between its fork and its exec: the flow's memory
-             4545: ("fork of the flow, before its exec", 1384.0)}
+             4545: (bench_national.FORK_LABEL, 1384.0)}
     bench_national.add_tile_builds(peaks, tmp_path)
     assert peaks[4242] == ("tippecanoe (tracts) under release (flow) 1", 55.0)
     label, mib = peaks[4343]
@@ -248,6 +248,32 @@ def test_a_child_that_execs_between_the_samplers_reads_keeps_its_own_peak(bench_
     sampler = bench_national.MemorySampler(roots=[1])
     sampler._record(4242)
     assert sampler.peaks[4242] == ("tippecanoe (tracts-outcome-6) under release (flow) 1", 100.0)
+
+
+def test_a_fork_sampled_before_its_exec_is_labelled_again_after_it(bench_national,
+                                                                  monkeypatch):
+    """A child seen first between its fork and its exec (the flow's command line and memory)
+    is the program it exec'd at the next sample, with the program's peak alone: a spawned
+    compute process is not left as a fork row holding the flow's figure."""
+    import psutil
+
+    state = {"execed": False}
+
+    def high_water_mib(pid, program=None):
+        return 300.0 if state["execed"] else 1077.0
+
+    def label_with_parent(proc):
+        return "compute process" if state["execed"] else "release (flow)"
+
+    monkeypatch.setattr(bench_national, "high_water_mib", high_water_mib)
+    monkeypatch.setattr(bench_national, "_label_with_parent", label_with_parent)
+    monkeypatch.setattr(psutil, "Process", lambda pid: pid)
+    sampler = bench_national.MemorySampler(roots=[1])
+    sampler._record(4242)
+    assert sampler.peaks[4242] == (bench_national.FORK_LABEL, 1077.0)
+    state["execed"] = True
+    sampler._record(4242)
+    assert sampler.peaks[4242] == ("compute process", 300.0)
 
 
 @pytest.mark.slow
