@@ -52,7 +52,7 @@ def estimate_release_levels(cfg: ReleaseConfig, release_id: str, address: Option
     if cfg.runner != "dask":
         sources = [partitions_holding(staged, chunks, u.state) for u in units]
         return _map_levels(units, sources, budget, cfg.publish.min_n, internal, noise_seed,
-                           local_task_groups(cfg, unit_records or [1] * len(units)))
+                           local_task_groups(cfg, lambda: unit_records or [1] * len(units)))
     subflow = levels_on_workers.with_options(task_runner=release_task_runner(cfg, address),
                                              flow_run_name=levels_run_name(release_id))
     with subflow_without_heartbeat():

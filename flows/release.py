@@ -18,6 +18,7 @@ import secrets
 import socket
 from collections import Counter
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import Optional
 
@@ -244,7 +245,7 @@ def release(config_path: str, release_id: Optional[str] = None,
         stage_parameters = {"chunks": worker_chunks, "budget": budget, "min_n": cfg.publish.min_n,
                             "internal": str(internal), "noise_seed": noise_seed,
                             "staging_location": location,
-                            "groups": local_task_groups(cfg, chunk_records(chunks, sizes))}
+                            "groups": local_task_groups(cfg, partial(chunk_records, chunks, sizes))}
         cells = sorted(sizes["cell"].unique())
         # every subflow called after the charge, measured before it (the server refuses a
         # run whose parameters pass its limit: found then, the budget would be spent)

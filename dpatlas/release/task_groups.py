@@ -69,18 +69,25 @@ def chunk_records(chunks: Sequence, sizes: pd.DataFrame) -> list[int]:
 
 
 def level_records(units: Sequence, sizes: pd.DataFrame) -> list[int]:
-    """The records of each level task (its state's ``n`` over its cells, from the sizes)."""
+    """The records of each level task (its state's ``n`` over its cells, from the sizes).
+
+    One pass over the tract-cells into n per (state, cell), then a sum per unit: a mask of
+    every tract-cell per unit cost units x tract-cells (1.4 s of the flow's own time at 6
+    national cells, 65 units; 278 units at 42 cells)."""
     # a GEOID's first two digits are its state (not levels.unit_labels: the input checks
-    # that group their runs here may not import the publication, which that module does)
-    states = sizes["geoid"].astype(str).str[:2].to_numpy()
-    cells = sizes["cell"].astype(str).to_numpy()
-    counts = sizes["n"].to_numpy()
+    # that group their runs here may not import the publication, which that module does);
+    # through the categories, not one string per row
+    geoids, cells = (pd.Categorical(sizes[c]) for c in ("geoid", "cell"))
+    states = np.asarray(geoids.categories.astype(str).str[:2])[geoids.codes]
+    cell_names = np.asarray(cells.categories.astype(str))[cells.codes]
+    per_state_cell = pd.Series(sizes["n"].to_numpy()).groupby([states, cell_names]).sum()
+    per_cell = {state: rows.droplevel(0).to_dict()
+                for state, rows in per_state_cell.groupby(level=0)}
     records = []
     for unit in units:
-        rows = states == unit.state
-        if unit.cells is not None:
-            rows &= np.isin(cells, [str(c) for c in unit.cells])
-        records.append(int(counts[rows].sum()))
+        mine = per_cell.get(unit.state, {})
+        wanted = mine if unit.cells is None else [str(c) for c in unit.cells]
+        records.append(int(sum(mine.get(cell, 0) for cell in wanted)))
     return records
 
 

@@ -77,3 +77,21 @@ def test_level_records_sum_each_states_cells():
 def test_group_label_names_the_first_and_last_unit():
     assert group_label(["input-17-0"]) == "input-17-0"
     assert group_label(["input-01-0", "input-02-0", "input-04-1"]) == "input-01-0-to-input-04-1"
+
+
+def test_level_records_match_each_units_rows_on_many_states_and_cells():
+    """The one-pass sum (per state and cell) against each unit's rows summed directly, on 5
+    states x 7 cells with the states' cells split into groups and some (state, cell) empty."""
+    rng = np.random.default_rng(3)
+    geoids = [f"{s:02d}001{k:06d}" for s in (1, 2, 6, 17, 56) for k in range(30)]
+    cells = [f"c{k}" for k in range(7)]
+    sizes = pd.DataFrame([(g, c, int(rng.integers(0, 50))) for g in geoids for c in cells
+                          if rng.random() < 0.8], columns=["geoid", "cell", "n"])
+    units = [LevelTask(s, None if s == "56" else tuple(cells[k:k + 3]), f"state-{s}-{k}")
+             for s in ("01", "02", "06", "17", "56") for k in (0, 3, 6)] + [
+        LevelTask("99", None, "state-99")]  # a state without rows: 0
+    expected = [int(sizes[(sizes["geoid"].str[:2] == u.state)
+                          & (True if u.cells is None else sizes["cell"].isin(u.cells))]["n"].sum())
+                for u in units]
+    assert level_records(units, sizes) == expected
+    assert expected[-1] == 0 and len(set(expected)) > 5
