@@ -29,10 +29,12 @@ TARGET_WORKER_MIB = 4 * GIB
 # runs: `publish` (today's whole publish, one serial step, even if submitted to Dask) and `feed`.
 SERIAL_TASKS = ("publish", "feed")
 # The tasks whose NUMBER grows with the cells (a chunk and a level task hold a bounded group of
-# cells, a tile task one cell, a publish part at most PART_ROWS tract-cells: a state larger than
-# that is cut by its cells): their longest run stays as measured. Any other task (a state's
-# validation, a level's files) holds every cell of its unit: its longest run grows with cells.
-COUNT_GROWS_WITH_CELLS = ("select", "estimate", "estimate-levels", "cell-tiles", "publish-part")
+# cells, a tile task one cell, a publish part at most PART_ROWS tract-cells and a level's files
+# at most LEVEL_PART_ROWS unit-cells: a larger one is cut by its cells): their longest run
+# stays as measured. Any other task (a state's validation) holds every cell of its unit: its
+# longest run grows with the cells.
+COUNT_GROWS_WITH_CELLS = ("select", "estimate", "estimate-levels", "cell-tiles", "publish-part",
+                          "publish-level")
 
 TASKS_SUBFOLDER = "tasks"  # under the run's timings folder: one jsonl file per process
 

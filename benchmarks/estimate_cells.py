@@ -24,10 +24,10 @@ The model (every figure printed):
 * the county and state files (publish-level) and the archives (cell-tiles): proportional to
   the cells from the 6-cell run, since at one cell the level archives are built inside
   publish-level and at several in cell-tiles tasks of their own;
-* the longest single task: a stage whose tasks hold one state's records in every cell
-  (the county and state files) grows with the cells; the others' tasks are bounded by
-  design (chunks and level tasks by records, publish parts by tract-cells, an archive per
-  cell), so their longest measured run stands;
+* the longest single task: a stage whose tasks hold one state's records in every cell grows
+  with the cells; the others' tasks are bounded by design (chunks and level tasks by
+  records, publish parts by tract-cells, the county and state files by unit-cells, an
+  archive per cell), so their longest measured run stands;
 * validation, given ``--split-json`` (``bench_split_validation.py``): the partitions of the
   release at the target are planned by the release's own grouping (a state past
   ``ingest.PARTITION_RECORDS`` records is validated in groups of whole cells), and each is
@@ -55,8 +55,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-# Stages whose longest task holds a state's records in every cell (grows with the cells).
-GROWS_WITH_CELLS = {"validate", "publish-level"}
+# Stages whose longest task holds a state's records in every cell (grows with the cells); a
+# level's files are cut by groups of cells (release_parts.LEVEL_PART_ROWS), so their longest
+# task is as measured.
+GROWS_WITH_CELLS = {"validate"}
 # Stages whose 1-cell run does other work than at several cells: with one cell the county and
 # state archives are built inside publish-level, with several each is a cell-tiles task of
 # its own (release_parts.write_level_part). A line through the two runs mixes the two
@@ -94,7 +96,7 @@ def planned_task_runs(release: Path, cells: int) -> dict:
     import pandas as pd
 
     from dpatlas.core.config import ReleaseConfig
-    from dpatlas.publication.release_parts import plan_parts
+    from dpatlas.publication.release_parts import plan_level_jobs, plan_parts
     from dpatlas.release import cell_groups
     from dpatlas.release.estimate import split_into_chunks, tracts_of
     from dpatlas.release.levels import level_tasks
@@ -114,6 +116,8 @@ def planned_task_runs(release: Path, cells: int) -> dict:
     return {"select": len(chunks), "estimate": len(chunks),
             "estimate-levels": len(level_tasks(sizes)),
             "publish-part": len(plan_parts(names, tracts["geoid"])),
+            "publish-level": len(plan_level_jobs(["county", "state"],
+                                                 published_n(release)["geoid"], names, "")),
             "cell-tiles": 3 * cells if cells > 1 else 1,
             "tract_cells": len(sizes), "records": int(sizes["n"].sum())}
 
@@ -166,6 +170,8 @@ def main() -> None:
     parser.add_argument("--cells", type=int, default=42)
     parser.add_argument("--workers", type=int, default=20)
     args = parser.parse_args()
+    from dpatlas.publication.release_parts import LEVEL_PART_ROWS
+
     one, six = dask_run(args.one), dask_run(args.six)
     lo, hi, target = 1, 6, args.cells
     step = (target - lo) / (hi - lo)
@@ -187,16 +193,14 @@ def main() -> None:
             cpu, long, validate_runs, text = validation_at(args.release, s, s6, split, target)
             print(text)
         elif name in SEVERAL_CELLS_ONLY:
-            scale = target / hi
-            cpu = s6["cpu"] * scale
-            grows = name in GROWS_WITH_CELLS
-            long = s6["longest_cpu"] * scale if grows else s6["longest_cpu"]
+            cpu = s6["cpu"] * target / hi
+            long = s6["longest_cpu"]
+            bound = ("an archive a cell" if name == "cell-tiles" else
+                     f"a job of at most {LEVEL_PART_ROWS:,} unit-cells")
             print(f"  {name}: {s['cpu']:.1f}, {s6['cpu']:.1f} -> {cpu:.0f} ({hi} cells' x "
                   f"{target}/{hi}: the level archives are built in publish-level at one "
                   f"cell, in cell-tiles at several); longest run {s6['longest_cpu']:.2f} -> "
-                  f"{long:.1f}"
-                  + (" (a level's records in every cell: x the cells)" if grows else
-                     " (bounded by design: an archive a cell)"))
+                  f"{long:.1f} (bounded by design: {bound})")
         elif name in ONE_PER_RELEASE:
             cpu = long = max(s["cpu"], s6["cpu"])
             print(f"  {name}: {s['cpu']:.1f}, {s6['cpu']:.1f} -> {cpu:.1f} (one task a release, "
@@ -216,11 +220,11 @@ def main() -> None:
 
     plan1, plan6, plan = (planned_task_runs(args.release, c) for c in (lo, hi, target))
     fixed_runs = sum(stages[n]["runs"] for n in ("validate", "contribution-bucket",
-                                                 "publish-level", *ONE_PER_RELEASE)
+                                                 *ONE_PER_RELEASE)
                      if n in stages)
-    runs = [fixed_runs + sum(p[k] for k in ("select", "estimate", "estimate-levels",
-                                             "publish-part", "cell-tiles"))
-            for p in (plan1, plan6, plan)]
+    planned = ["select", "estimate", "estimate-levels", "publish-part", "cell-tiles"]
+    planned += ["publish-level"] if "publish-level" in stages else []
+    runs = [fixed_runs + sum(p[k] for k in planned) for p in (plan1, plan6, plan)]
     if validate_runs is not None:  # the split states' partitions at the target
         runs[2] += validate_runs - stages["validate"]["runs"]
     measured = [sum(s["runs"] for s in stages.values()),
@@ -251,6 +255,7 @@ def main() -> None:
           f"g = {1e6 * g:.1f} µs per tract-cell; fixed {fixed:.1f} CPU-s")
     print(f"  at {target} cells: {plan['select']} chunks (select and estimate each), "
           f"{plan['estimate-levels']} level tasks, {plan['publish-part']} publish parts, "
+          f"{plan['publish-level']} county and state file jobs, "
           f"{plan['cell-tiles']} archives: {runs[2]} task runs; {cells:,} tract-cells, "
           f"{plan['records']:,} records")
     print(f"  {fixed:.1f} + {per_run:.3f} x {runs[2]} + {1e6 * g:.1f} µs x {cells:,} = "

@@ -24,10 +24,10 @@ from dpatlas.publication.release_parts import (LevelJob, LevelResult, MadeOvervi
                                                boundaries_location,
                                                build_tile_job, collect, collect_levels,
                                                level_cell_tiles, level_jobs,
-                                               level_rows_location, level_table_location,
-                                               level_units, model_fits, part_project,
-                                               plan_parts, remove_parts, write_boundaries,
-                                               write_level_part, write_level_rows,
+                                               level_rows_location, model_fits, part_project,
+                                               plan_level_jobs, plan_parts, remove_parts,
+                                               write_boundaries, write_level_part,
+                                               write_level_rows,
                                                write_overview, write_part)
 from dpatlas.publication.level_files import assemble_level
 from dpatlas.publication.tract_files import (PublishError, release_folder, stage_release,
@@ -63,7 +63,7 @@ def plan_publish(cfg: ReleaseConfig, release_id: str, result_files: list[Path],
     job = _part_job(cfg, release_id, part_inputs or result_files, cells, budget, location,
                     write_boundaries(boundaries, location), write_level_rows(levels, location))
     return PublishPlan(cells, levels, plan_parts(cells, boundaries["geoid"]), job,
-                       level_jobs(levels, boundaries["geoid"], location))
+                       level_jobs(levels, boundaries["geoid"], cells, location))
 
 
 def publish_parameters(cfg: ReleaseConfig, release_id: str, part_inputs: list[str],
@@ -77,8 +77,7 @@ def publish_parameters(cfg: ReleaseConfig, release_id: str, part_inputs: list[st
                     boundaries_location(location),
                     level_rows_location(location) if levels else None)
     return {"parts": plan_parts(cells, geoids), "job": job,
-            "levels": [LevelJob(level, level_table_location(location, level),
-                                level_units(geoids, level)) for level in levels]}
+            "levels": plan_level_jobs(levels, geoids, cells, location)}
 
 
 def _part_job(cfg: ReleaseConfig, release_id: str, inputs, cells: list[str],
@@ -106,10 +105,10 @@ def publish_part(part: PublishPart, job: PartJob) -> PartResult:
     return result
 
 
-@task(name="publish-level", task_run_name="publish-level-{level.level}", **TASK_OPTIONS)
+@task(name="publish-level", task_run_name="publish-level-{level.name}", **TASK_OPTIONS)
 def publish_level(level: LevelJob, job: PartJob) -> LevelResult:
-    """One level's files (``counties.*``, ``states.*``, their tiles), checked against its
-    contract, written where the flow collects them."""
+    """One level's files of its job's cells (``counties.*``, ``states.*``, with one cell
+    their tiles), checked against its contract, written where the flow collects them."""
     return compute(write_level_part, level, job)
 
 

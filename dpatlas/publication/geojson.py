@@ -68,7 +68,7 @@ def geojson_geometry(geom, decimals: int = GEOJSON_DECIMALS) -> dict | None:
 
 
 def write_geojson_rfc7946(gdf: gpd.GeoDataFrame, path: str | Path,
-                          decimals: int = GEOJSON_DECIMALS) -> Path:
+                          decimals: int = GEOJSON_DECIMALS, per_cell: bool | None = None) -> Path:
     """Write ``gdf`` as an RFC 7946 FeatureCollection.
 
     WGS 84 longitude/latitude (reprojected if needed) and no ``crs`` member (RFC 7946 section 4
@@ -76,7 +76,8 @@ def write_geojson_rfc7946(gdf: gpd.GeoDataFrame, path: str | Path,
     counter-clockwise exterior rings (:func:`rfc7946_geometries`), a ``bbox`` (section 5).
     Property values are JSON numbers, strings or null (NaN and NA become null). With a
     ``geoid`` column each feature's ``id`` (section 3.2) is its GEOID, or ``GEOID/cell`` when
-    a GEOID has a feature per cell, so the id names one feature.
+    a GEOID has a feature per cell, so the id names one feature (``per_cell``: whether the
+    release has several cells, when ``gdf`` is a piece of its table that may hold one cell).
 
     Streamed a state at a time (rows in their order; :func:`_row_runs`): the file never exists
     as one string or one dict in memory. Geometries are written by GEOS (``shapely.to_geojson``,
@@ -84,7 +85,7 @@ def write_geojson_rfc7946(gdf: gpd.GeoDataFrame, path: str | Path,
     doubles, and the few GEOS prints with more than ``decimals`` decimals are printed again.
     """
     path = Path(path)
-    props, geoms, ids = geojson_parts(gdf, path, decimals)
+    props, geoms, ids = geojson_parts(gdf, path, decimals, per_cell)
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(feature_collection_head(geoms, decimals))
         write_features(fh, props, geoms, ids, decimals)

@@ -127,15 +127,17 @@ def _unit_field(column: str, level: str, decimals: int, interval_level: float) -
 def write_level_files(table: gpd.GeoDataFrame, folder: Path, level: str,
                       interval_level: float = 0.95,
                       tile_text: Callable[[str], tiles.TileText] | None = None,
-                      with_tiles: bool = True) -> list[str]:
+                      with_tiles: bool = True, per_cell: bool | None = None) -> list[str]:
     """The four files of ``level`` in ``folder`` and its vector tiles (the web map's layer of
     the level, ``counties.pmtiles`` or ``states.pmtiles``); their names. ``tile_text``: the
     archive's metadata text for a layer name (``tiles.release_tile_text`` of the release).
-    ``with_tiles`` False: no archive (a release of several cells builds one per cell)."""
+    ``with_tiles`` False: no archive (a release of several cells builds one per cell).
+    ``per_cell``: whether the release has several cells, when ``table`` is a piece of the
+    level's that may hold one cell (the GeoJSON's feature ids are the whole file's)."""
     parquet, geojson, csv, schema = level_files(level)
     folder = Path(folder)
     table.to_parquet(folder / parquet, index=False)
-    write_geojson_rfc7946(table, folder / geojson)
+    write_geojson_rfc7946(table, folder / geojson, per_cell=per_cell)
     layer = tiles.LEVEL_TILES[level].layer
     archive = [tiles.build_level_tiles(folder / geojson, folder, level,
                                        tile_text(layer) if tile_text else None)

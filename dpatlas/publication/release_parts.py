@@ -524,13 +524,13 @@ def level_rows_location(location: str) -> str:
     return join(location, LEVEL_ROWS_FILE)
 
 
-def level_table_location(location: str, level: str) -> str:
-    """Where :func:`level_jobs` puts ``level``'s table under ``location``."""
-    return join(location, _level_table_name(level))
+def level_table_location(location: str, job: LevelJob) -> str:
+    """Where :func:`level_jobs` puts ``job``'s table under ``location``."""
+    return join(location, _level_table_name(job))
 
 
-def _level_table_name(level: str) -> str:
-    return f"level-{level}.parquet"
+def _level_table_name(job: LevelJob) -> str:
+    return f"level-{job.name}.parquet"
 
 
 def write_boundaries(boundaries: gpd.GeoDataFrame, location: str) -> str:
@@ -588,14 +588,32 @@ def remove_parts(location: str) -> None:
 # ------------------------------------------------------------------- the county and state files
 
 
+# Unit-cells per task of a level's files: a level's task writes and checks every unit of its
+# cells. With every cell in one task the county files were the release's longest task as the
+# cells grew (6.3 CPU-s at 6 cells, about 44 at 42: issue 35), so a level is cut by groups of
+# cells, as a large state's tract files are; the commit joins the pieces. 20,000 keeps the
+# national counties (3,221 units) at 6 cells a task, the size measured, and the states (52
+# units) whole at any number of cells up to 384.
+LEVEL_PART_ROWS = 20_000
+
+
 @dataclass(frozen=True)
 class LevelJob:
-    """One level's files (``counties.*`` or ``states.*``) to write from its table (``table``:
-    a GeoParquet, path or URL, written by the flow) and checked against its contract, with
-    every unit of the boundaries (``units``) in it."""
+    """One level's files (``counties.*`` or ``states.*``) of some of its cells to write from
+    its table of those cells (``table``: a GeoParquet, path or URL, written by the flow) and
+    check against its contract, with every unit of the boundaries in it. ``piece`` of
+    ``pieces``: its place among its level's jobs (one job: the level's every cell); the commit
+    joins the pieces' files in that order."""
     level: str
     table: str
-    units: tuple[str, ...]
+    cells: tuple[str, ...]
+    piece: int = 0
+    pieces: int = 1
+
+    @property
+    def name(self) -> str:
+        """``county``, or ``county-2-of-7`` for a level cut by its cells."""
+        return self.level if self.pieces == 1 else f"{self.level}-{self.piece + 1}-of-{self.pieces}"
 
 
 @dataclass
@@ -617,49 +635,66 @@ def level_tile_jobs(results: list[LevelResult]) -> list[TileJob]:
             for r in results for cell, name in r.features.items()]
 
 
-def level_jobs(levels: dict, geoids, location: str) -> list[LevelJob]:
-    """The levels' tables written where their tasks read them, one job per level, with the
-    units the boundaries make up (:func:`level_units`)."""
+def plan_level_jobs(levels: list[str], geoids, cells: list[str], location: str
+                    ) -> list[LevelJob]:
+    """The jobs of each of ``levels`` over the boundary tracts ``geoids``: its cells in
+    groups of at most :data:`LEVEL_PART_ROWS` unit-cells (at least one cell a job), each
+    reading its table at :func:`level_table_location`. Public values only: the preflight
+    measures them before the charge, the commit gets the same."""
     jobs = []
-    for level, table in levels.items():
-        at = _put_parquet(partial(table.to_parquet, index=False), location,
-                          _level_table_name(level))
-        jobs.append(LevelJob(level, at, level_units(geoids, level)))
+    for level in levels:
+        step = max(1, LEVEL_PART_ROWS // max(1, len(level_units(geoids, level))))
+        groups = [tuple(cells[i:i + step]) for i in range(0, len(cells), step)]
+        jobs += [LevelJob(level, "", group, k, len(groups)) for k, group in enumerate(groups)]
+    return [replace(job, table=level_table_location(location, job)) for job in jobs]
+
+
+def level_jobs(levels: dict, geoids, cells: list[str], location: str) -> list[LevelJob]:
+    """The levels' tables (``levels``: level -> table) written where their jobs read them,
+    each job's cells' rows (:func:`plan_level_jobs`)."""
+    jobs = plan_level_jobs(list(levels), geoids, cells, location)
+    for job in jobs:
+        table = levels[job.level]
+        if job.pieces > 1:
+            table = table[table["cell"].astype(str).isin(job.cells)]
+        _put_parquet(partial(table.to_parquet, index=False), location, _level_table_name(job))
     return jobs
 
 
 def level_units(geoids, level: str) -> tuple[str, ...]:
-    """The units of ``level`` the tracts ``geoids`` make up, each once: a level job is a
-    subflow parameter, and a tract's unit repeated 74,000 times would pass Prefect's limit on
-    a flow run's parameters."""
+    """The units of ``level`` the tracts ``geoids`` make up, each once, sorted."""
     from dpatlas.publication.level_files import unit_of
 
     return tuple(sorted(set(unit_of(list(geoids), level))))
 
 
 def write_level_part(level: LevelJob, job: PartJob) -> LevelResult:
-    """One level's files and tiles into ``<location>/level-<level>/``, and its table checked
-    against its contract there (in a GX project of its own, as a part's tract rows)."""
+    """One level's files of its job's cells and tiles into ``<location>/level-<name>/``, and
+    its table checked against its contract there (in a GX project of its own, as a part's
+    tract rows), every unit of the boundaries in it."""
     from data_contracts import ReleaseDocs, validate_published_level
 
     from dpatlas.publication.level_files import write_level_files
 
     interval_level = (job.config.get("intervals") or {}).get("level", 0.95)
-    with writable_folder(join(job.location, f"level-{level.level}")) as folder:
+    where = join(job.location, f"level-{level.name}")
+    with writable_folder(where) as folder:
         table = gpd.read_parquet(_readable(level.table))
         several = per_cell(list(job.cells))
         files = write_level_files(table, folder, level.level, interval_level,
                                   partial(tiles.release_tile_text, job.release_id, job.config),
-                                  with_tiles=not several)
+                                  with_tiles=not several, per_cell=several)
         # several cells: an archive per cell, each its own task (level_tile_jobs)
         features = _level_cell_features(table, level.level, folder) if several else {}
-        run = f"published-{level.level}"
+        units = level_units(pd.read_parquet(_readable(job.boundaries), columns=["geoid"])
+                            ["geoid"], level.level)
+        run = f"published-{level.name}"
         check = validate_published_level(
             pd.DataFrame(table.drop(columns="geometry")), level.level,
-            boundary_units=list(level.units), standard_error_max=job.standard_error_max,
+            boundary_units=list(units), standard_error_max=job.standard_error_max,
             release=ReleaseDocs(folder / GX_PROJECT, folder / ".gx-docs"), run_name=run)
-    return LevelResult(level, join(job.location, f"level-{level.level}"), files,
-                       (run, replace(check, validation_result=None)), features)
+    return LevelResult(level, where, files, (run, replace(check, validation_result=None)),
+                       features)
 
 
 def _level_cell_features(table: gpd.GeoDataFrame, level: str, folder: Path) -> dict[str, str]:
@@ -679,16 +714,47 @@ def _level_cell_features(table: gpd.GeoDataFrame, level: str, folder: Path) -> d
 def collect_levels(staging: Path, results: list["LevelResult"],
                    archives: list[tuple[TileJob, str]] = ()) -> list[str]:
     """Every level's files and its archives of each cell (``archives``: each job and where
-    it was built) into ``staging``; their names."""
+    it was built) into ``staging``; their names. A level cut by its cells has its pieces'
+    files joined in piece order: the CSV and GeoJSON appended to the first's, the GeoParquet
+    pieces written as one file, the Table Schema (alike in every piece) the first's."""
     names = []
-    for r in results:
-        for name in r.files:
-            _fetch(join(r.folder, name), staging / name)
+    for level in dict.fromkeys(r.job.level for r in results):
+        pieces = sorted((r for r in results if r.job.level == level), key=lambda r: r.job.piece)
+        if [r.job.piece for r in pieces] != list(range(pieces[0].job.pieces)):
+            raise PublishError(f"the {level} files' pieces are not all there (a bug): "
+                               f"{[r.job.name for r in pieces]}")
+        first, rest = pieces[0], pieces[1:]
+        for name in first.files:
+            if name.endswith(".parquet") and rest:
+                _join_parquet([join(r.folder, name) for r in pieces], staging / name)
+            else:
+                _fetch(join(first.folder, name), staging / name,
+                       link=shutil.copyfile if rest else os.link)
+                if not name.endswith(".schema.json"):
+                    for r in rest:
+                        _append_piece(join(r.folder, name), staging / name)
             names.append(name)
     for tile, source in archives:
         _fetch(source, staging / tile.archive)
         names.append(tile.archive)
     return names
+
+
+def _join_parquet(sources: list[str], dest: Path) -> None:
+    """The GeoParquet pieces (paths or URLs, alike but for their cells) as one file at
+    ``dest``, their rows in order, with the first's metadata (its ``geo``: every piece holds
+    every unit, so their bounding boxes are the same). A column null throughout one piece
+    takes the type the others give it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with tempfile.TemporaryDirectory(prefix="dpatlas-piece-") as tmp:
+        tables = []
+        for k, source in enumerate(sources):
+            _fetch(source, Path(tmp) / f"{k}.parquet", link=_symlink)
+            tables.append(pq.read_table(Path(tmp) / f"{k}.parquet"))
+    joined = pa.concat_tables(tables, promote_options="permissive")
+    pq.write_table(joined.replace_schema_metadata(tables[0].schema.metadata), dest)
 
 
 def level_cell_tiles(archives: list[tuple[TileJob, str]]) -> dict[str, dict[str, str]]:
@@ -703,6 +769,7 @@ def level_cell_tiles(archives: list[tuple[TileJob, str]]) -> dict[str, dict[str,
 __all__ = ["LevelJob", "LevelResult", "MadeOverview", "OVERVIEW_FOLDER", "PART_ROWS",
            "PartJob", "PartResult", "PublishPart", "TileJob", "build_tile_job", "collect",
            "collect_levels", "join", "level_cell_tiles", "level_jobs", "level_tile_jobs",
-           "model_fits", "overview_rows", "part_project", "plan_parts", "read_boundaries",
+           "model_fits", "overview_rows", "part_project", "plan_level_jobs", "plan_parts",
+           "read_boundaries",
            "read_level_rows", "remove_parts", "tile_jobs", "write_boundaries",
            "write_level_part", "write_level_rows", "write_overview", "write_part"]

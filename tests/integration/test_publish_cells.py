@@ -18,6 +18,7 @@ from geopandas.testing import assert_geodataframe_equal
 
 from dpatlas.evaluation.synthetic_input import tract_geoids
 from dpatlas.publication import cell_stream as S
+from dpatlas.publication import release_parts
 from dpatlas.evaluation.synthetic_boundaries import synth_boundaries
 from dpatlas.publication.cell_stream import write_release
 from dpatlas.publication.geojson import write_geojson_rfc7946
@@ -349,7 +350,8 @@ def test_a_group_breaking_its_contract_publishes_nothing(result_files, boundarie
 @pytest.fixture(scope="module")
 def flow_release(tmp_path_factory):
     """A seeded release of 3 cells over 2 states (40 tracts), all three levels and the
-    small-area model, published one cell at a time (the group bound forced down)."""
+    small-area model, published one cell at a time, the county and state files cut by
+    cells (the bounds forced down)."""
     import os
 
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -365,6 +367,8 @@ def flow_release(tmp_path_factory):
     cfg = cells_release_config(tmp / "data", tmp, small_area={"model": True})
     patch = pytest.MonkeyPatch()
     patch.setattr(S, "CELL_GROUP_ROWS", 40)  # 40 tracts: a group per cell
+    # the county files a cell a job (4 counties), the states' two cells then one
+    patch.setattr(release_parts, "LEVEL_PART_ROWS", 4)
     try:
         with prefect_test_harness(server_startup_timeout=180):
             from flows.release import release
@@ -404,8 +408,9 @@ def test_a_release_published_a_cell_at_a_time_passes_the_audit(flow_release):
     # the two states are one publish part (issue 35: parts of whole states, checked where
     # they are written), the release's only one: its runs are the release's
     part = "published"
-    assert published == sorted([f"{part}-1-of-3", f"{part}-2-of-3", f"{part}-3-of-3",
-                                "published-county", "published-state"])
+    levels = ["published-county-1-of-3", "published-county-2-of-3", "published-county-3-of-3",
+              "published-state-1-of-2", "published-state-2-of-2"]
+    assert published == sorted([f"{part}-1-of-3", f"{part}-2-of-3", f"{part}-3-of-3", *levels])
     assert all(runs[r]["success"] for r in published)
     # every boundary tract in the table: checked once, in the first group's run
     first, later = runs[f"{part}-1-of-3"], runs[f"{part}-3-of-3"]
@@ -414,8 +419,20 @@ def test_a_release_published_a_cell_at_a_time_passes_the_audit(flow_release):
     assert "missing_geoid" not in json.dumps(later["expectations"])
     # the part's GX runs are in the release's Data Docs site, beside the level checks
     docs = "".join(p.read_text(errors="replace") for p in (internal).rglob("data_docs/**/*.html"))
-    assert f"{part}-1-of-3" in docs and "published-county" in docs
+    assert f"{part}-1-of-3" in docs and all(run in docs for run in levels)
     assert m["output_contract"]["suite"] == "published_tracts"
+    # each level's pieces joined into its files: every unit in every cell once, piece by piece
+    a, b, c = CELLS
+    for stem, units, cells in (("counties", 4, [a] * 4 + [b] * 4 + [c] * 4),
+                               ("states", 2, [a, b, a, b, c, c])):  # pieces (a, b), (c)
+        table = gpd.read_parquet(folder / f"{stem}.parquet")
+        assert len(table) == units * 3 and not table.duplicated(["geoid", "cell"]).any()
+        assert list(table["cell"]) == cells
+        csv = pd.read_csv(folder / f"{stem}.csv", dtype=str)
+        assert list(zip(csv["geoid"], csv["cell"])) == list(zip(table["geoid"], table["cell"]))
+        features = json.loads((folder / f"{stem}.geojson").read_text())["features"]
+        assert [f["id"] for f in features] == [f"{g}/{c}" for g, c in zip(table["geoid"],
+                                                                         table["cell"])]
 
 
 def _audit(folder: Path) -> tuple[int, str]:

@@ -363,14 +363,17 @@ def test_the_cells_estimate_prints_its_arithmetic_from_two_runs(tmp_path):
     assert "cell-tiles: 40.0, 240.0 -> 1680 (6 cells' x 42/6" in out, out
     assert "longest run 38.00 -> 38.0 (bounded by design: an archive a cell)" in out, out
     assert "publish-level: 10.0, 10.0 -> 70 (6 cells' x 42/6" in out, out
-    assert "longest run 8.50 -> 59.5 (a level's records in every cell: x the cells)" in out, out
+    # the county and state files cut by cells: a job's longest run as measured
+    assert "longest run 8.50 -> 8.5 (bounded by design: a job of at most 20,000 unit-cells)" \
+        in out, out
+    assert "2 county and state file jobs" in out, out
     assert "per task run 64.0 ms" in out and "µs per tract-cell" in out, out
     assert "= 0.150 per task run (mean) x " in out, out  # the workers' own, outside tasks
     # 12,150 tracts: chunks of 2,000 tracts (7 at 1 cell), split by cell groups at 42 cells
     assert "task runs on the workers planned" in out and "at 42 cells: " in out, out
     total = [ln for ln in out.splitlines() if ln.startswith("estimate: ")]
-    # publish-level's 59.5 over validate's line (4 -> 9 CPU-s: 45 at 42 cells)
-    assert len(total) == 1 and "+ 59.5 (longest task: publish-level)" in total[0], out
+    # validate's line (4 -> 9 CPU-s: 45 at 42 cells) over the archives' 38
+    assert len(total) == 1 and "+ 45.0 (longest task: validate)" in total[0], out
     parts = total[0].split(" = ")[0].removeprefix("estimate: ").split(" + ")
     assert len(parts) == 3 and all(float(p.split(" ")[0]) > 0 for p in parts), total
 

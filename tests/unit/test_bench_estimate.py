@@ -64,16 +64,16 @@ def _stage(name, runs, cpu, longest, where="workers"):
 
 
 def test_estimate_is_work_over_workers_plus_longest_task_plus_scaled_serial_part(matrix):
-    # measured at 6 cells: 60 chunks' selection 120 CPU-s (longest 3), 51 level-file tasks 102
-    # CPU-s (longest 6: a level's files hold every cell, so it grows 7x), the commit on a
+    # measured at 6 cells: 60 chunks' selection 120 CPU-s (longest 3), 51 states' validation
+    # 102 CPU-s (longest 6: a state's records in every cell, so it grows 7x), the commit on a
     # worker (serial: in the serial CPU-s given), the flow's serial part 30 CPU-s
-    stages = [_stage("select", 60, 120.0, 3.0), _stage("publish-level", 51, 102.0, 6.0),
-              _stage("publish", 1, 20.0, 20.0), _stage("validate", 51, 9.0, 1.0, "flow")]
+    stages = [_stage("select", 60, 120.0, 3.0), _stage("validate", 51, 102.0, 6.0),
+              _stage("publish", 1, 20.0, 20.0), _stage("plan-chunks", 51, 9.0, 1.0, "flow")]
     est = matrix.cluster_estimate(stages, serial=30.0, measured_cells=6)
     assert est["scale"] == pytest.approx(7.0) and est["workers"] == 20
     assert est["work_cpu"] == pytest.approx((120.0 + 102.0) * 7)
     assert est["on_workers"] == pytest.approx(222.0 * 7 / 20)
-    assert est["longest"] == pytest.approx(42.0) and est["longest_task"] == "publish-level"
+    assert est["longest"] == pytest.approx(42.0) and est["longest_task"] == "validate"
     assert est["serial"] == pytest.approx(210.0)
     assert est["total"] == pytest.approx(222.0 * 7 / 20 + 42.0 + 210.0)
     assert est["limited_by"] == "the flow's serial part"
@@ -81,13 +81,15 @@ def test_estimate_is_work_over_workers_plus_longest_task_plus_scaled_serial_part
     assert "1554.0 CPU-s / 20 workers = 77.7 s" in text
     assert "estimate: 77.7 + 42.0 + 210.0 = 329.7 s" in text
     assert "0.00 fixed + (30.00 - 0.00) CPU-s × 7.00 = 210.0 s" in text
-    assert "validate (flow): 51 runs, 9.00 CPU-s (0.176 per run)" in text
+    assert "plan-chunks (flow): 51 runs, 9.00 CPU-s (0.176 per run)" in text
 
 
-def test_a_publish_parts_longest_run_stays_as_measured(matrix):
+@pytest.mark.parametrize("stage", ["publish-part", "publish-level"])
+def test_a_publish_part_or_level_jobs_longest_run_stays_as_measured(matrix, stage):
     """A publish part holds at most PART_ROWS tract-cells (a larger state is cut by its
-    cells), so at more cells there are more parts, not longer ones."""
-    est = matrix.cluster_estimate([_stage("publish-part", 4, 40.0, 12.0)], serial=0.0,
+    cells), a level's job at most LEVEL_PART_ROWS unit-cells, so at more cells there are more
+    of them, not longer ones."""
+    est = matrix.cluster_estimate([_stage(stage, 4, 40.0, 12.0)], serial=0.0,
                                   measured_cells=1, cells=42)
     assert est["longest"] == pytest.approx(12.0)
     assert est["work_cpu"] == pytest.approx(40.0 * 42)

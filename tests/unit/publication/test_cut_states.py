@@ -93,11 +93,17 @@ def test_a_states_csv_joined_from_its_parts_has_one_header(tmp_path):
     assert (tmp_path / "joined.csv").read_text() == whole.to_csv(index=False)
 
 
-def test_a_level_job_names_each_unit_once(tmp_path):
-    """A level job is a parameter of the publish subflow: its units are the boundaries' units
-    each once, not each tract's (74,000 of them passed Prefect's 512 KiB limit nationally)."""
-    table = gpd.GeoDataFrame({"geoid": ["17", "18"], "cell": ["a", "a"]},
-                             geometry=[box(0, 0, 1, 1), box(1, 0, 2, 1)], crs="EPSG:4326")
+def test_a_level_job_names_no_unit_and_its_table_holds_its_cells_alone(tmp_path, monkeypatch):
+    """A level job is a parameter of the publish subflow: it names its cells, not the units
+    (its task reads them from the boundaries; 74,000 tracts' units passed Prefect's 512 KiB
+    limit nationally, and a level cut by cells would repeat them in every job)."""
+    monkeypatch.setattr(release_parts, "LEVEL_PART_ROWS", 2)  # 2 states: a cell a job
+    table = gpd.GeoDataFrame({"geoid": ["17", "18", "17", "18"], "cell": ["a", "a", "b", "b"]},
+                             geometry=[box(0, 0, 1, 1), box(1, 0, 2, 1)] * 2, crs="EPSG:4326")
     tracts = [f"17{i:09d}" for i in range(500)] + [f"18{i:09d}" for i in range(500)]
-    [job] = release_parts.level_jobs({"state": table}, tracts, str(tmp_path))
-    assert job.units == ("17", "18")
+    jobs = release_parts.level_jobs({"state": table}, tracts, ["a", "b"], str(tmp_path))
+    assert [(j.name, j.cells) for j in jobs] == [("state-1-of-2", ("a",)),
+                                                  ("state-2-of-2", ("b",))]
+    for job in jobs:
+        assert list(gpd.read_parquet(job.table)["cell"]) == list(job.cells) * 2
+        assert "17" not in repr(job).replace(str(tmp_path), "")
