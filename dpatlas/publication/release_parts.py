@@ -592,8 +592,8 @@ def remove_parts(location: str) -> None:
 # cells. With every cell in one task the county files were the release's longest task as the
 # cells grew (6.3 CPU-s at 6 cells, about 44 at 42: issue 35), so a level is cut by groups of
 # cells, as a large state's tract files are; the commit joins the pieces. 20,000 keeps the
-# national counties (3,221 units) at 6 cells a task, the size measured, and the states (52
-# units) whole at any number of cells up to 384.
+# national counties (3,142 in the synthetic country; 3,143 in the 2010 census) at 6 cells a
+# task, the size measured, and the states (51 units with DC) whole up to 392 cells.
 LEVEL_PART_ROWS = 20_000
 
 
