@@ -118,6 +118,32 @@ def _run(task: str, start: float, end: float) -> dict:
     return {"task": task, "name": task, "start": start, "end": end}
 
 
+def test_national_benchmarks_report_holds_the_runs_figures_to_issue_35s_targets(
+        bench_national, capsys):
+    """Without --matrix too: the floor ratio against 2.0 for the local runner at one cell
+    (issue 22's 2.5 before), and each process's peak against its own bound (the flow 1.5 GiB,
+    a tippecanoe 300 MiB, a worker 4 GiB; issue 22 held every process to 4 GiB)."""
+    res = {"wall": 90.0, "inside": 30.0, "tasks_union": 80.0, "stages": [],
+           "load_start": (1.0, 1.0, 1.0), "load_end": (2.0, 2.0, 2.0),
+           "overhead": {"before_first_task": 1.0, "between_stages": 2.0, "after_last_task": 1.0},
+           "cpu": {"release_tree": 100.0, "dask_workers": 0.0, "release_total": 100.0,
+                   "prefect_server": 5.0},
+           "peaks": {1: ("release (flow)", 1600.0), 2: ("tippecanoe (tracts)", 301.0),
+                     3: ("compute process", 900.0), 4: ("prefect server", 5000.0)}}
+    ratio = {"wall_over_floor": 2.2, "cpu_over_floor": 2.5, "wall_over_estimator_floor": 3.0}
+    bench_national.print_report("local", res, targets=True, ratio=ratio)
+    out = capsys.readouterr().out
+    assert "| **release wall / floor CPU** | **2.20** | ≤ 2 (one cell, local): MISSES |" in out
+    assert "| peak RSS, release (flow) (pid 1) | 1,600 MiB | ≤ 1,536 MiB: MISSES |" in out
+    assert "| peak RSS, tippecanoe (tracts) (pid 2) | 301 MiB | ≤ 300 MiB: MISSES |" in out
+    assert "| peak RSS, compute process (pid 3) | 900 MiB | ≤ 4,096 MiB: meets |" in out
+    assert "| peak RSS, prefect server (pid 4) | 5,000 MiB |  |" in out
+    assert "2.5" not in out.split("| release CPU / floor CPU")[0]
+    # several cells: the ratio without the one-cell target
+    bench_national.print_report("local", res, targets=True, ratio=ratio, one_cell=False)
+    assert "| **release wall / floor CPU** | **2.20** |  |" in capsys.readouterr().out
+
+
 def test_national_benchmark_refuses_an_empty_stage_table(bench_national):
     with pytest.raises(bench_national.StageTableError, match="no finished task runs"):
         bench_national.check_stage_table([], "dask", 0)
