@@ -218,9 +218,10 @@ def _record_part_checks(parts: list[PartResult], level_parts: list[LevelResult],
         for run, check in part.checks:
             record_run(internal, run, asset, check)
     for level in level_parts:
-        record_run(internal, level.check[0],
-                   f"the release's {level.job.level} table, as it would be published",
-                   level.check[1])
+        asset = f"the release's {level.job.level} table, as it would be published"
+        if level.job.pieces > 1:  # a level cut by its cells: this run checked some of them
+            asset += f" (cells {', '.join(level.job.cells)})"
+        record_run(internal, level.check[0], asset, level.check[1])
     for written in [*parts, *level_parts]:
         with part_project(written) as project:
             import_release_runs(ReleaseDocs(project, project.parent / ".gx-docs"), release)

@@ -644,7 +644,7 @@ def plan_level_jobs(levels: list[str], geoids, cells: list[str], location: str
     jobs = []
     for level in levels:
         step = max(1, LEVEL_PART_ROWS // max(1, len(level_units(geoids, level))))
-        groups = [tuple(cells[i:i + step]) for i in range(0, len(cells), step)]
+        groups = [tuple(cells[i:i + step]) for i in range(0, len(cells), step)] or [()]
         jobs += [LevelJob(level, "", group, k, len(groups)) for k, group in enumerate(groups)]
     return [replace(job, table=level_table_location(location, job)) for job in jobs]
 

@@ -41,6 +41,7 @@ def test_a_level_is_cut_by_groups_of_cells_of_at_most_its_rows():
                                                       "/p/level-state.parquet")
     # one cell, or few units: one job whatever the level
     assert [j.name for j in plan_level_jobs(["county"], counties, ["x"], "/p")] == ["county"]
+    assert [j.name for j in plan_level_jobs(["county"], counties, [], "/p")] == ["county"]
 
 
 def test_a_level_with_more_units_than_a_job_holds_gets_a_cell_a_job(monkeypatch):
