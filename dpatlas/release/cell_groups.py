@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Mapping, Optional
 
+import numpy as np
 import pandas as pd
 
 # Records one task reads at most (unless one cell alone holds more). Selection and estimation
@@ -24,6 +25,16 @@ import pandas as pd
 # of 840,000 records) and two tasks run at once: a million records keeps a task near 0.4 GiB.
 # At 6 cells a chunk of 2,000 tracts stays one group, as before.
 TASK_RECORDS = 1_000_000
+
+
+def records_by_state_and_cell(sizes: pd.DataFrame) -> pd.Series:
+    """``n`` summed per (state, cell) from n per (geoid, cell) (``sizes``), indexed by both.
+    A GEOID's first two digits are its state, read through the categories (74,001 GEOIDs,
+    not one string per tract-cell): one pass, whatever the number of tasks asking."""
+    geoids, cells = (pd.Categorical(sizes[c]) for c in ("geoid", "cell"))
+    states = np.asarray(geoids.categories.astype(str).str[:2])[geoids.codes]
+    cell_names = np.asarray(cells.categories.astype(str))[cells.codes]
+    return pd.Series(sizes["n"].to_numpy()).groupby([states, cell_names]).sum()
 
 
 def greedy_groups(counts: Mapping[Optional[str], int], bound: int

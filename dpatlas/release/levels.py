@@ -32,7 +32,7 @@ from mechanisms.sufficient_stats import noisy_stats_split
 from dpatlas.core.columns import UNCERTAINTY_COLUMNS
 from dpatlas.publication.level_files import GEOID_DIGITS, unit_of
 from dpatlas.release import staging
-from dpatlas.release.cell_groups import group_cells, group_suffix
+from dpatlas.release.cell_groups import group_cells, group_suffix, records_by_state_and_cell
 from dpatlas.release.allocate import (LEVEL_MECHANISM, BudgetPlan, LevelPlan,
                                       level_estimate_step, level_interval_step)
 
@@ -85,13 +85,9 @@ class LevelTask:
 
 def level_tasks(sizes: pd.DataFrame, record_bound: Optional[int] = None) -> list[LevelTask]:
     """The level tasks of a release, from n per (geoid, cell) (``sizes``), in state order."""
-    geoids, cells = (pd.Categorical(sizes[c]) for c in ("geoid", "cell"))
-    # per row its state, through the categories (74,001 GEOIDs, not one string per row)
-    states = np.asarray(geoids.categories.astype(str).str[:GEOID_DIGITS["state"]])[geoids.codes]
-    cell_names = np.asarray(cells.categories.astype(str))[cells.codes]
-    records = pd.Series(sizes["n"].to_numpy()).groupby([states, cell_names]).sum()
+    records = records_by_state_and_cell(sizes)
     tasks = []
-    for state in sorted(set(states)):
+    for state in sorted(set(records.index.get_level_values(0))):
         groups = group_cells(records.loc[state], record_bound)
         tasks.extend(LevelTask(state, cells, f"state-{state}" + group_suffix(j, groups))
                      for j, cells in enumerate(groups))

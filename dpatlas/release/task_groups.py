@@ -21,6 +21,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from dpatlas.release.cell_groups import records_by_state_and_cell
+
 # Task runs per stage on the local runner: enough that the last runs are short (the two
 # threads finish together, each run being ~1/16 of the work), few enough that Prefect's own
 # cost per run stays under a second a stage.
@@ -74,13 +76,7 @@ def level_records(units: Sequence, sizes: pd.DataFrame) -> list[int]:
     One pass over the tract-cells into n per (state, cell), then a sum per unit: a mask of
     every tract-cell per unit cost units x tract-cells (1.4 s of the flow's own time at 6
     national cells, 65 units; 278 units at 42 cells)."""
-    # a GEOID's first two digits are its state (not levels.unit_labels: the input checks
-    # that group their runs here may not import the publication, which that module does);
-    # through the categories, not one string per row
-    geoids, cells = (pd.Categorical(sizes[c]) for c in ("geoid", "cell"))
-    states = np.asarray(geoids.categories.astype(str).str[:2])[geoids.codes]
-    cell_names = np.asarray(cells.categories.astype(str))[cells.codes]
-    per_state_cell = pd.Series(sizes["n"].to_numpy()).groupby([states, cell_names]).sum()
+    per_state_cell = records_by_state_and_cell(sizes)  # the grouping level_tasks made
     per_cell = {state: rows.droplevel(0).to_dict()
                 for state, rows in per_state_cell.groupby(level=0)}
     records = []
