@@ -1,13 +1,18 @@
-"""The national release at 42 cells on 10 machines (20 workers), estimated from two full-scale
-runs of ``bench_national.py`` on this machine, at 1 and at 6 cells, with its arithmetic.
+"""The national release at 42 cells on 10 machines (20 workers), estimated from full-scale runs
+of ``bench_national.py`` on this machine at two or more cell counts, with its arithmetic.
 
     .venv/bin/python benchmarks/bench_national.py --runners dask --dask-cluster processes \\
-        --dask-workers 2 --scale 1.0 --no-floor --work W1 --json-out one.json
-    .venv/bin/python benchmarks/bench_national.py --runners dask --dask-cluster processes \\
-        --dask-workers 2 --scale 1.0 --cells 6 --no-floor --work W6 --json-out six.json
+        --dask-workers 2 --scale 1.0 --cells N --no-floor --work WN --json-out N.json
     .venv/bin/python benchmarks/bench_task_submission.py     # the flow's CPU per task run
-    .venv/bin/python benchmarks/estimate_cells.py --one one.json --six six.json \\
+    .venv/bin/python benchmarks/estimate_cells.py --runs 1.json 6.json 12.json \\
         --release W1/run-dask/releases/national-dask-2w --ms-per-task-run 64
+
+The estimate is fitted through the two runs with the most cells (each run's cells are read
+from its JSON): the costs that start only past some size (states cut by their cells, more
+chunks per state) are then in both points. With three runs or more, the line through the two
+with the fewest cells is also priced at the largest run's cells and workers and printed beside
+that run's measured wall time: the model's error where it could be checked. ``--one 1.json
+--six 6.json`` is the fit through 1 and 6 cells alone (the estimate of the earlier stops).
 
 Why two runs at full scale: the flow's serial CPU grows with the tract-cells and with the
 task runs, which grow at different rates (a chunk is split by groups of cells once its records
@@ -22,7 +27,7 @@ The model (every figure printed):
   plus the workers' CPU outside the tasks' functions (per task run, times the task runs),
   summed and spread evenly over the workers;
 * the county and state files (publish-level) and the archives (cell-tiles): proportional to
-  the cells from the 6-cell run, since at one cell the level archives are built inside
+  the cells from the run with more cells, since at one cell the level archives are built inside
   publish-level and at several in cell-tiles tasks of their own;
 * the longest single task: a stage whose tasks hold one state's records in every cell grows
   with the cells; the others' tasks are bounded by design (chunks and level tasks by
@@ -32,8 +37,8 @@ The model (every figure printed):
   release at the target are planned by the release's own grouping (a state past
   ``ingest.PARTITION_RECORDS`` records is validated in groups of whole cells), and each is
   priced c + a·g (+ b·(S − g) for a group of a split state: the records of its state it reads
-  and leaves), a and c from the two runs' validate stage (no state is split at 1 or 6 cells),
-  b from the bench. Without it, validation is on the line like the county and state files:
+  and leaves), a and c fitted through the two runs' validate stage (each less b·(S − g) of
+  its own split partitions), b from the bench. Without it, validation is on the line like the county and state files:
   California's 24 M records at 42 cells as one task, which the release does not run;
 * the flow's serial CPU = fixed + (CPU per task run) x task runs + g x tract-cells. The CPU
   per task run comes from ``bench_task_submission.py``; g and the fixed part from the two
@@ -70,13 +75,18 @@ SEVERAL_CELLS_ONLY = {"publish-level", "cell-tiles"}
 ONE_PER_RELEASE = {"overview"}
 
 
+# The runs read are those of two `dask worker` processes (bench_national.py's ``dask-2w``).
+MEASURED_WORKERS = 2
+
+
 def dask_run(path: Path) -> dict:
     """The ``dask-2w`` run of a ``bench_national.py`` JSON (plain or ``--matrix``)."""
     data = json.loads(Path(path).read_text())
+    key = f"dask-{MEASURED_WORKERS}w"
     if "results" in data:
-        return data["results"]["dask-2w"]
+        return data["results"][key]
     (cells,) = data["matrix"]
-    return data["matrix"][cells]["runs"]["dask-2w"]
+    return data["matrix"][cells]["runs"][key]
 
 
 @functools.cache
@@ -136,16 +146,26 @@ def validation_partitions(release: Path, cells: int) -> list[tuple[int, int]]:
             for part in state_partitions(str(state), {c: int(records) for c in names})]
 
 
-def validation_at(release: Path, one: dict, six: dict, split: dict, target: int):
+def validation_at(release: Path, low: dict, high: dict, split: dict, cells: tuple[int, int],
+                  target: int):
     """The validate stage at ``target`` cells from its partitions: (CPU-s in all, the longest
-    partition's CPU-s, partitions, the printed arithmetic)."""
-    plans = {c: validation_partitions(release, c) for c in (1, 6, target)}
-    if any(g != s for c in (1, 6) for g, s in plans[c]):
-        raise SystemExit("a state is split at 1 or 6 cells: a and c cannot be fitted")
-    records = {c: sum(g for g, _ in plans[c]) for c in (1, 6)}
-    a = (six["cpu"] - one["cpu"]) / (records[6] - records[1])
-    c = (one["cpu"] - a * records[1]) / len(plans[1])
+    partition's CPU-s, partitions, the printed arithmetic). ``low``, ``high``: the validate
+    stage of the runs at ``cells`` (lower, higher); a and c are fitted through them, each
+    run's CPU less b x the records its split partitions read and leave."""
+    lo, hi = cells
+    plans = {c: validation_partitions(release, c) for c in (lo, hi, target)}
     b = float(split["per_record_left"])
+    records = {c: sum(g for g, _ in plans[c]) for c in (lo, hi)}
+    left = {c: sum(s - g for g, s in plans[c] if g != s) for c in (lo, hi)}
+    tasks = {c: len(plans[c]) for c in (lo, hi)}
+    own = {lo: low["cpu"] - b * left[lo], hi: high["cpu"] - b * left[hi]}
+    # own[c] = tasks[c] x c_task + a x records[c], for both runs
+    det = tasks[lo] * records[hi] - tasks[hi] * records[lo]
+    if det == 0:
+        raise SystemExit(f"the runs at {lo} and {hi} cells validate in proportion: "
+                         "a and c cannot be fitted")
+    a = (tasks[lo] * own[hi] - tasks[hi] * own[lo]) / det
+    c = (own[lo] * records[hi] - own[hi] * records[lo]) / det
     costs = [c + a * g + (b * (s - g) if g != s else 0.0) for g, s in plans[target]]
     split_parts = sum(g != s for g, s in plans[target])
     text = (f"  validate, by partition: a = {1e6 * a:.3f} µs per record validated, c = "
@@ -157,10 +177,132 @@ def validation_at(release: Path, one: dict, six: dict, split: dict, target: int)
     return sum(costs), max(costs), len(costs), text
 
 
+def run_cells(path: Path) -> int:
+    """The cells of a ``bench_national.py`` run (its synthetic country's; one when unset)."""
+    data = json.loads(Path(path).read_text())
+    if "results" in data:
+        return int((data.get("country") or {}).get("cells") or 1)
+    (cells,) = data["matrix"]
+    return int(cells)
+
+
+def estimate(low: dict, high: dict, cells: tuple[int, int], target: int, workers: int,
+             release: Path, ms_per_task_run: float, split: dict | None, say=print) -> float:
+    """The wall time of a release of ``target`` cells on ``workers`` workers, from the runs
+    ``low`` and ``high`` at ``cells`` (lower, higher), every figure and step given to
+    ``say``; returns the estimate in seconds."""
+    from dpatlas.publication.release_parts import LEVEL_PART_ROWS
+
+    lo, hi = cells
+    step = (target - lo) / (hi - lo)
+
+    def line(a: float, b: float) -> float:  # through (lo, a) and (hi, b), at the target
+        return a + (b - a) * step
+
+    stages = {s["stage"]: s for s in low["task_stages"] if s["where"] == "workers"}
+    stages6 = {s["stage"]: s for s in high["task_stages"] if s["where"] == "workers"}
+    say(f"## {target} cells on {workers} workers, from full-scale runs at {lo} and {hi} "
+        "cells\n")
+    say(f"work on the workers (CPU-s: {lo} cell{'s' if lo > 1 else ''}, {hi} cells -> the "
+        f"line at {target} cells):")
+    work, longest, longest_stage = 0.0, 0.0, "-"
+    validate_runs = None
+    for name, s in stages.items():
+        s6 = stages6[name]
+        if name == "validate" and split is not None:
+            cpu, long, validate_runs, text = validation_at(release, s, s6, split, (lo, hi),
+                                                           target)
+            say(text)
+        elif name in SEVERAL_CELLS_ONLY:
+            cpu = s6["cpu"] * target / hi
+            long = s6["longest_cpu"]
+            bound = ("an archive a cell" if name == "cell-tiles" else
+                     f"a job of at most {LEVEL_PART_ROWS:,} unit-cells")
+            say(f"  {name}: {s['cpu']:.1f}, {s6['cpu']:.1f} -> {cpu:.0f} ({hi} cells' x "
+                f"{target}/{hi}: the level archives are built in publish-level at one "
+                f"cell, in cell-tiles at several); longest run {s6['longest_cpu']:.2f} -> "
+                f"{long:.1f} (bounded by design: {bound})")
+        elif name in ONE_PER_RELEASE:
+            cpu = long = max(s["cpu"], s6["cpu"])
+            say(f"  {name}: {s['cpu']:.1f}, {s6['cpu']:.1f} -> {cpu:.1f} (one task a release, "
+                "whatever the cells: the larger measured)")
+        else:
+            cpu = line(s["cpu"], s6["cpu"])
+            grows = name in GROWS_WITH_CELLS
+            long = line(s["longest_cpu"], max(s6["longest_cpu"], s["longest_cpu"])) if grows \
+                else max(s["longest_cpu"], s6["longest_cpu"])
+            say(f"  {name}: {s['cpu']:.1f}, {s6['cpu']:.1f} -> {cpu:.0f}; longest run "
+                f"{s['longest_cpu']:.2f}, {s6['longest_cpu']:.2f} -> {long:.1f}"
+                + (" (a state's records in every cell: on the line)" if grows else
+                   " (bounded by design: the largest measured)"))
+        work += cpu
+        if long > longest:
+            longest, longest_stage = long, name
+
+    plan1, plan6, plan = (planned_task_runs(release, c) for c in (lo, hi, target))
+    fixed_runs = sum(stages[n]["runs"] for n in ("contribution-bucket", *ONE_PER_RELEASE)
+                     if n in stages)
+    planned = ["select", "estimate", "estimate-levels", "publish-part", "cell-tiles"]
+    planned += ["publish-level"] if "publish-level" in stages else []
+    # validation: a task per partition, planned by the release's grouping with --split-json
+    # (a state past ingest.PARTITION_RECORDS is split by its cells), else as at the lower run
+    validations = ([len(validation_partitions(release, c)) for c in (lo, hi)] + [validate_runs]
+                   if validate_runs is not None else [stages["validate"]["runs"]] * 3)
+    runs = [fixed_runs + v + sum(p[k] for k in planned)
+            for v, p in zip(validations, (plan1, plan6, plan))]
+    measured = [sum(s["runs"] for s in stages.values()),
+                sum(s["runs"] for s in stages6.values())]
+    # The workers' CPU outside the tasks' functions (Prefect's task engine on the worker,
+    # Dask's own work): per task run, the mean of the two runs', times the task runs.
+    outside = [run["cpu"]["dask_workers"] - sum(s["cpu"] for s in st.values())
+               for run, st in ((low, stages), (high, stages6))]
+    per_run_worker = (outside[0] / measured[0] + outside[1] / measured[1]) / 2
+    say(f"  outside the tasks' functions: {outside[0]:.1f}, {outside[1]:.1f} CPU-s over "
+        f"{measured[0]}, {measured[1]} task runs = {per_run_worker:.3f} per task run (mean) "
+        f"x {runs[2]} task runs at {target} cells = {per_run_worker * runs[2]:.0f}")
+    work += per_run_worker * runs[2]
+    on_workers = work / workers
+    say(f"  sum {work:,.0f} CPU-s / {workers} workers = {on_workers:.1f} s\n")
+
+    per_run = ms_per_task_run / 1000.0
+    flow1, flow6 = low["serial_cpu"], high["serial_cpu"]
+    cells1, cells6, cells = plan1["tract_cells"], plan6["tract_cells"], plan["tract_cells"]
+    g = ((flow6 - flow1) - per_run * (runs[1] - runs[0])) / (cells6 - cells1)
+    fixed = flow1 - per_run * runs[0] - g * cells1
+    flow = fixed + per_run * runs[2] + g * cells
+    say("the flow's serial CPU-s = fixed + per task run x task runs + g x tract-cells:")
+    say(f"  measured: {flow1:.1f} at {lo} cell{'s' if lo > 1 else ''}, {flow6:.1f} at {hi} "
+        f"cells; task runs on the workers planned {runs[0]}, {runs[1]} (measured "
+        f"{measured[0]}, {measured[1]}); tract-cells {cells1:,}, {cells6:,}")
+    say(f"  per task run {ms_per_task_run:.1f} ms (bench_task_submission.py); "
+        f"g = {1e6 * g:.1f} µs per tract-cell; fixed {fixed:.1f} CPU-s")
+    say(f"  at {target} cells: {plan['select']} chunks (select and estimate each), "
+        f"{plan['estimate-levels']} level tasks, {plan['publish-part']} publish parts, "
+        f"{plan['publish-level']} county and state file jobs, "
+        f"{plan['cell-tiles']} archives: {runs[2]} task runs; {cells:,} tract-cells, "
+        f"{plan['records']:,} records")
+    say(f"  {fixed:.1f} + {per_run:.3f} x {runs[2]} + {1e6 * g:.1f} µs x {cells:,} = "
+        f"{fixed:.1f} + {per_run * runs[2]:.1f} + {g * cells:.1f} = {flow:.1f} s\n")
+    total = on_workers + longest + flow
+    terms = {"the work on the workers": on_workers, "the longest task": longest,
+             "the flow's serial part": flow}
+    limit = max(terms, key=terms.get)
+    say(f"estimate: {on_workers:.1f} (workers) + {longest:.1f} (longest task: "
+        f"{longest_stage}) + {flow:.1f} (flow) = {total:.0f} s = {total / 60:.1f} minutes; "
+        f"limited by {limit} ({100 * terms[limit] / total:.0f}%)")
+    return total
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--one", type=Path, required=True, help="the 1-cell run's JSON")
-    parser.add_argument("--six", type=Path, required=True, help="the 6-cell run's JSON")
+    parser.add_argument("--runs", type=Path, nargs="+",
+                        help="two or more runs' JSONs at different cells (each run's cells "
+                             "from its JSON): the estimate is fitted through the two with "
+                             "the most cells; with three or more, the line through the two "
+                             "with the fewest is also priced at the largest run's cells and "
+                             "workers, beside that run's measured wall time")
+    parser.add_argument("--one", type=Path, help="the 1-cell run's JSON (with --six)")
+    parser.add_argument("--six", type=Path, help="the 6-cell run's JSON (with --one)")
     parser.add_argument("--release", type=Path, required=True,
                         help="the 1-cell run's published release (its n per tract)")
     parser.add_argument("--ms-per-task-run", type=float, required=True,
@@ -170,104 +312,33 @@ def main() -> None:
     parser.add_argument("--cells", type=int, default=42)
     parser.add_argument("--workers", type=int, default=20)
     args = parser.parse_args()
-    from dpatlas.publication.release_parts import LEVEL_PART_ROWS
-
-    one, six = dask_run(args.one), dask_run(args.six)
-    lo, hi, target = 1, 6, args.cells
-    step = (target - lo) / (hi - lo)
-
-    def line(a: float, b: float) -> float:  # through (1, a) and (6, b), at the target
-        return a + (b - a) * step
-
-    stages = {s["stage"]: s for s in one["task_stages"] if s["where"] == "workers"}
-    stages6 = {s["stage"]: s for s in six["task_stages"] if s["where"] == "workers"}
-    print(f"## {target} cells on {args.workers} workers, from full-scale runs at 1 and 6 cells\n")
-    print("work on the workers (CPU-s: 1 cell, 6 cells -> the line at "
-          f"{target} cells):")
-    work, longest, longest_stage = 0.0, 0.0, "-"
-    validate_runs = None
-    for name, s in stages.items():
-        s6 = stages6[name]
-        if name == "validate" and args.split_json:
-            split = json.loads(args.split_json.read_text())
-            cpu, long, validate_runs, text = validation_at(args.release, s, s6, split, target)
-            print(text)
-        elif name in SEVERAL_CELLS_ONLY:
-            cpu = s6["cpu"] * target / hi
-            long = s6["longest_cpu"]
-            bound = ("an archive a cell" if name == "cell-tiles" else
-                     f"a job of at most {LEVEL_PART_ROWS:,} unit-cells")
-            print(f"  {name}: {s['cpu']:.1f}, {s6['cpu']:.1f} -> {cpu:.0f} ({hi} cells' x "
-                  f"{target}/{hi}: the level archives are built in publish-level at one "
-                  f"cell, in cell-tiles at several); longest run {s6['longest_cpu']:.2f} -> "
-                  f"{long:.1f} (bounded by design: {bound})")
-        elif name in ONE_PER_RELEASE:
-            cpu = long = max(s["cpu"], s6["cpu"])
-            print(f"  {name}: {s['cpu']:.1f}, {s6['cpu']:.1f} -> {cpu:.1f} (one task a release, "
-                  "whatever the cells: the larger measured)")
-        else:
-            cpu = line(s["cpu"], s6["cpu"])
-            grows = name in GROWS_WITH_CELLS
-            long = line(s["longest_cpu"], max(s6["longest_cpu"], s["longest_cpu"])) if grows \
-                else max(s["longest_cpu"], s6["longest_cpu"])
-            print(f"  {name}: {s['cpu']:.1f}, {s6['cpu']:.1f} -> {cpu:.0f}; longest run "
-                  f"{s['longest_cpu']:.2f}, {s6['longest_cpu']:.2f} -> {long:.1f}"
-                  + (" (a state's records in every cell: on the line)" if grows else
-                     " (bounded by design: the largest measured)"))
-        work += cpu
-        if long > longest:
-            longest, longest_stage = long, name
-
-    plan1, plan6, plan = (planned_task_runs(args.release, c) for c in (lo, hi, target))
-    fixed_runs = sum(stages[n]["runs"] for n in ("validate", "contribution-bucket",
-                                                 *ONE_PER_RELEASE)
-                     if n in stages)
-    planned = ["select", "estimate", "estimate-levels", "publish-part", "cell-tiles"]
-    planned += ["publish-level"] if "publish-level" in stages else []
-    runs = [fixed_runs + sum(p[k] for k in planned) for p in (plan1, plan6, plan)]
-    if validate_runs is not None:  # the split states' partitions at the target
-        runs[2] += validate_runs - stages["validate"]["runs"]
-    measured = [sum(s["runs"] for s in stages.values()),
-                sum(s["runs"] for s in stages6.values())]
-    # The workers' CPU outside the tasks' functions (Prefect's task engine on the worker,
-    # Dask's own work): per task run, the mean of the two runs', times the task runs.
-    outside = [run["cpu"]["dask_workers"] - sum(s["cpu"] for s in st.values())
-               for run, st in ((one, stages), (six, stages6))]
-    per_run_worker = (outside[0] / measured[0] + outside[1] / measured[1]) / 2
-    print(f"  outside the tasks' functions: {outside[0]:.1f}, {outside[1]:.1f} CPU-s over "
-          f"{measured[0]}, {measured[1]} task runs = {per_run_worker:.3f} per task run (mean) "
-          f"x {runs[2]} task runs at {target} cells = {per_run_worker * runs[2]:.0f}")
-    work += per_run_worker * runs[2]
-    on_workers = work / args.workers
-    print(f"  sum {work:,.0f} CPU-s / {args.workers} workers = {on_workers:.1f} s\n")
-
-    per_run = args.ms_per_task_run / 1000.0
-    flow1, flow6 = one["serial_cpu"], six["serial_cpu"]
-    cells1, cells6, cells = plan1["tract_cells"], plan6["tract_cells"], plan["tract_cells"]
-    g = ((flow6 - flow1) - per_run * (runs[1] - runs[0])) / (cells6 - cells1)
-    fixed = flow1 - per_run * runs[0] - g * cells1
-    flow = fixed + per_run * runs[2] + g * cells
-    print("the flow's serial CPU-s = fixed + per task run x task runs + g x tract-cells:")
-    print(f"  measured: {flow1:.1f} at 1 cell, {flow6:.1f} at 6 cells; task runs on the "
-          f"workers planned {runs[0]}, {runs[1]} (measured {measured[0]}, {measured[1]}); "
-          f"tract-cells {cells1:,}, {cells6:,}")
-    print(f"  per task run {args.ms_per_task_run:.1f} ms (bench_task_submission.py); "
-          f"g = {1e6 * g:.1f} µs per tract-cell; fixed {fixed:.1f} CPU-s")
-    print(f"  at {target} cells: {plan['select']} chunks (select and estimate each), "
-          f"{plan['estimate-levels']} level tasks, {plan['publish-part']} publish parts, "
-          f"{plan['publish-level']} county and state file jobs, "
-          f"{plan['cell-tiles']} archives: {runs[2]} task runs; {cells:,} tract-cells, "
-          f"{plan['records']:,} records")
-    print(f"  {fixed:.1f} + {per_run:.3f} x {runs[2]} + {1e6 * g:.1f} µs x {cells:,} = "
-          f"{fixed:.1f} + {per_run * runs[2]:.1f} + {g * cells:.1f} = {flow:.1f} s\n")
-    total = on_workers + longest + flow
-    terms = {"the work on the workers": on_workers, "the longest task": longest,
-             "the flow's serial part": flow}
-    limit = max(terms, key=terms.get)
-    print(f"estimate: {on_workers:.1f} (workers) + {longest:.1f} (longest task: "
-          f"{longest_stage}) + {flow:.1f} (flow) = {total:.0f} s = {total / 60:.1f} minutes; "
-          f"limited by {limit} ({100 * terms[limit] / total:.0f}%)")
-
+    if args.runs:
+        paths = sorted(args.runs, key=run_cells)
+    elif args.one and args.six:
+        paths = [args.one, args.six]
+    else:
+        parser.error("give --runs, or --one and --six")
+    at = [run_cells(p) for p in paths]
+    if len(paths) < 2 or len(set(at)) != len(at):
+        parser.error(f"two or more runs at different cells are needed (given: {at})")
+    if args.one and not args.runs and at != [1, 6]:
+        parser.error(f"--one and --six are runs at 1 and 6 cells (given: {at})")
+    runs = [dask_run(p) for p in paths]
+    split = json.loads(args.split_json.read_text()) if args.split_json else None
+    common = dict(release=args.release, ms_per_task_run=args.ms_per_task_run, split=split)
+    estimate(runs[-2], runs[-1], (at[-2], at[-1]), args.cells, args.workers, **common)
+    if len(runs) > 2:  # the model checked where it was measured
+        workers = MEASURED_WORKERS
+        quiet: list[str] = []
+        predicted = estimate(runs[0], runs[1], (at[0], at[1]), at[-1], workers,
+                             say=quiet.append, **common)
+        at_target = estimate(runs[0], runs[1], (at[0], at[1]), args.cells, args.workers,
+                             say=quiet.append, **common)
+        wall = runs[-1]["wall"]
+        print(f"\ncheck: the line through {at[0]} and {at[1]} cells gives {predicted:.0f} s at "
+              f"{at[-1]} cells on {workers} workers, where the run took {wall:.1f} s "
+              f"({100 * (predicted - wall) / wall:+.0f}%); at {args.cells} cells on "
+              f"{args.workers} workers it gives {at_target:.0f} s")
 
 if __name__ == "__main__":
     main()

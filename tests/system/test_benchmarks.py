@@ -347,37 +347,48 @@ def test_national_benchmark_matrix_runs_at_a_small_scale(tmp_path):
     assert results["estimate"]["basis"] == "dask-1w" and results["estimate"]["total"] > 0
 
 
-def test_the_cells_estimate_prints_its_arithmetic_from_two_runs(tmp_path):
-    """benchmarks/estimate_cells.py on two made-up runs and a release of 3 states: each worker
-    stage on its line through 1 and 6 cells, the task runs planned by the release's code, the
-    flow's per-task-run and per-tract-cell growth, and the sum of the three terms."""
+def _made_up_run(cells: int, wall: float = 0.0) -> dict:
+    """A bench_national.py JSON of a 2-worker run at ``cells`` cells: each worker stage's
+    runs, CPU-s and longest run, the flow's serial CPU-s and the workers' own."""
+    stages = [("validate", 51, 30.0 + 10 * cells, 3.0 + cells),
+              ("contribution-bucket", 16, 0.5 * cells, 0.05),
+              ("select", 67, 4.0 * cells, 0.2), ("estimate", 67, 26.0 * cells, 0.9),
+              ("estimate-levels", 51 + 3 * (cells - 1), 7.0 * cells, 0.5),
+              ("publish-level", 2, 10.0, 8.5),
+              ("publish-part", 4 + 5 * (cells - 1), 30.0 * cells, 8.0),
+              ("cell-tiles", 1 if cells == 1 else 3 * cells, 40.0 * cells, 38.0)]
+    cpu = sum(c for _, _, c, _ in stages)
+    return {"country": {"cells": None if cells == 1 else cells},
+            "results": {"dask-2w": {
+                "wall": wall, "serial_cpu": 49.0 + 3.0 * (cells - 1),
+                "cpu": {"dask_workers": cpu + 0.15 * sum(r for _, r, _, _ in stages)},
+                "task_stages": [{"stage": s, "where": "workers", "runs": r, "cpu": c,
+                                 "longest_cpu": lc} for s, r, c, lc in stages]
+                + [{"stage": "publish", "where": "flow", "runs": 1, "cpu": 0.3,
+                    "longest_cpu": 0.3}]}}}
+
+
+def _three_state_release(tmp_path) -> Path:
+    """A published release's tracts/state=*/ of 3 states (n per tract): what the estimate
+    plans the task runs from."""
     import pandas as pd
 
-    def run(cells: int) -> dict:
-        stages = [("validate", 51, 30.0 + 10 * cells, 3.0 + cells),
-                  ("contribution-bucket", 16, 0.5 * cells, 0.05),
-                  ("select", 67, 4.0 * cells, 0.2), ("estimate", 67, 26.0 * cells, 0.9),
-                  ("estimate-levels", 51 + 3 * (cells - 1), 7.0 * cells, 0.5),
-                  ("publish-level", 2, 10.0, 8.5),
-                  ("publish-part", 4 + 5 * (cells - 1), 30.0 * cells, 8.0),
-                  ("cell-tiles", 1 if cells == 1 else 3 * cells, 40.0 * cells, 38.0)]
-        cpu = sum(c for _, _, c, _ in stages)
-        return {"results": {"dask-2w": {
-            "serial_cpu": 49.0 + 3.0 * (cells - 1),
-            "cpu": {"dask_workers": cpu + 0.15 * sum(r for _, r, _, _ in stages)},
-            "task_stages": [{"stage": s, "where": "workers", "runs": r, "cpu": c,
-                             "longest_cpu": lc} for s, r, c, lc in stages]
-            + [{"stage": "publish", "where": "flow", "runs": 1, "cpu": 0.3,
-                "longest_cpu": 0.3}]}}}
-
-    for cells in (1, 6):
-        (tmp_path / f"{cells}.json").write_text(json.dumps(run(cells)))
     release = tmp_path / "release"
     for state, tracts in (("06", 9000), ("17", 3000), ("56", 150)):
         folder = release / "tracts" / f"state={state}"
         folder.mkdir(parents=True)
         pd.DataFrame({"geoid": [f"{state}001{k:06d}" for k in range(tracts)],
                       "n": 70}).to_parquet(folder / "part-0.parquet")
+    return release
+
+
+def test_the_cells_estimate_prints_its_arithmetic_from_two_runs(tmp_path):
+    """benchmarks/estimate_cells.py on two made-up runs and a release of 3 states: each worker
+    stage on its line through 1 and 6 cells, the task runs planned by the release's code, the
+    flow's per-task-run and per-tract-cell growth, and the sum of the three terms."""
+    for cells in (1, 6):
+        (tmp_path / f"{cells}.json").write_text(json.dumps(_made_up_run(cells)))
+    release = _three_state_release(tmp_path)
     out = run_benchmark("estimate_cells.py", "--one", str(tmp_path / "1.json"), "--six",
                         str(tmp_path / "6.json"), "--release", str(release),
                         "--ms-per-task-run", "64", cwd=tmp_path)
@@ -419,6 +430,41 @@ def test_the_cells_estimate_prints_its_arithmetic_from_two_runs(tmp_path):
     costs = [c + a * g + (b * (s - g) if g != s else 0) for g, s in groups]
     assert f": {sum(costs):.0f} CPU-s, the longest {max(costs):.1f}" in out, out
     assert "(longest task: validate)" not in out or f"+ {max(costs):.1f} (longest" in out
+
+
+def test_the_cells_estimate_fits_the_two_largest_runs_and_checks_the_smaller_line(tmp_path):
+    """With runs at 1, 6 and 12 cells (given in any order, each one's cells from its JSON),
+    the estimate is fitted through 6 and 12 cells, and the line through 1 and 6 is priced at
+    12 cells on the runs' 2 workers beside the 12-cell run's wall time."""
+    for cells, wall in ((1, 100.0), (6, 400.0), (12, 1000.0)):
+        (tmp_path / f"{cells}.json").write_text(json.dumps(_made_up_run(cells, wall)))
+    release = _three_state_release(tmp_path)
+    common = ["--release", str(release), "--ms-per-task-run", "64"]
+    out = run_benchmark("estimate_cells.py", "--runs", *(str(tmp_path / f"{c}.json")
+                                                         for c in (12, 1, 6)),
+                        *common, cwd=tmp_path)
+    assert "from full-scale runs at 6 and 12 cells" in out, out
+    # estimate: 156 -> 312 CPU-s at 6 and 12 cells, on the line at 42: 156 + 156 * 30 / 6
+    assert "  estimate: 156.0, 312.0 -> 1092;" in out, out
+    # the archives from the 12-cell run, x 42 / 12
+    assert "cell-tiles: 240.0, 480.0 -> 1680 (12 cells' x 42/12" in out, out
+    assert "measured: 64.0 at 6 cells, 82.0 at 12 cells" in out, out
+    check = [ln for ln in out.splitlines() if ln.startswith("check: ")]
+    assert len(check) == 1 and "the line through 1 and 6 cells gives " in check[0], out
+    assert "at 12 cells on 2 workers, where the run took 1000.0 s" in check[0], out
+    # the same line at 42 cells is what --one and --six give
+    old = run_benchmark("estimate_cells.py", "--one", str(tmp_path / "1.json"), "--six",
+                        str(tmp_path / "6.json"), *common, cwd=tmp_path)
+    total = [ln for ln in old.splitlines() if ln.startswith("estimate: ")][0]
+    seconds = total.split(" = ")[1].removesuffix(" s")
+    assert check[0].endswith(f"at 42 cells on 20 workers it gives {seconds} s"), (check, total)
+    # one run, or two at the same cells, cannot be fitted
+    for given in (["6.json"], ["6.json", "6.json"]):
+        refused = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "estimate_cells.py"),
+                                  "--runs", *given, *common], cwd=tmp_path,
+                                 capture_output=True, text=True, timeout=300)
+        assert refused.returncode == 2, refused
+        assert "two or more runs at different cells are needed" in refused.stderr, refused
 
 
 def test_split_validation_benchmark_prices_a_state_whole_and_by_cell(tmp_path):
