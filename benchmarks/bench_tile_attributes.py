@@ -4,7 +4,10 @@ published (every attribute), with the GEOID alone, and with no attribute.
     .venv/bin/python benchmarks/bench_tile_attributes.py --release DIR [--max-zoom 10]
 
 ``DIR`` is a published release (``tracts.geojson``, or ``tracts-geojson/state=XX/`` of a
-release of several states). Each variant runs tippecanoe with the release's options
+release of several states). The variants: every attribute (the published features), the
+attributes the archive holds alone (the columns ``tiles.NOT_IN_TILES`` excludes left out of
+the input, and the GEOID/cell feature ids tippecanoe cannot keep), the GEOID alone, none.
+Each variant runs tippecanoe with the release's options
 (:func:`dpatlas.publication.tiles.tippecanoe_arguments`, from z6 as with counties) on the
 same features; the figures are tippecanoe's CPU seconds (user + system, of the child process),
 its wall time and the archive's bytes. A fourth line times what such a design would publish
@@ -42,15 +45,19 @@ def tract_geojson_files(release: Path) -> list[Path]:
     return files
 
 
-def write_variant(files: list[Path], keep, out: Path) -> int:
-    """The features of ``files`` with their properties cut to ``keep`` (None: all), as one
-    FeatureCollection at ``out``; returns the number of features."""
+def write_variant(files: list[Path], keep, out: Path, ids: bool = True) -> int:
+    """The features of ``files`` with their properties cut to ``keep`` (None: all; a callable:
+    the names it accepts), without their ``id`` unless ``ids``, as one FeatureCollection at
+    ``out``; returns the number of features."""
     features = []
     for path in files:
         for feature in json.loads(path.read_text())["features"]:
             if keep is not None:
+                kept = keep if callable(keep) else keep.__contains__
                 feature = {**feature, "properties": {k: v for k, v in
-                                                     feature["properties"].items() if k in keep}}
+                                                     feature["properties"].items() if kept(k)}}
+            if not ids:
+                feature = {k: v for k, v in feature.items() if k != "id"}
             features.append(feature)
     out.write_text(json.dumps({"type": "FeatureCollection", "features": features},
                               separators=(",", ":")))
@@ -89,16 +96,21 @@ def main() -> None:
     parser.add_argument("--max-zoom", type=int, default=10)
     args = parser.parse_args()
     files = tract_geojson_files(args.release)
-    variants = [("every attribute (as published)", None), ("geoid only", {"geoid"}),
-                ("no attribute", set())]
+    from dpatlas.publication.tiles import NOT_IN_TILES
+
+    # (label, properties kept, feature ids kept); the second: what the archive holds, the
+    # columns it leaves out (--exclude) not in its input at all
+    variants = [("every attribute (as published)", None, True),
+                ("the archive's attributes alone", lambda k: k not in NOT_IN_TILES, False),
+                ("geoid only", {"geoid"}, True), ("no attribute", set(), True)]
     print(f"release {args.release}: {len(files)} tract GeoJSON file(s); tippecanoe z6-"
           f"z{args.max_zoom}, one run per variant, one after another")
     rows = []
     with measure("bench_tile_attributes, whole run") as run, \
             tempfile.TemporaryDirectory(prefix="dpatlas-tile-attributes-") as tmp:
-        for label, keep in variants:
+        for label, keep, ids in variants:
             source = Path(tmp) / "variant.geojson"
-            count = write_variant(files, keep, source)
+            count = write_variant(files, keep, source, ids)
             figures, line = tile(source, Path(tmp) / "variant.pmtiles", args.max_zoom, label)
             rows.append((label, figures))
             print(f"  {label:32s} {count:7,d} features  tippecanoe {figures['cpu']:6.1f} CPU-s  "

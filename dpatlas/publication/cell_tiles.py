@@ -23,8 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from dpatlas.publication import tiles
-from dpatlas.publication.geojson import (FEATURE_COLLECTION_TAIL, feature_texts,
-                                        geojson_parts, write_feature_texts, write_features)
+from dpatlas.publication.geojson import (FEATURE_COLLECTION_TAIL, geojson_parts,
+                                        geometry_texts, tile_input_texts, write_feature_texts,
+                                        write_features)
 from dpatlas.publication.tract_files import PublishError
 
 # A cell whose name is made of these is named as it is; any other (spaces, slashes, dots,
@@ -89,6 +90,16 @@ def cell_tiles_title(name: str) -> str:
     return f"{layer.capitalize()} of {whose}: vector tiles (PMTiles)"
 
 
+def archive_input_texts(props, geometry: list[str]) -> list[str]:
+    """The rows' features as a tract archive's input (:func:`geojson.tile_input_texts`):
+    every column but those the archive leaves out (``tiles.NOT_IN_TILES``), no id.
+    tippecanoe parses every property of its input, ``--exclude`` or not: on the national
+    one-cell tracts the left-out columns were a tenth to a fifth of its CPU
+    (``benchmarks/bench_tile_attributes.py``), and the archive is the same."""
+    return tile_input_texts(props.drop(columns=[c for c in tiles.NOT_IN_TILES
+                                                if c in props.columns]), geometry)
+
+
 def per_cell(cells: list[str]) -> bool:
     """Whether a release with ``cells`` publishes an archive per cell (more than one cell)."""
     return len(cells) > 1
@@ -103,10 +114,14 @@ def cell_runs(props) -> list[tuple[str, slice]]:
 
 def cell_tile_builder(staging: Path, release_id: str, config: dict, cells: list[str],
                       tiler: ThreadPoolExecutor | None) -> "CellTileBuilder | None":
-    """The builder of each cell's archive for a release of several ``cells``, else None
-    (without a ``tiler``: the writer of each cell's features, for an archive built from
-    several publish parts' features, :func:`cell_features_file`)."""
-    return CellTileBuilder(staging, release_id, config, tiler) if per_cell(cells) else None
+    """The builder of each cell's archive for a release of several ``cells``. Without a
+    ``tiler`` (a publish part of a release of several states), one cell or several: the
+    writer of each cell's archive input (:func:`cell_features_file`), from which the archive
+    is built with every part's (``tracts.pmtiles`` with one cell). Else None: the one cell's
+    archive is built from the published ``tracts.geojson``."""
+    if per_cell(cells) or tiler is None:
+        return CellTileBuilder(staging, release_id, config, tiler)
+    return None
 
 
 class CellTileBuilder:
@@ -158,10 +173,10 @@ class CellTileBuilder:
         self._start_pending()
 
     def add_features(self, cells: np.ndarray, texts: list[str]) -> None:
-        """Features already made for another collection (a release partitioned by state:
-        each state's GeoJSON, :class:`~dpatlas.publication.cell_stream.GeoJsonAppender`),
-        ``texts``, of rows of ``cells``, appended to each cell's FeatureCollection of its own,
-        in their order; a cell's collection stays open until :meth:`end_group`, so a group's
+        """The archive's input features (``geojson.tile_input_texts``, made beside a state's
+        published GeoJSON in a release partitioned by state,
+        :class:`~dpatlas.publication.cell_stream.GeoJsonAppender`), ``texts``, of rows of
+        ``cells``, appended to each cell's FeatureCollection of its own, in their order; a cell's collection stays open until :meth:`end_group`, so a group's
         states add to it one after the other. Its head has no ``bbox`` (optional in RFC 7946,
         and the collection is only tippecanoe's input: the archive's bounds are its
         features')."""
@@ -200,7 +215,7 @@ class CellTileBuilder:
 
     def _write_own_collections(self, props, geoms, ids) -> None:
         self.add_features(props["cell"].astype(str).to_numpy(),
-                          feature_texts(props, geoms, ids))
+                          archive_input_texts(props, geometry_texts(geoms)))
         self._close_open()
 
     def _start_pending(self) -> None:

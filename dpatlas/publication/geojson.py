@@ -184,14 +184,15 @@ def _json_text(value) -> str:
 
 
 def feature_texts(props: pd.DataFrame, geoms: np.ndarray, ids: list[str] | None,
-                  decimals: int = GEOJSON_DECIMALS) -> list[str]:
+                  decimals: int = GEOJSON_DECIMALS,
+                  geometry: list[str] | None = None) -> list[str]:
     """Each row's Feature as JSON text: id, properties (:func:`_json_scalar`'s values), and
-    the geometry as GEOS writes it (null when empty). Made once for rows whose features go to
-    more than one collection (a state's file and its cells' archive inputs), written with
-    :func:`write_feature_texts`."""
+    the geometry as GEOS writes it (null when empty), written with
+    :func:`write_feature_texts`. ``geometry``: the rows' :func:`geometry_texts`, when made
+    already (a state's features and its cells' archive inputs share them)."""
     columns = [_json_values(props[c]) for c in props.columns]
     names = list(props.columns)
-    geometry = _geometry_texts(geoms, decimals)
+    geometry = _geometry_texts(geoms, decimals) if geometry is None else geometry
     out = []
     for i, row in enumerate(zip(*columns)):
         feature = '{"type":"Feature",'
@@ -200,6 +201,30 @@ def feature_texts(props: pd.DataFrame, geoms: np.ndarray, ids: list[str] | None,
         out.append(feature + f'"properties":{_json_text(dict(zip(names, row)))},'
                    f'"geometry":{geometry[i]}}}')
     return out
+
+
+def geometry_texts(geoms: np.ndarray, decimals: int = GEOJSON_DECIMALS) -> list[str]:
+    """Each geometry as a feature's ``geometry`` text (:func:`feature_texts`)."""
+    return _geometry_texts(geoms, decimals)
+
+
+def tile_input_texts(props: pd.DataFrame, geometry: list[str]) -> list[str]:
+    """Each row's Feature as tippecanoe's input, never published: the properties ``props``
+    holds (the caller leaves out what the archive does not carry: tippecanoe parses every
+    property of its input, ``--exclude`` or not) and the row's :func:`geometry_texts`; no
+    ``id`` (tippecanoe keeps numeric ids only, and a published id is the GEOID as text).
+
+    Compact JSON by orjson, about ten times faster than the standard library here: a number
+    may be spelled otherwise than in the published file (``1e-5`` for ``1e-05``) but is the
+    same double, so the archive is the one the published features give (a test builds both
+    and compares their tiles)."""
+    import orjson
+
+    names = list(props.columns)
+    columns = [_json_values(props[c]) for c in names]
+    dumps = orjson.dumps
+    return [f'{{"type":"Feature","properties":{dumps(dict(zip(names, row))).decode()},'
+            f'"geometry":{geometry[i]}}}' for i, row in enumerate(zip(*columns))]
 
 
 def _json_values(column: pd.Series) -> list:

@@ -49,7 +49,7 @@ from dpatlas.publication.cell_stream import (Overview, Streamed, TractSummary,
 from dpatlas.publication.cell_tiles import cell_tiles_file, level_cell_tiles_file, per_cell
 from dpatlas.publication.geojson import FEATURE_COLLECTION_TAIL
 from dpatlas.publication.model_estimates import add_model_estimates
-from dpatlas.publication.state_parts import GEOJSON_PARTS, parts_of, piece_name
+from dpatlas.publication.state_parts import piece_name
 from dpatlas.publication.static_map import MAP_FILE
 from dpatlas.publication.tract_files import CSV_SCHEMA_FILE, PublishError, footprint
 
@@ -200,7 +200,7 @@ def write_part(part: PublishPart, job: PartJob) -> PartResult:
             return result
         if part.states is None:
             result.tiles = built
-        elif built is not None:  # several cells: the builder wrote each cell's features
+        elif built is not None:  # the builder wrote each cell's archive input
             result.features = streamed.tiles.features()
         result.files = [_as_piece(folder, name, part.piece) for name in streamed.files]
         result.summary = streamed.summary
@@ -263,19 +263,18 @@ class TileJob:
 
 
 def tile_jobs(results: list[PartResult], cells: list[str]) -> list[TileJob]:
-    """The archives to build from the parts of a release of several states: one per cell
-    (with several cells), else ``tracts.pmtiles`` from every state's GeoJSON. None for the
-    one part of a one-state release, which built its tiles itself."""
+    """The archives to build from the parts of a release of several states, each from every
+    part's input of its cell (``PartResult.features``): one per cell with several cells, else
+    ``tracts.pmtiles``. None for the one part of a one-state release, which built its tiles
+    itself."""
     if len(results) == 1 and results[0].part.states is None:
         return []
+    inputs = {cell: tuple((r.part.name, join(r.folder, r.features[cell])) for r in results
+                          if cell in r.features)  # a state cut by cells: in one of its parts
+              for cell in cells}
     if per_cell(cells):
-        return [TileJob(cell_tiles_file(cell), cell,
-                        tuple((r.part.name, join(r.folder, r.features[cell])) for r in results
-                              if cell in r.features))  # a state cut by cells: in one of its parts
-                for cell in cells]
-    return [TileJob(tiles.TILES_FILE, None,
-                    tuple((f"{r.part.name}-{i}", join(r.folder, name)) for r in results
-                          for i, name in enumerate(parts_of(r.files, GEOJSON_PARTS))))]
+        return [TileJob(cell_tiles_file(cell), cell, inputs[cell]) for cell in cells]
+    return [TileJob(tiles.TILES_FILE, None, inputs[cells[0]])]
 
 
 def build_tile_job(tile: TileJob, job: PartJob) -> str:

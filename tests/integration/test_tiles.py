@@ -452,3 +452,38 @@ def test_neighbouring_tracts_open_no_slivers_between_them(tmp_path):
     kept, opened = sliver_holes(tmp_path / "ours.pmtiles"), sliver_holes(tmp_path / "plain.pmtiles")
     assert opened >= 40  # the check can see slivers
     assert kept * 5 <= opened
+
+
+def test_an_archive_from_the_tile_input_texts_is_the_one_the_published_features_give(
+        tracts_geojson, tmp_path):
+    """A cell's archive input (geojson.tile_input_texts: no id, no column the tiles leave
+    out, numbers spelled by orjson) gives byte for byte the archive built from the published
+    features (geojson.feature_texts) of the same rows: values, types, nulls and bounds."""
+    import pandas as pd
+    import shapely
+
+    from dpatlas.publication.geojson import (feature_ids, feature_texts, geometry_texts,
+                                             tile_input_texts)
+
+    features = list(tracts_geojson[1].values())
+    props = pd.DataFrame([f["properties"] for f in features])
+    props.loc[1, "reason"] = "réservé, «Nord» \"q\""   # non-ASCII and quotes
+    props.loc[2, "p25"] = 1.5e-05                      # 1.5e-05 in json, 1.5e-5 in orjson
+    geoms = np.array([shapely.geometry.shape(f["geometry"]) for f in features], dtype=object)
+    geometry = geometry_texts(geoms)
+    inputs = {"published": feature_texts(props, geoms, feature_ids(props), geometry=geometry),
+              "tile input": tile_input_texts(
+                  props.drop(columns=[c for c in T.NOT_IN_TILES if c in props.columns]),
+                  geometry)}
+    assert '"id":' in inputs["published"][0] and '"id":' not in inputs["tile input"][0]
+    assert '"p25_se"' in inputs["published"][0] and '"p25_se"' not in inputs["tile input"][0]
+    archives = {}
+    for label, texts in inputs.items():
+        folder = tmp_path / label.replace(" ", "-")
+        folder.mkdir()
+        source = folder / ".cell.geojson"   # the same name: tippecanoe records its inputs
+        source.write_text('{"type":"FeatureCollection","features":[' + ",".join(texts) + "]}",
+                          encoding="utf-8")
+        T.build_tiles(source, folder / T.TILES_FILE, min_zoom=4, max_zoom=7)
+        archives[label] = (folder / T.TILES_FILE).read_bytes()
+    assert archives["published"] == archives["tile input"]

@@ -63,7 +63,8 @@ def test_tile_attributes_benchmark_prints_each_variant_with_its_cpu_and_load(tmp
     (release / "tracts.geojson").write_text(json.dumps({"type": "FeatureCollection",
                                                         "features": features}))
     out = run_benchmark("bench_tile_attributes.py", "--release", str(release), cwd=tmp_path)
-    for label in ("every attribute (as published)", "geoid only", "no attribute"):
+    for label in ("every attribute (as published)", "the archive's attributes alone",
+                  "geoid only", "no attribute"):
         assert any(ln.strip().startswith(label) and "3 features" in ln
                    for ln in out.splitlines()), out
         assert f"{label}, tippecanoe: wall " in out and "| load average " in out, out

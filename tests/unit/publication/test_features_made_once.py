@@ -1,6 +1,7 @@
 """A release of several cells holds each tract's polygon once per cell. Its GeoJSON features
 are made once per group of rows (the polygons reprojected, snapped and printed once each) and
-written both to each state's file and to each cell's archive input; these tests check that
+written to each state's file, and each cell's archive input is made from the same polygons'
+text (without the features' ids and the columns the tiles leave out); these tests check that
 what is written is what making every row's feature on its own writes."""
 
 from __future__ import annotations
@@ -32,6 +33,16 @@ def _polygon(k: int) -> Polygon:
     return Polygon([(x, y), (x, y + 0.01000000049), (x + 0.01000000051, y + 0.01), (x, y)])
 
 
+def _without_tile_columns(feature: dict) -> dict:
+    """A published feature as a tract archive's input holds it: no id, none of the columns
+    the tiles leave out."""
+    from dpatlas.publication.tiles import NOT_IN_TILES
+
+    return {"type": feature["type"], "geometry": feature["geometry"],
+            "properties": {k: v for k, v in feature["properties"].items()
+                           if k not in NOT_IN_TILES}}
+
+
 def _table(shared: bool) -> gpd.GeoDataFrame:
     """Two states of three tracts each, every tract in every cell, rows cell by cell; with
     ``shared`` each tract's polygon is one object in all its rows (as the release's rows
@@ -44,7 +55,8 @@ def _table(shared: bool) -> gpd.GeoDataFrame:
     rng = np.random.default_rng(7)
     return gpd.GeoDataFrame({"geoid": [g for g, _ in rows], "state": [g[:2] for g, _ in rows],
                              "cell": [c for _, c in rows],
-                             "p25": rng.uniform(size=len(rows)).round(4)},
+                             "p25": rng.uniform(size=len(rows)).round(4),
+                             "p25_se": rng.uniform(size=len(rows)).round(4)},  # not in tiles
                             geometry=geometry, crs="EPSG:4326")
 
 
@@ -102,12 +114,16 @@ def test_each_cells_input_holds_its_features_as_the_state_files_hold_them(tmp_pa
                                                          for c in CELLS}
     in_states = [f for s in STATES for f in _features(once / f"{s}.geojson")]
     assert len(in_states) == len(table)
+    assert [f["id"] for f in in_states if f["properties"]["cell"] == "c1"] == [
+        f"{g}/c1" for g in table.loc[table["cell"] == "c1", "geoid"]]
+    assert all("p25_se" in f["properties"] for f in in_states)
     for cell in CELLS:
         mine = _features(once / cell_features_file(cell))
         assert mine == _features(alone / cell_features_file(cell))
-        assert mine == [f for f in in_states if f["properties"]["cell"] == cell]
-        assert [f["id"] for f in mine] == [f"{g}/{cell}" for g in
-                                          table.loc[table["cell"] == cell, "geoid"]]
+        assert mine == [_without_tile_columns(f) for f in in_states
+                        if f["properties"]["cell"] == cell]
+        assert [f["properties"]["geoid"] for f in mine] == list(
+            table.loc[table["cell"] == cell, "geoid"])
 
 
 def test_a_cell_in_two_groups_is_refused(tmp_path):
