@@ -38,8 +38,9 @@ The model (every figure printed):
   ``ingest.PARTITION_RECORDS`` records is validated in groups of whole cells), and each is
   priced c + a·g (+ b·(S − g) for a group of a split state: the records of its state it reads
   and leaves), a and c fitted through the two runs' validate stage (each less b·(S − g) of
-  its own split partitions), b from the bench. Without it, validation is on the line like the county and state files:
-  California's 24 M records at 42 cells as one task, which the release does not run;
+  its own split partitions), b from the bench. Without it, validation is on the line like the
+  county and state files: California's 24 M records at 42 cells as one task, which the
+  release does not run;
 * the flow's serial CPU = fixed + (CPU per task run) x task runs + g x tract-cells. The CPU
   per task run comes from ``bench_task_submission.py``; g and the fixed part from the two
   runs; the task runs at 42 cells from the release's own planning code (chunks, level tasks,
@@ -199,63 +200,63 @@ def estimate(low: dict, high: dict, cells: tuple[int, int], target: int, workers
     def line(a: float, b: float) -> float:  # through (lo, a) and (hi, b), at the target
         return a + (b - a) * step
 
-    stages = {s["stage"]: s for s in low["task_stages"] if s["where"] == "workers"}
-    stages6 = {s["stage"]: s for s in high["task_stages"] if s["where"] == "workers"}
+    stages_lo = {s["stage"]: s for s in low["task_stages"] if s["where"] == "workers"}
+    stages_hi = {s["stage"]: s for s in high["task_stages"] if s["where"] == "workers"}
     say(f"## {target} cells on {workers} workers, from full-scale runs at {lo} and {hi} "
         "cells\n")
     say(f"work on the workers (CPU-s: {lo} cell{'s' if lo > 1 else ''}, {hi} cells -> the "
         f"line at {target} cells):")
     work, longest, longest_stage = 0.0, 0.0, "-"
     validate_runs = None
-    for name, s in stages.items():
-        s6 = stages6[name]
+    for name, s in stages_lo.items():
+        s_hi = stages_hi[name]
         if name == "validate" and split is not None:
-            cpu, long, validate_runs, text = validation_at(release, s, s6, split, (lo, hi),
+            cpu, long, validate_runs, text = validation_at(release, s, s_hi, split, (lo, hi),
                                                            target)
             say(text)
         elif name in SEVERAL_CELLS_ONLY:
-            cpu = s6["cpu"] * target / hi
-            long = s6["longest_cpu"]
+            cpu = s_hi["cpu"] * target / hi
+            long = s_hi["longest_cpu"]
             bound = ("an archive a cell" if name == "cell-tiles" else
                      f"a job of at most {LEVEL_PART_ROWS:,} unit-cells")
-            say(f"  {name}: {s['cpu']:.1f}, {s6['cpu']:.1f} -> {cpu:.0f} ({hi} cells' x "
+            say(f"  {name}: {s['cpu']:.1f}, {s_hi['cpu']:.1f} -> {cpu:.0f} ({hi} cells' x "
                 f"{target}/{hi}: the level archives are built in publish-level at one "
-                f"cell, in cell-tiles at several); longest run {s6['longest_cpu']:.2f} -> "
+                f"cell, in cell-tiles at several); longest run {s_hi['longest_cpu']:.2f} -> "
                 f"{long:.1f} (bounded by design: {bound})")
         elif name in ONE_PER_RELEASE:
-            cpu = long = max(s["cpu"], s6["cpu"])
-            say(f"  {name}: {s['cpu']:.1f}, {s6['cpu']:.1f} -> {cpu:.1f} (one task a release, "
+            cpu = long = max(s["cpu"], s_hi["cpu"])
+            say(f"  {name}: {s['cpu']:.1f}, {s_hi['cpu']:.1f} -> {cpu:.1f} (one task a release, "
                 "whatever the cells: the larger measured)")
         else:
-            cpu = line(s["cpu"], s6["cpu"])
+            cpu = line(s["cpu"], s_hi["cpu"])
             grows = name in GROWS_WITH_CELLS
-            long = line(s["longest_cpu"], max(s6["longest_cpu"], s["longest_cpu"])) if grows \
-                else max(s["longest_cpu"], s6["longest_cpu"])
-            say(f"  {name}: {s['cpu']:.1f}, {s6['cpu']:.1f} -> {cpu:.0f}; longest run "
-                f"{s['longest_cpu']:.2f}, {s6['longest_cpu']:.2f} -> {long:.1f}"
+            long = line(s["longest_cpu"], max(s_hi["longest_cpu"], s["longest_cpu"])) if grows \
+                else max(s["longest_cpu"], s_hi["longest_cpu"])
+            say(f"  {name}: {s['cpu']:.1f}, {s_hi['cpu']:.1f} -> {cpu:.0f}; longest run "
+                f"{s['longest_cpu']:.2f}, {s_hi['longest_cpu']:.2f} -> {long:.1f}"
                 + (" (a state's records in every cell: on the line)" if grows else
                    " (bounded by design: the largest measured)"))
         work += cpu
         if long > longest:
             longest, longest_stage = long, name
 
-    plan1, plan6, plan = (planned_task_runs(release, c) for c in (lo, hi, target))
-    fixed_runs = sum(stages[n]["runs"] for n in ("contribution-bucket", *ONE_PER_RELEASE)
-                     if n in stages)
+    plan_lo, plan_hi, plan = (planned_task_runs(release, c) for c in (lo, hi, target))
+    fixed_runs = sum(stages_lo[n]["runs"] for n in ("contribution-bucket", *ONE_PER_RELEASE)
+                     if n in stages_lo)
     planned = ["select", "estimate", "estimate-levels", "publish-part", "cell-tiles"]
-    planned += ["publish-level"] if "publish-level" in stages else []
+    planned += ["publish-level"] if "publish-level" in stages_lo else []
     # validation: a task per partition, planned by the release's grouping with --split-json
     # (a state past ingest.PARTITION_RECORDS is split by its cells), else as at the lower run
     validations = ([len(validation_partitions(release, c)) for c in (lo, hi)] + [validate_runs]
-                   if validate_runs is not None else [stages["validate"]["runs"]] * 3)
+                   if validate_runs is not None else [stages_lo["validate"]["runs"]] * 3)
     runs = [fixed_runs + v + sum(p[k] for k in planned)
-            for v, p in zip(validations, (plan1, plan6, plan))]
-    measured = [sum(s["runs"] for s in stages.values()),
-                sum(s["runs"] for s in stages6.values())]
+            for v, p in zip(validations, (plan_lo, plan_hi, plan))]
+    measured = [sum(s["runs"] for s in stages_lo.values()),
+                sum(s["runs"] for s in stages_hi.values())]
     # The workers' CPU outside the tasks' functions (Prefect's task engine on the worker,
     # Dask's own work): per task run, the mean of the two runs', times the task runs.
     outside = [run["cpu"]["dask_workers"] - sum(s["cpu"] for s in st.values())
-               for run, st in ((low, stages), (high, stages6))]
+               for run, st in ((low, stages_lo), (high, stages_hi))]
     per_run_worker = (outside[0] / measured[0] + outside[1] / measured[1]) / 2
     say(f"  outside the tasks' functions: {outside[0]:.1f}, {outside[1]:.1f} CPU-s over "
         f"{measured[0]}, {measured[1]} task runs = {per_run_worker:.3f} per task run (mean) "
@@ -265,15 +266,15 @@ def estimate(low: dict, high: dict, cells: tuple[int, int], target: int, workers
     say(f"  sum {work:,.0f} CPU-s / {workers} workers = {on_workers:.1f} s\n")
 
     per_run = ms_per_task_run / 1000.0
-    flow1, flow6 = low["serial_cpu"], high["serial_cpu"]
-    cells1, cells6, cells = plan1["tract_cells"], plan6["tract_cells"], plan["tract_cells"]
-    g = ((flow6 - flow1) - per_run * (runs[1] - runs[0])) / (cells6 - cells1)
-    fixed = flow1 - per_run * runs[0] - g * cells1
+    flow_lo, flow_hi = low["serial_cpu"], high["serial_cpu"]
+    cells_lo, cells_hi, cells = plan_lo["tract_cells"], plan_hi["tract_cells"], plan["tract_cells"]
+    g = ((flow_hi - flow_lo) - per_run * (runs[1] - runs[0])) / (cells_hi - cells_lo)
+    fixed = flow_lo - per_run * runs[0] - g * cells_lo
     flow = fixed + per_run * runs[2] + g * cells
     say("the flow's serial CPU-s = fixed + per task run x task runs + g x tract-cells:")
-    say(f"  measured: {flow1:.1f} at {lo} cell{'s' if lo > 1 else ''}, {flow6:.1f} at {hi} "
+    say(f"  measured: {flow_lo:.1f} at {lo} cell{'s' if lo > 1 else ''}, {flow_hi:.1f} at {hi} "
         f"cells; task runs on the workers planned {runs[0]}, {runs[1]} (measured "
-        f"{measured[0]}, {measured[1]}); tract-cells {cells1:,}, {cells6:,}")
+        f"{measured[0]}, {measured[1]}); tract-cells {cells_lo:,}, {cells_hi:,}")
     say(f"  per task run {ms_per_task_run:.1f} ms (bench_task_submission.py); "
         f"g = {1e6 * g:.1f} µs per tract-cell; fixed {fixed:.1f} CPU-s")
     say(f"  at {target} cells: {plan['select']} chunks (select and estimate each), "
@@ -312,6 +313,8 @@ def main() -> None:
     parser.add_argument("--cells", type=int, default=42)
     parser.add_argument("--workers", type=int, default=20)
     args = parser.parse_args()
+    if args.runs and (args.one or args.six):
+        parser.error("give --runs, or --one and --six, not both")
     if args.runs:
         paths = sorted(args.runs, key=run_cells)
     elif args.one and args.six:

@@ -39,7 +39,7 @@ from dpatlas.publication.cell_tiles import (CellTileBuilder, archive_input_texts
                                             cell_tile_builder)
 from dpatlas.publication.geojson import (FEATURE_COLLECTION_TAIL, feature_collection_head,
                                          feature_texts, geojson_parts, geometry_texts,
-                                         write_feature_texts, write_features)
+                                         json_columns, write_feature_texts, write_features)
 from dpatlas.publication.tract_files import (CSV_FILE, PUBLISHED_FILES, PublishError, _json,
                                              assemble, footprint, in_parallel, rounding_statement,
                                              stage_release, write_table_schema)
@@ -202,12 +202,13 @@ class GeoJsonAppender:
             self.wrote = self.cell_tiles.write_group(self.fh, self.path, self.head, props,
                                                      geoms, ids, self.wrote)
         elif self.cell_features is not None:
-            geometry = geometry_texts(geoms)  # made once, for both
-            self.wrote = write_feature_texts(self.fh, feature_texts(props, geoms, ids,
-                                                                    geometry=geometry),
-                                             self.wrote)
+            # the rows' geometry and values made once, for the state's file and the input
+            geometry, values = geometry_texts(geoms), json_columns(props)
+            self.wrote = write_feature_texts(
+                self.fh, feature_texts(props, geoms, ids, geometry=geometry, values=values),
+                self.wrote)
             self.cell_features.add_features(props["cell"].astype(str).to_numpy(),
-                                            archive_input_texts(props, geometry))
+                                            archive_input_texts(values, geometry))
         else:
             self.wrote = write_features(self.fh, props, geoms, ids, after_others=self.wrote)
 

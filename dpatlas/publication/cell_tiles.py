@@ -24,8 +24,8 @@ import numpy as np
 
 from dpatlas.publication import tiles
 from dpatlas.publication.geojson import (FEATURE_COLLECTION_TAIL, geojson_parts,
-                                        geometry_texts, tile_input_texts, write_feature_texts,
-                                        write_features)
+                                        geometry_texts, json_columns, tile_input_texts,
+                                        write_feature_texts, write_features)
 from dpatlas.publication.tract_files import PublishError
 
 # A cell whose name is made of these is named as it is; any other (spaces, slashes, dots,
@@ -90,14 +90,15 @@ def cell_tiles_title(name: str) -> str:
     return f"{layer.capitalize()} of {whose}: vector tiles (PMTiles)"
 
 
-def archive_input_texts(props, geometry: list[str]) -> list[str]:
-    """The rows' features as a tract archive's input (:func:`geojson.tile_input_texts`):
-    every column but those the archive leaves out (``tiles.NOT_IN_TILES``), no id.
-    tippecanoe parses every property of its input, ``--exclude`` or not: on the national
-    one-cell tracts the left-out columns were a tenth to a fifth of its CPU
+def archive_input_texts(values: dict[str, list], geometry: list[str]) -> list[str]:
+    """The rows' features as a tract archive's input (:func:`geojson.tile_input_texts`) from
+    their :func:`geojson.json_columns` ``values`` and :func:`geojson.geometry_texts`: every
+    column but those the archive leaves out (``tiles.NOT_IN_TILES``), no id. tippecanoe
+    parses every property of its input, ``--exclude`` or not: on the national one-cell
+    tracts the left-out columns were a tenth to a fifth of its CPU
     (``benchmarks/bench_tile_attributes.py``), and the archive is the same."""
-    return tile_input_texts(props.drop(columns=[c for c in tiles.NOT_IN_TILES
-                                                if c in props.columns]), geometry)
+    return tile_input_texts({c: v for c, v in values.items() if c not in tiles.NOT_IN_TILES},
+                            geometry)
 
 
 def per_cell(cells: list[str]) -> bool:
@@ -173,11 +174,12 @@ class CellTileBuilder:
         self._start_pending()
 
     def add_features(self, cells: np.ndarray, texts: list[str]) -> None:
-        """The archive's input features (``geojson.tile_input_texts``, made beside a state's
+        """The archive's input features (:func:`archive_input_texts`, made beside a state's
         published GeoJSON in a release partitioned by state,
         :class:`~dpatlas.publication.cell_stream.GeoJsonAppender`), ``texts``, of rows of
-        ``cells``, appended to each cell's FeatureCollection of its own, in their order; a cell's collection stays open until :meth:`end_group`, so a group's
-        states add to it one after the other. Its head has no ``bbox`` (optional in RFC 7946,
+        ``cells``, appended to each cell's FeatureCollection of its own, in their order; a
+        cell's collection stays open until :meth:`end_group`, so a group's states add to it
+        one after the other. Its head has no ``bbox`` (optional in RFC 7946,
         and the collection is only tippecanoe's input: the archive's bounds are its
         features')."""
         for cell in map(str, dict.fromkeys(cells)):
@@ -215,7 +217,7 @@ class CellTileBuilder:
 
     def _write_own_collections(self, props, geoms, ids) -> None:
         self.add_features(props["cell"].astype(str).to_numpy(),
-                          archive_input_texts(props, geometry_texts(geoms)))
+                          archive_input_texts(json_columns(props), geometry_texts(geoms)))
         self._close_open()
 
     def _start_pending(self) -> None:

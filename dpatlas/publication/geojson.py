@@ -184,17 +184,18 @@ def _json_text(value) -> str:
 
 
 def feature_texts(props: pd.DataFrame, geoms: np.ndarray, ids: list[str] | None,
-                  decimals: int = GEOJSON_DECIMALS,
-                  geometry: list[str] | None = None) -> list[str]:
+                  decimals: int = GEOJSON_DECIMALS, geometry: list[str] | None = None,
+                  values: dict[str, list] | None = None) -> list[str]:
     """Each row's Feature as JSON text: id, properties (:func:`_json_scalar`'s values), and
     the geometry as GEOS writes it (null when empty), written with
-    :func:`write_feature_texts`. ``geometry``: the rows' :func:`geometry_texts`, when made
-    already (a state's features and its cells' archive inputs share them)."""
-    columns = [_json_values(props[c]) for c in props.columns]
-    names = list(props.columns)
-    geometry = _geometry_texts(geoms, decimals) if geometry is None else geometry
+    :func:`write_feature_texts`. ``geometry`` and ``values``: the rows'
+    :func:`geometry_texts` and :func:`json_columns`, when made already (a state's features
+    and its cells' archive inputs share them)."""
+    values = json_columns(props) if values is None else values
+    names = list(values)
+    geometry = geometry_texts(geoms, decimals) if geometry is None else geometry
     out = []
-    for i, row in enumerate(zip(*columns)):
+    for i, row in enumerate(zip(*values.values())):
         feature = '{"type":"Feature",'
         if ids is not None:
             feature += f'"id":{_json_text(ids[i])},'
@@ -203,16 +204,18 @@ def feature_texts(props: pd.DataFrame, geoms: np.ndarray, ids: list[str] | None,
     return out
 
 
-def geometry_texts(geoms: np.ndarray, decimals: int = GEOJSON_DECIMALS) -> list[str]:
-    """Each geometry as a feature's ``geometry`` text (:func:`feature_texts`)."""
-    return _geometry_texts(geoms, decimals)
+def json_columns(props: pd.DataFrame) -> dict[str, list]:
+    """Each column's values as a feature's properties hold them (:func:`_json_values`), by
+    name in the table's order."""
+    return {c: _json_values(props[c]) for c in props.columns}
 
 
-def tile_input_texts(props: pd.DataFrame, geometry: list[str]) -> list[str]:
-    """Each row's Feature as tippecanoe's input, never published: the properties ``props``
-    holds (the caller leaves out what the archive does not carry: tippecanoe parses every
-    property of its input, ``--exclude`` or not) and the row's :func:`geometry_texts`; no
-    ``id`` (tippecanoe keeps numeric ids only, and a published id is the GEOID as text).
+def tile_input_texts(values: dict[str, list], geometry: list[str]) -> list[str]:
+    """Each row's Feature as tippecanoe's input, never published: the properties ``values``
+    holds (:func:`json_columns`; the caller leaves out what the archive does not carry:
+    tippecanoe parses every property of its input, ``--exclude`` or not) and the row's
+    :func:`geometry_texts`; no ``id`` (tippecanoe keeps numeric ids only, and a published id
+    is the GEOID as text).
 
     Compact JSON by orjson, about ten times faster than the standard library here: a number
     may be spelled otherwise than in the published file (``1e-5`` for ``1e-05``) but is the
@@ -220,11 +223,10 @@ def tile_input_texts(props: pd.DataFrame, geometry: list[str]) -> list[str]:
     and compares their tiles)."""
     import orjson
 
-    names = list(props.columns)
-    columns = [_json_values(props[c]) for c in names]
+    names = list(values)
     dumps = orjson.dumps
     return [f'{{"type":"Feature","properties":{dumps(dict(zip(names, row))).decode()},'
-            f'"geometry":{geometry[i]}}}' for i, row in enumerate(zip(*columns))]
+            f'"geometry":{geometry[i]}}}' for i, row in enumerate(zip(*values.values()))]
 
 
 def _json_values(column: pd.Series) -> list:
@@ -249,9 +251,10 @@ def _missing(value) -> bool:
 _LONG_DECIMAL = re.compile(r"-?\d+\.\d{8,}(?:[eE][-+]?\d+)?")
 
 
-def _geometry_texts(geoms: np.ndarray, decimals: int) -> list[str]:
-    """RFC 7946 geometry objects as text, null where empty; numbers with at most ``decimals``
-    decimals (``repr`` of a float rounded to that many places)."""
+def geometry_texts(geoms: np.ndarray, decimals: int = GEOJSON_DECIMALS) -> list[str]:
+    """Each geometry as a feature's ``geometry`` text (:func:`feature_texts`): RFC 7946
+    geometry objects, null where empty; numbers with at most ``decimals`` decimals (``repr``
+    of a float rounded to that many places)."""
     first, inverse = distinct_objects(geoms)  # a polygon in every cell's row: printed once
     distinct = geoms[first]
     empty = shapely.is_missing(distinct) | shapely.is_empty(distinct)

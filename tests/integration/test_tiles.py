@@ -456,14 +456,15 @@ def test_neighbouring_tracts_open_no_slivers_between_them(tmp_path):
 
 def test_an_archive_from_the_tile_input_texts_is_the_one_the_published_features_give(
         tracts_geojson, tmp_path):
-    """A cell's archive input (geojson.tile_input_texts: no id, no column the tiles leave
-    out, numbers spelled by orjson) gives byte for byte the archive built from the published
+    """A cell's archive input (cell_tiles.archive_input_texts: no id, no column the tiles
+    leave out, numbers spelled by orjson) gives byte for byte the archive built from the published
     features (geojson.feature_texts) of the same rows: values, types, nulls and bounds."""
     import pandas as pd
     import shapely
 
+    from dpatlas.publication.cell_tiles import archive_input_texts
     from dpatlas.publication.geojson import (feature_ids, feature_texts, geometry_texts,
-                                             tile_input_texts)
+                                             json_columns)
 
     features = list(tracts_geojson[1].values())
     props = pd.DataFrame([f["properties"] for f in features])
@@ -472,9 +473,7 @@ def test_an_archive_from_the_tile_input_texts_is_the_one_the_published_features_
     geoms = np.array([shapely.geometry.shape(f["geometry"]) for f in features], dtype=object)
     geometry = geometry_texts(geoms)
     inputs = {"published": feature_texts(props, geoms, feature_ids(props), geometry=geometry),
-              "tile input": tile_input_texts(
-                  props.drop(columns=[c for c in T.NOT_IN_TILES if c in props.columns]),
-                  geometry)}
+              "tile input": archive_input_texts(json_columns(props), geometry)}
     assert '"id":' in inputs["published"][0] and '"id":' not in inputs["tile input"][0]
     assert '"p25_se"' in inputs["published"][0] and '"p25_se"' not in inputs["tile input"][0]
     archives = {}
