@@ -42,6 +42,7 @@ from data_contracts._spec import (  # noqa: E402
     INTEGER_TYPES,
     MECHANISMS,
     META_KEY,
+    NOT_BLANK_REGEX,
     NUMERIC_TYPES,
     COUNTY_UNIT_REGEX,
     COVERAGE_SUITE,
@@ -132,7 +133,7 @@ def input_suite() -> gx.ExpectationSuite:
     suite.add_expectation(
         gxe.ExpectColumnValuesToMatchRegex(
             column="cell",
-            regex=r"\S",
+            regex=NOT_BLANK_REGEX,
             description="cell is not blank (checked only when the column is present)",
             meta={META_KEY: {"only_if_column": "cell"}},
         )

@@ -588,3 +588,17 @@ def test_the_tract_contract_refuses_a_county_table(published):
 def test_an_unknown_level_is_refused(published):
     with pytest.raises(ValueError, match="no published contract for level 'tract'"):
         validate_published_level(published[0], "tract")
+
+
+@pytest.mark.parametrize("label", ["", " ", "\u3000", "\u00a0\t", "\x85"])
+def test_a_blank_cell_label_is_caught_whatever_the_whitespace(good_input, label):
+    """Blank as Python's ``\\s`` has it (Unicode whitespace), not only ASCII: the pattern
+    runs in pyarrow, whose own ``\\s`` is ASCII (data_contracts._spec.NOT_BLANK_REGEX)."""
+    df = good_input.copy()
+    df["cell"] = pd.array(["outcome-1"] * len(df), dtype=pd.StringDtype("pyarrow"))
+    df.loc[[5, 44], "cell"] = [label, "outcome-2\u3000"]  # the second has a character
+    res = validate_input(df)
+    f = only_failure(res)
+    assert (f.expectation, f.column, f.unexpected_count) == (
+        "expect_column_values_to_match_regex", "cell", 1)
+    assert flagged(res) == [5]
