@@ -457,7 +457,7 @@ def test_neighbouring_tracts_open_no_slivers_between_them(tmp_path):
 def test_an_archive_from_the_tile_input_texts_is_the_one_the_published_features_give(
         tracts_geojson, tmp_path):
     """A cell's archive input (cell_tiles.archive_input_texts: no id, no column the tiles
-    leave out, numbers spelled by orjson) gives byte for byte the archive built from the published
+    leave out) gives byte for byte the archive built from the published
     features (geojson.feature_texts) of the same rows: values, types, nulls and bounds."""
     import pandas as pd
     import shapely
@@ -469,7 +469,7 @@ def test_an_archive_from_the_tile_input_texts_is_the_one_the_published_features_
     features = list(tracts_geojson[1].values())
     props = pd.DataFrame([f["properties"] for f in features])
     props.loc[1, "reason"] = "réservé, «Nord» \"q\""   # non-ASCII and quotes
-    props.loc[2, "p25"] = 1.5e-05                      # 1.5e-05 in json, 1.5e-5 in orjson
+    props.loc[2, "p25"] = 1.5e-05                      # an exponent
     geoms = np.array([shapely.geometry.shape(f["geometry"]) for f in features], dtype=object)
     geometry = geometry_texts(geoms)
     inputs = {"published": feature_texts(props, geoms, feature_ids(props), geometry=geometry),
