@@ -11,6 +11,7 @@ import sys
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 
 from data_contracts._spec import NOT_BLANK_REGEX, WHITESPACE
 
@@ -18,20 +19,24 @@ from data_contracts._spec import NOT_BLANK_REGEX, WHITESPACE
 CHARACTERS = [chr(c) for c in range(sys.maxunicode + 1) if not 0xD800 <= c <= 0xDFFF]
 
 
+@pytest.fixture(scope="module")
+def expected() -> list[bool]:
+    """Per character, whether Python's ``\\S`` matches it."""
+    return [re.search(r"\S", c) is not None for c in CHARACTERS]
+
+
 def test_the_whitespace_listed_is_the_running_pythons():
     assert list(WHITESPACE) == [c for c in range(sys.maxunicode + 1) if chr(c).isspace()]
     assert all(re.fullmatch(r"\s", chr(c)) for c in WHITESPACE)
 
 
-def test_python_reads_the_pattern_as_its_own_not_whitespace_for_every_character():
-    expected = [re.search(r"\S", c) is not None for c in CHARACTERS]
+def test_python_reads_the_pattern_as_its_own_not_whitespace_for_every_character(expected):
     assert sum(expected) == len(CHARACTERS) - len(WHITESPACE)
     pattern = re.compile(NOT_BLANK_REGEX)
     assert [pattern.search(c) is not None for c in CHARACTERS] == expected
 
 
-def test_pyarrow_reads_the_pattern_as_python_does_for_every_character():
-    expected = [re.search(r"\S", c) is not None for c in CHARACTERS]
+def test_pyarrow_reads_the_pattern_as_python_does_for_every_character(expected):
     got = pc.match_substring_regex(pa.array(CHARACTERS), NOT_BLANK_REGEX).to_pylist()
     assert got == expected
     # what RE2 makes of \S itself differs (ASCII whitespace only): why it is spelt out
