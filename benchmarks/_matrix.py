@@ -34,7 +34,17 @@ SERIAL_TASKS = ("publish", "feed")
 # stays as measured. Any other task (a state's validation) holds every cell of its unit: its
 # longest run grows with the cells.
 COUNT_GROWS_WITH_CELLS = ("select", "estimate", "estimate-levels", "cell-tiles", "publish-part",
-                          "publish-level")
+                          "publish-level", "tract-tiles")
+# The run of the `cell-tiles` task that builds the tracts' polygons' archive (one a release,
+# whatever the cells: dpatlas.publication.tract_values), reported as a stage of its own,
+# `tract-tiles`; the task's other runs are the county and state archives, one a cell each.
+TRACT_TILES_RUN = "cell-tiles-all"
+
+
+def stage_of(record: dict) -> str:
+    """The stage a task run is counted in: its task's name, but ``tract-tiles`` for the
+    tracts' archive (:data:`TRACT_TILES_RUN`)."""
+    return "tract-tiles" if record.get("name") == TRACT_TILES_RUN else record["task"]
 
 TASKS_SUBFOLDER = "tasks"  # under the run's timings folder: one jsonl file per process
 
@@ -113,7 +123,7 @@ def stage_cpu_table(records: list[dict], flow_pid: int) -> list[dict]:
     its runs ran; in order of first start."""
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in records:
-        groups.setdefault((r["task"], "flow" if r["pid"] == flow_pid else "workers"),
+        groups.setdefault((stage_of(r), "flow" if r["pid"] == flow_pid else "workers"),
                           []).append(r)
     rows = []
     for (task, where), rs in groups.items():

@@ -72,8 +72,9 @@ GROWS_WITH_CELLS = {"validate"}
 # the several-cell run instead.
 SEVERAL_CELLS_ONLY = {"publish-level", "cell-tiles"}
 # Stages of one task per release whose work does not grow with the cells (the overview draws
-# one cell): at any number of cells, the larger of the two measured runs.
-ONE_PER_RELEASE = {"overview"}
+# one cell; the tracts' archive holds their polygons once, _matrix.stage_of): at any number of
+# cells, the larger of the two measured runs.
+ONE_PER_RELEASE = {"overview", "tract-tiles"}
 
 
 # The runs read are those of two `dask worker` processes (bench_national.py's ``dask-2w``).
@@ -129,7 +130,8 @@ def planned_task_runs(release: Path, cells: int) -> dict:
             "publish-part": len(plan_parts(names, tracts["geoid"])),
             "publish-level": len(plan_level_jobs(["county", "state"],
                                                  published_n(release)["geoid"], names, "")),
-            "cell-tiles": 3 * cells if cells > 1 else 1,
+            # the county and state archives of each cell (at one cell: in publish-level)
+            "cell-tiles": 2 * cells if cells > 1 else 0,
             "tract_cells": len(sizes), "records": int(sizes["n"].sum())}
 
 
@@ -208,8 +210,11 @@ def estimate(low: dict, high: dict, cells: tuple[int, int], target: int, workers
         f"line at {target} cells):")
     work, longest, longest_stage = 0.0, 0.0, "-"
     validate_runs = None
-    for name, s in stages_lo.items():
-        s_hi = stages_hi[name]
+    # a stage of the larger run alone (the county and state archives' cell-tiles, which a
+    # 1-cell run builds inside publish-level) counts as nothing in the smaller
+    absent = {"cpu": 0.0, "longest_cpu": 0.0, "runs": 0}
+    for name in dict.fromkeys([*stages_lo, *stages_hi]):
+        s, s_hi = stages_lo.get(name, absent), stages_hi.get(name, absent)
         if name == "validate" and split is not None:
             cpu, long, validate_runs, text = validation_at(release, s, s_hi, split, (lo, hi),
                                                            target)
@@ -217,7 +222,7 @@ def estimate(low: dict, high: dict, cells: tuple[int, int], target: int, workers
         elif name in SEVERAL_CELLS_ONLY:
             cpu = s_hi["cpu"] * target / hi
             long = s_hi["longest_cpu"]
-            bound = ("an archive a cell" if name == "cell-tiles" else
+            bound = ("a county or state archive a cell" if name == "cell-tiles" else
                      f"a job of at most {LEVEL_PART_ROWS:,} unit-cells")
             say(f"  {name}: {s['cpu']:.1f}, {s_hi['cpu']:.1f} -> {cpu:.0f} ({hi} cells' x "
                 f"{target}/{hi}: the level archives are built in publish-level at one "
@@ -280,7 +285,8 @@ def estimate(low: dict, high: dict, cells: tuple[int, int], target: int, workers
     say(f"  at {target} cells: {plan['select']} chunks (select and estimate each), "
         f"{plan['estimate-levels']} level tasks, {plan['publish-part']} publish parts, "
         f"{plan['publish-level']} county and state file jobs, "
-        f"{plan['cell-tiles']} archives: {runs[2]} task runs; {cells:,} tract-cells, "
+        f"{plan['cell-tiles']} county and state archives and the tracts': {runs[2]} task "
+        f"runs; {cells:,} tract-cells, "
         f"{plan['records']:,} records")
     say(f"  {fixed:.1f} + {per_run:.3f} x {runs[2]} + {1e6 * g:.1f} µs x {cells:,} = "
         f"{fixed:.1f} + {per_run * runs[2]:.1f} + {g * cells:.1f} = {flow:.1f} s\n")

@@ -90,10 +90,12 @@ against fixed rules rather than against itself, and compares:
     of error exactly where its SE is and equal to ceil(MOE90_Z·se·10⁴)/10⁴,
     the per-tract-and-cell figures where spent,
     and the manifest's counts;
-(f) formats: tracts.csv and tracts.geojson row for row, and the features of tracts.pmtiles
-    (its lowest zoom) attribute for attribute, hold the values of tracts.parquet (a release
-    of several cells: each cell's tracts-<cell>.pmtiles against that cell's rows alone,
-    every cell's archive listed; cell_tiles.py), and its
+(f) formats: tracts.csv and tracts.geojson row for row, and the tracts' values documents
+    (tract-values/<cell>/<state>.json: each against its cell and state's rows, every one
+    listed, the manifest's tract_values their columns and folders; tracts.pmtiles then holds
+    each polygon with its GEOID alone) hold the values of tracts.parquet (a release published
+    before: the features of tracts.pmtiles, or of each cell's tracts-<cell>.pmtiles, at
+    its lowest zoom attribute for attribute; cell_tiles.py), and its
     polygons (one per GEOID): the GeoJSON's within GEOMETRY_TOLERANCE_DEGREES, the tiles'
     within TILE_TOLERANCE_UNITS of their lowest zoom's grid (:func:`tile_distance`).
 (l) levels: a release with county or state levels (manifest ``levels``) has each level's

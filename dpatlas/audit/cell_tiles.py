@@ -1,9 +1,16 @@
-"""Which tract archives a release has, and whose rows each must hold: ``tracts.pmtiles`` (every
-cell's rows: a release of one cell, or one published before issue 35), else one archive per
-cell, ``tracts-<cell>.pmtiles``, holding that cell's rows and no other's. The archive's name is
-derived here from the cell, as the publication names it (a cell of plain ASCII letters,
-digits, ``_`` and ``-``: itself; any other: ``-`` and the first 16 hex digits of the sha256 of
-its name), never taken from the manifest, so an archive swapped with another cell's is found."""
+"""Which tract archives a release has, and whose rows each must hold.
+
+A release whose manifest has ``tract_values`` tiles each tract's polygon once, in
+``tracts.pmtiles``, with its GEOID alone, and publishes each (cell, state)'s values in a JSON
+document of its own, ``tract-values/<cell>/<state>.json`` (:func:`values_document_name`).
+Releases published before that have ``tracts.pmtiles`` with every cell's rows (one cell, or
+from before issue 35), or one archive per cell, ``tracts-<cell>.pmtiles``, holding that
+cell's rows and no other's.
+
+Names are derived here from the cell, as the publication names them (a cell of plain ASCII
+letters, digits, ``_`` and ``-``: itself; any other: ``-`` and the first 16 hex digits of the
+sha256 of its name), never taken from the manifest, so a file swapped with another cell's is
+found."""
 
 from __future__ import annotations
 
@@ -13,25 +20,48 @@ from dataclasses import dataclass
 from pathlib import Path
 
 WHOLE_ARCHIVE = "tracts.pmtiles"
+VALUES_FOLDER = "tract-values"
+VALUES_KEY = "tract_values"  # the manifest's {cell: folder of its documents}
 _PLAIN_CELL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+
+
+def _cell_name(cell: str) -> str:
+    cell = str(cell)
+    return cell if _PLAIN_CELL.fullmatch(cell) else (
+        "-" + hashlib.sha256(cell.encode()).hexdigest()[:16])
+
+
+def values_folder_name(cell: str) -> str:
+    """The folder of ``cell``'s values documents: ``tract-values/<cell>``."""
+    return f"{VALUES_FOLDER}/{_cell_name(cell)}"
+
+
+def values_document_name(cell: str, state: str) -> str:
+    """The values document of ``cell``'s tracts in ``state``."""
+    return f"{values_folder_name(cell)}/{state}.json"
+
+
+def values_apart(folder: Path, m: dict) -> bool:
+    """Whether the release publishes its tracts' values apart from their polygons."""
+    return VALUES_KEY in m or (folder / VALUES_FOLDER).exists() or any(
+        str(name).startswith(VALUES_FOLDER + "/") for name in (m.get("files") or {}))
 
 
 def cell_archive_name(cell: str, layer: str = "tracts") -> str:
     """The name of ``cell``'s tract archive in a release of several cells (``layer``
     ``counties`` or ``states``: that level's archive of the cell)."""
-    cell = str(cell)
-    if _PLAIN_CELL.fullmatch(cell):
-        return f"{layer}-{cell}.pmtiles"
-    return f"{layer}--{hashlib.sha256(cell.encode()).hexdigest()[:16]}.pmtiles"
+    return f"{layer}-{_cell_name(cell)}.pmtiles"
 
 
 @dataclass(frozen=True)
 class TractArchive:
     """A tract archive to check: its file name and the cell whose rows it holds (None: every
-    cell's)."""
+    cell's); ``polygons_only``: each tract's polygon once, with its GEOID alone (the values
+    are in documents apart)."""
 
     name: str
     cell: str | None
+    polygons_only: bool = False
 
     @property
     def stem(self) -> str:
@@ -44,6 +74,11 @@ def tract_archives(folder: Path, m: dict, cells: set[str]) -> tuple[list[TractAr
     and the problems with them: a cell without its archive, a listed archive of no cell, a
     manifest ``cell_tiles`` that names other archives than the cells' own."""
     listed = set(m.get("files") or {})
+    if values_apart(folder, m):
+        if WHOLE_ARCHIVE in listed or (folder / WHOLE_ARCHIVE).exists():
+            return [TractArchive(WHOLE_ARCHIVE, None, polygons_only=True)], []
+        return [], ["the tracts' values are published apart, but not tracts.pmtiles, their "
+                    "polygons"]
     if WHOLE_ARCHIVE in listed or (folder / WHOLE_ARCHIVE).exists():
         return [TractArchive(WHOLE_ARCHIVE, None)], []
     expected = {cell_archive_name(c): c for c in sorted(cells)}

@@ -12,7 +12,8 @@ import stat
 from contextvars import ContextVar
 from pathlib import Path
 
-from .part_names import PARTS_FOLDERS, is_part, listed_parts, unlisted_parts
+from .part_names import (PARTS_FOLDERS, VALUES_FOLDER, is_part, is_values_document,
+                         listed_parts, unlisted_parts, unlisted_values)
 from .base import (
     CONFIG, MANIFEST, MAX_JSON_DEPTH, MAX_MANIFEST_BYTES, Mismatch, RANDOM_BITS,
     RANDOM_BITS_MIXED, SYNTHETIC_CSV, SYNTHETIC_PARQUET, _synthetic, close,
@@ -33,7 +34,8 @@ def check_files(folder: Path, m: dict) -> str:
         raise Mismatch("the manifest lists no files")
     problems = []
     for name, info in files.items():
-        if not isinstance(name, str) or ("/" in name and not is_part(name)) or "\\" in name \
+        if not isinstance(name, str) or ("/" in name and not is_part(name)
+                                         and not is_values_document(name)) or "\\" in name \
                 or name in ("", ".", ".."):
             problems.append(f"{name!r} is not a plain file name")
             continue
@@ -48,8 +50,8 @@ def check_files(folder: Path, m: dict) -> str:
         elif _sha256(path) != info.get("sha256"):
             problems.append(f"{name} sha256 differs from the manifest")
     extra = sorted(p.name for p in folder.iterdir() if p.name not in files and p.name != MANIFEST
-                   and p.name not in PARTS_FOLDERS)
-    extra += unlisted_parts(folder, files)
+                   and p.name not in PARTS_FOLDERS and p.name != VALUES_FOLDER)
+    extra += unlisted_parts(folder, files) + unlisted_values(folder, files)
     if extra:
         problems.append(f"files not in the manifest: {extra}")
     odd = [f"{name} ({kind})" for name in extra if (kind := not_regular(folder / name))]

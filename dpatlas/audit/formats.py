@@ -10,7 +10,8 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from .base import FLOAT_ATOL, MAX_GEOJSON_BYTES, Mismatch
-from .cell_tiles import rows_of, tract_archives
+from .cell_tiles import (VALUES_FOLDER, VALUES_KEY, rows_of, tract_archives, values_apart,
+                         values_document_name, values_folder_name)
 from .files import _json_object, readable
 from .geometry import _reference_by_geoid, format_geometry_problems, parquet_geometries
 from .tiles import TILE_OMITTED, TILE_READ_ERRORS, mvt_features, pmtiles_tile_entries
@@ -111,6 +112,76 @@ def _compare(fmt: str, rows: list[dict], table: dict, columns: list[str], *,
     return problems
 
 
+def _polygon_archive_problems(name: str, rows: list[dict], table: dict) -> list[str]:
+    """The archive of polygons: each feature carries a GEOID of the table and nothing else."""
+    problems, geoids = [], {k[0] for k in table}
+    extra = sorted({k for r in rows for k in r} - {"geoid"})
+    if extra:
+        problems.append(f"{name} carries properties {extra}: its features are the tracts' "
+                        "polygons with the GEOID alone (the values are the documents')")
+    unknown = sorted({r.get("geoid") for r in rows} - geoids, key=str)
+    if unknown:
+        problems.append(f"{name} has {len(unknown)} GEOID(s) the table has not, e.g. "
+                        f"{unknown[0]!r}")
+    return problems
+
+
+def _state_of(row: dict) -> str:
+    return str(row["state"]) if row.get("state") is not None else str(row["geoid"])[:2]
+
+
+def values_document_problems(folder: Path, m: dict, table: dict,
+                             columns: list[str]) -> list[str]:
+    """Each (cell, state) of the table has its values document, listed in the manifest's
+    files, holding exactly its rows' values (every column but the omitted ones, the cell and
+    the state, which its head says); no other document is listed; the manifest's
+    ``tract_values`` names each cell's folder."""
+    wanted: dict[str, dict] = {}
+    for key, row in table.items():
+        name = values_document_name(str(key[1]), _state_of(row))
+        wanted.setdefault(name, {})[key] = row
+    listed = set(m.get("files") or {})
+    problems = [f"{name} (the values of {len(rows)} row(s)) is not in the manifest's files"
+                for name, rows in sorted(wanted.items()) if name not in listed]
+    problems += [f"{name} is listed but holds the values of no cell and state of the table"
+                 for name in sorted(listed) if str(name).startswith(VALUES_FOLDER + "/")
+                 and name not in wanted]
+    cells = sorted({str(k[1]) for k in table})
+    expected_columns = ["geoid", *(c for c in columns if c not in TILE_OMITTED
+                                   and c not in ("geoid", "cell", "state"))]
+    said = m.get(VALUES_KEY)
+    entry = {"columns": expected_columns,
+             "folders": {c: values_folder_name(c) for c in cells}}
+    if said != entry:
+        problems.append(f"the manifest's {VALUES_KEY} {said!r} is not the documents' columns "
+                        f"and each cell's folder {entry}")
+    for name, rows_wanted in sorted(wanted.items()):
+        if name not in listed:
+            continue
+        try:
+            doc = _json_object(folder / name, name, Mismatch, MAX_GEOJSON_BYTES)
+            cell, state = next(iter(rows_wanted))[1], _state_of(next(iter(rows_wanted.values())))
+            if doc.get("cell") != str(cell) or doc.get("state") != state:
+                problems.append(f"{name} says cell {doc.get('cell')!r}, state "
+                                f"{doc.get('state')!r}: it is cell {cell!r}, state {state!r}'s")
+                continue
+            if doc.get("columns") != expected_columns:
+                problems.append(f"{name} has columns {doc.get('columns')}, expected "
+                                f"{expected_columns}")
+                continue
+            rows = [{**dict(zip(expected_columns, r)), "cell": cell,
+                     **({"state": state} if "state" in columns else {})}
+                    for r in doc.get("rows") or ()]
+            if any(len(r) != len(expected_columns) for r in doc.get("rows") or ()):
+                problems.append(f"{name} has a row of another length than its columns")
+                continue
+            problems += _compare(name, rows, rows_wanted, columns, exact_columns=True,
+                                 omitted=TILE_OMITTED)
+        except (Mismatch, AttributeError, TypeError, ValueError) as err:
+            problems.append(f"{name} cannot be read: {err}")
+    return problems
+
+
 def check_formats(folder: Path, m: dict) -> str:
     """Every format holds the table's values: CSV and GeoJSON row for row, the PMTiles
     archive's features (at its lowest zoom) attribute for attribute; and the table's polygons:
@@ -144,12 +215,23 @@ def check_formats(folder: Path, m: dict) -> str:
     archives, archive_problems = tract_archives(folder, m, {str(k[1]) for k in table})
     problems += archive_problems
     n_tiles, n_shown = 0, 0
+    if values_apart(folder, m):
+        problems += values_document_problems(folder, m, table, columns)
     for archive in archives:  # each archive against the rows of its cell (all: tracts.pmtiles)
         name, rows_wanted = archive.name, rows_of(table, archive.cell)
         try:
             header, entries = pmtiles_tile_entries(folder / name)
             n_tiles += len(entries)
             rows = [f for _, _, t in entries for f in mvt_features(t)]
+            if archive.polygons_only:  # the GEOID alone: the values are the documents'
+                problems += _polygon_archive_problems(name, rows, table)
+                problems += format_geometry_problems(archive.stem, reference,
+                                                     "tracts.parquet", tiles=(header, entries),
+                                                     layer="tracts")
+                n_shown += len({r.get("geoid") for r in rows})
+                if not rows:
+                    problems.append(f"{name} has no features at its lowest zoom")
+                continue
             problems += _compare(name, rows, rows_wanted, columns, exact_columns=False,
                                  complete=False, omitted=TILE_OMITTED)
             problems += format_geometry_problems(archive.stem, reference, "tracts.parquet",
@@ -163,6 +245,12 @@ def check_formats(folder: Path, m: dict) -> str:
     tiles_named = ", ".join(a.name for a in archives) or "tracts.pmtiles"
     if problems:
         raise Mismatch("; ".join(problems))
+    if any(a.polygons_only for a in archives):
+        return (f"tracts.csv, tracts.geojson and the tract values documents hold the values of "
+                f"tracts.parquet ({len(table):,} rows, {len(columns)} columns); "
+                f"{tiles_named} holds the polygons of {n_shown:,} of its tracts at its lowest "
+                f"zoom ({n_tiles} tile(s)), each with its GEOID alone; the GeoJSON's and the "
+                "tiles' polygons are the table's (within tolerance)")
     # Tiles may leave out a polygon too small to draw at the lowest zoom (tippecanoe's tiny
     # polygon reduction), so the rows shown are counted, not required.
     return (f"tracts.csv and tracts.geojson hold the values of tracts.parquet ({len(table):,} "

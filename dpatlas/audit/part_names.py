@@ -16,6 +16,31 @@ KINDS = (("tracts", r"part-[0-9]+\.parquet", "tracts.parquet"),
 PART_NAME = re.compile(r"^(tracts|tracts-csv|tracts-geojson)/state=([0-9]{2})/"
                        r"(part-([0-9]+)\.parquet|tracts\.csv|tracts\.geojson)$")
 PARTS_FOLDERS = tuple(folder for folder, _, _ in KINDS)
+# The tracts' values published apart from their polygons: a folder per cell (its name, or a
+# dash and 16 hex digits of its digest), a document per state.
+VALUES_FOLDER = "tract-values"
+VALUES_NAME = re.compile(r"^tract-values/([A-Za-z0-9][A-Za-z0-9_-]{0,63}|-[0-9a-f]{16})/"
+                         r"([0-9]{2})\.json$")
+
+
+def is_values_document(name) -> bool:
+    """A name of a (cell, state)'s values document's form."""
+    return isinstance(name, str) and VALUES_NAME.match(name) is not None
+
+
+def unlisted_values(folder: Path, files: dict) -> list[str]:
+    """Everything under ``tract-values/`` the manifest does not list (a symbolic link or a
+    file where a folder belongs is named, never followed)."""
+    top, extra = folder / VALUES_FOLDER, []
+    if top.is_symlink() or (top.exists() and not top.is_dir()):
+        return [VALUES_FOLDER]
+    for cell in (sorted(top.iterdir()) if top.is_dir() else []):
+        if cell.is_symlink() or not cell.is_dir():
+            extra.append(f"{VALUES_FOLDER}/{cell.name}")
+            continue
+        extra += [f"{VALUES_FOLDER}/{cell.name}/{p.name}" for p in sorted(cell.iterdir())
+                  if f"{VALUES_FOLDER}/{cell.name}/{p.name}" not in files]
+    return extra
 
 
 def is_part(name) -> bool:

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from .base import MANIFEST, Mismatch
 from .files import _sha256, readable
-from .part_names import KINDS, is_part, listed_parts, piece_numbers
+from .part_names import KINDS, is_part, is_values_document, listed_parts, piece_numbers
 
 def check_parts(folder: Path, m: dict) -> str:
     parts = listed_parts(m)
@@ -95,7 +95,8 @@ def joined_view(folder: Path, m: dict):
     try:
         files = {name: info for name, info in m["files"].items() if not is_part(name)}
         for name in files:
-            if (folder / name).is_file() and "/" not in name:
+            if (folder / name).is_file() and ("/" not in name or is_values_document(name)):
+                (view / name).parent.mkdir(parents=True, exist_ok=True)
                 try:
                     os.link(folder / name, view / name)
                 except OSError:

@@ -34,12 +34,12 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dpatlas.publication.cell_tiles import MANIFEST_KEY as CELL_TILES_KEY
-from dpatlas.publication.cell_tiles import (CellTileBuilder, archive_input_texts,
-                                            cell_tile_builder)
-from dpatlas.publication.geojson import (FEATURE_COLLECTION_TAIL, feature_collection_head,
-                                         feature_texts, geojson_parts, geometry_texts,
-                                         json_columns, write_feature_texts, write_features)
+from dpatlas.publication.geojson import (FEATURE_COLLECTION_TAIL, row_runs,
+                                         feature_collection_head, feature_texts,
+                                         geojson_parts, geometry_texts, json_columns,
+                                         write_feature_texts)
+from dpatlas.publication.tract_values import MANIFEST_KEY as TRACT_VALUES_KEY
+from dpatlas.publication.tract_values import TractMapWriter
 from dpatlas.publication.tract_files import (CSV_FILE, PUBLISHED_FILES, PublishError, _json,
                                              assemble, footprint, in_parallel, rounding_statement,
                                              stage_release, write_table_schema)
@@ -172,21 +172,19 @@ class CsvAppender:
 
 
 class GeoJsonAppender:
-    """``tracts.geojson``: one FeatureCollection, its features appended a group at a time.
-    Its ``bbox`` (written first) is the first group's: every group holds every boundary
-    tract, so every group's bbox is the same (checked).
+    """``tracts.geojson`` (or one state's part of it): one FeatureCollection, its features
+    appended a group at a time. Its ``bbox`` (written first) is the first group's: every
+    group holds every boundary tract, so every group's bbox is the same (checked).
 
-    ``cell_tiles``: the one file of a release of several cells, each cell's archive started as
-    its features are written. ``cell_features``: one state's file of a release partitioned by
-    state, whose features also go, as written, to their cells' archive inputs (made once)."""
+    ``tract_map``: the map's tracts (:class:`~dpatlas.publication.tract_values.TractMapWriter`),
+    given each group's rows as the features are made of them (their property values and
+    polygon texts made once)."""
 
     def __init__(self, path: Path, several_cells: bool,
-                 cell_tiles: Optional[CellTileBuilder] = None,
-                 cell_features: Optional[CellTileBuilder] = None):
+                 tract_map: Optional[TractMapWriter] = None):
         self.path, self.per_cell = Path(path), several_cells
         self.fh, self.head, self.wrote = None, None, False
-        # With several cells: each cell's archive, started as its features are written
-        self.cell_tiles, self.cell_features = cell_tiles, cell_features
+        self.tract_map = tract_map
 
     def append(self, table: gpd.GeoDataFrame) -> None:
         props, geoms, ids = geojson_parts(table, self.path, per_cell=self.per_cell)
@@ -198,19 +196,15 @@ class GeoJsonAppender:
             raise PublishError("a group of cells has another GeoJSON bbox than the first (a "
                                "bug: every cell holds every boundary tract); nothing was "
                                "published")
-        if self.cell_tiles is not None:  # the same bytes, each cell's archive started
-            self.wrote = self.cell_tiles.write_group(self.fh, self.path, self.head, props,
-                                                     geoms, ids, self.wrote)
-        elif self.cell_features is not None:
-            # the rows' geometry and values made once, for the state's file and the input
-            geometry, values = geometry_texts(geoms), json_columns(props)
+        for a, b in row_runs(props):  # a state at a time: the texts of one in memory
+            rows = props.iloc[a:b]
+            geometry, values = geometry_texts(geoms[a:b]), json_columns(rows)
             self.wrote = write_feature_texts(
-                self.fh, feature_texts(props, geoms, ids, geometry=geometry, values=values),
+                self.fh, feature_texts(rows, geoms[a:b], None if ids is None else ids[a:b],
+                                       geometry=geometry, values=values),
                 self.wrote)
-            self.cell_features.add_features(props["cell"].astype(str).to_numpy(),
-                                            archive_input_texts(values, geometry))
-        else:
-            self.wrote = write_features(self.fh, props, geoms, ids, after_others=self.wrote)
+            if self.tract_map is not None:
+                self.tract_map.add(values, geometry)
 
     def close(self) -> None:
         if self.fh is not None and not self.fh.closed:
@@ -323,19 +317,15 @@ def stream_groups(folder: Path, groups: Iterable[gpd.GeoDataFrame], cells: list[
                   group_count: int, checker: ThreadPoolExecutor,
                   tiler: Optional[ThreadPoolExecutor], release_id: str,
                   by_state: Optional[bool] = None) -> "Streamed":
-    """The tract files of ``groups`` written into ``folder`` (:func:`_append_groups`), and
-    their tiles started on ``tiler``: the whole GeoJSON's, or each cell's archive with several
-    ``cells``. Without a ``tiler`` no tiles are built: with several cells each cell's features
-    are left in a FeatureCollection of their own (``CellTileBuilder.features``), for an archive
-    built from every part's (a publish part, dpatlas.publication.release_parts). ``by_state``:
-    whether the rows go to state parts (None: decided by the first group, as for a release
-    written whole)."""
-    start_tiles = (partial(tiler.submit, _build_tract_tiles, folder, release_id, config)
-                   if tiler is not None else None)
+    """The tract files of ``groups`` written into ``folder`` (:func:`_append_groups`), with
+    the map's tracts (each cell and state's values, the polygons' archive started on
+    ``tiler`` once the last group is in: :class:`TractMapWriter`). Without a ``tiler`` the
+    archive is not built: its input is left for one built from every part's (a publish part,
+    dpatlas.publication.release_parts). ``by_state``: whether the rows go to state parts
+    (None: decided by the first group, as for a release written whole)."""
+    tract_map = TractMapWriter(folder, release_id, config, cells, tiler)
     return _append_groups(folder, groups, cells, config, check_group, group_count, checker,
-                          start_tiles, cell_tile_builder(folder, release_id, config, cells,
-                                                         tiler),
-                          by_state)
+                          tract_map, by_state)
 
 
 def finish_release(staging: Path, streamed: "Streamed", release_id: str, config: dict,
@@ -393,9 +383,9 @@ class Streamed:
     shown: Optional[gpd.GeoDataFrame]
     suites: list[str]
     last_check: Future
-    # tippecanoe on the whole GeoJSON (or every state's), started once it was written; with
-    # several cells, the builder of each cell's archive (cell_tiles.py); None: built elsewhere
-    tiles: Future | CellTileBuilder | None
+    # the map's tracts: each cell and state's values written, the polygons' archive started
+    # once the last group was in (or its input left, in a publish part)
+    tiles: TractMapWriter
     files: list[str]  # the tract files written: the single files, or each state's parts
     # the overview maps and footprint, made beside the tract archives and already in the
     # staging folder (release_parts.write_overview); None: drawn here, from ``shown``
@@ -409,13 +399,12 @@ class Streamed:
 def _append_groups(staging: Path, groups: Iterable[gpd.GeoDataFrame], cells: list[str],
                    config: dict, check_group: Callable[[pd.DataFrame, int, int], str],
                    group_count: int, checker: ThreadPoolExecutor,
-                   start_tiles: Optional[Callable[[list[Path]], Future]],
-                   cell_tiles: Optional[CellTileBuilder] = None,
+                   tract_map: TractMapWriter,
                    by_state: Optional[bool] = None) -> Streamed:
     """Append each group to the tract files while ``checker`` checks it; what the rest of
-    the release needs. ``start_tiles`` is called as soon as the last group's GeoJSON is
-    written, so tippecanoe (the longest writer) runs beside the last group's other writers
-    and everything after them.
+    the release needs. The tract archive (``tract_map``) starts as soon as the last group's
+    GeoJSON is written, so tippecanoe runs beside the last group's other writers and
+    everything after them.
 
     A group's check runs beside the writers of its group and of the next (the first group's,
     which holds the boundary check, takes longer than writing it): the tiles start as soon
@@ -431,28 +420,22 @@ def _append_groups(staging: Path, groups: Iterable[gpd.GeoDataFrame], cells: lis
                               lambda: CsvAppender(staging, level), state_parts.CsvPart,
                               on_partition=lambda c: write_table_schema(c, staging, level),
                               partitioned=by_state)
-    # One file: each cell's archive is cut from its run of it; parts by state: each state's
-    # features, made once, are also written to their cells' archive inputs
-    # (CellTileBuilder.add_features), whole once the group's states are in.
+    # Each state's rows go to the map's tracts as their features are made (TractMapWriter:
+    # values and polygons made once for both).
     geojson = state_parts.ByState(
         staging, state_parts.GEOJSON_PARTS, "tracts.geojson",
         lambda: GeoJsonAppender(staging / "tracts.geojson", several_cells=len(cells) > 1,
-                                cell_tiles=cell_tiles),
-        partial(GeoJsonAppender, several_cells=len(cells) > 1, cell_features=cell_tiles),
+                                tract_map=tract_map),
+        partial(GeoJsonAppender, several_cells=len(cells) > 1, tract_map=tract_map),
         partitioned=by_state)
     summary, suites, shown, columns, pending = TractSummary(), [], None, [], None
     overview = shown_cell(cells) if cells else None
-    started: list[Future] = []
 
     def geojson_then_tiles(table: gpd.GeoDataFrame, last: bool) -> None:
         geojson.append(table)
-        if cell_tiles is not None and geojson.partitioned:
-            cell_tiles.end_group()  # its states' features went to their cells' inputs too
         if last:
             geojson.close()
-            started.append(cell_tiles if cell_tiles is not None
-                           else start_tiles([staging / name for name in geojson.names()])
-                           if start_tiles is not None else None)
+            tract_map.finish()
 
     try:
         for index, table in enumerate(_numbered(groups, group_count)):
@@ -476,18 +459,10 @@ def _append_groups(staging: Path, groups: Iterable[gpd.GeoDataFrame], cells: lis
     finally:
         parquet.close()
         geojson.close()
-        if cell_tiles is not None:
-            cell_tiles.close()  # a group that failed midway leaves its cells' inputs open
+        tract_map.close()  # a group that failed midway leaves the archive's input open
     files = [*parquet.names(), *geojson.names(), *csv.names()]
-    return Streamed(summary, columns, shown, suites, pending, started[0], files)
-
-
-def _build_tract_tiles(staging: Path, release_id: str, config: dict, geojson: list[Path]):
-    from dpatlas.publication import tiles
-
-    return tiles.build_tiles(geojson, staging / tiles.TILES_FILE,
-                             min_zoom=tiles.tract_min_zoom(config.get("levels")),
-                             text=tiles.release_tile_text(release_id, config))
+    return Streamed(summary, columns, shown, suites, pending, tract_map,
+                    [*files, *tract_map.documents])
 
 
 def _numbered(groups: Iterable[gpd.GeoDataFrame], count: int) -> Iterator[gpd.GeoDataFrame]:
@@ -523,7 +498,8 @@ def _finish_files(staging: Path, streamed: Streamed, release_id: str, config: di
     made = streamed.overview
     outline = streamed.shown.copy() if made is None else None  # the footprint thread's frame
     built, finished, web_map, level_files, extent, maps, _ = in_parallel([
-        streamed.tiles.result,  # started with the last group (raises if tippecanoe failed)
+        streamed.tiles.result,  # started with the last group (raises if tippecanoe failed);
+        # the manifest's map of each cell's values
         lambda: checks.finish(streamed.all_suites()),
         lambda: webmap.write_web_map(staging, release_id),
         lambda: more_files(staging) if more_files is not None else [],
@@ -533,7 +509,6 @@ def _finish_files(staging: Path, streamed: Streamed, release_id: str, config: di
         lambda: (staging / "config.json").write_text(json.dumps(
             config, indent=2, sort_keys=True, default=_json)),
     ])
-    tract_tiles = [tiles.TILES_FILE]
-    if isinstance(built, dict):  # an archive per cell, and which is whose
-        tract_tiles, finished = [*built.values()], {**finished, CELL_TILES_KEY: built}
+    # one archive of the polygons; each cell's values in a folder of its own
+    tract_tiles, finished = [tiles.TILES_FILE], {**finished, TRACT_VALUES_KEY: built}
     return [*tract_tiles, *web_map, *maps], finished, level_files, extent

@@ -79,7 +79,7 @@ def write_geojson_rfc7946(gdf: gpd.GeoDataFrame, path: str | Path,
     a GEOID has a feature per cell, so the id names one feature (``per_cell``: whether the
     release has several cells, when ``gdf`` is a piece of its table that may hold one cell).
 
-    Streamed a state at a time (rows in their order; :func:`_row_runs`): the file never exists
+    Streamed a state at a time (rows in their order; :func:`row_runs`): the file never exists
     as one string or one dict in memory. Geometries are written by GEOS (``shapely.to_geojson``,
     in C) rather than through Python coordinate lists: the snapped coordinates are the same
     doubles, and the few GEOS prints with more than ``decimals`` decimals are printed again.
@@ -139,9 +139,9 @@ def feature_collection_head(geoms: np.ndarray, decimals: int = GEOJSON_DECIMALS)
 def write_features(fh, props: pd.DataFrame, geoms: np.ndarray, ids: list | None,
                    decimals: int = GEOJSON_DECIMALS, after_others: bool = False) -> bool:
     """Append the features of these rows to an open FeatureCollection, a state at a time
-    (:func:`_row_runs`); ``after_others``: features were written before (a comma first).
+    (:func:`row_runs`); ``after_others``: features were written before (a comma first).
     Returns whether the collection now holds a feature."""
-    for a, b in _row_runs(props):
+    for a, b in row_runs(props):
         texts = feature_texts(props.iloc[a:b], geoms[a:b],
                               None if ids is None else ids[a:b], decimals)
         after_others = write_feature_texts(fh, texts, after_others)
@@ -161,7 +161,7 @@ def write_feature_texts(fh, texts: list[str], after_others: bool = False) -> boo
 _GEOJSON_CHUNK_ROWS = 5000
 
 
-def _row_runs(props: pd.DataFrame) -> list[tuple[int, int]]:
+def row_runs(props: pd.DataFrame) -> list[tuple[int, int]]:
     """Consecutive row ranges [a, b) to write together: the runs of equal ``state`` (a state
     at a time, rows keep their order), else chunks of :data:`_GEOJSON_CHUNK_ROWS` rows."""
     n = len(props)

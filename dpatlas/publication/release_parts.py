@@ -41,12 +41,12 @@ import pandas as pd
 
 from dpatlas.core.locations import (join, local_path, readable_folder, remove_tree, url_fs,
                                     writable_folder)
-from dpatlas.publication import tiles
+from dpatlas.publication import tiles, tract_values
 from dpatlas.publication.cell_stream import (Overview, Streamed, TractSummary,
                                              assembled_groups, cell_groups, draw_overview,
                                              geoid_filters, stream_groups,
                                              streaming_executors)
-from dpatlas.publication.cell_tiles import cell_tiles_file, level_cell_tiles_file, per_cell
+from dpatlas.publication.cell_tiles import level_cell_tiles_file, per_cell
 from dpatlas.publication.geojson import FEATURE_COLLECTION_TAIL
 from dpatlas.publication.model_estimates import add_model_estimates
 from dpatlas.publication.state_parts import piece_name
@@ -194,13 +194,13 @@ def write_part(part: PublishPart, job: PartJob) -> PartResult:
                                          job.release_id,
                                          by_state=None if part.states is None else True)
                 result.suites = streamed.all_suites()
-                built = streamed.tiles.result() if streamed.tiles is not None else None
+                built = streamed.tiles.result()
         except _GroupRefused:
             result.failed = True
             return result
         if part.states is None:
             result.tiles = built
-        elif built is not None:  # the builder wrote each cell's archive input
+        else:  # the tract archive's input, for the archive built from every part's
             result.features = streamed.tiles.features()
         result.files = [_as_piece(folder, name, part.piece) for name in streamed.files]
         result.summary = streamed.summary
@@ -263,18 +263,15 @@ class TileJob:
 
 
 def tile_jobs(results: list[PartResult], cells: list[str]) -> list[TileJob]:
-    """The archives to build from the parts of a release of several states, each from every
-    part's input of its cell (``PartResult.features``): one per cell with several cells, else
-    ``tracts.pmtiles``. None for the one part of a one-state release, which built its tiles
-    itself."""
+    """The tract archive to build from the parts of a release of several states: one,
+    ``tracts.pmtiles``, from every part's input (``PartResult.features``: the polygons of
+    the geometry cell's rows, tract_values.TractMapWriter). None for the one part of a
+    one-state release, which built its archive itself."""
     if len(results) == 1 and results[0].part.states is None:
         return []
-    inputs = {cell: tuple((r.part.name, join(r.folder, r.features[cell])) for r in results
-                          if cell in r.features)  # a state cut by cells: in one of its parts
-              for cell in cells}
-    if per_cell(cells):
-        return [TileJob(cell_tiles_file(cell), cell, inputs[cell]) for cell in cells]
-    return [TileJob(tiles.TILES_FILE, None, inputs[cells[0]])]
+    inputs = tuple((r.part.name, join(r.folder, name)) for r in results
+                   for name in r.features.values())  # a state cut by cells: in one part
+    return [TileJob(tiles.TILES_FILE, None, inputs)]
 
 
 def build_tile_job(tile: TileJob, job: PartJob) -> str:
@@ -378,10 +375,10 @@ def collect(staging: Path, results: list[PartResult],
     suites = [s for r in results for s in r.suites]
     if len(results) == 1 and results[0].part.states is None:
         tiles_value = results[0].tiles
-    elif any(tile.cell is not None for tile, _ in archives):
-        tiles_value = {tile.cell: tile.archive for tile, _ in archives}
-    else:
-        tiles_value = tiles.TILES_FILE
+    else:  # the values' columns and each cell's folder (every part wrote the same map)
+        tiles_value = tract_values.manifest_entry(
+            tract_values.value_columns(results[0].columns, tiles.NOT_IN_TILES),
+            {str(c) for r in results for c in r.summary.cells})
     # made beside the archives, the overview needs none of its rows here
     made = overview.overview if overview is not None else None
     return Streamed(summary, results[0].columns,
@@ -397,10 +394,10 @@ def part_project(result: "PartResult | LevelResult"):
 
 
 def _tiles_of(result: PartResult) -> list[str]:
-    """The archives the part of a one-state release built itself."""
+    """The tract archive the part of a one-state release built itself."""
     if result.part.states is not None or result.tiles is None:
         return []
-    return sorted(result.tiles.values()) if isinstance(result.tiles, dict) else [tiles.TILES_FILE]
+    return [tiles.TILES_FILE]
 
 
 def model_fits(results: list[PartResult]) -> list[dict]:

@@ -31,8 +31,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
 
-from dpatlas.publication.cell_tiles import (cell_tiles_title, is_cell_tiles_file,
-                                           level_of_cell_tiles_file)
+from dpatlas.publication.cell_tiles import cell_tiles_title, level_of_cell_tiles_file
+from dpatlas.publication.tract_values import document_title, is_values_document
 from dpatlas.publication.state_parts import PART_NAME  # a state's part, as an asset
 from dpatlas.publication import static_map
 from dpatlas.publication.codebook import published_metadata
@@ -105,7 +105,7 @@ def asset_roles(name: str) -> list[str]:
     and page "visual", licence texts "metadata", anything else "data"."""
     if name in ROLES:
         return ROLES[name]
-    if is_cell_tiles_file(name) or level_of_cell_tiles_file(name):  # a cell's archive
+    if level_of_cell_tiles_file(name):  # a level's archive of one cell
         return ROLES["tracts.pmtiles"]
     suffix = Path(name).suffix.lower()
     if name in WEB_MAP_SUPPORT or suffix in (".html", ".js", ".mjs", ".css"):
@@ -115,9 +115,10 @@ def asset_roles(name: str) -> list[str]:
 
 def is_download(name: str) -> bool:
     """Whether a published file is a download (data, its metadata, the map image, the tiles),
-    as opposed to a part of the web map."""
+    as opposed to a part of the web map: the tracts' values documents are the map's (a cell
+    and state at a time of what the tables hold; 2,142 of them at 42 cells)."""
     return (Path(name).suffix.lower() in DOWNLOAD_SUFFIXES
-            and asset_roles(name) != ["visual"])
+            and asset_roles(name) != ["visual"] and not is_values_document(name))
 
 
 def media_type(name: str) -> str:
@@ -210,8 +211,8 @@ def _asset(release_id: str, name: str, sha256: str, size: int):
 
     suffix = Path(name).suffix.lower()
     asset = pystac.Asset(href=f"../{release_id}/{name}", title=TITLES.get(name) or (
-        cell_tiles_title(name) if is_cell_tiles_file(name) or level_of_cell_tiles_file(name)
-        else name),
+        cell_tiles_title(name) if level_of_cell_tiles_file(name)
+        else document_title(name) if is_values_document(name) else name),
                          media_type=MEDIA_TYPES.get(suffix), roles=asset_roles(name))
     FileExtension.ext(asset).apply(checksum=multihash_sha256(sha256), size=int(size))
     return asset
@@ -336,7 +337,8 @@ def _usable_file(name, meta) -> bool:
     verifies these when it lists a release; entries written by hand or by older versions may
     hold anything, and are left out of the catalogue rather than written into it."""
     return (isinstance(name, str) and (_PLAIN_NAME.fullmatch(name) is not None
-                                       or PART_NAME.fullmatch(name) is not None)
+                                       or PART_NAME.fullmatch(name) is not None
+                                       or is_values_document(name))
             and isinstance(meta, dict) and isinstance(meta.get("sha256"), str)
             and _SHA256.fullmatch(meta["sha256"]) is not None
             and isinstance(meta.get("bytes"), int) and meta["bytes"] >= 0)

@@ -41,6 +41,7 @@ from dpatlas.core.columns import MOE_COLUMNS as MOE90_COLUMNS
 from dpatlas.publication.tract_files import (_FIELDS, INTERVAL_COLUMNS, SE_COLUMNS,
                                              write_csv_with_schema)
 from dpatlas.publication.tiles import build_tiles
+from dpatlas.publication import tract_values as V
 
 from tests.integration.test_release_audit import RID, build_release, make_cfg, state  # noqa: F401 (fixture)
 from tests.integration.test_synthesize import published  # noqa: F401 (fixture)
@@ -108,12 +109,36 @@ def table_of(folder: Path) -> gpd.GeoDataFrame:
     return gpd.read_parquet(folder / "tracts.parquet")
 
 
+def rewrite_map_files(folder: Path, table: gpd.GeoDataFrame) -> None:
+    """The map's tract files rewritten from ``table`` the way publish writes them: the values
+    documents (the manifest's list and ``tract_values`` restated) and ``tracts.pmtiles``
+    from the polygons; not re-hashed."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dpatlas.publication import tract_values as V
+    from dpatlas.publication.geojson import geojson_parts, geometry_texts, json_columns
+
+    props, geoms, _ = geojson_parts(table.reset_index(drop=True), folder / "tracts.geojson",
+                                    per_cell=False)
+    shutil.rmtree(folder / V.VALUES_FOLDER, ignore_errors=True)
+    config = json.loads((folder / "config.json").read_text())
+    with ThreadPoolExecutor(1) as tiler:
+        writer = V.TractMapWriter(folder, RID, config, list(props["cell"].astype(str)), tiler)
+        writer.add(json_columns(props), geometry_texts(geoms))
+        entry = writer.finish().result()
+    m = manifest_of(folder)
+    m["files"] = {n: v for n, v in m["files"].items() if not V.is_values_document(n)}
+    m["files"].update({n: {} for n in writer.documents})
+    m[V.MANIFEST_KEY] = entry
+    write_manifest(folder, m)
+
+
 def republish(folder: Path, table: gpd.GeoDataFrame) -> None:
     """Every format of the table rewritten the way publish writes it, then re-hashed."""
     table = table.reset_index(drop=True)
     table.to_parquet(folder / "tracts.parquet", index=False)
     write_geojson_rfc7946(table, folder / "tracts.geojson")
-    build_tiles(folder / "tracts.geojson", folder / "tracts.pmtiles")
+    rewrite_map_files(folder, table)
     flat = pd.DataFrame(table.drop(columns="geometry"))
     known = set(_FIELDS) | set(INTERVAL_COLUMNS) | set(SE_COLUMNS) | set(MOE90_COLUMNS)
     if all(c in known or c.endswith(("_p25", "_p75")) for c in flat.columns):
@@ -666,22 +691,48 @@ def test_p25_changed_in_the_parquet_only(forged):
     rehash_all(forged)
     code, bad, lines = run_audit(forged)
     assert code == 1 and set(bad) == {"formats"}, lines
-    for fmt in ("tracts.csv", "tracts.geojson", "tracts.pmtiles"):
+    values = V.values_file(table.loc[r, "cell"], table.loc[r, "geoid"][:2])
+    for fmt in ("tracts.csv", "tracts.geojson", values):
         assert f"{fmt}: p25 differs from tracts.parquet in 1 row(s)" in bad["formats"]
 
 
-def test_p25_changed_in_the_tiles_only(forged, tmp_path):
-    """The PMTiles archive rebuilt from a changed GeoJSON, the GeoJSON put back."""
-    g = json.loads((forged / "tracts.geojson").read_text())
-    feature = next(f for f in g["features"] if f["properties"]["status"] == "released")
-    feature["properties"]["p75"] = 0.0 if feature["properties"]["p75"] else 0.5
-    changed = tmp_path / "changed.geojson"
-    changed.write_text(json.dumps(g))
-    build_tiles(changed, forged / "tracts.pmtiles")
+def _polygons_input(folder: Path, out: Path, with_values: bool = False) -> Path:
+    """The release's tracts as the archive's input: each polygon once with its GEOID
+    (``with_values``: every property, as the archives carried them before)."""
+    g = json.loads((folder / "tracts.geojson").read_text())
+    for feature in g["features"]:
+        feature.pop("id", None)
+        if not with_values:
+            feature["properties"] = {"geoid": feature["properties"]["geoid"]}
+    out.write_text(json.dumps(g))
+    return out
+
+
+def test_p75_changed_in_the_values_document_only(forged):
+    """A value of the map's document changed (re-hashed): the formats check names it."""
+    path = next((forged / V.VALUES_FOLDER).rglob("*.json"))
+    doc = json.loads(path.read_text())
+    p75, status = doc["columns"].index("p75"), doc["columns"].index("status")
+    row = next(r for r in doc["rows"] if r[status] == "released")
+    row[p75] = 0.0 if row[p75] else 0.5
+    path.write_text(json.dumps(doc))
     rehash_all(forged)
     code, bad, lines = run_audit(forged)
     assert code == 1 and set(bad) == {"formats"}, lines
-    assert "tracts.pmtiles: p75 differs" in bad["formats"] and "csv" not in bad["formats"]
+    name = str(path.relative_to(forged))
+    assert f"{name}: p75 differs from tracts.parquet in 1 row(s)" in bad["formats"]
+    assert "csv" not in bad["formats"]
+
+
+def test_values_put_back_into_the_tiles_fail(forged, tmp_path):
+    """The archive rebuilt with every property (the values beside the documents): the map
+    would read the documents, a reader of the tiles these; the formats check refuses it."""
+    build_tiles(_polygons_input(forged, tmp_path / "all.geojson", with_values=True),
+                forged / "tracts.pmtiles")
+    rehash_all(forged)
+    code, bad, lines = run_audit(forged)
+    assert code == 1 and set(bad) == {"formats"}, lines
+    assert "tracts.pmtiles carries properties" in bad["formats"]
 
 
 def test_pmtiles_reader_reads_every_tract_and_attribute(anchored):
@@ -1198,7 +1249,8 @@ def test_a_machine_path_in_the_csv_fails(forged):
 def test_a_machine_path_in_the_tile_metadata_fails(forged, tmp_path):
     from dpatlas.publication.tiles import TileText
 
-    build_tiles(forged / "tracts.geojson", forged / "tracts.pmtiles",
+    build_tiles(_polygons_input(forged, tmp_path / "polygons.geojson"),
+                forged / "tracts.pmtiles",
                 text=TileText("tracts", "built in /home/op/work/release", "dpatlas"))
     rehash_all(forged)
     code, bad, lines = run_audit(forged)

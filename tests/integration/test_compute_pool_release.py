@@ -84,7 +84,7 @@ def test_the_compute_pool_publishes_what_the_threads_publish(tmp_path, two_state
     assert any(n.startswith("p25_map") for n in files)
     assert files == _data_files(b)
     manifests = [json.loads((f / "manifest.json").read_text()) for f in (a, b)]
-    for key in ("counts", "small_area", "cell_tiles", "output_contract", "extent", "budget"):
+    for key in ("counts", "small_area", "tract_values", "output_contract", "extent", "budget"):
         assert manifests[0][key] == manifests[1][key], key
     checks = {name: (good, detail) for name, good, detail in audit_release(a).checks}
     assert all(good for good, _ in checks.values()), checks

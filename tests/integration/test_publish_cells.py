@@ -232,106 +232,107 @@ def test_one_group_of_all_cells_writes_the_same_files(result_files, boundaries, 
             assert (one / name).read_bytes() == (cells / name).read_bytes(), name
 
 
-def test_the_tiles_start_from_the_whole_geojson_before_the_last_groups_other_writers_end(
+def _polygons_and_documents(folder: Path, built: dict) -> tuple[list, dict]:
+    """What the archive was built from (``built``: the input's features, recorded by a
+    stand-in for tippecanoe) and each values document of ``folder``, by name."""
+    from dpatlas.publication import tract_values as V
+
+    documents = {str(p.relative_to(folder)): V.read_document(p)
+                 for p in sorted((folder / V.VALUES_FOLDER).rglob("*.json"))}
+    return built["features"], documents
+
+
+def _recording_tiles(monkeypatch, built: dict, on_build=None) -> None:
+    """tippecanoe replaced by a recorder of its input: each feature's properties and
+    polygon; ``on_build`` called first (a test's synchronisation)."""
+    from dpatlas.publication import tiles as T
+
+    def build_tiles(geojson, out, **kwargs):
+        if on_build is not None:
+            on_build()
+        doc = json.loads(Path(geojson).read_text())  # whole and closed
+        built.setdefault("names", []).append(out.name)
+        built["features"] = [(f["properties"], f["geometry"]) for f in doc["features"]]
+        out.write_bytes(b"tiles")
+
+    monkeypatch.setattr(T, "build_tiles", build_tiles)
+
+
+def test_the_polygons_archive_starts_once_the_last_groups_geojson_is_written(
         result_files, boundaries, tmp_path, monkeypatch):
-    """A release of one cell: tippecanoe, the longest writer, starts as soon as the last
-    group's GeoJSON is written (beside that group's GeoParquet and CSV): it is given the
-    whole, closed file, and builds the one ``tracts.pmtiles``."""
+    """tippecanoe, the longest writer, starts as soon as the last group's GeoJSON is written
+    (while that group's GeoParquet is held back), from the polygons of one cell's rows, each
+    tract once with its GEOID alone, and builds the one ``tracts.pmtiles``."""
     import threading
 
-    parquet_done, seen = threading.Event(), {}
-    append = S.GeoParquetAppender.append
-    one_cell = [tmp_path / f"one-{i}.parquet" for i in range(len(result_files))]
-    for src, dst in zip(result_files, one_cell):
-        frame = pd.read_parquet(src)
-        frame[frame["cell"] == CELLS[0]].to_parquet(dst, index=False)
-
-    def slow_append(self, table):
-        append(self, table)
-        assert parquet_done.wait(timeout=60), "the tiles never started"
-
-    def tiles(staging, release_id, config, geojson):
-        assert geojson == [staging / "tracts.geojson"]
-        doc = json.loads((staging / "tracts.geojson").read_text())  # whole and closed
-        seen["features"] = len(doc["features"])
-        parquet_done.set()
-        (staging / "tracts.pmtiles").write_bytes(b"tiles")
-
-    monkeypatch.setattr(S.GeoParquetAppender, "append", slow_append)
-    monkeypatch.setattr(S, "_build_tract_tiles", tiles)
-    folder = streamed_release(one_cell, boundaries, tmp_path / "root", len(boundaries),
-                              RecordingChecks())
-    assert seen["features"] == len(boundaries)
-    assert (folder / "tracts.pmtiles").read_bytes() == b"tiles"
-
-
-def test_each_cells_tiles_start_once_its_group_is_written_from_its_features_alone(
-        result_files, boundaries, tmp_path, monkeypatch):
-    """Several cells (issue 35, item 3): one archive per cell, ``tracts-<cell>.pmtiles``,
-    built from a FeatureCollection of that cell's features alone, one cell at a time, each
-    started as soon as its group's GeoJSON is written (the last cell's while the last group's
-    GeoParquet is held back); no ``tracts.pmtiles``, no leftover GeoJSON; the manifest lists
-    the archives and says which is whose."""
-    import threading
-
-    from dpatlas.publication import cell_tiles, tiles as T
-
-    parquet_done, built, running = threading.Event(), {}, []
+    parquet_done, built = threading.Event(), {}
     append = S.GeoParquetAppender.append
 
     def slow_append(self, table):
         append(self, table)
         if (table["cell"] == CELLS[-1]).all():  # the last group: hold its GeoParquet back
-            assert parquet_done.wait(timeout=60), "the last cell's tiles never started"
-
-    def build_tiles(geojson, out, **kwargs):
-        running.append(out.name)
-        assert len(running) == 1, "two archives built at once"
-        doc = json.loads(geojson.read_text())
-        built[out.name] = (doc["bbox"], [f["properties"]["cell"] for f in doc["features"]])
-        if out.name == cell_tiles.cell_tiles_file(CELLS[-1]):
-            parquet_done.set()
-        out.write_bytes(b"tiles")
-        running.remove(out.name)
+            assert parquet_done.wait(timeout=60), "the tiles never started"
 
     monkeypatch.setattr(S.GeoParquetAppender, "append", slow_append)
-    monkeypatch.setattr(T, "build_tiles", build_tiles)
+    _recording_tiles(monkeypatch, built, on_build=parquet_done.set)
     folder = streamed_release(result_files, boundaries, tmp_path / "root", len(boundaries),
                               RecordingChecks())
-    whole = json.loads((folder / "tracts.geojson").read_text())
-    names = [f"tracts-{c}.pmtiles" for c in CELLS]
-    assert sorted(built) == names
-    for cell, name in zip(CELLS, names):
-        bbox, cells = built[name]
-        assert bbox == whole["bbox"] and cells == [cell] * len(boundaries)
-    m = json.loads((folder / "manifest.json").read_text())
-    assert m["cell_tiles"] == dict(zip(CELLS, names))
-    assert set(names) <= set(m["files"]) and "tracts.pmtiles" not in m["files"]
-    assert not (folder / "tracts.pmtiles").exists()
-    assert not [p for p in folder.iterdir() if p.name.startswith(".")]  # no part left
+    features, _ = _polygons_and_documents(folder, built)
+    assert built["names"] == ["tracts.pmtiles"]
+    assert [props for props, _ in features] == [{"geoid": g} for g in boundaries["geoid"]]
+    whole = json.loads((folder / "tracts.geojson").read_text())["features"]
+    first_cell = [f["geometry"] for f in whole if f["properties"]["cell"] == CELLS[0]]
+    assert [geometry for _, geometry in features] == first_cell
+    assert (folder / "tracts.pmtiles").read_bytes() == b"tiles"
+    assert not [p for p in folder.iterdir() if p.name.startswith(".")]  # no input left
 
 
-def test_a_whole_table_in_any_row_order_gets_each_cells_archive(result_files, boundaries,
-                                                                tmp_path, monkeypatch):
-    """write_release publishes a table in its own row order (cells interleaved): each cell's
-    archive still holds that cell's features, every one of them."""
-    from dpatlas.publication import tiles as T
+def test_each_cell_and_states_values_are_a_document_the_manifest_lists(
+        result_files, boundaries, tmp_path, monkeypatch):
+    """Several cells (issue 35): no archive per cell; each (cell, state)'s values are a
+    document of their own, ``tract-values/<cell>/<state>.json``, holding that cell's rows of
+    tracts.geojson (every property but the geometry and what the map never shows, the cell
+    and state said once in its head); the manifest lists and hashes them and says the
+    columns and each cell's folder."""
+    from dpatlas.publication import tiles as T, tract_values as V
 
     built = {}
+    _recording_tiles(monkeypatch, built)
+    folder = streamed_release(result_files, boundaries, tmp_path / "root", len(boundaries),
+                              RecordingChecks())
+    _, documents = _polygons_and_documents(folder, built)
+    assert sorted(documents) == [V.values_file(c, "17") for c in CELLS]
+    whole = json.loads((folder / "tracts.geojson").read_text())["features"]
+    columns = V.value_columns(list(whole[0]["properties"]), T.NOT_IN_TILES)
+    for cell in CELLS:
+        doc = documents[V.values_file(cell, "17")]
+        assert (doc["cell"], doc["state"], doc["columns"]) == (cell, "17", columns)
+        rows = [f["properties"] for f in whole if f["properties"]["cell"] == cell]
+        assert doc["rows"] == [[r.get(c) for c in columns] for r in rows]
+    m = json.loads((folder / "manifest.json").read_text())
+    assert m[V.MANIFEST_KEY] == {"columns": columns,
+                                 "folders": {c: f"tract-values/{c}" for c in CELLS}}
+    assert set(documents) <= set(m["files"]) and "tracts.pmtiles" in m["files"]
+    assert not [name for name in m["files"] if name.startswith("tracts-")]
 
-    def build_tiles(geojson, out, **kwargs):
-        doc = json.loads(geojson.read_text())
-        built[out.name] = sorted((f["properties"]["cell"], f["properties"]["geoid"])
-                                 for f in doc["features"])
-        out.write_bytes(b"tiles")
 
-    monkeypatch.setattr(T, "build_tiles", build_tiles)
+def test_a_whole_table_in_any_row_order_gets_each_cells_documents(result_files, boundaries,
+                                                                  tmp_path, monkeypatch):
+    """write_release publishes a table in its own row order (cells interleaved): each
+    document still holds its own cell's rows, every one, and the archive each tract once."""
+    from dpatlas.publication import tract_values as V
+
+    built = {}
+    _recording_tiles(monkeypatch, built)
     table = whole_table(result_files, boundaries).sample(frac=1.0, random_state=4)
     manifest = {"release_id": "r1", **_manifest_counts(TractSummary.of(table))}
-    write_release(table, manifest, tmp_path / "root", "r1", config=CONFIG)
+    folder = write_release(table, manifest, tmp_path / "root", "r1", config=CONFIG)
+    features, documents = _polygons_and_documents(folder, built)
     for cell in CELLS:
         rows = table[table["cell"] == cell]
-        assert built[f"tracts-{cell}.pmtiles"] == sorted(zip(rows["cell"], rows["geoid"]))
+        doc = documents[V.values_file(cell, "17")]
+        assert [r[0] for r in doc["rows"]] == list(rows["geoid"])
+    assert sorted(p["geoid"] for p, _ in features) == sorted(boundaries["geoid"])
 
 
 @pytest.mark.parametrize("fail_group", [0, 1, 2])  # found at the next group, or at the end
@@ -454,45 +455,56 @@ def _rehashed(folder: Path) -> None:
     (folder / "manifest.json").write_text(json.dumps(m, indent=2))
 
 
-def test_each_cell_has_its_own_tract_archive_and_the_audit_checks_each(flow_release):
-    """Issue 35, item 3: one archive per cell, listed and hashed in the manifest, each
-    holding its cell's rows alone (read back with the audit's own PMTiles reader)."""
+def test_one_polygons_archive_and_each_cells_values_apart_the_audit_checks_each(
+        flow_release):
+    """Issue 35: the tracts' polygons tiled once, with the GEOID alone (read back with the
+    audit's own PMTiles reader), and each (cell, state)'s values in a document the formats
+    check compares with tracts.parquet."""
     from dpatlas.audit import tiles as audit_tiles
 
     folder, _ = flow_release
     m = json.loads((folder / "manifest.json").read_text())
-    names = {c: f"tracts-{c}.pmtiles" for c in CELLS}
-    assert m["cell_tiles"] == names and "tracts.pmtiles" not in m["files"]
-    assert not (folder / "tracts.pmtiles").exists()
-    for cell, name in names.items():
-        assert name in m["files"]
-        _, tiles = audit_tiles.pmtiles_tiles(folder / name)
-        cells = {f["cell"] for t in tiles for f in audit_tiles.mvt_features(t)}
-        assert cells == {cell}, name
+    names = [f"tract-values/{c}/{s}.json" for c in CELLS for s in ("17", "18")]
+    assert set(names) <= set(m["files"]) and "tracts.pmtiles" in m["files"]
+    assert m["tract_values"]["folders"] == {c: f"tract-values/{c}" for c in CELLS}
+    _, tiles = audit_tiles.pmtiles_tiles(folder / "tracts.pmtiles")
+    properties = [f for t in tiles for f in audit_tiles.mvt_features(t)]
+    assert properties and all(set(p) == {"geoid"} for p in properties)
+    assert {p["geoid"][:2] for p in properties} == {"17", "18"}
     code, out = _audit(folder)
     formats = next(ln for ln in out.splitlines() if " formats" in ln[:14])
-    assert code == 0 and all(name in formats for name in names.values()), formats
+    assert code == 0 and "tract values documents" in formats, formats
 
 
-@pytest.mark.parametrize("forgery", ["swapped", "unlisted"])
-def test_a_cells_archive_swapped_or_left_out_fails_the_audit(flow_release, tmp_path, forgery):
-    """Two cells' archives swapped (and re-hashed), or one cell's archive removed from the
-    files: the formats check FAILs (each archive is compared with its own cell's rows)."""
+@pytest.mark.parametrize("forgery", ["swapped", "unlisted", "edited"])
+def test_a_cells_values_swapped_left_out_or_edited_fail_the_audit(flow_release, tmp_path,
+                                                                  forgery):
+    """Two cells' documents of a state swapped, one removed from the files, or a value
+    changed (each re-hashed): the formats check FAILs (each document is compared with its
+    own cell and state's rows of tracts.parquet)."""
     import shutil
 
     folder = tmp_path / flow_release[0].name
     shutil.copytree(flow_release[0], folder, symlinks=True)
-    first, second = (folder / f"tracts-{c}.pmtiles" for c in CELLS[:2])
+    first, second = (folder / "tract-values" / c / "17.json" for c in CELLS[:2])
     if forgery == "swapped":
         first.rename(folder / "swap"), second.rename(first), (folder / "swap").rename(second)
-    else:
+    elif forgery == "unlisted":
         m = json.loads((folder / "manifest.json").read_text())
-        del m["files"][first.name]
+        del m["files"][str(first.relative_to(folder))]
         first.unlink()
         (folder / "manifest.json").write_text(json.dumps(m, indent=2))
+    else:
+        doc = json.loads(first.read_text())
+        n = doc["columns"].index("n")
+        doc["rows"][0][n] += 1
+        first.write_text(json.dumps(doc))
     _rehashed(folder)
     code, out = _audit(folder)
     failed = [ln for ln in out.splitlines() if ln.startswith("FAIL  formats")]
     assert code != 0 and failed, out
-    assert (f"{first.name} has a row" in failed[0] if forgery == "swapped"
-            else f"has no tract archive {first.name}" in failed[0]), failed[0]
+    name = str(first.relative_to(folder))
+    expected = {"swapped": f"{name} says cell {CELLS[1]!r}",
+                "unlisted": f"{name} (the values of 20 row(s)) is not in the manifest's files",
+                "edited": f"{name}: n differs from tracts.parquet in 1 row(s)"}[forgery]
+    assert expected in failed[0], failed[0]

@@ -83,7 +83,7 @@ def test_streamed_geojson_equals_the_frames_features(three_states, tmp_path):
     decimals = [len(d) for d in re.findall(r"\.(\d+)", coordinates)]
     assert "e" not in coordinates.lower() and decimals and max(decimals) <= 6
     assert '"-87.123457"' in coordinates  # the long vertex, printed again
-    assert len(geojson._row_runs(pd.DataFrame(three_states))) == 3  # one run per state
+    assert len(geojson.row_runs(pd.DataFrame(three_states))) == 3  # one run per state
 
 
 def test_streamed_geojson_without_state_or_rows(three_states, tmp_path, monkeypatch):

@@ -102,7 +102,9 @@ def test_release_publishes_map_ready_files(published, small_state):
     assert names >= {"config.json", "manifest.json", "p25_map.png", "tracts.csv",
                      "tracts.geojson", "tracts.parquet"}
     listed = json.loads((folder / "manifest.json").read_text())["files"]
-    assert names == set(listed) | {"manifest.json"}  # nothing published unlisted
+    assert names == {n.split("/")[0] for n in listed} | {"manifest.json"}  # nothing unlisted
+    assert {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()} == \
+        set(listed) | {"manifest.json"}
     gdf = gpd.read_parquet(folder / "tracts.parquet")
     geo = gpd.read_file(folder / "tracts.geojson")
     csv = pd.read_csv(folder / "tracts.csv", dtype={"geoid": str, "state": str, "county": str})

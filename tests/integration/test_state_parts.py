@@ -146,30 +146,31 @@ def test_the_codebook_says_how_to_read_the_parts(two_states):
     assert len(tracts) == 80 and tracts.crs.to_epsg() == 4326
 
 
-def test_a_release_by_state_and_of_two_cells_has_each_cells_archive_of_both_states(two_states):
-    """Parts by state and tiles by cell together (the national case): no single GeoJSON holds
-    a cell's run, so each cell's features are written for its archive as its group arrives;
-    each archive holds that cell's tracts of every state, and the audit compares it."""
+def test_a_release_by_state_and_of_two_cells_has_one_polygons_archive_and_each_cells_values(
+        two_states):
+    """Parts by state and several cells together (the national case): one archive of every
+    state's polygons, each with its GEOID alone (read with another PMTiles and MVT reader
+    than the audit's), and a values document per cell and state, which the audit compares."""
     import gzip
 
     import mapbox_vector_tile
     from pmtiles.reader import MmapSource, Reader, all_tiles
 
     m = json.loads((two_states / "manifest.json").read_text())
-    archives = m["cell_tiles"]
-    assert len(archives) == 2 and "tracts.pmtiles" not in m["files"]
-    for cell, name in archives.items():
-        assert name in m["files"]
-        with open(two_states / name, "rb") as fh:
-            reader = Reader(MmapSource(fh))
-            geoids, cells = set(), set()
-            for _, tile in all_tiles(reader.get_bytes):
-                for feature in mapbox_vector_tile.decode(gzip.decompress(tile))["tracts"][
-                        "features"]:
-                    geoids.add(feature["properties"]["geoid"])
-                    cells.add(str(feature["properties"]["cell"]))
-        assert cells == {str(cell)}
-        assert {g[:2] for g in geoids} == {"17", "18"} and len(geoids) == 40
+    cells = sorted(m["tract_values"]["folders"])
+    assert len(cells) == 2 and "tracts.pmtiles" in m["files"]
+    assert {f"tract-values/{c}/{s}.json" for c in cells for s in ("17", "18")} == {
+        name for name in m["files"] if name.startswith("tract-values/")}
+    with open(two_states / "tracts.pmtiles", "rb") as fh:
+        reader = Reader(MmapSource(fh))
+        geoids, keys = set(), set()
+        for _, tile in all_tiles(reader.get_bytes):
+            for feature in mapbox_vector_tile.decode(gzip.decompress(tile))["tracts"][
+                    "features"]:
+                geoids.add(feature["properties"]["geoid"])
+                keys.update(feature["properties"])
+    assert keys == {"geoid"}
+    assert {g[:2] for g in geoids} == {"17", "18"} and len(geoids) == 40
     assert _audit(two_states)["formats"][0]
 
 

@@ -454,35 +454,41 @@ def test_neighbouring_tracts_open_no_slivers_between_them(tmp_path):
     assert kept * 5 <= opened
 
 
-def test_an_archive_from_the_tile_input_texts_is_the_one_the_published_features_give(
+def test_the_tract_archive_is_each_polygon_once_with_its_geoid_and_the_values_apart(
         tracts_geojson, tmp_path):
-    """A cell's archive input (cell_tiles.archive_input_texts: no id, no column the tiles
-    leave out) gives byte for byte the archive built from the published
-    features (geojson.feature_texts) of the same rows: values, types, nulls and bounds."""
+    """tract_values.TractMapWriter with tippecanoe: from two cells' rows, ``tracts.pmtiles``
+    holds each tract once (every GEOID at its lowest and highest zoom), with the GEOID alone;
+    the values of each cell are documents of their own, non-ASCII text, quotes, an exponent
+    and nulls as the published features have them."""
     import pandas as pd
     import shapely
+    from concurrent.futures import ThreadPoolExecutor
 
-    from dpatlas.publication.cell_tiles import archive_input_texts
-    from dpatlas.publication.geojson import (feature_ids, feature_texts, geometry_texts,
-                                             json_columns)
+    from dpatlas.audit import tiles as audit_tiles
+    from dpatlas.publication import tract_values as V
+    from dpatlas.publication.geojson import geometry_texts, json_columns
 
     features = list(tracts_geojson[1].values())
     props = pd.DataFrame([f["properties"] for f in features])
     props.loc[1, "reason"] = "réservé, «Nord» \"q\""   # non-ASCII and quotes
     props.loc[2, "p25"] = 1.5e-05                      # an exponent
-    geoms = np.array([shapely.geometry.shape(f["geometry"]) for f in features], dtype=object)
-    geometry = geometry_texts(geoms)
-    inputs = {"published": feature_texts(props, geoms, feature_ids(props), geometry=geometry),
-              "tile input": archive_input_texts(json_columns(props), geometry)}
-    assert '"id":' in inputs["published"][0] and '"id":' not in inputs["tile input"][0]
-    assert '"p25_se"' in inputs["published"][0] and '"p25_se"' not in inputs["tile input"][0]
-    archives = {}
-    for label, texts in inputs.items():
-        folder = tmp_path / label.replace(" ", "-")
-        folder.mkdir()
-        source = folder / ".cell.geojson"   # the same name: tippecanoe records its inputs
-        source.write_text('{"type":"FeatureCollection","features":[' + ",".join(texts) + "]}",
-                          encoding="utf-8")
-        T.build_tiles(source, folder / T.TILES_FILE, min_zoom=4, max_zoom=7)
-        archives[label] = (folder / T.TILES_FILE).read_bytes()
-    assert archives["published"] == archives["tile input"]
+    two = pd.concat([props.assign(cell="b"), props.assign(cell="a")], ignore_index=True)
+    geoms = np.array([shapely.geometry.shape(f["geometry"]) for f in features] * 2,
+                     dtype=object)
+    with ThreadPoolExecutor(1) as tiler:
+        writer = V.TractMapWriter(tmp_path, "r1", {}, ["a", "b"], tiler)
+        writer.add(json_columns(two), geometry_texts(geoms))
+        assert writer.finish().result() == V.manifest_entry(writer.columns, ["a", "b"])
+    geoids = set(props["geoid"])
+    for zoom in (T.MIN_ZOOM, T.MAX_ZOOM):
+        _, tiles = audit_tiles.pmtiles_tiles(tmp_path / T.TILES_FILE, zoom)
+        found = [f for t in tiles for f in audit_tiles.mvt_features(t)]
+        assert all(set(f) == {"geoid"} for f in found)
+        assert {f["geoid"] for f in found} == geoids, zoom
+    assert not (tmp_path / V.GEOMETRY_INPUT).exists()
+    for cell in ("a", "b"):
+        doc = V.read_document(tmp_path / V.values_file(cell, "17"))
+        rows = {r[0]: dict(zip(doc["columns"], r)) for r in doc["rows"]}
+        assert set(rows) == geoids and "p25_se" not in doc["columns"]
+        assert rows[props.loc[1, "geoid"]]["reason"] == "réservé, «Nord» \"q\""
+        assert rows[props.loc[2, "geoid"]]["p25"] == 1.5e-05

@@ -357,7 +357,9 @@ def _made_up_run(cells: int, wall: float = 0.0) -> dict:
               ("estimate-levels", 51 + 3 * (cells - 1), 7.0 * cells, 0.5),
               ("publish-level", 2, 10.0, 8.5),
               ("publish-part", 4 + 5 * (cells - 1), 30.0 * cells, 8.0),
-              ("cell-tiles", 1 if cells == 1 else 3 * cells, 40.0 * cells, 38.0)]
+              ("tract-tiles", 1, 12.0, 12.0)]  # the tracts' polygons, once
+    if cells > 1:  # the county and state archives, each cell's (in publish-level at one)
+        stages.append(("cell-tiles", 2 * cells, 40.0 * cells, 4.0))
     cpu = sum(c for _, _, c, _ in stages)
     return {"country": {"cells": None if cells == 1 else cells},
             "results": {"dask-2w": {
@@ -396,10 +398,13 @@ def test_the_cells_estimate_prints_its_arithmetic_from_two_runs(tmp_path):
     # estimate: 40 -> 240 CPU-s at 1 and 6 cells, on the line at 42: 40 + 200 * 41 / 5
     assert "  estimate: 26.0, 156.0 -> 1092;" in out, out
     assert "validate: 40.0, 90.0 -> 450; longest run 4.00, 9.00 -> 45.0 (a state's" in out
-    # the archives and the level files from the 6-cell run, x 42 / 6: at one cell the level
-    # archives are built inside publish-level (10 CPU-s there, as at 6: a line gives 10)
-    assert "cell-tiles: 40.0, 240.0 -> 1680 (6 cells' x 42/6" in out, out
-    assert "longest run 38.00 -> 38.0 (bounded by design: an archive a cell)" in out, out
+    # the county and state archives and the level files from the 6-cell run, x 42 / 6: at
+    # one cell the level archives are built inside publish-level (10 CPU-s there, as at 6: a
+    # line gives 10); the tracts' polygons one archive a release, whatever the cells
+    assert "cell-tiles: 0.0, 240.0 -> 1680 (6 cells' x 42/6" in out, out
+    assert "longest run 4.00 -> 4.0 (bounded by design: a county or state archive a cell)" \
+        in out, out
+    assert "tract-tiles: 12.0, 12.0 -> 12.0 (one task a release, whatever the cells" in out
     assert "publish-level: 10.0, 10.0 -> 70 (6 cells' x 42/6" in out, out
     # the county and state files cut by cells: a job's longest run as measured
     assert "longest run 8.50 -> 8.5 (bounded by design: a job of at most 20,000 unit-cells)" \
@@ -410,7 +415,7 @@ def test_the_cells_estimate_prints_its_arithmetic_from_two_runs(tmp_path):
     # 12,150 tracts: chunks of 2,000 tracts (7 at 1 cell), split by cell groups at 42 cells
     assert "task runs on the workers planned" in out and "at 42 cells: " in out, out
     total = [ln for ln in out.splitlines() if ln.startswith("estimate: ")]
-    # validate's line (4 -> 9 CPU-s: 45 at 42 cells) over the archives' 38
+    # validate's line (4 -> 9 CPU-s: 45 at 42 cells) over the tracts' archive's 12
     assert len(total) == 1 and "+ 45.0 (longest task: validate)" in total[0], out
     parts = total[0].split(" = ")[0].removeprefix("estimate: ").split(" + ")
     assert len(parts) == 3 and all(float(p.split(" ")[0]) > 0 for p in parts), total

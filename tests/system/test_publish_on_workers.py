@@ -57,11 +57,11 @@ def test_a_release_publishes_on_the_workers_and_equals_the_local_runners(tmp_pat
 
     # the publish tasks ran in the worker processes, not the flow's
     manifest = json.loads((b / "manifest.json").read_text())
-    cells = sorted(manifest["cell_tiles"])
+    cells = sorted(manifest["tract_values"]["folders"])
     assert len(cells) == 2
     logs = "".join(log.read_text() for log in cluster.worker_logs)
     for name in [*(f"publish-part-states-{s}" for s in STATES),
-                 *(f"cell-tiles-{c}" for c in cells),
+                 "cell-tiles-all",  # the tracts' polygons, one archive for every cell
                  "publish-level-county", "publish-level-state", "overview"]:
         assert f"Task run '{name}' - Finished in state Completed()" in logs, logs[-3000:]
     # nothing of the parts is left behind once the release is committed
@@ -75,7 +75,7 @@ def test_a_release_publishes_on_the_workers_and_equals_the_local_runners(tmp_pat
                                                                                    ("b", b))}
     pd.testing.assert_frame_equal(read["a"], read["b"])
     assert len(read["b"]) == 40 * 2 and "p25_model" in read["b"].columns
-    for key in ("counts", "small_area", "cell_tiles", "output_contract", "extent"):
+    for key in ("counts", "small_area", "tract_values", "output_contract", "extent"):
         assert json.loads((a / "manifest.json").read_text())[key] == manifest[key], key
     # the overview maps, drawn on a worker beside the archives, are the local runner's
     maps = sorted(p.name for p in b.glob("p25_map*.png"))

@@ -30,6 +30,7 @@ from dpatlas.publication import feed as F
 from dpatlas.publication import tract_files as P
 from dpatlas.publication.cell_stream import write_release
 from dpatlas.publication import tiles as T
+from dpatlas.publication import tract_values as V
 from dpatlas.publication import webmap as W
 from dpatlas.evaluation.synthetic_boundaries import synth_boundaries
 from dpatlas.publication.serve import serve_in_thread
@@ -248,10 +249,9 @@ def _add_model_columns(folder: Path) -> None:
     """Give the tracts model-based values (what a small-area model will add as
     post-processing: p25_model, p75_model with _lo, _hi, _se; every other interval narrow, the
     others spanning classes; tracts without a direct value get one too, without a model check)
-    in tracts.geojson, then rebuild
-    tracts.pmtiles from it, as publish builds it, and restate their hashes in the manifest
-    (the feed checks them). Only the map's files carry them: this release is for the browser
-    only."""
+    in tracts.geojson, then rewrite the tracts' values documents from it, as publish writes
+    them, and restate their hashes and columns in the manifest (the feed checks them). Only
+    the map's files carry them: this release is for the browser only."""
     path = folder / "tracts.geojson"
     doc = json.loads(path.read_text())
     for i, feature in enumerate(doc["features"]):
@@ -273,11 +273,16 @@ def _add_model_columns(folder: Path) -> None:
                                                       * 1e4) / 1e4),
                           f"{v}_model_z": MODEL_Z[v]})
     path.write_text(json.dumps(doc))
-    T.build_tiles(path, folder / T.TILES_FILE)
+    rows = [f["properties"] for f in doc["features"]]
+    names = list(dict.fromkeys(k for r in rows for k in r))
+    values = {c: [r.get(c) for r in rows] for c in names}
+    columns = V.value_columns(names, T.NOT_IN_TILES)
     manifest = json.loads((folder / "manifest.json").read_text())
-    for name in ("tracts.geojson", T.TILES_FILE):
+    shutil.rmtree(folder / V.VALUES_FOLDER)  # written again, each with the model columns
+    for name in ("tracts.geojson", *V.write_documents(folder, values, columns)):
         manifest["files"][name] = {"sha256": sha256_file(folder / name),
                                    "bytes": (folder / name).stat().st_size}
+    manifest[V.MANIFEST_KEY] = V.manifest_entry(columns, values["cell"])
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=2))
 
 
@@ -412,9 +417,15 @@ class Page:
                                     arg=release, timeout=60_000)
 
     def idle(self) -> None:
+        """The map idle once no tract values are on their way (each arrival repaints it)."""
         self.page.evaluate("""() => new Promise(resolve => {
-            const map = window.dpatlas.map; map.once('idle', () => resolve(true));
-            map.triggerRepaint(); })""")
+            const map = window.dpatlas.map, state = window.dpatlas.state;
+            const settle = () => {
+              if (state.pendingValues > 0) { setTimeout(settle, 20); return; }
+              map.once('idle', () => resolve(true));
+              map.triggerRepaint();
+            };
+            settle(); })""")
 
     def pixel_of(self, lon: float, lat: float) -> tuple[int, int]:
         """Where a point is drawn, in page pixels: map.project plus the canvas's offset."""
@@ -666,9 +677,10 @@ def test_a_tile_that_failed_to_fetch_is_fetched_again_and_the_map_is_drawn(
 
 
 def _rendered_geoids(page: Page, layer: str) -> set[str]:
-    return set(page.page.evaluate(
-        "layer => window.dpatlas.map.queryRenderedFeatures({layers: [layer]})"
-        ".map(f => f.properties.geoid)", layer))
+    """The GEOIDs ``layer`` draws in view (tests/support/style_expressions.py)."""
+    from tests.support.style_expressions import rendered
+
+    return {f["geoid"] for f in rendered(page.page, layer)}
 
 
 def _jump(page: Page, **camera) -> None:

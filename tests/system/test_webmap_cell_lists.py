@@ -71,7 +71,7 @@ def test_the_legend_lists_every_cells_statuses_and_the_state_every_cells_mechani
         browser, release):  # noqa: F811 (the imported fixture)
     base, folder, table = release
     m = json.loads((folder / "manifest.json").read_text())
-    assert sorted(m["cell_tiles"]) == CELLS
+    assert sorted(m["tract_values"]["folders"]) == CELLS
     shown = table[table["cell"] == CELLS[0]]
     assert "failed" not in set(shown["status"]) and set(shown["mechanism"]) == {"NoisyStats"}
     assert "failed" in set(table["status"])
@@ -79,7 +79,7 @@ def test_the_legend_lists_every_cells_statuses_and_the_state_every_cells_mechani
     try:
         page.open(f"{base}{RELEASE}/", RELEASE)
         assert page.page.evaluate("() => window.dpatlas.state.cell") == CELLS[0]
-        # Statuses and mechanisms of every cell, though the first cell's archive has fewer.
+        # Statuses and mechanisms of every cell, though the first cell's values have fewer.
         listed = page.page.eval_on_selector_all(
             "#legend [data-status]", "rows => rows.map(r => r.dataset.status)")
         assert {"suppressed", "failed"} <= set(listed), listed

@@ -1,6 +1,7 @@
-"""The web map of a release of several cells (issue 35, item 3): each cell has its own tract
-archive, and the map showing one cell fetches that cell's archive alone (the bytes counted);
-choosing another cell switches the tract source to that cell's archive and draws its values."""
+"""The web map of a release of several cells (issue 35): the tracts' polygons are one
+archive, each cell's values documents of their own, and the map showing one cell fetches that
+cell's values alone (the files counted); choosing another cell fetches that cell's values, no
+tiles, and draws them."""
 
 from __future__ import annotations
 
@@ -58,42 +59,48 @@ def _target(folder, shown: str, before: str) -> tuple[str, float, float, str]:
     return geoid, point.x, point.y, colour[geoid]
 
 
-def _tile_bytes(page: Page) -> dict[str, int]:
-    """Bytes transferred per PMTiles archive (the resource timing's decoded bodies)."""
+def _fetched(page: Page, suffix: str) -> dict[str, int]:
+    """Bytes transferred per file ending in ``suffix`` (the resource timing's decoded bodies),
+    by its path in the release."""
     entries = page.page.evaluate(
-        "() => performance.getEntriesByType('resource').filter(e => e.name.endsWith('.pmtiles'))"
-        ".map(e => [e.name.split('/').pop(), e.decodedBodySize])")
+        "(suffix) => performance.getEntriesByType('resource')"
+        ".filter(e => e.name.endsWith(suffix)).map(e => [e.name, e.decodedBodySize])", suffix)
     out: dict[str, int] = {}
     for name, size in entries:
+        name = name.split(RELEASE + "/", 1)[-1]
         out[name] = out.get(name, 0) + int(size)
     return out
 
 
 @pytest.mark.slow
 @pytest.mark.browser
-def test_the_map_fetches_only_the_shown_cells_tiles_and_switches_archive_with_the_cell(
+def test_the_map_fetches_only_the_shown_cells_values_and_switches_them_with_the_cell(
         browser, release):  # noqa: F811 (the imported fixture)
     base, folder = release
     m = json.loads((folder / "manifest.json").read_text())
-    assert sorted(m["cell_tiles"]) == CELLS
+    folders = m["tract_values"]["folders"]
+    assert sorted(folders) == CELLS and "tracts.pmtiles" in m["files"]
+    values = {cell: f"{folders[cell]}/17.json" for cell in CELLS}
     geoid, lon, lat, colour = _target(folder, CELLS[2], CELLS[0])
     page = Page(browser)
     try:
         page.open(f"{base}{RELEASE}/", RELEASE)
         assert page.page.evaluate("() => window.dpatlas.state.cell") == CELLS[0]
-        fetched = _tile_bytes(page)
-        first = m["cell_tiles"][CELLS[0]]
-        assert list(fetched) == [first], fetched  # no other cell's archive, no tracts.pmtiles
-        assert 0 < fetched[first] <= (folder / first).stat().st_size
+        tiles = _fetched(page, ".pmtiles")
+        assert list(tiles) == ["tracts.pmtiles"], tiles  # the polygons, once for every cell
+        assert 0 < tiles["tracts.pmtiles"] <= (folder / "tracts.pmtiles").stat().st_size
+        fetched = _fetched(page, ".json")
+        assert [n for n in fetched if n.startswith("tract-values/")] == [values[CELLS[0]]]
+        assert fetched[values[CELLS[0]]] == (folder / values[CELLS[0]]).stat().st_size
         options = page.page.eval_on_selector_all("#cell option", "os => os.map(o => o.value)")
         assert options == CELLS and page.page.is_visible("#cell")
 
         page.page.select_option("#cell", CELLS[2])
         page.idle()
-        fetched = _tile_bytes(page)
-        third = m["cell_tiles"][CELLS[2]]
-        assert set(fetched) == {first, third}, fetched
-        assert m["cell_tiles"][CELLS[1]] not in fetched
+        fetched = _fetched(page, ".json")
+        assert {n for n in fetched if n.startswith("tract-values/")} == {
+            values[CELLS[0]], values[CELLS[2]]}, fetched  # not the second cell's
+        assert _fetched(page, ".pmtiles") == tiles  # no tile fetched again
         _assert_colour(page.screenshot("cells-third.png"), page.pixel_of(lon, lat), colour,
                        f"tract {geoid} of {CELLS[2]}")
         assert page.errors == [] and set(page.tile_statuses) == {206}

@@ -8,17 +8,16 @@ from __future__ import annotations
 import pytest
 
 from dpatlas.publication import colours
+from tests.support.style_expressions import rendered
 from tests.support.browser import browser  # noqa: F401 (the shared Chromium fixture)
 from tests.system.test_webmap import (MODEL_Z, Page, _published, levels_root,  # noqa: F401
                                       levels_server)
 
 
 def _rendered(page: Page, layer: str) -> dict[str, dict]:
-    """The features of ``layer`` drawn in view, by GEOID."""
-    features = page.page.evaluate(
-        "layer => window.dpatlas.map.queryRenderedFeatures({layers: [layer]})"
-        ".map(f => f.properties)", layer)
-    return {f["geoid"]: f for f in features}
+    """The features ``layer`` draws in view (its filter and its opacity, which with the
+    values apart hides a mark where it does not apply), by GEOID."""
+    return {f["geoid"]: f for f in rendered(page.page, layer)}
 
 
 def _legend_rows(page: Page) -> dict[str, str]:

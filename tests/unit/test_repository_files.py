@@ -79,11 +79,12 @@ def test_readme_is_short_and_docs_index_lists_every_document():
     assert docs <= indexed, docs - indexed
 
 
-def test_the_national_doc_says_a_release_of_several_cells_publishes_an_archive_per_cell():
+def test_the_national_doc_says_the_tracts_polygons_are_tiled_once_and_the_values_apart():
     """docs/national.md quoted `tracts.pmtiles` sizes as the national release's; since issue 35
-    a release of several cells publishes `tracts-<cell>.pmtiles` instead (cell_tiles.py)."""
-    from dpatlas.publication.cell_tiles import CELL_TILES_PREFIX
+    `tracts.pmtiles` holds the polygons alone and each cell's values are documents of their
+    own (tract_values.py)."""
+    from dpatlas.publication.tract_values import VALUES_FOLDER
 
     text = (REPO / "docs" / "national.md").read_text(encoding="utf-8")
-    assert f"`{CELL_TILES_PREFIX}<cell>.pmtiles`" in text
-    assert "publishes no\n`tracts.pmtiles`" in text or "publishes no `tracts.pmtiles`" in text
+    assert f"`{VALUES_FOLDER}/<cell>/<state>.json`" in text
+    assert "the polygons alone" in text

@@ -12,8 +12,9 @@ requests, and offline: MapLibre GL JS and the PMTiles decoder are vendored, no C
     <root>/<id>/app.js, ...        its own app, style and legend.json, beside the other files
                                    (the folder stays flat: the manifest, the audit and the STAC
                                    items list plain file names); its libraries are ../_lib/
-    <root>/<id>/tracts.pmtiles     the tiles (dpatlas.publication.tiles; tracts-<cell>.pmtiles
-                                   per cell with several cells, dpatlas.publication.cell_tiles)
+    <root>/<id>/tracts.pmtiles     the tracts' polygons, once (dpatlas.publication.tiles)
+    <root>/<id>/tract-values/...   each cell and state's values, which the map paints them with
+                                   (dpatlas.publication.tract_values)
 
 Releases written before the shared libraries carry their own copy and keep using it.
 The choropleth's classes come from :mod:`dpatlas.publication.colours` (shared with the PNG

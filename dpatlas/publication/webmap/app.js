@@ -33,7 +33,9 @@
                   legend: null, releases: [], mechanisms: [], levels: ["tract"],
                   fixedLevel: null, shownLevel: "tract", hasModel: false, estimate: "direct",
                   unitTables: {}, minZoom: {}, bounds: null, popup: null, geojson: {},
-                  cellTiles: null, levelCellTiles: null, tractParts: null };
+                  cellTiles: null, levelCellTiles: null, tractParts: null,
+                  tractValues: null, valueFiles: null, valueDocs: {}, applied: new Set(),
+                  pendingValues: 0 };
   // For tests and the curious: the map, the state, and the id of the release last drawn.
   const api = (window.dpatlas = { state: state, map: null, loaded: null });
 
@@ -76,30 +78,46 @@
     return level === "tract" && state.estimate === "model" ? state.value + "_model" : state.value;
   }
 
+  // A release whose manifest has tract_values tiles each tract's polygon once, with its GEOID
+  // alone, and publishes each cell and state's values apart
+  // (dpatlas/publication/tract_values.py): the tract layer then reads a unit's values from
+  // its feature state (set from those documents by its GEOID), not from its properties.
+  const valuesApart = (level) => level === "tract" && state.tractValues !== null;
+
+  // A unit's value of ``name`` in a style expression, and whether it has one.
+  function prop(level, name) {
+    return valuesApart(level) ? ["feature-state", name] : ["get", name];
+  }
+  function has(level, name) {
+    return valuesApart(level) ? ["!=", ["feature-state", name], null] : ["has", name];
+  }
+
   function fillColour(level) {
     const lg = state.legend, property = shownProperty(level);
-    const steps = ["step", ["to-number", ["get", property], 0], lg.classes[0].colour];
+    const steps = ["step", ["to-number", prop(level, property), 0], lg.classes[0].colour];
     lg.breaks.forEach((b, i) => steps.push(b, lg.classes[i + 1].colour));
     if (property !== state.value) {
       // A model value may exist where the direct one was not published; without one the
       // unit shows its status's colour.
-      return ["case", ["has", property], steps,
-              ["match", ["get", "status"], "failed", lg.status.failed.colour,
+      return ["case", has(level, property), steps,
+              ["match", prop(level, "status"), "failed", lg.status.failed.colour,
                lg.status.suppressed.colour]];
     }
-    return ["match", ["get", "status"],
+    return ["match", prop(level, "status"),
             "suppressed", lg.status.suppressed.colour,
             "failed", lg.status.failed.colour,
             steps];
   }
 
-  function cellFilter() {
-    return state.cell === null ? true : ["==", ["get", "cell"], state.cell];
+  // The shown cell's features: with values apart every polygon is every cell's (its
+  // feature state holds the shown cell's values).
+  function cellFilter(level) {
+    return state.cell === null || valuesApart(level) ? true : ["==", ["get", "cell"], state.cell];
   }
 
   // The legend's class (0, 1, ...) of a numeric property: the fill's step over the breaks.
-  function classOf(property) {
-    const steps = ["step", ["to-number", ["get", property], 0], 0];
+  function classOf(level, property) {
+    const steps = ["step", ["to-number", prop(level, property), 0], 0];
     state.legend.breaks.forEach((b, i) => steps.push(b, i + 1));
     return steps;
   }
@@ -111,26 +129,27 @@
   function hatchFilter(level) {
     const property = shownProperty(level);
     const lo = property + "_lo", hi = property + "_hi";
-    const released = property === state.value ? ["==", ["get", "status"], "released"] : true;
-    return ["all", cellFilter(), released,
-            ["has", property], ["has", lo], ["has", hi],
-            ["!=", classOf(lo), classOf(hi)]];
+    const released = property === state.value ? ["==", prop(level, "status"), "released"]
+      : true;
+    return ["all", cellFilter(level), released,
+            has(level, property), has(level, lo), has(level, hi),
+            ["!=", classOf(level, lo), classOf(level, hi)]];
   }
 
   // Model mode, tracts: coloured by a model value though no direct value was published
   // (suppressed: too few records; failed).
   function dotsFilter(level) {
     if (shownProperty(level) === state.value) return false;
-    return ["all", cellFilter(), ["has", shownProperty(level)],
-            ["!=", ["get", "status"], "released"]];
+    return ["all", cellFilter(level), has(level, shownProperty(level)),
+            ["!=", prop(level, "status"), "released"]];
   }
 
   // Model mode, tracts: the model may not apply (|value_model_z| above the legend's limit).
   function flagFilter(level) {
     if (shownProperty(level) === state.value) return false;
     const z = state.value + "_model_z", limit = Number(estimandText("model_z_limit"));
-    return ["all", cellFilter(), ["has", z],
-            [">", ["abs", ["to-number", ["get", z], 0]], limit]];
+    return ["all", cellFilter(level), has(level, z),
+            [">", ["abs", ["to-number", prop(level, z), 0]], limit]];
   }
 
   // An 8 x 8 pattern of ``colour`` where ``on(x, y)``: the hatch's diagonal, the dots.
@@ -154,24 +173,49 @@
 
   function addLayers(map, level, url) {
     const source = LEVELS[level].layer, visibility = level === state.shownLevel ? "visible" : "none";
-    map.addSource(source, { type: "vector", url: "pmtiles://" + url });
+    map.addSource(source, { type: "vector", url: "pmtiles://" + url,
+                            ...(valuesApart(level) ? { promoteId: { [source]: "geoid" } } : {}) });
     const common = { source: source, "source-layer": source, layout: { visibility: visibility } };
-    map.addLayer({ id: layerId(level, "fill"), type: "fill", ...common, filter: cellFilter(),
-                   paint: { "fill-color": fillColour(level), "fill-opacity": 1,
-                            "fill-antialias": false } });
+    map.addLayer({ id: layerId(level, "fill"), type: "fill", ...common,
+                   paint: { "fill-antialias": false } });
     map.addLayer({ id: layerId(level, "hatch"), type: "fill", ...common,
-                   filter: hatchFilter(level), paint: { "fill-pattern": HATCH } });
+                   paint: { "fill-pattern": HATCH } });
     if (level === "tract") {
       map.addLayer({ id: layerId(level, "dots"), type: "fill", ...common,
-                     filter: dotsFilter(level), paint: { "fill-pattern": DOTS } });
+                     paint: { "fill-pattern": DOTS } });
     }
-    map.addLayer({ id: layerId(level, "line"), type: "line", ...common, filter: cellFilter(),
+    map.addLayer({ id: layerId(level, "line"), type: "line", ...common,
                    paint: { "line-color": "#ffffff", "line-width": level === "tract" ? 0.4 : 0.8,
                             "line-opacity": 0.7 } });
     if (level === "tract") {
       map.addLayer({ id: layerId(level, "flag"), type: "line", ...common,
-                     filter: flagFilter(level),
                      paint: { "line-color": state.legend.model_flag.colour, "line-width": 2 } });
+    }
+    styleLevel(map, level);
+  }
+
+  // Which units each layer of a level draws, and the fill's colours, for the shown value,
+  // estimate and cell. A layer filter cannot read a feature state, so with values apart the
+  // same conditions set each layer's opacity instead (a unit whose values have not arrived
+  // yet is not drawn).
+  function styleLevel(map, level) {
+    const marks = [["fill", "fill-opacity", valuesApart(level) ? has(level, "status") : true],
+                   ["hatch", "fill-opacity", hatchFilter(level)],
+                   ["dots", "fill-opacity", dotsFilter(level)],
+                   ["line", "line-opacity", cellFilter(level)],
+                   ["flag", "line-opacity", flagFilter(level)]];
+    map.setPaintProperty(layerId(level, "fill"), "fill-color", fillColour(level));
+    for (const [kind, opacity, where] of marks) {
+      const id = layerId(level, kind);
+      if (!map.getLayer(id)) continue;
+      const full = kind === "line" ? 0.7 : 1;
+      if (valuesApart(level)) {
+        map.setFilter(id, null);
+        map.setPaintProperty(id, opacity, ["case", where, full, 0]);
+      } else {
+        map.setFilter(id, where === true ? null : where);
+        map.setPaintProperty(id, opacity, full);
+      }
     }
   }
 
@@ -185,7 +229,7 @@
       if (!state.levels.includes(level)) continue;
       const source = LEVELS[level].layer;
       map.addLayer({ id: layerId(level, "outline"), type: "line", source: source,
-                     "source-layer": source, filter: cellFilter(),
+                     "source-layer": source, filter: cellFilter(level),
                      paint: { "line-color": OUTLINES[level].colour,
                               "line-width": OUTLINES[level].width } });
     }
@@ -1024,10 +1068,10 @@
     return (attr && attr.values) || [];
   }
 
-  // A release of several cells publishes a tract archive per cell (manifest.json's
-  // cell_tiles, dpatlas/publication/cell_tiles.py): the tract source is the shown cell's
-  // archive, so the map fetches that cell's tiles alone. Otherwise (one cell, or a release
-  // from before issue 35) it is tracts.pmtiles, every cell's features filtered by cell.
+  // A release of several cells published between issues 35's first and last step has a
+  // tract archive per cell (manifest.json's cell_tiles): the tract source is the shown
+  // cell's archive. Otherwise it is tracts.pmtiles: the polygons alone (values apart, above)
+  // or, from before issue 35, every cell's features filtered by cell.
   function cellArchives(manifest) {
     const files = manifest && manifest.cell_tiles;
     return files && typeof files === "object" && Object.keys(files).length ? files : null;
@@ -1038,8 +1082,90 @@
   // (counts.by_status, counts.by_mechanism) are every cell's. Otherwise the tiles' tilestats.
   function tractValues(manifest, metadata, name) {
     const counts = manifest && manifest.counts && manifest.counts["by_" + name];
-    if (state.cellTiles && counts && typeof counts === "object") return Object.keys(counts);
+    if ((state.cellTiles || state.tractValues) && counts && typeof counts === "object") {
+      return Object.keys(counts);
+    }
     return attributeValues(metadata, name);
+  }
+
+  // ------------------------------------------------ tract values published apart (by state)
+
+  // The manifest's tract_values (the documents' columns, each cell's folder) and the
+  // documents it lists (tract-values/<cell>/<state>.json), or nulls for a release that tiles
+  // values with polygons.
+  function valuesOf(manifest) {
+    const entry = manifest && manifest.tract_values;
+    const folders = entry && entry.folders;
+    if (!folders || typeof folders !== "object" || !Object.keys(folders).length) {
+      return [null, null, []];
+    }
+    const files = new Set(Object.keys(manifest.files || {})
+      .filter((f) => f.startsWith("tract-values/")));
+    return [folders, files, (entry.columns || []).map(String)];
+  }
+
+  // One cell's values of one state's tracts, fetched once per release: {geoid: properties},
+  // each row's values by column, without the nulls (a value not published is absent, as
+  // tiles omit it), with the document's cell and state.
+  function stateValues(id, cell, fips) {
+    const file = state.tractValues[cell] + "/" + fips + ".json";
+    if (!state.valueFiles.has(file)) return Promise.resolve(new Map());
+    const key = id + "|" + file;
+    if (!state.valueDocs[key]) {
+      state.valueDocs[key] = fetchJson(releaseUrl(id, file)).then((doc) => {
+        const rows = new Map(), columns = doc.columns || [];
+        for (const row of doc.rows || []) {
+          const props = { cell: doc.cell, state: doc.state };
+          columns.forEach((c, i) => { if (row[i] !== null) props[c] = row[i]; });
+          rows.set(String(props.geoid), props);
+        }
+        return rows;
+      });
+      state.valueDocs[key].catch(() => { delete state.valueDocs[key]; });
+    }
+    return state.valueDocs[key];
+  }
+
+  // The shown cell's values of the tracts in the loaded tiles, set as their feature states,
+  // a state's document at a time as each comes into view (the first time only).
+  function applyValues(map) {
+    if (!state.tractValues || !map.getSource(LAYER)) return;
+    const id = state.release, cell = state.cell, states = new Set();
+    for (const f of map.querySourceFeatures(LAYER, { sourceLayer: LAYER })) {
+      states.add(String(f.properties.geoid).slice(0, 2));
+    }
+    for (const fips of states) {
+      const key = id + "|" + cell + "|" + fips;
+      if (state.applied.has(key)) continue;
+      state.applied.add(key);
+      state.pendingValues += 1;
+      stateValues(id, cell, fips).then((rows) => {
+        if (state.release !== id || state.cell !== cell) return;
+        for (const [geoid, props] of rows) {
+          map.setFeatureState({ source: LAYER, sourceLayer: LAYER, id: geoid }, props);
+        }
+      }).catch((err) => {
+        state.applied.delete(key);
+        showError("the values of state " + fips + " did not load: " + String(err));
+      }).finally(() => { state.pendingValues -= 1; });
+    }
+  }
+
+  // The shown cell changed: every tract's state is the new cell's, fetched as it is needed.
+  function resetValues(map) {
+    if (!state.tractValues || !map.getSource(LAYER)) return;
+    map.removeFeatureState({ source: LAYER, sourceLayer: LAYER });
+    state.applied = new Set();
+    applyValues(map);
+  }
+
+  // A tract's properties for its popup: its feature's, or with values apart the shown
+  // cell's row of its state's document (fetched if it has not arrived yet).
+  async function tractProperties(feature) {
+    if (!state.tractValues) return feature.properties;
+    const geoid = String(feature.properties.geoid);
+    const rows = await stateValues(state.release, state.cell, geoid.slice(0, 2));
+    return rows.get(geoid) || { geoid: geoid, status: "not published" };
   }
 
   function tractArchive(id) {
@@ -1074,8 +1200,8 @@
   }
 
   function chooseCell(metadata) {
-    const cells = state.cellTiles ? Object.keys(state.cellTiles)
-      : attributeValues(metadata, "cell");
+    const cells = state.tractValues ? Object.keys(state.tractValues)
+      : state.cellTiles ? Object.keys(state.cellTiles) : attributeValues(metadata, "cell");
     const select = $("cell");
     select.replaceChildren(...cells.map((c) => new Option(c, c)));
     $("cell-row").hidden = cells.length < 2;
@@ -1111,6 +1237,9 @@
     api.loaded = null;
     const manifest = await fetchJson(releaseUrl(id, "manifest.json")).catch(() => null);
     state.cellTiles = cellArchives(manifest);
+    let valueColumns;
+    [state.tractValues, state.valueFiles, valueColumns] = valuesOf(manifest);
+    state.applied = new Set();
     state.tractParts = tractParts(manifest);
     const levelFiles = manifest && manifest.level_cell_tiles;
     state.levelCellTiles = levelFiles && typeof levelFiles === "object" ? levelFiles : null;
@@ -1130,7 +1259,8 @@
     const published = (releaseConfig && releaseConfig.levels) || ["tract"];
     state.levels = ["tract", "county", "state"].filter((l) => published.includes(l));
     chooseLevelSwitch();
-    state.hasModel = tractFields(metadata).includes("p25_model");
+    state.hasModel = (state.tractValues ? valueColumns : tractFields(metadata))
+      .includes("p25_model");
     chooseEstimateSwitch();
     // Each level's archive, and its minimum zoom (below it the level has no tiles).
     const archives = { tract: archive };
@@ -1156,12 +1286,17 @@
     $("manifest-link").href = releaseUrl(id, "manifest.json");
     $("release").value = id;
     showWithdrawal(id);
-    map.once("idle", () => {
+    applyValues(map);
+    // Loaded: the map idle with no tract values on their way (each set repaints it).
+    const loaded = () => {
       if (state.release !== id) return;
+      if (state.pendingValues > 0) { setTimeout(() => map.once("idle", loaded), 50); return; }
       api.loaded = id;
       document.body.dataset.loaded = id;
-    });
+    };
+    map.once("idle", loaded);
   }
+
 
   // The attribute names of the tracts layer (tippecanoe's vector_layers fields).
   function tractFields(metadata) {
@@ -1193,15 +1328,9 @@
   function restyle(map) {
     for (const level of state.levels) {
       if (!map.getLayer(layerId(level, "fill"))) continue;
-      map.setPaintProperty(layerId(level, "fill"), "fill-color", fillColour(level));
-      for (const kind of ["fill", "line"]) map.setFilter(layerId(level, kind), cellFilter());
-      map.setFilter(layerId(level, "hatch"), hatchFilter(level));
-      if (map.getLayer(layerId(level, "dots"))) {
-        map.setFilter(layerId(level, "dots"), dotsFilter(level));
-        map.setFilter(layerId(level, "flag"), flagFilter(level));
-      }
+      styleLevel(map, level);
       if (map.getLayer(layerId(level, "outline"))) {
-        map.setFilter(layerId(level, "outline"), cellFilter());
+        map.setFilter(layerId(level, "outline"), cellFilter(level));
       }
     }
     drawLegend();
@@ -1286,13 +1415,18 @@
       map.on("click", fill, (e) => {
         const feature = e.features && e.features[0];
         if (!feature) return;
-        openPopup(map, e.lngLat, feature.properties, level)
+        const props = level === "tract" ? tractProperties(feature)
+          : Promise.resolve(feature.properties);
+        props.then((p) => openPopup(map, e.lngLat, p, level))
           .catch((err) => showError(String(err)));
       });
       map.on("mouseenter", fill, () => { map.getCanvas().style.cursor = "pointer"; });
       map.on("mouseleave", fill, () => { map.getCanvas().style.cursor = ""; });
     }
     map.on("zoom", () => showLevel(map));
+    map.on("sourcedata", (e) => {
+      if (e.sourceId === LAYER && e.isSourceLoaded) applyValues(map);
+    });
     map.on("moveend", () => showDataMessage(map));
     $("show-all").addEventListener("click", () => {
       if (state.bounds) map.fitBounds(state.bounds, { padding: 20 });
@@ -1315,6 +1449,7 @@
     $("cell").addEventListener("change", (e) => {
       state.cell = e.target.value;
       showCellTiles(map);
+      resetValues(map);
       restyle(map);
     });
     for (const radio of document.querySelectorAll("input[name=level]")) {

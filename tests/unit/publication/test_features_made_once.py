@@ -1,8 +1,8 @@
 """A release of several cells holds each tract's polygon once per cell. Its GeoJSON features
 are made once per group of rows (the polygons reprojected, snapped and printed once each) and
-written to each state's file, and each cell's archive input is made from the same polygons'
-text (without the features' ids and the columns the tiles leave out); these tests check that
-what is written is what making every row's feature on its own writes."""
+written to each state's file, and the map's tracts are made from the same values and polygon
+texts (each cell and state's values document, the polygons' archive input); these tests check
+that what is written is what making every row's feature on its own writes."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import shapely
 from shapely.geometry import Polygon
 
 from dpatlas.publication.cell_stream import GeoJsonAppender
-from dpatlas.publication.cell_tiles import CellTileBuilder, cell_features_file
+from dpatlas.publication import tract_values as V
 from dpatlas.publication.tract_files import PublishError
 from dpatlas.publication.geojson import (FEATURE_COLLECTION_TAIL, distinct_objects,
                                          feature_collection_head, geojson_parts,
@@ -33,14 +33,10 @@ def _polygon(k: int) -> Polygon:
     return Polygon([(x, y), (x, y + 0.01000000049), (x + 0.01000000051, y + 0.01), (x, y)])
 
 
-def _without_tile_columns(feature: dict) -> dict:
-    """A published feature as a tract archive's input holds it: no id, none of the columns
-    the tiles leave out."""
-    from dpatlas.publication.tiles import NOT_IN_TILES
-
-    return {"type": feature["type"], "geometry": feature["geometry"],
-            "properties": {k: v for k, v in feature["properties"].items()
-                           if k not in NOT_IN_TILES}}
+def _as_polygon_input(feature: dict) -> dict:
+    """A published feature as the tract archive's input holds it: no id, the GEOID alone."""
+    return {"type": feature["type"], "properties": {"geoid": feature["properties"]["geoid"]},
+            "geometry": feature["geometry"]}
 
 
 def _table(shared: bool) -> gpd.GeoDataFrame:
@@ -92,47 +88,52 @@ def test_shared_polygons_give_the_features_a_copy_per_row_gives(tmp_path):
     assert shapely.is_ccw(shapely.LinearRing(ring))
 
 
-def test_each_cells_input_holds_its_features_as_the_state_files_hold_them(tmp_path):
-    """The per-state files and each cell's archive input, written with the features made
-    once, against the cells' inputs made from the whole group on their own (the way before)."""
-    table = _table(shared=True)
-    alone, once = tmp_path / "alone", tmp_path / "once"
-    alone.mkdir(), once.mkdir()
-    by_itself = CellTileBuilder(alone, "r1", {}, tiler=None)
-    by_itself.add_group(table)
+def test_the_maps_tracts_hold_the_features_the_state_files_hold(tmp_path):
+    """The per-state files and the map's tracts, written with the features made once: each
+    cell and state's document holds the values of that cell's features of the state, and
+    the archive's input the first cell's polygons with the GEOID alone."""
+    from dpatlas.publication.tiles import NOT_IN_TILES
 
-    builder = CellTileBuilder(once, "r1", {}, tiler=None)
+    table = _table(shared=True)
+    writer = V.TractMapWriter(tmp_path, "r1", {}, list(CELLS))
     for state in STATES:
         rows = table[table["state"] == state].reset_index(drop=True)
-        appender = GeoJsonAppender(once / f"{state}.geojson", several_cells=True,
-                                   cell_features=builder)
+        appender = GeoJsonAppender(tmp_path / f"{state}.geojson", several_cells=True,
+                                   tract_map=writer)
         appender.append(rows)
         appender.close()
-    builder.end_group()
+    writer.finish()
 
-    assert builder.features() == by_itself.features() == {c: cell_features_file(c)
-                                                         for c in CELLS}
-    in_states = [f for s in STATES for f in _features(once / f"{s}.geojson")]
+    in_states = [f for s in STATES for f in _features(tmp_path / f"{s}.geojson")]
     assert len(in_states) == len(table)
     assert [f["id"] for f in in_states if f["properties"]["cell"] == "c1"] == [
         f"{g}/c1" for g in table.loc[table["cell"] == "c1", "geoid"]]
     assert all("p25_se" in f["properties"] for f in in_states)
+    assert writer.features() == {"c1": V.GEOMETRY_INPUT}
+    assert _features(tmp_path / V.GEOMETRY_INPUT) == [
+        _as_polygon_input(f) for f in in_states if f["properties"]["cell"] == "c1"]
+    columns = V.value_columns(list(table.columns), NOT_IN_TILES)
+    assert columns == ["geoid", "p25"] and writer.columns == columns
+    assert sorted(writer.documents) == sorted(V.values_file(c, s) for c in CELLS
+                                              for s in STATES)
     for cell in CELLS:
-        mine = _features(once / cell_features_file(cell))
-        assert mine == _features(alone / cell_features_file(cell))
-        assert mine == [_without_tile_columns(f) for f in in_states
-                        if f["properties"]["cell"] == cell]
-        assert [f["properties"]["geoid"] for f in mine] == list(
-            table.loc[table["cell"] == cell, "geoid"])
+        for state in STATES:
+            doc = V.read_document(tmp_path / V.values_file(cell, state))
+            assert doc["rows"] == [[f["properties"][c] for c in columns] for f in in_states
+                                   if f["properties"]["cell"] == cell
+                                   and f["properties"]["state"] == state]
 
 
-def test_a_cell_in_two_groups_is_refused(tmp_path):
+def test_a_cells_rows_of_a_state_in_two_groups_are_refused(tmp_path):
     table = _table(shared=True)
-    builder = CellTileBuilder(tmp_path, "r1", {}, tiler=None)
-    builder.add_group(table[table["cell"] == "c1"].reset_index(drop=True))
+    writer = V.TractMapWriter(tmp_path, "r1", {}, list(CELLS))
+    appender = GeoJsonAppender(tmp_path / "x.geojson", several_cells=True, tract_map=writer)
+    appender.append(table[table["cell"] == "c1"].reset_index(drop=True))
     again = table[table["cell"].isin(["c1", "c2"])].reset_index(drop=True)
     with pytest.raises(PublishError, match="two groups of cells"):
-        builder.add_group(again)
+        appender.append(again)
+    appender.close()
+    writer.close()
 
 
 def test_the_frames_are_not_changed(tmp_path):
@@ -145,14 +146,16 @@ def test_the_frames_are_not_changed(tmp_path):
 
 
 def test_a_group_that_fails_midway_leaves_no_file_open_and_starts_nothing(tmp_path):
+    class NoTiler:
+        def submit(self, *args, **kwargs):
+            raise AssertionError("an archive was started for a part that failed")
+
     table = _table(shared=True)
-    builder = CellTileBuilder(tmp_path, "r1", {}, tiler=None)
-    appender = GeoJsonAppender(tmp_path / "01.geojson", several_cells=True,
-                               cell_features=builder)
+    writer = V.TractMapWriter(tmp_path, "r1", {}, list(CELLS), NoTiler())
+    appender = GeoJsonAppender(tmp_path / "01.geojson", several_cells=True, tract_map=writer)
     appender.append(table[table["state"] == "01"].reset_index(drop=True))
-    handles = [out for out, _ in builder.open.values()]
-    assert len(handles) == len(CELLS) and not any(h.closed for h in handles)
-    builder.close()  # the part failed before its group ended
+    handle = writer._input
+    assert handle is not None and not handle.closed
+    writer.close()  # the part failed before its last group
     appender.close()
-    assert all(h.closed for h in handles) and builder.open == {}
-    assert builder.features() == {} and builder.pending == {}
+    assert handle.closed
