@@ -26,9 +26,10 @@ The model (every figure printed):
 * work on the workers: each worker stage's CPU-s, linear in the cells through the two runs,
   plus the workers' CPU outside the tasks' functions (per task run, times the task runs),
   summed and spread evenly over the workers;
-* the county and state files (publish-level) and the archives (cell-tiles): proportional to
-  the cells from the run with more cells, since at one cell the level archives are built inside
-  publish-level and at several in cell-tiles tasks of their own;
+* the county and state files (publish-level) and their archives (cell-tiles): proportional
+  to the cells from the run with more cells, since at one cell the level archives are built
+  inside publish-level and at several in cell-tiles tasks of their own; the tracts' archive
+  (tract-tiles, the polygons alone: one task a release) as measured;
 * the longest single task: a stage whose tasks hold one state's records in every cell grows
   with the cells; the others' tasks are bounded by design (chunks and level tasks by
   records, publish parts by tract-cells, the county and state files by unit-cells, an

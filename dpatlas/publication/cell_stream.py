@@ -384,8 +384,9 @@ class Streamed:
     suites: list[str]
     last_check: Future
     # the map's tracts: each cell and state's values written, the polygons' archive started
-    # once the last group was in (or its input left, in a publish part)
-    tiles: TractMapWriter
+    # once the last group was in (or its input left, in a publish part); its result() waits
+    # for the archive and is the manifest's tract_values (release_parts.collect: that entry)
+    tiles: TractMapWriter | Future
     files: list[str]  # the tract files written: the single files, or each state's parts
     # the overview maps and footprint, made beside the tract archives and already in the
     # staging folder (release_parts.write_overview); None: drawn here, from ``shown``

@@ -22,6 +22,9 @@ from dpatlas.publication import colours
 from tests.system.test_webmap import Page, _assert_colour, _published, _results
 
 RELEASE = "20261129T000000Z-cells"
+# The same release laid out as before issue 35: every cell's features stacked in one
+# tracts.pmtiles, filtered by cell, no values apart.
+STACKED = "20261128T000000Z-stacked"
 CELLS = ["outcome-1", "outcome-2", "outcome-3"]
 
 
@@ -35,15 +38,37 @@ def release(tmp_path_factory):
                          for k, cell in enumerate(CELLS)], ignore_index=True)
     config = {"intervals": {"enabled": True, "level": 0.95, "low_reliability_width": 0.3,
                             "share": 0.25}}
-    folder = write_release(P.assemble(results, boundaries),
-                           {"release_id": RELEASE, "published": "2026-11-29"}, root, RELEASE,
-                           config=config)
+    table = P.assemble(results, boundaries)
+    stacked = write_release(table, {"release_id": STACKED, "published": "2026-11-28"}, root,
+                            STACKED, config=config)
+    _as_published_before(stacked)
+    F.update_feed(root, STACKED)
+    folder = write_release(table, {"release_id": RELEASE, "published": "2026-11-29"}, root,
+                           RELEASE, config=config)
     F.update_feed(root, RELEASE)
     W.write_feed_map(root)
     httpd, base = serve_in_thread(root)
     yield base, folder
     httpd.shutdown()
     httpd.server_close()
+
+
+def _as_published_before(folder) -> None:
+    """A release as published before its tracts' values were apart: tracts.pmtiles built from
+    tracts.geojson (every cell's features), no values documents, the manifest re-hashed."""
+    import shutil
+
+    from dpatlas.core.hashing import sha256_file
+    from dpatlas.publication import tiles as T, tract_values as V
+
+    T.build_tiles(folder / "tracts.geojson", folder / T.TILES_FILE)
+    shutil.rmtree(folder / V.VALUES_FOLDER)
+    m = json.loads((folder / "manifest.json").read_text())
+    del m[V.MANIFEST_KEY]
+    m["files"] = {name: {"sha256": sha256_file(folder / name),
+                         "bytes": (folder / name).stat().st_size}
+                  for name in m["files"] if not V.is_values_document(name)}
+    (folder / "manifest.json").write_text(json.dumps(m, indent=2))
 
 
 def _target(folder, shown: str, before: str) -> tuple[str, float, float, str]:
@@ -103,6 +128,36 @@ def test_the_map_fetches_only_the_shown_cells_values_and_switches_them_with_the_
         assert _fetched(page, ".pmtiles") == tiles  # no tile fetched again
         _assert_colour(page.screenshot("cells-third.png"), page.pixel_of(lon, lat), colour,
                        f"tract {geoid} of {CELLS[2]}")
+        assert page.errors == [] and set(page.tile_statuses) == {206}
+    finally:
+        page.close()
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_a_release_published_before_draws_the_chosen_cells_features_of_its_stacked_archive(
+        browser, release):  # noqa: F811 (the imported fixture)
+    """Every cell's features in one tracts.pmtiles, no values apart (a release of before):
+    the map filters the archive by the chosen cell, as it did then, and its popup reads the
+    features."""
+    base, folder = release
+    stacked = folder.parent / STACKED
+    assert "tract_values" not in json.loads((stacked / "manifest.json").read_text())
+    geoid, lon, lat, colour = _target(stacked, CELLS[2], CELLS[0])
+    page = Page(browser)
+    try:
+        page.open(f"{base}{STACKED}/", STACKED)
+        options = page.page.eval_on_selector_all("#cell option", "os => os.map(o => o.value)")
+        assert options == CELLS
+        page.page.select_option("#cell", CELLS[2])
+        page.idle()
+        _assert_colour(page.screenshot("stacked-third.png"), page.pixel_of(lon, lat), colour,
+                       f"tract {geoid} of {CELLS[2]} (stacked archive)")
+        assert not [n for n in _fetched(page, ".json") if "tract-values/" in n]
+        page.page.mouse.click(*page.pixel_of(lon, lat))
+        text = page.page.wait_for_selector(".maplibregl-popup-content",
+                                           timeout=10_000).inner_text()
+        assert geoid in text and CELLS[2] in text, text
         assert page.errors == [] and set(page.tile_statuses) == {206}
     finally:
         page.close()

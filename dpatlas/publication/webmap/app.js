@@ -199,7 +199,8 @@
   // same conditions set each layer's opacity instead (a unit whose values have not arrived
   // yet is not drawn).
   function styleLevel(map, level) {
-    const marks = [["fill", "fill-opacity", valuesApart(level) ? has(level, "status") : true],
+    const marks = [["fill", "fill-opacity", valuesApart(level) ? has(level, "status")
+                                                               : cellFilter(level)],
                    ["hatch", "fill-opacity", hatchFilter(level)],
                    ["dots", "fill-opacity", dotsFilter(level)],
                    ["line", "line-opacity", cellFilter(level)],
