@@ -13,7 +13,7 @@ from contextvars import ContextVar
 from pathlib import Path
 
 from .part_names import (PARTS_FOLDERS, VALUES_FOLDER, is_part, is_values_document,
-                         listed_parts, unlisted_parts, unlisted_values)
+                         listed_parts, unlisted_parts)
 from .base import (
     CONFIG, MANIFEST, MAX_JSON_DEPTH, MAX_MANIFEST_BYTES, Mismatch, RANDOM_BITS,
     RANDOM_BITS_MIXED, SYNTHETIC_CSV, SYNTHETIC_PARQUET, _synthetic, close,
@@ -51,7 +51,7 @@ def check_files(folder: Path, m: dict) -> str:
             problems.append(f"{name} sha256 differs from the manifest")
     extra = sorted(p.name for p in folder.iterdir() if p.name not in files and p.name != MANIFEST
                    and p.name not in PARTS_FOLDERS and p.name != VALUES_FOLDER)
-    extra += unlisted_parts(folder, files) + unlisted_values(folder, files)
+    extra += unlisted_parts(folder, files)
     if extra:
         problems.append(f"files not in the manifest: {extra}")
     odd = [f"{name} ({kind})" for name in extra if (kind := not_regular(folder / name))]

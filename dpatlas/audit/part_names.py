@@ -28,19 +28,6 @@ def is_values_document(name) -> bool:
     return isinstance(name, str) and VALUES_NAME.match(name) is not None
 
 
-def unlisted_values(folder: Path, files: dict) -> list[str]:
-    """Everything under ``tract-values/`` the manifest does not list (a symbolic link or a
-    file where a folder belongs is named, never followed)."""
-    top, extra = folder / VALUES_FOLDER, []
-    if top.is_symlink() or (top.exists() and not top.is_dir()):
-        return [VALUES_FOLDER]
-    for cell in (sorted(top.iterdir()) if top.is_dir() else []):
-        if cell.is_symlink() or not cell.is_dir():
-            extra.append(f"{VALUES_FOLDER}/{cell.name}")
-            continue
-        extra += [f"{VALUES_FOLDER}/{cell.name}/{p.name}" for p in sorted(cell.iterdir())
-                  if f"{VALUES_FOLDER}/{cell.name}/{p.name}" not in files]
-    return extra
 
 
 def is_part(name) -> bool:
@@ -73,10 +60,11 @@ def piece_numbers(names: list[str]) -> list[int]:
 
 
 def unlisted_parts(folder: Path, files: dict) -> list[str]:
-    """Everything under the parts' folders the manifest does not list (a folder that is a
-    symbolic link, or not a folder, is named, never followed)."""
+    """Everything under the parts' folders and ``tract-values/`` (each a folder of folders of
+    files: a state's, a cell's) the manifest does not list (a folder that is a symbolic link,
+    or not a folder, is named, never followed)."""
     extra = []
-    for name in PARTS_FOLDERS:
+    for name in (*PARTS_FOLDERS, VALUES_FOLDER):
         top = folder / name
         if top.is_symlink() or (top.exists() and not top.is_dir()):
             extra.append(name)

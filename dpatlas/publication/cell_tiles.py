@@ -24,14 +24,21 @@ _PLAIN_CELL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 LEVEL_MANIFEST_KEY = "level_cell_tiles"
 
 
+def cell_key(cell: str) -> str:
+    """``cell`` as a file or folder name: itself when plain ASCII letters, digits, ``_`` and
+    ``-``, else ``-`` and 16 hex digits of its name's sha256 (the county and state archives
+    and the tracts' values folders alike)."""
+    cell = str(cell)
+    if _PLAIN_CELL.fullmatch(cell):
+        return cell
+    return f"-{hashlib.sha256(cell.encode()).hexdigest()[:16]}"
+
+
 def cell_tiles_file(cell: str, layer: str) -> str:
     """The archive of ``cell``'s units of ``layer`` (``counties`` or ``states``):
     ``<layer>-<cell>.pmtiles``, or ``<layer>--<digest>`` for a cell whose name is not plain
-    ASCII letters, digits, ``_`` and ``-``."""
-    cell = str(cell)
-    if _PLAIN_CELL.fullmatch(cell):
-        return f"{layer}-{cell}.pmtiles"
-    return f"{layer}--{hashlib.sha256(cell.encode()).hexdigest()[:16]}.pmtiles"
+    (:func:`cell_key`)."""
+    return f"{layer}-{cell_key(cell)}.pmtiles"
 
 
 def level_cell_tiles_file(level: str, cell: str) -> str:

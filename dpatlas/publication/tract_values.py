@@ -29,9 +29,10 @@ value not published is null.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from pathlib import Path
+
+from dpatlas.publication.cell_tiles import cell_key
 
 VALUES_FOLDER = "tract-values"
 # The properties the tract archive carries: the GEOID, which the map's feature state keys on.
@@ -39,20 +40,14 @@ GEOMETRY_PROPERTIES = ("geoid",)
 # The manifest's entry: {"columns": the documents' columns, "folders": {cell: its folder}}
 # (the web map reads it).
 MANIFEST_KEY = "tract_values"
-# A cell whose name is made of these is its own folder's name; any other (spaces, slashes,
-# dots, non-ASCII, very long) is named by a digest after a dash, which no plain name starts
-# with, so two cells never share a folder.
-_PLAIN_CELL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 _STATE = re.compile(r"[0-9]{2}")
 
 
 def cell_folder(cell: str) -> str:
     """``tract-values/<cell>``: the folder of ``cell``'s documents (``-<digest>`` for a cell
-    whose name is not plain ASCII letters, digits, ``_`` and ``-``)."""
-    cell = str(cell)
-    name = cell if _PLAIN_CELL.fullmatch(cell) else (
-        "-" + hashlib.sha256(cell.encode()).hexdigest()[:16])
-    return f"{VALUES_FOLDER}/{name}"
+    whose name is not plain ASCII letters, digits, ``_`` and ``-``: ``cell_tiles.cell_key``,
+    which no plain name starts with, so two cells never share a folder)."""
+    return f"{VALUES_FOLDER}/{cell_key(cell)}"
 
 
 def values_file(cell: str, state: str) -> str:
@@ -258,7 +253,7 @@ class TractMapWriter:
             source.unlink(missing_ok=True)
         return tiles.TILES_FILE
 
-    def result(self) -> dict[str, str]:
+    def result(self) -> dict:
         """Waits for the archive (raises if tippecanoe failed); the manifest's entry."""
         if self._built is not None:
             self._built.result()

@@ -1394,3 +1394,13 @@ def test_a_release_of_before_names_still_audits(forged):
     code, bad, lines = run_audit(forged)
     assert code == 0, lines
     assert any(ln.startswith("ok    names: no names published") for ln in lines), lines
+
+
+def test_a_file_left_under_the_values_folder_unlisted_fails_the_files_check(forged):
+    """Anything under tract-values/ that the manifest does not list is named (the files
+    check walks it as it walks the state parts' folders)."""
+    stray = forged / V.VALUES_FOLDER / "all" / "99.json"
+    stray.write_text("{}")
+    code, bad, lines = run_audit(forged)
+    assert code == 1 and "files" in bad, lines
+    assert "files not in the manifest: ['tract-values/all/99.json']" in bad["files"]
