@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Optional
 
@@ -12,8 +13,9 @@ from dpatlas.release.contributions import check_contributions
 from dpatlas.release import cell_groups
 from dpatlas.release.estimate import (Chunk, all_sizes, split_into_chunks, staged_counts,
                                       tracts_of)
-from dpatlas.core.files import write_json_atomic, write_parquet_atomic
+from dpatlas.core.files import write_atomic, write_json_atomic
 from dpatlas.core.memory import return_arrow_memory
+from dpatlas.release import staged_layout
 from dpatlas.release.boundaries import load_boundaries
 from dpatlas.release.task_groups import group_label
 from dpatlas.release.validation_groups import ROWS_IN_HAND, apply_policy_to_group
@@ -60,7 +62,8 @@ def _read_check_stage(cfg: InputConfig, policy: str, keys: list[str], internal: 
     staged = []
     for clean, report in checked:
         path = internal / "staged" / f"input-{report.partition}.parquet"
-        write_parquet_atomic(clean, path, private=True)
+        clean = staged_layout.clustered(clean)  # read back by GEOID range and cells
+        write_atomic(path, partial(staged_layout.write, clean), private=True)
         get_run_logger().info("partition %s: %d rows valid, %d quarantined, %d clipped, "
                               "%d dropped", report.partition, report.rows_out,
                               report.quarantined, report.clipped, report.dropped)

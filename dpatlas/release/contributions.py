@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +42,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from dpatlas.core.config import ConfigError, ReleaseConfig
-from dpatlas.core.files import write_parquet_atomic
+from dpatlas.core.files import write_atomic, write_parquet_atomic
+from dpatlas.release import staged_layout
 from dpatlas.release.validate import ValidationFailed
 from dpatlas.release.validation_words import quarantine_frame
 
@@ -246,8 +248,10 @@ def _rewrite_without(path: Path, rows: np.ndarray) -> int:
     """Remove the records with these input rows from a staged file, atomically."""
     frame = pd.read_parquet(path)
     keep = ~frame["row"].isin(rows).to_numpy()
-    # Readers see the old file or the new one, never half of one.
-    write_parquet_atomic(frame[keep].reset_index(drop=True), path, private=True)
+    # Readers see the old file or the new one, never half of one; in the staged layout still
+    # (its order kept, its row groups as small)
+    write_atomic(path, partial(staged_layout.write, frame[keep].reset_index(drop=True)),
+                 private=True)
     return int((~keep).sum())
 
 

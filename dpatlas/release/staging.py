@@ -120,10 +120,14 @@ def sha256_url(url: str) -> str:
     return hashlib.sha256(read_bytes(url)).hexdigest()
 
 
-def write_parquet(frame: pd.DataFrame, url: str) -> str:
-    """``frame`` as Parquet at ``url``; returns the sha256 of the bytes written."""
+def write_parquet(frame: pd.DataFrame, url: str, write=None) -> str:
+    """``frame`` as Parquet at ``url``; returns the sha256 of the bytes written. ``write``:
+    how the frame is written to a buffer (default: ``to_parquet`` without the index)."""
     buffer = io.BytesIO()
-    frame.to_parquet(buffer, index=False)
+    if write is None:
+        frame.to_parquet(buffer, index=False)
+    else:
+        write(frame, buffer)
     data = buffer.getvalue()
     write_bytes(url, data)
     return hashlib.sha256(data).hexdigest()

@@ -21,7 +21,7 @@ from typing import Optional
 import pandas as pd
 
 from dpatlas.core.locations import join, writable_folder
-from dpatlas.release import staging
+from dpatlas.release import staged_layout, staging
 from dpatlas.release.contribution_buckets import write_hash_buckets
 from dpatlas.release.estimate import tract_cell_counts
 from dpatlas.release.validate import check_partition
@@ -73,7 +73,8 @@ def validate_part(df: pd.DataFrame, policy: str, key: str, internal: str, where:
     clean, report = checked.kept(Path(docs_index), Path(internal))
     part.report = report.as_dict()
     part.staged = join(where, "staged", f"input-{key}.parquet")
-    staging.write_parquet(clean, part.staged)
+    clean = staged_layout.clustered(clean)  # read back by GEOID range and cells
+    staging.write_parquet(clean, part.staged, staged_layout.write)
     part.counts = tract_cell_counts(clean)
     if hash_ids and "person_id" in clean.columns:
         part.hashes = join(where, HASHES_FOLDER, key)

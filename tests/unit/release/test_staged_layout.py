@@ -1,0 +1,91 @@
+"""The staged partitions' layout: (cell, GEOID) order, small row groups, so that a chunk's
+filtered read skips the row groups of the other tracts and cells."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pandas as pd
+import pyarrow.dataset as ds
+import pytest
+
+from dpatlas.release import staged_layout
+from dpatlas.release.estimate import Chunk, read_chunk
+
+
+def _records(tracts: int, cells: int, per: int, seed: int = 0) -> pd.DataFrame:
+    """``per`` records of each tract in each cell, in person order (every cell of a person
+    together), as an input may come."""
+    rng = np.random.default_rng(seed)
+    geoids = [f"17{k:09d}" for k in range(tracts)]
+    rows = [(g, f"c{c:02d}") for g, _, c in itertools.product(geoids, range(per), range(cells))]
+    frame = pd.DataFrame(rows, columns=["geoid", "cell"])
+    return frame.assign(row=np.arange(len(frame)), x=rng.random(len(frame)),
+                        y=rng.random(len(frame)))
+
+
+def test_in_order_agrees_with_sorting():
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        n = int(rng.integers(2, 12))
+        frame = pd.DataFrame({"cell": rng.choice(["a", "b"], n),
+                              "geoid": rng.choice(["01", "02", "03"], n)})
+        expected = frame.equals(frame.sort_values(["cell", "geoid"], kind="stable"))
+        assert staged_layout.in_order(frame, ["cell", "geoid"]) == expected
+
+
+def test_clustered_sorts_by_cell_then_geoid_keeping_each_tract_cells_order():
+    frame = _records(tracts=30, cells=4, per=5).sample(frac=1.0, random_state=3)
+    out = staged_layout.clustered(frame)
+    assert staged_layout.in_order(out, ["cell", "geoid"])
+    assert sorted(out["row"]) == sorted(frame["row"])
+    # each (tract, cell)'s records in the order they came: what the estimates read
+    for key, rows in frame.groupby(["cell", "geoid"])["row"]:
+        got = out.loc[(out["cell"] == key[0]) & (out["geoid"] == key[1]), "row"]
+        assert list(got) == list(rows)
+
+
+def test_an_ordered_frame_is_not_copied():
+    frame = staged_layout.clustered(_records(tracts=10, cells=3, per=2))
+    assert staged_layout.clustered(frame) is frame
+
+
+def test_a_chunk_reads_only_the_row_groups_of_its_tracts_and_cells(tmp_path, monkeypatch):
+    """What the layout is for: pyarrow keeps, by their statistics, the row groups that can
+    hold the chunk's rows. Written in the order it came (here shuffled), in groups as small,
+    every record is read."""
+    monkeypatch.setattr(staged_layout, "ROW_GROUP_ROWS", 1_000)
+    frame = _records(tracts=200, cells=6, per=10).sample(frac=1.0, random_state=5)
+    laid_out = tmp_path / "staged.parquet"
+    staged_layout.write(staged_layout.clustered(frame), laid_out)
+    as_given = tmp_path / "as-given.parquet"
+    frame.to_parquet(as_given, index=False, row_group_size=1_000)
+
+    first, last, cells = "17000000050", "17000000099", ("c01", "c02")
+    chunk_filter = ((ds.field("geoid") >= first) & (ds.field("geoid") <= last)
+                    & ds.field("cell").isin(list(cells)))
+
+    def rows_read(path) -> int:
+        fragment = next(ds.dataset(path).get_fragments())
+        return sum(group.num_rows for piece in fragment.split_by_row_group(chunk_filter)
+                   for group in piece.row_groups)
+
+    assert rows_read(as_given) == 12_000
+    # the chunk's 1,000 rows (50 tracts x 2 cells x 10) lie in a group or two of each cell
+    assert rows_read(laid_out) <= 4_000
+    wanted = frame[(frame["geoid"] >= first) & (frame["geoid"] <= last)
+                   & frame["cell"].isin(cells)]
+    got = read_chunk(Chunk(laid_out, first, last, "input-17-0", cells))
+    assert len(got) == len(wanted) == 1_000
+    pd.testing.assert_frame_equal(
+        got.sort_values(["cell", "geoid", "x"]).reset_index(drop=True),
+        wanted[list(got.columns)].sort_values(["cell", "geoid", "x"]).reset_index(drop=True),
+        check_dtype=False)
+
+
+@pytest.mark.parametrize("column", ["cell", "geoid"])
+def test_a_null_key_is_sorted_not_trusted(column):
+    frame = pd.DataFrame({"cell": ["a", "a"], "geoid": ["1", "2"]})
+    frame.loc[0, column] = None
+    assert not staged_layout.in_order(frame, ["cell", "geoid"])
