@@ -22,9 +22,12 @@ import pandas as pd
 
 # Records one task reads at most (unless one cell alone holds more). Selection and estimation
 # take ~370 bytes a record at their peak (the 6-cell national release: 310 MiB for a chunk
-# of 840,000 records) and two tasks run at once: a million records keeps a task near 0.4 GiB.
-# At 6 cells a chunk of 2,000 tracts stays one group, as before.
-TASK_RECORDS = 1_000_000
+# of 840,000 records) and two tasks run at once: two million records keep a task near
+# 0.75 GiB, a worker well inside its 4 GiB. A million (until 2026-12-02) made twice the task
+# runs, each costing the flow ~30 ms and its worker ~0.1 CPU-s outside the task's function
+# (the 12-cell national release: 434 task runs; at 42 cells ~1,080 planned).
+# At 6 cells a chunk of 2,000 tracts stays one group, as before, and at 12 cells now too.
+TASK_RECORDS = 2_000_000
 
 
 def records_by_state_and_cell(sizes: pd.DataFrame) -> pd.Series:
