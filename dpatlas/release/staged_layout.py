@@ -5,14 +5,14 @@ records of some cells (:func:`dpatlas.release.estimate.read_chunk`,
 :func:`dpatlas.release.levels.read_state`: ``read_parquet`` with ``filters``). Parquet skips a
 row group only when the group's min and max rule it out. Written as it came, in row groups of
 pyarrow's default 1 Mi rows, a group spans a whole state's GEOIDs: a chunk of 2,000 of
-California's 8,161 tracts read four times the records it kept, and at many cells every task of
-a state's group of cells read the cells of the others, so the rows read grew with the square
-of the cells.
+California's 8,161 tracts read four times the records it kept, and a chunk of a group of cells
+read the other cells of its partition too (a partition holds up to 4 M records).
 
-So the records are written in (cell, GEOID) order, in row groups of :data:`ROW_GROUP_ROWS`:
-each group then holds one cell, or two, over a narrow GEOID range. Sorting is stable: the
-records of each (tract, cell) keep their order, which is all an estimate reads. An input
-already in that order (the project's generators write it) is not sorted again.
+So the records are written grouped by cell, each cell's in GEOID order, in row groups of
+:data:`ROW_GROUP_ROWS`: each group then holds one cell, or two, over a narrow GEOID range. An
+input so grouped already (the project's generators write each cell's records in GEOID order,
+cells in their own order) is written as it came; any other is sorted by (cell, GEOID), stably:
+the records of each (tract, cell) keep their order, which is all an estimate reads.
 """
 
 from __future__ import annotations
@@ -27,30 +27,29 @@ import pyarrow.compute as pc
 # (64 Ki: 0.45, a larger file); writing took 0.56 and 0.76 CPU-s.
 ROW_GROUP_ROWS = 1 << 17
 
-# The order of the records: a chunk's filter is a range of GEOIDs within some cells.
-ORDER = ("cell", "geoid")
-
 
 def clustered(frame: pd.DataFrame) -> pd.DataFrame:
-    """``frame`` in (cell, GEOID) order (stable), or ``frame`` itself when it is so already."""
-    keys = [k for k in ORDER if k in frame.columns]
-    if len(frame) < 2 or not keys or in_order(frame, keys):
+    """``frame`` grouped by cell, each cell's rows in GEOID order: ``frame`` itself when it is
+    so already, else sorted by (cell, GEOID), stably."""
+    if len(frame) < 2 or "geoid" not in frame.columns or is_clustered(frame):
         return frame
+    keys = [k for k in ("cell", "geoid") if k in frame.columns]
     return frame.sort_values(keys, kind="stable", ignore_index=True)
 
 
-def in_order(frame: pd.DataFrame, keys: list[str]) -> bool:
-    """Whether the rows are sorted by ``keys`` (lexicographically, each ascending)."""
-    tied = np.ones(len(frame) - 1, dtype=bool)  # rows equal to the next in every key so far
-    for key in keys:
-        values = pa.array(frame[key])
-        if values.null_count:  # no null cells or GEOIDs reach staging; sort to be sure
-            return False
-        first, second = values[:-1], values[1:]
-        if np.any(tied & _bools(pc.greater(first, second))):
-            return False
-        tied &= _bools(pc.equal(first, second))
-    return True
+def is_clustered(frame: pd.DataFrame) -> bool:
+    """Whether each cell's rows are together (one run of rows a cell) and in GEOID order."""
+    geoids = pa.array(frame["geoid"])
+    cells = pa.array(frame["cell"]) if "cell" in frame.columns else None
+    if geoids.null_count or (cells is not None and cells.null_count):
+        return False  # no null cell or GEOID reaches staging; sorted to be sure
+    falls = _bools(pc.greater(geoids[:-1], geoids[1:]))
+    if cells is None:
+        return not falls.any()
+    same = _bools(pc.equal(cells[:-1], cells[1:]))
+    if (same & falls).any():
+        return False
+    return int((~same).sum()) + 1 == len(pc.unique(cells))
 
 
 def _bools(array: pa.Array) -> np.ndarray:

@@ -573,3 +573,28 @@ def test_validation_groups_benchmark_prints_both_ways_side_by_side(tmp_path):
         assert f"round {round_}, by partition: 10 runs, " in out, out
         assert f"round {round_}, grouped: {groups} runs, " in out, out
     assert "s fixed + " in out and "us a record (least squares over the 10 runs)" in out, out
+
+
+def test_staged_reads_benchmark_reads_every_chunk_both_ways(tmp_path):
+    """benchmarks/bench_staged_reads.py on two shuffled staged partitions: each layout's
+    writes and reads printed, a figure a repeat, every record read once either way."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(5)
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    for state in ("17", "18"):
+        n = 3_000
+        pd.DataFrame({"row": np.arange(n), "geoid": rng.choice(
+                          [f"{state}001{k:06d}" for k in range(30)], n),
+                      "x": rng.uniform(size=n), "y": rng.uniform(size=n),
+                      "cell": rng.choice(["a", "b"], n), "person_id": [f"p{k}" for k in range(n)]}
+                     ).to_parquet(staged / f"input-{state}.parquet", index=False)
+    out = run_benchmark("bench_staged_reads.py", "--staged", str(staged), "--repeats", "2",
+                        cwd=tmp_path)
+    assert "2 partitions, 6,000 records, 2 chunks" in out, out
+    for layout in ("before", "layout"):
+        line = next(line for line in out.splitlines() if line.startswith(f"| {layout} |"))
+        assert line.endswith("| 6,000 |") and line.count(", ") == 1, line
+    assert "load average at the start:" in out and "load average at the end:" in out, out

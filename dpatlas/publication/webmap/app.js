@@ -1288,10 +1288,14 @@
     $("release").value = id;
     showWithdrawal(id);
     applyValues(map);
-    // Loaded: the map idle with no tract values on their way (each set repaints it).
+    // Loaded: the map idle with no tract values on their way (each set repaints it). Asked
+    // again after a wait, with a repaint, so an idle comes even if the map went idle in it.
     const loaded = () => {
       if (state.release !== id) return;
-      if (state.pendingValues > 0) { setTimeout(() => map.once("idle", loaded), 50); return; }
+      if (state.pendingValues > 0) {
+        setTimeout(() => { map.once("idle", loaded); map.triggerRepaint(); }, 50);
+        return;
+      }
       api.loaded = id;
       document.body.dataset.loaded = id;
     };

@@ -25,20 +25,41 @@ def _records(tracts: int, cells: int, per: int, seed: int = 0) -> pd.DataFrame:
                         y=rng.random(len(frame)))
 
 
-def test_in_order_agrees_with_sorting():
+def _clustered_by_definition(frame: pd.DataFrame) -> bool:
+    """Each cell one run of rows, its GEOIDs never falling (the definition, row by row)."""
+    runs = (frame["cell"] != frame["cell"].shift()).cumsum()
+    if runs.max() != frame["cell"].nunique():
+        return False
+    return all(list(g) == sorted(g) for _, g in frame.groupby(runs)["geoid"])
+
+
+def test_is_clustered_agrees_with_its_definition():
     rng = np.random.default_rng(1)
-    for _ in range(200):
+    seen = set()
+    for _ in range(300):
         n = int(rng.integers(2, 12))
-        frame = pd.DataFrame({"cell": rng.choice(["a", "b"], n),
+        frame = pd.DataFrame({"cell": rng.choice(["a", "b", "c"], n),
                               "geoid": rng.choice(["01", "02", "03"], n)})
-        expected = frame.equals(frame.sort_values(["cell", "geoid"], kind="stable"))
-        assert staged_layout.in_order(frame, ["cell", "geoid"]) == expected
+        expected = _clustered_by_definition(frame)
+        seen.add(expected)
+        assert staged_layout.is_clustered(frame) == expected, frame
+    assert seen == {True, False}
+
+
+def test_cells_in_their_own_order_are_not_sorted_again():
+    """outcome-1, outcome-2, ..., outcome-10: not sorted as text, but each cell one run in
+    GEOID order (what the national generator writes at 10 cells and more)."""
+    frame = pd.concat([_records(tracts=5, cells=1, per=2).assign(cell=f"outcome-{k}")
+                       for k in range(1, 12)], ignore_index=True)
+    assert staged_layout.is_clustered(frame)
+    assert staged_layout.clustered(frame) is frame
 
 
 def test_clustered_sorts_by_cell_then_geoid_keeping_each_tract_cells_order():
+    # a shuffled frame: sorted, each (tract, cell)'s records in the order they came
     frame = _records(tracts=30, cells=4, per=5).sample(frac=1.0, random_state=3)
     out = staged_layout.clustered(frame)
-    assert staged_layout.in_order(out, ["cell", "geoid"])
+    assert staged_layout.is_clustered(out)
     assert sorted(out["row"]) == sorted(frame["row"])
     # each (tract, cell)'s records in the order they came: what the estimates read
     for key, rows in frame.groupby(["cell", "geoid"])["row"]:
@@ -88,4 +109,4 @@ def test_a_chunk_reads_only_the_row_groups_of_its_tracts_and_cells(tmp_path, mon
 def test_a_null_key_is_sorted_not_trusted(column):
     frame = pd.DataFrame({"cell": ["a", "a"], "geoid": ["1", "2"]})
     frame.loc[0, column] = None
-    assert not staged_layout.in_order(frame, ["cell", "geoid"])
+    assert not staged_layout.is_clustered(frame)
