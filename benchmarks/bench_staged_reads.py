@@ -37,7 +37,7 @@ def _write(frame: pd.DataFrame, path: Path, layout: str) -> float:
     if layout == "before":
         frame.to_parquet(path, index=False)
     else:
-        staged_layout.write(staged_layout.clustered(frame), path)
+        staged_layout.write(frame, path)
     return time.process_time() - start
 
 

@@ -62,7 +62,7 @@ def _read_check_stage(cfg: InputConfig, policy: str, keys: list[str], internal: 
     staged = []
     for clean, report in checked:
         path = internal / "staged" / f"input-{report.partition}.parquet"
-        clean = staged_layout.clustered(clean)  # read back by GEOID range and cells
+        # laid out to be read back by GEOID range and cells
         write_atomic(path, partial(staged_layout.write, clean), private=True)
         get_run_logger().info("partition %s: %d rows valid, %d quarantined, %d clipped, "
                               "%d dropped", report.partition, report.rows_out,

@@ -249,7 +249,6 @@ def _rewrite_without(path: Path, rows: np.ndarray) -> int:
     frame = pd.read_parquet(path)
     keep = ~frame["row"].isin(rows).to_numpy()
     # Readers see the old file or the new one, never half of one; in the staged layout still
-    # (its order kept, its row groups as small)
     write_atomic(path, partial(staged_layout.write, frame[keep].reset_index(drop=True)),
                  private=True)
     return int((~keep).sum())

@@ -57,6 +57,7 @@ def _bools(array: pa.Array) -> np.ndarray:
 
 
 def write(frame: pd.DataFrame, target) -> None:
-    """``frame`` (clustered already) as Parquet at ``target`` (a path or a binary buffer), no
-    index, in row groups of :data:`ROW_GROUP_ROWS`."""
-    frame.to_parquet(target, index=False, row_group_size=ROW_GROUP_ROWS)
+    """``frame`` as a staged partition at ``target`` (a path or a binary buffer): clustered
+    (:func:`clustered`), as Parquet without the index, in row groups of
+    :data:`ROW_GROUP_ROWS`."""
+    clustered(frame).to_parquet(target, index=False, row_group_size=ROW_GROUP_ROWS)

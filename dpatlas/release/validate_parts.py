@@ -73,8 +73,7 @@ def validate_part(df: pd.DataFrame, policy: str, key: str, internal: str, where:
     clean, report = checked.kept(Path(docs_index), Path(internal))
     part.report = report.as_dict()
     part.staged = join(where, "staged", f"input-{key}.parquet")
-    clean = staged_layout.clustered(clean)  # read back by GEOID range and cells
-    staging.write_parquet(clean, part.staged, staged_layout.write)
+    staging.write_parquet(clean, part.staged, staged_layout.write)  # read back by GEOID range
     part.counts = tract_cell_counts(clean)
     if hash_ids and "person_id" in clean.columns:
         part.hashes = join(where, HASHES_FOLDER, key)

@@ -60,7 +60,7 @@ def stage_all(cfg, internal: Path, policy: str = "fail") -> tuple[list[Path], li
                                      internal)
         path = internal / "staged" / f"input-{part.key}.parquet"
         path.parent.mkdir(parents=True, exist_ok=True)
-        staged_layout.write(staged_layout.clustered(clean), path)
+        staged_layout.write(clean, path)
         staged.append(path)
         reports.append(report.as_dict())
     return staged, reports
