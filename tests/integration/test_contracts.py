@@ -285,6 +285,43 @@ def test_bad_rows_are_positional_and_union_of_failures(good_input):
     assert len(res.summary().splitlines()) == 4
 
 
+def test_release_checks_first_pass_is_basic_and_still_finds_every_bad_row(good_input,
+                                                                          tmp_path):
+    """A release's Checkpoint runs its first pass in BASIC (counts and a sample, without the
+    index lists SUMMARY computes for every expectation), also when the Checkpoint was stored
+    in SUMMARY, or with an action, by an earlier run (a resume); the rows of a failed expectation still come from
+    the COMPLETE pass."""
+    import data_contracts.api as api
+
+    df = good_input.copy()
+    df.loc[5, "x"] = 1.5
+    df.loc[9, "y"] = np.nan
+    docs = ReleaseDocs.in_folder(tmp_path / "release")
+    summary = {"result_format": "SUMMARY", "partial_unexpected_count": 5}
+    original = api.FIRST_PASS_FORMAT
+    try:  # an earlier run stores the Checkpoint with SUMMARY
+        api.FIRST_PASS_FORMAT = summary
+        before = validate_input(df, release=docs, run_name="first")
+    finally:
+        api.FIRST_PASS_FORMAT = original
+    # and with the UpdateDataDocsAction of a release begun before the site was built per batch
+    from great_expectations.checkpoint import UpdateDataDocsAction
+
+    context = api.release_context(docs.project_dir, docs.docs_dir)
+    (stored,) = context.checkpoints.all()
+    stored.actions = [UpdateDataDocsAction(name="update_data_docs")]
+    stored.save()
+    res = validate_input(df, release=docs, run_name="resumed")
+    assert context.checkpoints.get(stored.name).actions == []
+    for r in res.validation_result.results:
+        assert "partial_unexpected_index_list" not in (r.result or {}), r.result
+    assert any("partial_unexpected_index_list" in (r.result or {})
+               for r in before.validation_result.results)  # the test can tell them apart
+    assert flagged(res) == flagged(before) == [5, 9]
+    assert [f.expectation for f in res.failures] == [f.expectation for f in before.failures]
+    assert [f.unexpected_count for f in res.failures] == [1, 1]
+
+
 def test_validation_is_quiet(good_input, published, capfd, tmp_path):
     """No progress bars, prints or user-visible warnings (e.g. pandas regex-group warnings)."""
     df = good_input.copy()

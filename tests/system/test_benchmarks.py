@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -598,3 +599,22 @@ def test_staged_reads_benchmark_reads_every_chunk_both_ways(tmp_path):
         line = next(line for line in out.splitlines() if line.startswith(f"| {layout} |"))
         assert line.endswith("| 6,000 |") and line.count(", ") == 1, line
     assert "load average at the start:" in out and "load average at the end:" in out, out
+
+
+def test_contract_format_benchmark_times_both_first_passes(tmp_path):
+    """benchmarks/bench_contract_format.py on a published table and an input partition: each
+    check timed in both formats a repeat, and the least of each printed as a ratio."""
+    from tests.integration.test_contracts import make_input, make_published
+
+    tracts, staged = tmp_path / "tracts.parquet", tmp_path / "staged.parquet"
+    make_published(40)[0].to_parquet(tracts, index=False)
+    make_input(2_000).to_parquet(staged, index=False)
+    out = run_benchmark("bench_contract_format.py", "--tracts", str(tracts), "--staged",
+                        str(staged), "--repeats", "2", cwd=tmp_path)
+    assert "tracts: 120 rows; staged: 2,000 records" in out, out
+    for check in ("validate_published", "validate_input"):
+        for name in ("SUMMARY", "BASIC"):
+            for repeat in (1, 2):
+                assert f"{check} {name} (repeat {repeat}): wall " in out, out
+        assert re.search(rf"^{check}: least CPU-s SUMMARY [0-9.]+, BASIC [0-9.]+ "
+                         r"\(BASIC / SUMMARY [0-9.]+\)$", out, re.M), out
