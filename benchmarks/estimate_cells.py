@@ -45,7 +45,9 @@ The model (every figure printed):
 * the flow's serial CPU = fixed + (CPU per task run) x task runs + g x tract-cells. The CPU
   per task run comes from ``bench_task_submission.py``; g and the fixed part from the two
   runs; the task runs at 42 cells from the release's own planning code (chunks, level tasks,
-  publish parts) applied to the 1-cell release's n per tract, one record per person and cell.
+  publish parts) applied to the 1-cell release's n per tract, one record per person and cell,
+  the chunks made per validation partition as the release makes them (a state past
+  ``ingest.PARTITION_RECORDS`` is staged, then chunked, as groups of its cells).
 
 The three terms are added: nothing of the flow's serial part or of the longest task is assumed
 to overlap the rest (an upper bound, as the old estimate was).
@@ -112,6 +114,7 @@ def planned_task_runs(release: Path, cells: int) -> dict:
     from dpatlas.publication.release_parts import plan_level_jobs, plan_parts
     from dpatlas.release import cell_groups
     from dpatlas.release.estimate import split_into_chunks, tracts_of
+    from dpatlas.release.ingest import state_partitions
     from dpatlas.release.levels import level_tasks
 
     tracts = published_n(release)
@@ -119,10 +122,16 @@ def planned_task_runs(release: Path, cells: int) -> dict:
     names = [f"outcome-{k}" for k in range(1, cells + 1)]
     counts = {}
     for state, rows in tracts.groupby(tracts["geoid"].str[:2]):
-        counts[Path(f"input-{state}.parquet")] = pd.DataFrame({
-            "geoid": list(rows["geoid"]) * cells,
-            "cell": [c for c in names for _ in range(len(rows))],
-            "n": list(rows["n"]) * cells}).sort_values(["geoid", "cell"], ignore_index=True)
+        # a state past ingest.PARTITION_RECORDS is staged as groups of its cells, and each
+        # group's partition is chunked apart (as the release does: input-06-c0, input-06-c1)
+        records = int(rows["n"].sum())
+        for part in state_partitions(str(state), {c: records for c in names}):
+            own = list(part.cells) if part.cells is not None else names
+            counts[Path(f"input-{part.key}.parquet")] = pd.DataFrame({
+                "geoid": list(rows["geoid"]) * len(own),
+                "cell": [c for c in own for _ in range(len(rows))],
+                "n": list(rows["n"]) * len(own)}).sort_values(["geoid", "cell"],
+                                                              ignore_index=True)
     chunk_tracts = ReleaseConfig.model_fields["partition_tracts"].default  # the release's
     chunks = split_into_chunks(tracts_of(counts), chunk_tracts, counts, cell_groups.TASK_RECORDS)
     sizes = pd.concat(counts.values(), ignore_index=True)

@@ -439,6 +439,28 @@ def test_the_cells_estimate_prints_its_arithmetic_from_two_runs(tmp_path):
     assert "(longest task: validate)" not in out or f"+ {max(costs):.1f} (longest" in out
 
 
+def test_the_cells_estimate_plans_the_chunks_of_each_validation_partition(tmp_path):
+    """The estimate plans a release's chunks as the release makes them: a state past
+    ingest.PARTITION_RECORDS is staged as groups of its cells, and each group's partition is
+    chunked apart (it planned the whole state as one, 67 chunks at 12 national cells where
+    the run had 78)."""
+    path = list(sys.path)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        estimate_cells = importlib.import_module("estimate_cells")
+    finally:
+        sys.path[:] = path
+    release = _three_state_release(tmp_path)  # 70 people a tract, in every cell
+    # one cell: chunks of 2,000 tracts, 5 + 2 + 1
+    assert estimate_cells.planned_task_runs(release, 1)["select"] == 8
+    # 42 cells: state 06 (630,000 records a cell) in 7 partitions of 6 cells, each 5 chunks
+    # of at most 2,000 tracts (840,000 records, within a task's 2 M); state 17 (210,000 a
+    # cell) in partitions of 19, 19 and 4 cells: a 19-cell one's first 2,000 tracts (2.66 M
+    # records) split in two groups of cells and its last 1,000 one chunk, the 4-cell one's 2;
+    # state 56 one chunk. Planned per state, 06 would be 14 chunks and 17 five.
+    assert estimate_cells.planned_task_runs(release, 42)["select"] == 7 * 5 + (3 + 3 + 2) + 1
+
+
 def test_the_cells_estimate_fits_the_two_largest_runs_and_checks_the_smaller_line(tmp_path):
     """With runs at 1, 6 and 12 cells (given in any order, each one's cells from its JSON),
     the estimate is fitted through 6 and 12 cells, and the line through 1 and 6 is priced at
