@@ -34,10 +34,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dpatlas.publication.geojson import (FEATURE_COLLECTION_TAIL, row_runs,
-                                         feature_collection_head, feature_texts,
-                                         geojson_parts, geometry_texts, json_columns,
-                                         write_feature_texts)
+from dpatlas.publication.geojson import (FEATURE_COLLECTION_TAIL, feature_collection_head,
+                                         geojson_parts, write_features)
 from dpatlas.publication.tract_values import MANIFEST_KEY as TRACT_VALUES_KEY
 from dpatlas.publication.tract_values import TractMapWriter
 from dpatlas.publication.tract_files import (CSV_FILE, PUBLISHED_FILES, PublishError, _json,
@@ -196,15 +194,9 @@ class GeoJsonAppender:
             raise PublishError("a group of cells has another GeoJSON bbox than the first (a "
                                "bug: every cell holds every boundary tract); nothing was "
                                "published")
-        for a, b in row_runs(props):  # a state at a time: the texts of one in memory
-            rows = props.iloc[a:b]
-            geometry, values = geometry_texts(geoms[a:b]), json_columns(rows)
-            self.wrote = write_feature_texts(
-                self.fh, feature_texts(rows, geoms[a:b], None if ids is None else ids[a:b],
-                                       geometry=geometry, values=values),
-                self.wrote)
-            if self.tract_map is not None:
-                self.tract_map.add(values, geometry)
+        # a state at a time (the texts of one in memory), each handed to the map's tracts
+        self.wrote = write_features(self.fh, props, geoms, ids, after_others=self.wrote,
+                                    made=self.tract_map.add if self.tract_map else None)
 
     def close(self) -> None:
         if self.fh is not None and not self.fh.closed:

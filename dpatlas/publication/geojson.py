@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
+from typing import Callable, Optional
 
 import geopandas as gpd
 import numpy as np
@@ -137,14 +138,22 @@ def feature_collection_head(geoms: np.ndarray, decimals: int = GEOJSON_DECIMALS)
 
 
 def write_features(fh, props: pd.DataFrame, geoms: np.ndarray, ids: list | None,
-                   decimals: int = GEOJSON_DECIMALS, after_others: bool = False) -> bool:
+                   decimals: int = GEOJSON_DECIMALS, after_others: bool = False,
+                   made: Optional[Callable[[dict[str, list], list[str]], None]] = None) -> bool:
     """Append the features of these rows to an open FeatureCollection, a state at a time
     (:func:`row_runs`); ``after_others``: features were written before (a comma first).
-    Returns whether the collection now holds a feature."""
+    ``made``: given each state's :func:`json_columns` and :func:`geometry_texts` once its
+    features are written (the map's tracts are made of the same texts). Returns whether the
+    collection now holds a feature."""
     for a, b in row_runs(props):
-        texts = feature_texts(props.iloc[a:b], geoms[a:b],
-                              None if ids is None else ids[a:b], decimals)
-        after_others = write_feature_texts(fh, texts, after_others)
+        rows = props.iloc[a:b]
+        values, geometry = json_columns(rows), geometry_texts(geoms[a:b], decimals)
+        after_others = write_feature_texts(
+            fh, feature_texts(rows, geoms[a:b], None if ids is None else ids[a:b],
+                              geometry=geometry, values=values),
+            after_others)
+        if made is not None:
+            made(values, geometry)
     return after_others
 
 
