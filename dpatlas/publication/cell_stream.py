@@ -196,7 +196,8 @@ class GeoJsonAppender:
                                "published")
         # a state at a time (the texts of one in memory), each handed to the map's tracts
         self.wrote = write_features(self.fh, props, geoms, ids, after_others=self.wrote,
-                                    made=self.tract_map.add if self.tract_map else None)
+                                    made=None if self.tract_map is None
+                                    else self.tract_map.add)
 
     def close(self) -> None:
         if self.fh is not None and not self.fh.closed:

@@ -149,8 +149,7 @@ def write_features(fh, props: pd.DataFrame, geoms: np.ndarray, ids: list | None,
         rows = props.iloc[a:b]
         values, geometry = json_columns(rows), geometry_texts(geoms[a:b], decimals)
         after_others = write_feature_texts(
-            fh, feature_texts(rows, geoms[a:b], None if ids is None else ids[a:b],
-                              geometry=geometry, values=values),
+            fh, _feature_texts(values, geometry, None if ids is None else ids[a:b]),
             after_others)
         if made is not None:
             made(values, geometry)

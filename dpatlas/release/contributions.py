@@ -248,7 +248,7 @@ def _rewrite_without(path: Path, rows: np.ndarray) -> int:
     """Remove the records with these input rows from a staged file, atomically."""
     frame = pd.read_parquet(path)
     keep = ~frame["row"].isin(rows).to_numpy()
-    # Readers see the old file or the new one, never half of one; in the staged layout still
+    # Readers see the old file or the new one, never half of one, laid out as staged
     write_atomic(path, partial(staged_layout.write, frame[keep].reset_index(drop=True)),
                  private=True)
     return int((~keep).sum())

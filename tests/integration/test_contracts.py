@@ -289,8 +289,8 @@ def test_release_checks_first_pass_is_basic_and_still_finds_every_bad_row(good_i
                                                                           tmp_path):
     """A release's Checkpoint runs its first pass in BASIC (counts and a sample, without the
     index lists SUMMARY computes for every expectation), also when the Checkpoint was stored
-    in SUMMARY, or with an action, by an earlier run (a resume); the rows of a failed expectation still come from
-    the COMPLETE pass."""
+    in SUMMARY, or with an action, by an earlier run (a resume); the rows of a failed
+    expectation still come from the COMPLETE pass."""
     import data_contracts.api as api
 
     df = good_input.copy()
