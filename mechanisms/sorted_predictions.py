@@ -88,35 +88,30 @@ def _same_records(batch: TractBatch, x, y, starts) -> bool:
 def _build(batch: TractBatch, key: tuple, tracts: np.ndarray | None) -> SortedPredictions:
     """All pairs, their predictions and the sort, one group of equal-size tracts at a time: a
     group's records form a (tracts, n) matrix, its pairs the columns ``triu_indices(n, 1)``,
-    and each row is sorted in one call. The floats are those of ``theil_sen_predictions``
-    (the same operations on the same values) and sorted rows are the sorted values, so the
-    result is what ``all_pairs``, ``theil_sen_predictions`` and ``Segments.build`` give,
-    without their pair index arrays or a sort call per tract."""
+    and each row is sorted in place. The floats are those of ``theil_sen_predictions`` (the
+    same operations on the same values) and sorted rows are the sorted values, so the result
+    is what ``all_pairs``, ``theil_sen_predictions`` and ``Segments.build`` give, without
+    their pair index arrays or a sort call per tract."""
     x_stars, lo, hi = key
     first = first_pair_of_tract(batch.n)  # places are those of the whole chunk's all_pairs
     if tracts is not None:
         tracts = np.asarray(tracts, dtype=np.int64)
         first, batch = first[tracts], batch.subset(tracts)
-    kept = np.zeros(batch.n_tracts, dtype=np.int64)
-    rows: list[tuple[np.ndarray, list[np.ndarray], np.ndarray]] = []
+    # the kept pairs (distinct x) per tract, counted from the records, so that each group's
+    # sorted rows go straight to their place in the output
+    kept = _pairs_with_distinct_x(batch)
+    offsets = np.concatenate([[0], np.cumsum(kept)]).astype(np.int64)
+    values = [np.empty(int(offsets[-1])) for _ in x_stars]
     ends: list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = [[] for _ in x_stars]
     for size in np.unique(batch.n[batch.n >= 2]):
         group = np.nonzero(batch.n == size)[0]
-        zs, keep = _group_predictions(batch, group, int(size), x_stars, lo, hi)
-        kept[group] = keep.sum(axis=1)
-        for z, found in zip(zs, ends):
-            row, col = np.nonzero(((z <= lo) | (z >= hi)) & keep)
+        for z, found, out in zip(_group_predictions(batch, group, int(size), x_stars, lo, hi),
+                                 ends, values):
+            # a dropped pair's prediction is NaN: no comparison holds, and it sorts last
+            row, col = np.nonzero((z <= lo) | (z >= hi))
             found.append((group[row], z[row, col], first[group][row] + col))
-        # dropped pairs (equal x) sort after every prediction (all <= hi) and are cut below
-        rows.append((group, [np.sort(np.where(keep, z, np.inf), axis=1) for z in zs],
-                     np.arange(keep.shape[1]) < kept[group][:, None]))
-    offsets = np.concatenate([[0], np.cumsum(kept)]).astype(np.int64)
-    values = [np.empty(int(offsets[-1])) for _ in x_stars]
-    while rows:
-        group, sorted_zs, in_tract = rows.pop()
-        at = runs(offsets[group], kept[group])
-        for out, z in zip(values, sorted_zs):
-            out[at] = z[in_tract]
+            z.sort(axis=1)
+            _copy_row_prefixes(z, kept[group], offsets[group], out)
     clipped = tuple(ClippedEnds(*(np.concatenate([p[i] for p in found]) if found
                                   else np.zeros(0, dtype=np.int64 if i != 1 else float)
                                   for i in range(3)))
@@ -124,26 +119,56 @@ def _build(batch: TractBatch, key: tuple, tracts: np.ndarray | None) -> SortedPr
     return SortedPredictions(tuple(Segments(v, offsets) for v in values), clipped)
 
 
+# Rows at least this long are copied one slice each (a Python step per tract, then a copy at
+# memory speed); shorter ones by one gather and scatter for the whole group, which costs an
+# index per value. The two cross near 55 values (benchmarks/bench_sorted_predictions.py).
+_SLICE_ROW_LENGTH = 64
+
+
+def _copy_row_prefixes(z: np.ndarray, lengths: np.ndarray, starts: np.ndarray,
+                       out: np.ndarray) -> None:
+    """``out[starts[r]:starts[r] + lengths[r]] = z[r, :lengths[r]]`` for every row r."""
+    if z.shape[1] >= _SLICE_ROW_LENGTH:
+        for row, start, length in zip(z, starts.tolist(), lengths.tolist()):
+            out[start:start + length] = row[:length]
+    else:
+        out[runs(starts, lengths)] = z[np.arange(z.shape[1]) < lengths[:, None]]
+
+
+def _pairs_with_distinct_x(batch: TractBatch) -> np.ndarray:
+    """Per tract, its pairs of records whose x differ: n(n − 1)/2 less C(c, 2) for every value
+    of x that c of its records share."""
+    n = batch.n.astype(np.int64)
+    tract = np.repeat(np.arange(n.size), n)
+    order = np.lexsort((batch.x, tract))
+    x, tract = batch.x[order], tract[order]
+    new_run = np.ones(x.size, dtype=bool)
+    new_run[1:] = (x[1:] != x[:-1]) | (tract[1:] != tract[:-1])
+    run_start = np.flatnonzero(new_run)
+    run_length = np.diff(np.append(run_start, x.size))
+    tied = np.bincount(tract[run_start], weights=run_length * (run_length - 1) // 2,
+                       minlength=n.size).astype(np.int64)
+    return n * (n - 1) // 2 - tied
+
+
 def _group_predictions(batch: TractBatch, group: np.ndarray, size: int,
                        x_stars: tuple[float, ...], lo: float, hi: float
-                       ) -> tuple[list[np.ndarray], np.ndarray]:
-    """(predictions at each x*, kept) of the tracts ``group``, all of ``size`` records:
-    matrices (tracts, size·(size − 1)/2), pairs in ``triu_indices`` order; a pair is kept
-    where its x differ (elsewhere the prediction is meaningless)."""
+                       ) -> list[np.ndarray]:
+    """The predictions at each x* of the tracts ``group``, all of ``size`` records: matrices
+    (tracts, size·(size − 1)/2), pairs in ``triu_indices`` order; NaN where a pair's x are
+    equal (the pair is dropped: its prediction is meaningless)."""
     a, b = np.triu_indices(size, 1)
     records = batch.starts[group][:, None] + np.arange(size)
     x, y = batch.x[records], batch.y[records]
     xi, xj, yi, yj = x[:, a], x[:, b], y[:, a], y[:, b]
-    keep = xi != xj
     # the expression of theil_sen_predictions, operation for operation: identical floats
     with np.errstate(divide="ignore", invalid="ignore"):
         slope = (yj - yi) / (xj - xi)
+    slope[xi == xj] = np.nan  # a pair of equal x is dropped: its predictions are NaN
     x_mid = (xi + xj) / 2.0
     y_mid = (yi + yj) / 2.0
     del xi, xj, yi, yj
-    with np.errstate(invalid="ignore"):
-        zs = [np.clip(slope * (x_star - x_mid) + y_mid, lo, hi) for x_star in x_stars]
-    return zs, keep
+    return [np.clip(slope * (x_star - x_mid) + y_mid, lo, hi) for x_star in x_stars]
 
 
 _STORE: ContextVar[list | None] = ContextVar("shared_sorted_predictions", default=None)

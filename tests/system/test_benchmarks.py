@@ -640,3 +640,17 @@ def test_contract_format_benchmark_times_both_first_passes(tmp_path):
                 assert f"{check} {name} (repeat {repeat}): wall " in out, out
         assert re.search(rf"^{check}: least CPU-s SUMMARY [0-9.]+, BASIC [0-9.]+ "
                          r"\(BASIC / SUMMARY [0-9.]+\)$", out, re.M), out
+
+
+def test_sorted_predictions_benchmark_times_the_build_and_both_copies(tmp_path):
+    """benchmarks/bench_sorted_predictions.py on generated tracts: the grouped build against
+    the pair-by-pair path (whose values it checks it equals), and each row length's two
+    copies with their ratio."""
+    out = run_benchmark("bench_sorted_predictions.py", "--tracts", "60", "--repeats", "1",
+                        "--values", "20000", cwd=tmp_path)
+    assert re.search(r"^build of 60 tracts, [0-9,]+ pairs: least CPU-s grouped [0-9.]+, "
+                     r"pair by pair [0-9.]+ \(grouped / pair by pair [0-9.]+\); same values",
+                     out, re.M), out
+    lengths = re.findall(r"^row length +([0-9]+): [0-9,]+ rows; least CPU-ms slices [0-9.]+, "
+                         r"gather-scatter [0-9.]+ \(slices / gather [0-9.]+\)$", out, re.M)
+    assert [int(n) for n in lengths] == [10, 28, 55, 91, 136, 190, 435, 1225, 4950], out

@@ -60,6 +60,38 @@ def test_the_grouped_build_gives_the_pair_by_pair_values_bit_for_bit():
         assert np.array_equal(ends.tract[order], tract[at_end])
 
 
+def test_both_ways_of_copying_sorted_rows_are_exercised_and_agree(monkeypatch):
+    """Groups of rows shorter than ``_SLICE_ROW_LENGTH`` are copied by one gather and
+    scatter, longer ones a slice per row: the fixture has both, and moving the threshold to
+    either end (every group one way) gives the same values."""
+    batch = batch_of_shapes()
+    row_lengths = {int(n * (n - 1) // 2) for n in batch.n if n >= 2}
+    assert min(row_lengths) < SP._SLICE_ROW_LENGTH <= max(row_lengths)
+    built = {}
+    for threshold in (SP._SLICE_ROW_LENGTH, 1, max(row_lengths) + 1):
+        monkeypatch.setattr(SP, "_SLICE_ROW_LENGTH", threshold)
+        built[threshold] = SP.build_sorted_predictions(batch, X_STARS, LO, HI)
+    first, *others = built.values()
+    for other in others:
+        for a, b in zip(first.segments, other.segments):
+            assert np.array_equal(a.z, b.z) and np.array_equal(a.offsets, b.offsets)
+
+
+def test_pairs_with_distinct_x_are_counted_from_the_records():
+    """The kept pairs per tract, counted from runs of tied x, are the pairs whose x differ,
+    counted pair by pair (including a tract of one value repeated: none kept)."""
+    batch = batch_of_shapes()
+    x = np.concatenate([batch.x, np.full(6, 0.5)])
+    y = np.concatenate([batch.y, np.linspace(0, 1, 6)])
+    batch = TractBatch(x, y, np.append(batch.starts, x.size), np.append(batch.labels, "tied"))
+    pairs = all_pairs(batch)
+    distinct = batch.x[pairs.i] != batch.x[pairs.j]
+    want = np.bincount(pairs.tract[distinct], minlength=batch.n_tracts)
+    got = SP._pairs_with_distinct_x(batch)
+    assert np.array_equal(got, want)
+    assert got[-1] == 0 and (want < batch.n * (batch.n - 1) // 2).sum() >= 3  # ties dropped
+
+
 def test_spread_segments_are_the_sorted_spread_predictions():
     """The interval's values: spreading the clipped predictions then sorting every tract
     (before issue 22) and re-placing only the spread ones in the sorted values (now)."""
