@@ -29,7 +29,7 @@ from prefect.utilities.annotations import quote
 
 from dpatlas.core.config import ReleaseConfig, load_config
 from dpatlas.core.memory import freeze_heap_at_exit, limit_malloc_arenas
-from dpatlas.release.compute_pool import compute_pool, pool_processes
+from dpatlas.release.compute_pool import compute_pool, pool_processes, pool_size
 from dpatlas.release.crash import crashpoint
 from dpatlas.release import staging
 from dpatlas.release.draws import DrawLog, DrawLogMissing, draw_path, noise_source
@@ -316,17 +316,29 @@ def write_publish_parts(parts: list[PublishPart], job: PartJob, levels: list[Lev
     dask``); nothing is published here (the release flow commits them). No archive is built
     once a part failed its output check, and none is kept once a level failed its check: the
     release is refused."""
-    # the parts first: the tract archives wait for them, the levels can finish beside those
+    # the parts first: the tract archives and the overview wait for them, the levels can
+    # finish beside those, on workers the parts leave free. The local runner's compute pool
+    # takes work in the order its task threads reach it: when it has a process for every part
+    # (a one-cell national release: two), the levels, started beside the parts, took a part's
+    # process in some runs and the release committed 1-1.5 s later (docs/national.md), so
+    # there they start once the parts are written, after the overview.
+    def start_levels():
+        return publish_level.map(levels, unmapped(job)) if levels else None
+
+    levels_wait = 0 < len(parts) <= pool_size()
     part_futures = publish_part.map(parts, unmapped(job))
-    level_futures = publish_level.map(levels, unmapped(job)) if levels else None
+    level_futures = None if levels_wait else start_levels()
     results = part_futures.result()
     if any(r.failed for r in results):
+        level_futures = level_futures if level_futures is not None else start_levels()
         return results, [], level_futures.result() if level_futures is not None else [], None
-    # the tract archives and, beside them, the overview maps and the levels still running
+    # the tract archives and, beside them, the overview maps and the levels
     # (not quoted: a quote is a tuple the Dask runner would take apart)
     tract_tiles = tile_jobs(results, list(job.cells))
     overview = publish_overview.submit(results, job)
     tract_built = publish_tiles.map(tract_tiles, unmapped(job)) if tract_tiles else None
+    if levels_wait:
+        level_futures = start_levels()
     level_results = level_futures.result() if level_futures is not None else []
     if any(not r.check[1].success for r in level_results):
         overview.wait()  # nothing left writing into the staging folder

@@ -39,6 +39,7 @@ from typing import Callable, Iterator, Optional, TypeVar
 T = TypeVar("T")
 
 _active: Optional[ProcessPoolExecutor] = None  # the pool of the release running in this process
+_active_size = 0  # its processes
 
 # Below this many records the draws take a few seconds on the flow's threads, about what
 # starting the workers costs; the national benchmark has 5.2 M.
@@ -90,7 +91,7 @@ def compute_pool(processes: int, warm: tuple[str, ...] = ()
     or when a pool is active already), each importing the modules ``warm`` names as it starts
     (names, not imports here: what the workers run is above this module); stopped on leaving,
     on every path."""
-    global _active
+    global _active, _active_size
     if processes < 1 or _active is not None:
         yield None
         return
@@ -99,13 +100,19 @@ def compute_pool(processes: int, warm: tuple[str, ...] = ()
     try:
         for _ in range(processes):  # start them now: they import while the flow goes on
             pool.submit(_started)
-        _active = pool
+        _active, _active_size = pool, processes
         yield pool
     finally:
         _active = None
         # not waited for: the workers exit on their own once told to (the flow goes on to
         # publish meanwhile); the interpreter joins them before it exits
         pool.shutdown(wait=False, cancel_futures=True)
+
+
+def pool_size() -> int:
+    """The processes of the pool :func:`compute` sends work to (0: none), which run it first
+    come, first served: the local runner's release, while its pool is open."""
+    return _active_size if _active is not None else 0
 
 
 def compute(fn: Callable[..., T], *args) -> T:

@@ -64,6 +64,7 @@ def test_the_compute_pool_publishes_what_the_threads_publish(tmp_path, two_state
     with prefect_server(tmp_path / "prefect") as url, \
             temporary_settings(updates={PREFECT_API_URL: url}):
         pooled = release(str(_config(tmp_path / "pooled", two_states)), "p1", 5)
+        order = [name for name, _ in in_workers]
         used = sorted(set(in_workers))
         in_workers.clear()
         threads = release(str(_config(tmp_path / "threads", two_states, local_processes=0)),
@@ -74,6 +75,10 @@ def test_the_compute_pool_publishes_what_the_threads_publish(tmp_path, two_state
         ["draw_estimates", "draw_levels", "draw_selection", "write_level_part",
          "write_overview", "write_part"])]
     assert in_workers and all(not active for _, active in in_workers)
+    # a process for each of the two parts: the levels wait for both (flows/release.py)
+    assert order.count("write_part") == 2 and order.count("write_level_part") >= 1
+    assert max(i for i, n in enumerate(order) if n == "write_part") < min(
+        i for i, n in enumerate(order) if n == "write_level_part"), order
     assert CP._active is None
 
     a, b = Path(pooled.folder), Path(threads.folder)

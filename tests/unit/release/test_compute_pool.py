@@ -22,6 +22,17 @@ def test_compute_runs_here_without_a_pool_and_in_a_worker_with_one():
     assert CP._active is None and CP.compute(os.getpid) == os.getpid()
 
 
+def test_the_pool_size_is_its_processes_while_it_is_open():
+    assert CP.pool_size() == 0
+    with CP.compute_pool(1):
+        assert CP.pool_size() == 1
+        with CP.compute_pool(2):  # the outer pool serves
+            assert CP.pool_size() == 1
+    assert CP.pool_size() == 0
+    with CP.compute_pool(0):
+        assert CP.pool_size() == 0
+
+
 def test_a_pool_of_no_processes_is_none():
     with CP.compute_pool(0) as pool:
         assert pool is None and CP.compute(os.getpid) == os.getpid()
