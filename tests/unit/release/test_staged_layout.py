@@ -110,3 +110,26 @@ def test_a_null_key_is_sorted_not_trusted(column):
     frame = pd.DataFrame({"cell": ["a", "a"], "geoid": ["1", "2"]})
     frame.loc[0, column] = None
     assert not staged_layout.is_clustered(frame)
+
+
+def test_per_record_columns_are_written_plain_and_read_back_the_same(tmp_path):
+    """Dictionary encoding for the columns whose values repeat (GEOID, cell, ranks), none for
+    the per-record ones (``row``, ``person_id``); the records read back unchanged."""
+    import pyarrow.parquet as pq
+
+    frame = _records(30, 2, 5).assign(person_id=lambda f: [f"p{i:08d}" for i in range(len(f))])
+    path = tmp_path / "staged.parquet"
+    staged_layout.write(frame, path)
+    meta = pq.ParquetFile(path).metadata
+    columns = meta.row_group(0)
+    encodings = {columns.column(i).path_in_schema: columns.column(i).encodings
+                 for i in range(columns.num_columns)}
+    for name in ("geoid", "cell", "x", "y"):
+        assert "RLE_DICTIONARY" in encodings[name], (name, encodings[name])
+    for name in staged_layout.PER_RECORD_COLUMNS:
+        assert not any("DICTIONARY" in e for e in encodings[name]), (name, encodings[name])
+    back = pd.read_parquet(path)
+    want = staged_layout.clustered(frame)
+    assert back.columns.tolist() == want.columns.tolist()
+    for column in want.columns:
+        assert back[column].astype(str).tolist() == want[column].astype(str).tolist(), column
