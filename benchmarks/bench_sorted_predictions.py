@@ -53,15 +53,11 @@ def staged(path: Path) -> TractBatch:
                                   frame["y"].to_numpy())
 
 
-def cpu(fn, repeats: int) -> tuple[float, object]:
-    """The least CPU seconds of ``repeats`` calls, and the last call's result."""
-    best, out = float("inf"), None
-    for _ in range(repeats):
-        out = None  # the last result is let go before the next call
-        start = time.process_time()
-        out = fn()
-        best = min(best, time.process_time() - start)
-    return best, out
+def cpu(fn) -> tuple[float, object]:
+    """The CPU seconds of one call, and its result."""
+    start = time.process_time()
+    out = fn()
+    return time.process_time() - start, out
 
 
 def pair_by_pair(batch: TractBatch) -> list[Segments]:
@@ -72,12 +68,13 @@ def pair_by_pair(batch: TractBatch) -> list[Segments]:
 
 def build_figures(batch: TractBatch, repeats: int) -> None:
     pairs = int((batch.n * (batch.n - 1) // 2).sum())
-    grouped_s = paired_s = 0.0
+    grouped_s = paired_s = float("inf")
     for _ in range(repeats):  # alternated, the least of each
-        t, built = cpu(lambda: SP.build_sorted_predictions(batch, X_STARS, LO, HI), 1)
-        grouped_s = t if not grouped_s else min(grouped_s, t)
-        t, want = cpu(lambda: pair_by_pair(batch), 1)
-        paired_s = t if not paired_s else min(paired_s, t)
+        built = want = None  # the last results are let go before the next calls
+        t, built = cpu(lambda: SP.build_sorted_predictions(batch, X_STARS, LO, HI))
+        grouped_s = min(grouped_s, t)
+        t, want = cpu(lambda: pair_by_pair(batch))
+        paired_s = min(paired_s, t)
     for seg, ref in zip(built.segments, want):
         if not (np.array_equal(seg.z, ref.z) and np.array_equal(seg.offsets, ref.offsets)):
             raise SystemExit("the grouped build differs from the pair-by-pair path")

@@ -192,16 +192,11 @@ def _json_text(value) -> str:
 
 
 def feature_texts(props: pd.DataFrame, geoms: np.ndarray, ids: list[str] | None,
-                  decimals: int = GEOJSON_DECIMALS, geometry: list[str] | None = None,
-                  values: dict[str, list] | None = None) -> list[str]:
+                  decimals: int = GEOJSON_DECIMALS) -> list[str]:
     """Each row's Feature as JSON text: id, properties (:func:`_json_scalar`'s values), and
     the geometry as GEOS writes it (null when empty), written with
-    :func:`write_feature_texts`. ``geometry`` and ``values``: the rows'
-    :func:`geometry_texts` and :func:`json_columns`, when made already (a state's features
-    and its cells' archive inputs share them)."""
-    values = json_columns(props) if values is None else values
-    geometry = geometry_texts(geoms, decimals) if geometry is None else geometry
-    return _feature_texts(values, geometry, ids)
+    :func:`write_feature_texts` (:func:`write_features` makes them a state at a time)."""
+    return _feature_texts(json_columns(props), geometry_texts(geoms, decimals), ids)
 
 
 def _feature_texts(values: dict[str, list], geometry: list[str],
