@@ -233,7 +233,7 @@ def target_rows(run: dict, floor_cpu: float | None, local_one_cell: bool) -> lis
             limit = TARGET_TIPPECANOE_MIB
         elif label == "release (flow)":
             limit = TARGET_FLOW_MIB
-        elif label in ("dask worker", "compute process"):  # the local runner's workers
+        elif label in ("dask worker", "compute process", "compute server"):  # local runner's
             limit = TARGET_WORKER_MIB
         else:
             continue

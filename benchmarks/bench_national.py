@@ -346,6 +346,13 @@ def _label(proc) -> str:
         return "dask worker"
     if "resource_tracker" in cmd:  # multiprocessing's own helper, beside spawned workers
         return "resource tracker"
+    if "multiprocessing.forkserver" in cmd:  # the compute pool's server (a child of the flow)
+        try:                                   # and its workers, forks of it: one command line
+            parent = " ".join(proc.parent().cmdline())
+        except Exception:
+            parent = ""
+        return ("compute process" if "multiprocessing.forkserver" in parent
+                else "compute server")
     if "multiprocessing" in cmd:  # spawned: a Dask nanny's worker, or the local runner's
         try:                        # compute pool (dpatlas.release.compute_pool)
             parent = proc.parent()

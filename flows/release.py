@@ -55,7 +55,7 @@ from tasks.publish import (plan_publish, publish_parameters, publish_level, publ
 from tasks.report import report_release
 from tasks.state import open_release, record_plan
 from tasks.validate import (bound_contributions, check_boundaries, check_change_limit,
-                            plan_chunks, record_validation)
+                            plan_chunks, read_boundaries, record_validation)
 
 from dpatlas.release.events import on_release_failure
 from dpatlas.release.outcome import ReleaseOutcome
@@ -152,14 +152,6 @@ def _select_and_estimate_staged(chunks: list[Chunk], budget, min_n: int, interna
 # the stage's wall time).
 LEVEL_WORKERS = 2
 
-# What the local runner's compute processes run (draws, publish parts, levels, overview maps),
-# imported by each as it starts: about 3.5 CPU-s, 1.7 of them Great Expectations' (the parts'
-# output contract), spent while the input is validated rather than at each process's first
-# part, when both cores are busy.
-COMPUTE_MODULES = ("dpatlas.release.estimate", "dpatlas.release.levels", "data_contracts",
-                   "dpatlas.publication.release_parts", "dpatlas.publication.png_map",
-                   "matplotlib.figure", "matplotlib.backends.backend_agg")
-
 
 @flow(name="dpatlas-release", flow_run_name=release_run_name, log_prints=True,
       on_failure=[on_release_failure],
@@ -207,12 +199,15 @@ def release(config_path: str, release_id: Optional[str] = None,
         # drawn or any budget charged.
         partitions = list_partitions(cfg.input)
         # The local runner's draws and publish parts computed in processes when there are
-        # enough records to repay starting them (dpatlas.release.compute_pool); started now,
-        # they import what they will run while the input is validated. Closed once the parts
-        # are written.
+        # enough records to repay starting them (dpatlas.release.compute_pool), forked from a
+        # server that imports what they run (started by `dpatlas release` before it imported
+        # this flow, else now); closed once the parts are written.
         compute_processes = cluster.enter_context(contextlib.ExitStack())
         compute_processes.enter_context(compute_pool(
-            pool_processes(cfg, sum(part.rows for part in partitions)), COMPUTE_MODULES))
+            pool_processes(cfg, sum(part.rows for part in partitions))))
+        # the boundary file (public) read on the flow's task runner meanwhile, checked below
+        boundaries_read = read_boundaries.submit(cfg.boundaries.path,
+                                                 cfg.boundaries.geoid_column)
         validated = validate_release_input(cfg, rid, address, internal, partitions)
         reports, staged = validated.reports, validated.staged
         check_change_limit(reports, cfg.validation.max_changed_share, cfg.input.rank_scale)
@@ -228,7 +223,7 @@ def release(config_path: str, release_id: Optional[str] = None,
             worker_chunks = stage_chunks(chunks, validated.staged_urls(location, contributions))
         # quote: Prefect would otherwise visit each of the tracts' GEOIDs looking for futures
         # (0.4 s of the flow's own time at 74,000 tracts)
-        boundaries = check_boundaries(cfg.boundaries.path, cfg.boundaries.geoid_column,
+        boundaries = check_boundaries(quote(boundaries_read.result()), cfg.boundaries.path,
                                       quote(set(sizes["geoid"])))
 
         # 3. Allocate the budget; check the release can complete; charge the ledger (refused

@@ -103,9 +103,18 @@ def bound_contributions(staged: list[Path], policy: str, internal: Path,
     return report
 
 
+@task(name="read-boundaries", **RETRY_IO)
+def read_boundaries(path: Path, geoid_column: str) -> gpd.GeoDataFrame:
+    """The boundary file's tracts, checked (:func:`~dpatlas.release.boundaries.load_boundaries`):
+    public, so read beside the input's validation, not after it."""
+    return load_boundaries(path, geoid_column)
+
+
 @task(name="check-boundaries", **TASK_OPTIONS)
-def check_boundaries(path: Path, geoid_column: str, data_geoids: set[str]) -> gpd.GeoDataFrame:
-    boundaries = load_boundaries(path, geoid_column)
+def check_boundaries(boundaries: gpd.GeoDataFrame, path: Path,
+                     data_geoids: set[str]) -> gpd.GeoDataFrame:
+    """``boundaries`` (read from ``path``) with a polygon for every tract of the data, else
+    refused before any noise is drawn."""
     missing = sorted(data_geoids - set(boundaries["geoid"]))
     if missing:
         raise BoundaryCoverageError(

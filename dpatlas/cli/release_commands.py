@@ -53,6 +53,7 @@ def run_release(config: Path, release_id: str | None, noise_seed: int | None = N
     with prefect_api() as api:
         with guard():
             cfg, rid = _checked_release(config, release_id, noise_seed)
+        _start_compute_server(cfg, rid)
         with guard(cfg.publish.internal / "logs"):
             from flows.release import release as release_flow
 
@@ -66,6 +67,24 @@ def run_release(config: Path, release_id: str | None, noise_seed: int | None = N
                 if err.errno not in (*_DISK_FULL, *_NOT_WRITABLE):
                     raise
                 fail(_disk_full_message(err, cfg, config, rid))
+
+
+def _start_compute_server(cfg, rid: str) -> None:
+    """The server the local runner's compute processes are forked from
+    (dpatlas.release.compute_pool), started before the flow is imported: it imports what they
+    run beside this process's own imports and the run's start, not while the flow validates
+    the input. Only for a release that will start them: by its records as its Parquet footers
+    count them (a CSV input's server starts with the flow, once the flow has counted them),
+    and not one published already (its rerun starts none)."""
+    from dpatlas.release.compute_pool import pool_processes, start_server
+    from dpatlas.release.ingest import parquet_records
+
+    if (cfg.runner != "local" or not cfg.local_processes
+            or os.path.lexists(cfg.publish.root / rid)):
+        return
+    records = parquet_records(cfg.input)
+    if records is not None and pool_processes(cfg, records):
+        start_server()
 
 
 def _prefect_gone(url: str, seconds: float, config: Path, rid: str) -> None:

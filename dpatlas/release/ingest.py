@@ -504,6 +504,18 @@ def _person_ids(column: pa.ChunkedArray) -> pd.Series | np.ndarray:
 # --- the public functions -------------------------------------------------------------------
 
 
+def parquet_records(cfg: InputConfig) -> int | None:
+    """The input's records as its Parquet footers count them, reading no record (to size work
+    before the input is listed); None for a CSV input, which only a pass over it counts, or
+    an input that cannot be read (:func:`partitions` says why)."""
+    if cfg.format == "csv":
+        return None
+    try:
+        return _dataset(cfg).count_rows()
+    except (InputError, OSError, pa.ArrowException):
+        return None
+
+
 def partitions(cfg: InputConfig) -> list[Partition]:
     """The partitions of the input (states, in order), with their row counts."""
     dataset = _dataset(cfg)

@@ -209,8 +209,7 @@ def test_runs_are_named_by_release_and_chunk_and_artifact_names_its_files(small_
 
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (ArtifactFilter, ArtifactFilterFlowRunId,
-                                                FlowRunFilter, FlowRunFilterId,
-                                                FlowRunFilterParentFlowRunId)
+                                                FlowRunFilter, FlowRunFilterParentFlowRunId)
 
     from flows.release import release
     from tasks.report import SUMMARY_KEY
@@ -238,6 +237,16 @@ def test_runs_are_named_by_release_and_chunk_and_artifact_names_its_files(small_
         assert names == {f"select-estimate-{c}" for c in chunks}
         [summary] = [a for a in client.read_artifacts(artifact_filter=ArtifactFilter(
             flow_run_id=ArtifactFilterFlowRunId(any_=[run_id]))) if a.key == SUMMARY_KEY]
+    # the boundary file is read while the input is validated (its own task run, submitted
+    # before the partitions' checks), and checked against the data's tracts after them
+    def of(runs, task: str) -> list:  # Prefect names a task's run <task>-<3 random words>
+        return [t for t in runs if t.name.startswith(f"{task}-") and t.end_time]
+
+    own = flow_task_runs(state, ready=lambda runs: of(runs, "read-boundaries")
+                         and of(runs, "check-boundaries"))
+    [read], [check] = of(own, "read-boundaries"), of(own, "check-boundaries")
+    validated = max(t.end_time for t in own if t.name.startswith("validate-"))
+    assert read.start_time < validated < check.start_time
     # no publish.base_url: no link (relative ones 404 in the UI); each file and its folder
     # named, every one there (issue 33)
     assert re.findall(r"\]\(([^)]*)\)", summary.data) == []
@@ -269,9 +278,9 @@ def test_local_runner_selects_and_estimates_runs_of_chunks_drawing_as_one_per_ch
     started = []
     real_pool = compute_pool.compute_pool
 
-    def recorded_pool(processes, warm=()):
+    def recorded_pool(processes):
         started.append(processes)
-        return real_pool(processes, warm)
+        return real_pool(processes)
 
     monkeypatch.setattr("flows.release.compute_pool", recorded_pool)
     grouped = release(str(config), "grouped", 11, return_state=True)

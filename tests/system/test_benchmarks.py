@@ -217,6 +217,27 @@ def test_memory_table_says_which_process_started_tippecanoe(bench_national):
     assert bench_national._label_with_parent(worker) == "dask worker"
 
 
+def test_memory_table_tells_the_compute_server_from_its_workers(bench_national):
+    """The local runner's compute processes are forks of one server (Python's forkserver,
+    dpatlas.release.compute_pool): all three have its command line; the server is the one
+    whose parent is not a forkserver."""
+    class Proc:
+        def __init__(self, argv, parent=None):
+            self.argv, self._parent = argv, parent
+
+        def cmdline(self):
+            return self.argv
+
+        def parent(self):
+            return self._parent
+    command = ["/venv/bin/python", "-c", "from multiprocessing.forkserver import main; "
+               "main(4, 6, ['__main__', 'dpatlas.release.estimate'], **{})"]
+    flow = Proc(["/venv/bin/python", "-m", "dpatlas.cli.commands", "release", "-c", "c.yaml"])
+    server = Proc(command, parent=flow)
+    assert bench_national._label(server) == "compute server"
+    assert bench_national._label(Proc(command, parent=server)) == "compute process"
+
+
 def test_a_tippecanoe_between_two_samples_is_in_the_memory_table(bench_national, tmp_path,
                                                                   monkeypatch):
     """Stop 50's CI: a small cell's tippecanoe ran between two of the sampler's reads and its

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import time
 from types import SimpleNamespace
 
 import pandas as pd
+import pytest
 
 from dpatlas.release import compute_pool as CP
 from dpatlas.release.estimate import Chunk, draw_selection
@@ -39,8 +41,6 @@ def test_a_pool_of_no_processes_is_none():
 
 
 def test_an_error_in_a_worker_is_raised_in_the_caller_and_the_pool_stops():
-    import pytest
-
     with pytest.raises(ZeroDivisionError):
         with CP.compute_pool(1):
             CP.compute(divmod, 1, 0)
@@ -91,21 +91,82 @@ def _imported(name: str) -> bool:
     return name in sys.modules
 
 
-def test_the_workers_import_what_they_are_told_to_as_they_start():
-    # a module nothing of the pool's own code imports: only the warm-up puts it there
-    with CP.compute_pool(1, warm=("tabnanny",)):
-        assert CP.compute(_imported, "tabnanny")
+def _priority() -> int:
+    return os.getpriority(os.PRIO_PROCESS, 0)
+
+
+def _server_pid():
+    from multiprocessing import forkserver
+
+    return forkserver._forkserver._forkserver_pid
+
+
+def _server_gone() -> bool:
+    """Whether the last pool's server has stopped (it is stopped in a thread), waiting for
+    it up to 30 s."""
+    deadline = time.monotonic() + 30
+    while _server_pid() is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return _server_pid() is None
+
+
+def test_the_workers_come_from_a_server_that_imported_what_they_run_and_stops_with_them():
+    # matplotlib's Agg backend: in WORKER_MODULES, and nothing this test module or the pool's
+    # own code imports, so a worker has it only from the server it was forked from
+    assert "matplotlib.backends.backend_agg" in CP.WORKER_MODULES
+    assert _server_gone()  # an earlier pool's
     with CP.compute_pool(1):
-        assert not CP.compute(_imported, "tabnanny")
+        server = _server_pid()
+        assert server is not None
+        assert CP.compute(_imported, "matplotlib.backends.backend_agg")
+        # the worker and its server below this process's priority (WORKER_NICENESS)
+        assert CP.compute(_priority) == min(19, _priority() + CP.WORKER_NICENESS)
+        assert os.getpriority(os.PRIO_PROCESS, server) == CP.compute(_priority)
+    assert _server_gone()
+    with pytest.raises(ProcessLookupError):
+        os.kill(server, 0)
 
 
-def test_the_release_flow_names_only_modules_that_exist():
-    # a misspelt name would break every pooled release at its first draw (the pool's
-    # initializer fails in each worker)
+def test_the_flow_waits_for_the_server_only_when_it_needs_a_worker():
+    """Opening the pool returns at once although the server is still importing (about 3 s):
+    the workers are asked for in a thread, which waits for the server."""
+    assert _server_gone()  # an earlier pool's: this one starts its own
+    started = time.perf_counter()
+    with CP.compute_pool(2):
+        opened = time.perf_counter() - started
+        assert CP.compute(_imported, "data_contracts")
+        first = time.perf_counter() - started
+    assert opened < 0.5 < first, (opened, first)
+
+
+def test_the_server_imports_only_modules_that_exist():
+    # a misspelt name would not fail (the server skips what it cannot import) but every
+    # worker would import the module at its first call, on the release's busiest stretch
     import importlib.util
 
-    from flows.release import COMPUTE_MODULES
-
-    assert COMPUTE_MODULES
-    for name in COMPUTE_MODULES:
+    assert CP.WORKER_MODULES
+    for name in CP.WORKER_MODULES:
         assert importlib.util.find_spec(name) is not None, name
+
+
+def _busy(seconds: float) -> float:
+    started = time.process_time()
+    while time.process_time() - started < seconds:
+        pass
+    return time.process_time() - started
+
+
+def test_the_workers_cpu_counts_in_this_process_once_the_pool_is_closed():
+    """The server reaps its workers before it is stopped, and this process reaps the server:
+    what the workers computed shows in this process's children's CPU (as wait4 and `time`
+    read it), not lost with a worker reaped by no one."""
+    import resource
+
+    assert _server_gone()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with CP.compute_pool(2):
+        spent = sum(CP._active.map(_busy, [0.6, 0.6]))
+    assert _server_gone()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    counted = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    assert counted >= spent >= 1.2, (counted, spent)
