@@ -79,10 +79,9 @@ def _start_compute_server(cfg, rid: str) -> None:
     from dpatlas.release.compute_pool import pool_processes, start_server
     from dpatlas.release.ingest import parquet_records
 
-    if (cfg.runner != "local" or not cfg.local_processes
-            or os.path.lexists(cfg.publish.root / rid)):
+    if os.path.lexists(cfg.publish.root / rid):
         return
-    records = parquet_records(cfg.input)
+    records = parquet_records(cfg.input)  # pool_processes says whether the runner uses them
     if records is not None and pool_processes(cfg, records):
         start_server()
 

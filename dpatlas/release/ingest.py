@@ -506,12 +506,13 @@ def _person_ids(column: pa.ChunkedArray) -> pd.Series | np.ndarray:
 
 def parquet_records(cfg: InputConfig) -> int | None:
     """The input's records as its Parquet footers count them, reading no record (to size work
-    before the input is listed); None for a CSV input, which only a pass over it counts, or
-    an input that cannot be read (:func:`partitions` says why)."""
+    before the input is listed), through :func:`_footer_rows`: the listing that follows takes
+    them from its record, not from the files again. None for a CSV input, which only a pass
+    over it counts, or an input that cannot be read (:func:`partitions` says why)."""
     if cfg.format == "csv":
         return None
     try:
-        return _dataset(cfg).count_rows()
+        return sum(_footer_rows(fragment) for fragment in _dataset(cfg).get_fragments())
     except (InputError, OSError, pa.ArrowException):
         return None
 

@@ -3,6 +3,8 @@ imports the flow (dpatlas.release.compute_pool), for a release that will start t
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -42,6 +44,12 @@ def test_the_parquet_footers_count_the_records_and_a_csv_is_not_read(tmp_path):
     _records(12).to_csv(tmp_path / "in.csv", index=False)
     assert parquet_records(_config(tmp_path, "one.parquet").input) == 12
     assert parquet_records(_config(tmp_path, "hive").input) == 14
+    # every footer read is recorded: the flow's listing of the same files reads none again
+    from dpatlas.release import ingest
+    recorded = {Path(path).name if "hive" not in path else Path(path).parent.name: rows
+                for (path, _, _), rows in ingest._FOOTER_ROWS.items()
+                if path.startswith(str(tmp_path))}
+    assert recorded == {"one.parquet": 12, "state=17": 5, "state=18": 9}
     assert parquet_records(_config(tmp_path, "in.csv").input) is None
     # a missing input is the flow's to report, with its own message
     assert parquet_records(_config(tmp_path, "missing.parquet").input) is None
